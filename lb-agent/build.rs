@@ -1,0 +1,98 @@
+//! Builds the XDP program (`lb-ebpf`) with the nightly toolchain and bpf-linker, and
+//! tells the crate where the object is (`LB_EBPF_OBJ_PATH`) so the binary embeds it.
+//!
+//! Set `LB_EBPF_OBJ=/path/to/object` to embed a prebuilt object instead.
+//! `cargo xtask setup` installs what this needs (nightly rust-src, bpf-linker).
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, bail};
+
+/// Variables the outer (host, stable) cargo sets that must not leak into the nightly
+/// BPF build: they would pick the wrong compiler, flags or target.
+const SCRUBBED: &[&str] = &[
+    "RUSTC",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTDOC",
+    "RUSTFLAGS",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "CARGO_BUILD_TARGET",
+    "CARGO_TARGET_DIR",
+    "CARGO_LLVM_COV",
+    "LLVM_PROFILE_FILE",
+    "TARGET",
+    "HOST",
+    "OUT_DIR",
+    "PROFILE",
+    "OPT_LEVEL",
+    "DEBUG",
+    "NUM_JOBS",
+];
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest_dir.parent().context("lb-agent has no parent dir")?;
+    let ebpf_dir = workspace.join("lb-ebpf");
+    let out = PathBuf::from(env::var("OUT_DIR")?).join("lb-ebpf.o");
+
+    println!("cargo:rerun-if-env-changed=LB_EBPF_OBJ");
+    for watched in [
+        ebpf_dir.join("src"),
+        ebpf_dir.join("Cargo.toml"),
+        workspace.join("lb-common/src"),
+    ] {
+        println!("cargo:rerun-if-changed={}", watched.display());
+    }
+
+    if let Some(prebuilt) = env::var_os("LB_EBPF_OBJ") {
+        fs::copy(&prebuilt, &out)
+            .with_context(|| format!("copying LB_EBPF_OBJ={}", Path::new(&prebuilt).display()))?;
+    } else {
+        let target_dir = env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"))
+            .join("ebpf");
+        build_ebpf(&ebpf_dir, &target_dir)?;
+        let built = target_dir.join("bpfel-unknown-none/release/lb-ebpf");
+        fs::copy(&built, &out).with_context(|| format!("copying {}", built.display()))?;
+    }
+    println!("cargo:rustc-env=LB_EBPF_OBJ_PATH={}", out.display());
+    Ok(())
+}
+
+fn build_ebpf(ebpf_dir: &Path, target_dir: &Path) -> anyhow::Result<()> {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", "nightly", "cargo", "build", "--release", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(ebpf_dir);
+    for (key, _) in env::vars_os() {
+        let key = key.to_string_lossy();
+        if SCRUBBED.contains(&key.as_ref())
+            || key.starts_with("CARGO_CFG_")
+            || key.starts_with("CARGO_FEATURE_")
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+        {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    let status = cmd
+        .status()
+        .context("running `rustup run nightly cargo build` for lb-ebpf")?;
+    if !status.success() {
+        bail!(
+            "building the XDP program (lb-ebpf) failed: {status}. \
+             It needs the nightly toolchain with rust-src and bpf-linker; \
+             `cargo xtask setup` installs them."
+        );
+    }
+    Ok(())
+}

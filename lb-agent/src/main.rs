@@ -1,0 +1,3 @@
+fn main() {
+    println!("{}", lb_agent::EBPF_OBJECT.len());
+}

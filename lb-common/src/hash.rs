@@ -1,0 +1,63 @@
+//! The flow hash: Maglev slot choice and NAT source-port choice (murmur3-style mixing).
+
+use crate::maps::FlowKey;
+
+/// Seed for the Maglev slot hash.
+pub const SEED_MAGLEV: u32 = 0x9747_b28c;
+/// Seed for the NAT source-port hash (independent of the slot hash).
+pub const SEED_NAT_PORT: u32 = 0x5bd1_e995;
+
+#[inline(always)]
+const fn mix(h: u32, k: u32) -> u32 {
+    let k = k.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
+    (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
+}
+
+#[inline(always)]
+const fn finish(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// Hash of a 5-tuple with `seed`.
+#[inline(always)]
+pub fn flow_hash(key: &FlowKey, seed: u32) -> u32 {
+    let mut h = seed;
+    let mut i = 0;
+    while i < 4 {
+        h = mix(h, key.src[i]);
+        h = mix(h, key.dst[i]);
+        i += 1;
+    }
+    h = mix(h, ((key.sport as u32) << 16) | key.dport as u32);
+    h = mix(h, ((key.proto as u32) << 8) | key.family as u32);
+    finish(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_spreads_source_ports_evenly() {
+        let mut buckets = [0u32; 16];
+        for port in 0..16_000u16 {
+            let key = FlowKey {
+                src: [0x0a00_0001, 0, 0, 0],
+                dst: [0x0a00_0064, 0, 0, 0],
+                sport: port.to_be(),
+                dport: 80u16.to_be(),
+                proto: crate::IPPROTO_TCP,
+                family: crate::FAMILY_V4,
+                _pad: [0; 2],
+            };
+            buckets[(flow_hash(&key, SEED_MAGLEV) % 16) as usize] += 1;
+        }
+        for b in buckets {
+            assert!((900..1100).contains(&b), "bucket share {b} of 1000 expected");
+        }
+    }
+}

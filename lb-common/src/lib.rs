@@ -1,0 +1,70 @@
+//! Types, constants and pure helpers shared by the XDP program (`lb-ebpf`) and the agent.
+//!
+//! Layout:
+//! - [`maps`]: key and value types of every BPF map, with their sizes asserted;
+//! - [`counters`]: indices and names of the global per-CPU outcome counters;
+//! - [`events`]: the passive-failure records sent through the ring buffer;
+//! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
+//! - [`hash`]: the flow hash used for Maglev slots and NAT port choice.
+//!
+//! Everything here is `#![no_std]`, `#[repr(C)]` and fixed width so that the kernel and
+//! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
+#![no_std]
+
+pub mod counters;
+pub mod csum;
+pub mod events;
+pub mod hash;
+pub mod maps;
+
+/// Slots in one service's Maglev lookup table (a prime, as Maglev requires).
+pub const MAGLEV_RING_SIZE: u32 = 65537;
+/// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
+pub const MAX_SERVICES: u32 = 64;
+/// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
+pub const MAX_BACKENDS: u32 = 4096;
+/// Backend id stored in a Maglev slot when the service has nothing to send to.
+pub const NO_BACKEND: u32 = 0;
+/// Entries of the connection table (LRU; per-CPU LRU lists).
+pub const FLOW_TABLE_SIZE: u32 = 262_144;
+/// Entries of the NAT reverse table (LRU; shared by all CPUs so replies find it).
+pub const NAT_TABLE_SIZE: u32 = 262_144;
+/// Bytes of the passive-event ring buffer (a power of two, multiple of the page size).
+pub const EVENT_RING_BYTES: u32 = 256 * 1024;
+/// How many source ports the NAT path tries for a new flow before it gives up.
+pub const NAT_PORT_ATTEMPTS: u32 = 8;
+
+/// `BPF_F_NO_COMMON_LRU`: per-CPU LRU lists, no global lock on the hot path.
+pub const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
+/// `BPF_F_MMAPABLE`: the agent writes Maglev tables through `mmap`.
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// IP protocol numbers used in keys.
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_ICMP: u8 = 1;
+pub const IPPROTO_ICMPV6: u8 = 58;
+
+/// Address family tags used in keys (not the OS's `AF_*` values, which differ by OS).
+pub const FAMILY_V4: u8 = 4;
+pub const FAMILY_V6: u8 = 6;
+
+/// Names of the maps in the eBPF object; the agent opens them by these names.
+pub mod map_names {
+    pub const SERVICES: &str = "LB_SERVICES";
+    pub const MAGLEV: &str = "LB_MAGLEV";
+    pub const BACKENDS: &str = "LB_BACKENDS";
+    pub const FLOWS: &str = "LB_FLOWS";
+    pub const NAT: &str = "LB_NAT";
+    pub const COUNTERS: &str = "LB_COUNTERS";
+    pub const SERVICE_STATS: &str = "LB_SERVICE_STATS";
+    pub const BACKEND_STATS: &str = "LB_BACKEND_STATS";
+    pub const EVENTS: &str = "LB_EVENTS";
+}
+
+/// Name of the XDP program function in the eBPF object.
+pub const PROGRAM_NAME: &str = "lb_xdp";
+/// Name of the pass-through XDP program (for veth peers and as the benchmark floor's twin).
+pub const PASS_PROGRAM_NAME: &str = "lb_pass";
+/// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.
+pub const REFLECT_PROGRAM_NAME: &str = "lb_reflect";
