@@ -1,1 +1,167 @@
-fn main() {}
+//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench.
+//!
+//! Every command first makes sure the toolchain is complete (`setup` is idempotent and
+//! returns in well under a second when nothing is missing), so a fresh machine needs no
+//! manual step.
+
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what a fresh machine lacks: nightly rust-src, bpf-linker, Debian packages.
+    Setup,
+    /// Build the XDP object (lb-ebpf) with nightly + bpf-linker.
+    BuildEbpf,
+    /// Build everything (release).
+    Build,
+    /// Run every test: unit tests, BPF_PROG_TEST_RUN fixtures, network-namespace scenarios
+    /// (the last two need root).
+    Test {
+        /// Extra arguments passed to every `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Build and run the balancer: with `--config`, `lb-agent run`; without, the
+    /// self-contained demo on network namespaces.
+    Run {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Extra arguments for `lb-agent run` (e.g. `--interface eth0`).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks next to their baselines; results printed and written to target/bench.
+    Bench,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match cli.command {
+        Cmd::Setup => setup::run(true),
+        Cmd::BuildEbpf => {
+            setup::run(false)?;
+            build_ebpf(&root)
+        }
+        Cmd::Build => {
+            setup::run(false)?;
+            cargo(&["build", "--release", "--workspace", "--bins"])
+        }
+        Cmd::Test { args } => {
+            setup::run(false)?;
+            test(&args)
+        }
+        Cmd::Run { config, args } => {
+            setup::run(false)?;
+            cargo(&["build", "--release", "--workspace", "--bins"])?;
+            let bin = root.join("target/release");
+            let mut cmd = match config {
+                Some(config) => {
+                    let mut c = Command::new(bin.join("lb-agent"));
+                    c.arg("run").arg("--config").arg(config).args(&args);
+                    c
+                }
+                None => {
+                    require_root("the demo creates network namespaces")?;
+                    let mut c = Command::new(bin.join("lb-demo"));
+                    c.arg("--agent").arg(bin.join("lb-agent")).args(&args);
+                    c
+                }
+            };
+            status(&mut cmd)
+        }
+        Cmd::Bench => {
+            setup::run(false)?;
+            require_root("benchmarks load XDP programs")?;
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "lb-tests",
+                "--bin",
+                "lb-bench",
+                "--",
+                "--out",
+                "target/bench",
+            ])
+        }
+    }
+}
+
+fn test(extra: &[String]) -> anyhow::Result<()> {
+    let mut unit = vec!["test", "--workspace", "--exclude", "lb-tests"];
+    unit.extend(extra.iter().map(String::as_str));
+    cargo(&unit)?;
+    require_root("BPF fixtures and namespace scenarios need root")?;
+    // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests.
+    cargo(&["build", "--workspace", "--bins"])?;
+    let mut root_tests = vec!["test", "-p", "lb-tests"];
+    root_tests.extend(extra.iter().map(String::as_str));
+    // Scenarios measure detection and balance: one at a time on a 2-core machine.
+    root_tests.extend(["--", "--test-threads=1"]);
+    cargo(&root_tests)
+}
+
+fn build_ebpf(root: &Path) -> anyhow::Result<()> {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", "nightly", "cargo", "build", "--release", "--target-dir"])
+        .arg(root.join("target/ebpf"))
+        .current_dir(root.join("lb-ebpf"));
+    status(&mut cmd)?;
+    println!(
+        "built {}",
+        root.join("target/ebpf/bpfel-unknown-none/release/lb-ebpf")
+            .display()
+    );
+    Ok(())
+}
+
+fn require_root(why: &str) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        bail!("run as root: {why}");
+    }
+    Ok(())
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    status(Command::new(cargo).args(args))
+}
+
+fn status(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let st = cmd.status().with_context(|| format!("running {shown}"))?;
+    if !st.success() {
+        bail!("{shown} failed: {st}");
+    }
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
