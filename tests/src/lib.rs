@@ -1,1 +1,10 @@
 //! placeholder
+pub mod cmd;
+pub mod interrupt;
+pub mod link;
+pub mod names;
+pub mod netns;
+pub mod pass_prog;
+pub mod process;
+pub mod topology;
+pub mod traffic;
