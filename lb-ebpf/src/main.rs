@@ -1,10 +1,124 @@
+//! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
+//! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor).
+//!
+//! Layout: [`parse`] headers, [`forward`] the VIP path over [`flow`] (flow table and
+//! Maglev), [`dsr`] and [`nat`] the two forwarding modes, [`rewrite`] header and
+//! checksum rewrites, [`icmp`] unreachable detection, [`events`] and [`counters`] the
+//! outputs, [`maps`] every map, [`pkt`] bounds-checked packet access.
 #![no_std]
 #![no_main]
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+// Map keys and values are passed by reference on purpose: a by-value argument is one
+// more copy on a 512-byte BPF stack.
+#![allow(clippy::needless_borrows_for_generic_args)]
 
+mod counters;
+mod dsr;
+mod events;
+mod flow;
+mod forward;
+mod icmp;
+mod maps;
+mod nat;
+mod parse;
+mod pkt;
+mod rewrite;
+
+use aya_ebpf::{
+    bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
+    macros::xdp,
+    programs::XdpContext,
+};
+use lb_common::{
+    counters::{PASS_NOT_VIP, RX},
+    maps::VipKey,
+};
+
+use crate::{
+    maps::LB_SERVICES,
+    parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
+    pkt::ptr_at,
+};
+
+/// What to do with a packet, and the one outcome counter it increments.
+#[derive(Clone, Copy)]
+pub struct Verdict {
+    pub action: u32,
+    pub counter: u32,
+}
+
+impl Verdict {
+    #[inline(always)]
+    pub const fn new(action: u32, counter: u32) -> Self {
+        Self { action, counter }
+    }
+
+    #[inline(always)]
+    pub const fn pass(counter: u32) -> Self {
+        Self::new(XDP_PASS, counter)
+    }
+
+    #[inline(always)]
+    pub const fn drop(counter: u32) -> Self {
+        Self::new(XDP_DROP, counter)
+    }
+}
+
+/// The load balancer.
+#[xdp]
+pub fn lb_xdp(ctx: XdpContext) -> u32 {
+    counters::count(RX);
+    let verdict = balance(&ctx);
+    counters::count(verdict.counter);
+    verdict.action
+}
+
+#[inline(always)]
+fn balance(ctx: &XdpContext) -> Verdict {
+    let end = ctx.data_end();
+    match parse::parse(ctx) {
+        Parsed::Pass(counter) => Verdict::pass(counter),
+        Parsed::Icmp(icmp) => {
+            icmp::inspect(&icmp, end);
+            Verdict::pass(PASS_NOT_VIP)
+        }
+        Parsed::Flow(pkt) => {
+            let vip = VipKey {
+                addr: pkt.key.dst,
+                port: pkt.key.dport,
+                proto: pkt.key.proto,
+                family: pkt.key.family,
+            };
+            match LB_SERVICES.get_ptr(&vip) {
+                Some(svc) => {
+                    // SAFETY: hash map values live until an RCU grace period after
+                    // their removal, longer than this program run.
+                    let svc = unsafe { &*svc };
+                    forward::to_service(&pkt, svc, end)
+                }
+                None => nat::reply(&pkt, end),
+            }
+        }
+    }
+}
+
+/// Passes every packet (attached to veth peers so that XDP_TX toward them is delivered).
 #[xdp]
 pub fn lb_pass(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
+    XDP_PASS
+}
+
+/// Swaps the Ethernet addresses and transmits: the cheapest possible XDP_TX program,
+/// the floor the balancer's per-packet cost is compared with.
+#[xdp]
+pub fn lb_reflect(ctx: XdpContext) -> u32 {
+    let Some(eth) = ptr_at::<ETH_HLEN>(ctx.data(), ctx.data_end()) else {
+        return XDP_PASS;
+    };
+    let dst = eth.mac::<ETH_DST>();
+    let src = eth.mac::<ETH_SRC>();
+    eth.set_mac::<ETH_DST>(&src);
+    eth.set_mac::<ETH_SRC>(&dst);
+    XDP_TX
 }
 
 #[cfg(not(test))]

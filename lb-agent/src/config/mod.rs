@@ -1,1 +1,508 @@
-//! (being written)
+//! The TOML configuration (DESIGN.md §5–§7): typed model, loading, validation and the
+//! `check-config` helpers ([`detection_bounds`], [`warnings`]).
+//!
+//! Every error is a [`ConfigError`] naming the file, the 1-based line, the key path and
+//! what is allowed, e.g. `lb.toml:12: service[0].server[1].weight: must be at least 1 (got 0)`.
+//! Loading stops at the first error in file order.
+//!
+//! # Keys
+//!
+//! Top level: `[agent]` (optional) and any number of `[[service]]` (at most
+//! [`lb_common::MAX_SERVICES`]).
+//!
+//! `[agent]`
+//! | key | type | default | rule |
+//! |---|---|---|---|
+//! | `interface` | string | none (CLI `--interface`) | a Linux interface name (1..15 bytes, no `/`, whitespace) |
+//! | `resolver` | `"IP:PORT"` or `"IP"` | none (`/etc/resolv.conf`) | port defaults to 53 |
+//! | `xdp_mode` | `auto`, `native`, `generic` | `auto` | |
+//! | `api_listen` | `"IP:PORT"` | `127.0.0.1:9900` | `""` disables; port 0 = any free port |
+//! | `pin_path` | absolute path | `/sys/fs/bpf/lb` | `""` disables pinning |
+//!
+//! `[[service]]`
+//! | key | type | default | rule |
+//! |---|---|---|---|
+//! | `name` | string | required | unique; letters, digits, `_ - .`, at most 64 bytes |
+//! | `vip` | `"IP:PORT"` | required | port required (1..65535); unique with `protocol`; not unspecified/multicast |
+//! | `protocol` | `tcp`, `udp` | `tcp` | |
+//! | `forwarding` | `nat`, `dsr` | `nat` | |
+//! | `snat_ip` | IP | required with `nat` | the VIP's family; not allowed with `dsr` |
+//! | `snat_ports` | `"LOW-HIGH"` | `"20000-29999"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
+//! | `max_fails` | integer >= 0 | 1 | passive failures within `fail_timeout` that make a server `unavailable`; 0 = off |
+//! | `fail_timeout` | duration | `10s` | > 0 when `max_fails` > 0 |
+//! | `max_unhealthy_percent` | 0..=100 | 100 | |
+//! | `fail_open` | bool | true | |
+//! | `backup_switch` | `{ permanent = "2m" \| true \| false }` | try primaries each flow | duration > 0 |
+//! | `server` | `[[service.server]]` | required | at least one entry |
+//! | `probe` | `[[service.probe]]` | none | names unique within the service |
+//!
+//! `[[service.server]]`
+//! | key | type | default | rule |
+//! |---|---|---|---|
+//! | `address` | `"IP:PORT"`, `"[IPv6]:PORT"`, `"IP"`, `"NAME"`, `"NAME:PORT"` | required | port omitted → the VIP's port (a name with `service` keeps `None`: SRV gives ports); an IP must be of the VIP's family; unique within the service |
+//! | `weight` | integer | 1 | 1..=[`MAX_WEIGHT`] |
+//! | `spare` | bool | false | only in the primary group (`backup` 0) |
+//! | `backup` | integer >= 0, `true` (= 1), `false` (= 0), `"prio"` | 0 | `"prio"` needs `resolve` and `service`. With `service` (SRV) an integer is the base level that SRV priorities count from (lowest priority → this level, the next → +1, …), per DESIGN.md §6 |
+//! | `resolve` | bool | false | needs a name address; re-resolved while running. A name without `resolve` is resolved once per load |
+//! | `service` | string | none | SRV service; needs `resolve = true` and a name without a port. `"http"` (no dot) means `"_http._tcp"` (`._udp` for udp services); a name with a dot is used as given (`"_http._tcp"`) |
+//!
+//! With `forwarding = "dsr"` every server port must equal the VIP's (SRV ports are checked
+//! when resolved). Names resolve to the VIP's family only (A for IPv4, AAAA for IPv6).
+//!
+//! `[[service.probe]]` — see DESIGN.md §5 for meanings.
+//! | key | type | default | rule |
+//! |---|---|---|---|
+//! | `type` | `http`, `tcp`, `udp`, `icmp` | required | |
+//! | `name` | string | the type (`"http"`, …) | unique within the service |
+//! | `port` | integer | the server's port | 1..65535; ignored by icmp (a warning) |
+//! | `interval` | duration | `5s` | > 0 |
+//! | `timeout` | duration | `1s` | > 0 |
+//! | `fails`, `passes` | integer | 1 | >= 1 |
+//! | `essential` | bool | false | |
+//! | `persistent` | bool | false | needs `essential = true` |
+//! | `mode` | `always`, `idle`, `onfail` | `always` | |
+//! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
+//! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
+//! | `method` | string | `GET` | http only; an HTTP token |
+//! | `headers` | table of strings | none | http only; `{ "X-Name" = "value" }`, no `Host` (use `host`) |
+//! | `host` | string | the server address | http only |
+//! | `tls`, `verify` | bool | false, true | http only |
+//! | `sni` | string | the server name/address | http only; a DNS name |
+//! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
+//! | `expect_body` | regex | none | http only; needs `max_body` > 0 |
+//! | `max_body` | size | `256k` | http only |
+//! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`) |
+//! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
+//! | `max_response` | size | `256k` | tcp/udp only; 0 = don't wait for a reply |
+//!
+//! Durations: `"500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`, `"1m30s"`, `"1.5s"`, `"0"`.
+//! Sizes: an integer, or `"4096"`, `"256k"`, `"1m"`, `"1g"` (k = 1024).
+
+mod check;
+mod doc;
+mod error;
+mod probe;
+mod schema;
+mod values;
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use check::{Bounds, detection_bounds, warnings};
+pub use error::ConfigError;
+
+/// Default `agent.api_listen`.
+pub const DEFAULT_API_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 9900));
+/// Default `agent.pin_path`.
+pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/lb";
+/// Port used for `agent.resolver` when it names only an address.
+pub const DEFAULT_RESOLVER_PORT: u16 = 53;
+/// Default `service.snat_ports`.
+pub const DEFAULT_SNAT_PORTS: RangeInclusive<u16> = 20000..=29999;
+/// Default `service.max_fails`.
+pub const DEFAULT_MAX_FAILS: u32 = 1;
+/// Default `service.fail_timeout`.
+pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest `server.weight`: a 65537-slot Maglev table cannot express finer ratios.
+pub const MAX_WEIGHT: u32 = 10_000;
+/// Default probe `interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default probe `timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default probe `max_body` and `max_response` (256k).
+pub const DEFAULT_MAX_READ: usize = 256 * 1024;
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub agent: AgentConfig,
+    /// In file order.
+    pub services: Vec<ServiceConfig>,
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// NIC to attach to; the CLI's `--interface` overrides it.
+    pub interface: Option<String>,
+    /// DNS server for names; `None` means the system's (`/etc/resolv.conf`).
+    pub resolver: Option<SocketAddr>,
+    pub xdp_mode: XdpMode,
+    /// REST API and `/metrics`; `None` when disabled with `""`.
+    pub api_listen: Option<SocketAddr>,
+    /// bpffs directory for pinned maps; `None` when disabled with `""`.
+    pub pin_path: Option<PathBuf>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            interface: None,
+            resolver: None,
+            xdp_mode: XdpMode::Auto,
+            api_listen: Some(DEFAULT_API_LISTEN),
+            pin_path: Some(PathBuf::from(DEFAULT_PIN_PATH)),
+        }
+    }
+}
+
+/// `agent.xdp_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum XdpMode {
+    /// Native when the driver supports it, else generic.
+    #[default]
+    Auto,
+    Native,
+    Generic,
+}
+
+/// `service.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// The IP protocol number (`lb_common::IPPROTO_*`).
+    pub fn ip_proto(self) -> u8 {
+        match self {
+            Protocol::Tcp => lb_common::IPPROTO_TCP,
+            Protocol::Udp => lb_common::IPPROTO_UDP,
+        }
+    }
+}
+
+/// `service.forwarding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Forwarding {
+    /// Full NAT through `snat_ip`; backends anywhere routable.
+    #[default]
+    Nat,
+    /// L2 direct server return; backends on the segment hold the VIP.
+    Dsr,
+}
+
+/// `service.backup_switch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackupSwitch {
+    /// Every new flow tries the primary group first (no `backup_switch`, or `permanent = false`).
+    #[default]
+    TryPrimaryEachFlow,
+    /// `permanent = "2m"`: once on a backup level, try the primaries at most this often.
+    RetryAfter(Duration),
+    /// `permanent = true`: stay on the active backup level until it fails.
+    Permanent,
+}
+
+/// One `[[service]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceConfig {
+    pub name: String,
+    pub vip: SocketAddr,
+    pub protocol: Protocol,
+    pub forwarding: Forwarding,
+    /// Source address toward backends; `Some` exactly when `forwarding` is `Nat`.
+    pub snat_ip: Option<IpAddr>,
+    /// NAT source ports (ignored, left at the default, for `Dsr`).
+    pub snat_ports: RangeInclusive<u16>,
+    /// Passive failures within `fail_timeout` that make a server unavailable; 0 = off.
+    pub max_fails: u32,
+    pub fail_timeout: Duration,
+    pub max_unhealthy_percent: u8,
+    pub fail_open: bool,
+    pub backup_switch: BackupSwitch,
+    /// In file order; never empty.
+    pub servers: Vec<ServerConfig>,
+    /// In file order; names unique.
+    pub probes: Vec<ProbeConfig>,
+}
+
+/// One `[[service.server]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// A socket address always has a port (the VIP's when omitted); a name has one unless
+    /// it is an SRV name (`service` set).
+    pub address: ServerAddress,
+    /// 1..=[`MAX_WEIGHT`].
+    pub weight: u32,
+    pub spare: bool,
+    pub backup: BackupLevel,
+    pub resolve: bool,
+    /// Full SRV service prefix, e.g. `"_http._tcp"`.
+    pub service: Option<String>,
+}
+
+impl ServerConfig {
+    /// A primary server with every default (`weight` 1, not spare, not resolved).
+    pub fn new(address: ServerAddress) -> Self {
+        ServerConfig {
+            address,
+            weight: 1,
+            spare: false,
+            backup: BackupLevel::Level(0),
+            resolve: false,
+            service: None,
+        }
+    }
+}
+
+/// `server.address`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerAddress {
+    Socket(SocketAddr),
+    Name { host: String, port: Option<u16> },
+}
+
+impl ServerAddress {
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            ServerAddress::Socket(sa) => Some(sa.port()),
+            ServerAddress::Name { port, .. } => *port,
+        }
+    }
+}
+
+impl fmt::Display for ServerAddress {
+    /// `10.0.1.11:8080`, `[::1]:80`, `host:80` or `host`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerAddress::Socket(sa) => write!(f, "{sa}"),
+            ServerAddress::Name {
+                host,
+                port: Some(p),
+            } => write!(f, "{host}:{p}"),
+            ServerAddress::Name { host, port: None } => write!(f, "{host}"),
+        }
+    }
+}
+
+/// `server.backup`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackupLevel {
+    /// 0 is the primary group, 1.. backup levels (with SRV: the base level, see module doc).
+    Level(u32),
+    /// `"prio"`: the SRV priority is the level.
+    Prio,
+}
+
+impl Default for BackupLevel {
+    fn default() -> Self {
+        BackupLevel::Level(0)
+    }
+}
+
+/// Probe `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    Http,
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+/// Probe `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ProbeMode {
+    #[default]
+    Always,
+    /// Only while the server had no client traffic for `interval`, or is unhealthy.
+    Idle,
+    /// Only while the server is unhealthy.
+    Onfail,
+}
+
+/// One `[[service.probe]]`. The `http` part keeps its defaults for other kinds; `send`,
+/// `expect` are `None` except for tcp/udp.
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    pub name: String,
+    pub kind: ProbeKind,
+    /// `None`: the server's port.
+    pub port: Option<u16>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub fails: u32,
+    pub passes: u32,
+    pub essential: bool,
+    pub persistent: bool,
+    pub mode: ProbeMode,
+    pub http: HttpProbe,
+    pub send: Option<Vec<u8>>,
+    pub expect: Option<regex::Regex>,
+    /// 0 = don't wait for a reply.
+    pub max_response: usize,
+    pub jitter: Duration,
+}
+
+impl ProbeConfig {
+    /// A probe with every default of DESIGN.md §5.
+    pub fn new(name: impl Into<String>, kind: ProbeKind) -> Self {
+        ProbeConfig {
+            name: name.into(),
+            kind,
+            port: None,
+            interval: DEFAULT_INTERVAL,
+            timeout: DEFAULT_TIMEOUT,
+            fails: 1,
+            passes: 1,
+            essential: false,
+            persistent: false,
+            mode: ProbeMode::Always,
+            http: HttpProbe::default(),
+            send: None,
+            expect: None,
+            max_response: DEFAULT_MAX_READ,
+            jitter: Duration::ZERO,
+        }
+    }
+}
+
+/// Regexes compare by their source text.
+fn same_regex(a: &Option<regex::Regex>, b: &Option<regex::Regex>) -> bool {
+    a.as_ref().map(regex::Regex::as_str) == b.as_ref().map(regex::Regex::as_str)
+}
+
+impl PartialEq for ProbeConfig {
+    fn eq(&self, o: &Self) -> bool {
+        // Destructured so that a new field is a compile error here.
+        let ProbeConfig {
+            name,
+            kind,
+            port,
+            interval,
+            timeout,
+            fails,
+            passes,
+            essential,
+            persistent,
+            mode,
+            http,
+            send,
+            expect,
+            max_response,
+            jitter,
+        } = self;
+        *name == o.name
+            && *kind == o.kind
+            && *port == o.port
+            && *interval == o.interval
+            && *timeout == o.timeout
+            && *fails == o.fails
+            && *passes == o.passes
+            && *essential == o.essential
+            && *persistent == o.persistent
+            && *mode == o.mode
+            && *http == o.http
+            && *send == o.send
+            && same_regex(expect, &o.expect)
+            && *max_response == o.max_response
+            && *jitter == o.jitter
+    }
+}
+
+/// The http part of a probe.
+#[derive(Debug, Clone)]
+pub struct HttpProbe {
+    pub uri: String,
+    pub method: String,
+    /// In file order.
+    pub headers: Vec<(String, String)>,
+    /// `Host:` header; `None`: the server address.
+    pub host: Option<String>,
+    pub tls: bool,
+    /// `None`: the server's name, or its address.
+    pub sni: Option<String>,
+    pub verify: bool,
+    /// A response passes when its status is in any of these.
+    pub expect_status: Vec<RangeInclusive<u16>>,
+    pub expect_body: Option<regex::Regex>,
+    pub max_body: usize,
+}
+
+impl Default for HttpProbe {
+    fn default() -> Self {
+        HttpProbe {
+            uri: "/".into(),
+            method: "GET".into(),
+            headers: Vec::new(),
+            host: None,
+            tls: false,
+            sni: None,
+            verify: true,
+            expect_status: vec![200..=299],
+            expect_body: None,
+            max_body: DEFAULT_MAX_READ,
+        }
+    }
+}
+
+impl PartialEq for HttpProbe {
+    fn eq(&self, o: &Self) -> bool {
+        let HttpProbe {
+            uri,
+            method,
+            headers,
+            host,
+            tls,
+            sni,
+            verify,
+            expect_status,
+            expect_body,
+            max_body,
+        } = self;
+        *uri == o.uri
+            && *method == o.method
+            && *headers == o.headers
+            && *host == o.host
+            && *tls == o.tls
+            && *sni == o.sni
+            && *verify == o.verify
+            && *expect_status == o.expect_status
+            && same_regex(expect_body, &o.expect_body)
+            && *max_body == o.max_body
+    }
+}
+
+macro_rules! names {
+    ($ty:ty { $($v:ident => $s:literal),* $(,)? }) => {
+        impl $ty {
+            /// The name used in the config file and the API.
+            pub fn as_str(self) -> &'static str {
+                match self { $(<$ty>::$v => $s),* }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+names!(XdpMode { Auto => "auto", Native => "native", Generic => "generic" });
+names!(Protocol { Tcp => "tcp", Udp => "udp" });
+names!(Forwarding { Nat => "nat", Dsr => "dsr" });
+names!(ProbeKind { Http => "http", Tcp => "tcp", Udp => "udp", Icmp => "icmp" });
+names!(ProbeMode { Always => "always", Idle => "idle", Onfail => "onfail" });
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        line: None,
+        key: None,
+        message: format!("cannot read: {e}"),
+        io_kind: Some(e.kind()),
+    })?;
+    parse(&text, path)
+}
+
+/// Validates config text; `path` is only used in errors.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    schema::parse(text, path)
+}

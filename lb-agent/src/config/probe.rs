@@ -1,0 +1,241 @@
+//! `[[service.probe]]` tables: the common keys, the http keys and the tcp/udp keys, each
+//! allowed only for its probe type.
+
+use super::doc::{Field, Table};
+use super::schema::{R, duration, opt, positive_duration};
+use super::values;
+use super::*;
+
+const PROBE_COMMON_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "port",
+    "interval",
+    "timeout",
+    "fails",
+    "passes",
+    "essential",
+    "persistent",
+    "mode",
+    "jitter",
+];
+const PROBE_HTTP_KEYS: &[&str] = &[
+    "uri",
+    "method",
+    "headers",
+    "host",
+    "tls",
+    "sni",
+    "verify",
+    "expect_status",
+    "expect_body",
+    "max_body",
+];
+const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
+const PROBE_KINDS: &[(&str, ProbeKind)] = &[
+    ("http", ProbeKind::Http),
+    ("tcp", ProbeKind::Tcp),
+    ("udp", ProbeKind::Udp),
+    ("icmp", ProbeKind::Icmp),
+];
+const PROBE_MODES: &[(&str, ProbeMode)] = &[
+    ("always", ProbeMode::Always),
+    ("idle", ProbeMode::Idle),
+    ("onfail", ProbeMode::Onfail),
+];
+
+fn size(f: &Field<'_>) -> R<usize> {
+    if let Some(n) = f.as_int_opt() {
+        return usize::try_from(n).map_err(|_| f.err(format!("must be at least 0 (got {n})")));
+    }
+    if f.as_str_opt().is_none() {
+        return Err(f.err("must be a size: an integer or a string such as \"256k\""));
+    }
+    f.parse(values::size)
+}
+
+fn regex(f: &Field<'_>) -> R<regex::Regex> {
+    f.parse(|s| {
+        regex::Regex::new(s).map_err(|e| {
+            // The regex crate's message draws a caret diagram over several lines; keep its verdict.
+            let text = e.to_string();
+            let verdict = text
+                .lines()
+                .find_map(|l| l.strip_prefix("error: "))
+                .unwrap_or(&text)
+                .trim()
+                .to_string();
+            format!("is not a valid regular expression: {verdict}")
+        })
+    })
+}
+
+pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
+    let all: Vec<&str> = [PROBE_COMMON_KEYS, PROBE_HTTP_KEYS, PROBE_STREAM_KEYS].concat();
+    t.check_keys(&all)?;
+    let kind = t
+        .require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?
+        .choice(PROBE_KINDS)?;
+    for (key, f) in t.entries() {
+        let wrong = match kind {
+            ProbeKind::Http => PROBE_STREAM_KEYS.contains(&key).then_some("tcp and udp"),
+            ProbeKind::Tcp | ProbeKind::Udp => PROBE_HTTP_KEYS.contains(&key).then_some("http"),
+            ProbeKind::Icmp => (PROBE_HTTP_KEYS.contains(&key) || PROBE_STREAM_KEYS.contains(&key))
+                .then_some(if PROBE_HTTP_KEYS.contains(&key) {
+                    "http"
+                } else {
+                    "tcp and udp"
+                }),
+        };
+        if let Some(kinds) = wrong {
+            return Err(f.err(format!(
+                "applies to {kinds} probes only (this probe is type = \"{kind}\")"
+            )));
+        }
+    }
+    let mut p = ProbeConfig::new(kind.as_str(), kind);
+    if let Some(f) = t.get("name") {
+        let name = f.str()?;
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+            return Err(f.err(format!(
+                "{name:?} is not a probe name: 1..64 characters, no control characters"
+            )));
+        }
+        p.name = name.to_string();
+    }
+    p.port = opt(t, "port", |f| f.int_in(1, 65535))?.map(|n| n as u16);
+    if let Some(d) = opt(t, "interval", positive_duration)? {
+        p.interval = d;
+    }
+    if let Some(d) = opt(t, "timeout", positive_duration)? {
+        p.timeout = d;
+    }
+    if let Some(n) = opt(t, "fails", |f| f.int_in(1, u32::MAX.into()))? {
+        p.fails = n as u32;
+    }
+    if let Some(n) = opt(t, "passes", |f| f.int_in(1, u32::MAX.into()))? {
+        p.passes = n as u32;
+    }
+    p.essential = opt(t, "essential", Field::bool)?.unwrap_or(false);
+    if let Some(f) = t.get("persistent") {
+        p.persistent = f.bool()?;
+        if p.persistent && !p.essential {
+            return Err(f.err("persistent applies only with essential = true (it skips an essential probe after a reload)"));
+        }
+    }
+    p.mode = opt(t, "mode", |f| f.choice(PROBE_MODES))?.unwrap_or_default();
+    if let Some(d) = opt(t, "jitter", duration)? {
+        p.jitter = d;
+    }
+    match kind {
+        ProbeKind::Http => http(t, &mut p.http)?,
+        ProbeKind::Tcp | ProbeKind::Udp => {
+            p.send = opt(t, "send", |f| f.parse(values::unescape))?;
+            p.expect = opt(t, "expect", regex)?;
+            if let Some(n) = opt(t, "max_response", size)? {
+                p.max_response = n;
+            }
+            if p.expect.is_some() && p.max_response == 0 {
+                let f = t.get("max_response").expect("0 came from the field");
+                return Err(
+                    f.err("must be more than 0 when expect is set (0 means: don't read a reply)")
+                );
+            }
+        }
+        ProbeKind::Icmp => {}
+    }
+    Ok(p)
+}
+
+fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
+    if let Some(f) = t.get("uri") {
+        h.uri = f.parse(|s| {
+            if s.starts_with('/') && !s.contains(|c: char| c.is_whitespace() || c.is_control()) {
+                Ok(s.to_string())
+            } else {
+                Err(format!("{s:?} is not a request URI: it starts with '/' and has no spaces, e.g. \"/health\""))
+            }
+        })?;
+    }
+    if let Some(f) = t.get("method") {
+        h.method = f.parse(|s| {
+            if values::http_token(s) {
+                Ok(s.to_string())
+            } else {
+                Err(format!(
+                    "{s:?} is not an HTTP method, e.g. \"GET\" or \"HEAD\""
+                ))
+            }
+        })?;
+    }
+    if let Some(f) = t.get("headers") {
+        let table = f.table().map_err(|_| {
+            f.err("must be a table of strings, e.g. headers = { \"X-Probe\" = \"lb\" }")
+        })?;
+        for (name, v) in table.entries() {
+            if !values::http_token(name) {
+                return Err(v.err(format!("{name:?} is not an HTTP header name")));
+            }
+            if name.eq_ignore_ascii_case("host") {
+                return Err(v.err("set the Host header with the probe's `host` key"));
+            }
+            if let Some((prev, _)) = h.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                return Err(v.err(format!("header {name:?} is set twice (also {prev:?})")));
+            }
+            let value = v.str()?;
+            if !values::http_text(value) {
+                return Err(v.err("a header value cannot contain control characters (CR, LF, ...)"));
+            }
+            h.headers.push((name.to_string(), value.to_string()));
+        }
+    }
+    h.host = opt(t, "host", |f| {
+        f.parse(|s| {
+            if s.is_empty() || s.contains(|c: char| c.is_whitespace() || c.is_control()) {
+                Err(format!(
+                    "{s:?} is not a Host header value (non-empty, no spaces)"
+                ))
+            } else {
+                Ok(s.to_string())
+            }
+        })
+    })?;
+    h.tls = opt(t, "tls", Field::bool)?.unwrap_or(false);
+    h.sni = opt(t, "sni", |f| {
+        f.parse(|s| {
+            values::dns_name(s)
+                .map(|()| s.to_string())
+                .map_err(|e| format!("{e} (sni is a DNS name)"))
+        })
+    })?;
+    h.verify = opt(t, "verify", Field::bool)?.unwrap_or(true);
+    if let Some(f) = t.get("expect_status") {
+        let items = if f.is_array() {
+            f.array()?
+        } else {
+            vec![f.clone()]
+        };
+        if items.is_empty() {
+            return Err(f.err("must list at least one status, e.g. [\"200-299\"]"));
+        }
+        h.expect_status = items
+            .iter()
+            .map(|e| match e.as_int_opt() {
+                Some(n) => values::status_code(n).map_err(|m| e.err(m)),
+                None if e.as_str_opt().is_some() => e.parse(values::status_range),
+                None => {
+                    Err(e.err("must be a status code such as 200 or a range such as \"200-299\""))
+                }
+            })
+            .collect::<R<_>>()?;
+    }
+    h.expect_body = opt(t, "expect_body", regex)?;
+    if let Some(n) = opt(t, "max_body", size)? {
+        h.max_body = n;
+    }
+    if h.expect_body.is_some() && h.max_body == 0 {
+        let f = t.get("max_body").expect("0 came from the field");
+        return Err(f.err("must be more than 0 when expect_body is set"));
+    }
+    Ok(())
+}

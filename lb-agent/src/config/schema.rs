@@ -1,0 +1,515 @@
+//! From a parsed TOML document to a validated [`Config`]: keys, types, defaults and the
+//! rules between them (see the module doc of [`super`] for the list); probes are in `probe.rs`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::doc::{Field, Source, Table};
+use super::values;
+use super::*;
+
+const TOP_KEYS: &[&str] = &["agent", "service"];
+const AGENT_KEYS: &[&str] = &[
+    "interface",
+    "resolver",
+    "xdp_mode",
+    "api_listen",
+    "pin_path",
+];
+const SERVICE_KEYS: &[&str] = &[
+    "name",
+    "vip",
+    "protocol",
+    "forwarding",
+    "snat_ip",
+    "snat_ports",
+    "max_fails",
+    "fail_timeout",
+    "max_unhealthy_percent",
+    "fail_open",
+    "backup_switch",
+    "server",
+    "probe",
+];
+const BACKUP_SWITCH_KEYS: &[&str] = &["permanent"];
+const SERVER_KEYS: &[&str] = &["address", "weight", "spare", "backup", "resolve", "service"];
+
+const XDP_MODES: &[(&str, XdpMode)] = &[
+    ("auto", XdpMode::Auto),
+    ("native", XdpMode::Native),
+    ("generic", XdpMode::Generic),
+];
+const PROTOCOLS: &[(&str, Protocol)] = &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
+const FORWARDINGS: &[(&str, Forwarding)] = &[("nat", Forwarding::Nat), ("dsr", Forwarding::Dsr)];
+pub(super) type R<T> = Result<T, ConfigError>;
+
+pub(super) fn parse(text: &str, path: &Path) -> R<Config> {
+    let src = Source::new(path, text);
+    let doc = toml_edit::ImDocument::parse(text).map_err(|e| {
+        let msg = e.message().trim_end().replace('\n', "; ");
+        src.error(src.line_of(e.span()), None, format!("invalid TOML: {msg}"))
+    })?;
+    config(Table::root(&src, doc.as_table()))
+}
+
+/// `Some(f(field))` when `key` is present.
+pub(super) fn opt<'a, T>(
+    t: &Table<'a>,
+    key: &str,
+    f: impl FnOnce(&Field<'a>) -> R<T>,
+) -> R<Option<T>> {
+    t.get(key).map(|field| f(&field)).transpose()
+}
+
+fn config(root: Table<'_>) -> R<Config> {
+    root.check_keys(TOP_KEYS)?;
+    let agent = match root.get("agent") {
+        Some(f) => agent(&f.table()?)?,
+        None => AgentConfig::default(),
+    };
+    let mut services: Vec<ServiceConfig> = Vec::new();
+    if let Some(f) = root.get("service") {
+        let tables = f.tables()?;
+        if tables.len() > lb_common::MAX_SERVICES as usize {
+            return Err(f.err(format!(
+                "at most {} services are supported (got {})",
+                lb_common::MAX_SERVICES,
+                tables.len()
+            )));
+        }
+        for t in &tables {
+            let svc = service(t)?;
+            if let Some((i, _)) = services
+                .iter()
+                .enumerate()
+                .find(|(_, s)| s.name == svc.name)
+            {
+                let f = t.get("name").expect("name was required");
+                return Err(f.err(format!(
+                    "duplicate service name {:?} (also service[{i}])",
+                    svc.name
+                )));
+            }
+            if let Some((i, _)) = services
+                .iter()
+                .enumerate()
+                .find(|(_, s)| s.vip == svc.vip && s.protocol == svc.protocol)
+            {
+                let f = t.get("vip").expect("vip was required");
+                return Err(f.err(format!(
+                    "{} {} is already the VIP of service[{i}] ({:?}); each (vip, protocol) belongs to one service",
+                    svc.vip, svc.protocol, services[i].name
+                )));
+            }
+            services.push(svc);
+        }
+    }
+    Ok(Config { agent, services })
+}
+
+fn agent(t: &Table<'_>) -> R<AgentConfig> {
+    t.check_keys(AGENT_KEYS)?;
+    let d = AgentConfig::default();
+    let interface = opt(t, "interface", |f| {
+        let s = f.str()?;
+        if s.is_empty()
+            || s.len() > 15
+            || s.contains(|c: char| c == '/' || c.is_whitespace() || c.is_control())
+        {
+            return Err(f.err(format!(
+                "{s:?} is not an interface name (1..15 bytes, no '/' or whitespace); leave the key out to use --interface"
+            )));
+        }
+        Ok(s.to_string())
+    })?;
+    let resolver = opt(t, "resolver", |f| {
+        f.parse(|s| {
+            let sa = s
+                .parse::<SocketAddr>()
+                .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, DEFAULT_RESOLVER_PORT)))
+                .map_err(|_| format!("{s:?} is not an address: write \"IP\" or \"IP:PORT\", e.g. \"10.0.0.53:53\""))?;
+            if sa.port() == 0 {
+                return Err("port 0 is not allowed (ports are 1..65535)".into());
+            }
+            Ok(sa)
+        })
+    })?;
+    let xdp_mode = opt(t, "xdp_mode", |f| f.choice(XDP_MODES))?.unwrap_or(d.xdp_mode);
+    let api_listen = opt(t, "api_listen", |f| {
+        f.parse(|s| {
+            if s.is_empty() {
+                return Ok(None);
+            }
+            s.parse::<SocketAddr>().map(Some).map_err(|_| {
+                format!("{s:?} is not an address: write \"IP:PORT\", e.g. \"127.0.0.1:9900\", or \"\" to disable the API")
+            })
+        })
+    })?
+    .unwrap_or(d.api_listen);
+    let pin_path = opt(t, "pin_path", |f| {
+        f.parse(|s| {
+            if s.is_empty() {
+                return Ok(None);
+            }
+            let p = PathBuf::from(s);
+            if !p.is_absolute() {
+                return Err(format!(
+                    "{s:?} is not an absolute path: write a bpffs directory, e.g. \"/sys/fs/bpf/lb\", or \"\" to disable pinning"
+                ));
+            }
+            Ok(Some(p))
+        })
+    })?
+    .unwrap_or(d.pin_path);
+    Ok(AgentConfig {
+        interface,
+        resolver,
+        xdp_mode,
+        api_listen,
+        pin_path,
+    })
+}
+
+fn service_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        && s.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a service name: 1..64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        ))
+    }
+}
+
+fn family(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+fn vip(s: &str) -> Result<SocketAddr, String> {
+    let sa = match s.parse::<SocketAddr>() {
+        Ok(sa) => sa,
+        Err(_) if s.parse::<IpAddr>().is_ok() => {
+            return Err(format!(
+                "{s:?} has no port: write \"IP:PORT\", e.g. \"10.0.0.100:80\""
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "{s:?} is not an address: write \"IP:PORT\" or \"[IPv6]:PORT\""
+            ));
+        }
+    };
+    if sa.port() == 0 {
+        return Err(format!("{s:?}: port 0 is not allowed (ports are 1..65535)"));
+    }
+    if sa.ip().is_unspecified() || sa.ip().is_multicast() {
+        return Err(format!("{s:?}: a VIP must be a unicast address"));
+    }
+    Ok(sa)
+}
+
+pub(super) fn duration(f: &Field<'_>) -> R<Duration> {
+    f.parse(values::duration)
+}
+
+pub(super) fn positive_duration(f: &Field<'_>) -> R<Duration> {
+    let d = duration(f)?;
+    if d.is_zero() {
+        return Err(f.err("must be more than 0"));
+    }
+    Ok(d)
+}
+
+fn service(t: &Table<'_>) -> R<ServiceConfig> {
+    t.check_keys(SERVICE_KEYS)?;
+    let name = t.require("name", "\"web\"")?.parse(service_name)?;
+    let vip_field = t.require("vip", "\"10.0.0.100:80\"")?;
+    let vip = vip_field.parse(vip)?;
+    let protocol = opt(t, "protocol", |f| f.choice(PROTOCOLS))?.unwrap_or_default();
+    let forwarding = opt(t, "forwarding", |f| f.choice(FORWARDINGS))?.unwrap_or_default();
+
+    let snat_ip = match (forwarding, t.get("snat_ip")) {
+        (Forwarding::Nat, None) => {
+            return Err(t.err_key(
+                "snat_ip",
+                format!(
+                    "forwarding = \"nat\" needs snat_ip: an {} address of this host toward the backends",
+                    family(vip.ip())
+                ),
+            ));
+        }
+        (Forwarding::Nat, Some(f)) => {
+            let ip = f.parse(|s| {
+                s.parse::<IpAddr>()
+                    .map_err(|_| format!("{s:?} is not an IP address (no port), e.g. \"10.0.0.2\""))
+            })?;
+            if ip.is_ipv4() != vip.ip().is_ipv4() {
+                return Err(f.err(format!(
+                    "must be of the VIP's family ({} for {vip}), got {ip}",
+                    family(vip.ip())
+                )));
+            }
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(f.err(format!("{ip} is not a unicast address")));
+            }
+            Some(ip)
+        }
+        (Forwarding::Dsr, Some(f)) => {
+            return Err(f.err(
+                "applies to forwarding = \"nat\" only (dsr keeps the client's source address)",
+            ));
+        }
+        (Forwarding::Dsr, None) => None,
+    };
+    let snat_ports = match (forwarding, t.get("snat_ports")) {
+        (Forwarding::Dsr, Some(f)) => {
+            return Err(
+                f.err("applies to forwarding = \"nat\" only (dsr allocates no source ports)")
+            );
+        }
+        (_, Some(f)) => f.parse(values::port_range)?,
+        (_, None) => DEFAULT_SNAT_PORTS,
+    };
+
+    let max_fails = opt(t, "max_fails", |f| f.int_in(0, u32::MAX.into()))?
+        .map_or(DEFAULT_MAX_FAILS, |n| n as u32);
+    let fail_timeout = opt(t, "fail_timeout", |f| {
+        let d = duration(f)?;
+        if d.is_zero() && max_fails > 0 {
+            return Err(f.err(
+                "must be more than 0 while max_fails > 0 (max_fails = 0 turns passive checks off)",
+            ));
+        }
+        Ok(d)
+    })?
+    .unwrap_or(DEFAULT_FAIL_TIMEOUT);
+    let max_unhealthy_percent =
+        opt(t, "max_unhealthy_percent", |f| f.int_in(0, 100))?.map_or(100, |n| n as u8);
+    let fail_open = opt(t, "fail_open", Field::bool)?.unwrap_or(true);
+    let backup_switch = opt(t, "backup_switch", backup_switch)?.unwrap_or_default();
+
+    let ctx = ServiceCtx {
+        vip,
+        protocol,
+        forwarding,
+    };
+    let server_field = t.get("server").ok_or_else(|| {
+        t.err_key(
+            "server",
+            "a service needs at least one [[service.server]] with an address",
+        )
+    })?;
+    let server_tables = server_field.tables()?;
+    if server_tables.is_empty() {
+        return Err(server_field.err("a service needs at least one server"));
+    }
+    if server_tables.len() >= lb_common::MAX_BACKENDS as usize {
+        return Err(server_field.err(format!(
+            "at most {} servers are supported",
+            lb_common::MAX_BACKENDS - 1
+        )));
+    }
+    let mut servers: Vec<ServerConfig> = Vec::with_capacity(server_tables.len());
+    for st in &server_tables {
+        let s = server(st, &ctx)?;
+        if let Some(i) = servers
+            .iter()
+            .position(|o| o.address == s.address && o.service == s.service)
+        {
+            let f = st.get("address").expect("address was required");
+            return Err(f.err(format!(
+                "duplicate server {} (also {}.server[{i}])",
+                s.address, t.path
+            )));
+        }
+        servers.push(s);
+    }
+
+    let mut probes: Vec<ProbeConfig> = Vec::new();
+    if let Some(f) = t.get("probe") {
+        for pt in &f.tables()? {
+            let p = super::probe::probe(pt)?;
+            if let Some(i) = probes.iter().position(|o| o.name == p.name) {
+                let msg = format!(
+                    "duplicate probe name {:?} (also {}.probe[{i}]); give each probe a name",
+                    p.name, t.path
+                );
+                return Err(match pt.get("name") {
+                    Some(f) => f.err(msg),
+                    None => pt.err_key("name", msg),
+                });
+            }
+            probes.push(p);
+        }
+    }
+
+    Ok(ServiceConfig {
+        name,
+        vip,
+        protocol,
+        forwarding,
+        snat_ip,
+        snat_ports,
+        max_fails,
+        fail_timeout,
+        max_unhealthy_percent,
+        fail_open,
+        backup_switch,
+        servers,
+        probes,
+    })
+}
+
+fn backup_switch(f: &Field<'_>) -> R<BackupSwitch> {
+    let t = f.table().map_err(|_| {
+        f.err("must be a table: { permanent = \"2m\" }, { permanent = true } or { permanent = false }")
+    })?;
+    t.check_keys(BACKUP_SWITCH_KEYS)?;
+    let Some(p) = t.get("permanent") else {
+        return Ok(BackupSwitch::TryPrimaryEachFlow);
+    };
+    if let Some(b) = p.as_bool_opt() {
+        return Ok(if b {
+            BackupSwitch::Permanent
+        } else {
+            BackupSwitch::TryPrimaryEachFlow
+        });
+    }
+    if p.as_str_opt().is_none() {
+        return Err(p.err("must be true, false or a duration such as \"2m\""));
+    }
+    Ok(BackupSwitch::RetryAfter(positive_duration(&p)?))
+}
+
+/// What a server's rules depend on.
+struct ServiceCtx {
+    vip: SocketAddr,
+    protocol: Protocol,
+    forwarding: Forwarding,
+}
+
+fn server(t: &Table<'_>, ctx: &ServiceCtx) -> R<ServerConfig> {
+    t.check_keys(SERVER_KEYS)?;
+    let addr_field = t.require("address", "\"10.0.1.11:8080\"")?;
+    let mut address = addr_field.parse(values::server_address)?;
+    let weight = opt(t, "weight", |f| f.int_in(1, MAX_WEIGHT.into()))?.map_or(1, |n| n as u32);
+    let spare_field = t.get("spare");
+    let spare = spare_field
+        .as_ref()
+        .map(Field::bool)
+        .transpose()?
+        .unwrap_or(false);
+    let backup_field = t.get("backup");
+    let backup = match &backup_field {
+        None => BackupLevel::Level(0),
+        Some(f) => {
+            if let Some(b) = f.as_bool_opt() {
+                BackupLevel::Level(u32::from(b))
+            } else if f.as_int_opt().is_some() {
+                BackupLevel::Level(f.int_in(0, u32::MAX.into())? as u32)
+            } else if f.as_str_opt() == Some("prio") {
+                BackupLevel::Prio
+            } else {
+                return Err(f.err(
+                    "must be a level (0 = primary, 1, 2, ...), true (= 1), false (= 0) or \"prio\"",
+                ));
+            }
+        }
+    };
+    let resolve_field = t.get("resolve");
+    let resolve = resolve_field
+        .as_ref()
+        .map(Field::bool)
+        .transpose()?
+        .unwrap_or(false);
+    let srv_field = t.get("service");
+    let service = srv_field
+        .as_ref()
+        .map(|f| f.parse(|s| srv_service(s, ctx.protocol)))
+        .transpose()?;
+
+    match &mut address {
+        ServerAddress::Socket(sa) => {
+            if let Some(f) = &resolve_field
+                && resolve
+            {
+                return Err(f.err(format!(
+                    "resolve = true needs a host name, and {:?} is an IP address",
+                    addr_field.str()?
+                )));
+            }
+            if sa.is_ipv4() != ctx.vip.is_ipv4() {
+                return Err(addr_field.err(format!(
+                    "an {} server in a service whose VIP is {} ({}); mixed families are not supported",
+                    family(sa.ip()),
+                    family(ctx.vip.ip()),
+                    ctx.vip
+                )));
+            }
+            if sa.port() == 0 {
+                sa.set_port(ctx.vip.port());
+            }
+        }
+        ServerAddress::Name { port, .. } => {
+            if service.is_some() {
+                if port.is_some() {
+                    return Err(addr_field.err(
+                        "a port cannot be combined with service: the SRV records give the ports; write the name alone",
+                    ));
+                }
+            } else if port.is_none() {
+                *port = Some(ctx.vip.port());
+            }
+        }
+    }
+    if let Some(f) = &srv_field
+        && !resolve
+    {
+        return Err(f.err("an SRV service needs resolve = true"));
+    }
+    if ctx.forwarding == Forwarding::Dsr
+        && let Some(p) = address.port()
+        && p != ctx.vip.port()
+    {
+        return Err(addr_field.err(format!(
+            "forwarding = \"dsr\" keeps the destination port: the server port must be the VIP's ({}), got {p}",
+            ctx.vip.port()
+        )));
+    }
+    if backup == BackupLevel::Prio && service.is_none() {
+        let f = backup_field.as_ref().expect("prio came from the field");
+        return Err(f.err("backup = \"prio\" needs resolve = true and an SRV service (the SRV priority becomes the level)"));
+    }
+    if spare && backup != BackupLevel::Level(0) {
+        let f = spare_field.as_ref().expect("spare came from the field");
+        return Err(f.err(
+            "spare servers belong to the primary group (backup = 0); a backup level is a group of its own",
+        ));
+    }
+    Ok(ServerConfig {
+        address,
+        weight,
+        spare,
+        backup,
+        resolve,
+        service,
+    })
+}
+
+/// `"http"` → `"_http._tcp"` (`._udp` for udp services); a name with a dot as given.
+fn srv_service(s: &str, protocol: Protocol) -> Result<String, String> {
+    let full = if s.contains('.') {
+        s.to_string()
+    } else {
+        format!("_{}._{}", s.trim_start_matches('_'), protocol)
+    };
+    values::dns_name(&full).map_err(|_| {
+        format!("{s:?} is not an SRV service: write e.g. \"http\" (meaning \"_http._{protocol}\") or \"_http._tcp\"")
+    })?;
+    Ok(full)
+}

@@ -1,0 +1,83 @@
+//! The flow table and backend choice: pinned flows, Maglev slot lookup, liveness.
+//!
+//! Rule for a pinned backend that lost `BACKEND_F_LIVE` (removed for failure or from the
+//! configuration): the flow is re-hashed through the service's current Maglev table and
+//! re-pinned; if that table offers no live backend the packet is dropped
+//! (`DROP_NO_BACKEND`) and the flow entry is kept, so it returns to its backend if that
+//! one comes back before the entry ages out.
+
+use lb_common::{
+    MAGLEV_RING_SIZE, NO_BACKEND,
+    counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND},
+    hash::{SEED_MAGLEV, flow_hash},
+    maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue},
+};
+
+use crate::maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV};
+
+/// `last_seen_ns` is rewritten at most this often, to spare cache-line writes.
+pub const REFRESH_NS: u64 = 1_000_000_000;
+
+/// The pinned flow entry for `key`, if any.
+#[inline(always)]
+pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
+    LB_FLOWS.get_ptr_mut(key)
+}
+
+/// Pins a new flow (replacing whatever was there).
+#[inline(always)]
+pub fn insert(key: &FlowKey, value: &FlowValue) {
+    // An LRU insert evicts rather than fails; if it still fails the packet is
+    // forwarded anyway and the next one chooses again (same Maglev answer).
+    let _ = LB_FLOWS.insert(key, value, 0);
+}
+
+/// Backend `id` if it exists and is live.
+///
+/// Array slots are preallocated and never freed, so the reference stays valid; the
+/// agent may rewrite a slot concurrently, which at worst sends this one packet by the
+/// old or new values (they are read field by field, not copied: BPF stack is scarce).
+#[inline(always)]
+pub fn live_backend(id: u32) -> Option<&'static Backend> {
+    let b = any_backend(id)?;
+    if b.flags & BACKEND_F_LIVE != 0 {
+        Some(b)
+    } else {
+        None
+    }
+}
+
+/// Backend `id` whatever its flags (for cleanup and event attribution).
+#[inline(always)]
+pub fn any_backend(id: u32) -> Option<&'static Backend> {
+    // SAFETY: see `live_backend`.
+    LB_BACKENDS.get_ptr(id).map(|b| unsafe { &*b })
+}
+
+/// Chooses the backend for `key` from service `service_id`'s Maglev table.
+///
+/// Errors with the drop counter: no table, an empty slot or a backend that is not live
+/// is `DROP_NO_BACKEND`; an id outside `LB_BACKENDS` is `DROP_BAD_BACKEND`.
+#[inline(always)]
+pub fn maglev(service_id: u32, key: &FlowKey) -> Result<(u32, &'static Backend), u32> {
+    let slot = flow_hash(key, SEED_MAGLEV) % MAGLEV_RING_SIZE;
+    let id = *LB_MAGLEV
+        .get_value(service_id, &slot)
+        .ok_or(DROP_NO_BACKEND)?;
+    if id == NO_BACKEND {
+        return Err(DROP_NO_BACKEND);
+    }
+    let b = any_backend(id).ok_or(DROP_BAD_BACKEND)?;
+    if b.flags & BACKEND_F_LIVE == 0 {
+        return Err(DROP_NO_BACKEND);
+    }
+    Ok((id, b))
+}
+
+/// Refreshes `last_seen_ns` if it is more than [`REFRESH_NS`] old.
+#[inline(always)]
+pub fn touch(flow: &mut FlowValue, now: u64) {
+    if now.wrapping_sub(flow.last_seen_ns) > REFRESH_NS {
+        flow.last_seen_ns = now;
+    }
+}

@@ -1,0 +1,247 @@
+//! Full NAT: source-port allocation, the reverse (reply) entries in `LB_NAT`, and the
+//! translation of both directions.
+//!
+//! Forward: `client:cport -> VIP:vport` becomes `snat:nat_port -> backend:port`.
+//! Reply:   `backend:port -> snat:nat_port` becomes `VIP:vport -> client:cport`.
+//! The reverse entry is keyed by the reply's 5-tuple; claiming it with `BPF_NOEXIST`
+//! is what makes a source port belong to one flow.
+
+use aya_ebpf::bindings::xdp_action::XDP_TX;
+use lb_common::{
+    FAMILY_V4, NAT_PORT_ATTEMPTS,
+    counters::{DROP_MALFORMED, PASS_MALFORMED, PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY},
+    events::EVENT_RST_ON_SYN,
+    hash::{SEED_NAT_PORT, flow_hash},
+    maps::{Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NatValue, ServiceMeta},
+};
+
+use crate::{
+    Verdict, counters, events, flow,
+    maps::LB_NAT,
+    parse::{L4, Packet, TCP_ACK, TCP_RST, TCP_SYN},
+    rewrite::{retarget_l2, translate},
+};
+
+/// `bpf_map_update_elem` flag: fail if the key exists.
+const BPF_NOEXIST: u64 = 1;
+
+/// An address as used in keys: IPv4 keeps only word 0.
+#[inline(always)]
+fn key_addr(addr: &[u32; 4], family: u8) -> [u32; 4] {
+    if family == FAMILY_V4 {
+        [addr[0], 0, 0, 0]
+    } else {
+        *addr
+    }
+}
+
+/// The reply 5-tuple of a flow translated to `backend` from `snat:nat_port`.
+#[inline(always)]
+fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, nat_port: u16) -> FlowKey {
+    FlowKey {
+        src: key_addr(&backend.addr, client.family),
+        dst: key_addr(&svc.snat_addr, client.family),
+        sport: backend.port,
+        dport: nat_port,
+        proto: client.proto,
+        family: client.family,
+        _pad: [0; 2],
+    }
+}
+
+/// The client's 5-tuple, rebuilt from a reverse entry.
+#[inline(always)]
+pub fn client_key(nat: &NatValue, proto: u8, family: u8) -> FlowKey {
+    FlowKey {
+        src: nat.client_addr,
+        dst: nat.vip_addr,
+        sport: nat.client_port,
+        dport: nat.vip_port,
+        proto,
+        family,
+        _pad: [0; 2],
+    }
+}
+
+#[inline(always)]
+fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6]) -> NatValue {
+    NatValue {
+        client_addr: client.src,
+        vip_addr: client.dst,
+        client_port: client.sport,
+        vip_port: client.dport,
+        backend_id,
+        client_mac,
+        _pad: [0; 2],
+    }
+}
+
+/// Allocates a source port (network order) for a new flow and claims its reverse entry.
+///
+/// Tries `NAT_PORT_ATTEMPTS` consecutive ports of `[nat_port_min, nat_port_max]`
+/// starting at `flow_hash(client, SEED_NAT_PORT)`; `None` when all were taken.
+#[inline(always)]
+pub fn allocate(
+    client: &FlowKey,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    backend_id: u32,
+    client_mac: [u8; 6],
+) -> Option<u16> {
+    let min = svc.nat_port_min as u32;
+    let max = svc.nat_port_max as u32;
+    if max < min {
+        return None;
+    }
+    let range = max - min + 1;
+    let mut off = flow_hash(client, SEED_NAT_PORT) % range;
+    let value = reverse_value(client, backend_id, client_mac);
+    let mut key = reply_key(client, svc, backend, 0);
+    let mut i = 0;
+    while i < NAT_PORT_ATTEMPTS {
+        let port = ((min + off) as u16).to_be();
+        key.dport = port;
+        if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
+            return Some(port);
+        }
+        off += 1;
+        if off == range {
+            off = 0;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// For a pinned flow: makes sure its reverse entry still exists and is its own.
+///
+/// An entry evicted from the LRU is re-inserted; if another flow claimed the port
+/// meanwhile, a new port is allocated. Returns the port to use.
+#[inline(always)]
+pub fn ensure(
+    client: &FlowKey,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    backend_id: u32,
+    nat_port: u16,
+    client_mac: [u8; 6],
+) -> Option<u16> {
+    let key = reply_key(client, svc, backend, nat_port);
+    match LB_NAT.get_ptr(&key) {
+        // SAFETY: read right after the lookup; a stale read only costs a re-allocation.
+        Some(v) if unsafe { owned_by(&*v, client) } => return Some(nat_port),
+        Some(_) => {}
+        None => {
+            let value = reverse_value(client, backend_id, client_mac);
+            if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
+                return Some(nat_port);
+            }
+        }
+    }
+    allocate(client, svc, backend, backend_id, client_mac)
+}
+
+#[inline(always)]
+fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
+    v.client_port == client.sport
+        && v.vip_port == client.dport
+        && v.client_addr == client.src
+        && v.vip_addr == client.dst
+}
+
+/// Drops the reverse entry of a flow that leaves `backend` (re-hash).
+#[inline(always)]
+pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, nat_port: u16) {
+    let key = reply_key(client, svc, backend, nat_port);
+    if let Some(v) = LB_NAT.get_ptr(&key) {
+        // SAFETY: as in `ensure`.
+        if unsafe { owned_by(&*v, client) } {
+            let _ = LB_NAT.remove(&key);
+        }
+    }
+}
+
+/// Translates a client packet toward `backend` from `snat:nat_port` and sends it.
+#[inline(always)]
+pub fn forward(
+    pkt: &Packet,
+    l4: L4,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    nat_port: u16,
+    end: usize,
+) -> Verdict {
+    let translated = translate(
+        pkt,
+        l4,
+        &svc.snat_addr,
+        nat_port,
+        &backend.addr,
+        backend.port,
+        end,
+    );
+    if translated.is_none() {
+        return Verdict::drop(DROP_MALFORMED);
+    }
+    retarget_l2(pkt.eth, &backend.mac);
+    Verdict::new(XDP_TX, TX_NAT_FORWARD)
+}
+
+/// A packet not for a VIP: if it is a backend's reply to a translated flow, translates
+/// it back to `VIP -> client` and sends it to the client's MAC; otherwise passes it.
+#[inline(always)]
+pub fn reply(pkt: &Packet, end: usize) -> Verdict {
+    let Some(l4) = pkt.l4(end) else {
+        return Verdict::pass(PASS_MALFORMED);
+    };
+    let Some(v) = LB_NAT.get_ptr(&pkt.key) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    // SAFETY: LRU entries are freed after an RCU grace period; nothing inserts into
+    // LB_NAT while this reference lives.
+    let nat = unsafe { &*v };
+    if pkt.is_tcp() && l4.tcp_flags & (TCP_RST | TCP_SYN) != 0 {
+        handshake_reply(nat, pkt.key.proto, pkt.key.family, l4.tcp_flags);
+    }
+    let translated = translate(
+        pkt,
+        l4,
+        &nat.vip_addr,
+        nat.vip_port,
+        &nat.client_addr,
+        nat.client_port,
+        end,
+    );
+    if translated.is_none() {
+        return Verdict::pass(PASS_MALFORMED);
+    }
+    retarget_l2(pkt.eth, &nat.client_mac);
+    Verdict::new(XDP_TX, TX_NAT_REPLY)
+}
+
+/// Passive signals on the reply path of a flow waiting for its handshake: a SYN-ACK
+/// completes it (`conn_ok`), an RST refuses it (`EVENT_RST_ON_SYN`, once per flow).
+#[inline(always)]
+fn handshake_reply(nat: &NatValue, proto: u8, family: u8, flags: u8) {
+    let key = client_key(nat, proto, family);
+    let Some(f) = flow::lookup(&key) else {
+        return;
+    };
+    // SAFETY: a flow entry of this packet's connection; no insert into LB_FLOWS happens
+    // while the reference lives.
+    let f = unsafe { &mut *f };
+    if f.flags & FLOW_F_SYN_PENDING == 0 {
+        return;
+    }
+    if flags & TCP_RST != 0 {
+        f.flags &= !FLOW_F_SYN_PENDING;
+        if f.flags & FLOW_F_REPORTED == 0 {
+            f.flags |= FLOW_F_REPORTED;
+            let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
+            events::emit(EVENT_RST_ON_SYN, nat.backend_id, service_id);
+        }
+    } else if flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
+        f.flags &= !FLOW_F_SYN_PENDING;
+        counters::backend_conn_ok(nat.backend_id);
+    }
+}
