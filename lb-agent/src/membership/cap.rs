@@ -1,0 +1,54 @@
+//! The removal cap (`max_unhealthy_percent`): how many unhealthy servers health may remove
+//! from one group at once, and which unhealthy servers stay in traffic.
+
+use std::{collections::BTreeMap, net::SocketAddr};
+
+use tokio::time::Instant;
+
+use super::{Admin, MemberHealth, MemberInput};
+
+/// A group where the cap holds unhealthy servers in traffic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Capped {
+    /// 0 = primary group (with its spares).
+    pub level: u32,
+    /// Servers of the group whose admin state is `up`.
+    pub servers: usize,
+    /// Of those, unhealthy ones.
+    pub unusable: usize,
+    /// `floor(servers × pct / 100)`.
+    pub removable: usize,
+    /// Unhealthy servers kept in traffic: the most recent failures.
+    pub held: Vec<SocketAddr>,
+}
+
+/// Groups of `servers` where more servers are unhealthy than `pct` allows removing, by level.
+pub(super) fn apply(servers: &[MemberInput], pct: u8) -> Vec<Capped> {
+    let pct = u64::from(pct.min(100));
+    let mut groups: BTreeMap<u32, (usize, Vec<(Instant, SocketAddr)>)> = BTreeMap::new();
+    for s in servers.iter().filter(|s| s.admin == Admin::Up) {
+        let (n, unhealthy) = groups.entry(s.backup).or_default();
+        *n += 1;
+        if let MemberHealth::Unusable { since } = s.health {
+            unhealthy.push((since, s.key));
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|(level, (n, mut unhealthy))| {
+            let removable = usize::try_from(n as u64 * pct / 100).expect("at most n");
+            if unhealthy.len() <= removable {
+                return None;
+            }
+            // Earliest failures are removed; the rest are held.
+            unhealthy.sort_unstable();
+            Some(Capped {
+                level,
+                servers: n,
+                unusable: unhealthy.len(),
+                removable,
+                held: unhealthy[removable..].iter().map(|&(_, k)| k).collect(),
+            })
+        })
+        .collect()
+}

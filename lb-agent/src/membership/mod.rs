@@ -1,0 +1,454 @@
+//! Per-service membership: which servers take new flows, which only keep their pinned
+//! flows, which are out — from health, admin state, spares, backup levels, the removal cap
+//! and fail-open (DESIGN.md §6). Pure and time-injected: the caller passes every server's
+//! state and `now`; [`ServiceMembership`] remembers only what must persist between calls.
+//!
+//! # Rules, in the order they are applied
+//!
+//! 1. **Usable.** A server is usable when its health is [`MemberHealth::Usable`] and its
+//!    admin state is [`Admin::Up`] (or the removal cap holds it, step 2). Admin `drain` makes
+//!    a server [`Role::Sticky`] (no new flows, pinned flows continue) while it is healthy,
+//!    [`Role::Removed`] once it is not; admin `down` is always `Removed`. Admin states
+//!    are honoured whatever the cap, the spares or the backup levels say; only fail-open
+//!    (step 5) makes a drained server take new flows again.
+//! 2. **Removal cap** (Azure `WEBSITE_HEALTHCHECK_MAXUNHEALTHYWORKERPERCENT`, our
+//!    `max_unhealthy_percent`, default 100). Per group (the primary group with its spares,
+//!    and each backup level), with `n` = the group's servers whose admin state is `up`,
+//!    health may remove at most `floor(n × pct / 100)` of them at once. When more are
+//!    unhealthy, the ones that became unhealthy first (earliest `since`; equal `since`:
+//!    lower address first) are removed and the rest — the most recent failures — are held
+//!    in traffic: they count as usable for every step below, and a note says so. Drained
+//!    and down servers are neither in `n` nor in the count: an operator's decision never
+//!    uses up health's budget. Example: 4 servers at 50% → at most 2 removed; with 3
+//!    unhealthy, the latest to fail stays in.
+//! 3. **Spares** (`spare = true`, primary group only; a `spare` flag on a backup server is
+//!    ignored — config validation rejects it). `main_weight` is the total weight of the
+//!    primary group's non-spare servers, whatever their state (so a spare also covers a
+//!    primary drained or downed for maintenance); `active_weight` the total weight of the
+//!    usable ones. While `active_weight < main_weight`, the fewest usable spares whose
+//!    weights cover the deficit run; when they cannot cover it, every usable spare runs.
+//!    From one computation to the next: spares that became unusable stop at once; while
+//!    the running ones fall short, the idle spare with the largest weight joins first; then
+//!    running spares no longer needed retire, smallest weight first, as long as the rest
+//!    still cover the deficit. If health changes leave more spares running than the fewest
+//!    that could cover the deficit (a larger spare came back), the running set is chosen
+//!    afresh, largest first. Ties between equal weights go by address: the lower address
+//!    joins first and retires last. A spare of weight 0 never runs. An idle (or retired)
+//!    usable spare is `Sticky`: flows already pinned to it stay while it is healthy. A
+//!    primary group with no non-spare server has `main_weight` 0 and never runs its spares.
+//! 4. **Backup levels.** The primary group (level 0: its usable primaries plus running
+//!    spares) and each backup level `1..` are *usable* when one of their servers is usable
+//!    and has a weight above 0. One level is active; servers of other levels are `Sticky`
+//!    when usable, `Removed` when not. Which level, per [`BackupSwitch`]:
+//!    - `TryPrimaryEachFlow` (default): the lowest usable level, re-evaluated at every
+//!      computation — back to the primaries as soon as one is usable.
+//!    - `RetryAfter(d)`: stay on the active level while it is usable; lower levels (the
+//!      primary group included) are tried at most every `d`: when `d` has passed since the
+//!      last try (or since this level was entered), the lowest usable level is taken, and
+//!      the try is recorded. When the active level has no usable server, move at once to
+//!      the lowest usable level. [`Outcome::recheck_at`] says when to compute again so
+//!      the retry happens even if no input changes.
+//!    - `Permanent`: stay on the active level while it is usable, even after lower levels
+//!      recover. When it fails, move to the next higher usable level; from the highest,
+//!      return to the primary group (then, if that is not usable either, the lowest usable
+//!      backup level: the search is cyclic).
+//!
+//!    While no level is usable the active level is left unchanged.
+//! 5. **Fail-open.** When no level is usable: with `fail_open = true` (default) every
+//!    server whose admin state is not `down` is `Active` — traffic spreads over them all
+//!    rather than being black-holed — and [`Outcome::fail_open`] is set; with
+//!    `fail_open = false` no server is `Active` (the data plane drops and counts).
+//!
+//! [`Outcome::changes`] holds a human-readable note for every transition (a spare starting
+//! or stopping, a level switch, the cap holding or releasing a server, fail-open starting
+//! or ending); a computation that changes nothing adds none.
+
+use std::{collections::BTreeSet, fmt, net::SocketAddr, time::Duration};
+
+use tokio::time::Instant;
+
+pub use crate::config::BackupSwitch;
+pub use crate::publish::Role;
+
+mod cap;
+mod levels;
+mod spares;
+#[cfg(test)]
+mod tests;
+
+/// Health of a server, as the health state machine (DESIGN.md §5) decided it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberHealth {
+    /// Up: may take traffic.
+    Usable,
+    /// Checking, unhealthy or unavailable, since `since` (the removal cap keeps the most
+    /// recent failures in traffic).
+    Unusable { since: Instant },
+}
+
+/// Operator's state of a server, separate from health.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Admin {
+    #[default]
+    Up,
+    /// No new flows; pinned flows continue while the server is healthy.
+    Drain,
+    /// Out, pinned flows re-hash.
+    Down,
+}
+
+/// One server of a service, as membership sees it. Keys are unique within a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberInput {
+    pub key: SocketAddr,
+    pub weight: u32,
+    /// A spare of the primary group (ignored when `backup` is not 0).
+    pub spare: bool,
+    /// 0 = primary group, 1.. = backup levels.
+    pub backup: u32,
+    pub health: MemberHealth,
+    pub admin: Admin,
+}
+
+impl MemberInput {
+    fn is_spare(&self) -> bool {
+        self.spare && self.backup == 0
+    }
+}
+
+/// A service's membership settings (`[[service]]` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub backup_switch: BackupSwitch,
+    /// 0..=100; larger values count as 100.
+    pub max_unhealthy_percent: u8,
+    pub fail_open: bool,
+}
+
+impl Default for Policy {
+    /// The config defaults: try the primaries for each flow, cap 100%, fail open.
+    fn default() -> Self {
+        Policy {
+            backup_switch: BackupSwitch::TryPrimaryEachFlow,
+            max_unhealthy_percent: 100,
+            fail_open: true,
+        }
+    }
+}
+
+/// `spare` in the status API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpareStatus {
+    Idle,
+    Running,
+}
+
+/// Result of one [`ServiceMembership::compute`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Every input server, in input order.
+    pub roles: Vec<(SocketAddr, Role)>,
+    /// Every spare of the primary group, in input order.
+    pub spares: Vec<(SocketAddr, SpareStatus)>,
+    /// Total weight of the primary group's non-spare servers.
+    pub main_weight: u32,
+    /// Total weight of the primary group's usable non-spare servers (held ones included).
+    pub active_weight: u32,
+    /// Running spares.
+    pub spare_num: usize,
+    /// 0 = the primary group.
+    pub active_backup_level: u32,
+    /// No level is usable and `fail_open` spreads traffic over every server not down.
+    pub fail_open: bool,
+    /// Unusable servers the removal cap keeps in traffic, in input order.
+    pub held_by_cap: Vec<SocketAddr>,
+    /// Compute again at this instant even if no input changes (a `RetryAfter` try is due).
+    pub recheck_at: Option<Instant>,
+    /// Notes for the transition log, one per change since the previous computation.
+    pub changes: Vec<String>,
+}
+
+impl Outcome {
+    /// Role of `key`, if it was an input.
+    pub fn role_of(&self, key: SocketAddr) -> Option<Role> {
+        self.roles.iter().find(|(k, _)| *k == key).map(|&(_, r)| r)
+    }
+
+    /// Spare status of `key`, if it is a spare.
+    pub fn spare_status(&self, key: SocketAddr) -> Option<SpareStatus> {
+        self.spares.iter().find(|(k, _)| *k == key).map(|&(_, s)| s)
+    }
+}
+
+/// What happens to traffic when no level is usable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Blackout {
+    /// Some level is usable.
+    #[default]
+    No,
+    FailOpen,
+    Drop,
+}
+
+/// Membership state of one service that must persist between computations.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceMembership {
+    /// Spares running after the last computation.
+    running_spares: BTreeSet<SocketAddr>,
+    levels: levels::LevelState,
+    /// Unusable servers the cap held in traffic at the last computation.
+    held: BTreeSet<SocketAddr>,
+    /// Whether the primary group was usable at the last computation (for notes only).
+    primary_usable: bool,
+    blackout: Blackout,
+}
+
+impl ServiceMembership {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The active level (0 = primary group).
+    pub fn active_backup_level(&self) -> u32 {
+        self.levels.level
+    }
+
+    /// When the active level was entered (`None` before the first computation).
+    pub fn level_since(&self) -> Option<Instant> {
+        self.levels.since
+    }
+
+    /// When lower levels were last tried under `RetryAfter`.
+    pub fn last_retry(&self) -> Option<Instant> {
+        self.levels.last_retry
+    }
+
+    /// Spares running after the last computation, by address.
+    pub fn running_spares(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.running_spares.iter().copied()
+    }
+
+    /// Applies the rules of the module doc to `servers` at `now`.
+    pub fn compute(&mut self, servers: &[MemberInput], policy: &Policy, now: Instant) -> Outcome {
+        let mut changes = Vec::new();
+
+        // 2. Removal cap.
+        let caps = cap::apply(servers, policy.max_unhealthy_percent);
+        let held: BTreeSet<SocketAddr> = caps.iter().flat_map(|c| c.held.iter().copied()).collect();
+        for c in &caps {
+            for k in c.held.iter().filter(|k| !self.held.contains(k)) {
+                changes.push(format!(
+                    "removal cap: {} of {} servers of {} unusable, at most {} may be removed \
+                     (max_unhealthy_percent {}): {k} kept in traffic as one of the most recent failures",
+                    c.unusable,
+                    c.servers,
+                    Level(c.level),
+                    c.removable,
+                    policy.max_unhealthy_percent.min(100),
+                ));
+            }
+        }
+        for k in self.held.difference(&held) {
+            changes.push(format!("removal cap: {k} no longer held in traffic"));
+        }
+        let usable = |s: &MemberInput| {
+            s.admin == Admin::Up && (s.health == MemberHealth::Usable || held.contains(&s.key))
+        };
+
+        // 3. Spares.
+        let primaries = || servers.iter().filter(|s| s.backup == 0 && !s.is_spare());
+        let main_weight = primaries().fold(0u32, |a, s| a.saturating_add(s.weight));
+        let active_weight = primaries()
+            .filter(|s| usable(s))
+            .fold(0u32, |a, s| a.saturating_add(s.weight));
+        let deficit = main_weight.saturating_sub(active_weight);
+        let candidates: Vec<(SocketAddr, u32)> = servers
+            .iter()
+            .filter(|s| s.is_spare() && usable(s) && s.weight > 0)
+            .map(|s| (s.key, s.weight))
+            .collect();
+        let mut running = spares::select(&candidates, &self.running_spares, deficit);
+
+        // 4. Backup levels.
+        let primary_usable = primaries().any(|s| usable(s) && s.weight > 0) || !running.is_empty();
+        let mut usable_levels: BTreeSet<u32> = servers
+            .iter()
+            .filter(|s| s.backup > 0 && usable(s) && s.weight > 0)
+            .map(|s| s.backup)
+            .collect();
+        if primary_usable {
+            usable_levels.insert(0);
+        }
+        let from = self.levels.level;
+        if let Some(why) = self.levels.step(&usable_levels, policy.backup_switch, now) {
+            let to = self.levels.level;
+            let reason = match why {
+                levels::Why::Failed => format!("{} has no usable server", Level(from)),
+                levels::Why::Recovered => "it has a usable server again".to_string(),
+                levels::Why::Retried(d) => {
+                    format!("it has a usable server at the retry after {}", Secs(d))
+                }
+            };
+            let again = if to == 0 { " again" } else { "" };
+            changes.push(format!("{} active{again}: {reason}", Level(to)));
+        } else if primary_usable && !self.primary_usable && self.levels.level != 0 {
+            let why = match policy.backup_switch {
+                BackupSwitch::Permanent => "backup_switch permanent".to_string(),
+                BackupSwitch::RetryAfter(d) => format!(
+                    "backup_switch permanent = {}: next try in {}",
+                    Secs(d),
+                    Secs(self.levels.retry_at(d).saturating_duration_since(now))
+                ),
+                BackupSwitch::TryPrimaryEachFlow => "no level switch".to_string(),
+            };
+            changes.push(format!(
+                "primary group usable again; {} stays active ({why})",
+                Level(self.levels.level)
+            ));
+        }
+        self.primary_usable = primary_usable;
+        let active = self.levels.level;
+
+        // 5. Fail-open.
+        let blackout = match (usable_levels.is_empty(), policy.fail_open) {
+            (false, _) => Blackout::No,
+            (true, true) => Blackout::FailOpen,
+            (true, false) => Blackout::Drop,
+        };
+        if blackout != self.blackout {
+            match self.blackout {
+                Blackout::No => {}
+                Blackout::FailOpen => changes.push(format!(
+                    "fail-open ended: {} has a usable server",
+                    Level(active)
+                )),
+                Blackout::Drop => changes.push(format!(
+                    "usable server again: {} takes new flows",
+                    Level(active)
+                )),
+            }
+            match blackout {
+                Blackout::No => {}
+                Blackout::FailOpen => changes.push(
+                    "fail-open: every server unusable, spreading over all servers not down"
+                        .to_string(),
+                ),
+                Blackout::Drop => changes.push(
+                    "no usable server: new flows are dropped (fail_open = false)".to_string(),
+                ),
+            }
+        }
+        self.blackout = blackout;
+
+        // Spares run only while the primary group takes the traffic.
+        let primary_active = blackout == Blackout::No && active == 0;
+        if !primary_active {
+            running.clear();
+        }
+        let running_weight: u32 = candidates
+            .iter()
+            .filter(|(k, _)| running.contains(k))
+            .fold(0, |a, &(_, w)| a.saturating_add(w));
+        // In joining order: most preferred first.
+        for (k, w) in spares::by_preference(&candidates) {
+            if running.contains(&k) && !self.running_spares.contains(&k) {
+                changes.push(format!(
+                    "spare {k} running (weight {w}): spares cover {} of {deficit} missing weight",
+                    running_weight.min(deficit)
+                ));
+            }
+        }
+        for &k in self.running_spares.difference(&running) {
+            let why = if !primary_active {
+                "primary group not active".to_string()
+            } else if !servers.iter().any(|s| s.key == k) {
+                "no longer in the service".to_string()
+            } else if !candidates.iter().any(|&(c, _)| c == k) {
+                "unusable".to_string()
+            } else {
+                format!("no longer needed (missing weight {deficit})")
+            };
+            changes.push(format!("spare {k} idle: {why}"));
+        }
+
+        let roles = servers
+            .iter()
+            .map(|s| {
+                let role = if blackout == Blackout::FailOpen {
+                    if s.admin == Admin::Down {
+                        Role::Removed
+                    } else {
+                        Role::Active
+                    }
+                } else {
+                    match s.admin {
+                        Admin::Down => Role::Removed,
+                        Admin::Drain if s.health == MemberHealth::Usable => Role::Sticky,
+                        Admin::Drain => Role::Removed,
+                        Admin::Up if !usable(s) => Role::Removed,
+                        Admin::Up if blackout == Blackout::Drop || s.backup != active => {
+                            Role::Sticky
+                        }
+                        Admin::Up if s.is_spare() && !running.contains(&s.key) => Role::Sticky,
+                        Admin::Up => Role::Active,
+                    }
+                };
+                (s.key, role)
+            })
+            .collect();
+        let spares = servers
+            .iter()
+            .filter(|s| s.is_spare())
+            .map(|s| {
+                let status = if running.contains(&s.key) {
+                    SpareStatus::Running
+                } else {
+                    SpareStatus::Idle
+                };
+                (s.key, status)
+            })
+            .collect();
+        let held_by_cap = servers
+            .iter()
+            .filter(|s| held.contains(&s.key))
+            .map(|s| s.key)
+            .collect();
+
+        let spare_num = running.len();
+        self.running_spares = running;
+        self.held = held;
+        Outcome {
+            roles,
+            spares,
+            main_weight,
+            active_weight,
+            spare_num,
+            active_backup_level: active,
+            fail_open: blackout == Blackout::FailOpen,
+            held_by_cap,
+            recheck_at: self.levels.recheck_at(policy.backup_switch),
+            changes,
+        }
+    }
+}
+
+/// A level's name in notes: "primary group" or "backup level N".
+struct Level(u32);
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => write!(f, "primary group"),
+            n => write!(f, "backup level {n}"),
+        }
+    }
+}
+
+/// A duration in notes: "120s", "1.5s".
+struct Secs(Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0.as_secs_f64())
+    }
+}
