@@ -1,1 +1,225 @@
-//! (being written)
+//! Weighted Maglev lookup tables (Eisenbud et al., NSDI 2016): pure, deterministic, and
+//! independent of the order in which backends are given.
+//!
+//! Each backend walks its own permutation of the slots, `offset + j·skip (mod size)`, with
+//! `offset` and `skip` taken from two independent hashes of its stable `key`; on its turn
+//! it claims the next slot of its permutation that is still free. Plain Maglev gives every
+//! backend one turn per round. Here turns are handed out in proportion to weight, smoothly
+//! interleaved: the backend whose next claim is least advanced relative to its weight
+//! (smallest `(claims + ½) / weight`, the Sainte-Laguë/Webster divisor) goes next, ties
+//! broken by `(key, id)`. Over `size` turns every backend ends with its weight share of the
+//! slots to within one slot, and the table keeps Maglev's small disruption when a backend
+//! joins or leaves. Cost: `size` heap operations (`O(size · log n)`) plus Maglev's
+//! `O(size · ln size)` expected probes in total.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+
+use lb_common::NO_BACKEND;
+
+/// One backend as the table builder sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MaglevBackend {
+    /// Data-plane backend id written into the slots; never [`NO_BACKEND`] (0): such
+    /// entries are skipped.
+    pub id: u32,
+    /// Stable identity that picks the permutation, e.g. [`stable_key`] of `addr:port`:
+    /// the same key gets the same slots whatever else changes.
+    pub key: u64,
+    /// Relative share of the slots; 0 leaves the backend out.
+    pub weight: u32,
+}
+
+/// Builds a `size`-slot table (a prime, normally [`lb_common::MAGLEV_RING_SIZE`]). Every
+/// slot holds a backend id; with no backend of positive weight every slot is
+/// [`NO_BACKEND`]. The result depends only on the set of backends, not their order.
+///
+/// A non-prime `size` still gives a full table (each skip is made coprime with `size`)
+/// but weaker spreading; `size` 0 gives an empty table.
+pub fn build_table(backends: &[MaglevBackend], size: u32) -> Vec<u32> {
+    let mut table = vec![NO_BACKEND; size as usize];
+    let mut live: Vec<MaglevBackend> = backends
+        .iter()
+        .filter(|b| b.weight > 0 && b.id != NO_BACKEND)
+        .copied()
+        .collect();
+    if live.is_empty() || size == 0 {
+        return table;
+    }
+    live.sort_unstable_by_key(|b| (b.key, b.id, b.weight));
+
+    let m = u64::from(size);
+    let mut cursors: Vec<Cursor> = live.iter().map(|b| Cursor::new(b.key, m)).collect();
+    let mut turns: BinaryHeap<Turn> = live
+        .iter()
+        .enumerate()
+        .map(|(rank, b)| Turn {
+            claims: 0,
+            weight: b.weight,
+            rank,
+        })
+        .collect();
+
+    for _ in 0..size {
+        let mut turn = turns.pop().expect("every live backend stays in the heap");
+        let cursor = &mut cursors[turn.rank];
+        // The permutation visits every slot (skip is coprime with m) and a free one exists
+        // because fewer than `size` slots are filled, so this ends within m steps.
+        loop {
+            let slot = cursor.next(m);
+            if table[slot] == NO_BACKEND {
+                table[slot] = live[turn.rank].id;
+                break;
+            }
+        }
+        turn.claims += 1;
+        turns.push(turn);
+    }
+    table
+}
+
+/// A stable 64-bit identity for a backend address: FNV-1a over the family tag (4 or 6),
+/// the address bytes and the big-endian port, then the murmur3 finaliser. Deterministic
+/// across runs, builds and platforms (no `RandomState`); IPv6 scope and flow label are
+/// ignored.
+pub fn stable_key(addr: &SocketAddr) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = FNV_OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(FNV_PRIME);
+        }
+    };
+    match addr {
+        SocketAddr::V4(a) => {
+            feed(&[4]);
+            feed(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            feed(&[6]);
+            feed(&a.ip().octets());
+        }
+    }
+    feed(&addr.port().to_be_bytes());
+    fmix64(h)
+}
+
+/// The murmur3 64-bit finaliser: a bijection with full avalanche.
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// Seeds of the two permutation hashes (offset, skip); distinct so the two are independent.
+const SEED_OFFSET: u64 = 0x9e37_79b9_7f4a_7c15;
+const SEED_SKIP: u64 = 0xc2b2_ae3d_27d4_eb4f;
+
+/// Where a backend is in its permutation of the slots.
+struct Cursor {
+    pos: u64,
+    skip: u64,
+}
+
+impl Cursor {
+    fn new(key: u64, m: u64) -> Self {
+        let pos = fmix64(key ^ SEED_OFFSET) % m;
+        let mut skip = if m > 1 {
+            fmix64(key.rotate_left(32) ^ SEED_SKIP) % (m - 1) + 1
+        } else {
+            1
+        };
+        // Always true for a prime m; for other sizes step towards 1, which is coprime.
+        while gcd(skip, m) != 1 {
+            skip -= 1;
+        }
+        Cursor { pos, skip }
+    }
+
+    /// The current slot; advances to the next one of the permutation.
+    fn next(&mut self, m: u64) -> usize {
+        let slot = self.pos as usize;
+        self.pos += self.skip;
+        if self.pos >= m {
+            self.pos -= m;
+        }
+        slot
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A backend waiting for its next claim; the heap pops the smallest
+/// `(2·claims + 1) / weight`, then the smallest rank.
+#[derive(PartialEq, Eq)]
+struct Turn {
+    claims: u64,
+    weight: u32,
+    /// Position in the `(key, id, weight)` order: a total, input-order-free tie-break.
+    rank: usize,
+}
+
+impl Ord for Turn {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let mine = u128::from(2 * self.claims + 1) * u128::from(other.weight);
+        let theirs = u128::from(2 * other.claims + 1) * u128::from(self.weight);
+        // BinaryHeap is a max-heap: the earliest turn must compare greatest.
+        theirs.cmp(&mine).then_with(|| other.rank.cmp(&self.rank))
+    }
+}
+
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_are_coprime_with_any_size() {
+        for m in [1u64, 2, 12, 1000, 65536, 65537] {
+            for key in 0..200u64 {
+                let c = Cursor::new(key, m);
+                assert_eq!(gcd(c.skip, m), 1, "m={m} key={key} skip={}", c.skip);
+                assert!(c.pos < m && c.skip >= 1 && (m == 1 || c.skip < m));
+            }
+        }
+    }
+
+    #[test]
+    fn turns_pop_in_weight_proportion() {
+        let mut heap: BinaryHeap<Turn> = [(1, 0), (3, 1)]
+            .into_iter()
+            .map(|(weight, rank)| Turn {
+                claims: 0,
+                weight,
+                rank,
+            })
+            .collect();
+        let mut order = Vec::new();
+        for _ in 0..8 {
+            let mut t = heap.pop().unwrap();
+            order.push(t.rank);
+            t.claims += 1;
+            heap.push(t);
+        }
+        assert_eq!(
+            order.iter().filter(|&&r| r == 1).count(),
+            6,
+            "weight 3 of 4 gets 6 of 8 turns: {order:?}"
+        );
+    }
+}
