@@ -1,9 +1,11 @@
 //! placeholder
+pub mod bpf;
 pub mod cmd;
 pub mod interrupt;
 pub mod link;
 pub mod names;
 pub mod netns;
+pub mod packet;
 pub mod pass_prog;
 pub mod process;
 pub mod topology;

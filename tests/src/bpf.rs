@@ -1,0 +1,307 @@
+//! A loaded copy of lb's XDP object for BPF_PROG_TEST_RUN fixtures: its own maps, typed
+//! helpers to fill them and to read counters (summed over CPUs) and events.
+//!
+//! Every `Lb` is an independent load (fresh maps), so tests can run in parallel.
+
+use std::net::IpAddr;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{ProgramError, TestRun, TestRunOptions, Xdp},
+};
+use lb_common::{
+    BPF_F_MMAPABLE, FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, counters,
+    events::PassiveEvent,
+    map_names,
+    maps::{
+        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
+    },
+};
+
+/// XDP return codes.
+pub const XDP_ABORTED: u32 = 0;
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+
+/// Name of an XDP action, for messages.
+pub fn action_name(action: u32) -> &'static str {
+    match action {
+        XDP_ABORTED => "XDP_ABORTED",
+        XDP_DROP => "XDP_DROP",
+        XDP_PASS => "XDP_PASS",
+        XDP_TX => "XDP_TX",
+        4 => "XDP_REDIRECT",
+        _ => "unknown",
+    }
+}
+
+/// An address as the maps hold it: wire bytes, IPv4 in word 0.
+pub fn addr_words(ip: IpAddr) -> [u32; 4] {
+    match ip {
+        IpAddr::V4(a) => [u32::from_ne_bytes(a.octets()), 0, 0, 0],
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
+    }
+}
+
+pub fn family(ip: IpAddr) -> u8 {
+    if ip.is_ipv4() { FAMILY_V4 } else { FAMILY_V6 }
+}
+
+/// A map key for `src:sport -> dst:dport` (ports in host order here, stored in network order).
+pub fn flow_key(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> FlowKey {
+    FlowKey {
+        src: addr_words(src),
+        dst: addr_words(dst),
+        sport: sport.to_be(),
+        dport: dport.to_be(),
+        proto,
+        family: family(src),
+        _pad: [0; 2],
+    }
+}
+
+/// The result of one program run.
+#[derive(Debug)]
+pub struct Run {
+    pub action: u32,
+    /// The packet as the program left it.
+    pub out: Vec<u8>,
+}
+
+/// One load of the XDP object with its programs ready to test-run.
+pub struct Lb {
+    ebpf: Ebpf,
+}
+
+impl Lb {
+    /// Loads `lb_agent::EBPF_OBJECT` and all three programs (this runs the verifier).
+    pub fn load() -> Self {
+        let mut ebpf = EbpfLoader::new()
+            .load(lb_agent::EBPF_OBJECT)
+            .unwrap_or_else(|e| panic!("loading the eBPF object failed: {e:#?}"));
+        for name in [
+            lb_common::PROGRAM_NAME,
+            lb_common::PASS_PROGRAM_NAME,
+            lb_common::REFLECT_PROGRAM_NAME,
+        ] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .unwrap_or_else(|| panic!("program {name} missing from the object"))
+                .try_into()
+                .unwrap_or_else(|e| panic!("program {name} is not XDP: {e}"));
+            if let Err(e) = prog.load() {
+                panic!("loading {name} failed (verifier): {}", verifier_log(&e));
+            }
+        }
+        Lb { ebpf }
+    }
+
+    /// Runs program `name` once on `packet`.
+    pub fn run_prog(&mut self, name: &str, packet: &[u8]) -> Run {
+        let prog: &Xdp = self
+            .ebpf
+            .program(name)
+            .unwrap_or_else(|| panic!("program {name} missing"))
+            .try_into()
+            .expect("an XDP program");
+        let mut out = vec![0u8; packet.len() + 256];
+        let result = prog
+            .test_run(TestRunOptions {
+                data_in: Some(packet),
+                data_out: Some(&mut out),
+                ..TestRunOptions::default()
+            })
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN of {name} failed: {e}"));
+        out.truncate(result.data_size_out as usize);
+        Run {
+            action: result.return_value,
+            out,
+        }
+    }
+
+    /// Runs the balancer once on `packet`.
+    pub fn run(&mut self, packet: &[u8]) -> Run {
+        self.run_prog(lb_common::PROGRAM_NAME, packet)
+    }
+
+    /// Runs the balancer once; the kernel's error if it refuses the input.
+    pub fn try_run(&mut self, packet: &[u8]) -> Result<Run, ProgramError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(lb_common::PROGRAM_NAME)
+            .expect("lb_xdp")
+            .try_into()
+            .expect("an XDP program");
+        let mut out = vec![0u8; packet.len() + 256];
+        let result = prog.test_run(TestRunOptions {
+            data_in: Some(packet),
+            data_out: Some(&mut out),
+            ..TestRunOptions::default()
+        })?;
+        out.truncate(result.data_size_out as usize);
+        Ok(Run {
+            action: result.return_value,
+            out,
+        })
+    }
+
+    pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {
+        let mut map: HashMap<_, VipKey, ServiceMeta> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::SERVICES).expect("LB_SERVICES"))
+                .expect("LB_SERVICES type");
+        let key = VipKey {
+            addr: addr_words(vip),
+            port: port.to_be(),
+            proto,
+            family: family(vip),
+        };
+        map.insert(key, meta, 0).expect("inserting a service");
+    }
+
+    pub fn set_backend(&mut self, id: u32, backend: Backend) {
+        let mut map: Array<_, Backend> =
+            Array::try_from(self.ebpf.map_mut(map_names::BACKENDS).expect("LB_BACKENDS"))
+                .expect("LB_BACKENDS type");
+        map.set(id, backend, 0).expect("writing a backend");
+    }
+
+    pub fn backend(&self, id: u32) -> Backend {
+        let map: Array<_, Backend> =
+            Array::try_from(self.ebpf.map(map_names::BACKENDS).expect("LB_BACKENDS"))
+                .expect("LB_BACKENDS type");
+        map.get(&id, 0).expect("reading a backend")
+    }
+
+    /// Publishes a Maglev table for `service_id` the way the agent does: a fresh inner
+    /// array (same parameters as the BTF template: `MAGLEV_RING_SIZE` u32 entries,
+    /// `BPF_F_MMAPABLE`) filled, then swapped in with one `ArrayOfMaps::set`.
+    pub fn set_maglev(&mut self, service_id: u32, table: &[u32]) {
+        assert_eq!(table.len(), MAGLEV_RING_SIZE as usize, "table size");
+        let mut inner = Array::<MapData, u32>::create(MAGLEV_RING_SIZE, BPF_F_MMAPABLE)
+            .expect("creating an mmapable inner array");
+        for (slot, id) in table.iter().enumerate() {
+            if *id != 0 {
+                inner
+                    .set(slot as u32, *id, 0)
+                    .expect("filling the inner array");
+            }
+        }
+        let mut outer: ArrayOfMaps<_, Array<MapData, u32>> =
+            ArrayOfMaps::try_from(self.ebpf.map_mut(map_names::MAGLEV).expect("LB_MAGLEV"))
+                .expect("LB_MAGLEV type");
+        outer
+            .set(service_id, &inner, 0)
+            .expect("swapping the inner map into LB_MAGLEV");
+    }
+
+    /// Publishes a table whose every slot is `backend_id`.
+    pub fn set_maglev_all(&mut self, service_id: u32, backend_id: u32) {
+        self.set_maglev(service_id, &vec![backend_id; MAGLEV_RING_SIZE as usize]);
+    }
+
+    /// Global counters summed over CPUs, indexed by `lb_common::counters::*`.
+    pub fn counters(&self) -> [u64; counters::COUNT as usize] {
+        let map: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map(map_names::COUNTERS).expect("LB_COUNTERS"))
+                .expect("LB_COUNTERS type");
+        let mut out = [0u64; counters::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = map.get(&(i as u32), 0).expect("counter").iter().sum();
+        }
+        out
+    }
+
+    pub fn service_stats(&self, id: u32) -> ServiceStats {
+        let map: PerCpuArray<_, ServiceStats> = PerCpuArray::try_from(
+            self.ebpf
+                .map(map_names::SERVICE_STATS)
+                .expect("LB_SERVICE_STATS"),
+        )
+        .expect("LB_SERVICE_STATS type");
+        map.get(&id, 0)
+            .expect("service stats")
+            .iter()
+            .fold(ServiceStats::default(), |a, s| ServiceStats {
+                packets: a.packets + s.packets,
+                bytes: a.bytes + s.bytes,
+                new_flows: a.new_flows + s.new_flows,
+                no_backend: a.no_backend + s.no_backend,
+            })
+    }
+
+    pub fn backend_stats(&self, id: u32) -> BackendStats {
+        let map: PerCpuArray<_, BackendStats> = PerCpuArray::try_from(
+            self.ebpf
+                .map(map_names::BACKEND_STATS)
+                .expect("LB_BACKEND_STATS"),
+        )
+        .expect("LB_BACKEND_STATS type");
+        map.get(&id, 0)
+            .expect("backend stats")
+            .iter()
+            .fold(BackendStats::default(), |a, s| BackendStats {
+                packets: a.packets + s.packets,
+                bytes: a.bytes + s.bytes,
+                new_flows: a.new_flows + s.new_flows,
+                conn_ok: a.conn_ok + s.conn_ok,
+            })
+    }
+
+    pub fn flow(&self, key: &FlowKey) -> Option<FlowValue> {
+        let map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.get(key, 0).ok()
+    }
+
+    pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
+        let map: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
+        map.get(key, 0).ok()
+    }
+
+    pub fn insert_nat(&mut self, key: FlowKey, value: NatValue) {
+        let mut map: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT"))
+                .expect("LB_NAT type");
+        map.insert(key, value, 0).expect("inserting into LB_NAT");
+    }
+
+    pub fn remove_nat(&mut self, key: &FlowKey) {
+        let mut map: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT"))
+                .expect("LB_NAT type");
+        map.remove(key).expect("removing from LB_NAT");
+    }
+
+    /// Every event currently in the ring buffer (consumed).
+    pub fn drain_events(&mut self) -> Vec<PassiveEvent> {
+        let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
+            .expect("LB_EVENTS type");
+        let mut out = Vec::new();
+        while let Some(item) = ring.next() {
+            assert_eq!(item.len(), size_of::<PassiveEvent>(), "event record size");
+            // SAFETY: PassiveEvent is plain integers and the record has its size.
+            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<PassiveEvent>()) });
+        }
+        out
+    }
+}
+
+fn verifier_log(e: &ProgramError) -> String {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            format!("{io_error}\n{verifier_log}")
+        }
+        other => format!("{other:#?}"),
+    }
+}

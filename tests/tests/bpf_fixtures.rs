@@ -1,0 +1,66 @@
+//! BPF_PROG_TEST_RUN fixtures for `lb_xdp` (Katran style): a description, the input
+//! frame, the expected XDP action, the expected output frame and the expected counter
+//! deltas (every counter not listed must not move; `rx` always moves by one).
+//!
+//! Needs root (BPF). Output checksums are verified twice, independently of
+//! `lb_common::csum`: by byte comparison with frames built from scratch by
+//! `lb_tests::packet` (its own RFC 1071 sum) and by `etherparse`.
+//!
+//! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
+//! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
+//! [`flows`], [`passive`] (files under `bpf_fixtures/`).
+
+#[path = "bpf_fixtures/dsr.rs"]
+mod dsr;
+#[path = "bpf_fixtures/fixture.rs"]
+mod fixture;
+#[path = "bpf_fixtures/flows.rs"]
+mod flows;
+#[path = "bpf_fixtures/malformed.rs"]
+mod malformed;
+#[path = "bpf_fixtures/nat.rs"]
+mod nat;
+#[path = "bpf_fixtures/passive.rs"]
+mod passive;
+#[path = "bpf_fixtures/world.rs"]
+mod world;
+
+/// Everything the fixture modules share.
+mod prelude {
+    pub use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    pub use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    pub use lb_common::{
+        IPPROTO_TCP, IPPROTO_UDP, MAGLEV_RING_SIZE, MAX_BACKENDS, NO_BACKEND, counters,
+        counters::*,
+        events::{EVENT_ICMP_UNREACH, EVENT_RST_ON_SYN, EVENT_SYN_RETRANSMIT, event_name},
+        maps::{
+            BACKEND_F_LIVE, Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NatValue,
+            SERVICE_F_NAT, ServiceMeta,
+        },
+    };
+    pub use lb_tests::{
+        bpf::{Lb, Run, XDP_DROP, XDP_PASS, XDP_TX, action_name, addr_words, family, flow_key},
+        packet::*,
+    };
+
+    pub use super::{fixture::*, world::*};
+}
+
+use prelude::*;
+
+#[test]
+fn reflector_and_pass_programs() {
+    let mut lb = Lb::load();
+    let f = to_vip(DSR4, CPORT, TCP_SYN);
+    let run = lb.run_prog(lb_common::REFLECT_PROGRAM_NAME, &f.bytes());
+    assert_eq!(run.action, XDP_TX, "lb_reflect transmits");
+    assert_frames_eq(
+        "lb_reflect swaps the MACs",
+        &f.clone().macs(LB_MAC, CLIENT_MAC).bytes(),
+        &run.out,
+    );
+    let run = lb.run_prog(lb_common::PASS_PROGRAM_NAME, &f.bytes());
+    assert_eq!(run.action, XDP_PASS, "lb_pass passes");
+    assert_frames_eq("lb_pass leaves the frame alone", &f.bytes(), &run.out);
+}

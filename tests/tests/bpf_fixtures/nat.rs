@@ -1,0 +1,263 @@
+//! nat: both directions, checksums, port allocation, reverse entries.
+
+use super::prelude::*;
+
+#[test]
+fn nat_ipv4_tcp_forward_and_reply() {
+    let mut lb = world(&[NAT4]);
+    let syn = to_vip(NAT4, CPORT, TCP_SYN).payload(b"abc");
+    let port = nat_forward(
+        &mut lb,
+        "nat: SYN to 10.0.0.101:80 becomes 10.0.0.2:port -> 10.0.1.12:8080",
+        &syn,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("nat flow entry");
+    assert_eq!(flow.backend_id, 2, "pinned to backend 2");
+    assert_eq!(
+        u16::from_be(flow.nat_port),
+        port,
+        "flow stores the nat port"
+    );
+    let rev = lb
+        .nat_entry(&reply_key(NAT4, port))
+        .expect("reverse entry keyed by the reply 5-tuple");
+    assert_eq!(
+        rev,
+        NatValue {
+            client_addr: addr_words(client4()),
+            vip_addr: addr_words(svc(NAT4).vip),
+            client_port: CPORT.to_be(),
+            vip_port: 80u16.to_be(),
+            backend_id: 2,
+            client_mac: CLIENT_MAC,
+            _pad: [0; 2],
+        },
+        "reverse entry contents"
+    );
+
+    let synack = backend_reply(NAT4, port, TCP_SYN | TCP_ACK).payload(b"xyz!");
+    nat_reply(
+        &mut lb,
+        "nat reply: SYN-ACK 10.0.1.12:8080 -> 10.0.0.2:port becomes 10.0.0.101:80 -> client",
+        &synack,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(
+        lb.backend_stats(2).conn_ok,
+        1,
+        "SYN-ACK counts conn_ok once"
+    );
+    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("flow");
+    assert_eq!(flow.flags & FLOW_F_SYN_PENDING, 0, "SYN-ACK clears pending");
+
+    let ack = to_vip(NAT4, CPORT, TCP_ACK).payload(b"GET /");
+    let again = nat_forward(
+        &mut lb,
+        "nat: the next client packet uses the same port",
+        &ack,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(again, port, "a pinned nat flow keeps its source port");
+
+    let data = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
+    nat_reply(
+        &mut lb,
+        "nat reply: data",
+        &data,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(
+        lb.backend_stats(2).conn_ok,
+        1,
+        "conn_ok only on the handshake"
+    );
+}
+
+#[test]
+fn nat_ipv4_udp_checksums() {
+    let mut lb = world(&[NAT4_UDP]);
+    let q = to_vip(NAT4_UDP, CPORT, 0).payload(b"query");
+    let port = nat_forward(
+        &mut lb,
+        "nat: UDP 10.0.0.101:53 becomes 10.0.0.2:port -> 10.0.1.13:5353",
+        &q,
+        NAT4_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let r = backend_reply(NAT4_UDP, port, 0).payload(b"answer");
+    nat_reply(
+        &mut lb,
+        "nat reply: UDP answer back to the client",
+        &r,
+        NAT4_UDP,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+
+    // UDP/IPv4 without checksum: it stays 0.
+    let mut q0 = to_vip(NAT4_UDP, CPORT + 1, 0).payload(b"nocsum");
+    q0.transport = Transport::Udp {
+        sport: CPORT + 1,
+        dport: 53,
+        zero_csum: true,
+    };
+    let port0 = nat_forward(
+        &mut lb,
+        "nat: UDP/IPv4 with checksum 0 keeps checksum 0",
+        &q0,
+        NAT4_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+
+    // A payload chosen so that the translated checksum computes to 0: it must be sent
+    // as 0xffff. The builder fills checksums the same way, so the byte comparison in
+    // nat_forward checks it; assert it explicitly too.
+    let s = svc(NAT4_UDP);
+    let mut payload = vec![0u8, 0u8];
+    let probe = retuple(
+        &q.clone().payload(&payload),
+        snat(s.vip),
+        port,
+        s.backend_addr,
+        5353,
+    );
+    let l4 = probe.l4_bytes();
+    let c = u16::from_be_bytes([l4[6], l4[7]]);
+    // Adding `c` to the one's-complement sum turns the checksum into 0 (sent as 0xffff).
+    payload.copy_from_slice(&c.to_be_bytes());
+    let zero = q.clone().payload(&payload);
+    let run_port = nat_forward(
+        &mut lb,
+        "nat: a translated UDP checksum of 0 is sent as 0xffff",
+        &zero,
+        NAT4_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(run_port, port);
+    let out = lb.run(&zero.bytes()).out;
+    let at = zero.l4_offset() + 6;
+    assert_eq!(
+        [out[at], out[at + 1]],
+        [0xff, 0xff],
+        "UDP checksum that computes to 0 must be sent as 0xffff"
+    );
+    let _ = port0;
+}
+
+#[test]
+fn nat_ipv6_tcp_and_udp() {
+    let mut lb = world(&[NAT6, NAT6_UDP]);
+    let syn = to_vip(NAT6, CPORT, TCP_SYN).payload(b"v6");
+    let port = nat_forward(
+        &mut lb,
+        "nat: IPv6 SYN to [fd00::101]:443 becomes [fd00::2]:port -> [fd00::12]:8443",
+        &syn,
+        NAT6,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let synack = backend_reply(NAT6, port, TCP_SYN | TCP_ACK);
+    nat_reply(
+        &mut lb,
+        "nat reply: IPv6 SYN-ACK back to the client",
+        &synack,
+        NAT6,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(
+        lb.backend_stats(5).conn_ok,
+        1,
+        "IPv6 SYN-ACK counts conn_ok"
+    );
+
+    let q = to_vip(NAT6_UDP, CPORT, 0).payload(b"v6 query");
+    let uport = nat_forward(
+        &mut lb,
+        "nat: IPv6 UDP translated",
+        &q,
+        NAT6_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let r = backend_reply(NAT6_UDP, uport, 0).payload(b"v6 answer");
+    nat_reply(
+        &mut lb,
+        "nat reply: IPv6 UDP back to the client",
+        &r,
+        NAT6_UDP,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+}
+
+#[test]
+fn nat_reinserts_an_evicted_reverse_entry() {
+    let mut lb = world(&[NAT4]);
+    let syn = to_vip(NAT4, CPORT, TCP_SYN);
+    let port = nat_forward(
+        &mut lb,
+        "nat: first packet",
+        &syn,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    lb.remove_nat(&reply_key(NAT4, port));
+    let ack = to_vip(NAT4, CPORT, TCP_ACK);
+    let again = nat_forward(
+        &mut lb,
+        "nat: packet after the reverse entry was evicted",
+        &ack,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(again, port, "same port re-claimed");
+    assert!(
+        lb.nat_entry(&reply_key(NAT4, port)).is_some(),
+        "the reverse entry must be back"
+    );
+}
+
+#[test]
+fn nat_drops_when_every_port_is_taken() {
+    let mut lb = world(&[]);
+    // A service with a single port, already claimed by someone else.
+    let vip = ip4(10, 0, 0, 103);
+    lb.add_service(
+        vip,
+        80,
+        IPPROTO_TCP,
+        ServiceMeta {
+            service_id: 9,
+            flags: SERVICE_F_NAT,
+            snat_addr: addr_words(ip4(10, 0, 0, 2)),
+            nat_port_min: 30000,
+            nat_port_max: 30000,
+        },
+    );
+    lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, 9));
+    lb.set_maglev_all(9, 9);
+    let taken = flow_key(ip4(10, 0, 1, 19), 80, ip4(10, 0, 0, 2), 30000, IPPROTO_TCP);
+    lb.insert_nat(taken, NatValue::default());
+    let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "nat: the only source port is taken -> drop",
+            input: syn.bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_NAT_PORTS, 1)],
+        },
+    );
+    assert!(
+        lb.flow(&flow_key(client4(), CPORT, vip, 80, IPPROTO_TCP))
+            .is_none(),
+        "no flow entry for a flow that could not be translated"
+    );
+}

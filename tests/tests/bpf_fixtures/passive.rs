@@ -1,0 +1,217 @@
+//! Passive signals: SYN retransmit, RST on SYN, ICMP unreachable, conn_ok.
+
+use super::prelude::*;
+
+fn assert_events(lb: &mut Lb, desc: &str, expected: &[(u32, u32, u32)]) {
+    let got: Vec<(String, u32, u32)> = lb
+        .drain_events()
+        .iter()
+        .map(|e| {
+            assert_ne!(e.timestamp_ns, 0, "{desc}: event timestamp");
+            (event_name(e.kind).to_string(), e.backend_id, e.service_id)
+        })
+        .collect();
+    let want: Vec<(String, u32, u32)> = expected
+        .iter()
+        .map(|(k, b, s)| (event_name(*k).to_string(), *b, *s))
+        .collect();
+    assert_eq!(got, want, "{desc}: events (kind, backend, service)");
+}
+
+#[test]
+fn dsr_syn_retransmit_event_once_and_ack_completes() {
+    let mut lb = world(&[DSR4]);
+    let syn = to_vip(DSR4, CPORT, TCP_SYN);
+    let fx = |desc, counters| Fixture {
+        desc,
+        input: syn.bytes(),
+        action: XDP_TX,
+        output: Out::Frame(dsr_expected(&syn, 1)),
+        counters,
+    };
+    check(&mut lb, fx("SYN", &[(TX_DSR, 1), (FLOW_NEW, 1)]));
+    assert_events(&mut lb, "after the first SYN", &[]);
+    check(
+        &mut lb,
+        fx(
+            "retransmitted SYN",
+            &[(TX_DSR, 1), (FLOW_HIT, 1), (EVENTS_SENT, 1)],
+        ),
+    );
+    check(
+        &mut lb,
+        fx("second retransmission", &[(TX_DSR, 1), (FLOW_HIT, 1)]),
+    );
+    assert_events(
+        &mut lb,
+        "after three SYNs",
+        &[(EVENT_SYN_RETRANSMIT, 1, DSR4)],
+    );
+    let flow = lb.flow(&client_key(DSR4, CPORT)).expect("flow");
+    assert_eq!(
+        flow.flags,
+        FLOW_F_SYN_PENDING | FLOW_F_REPORTED,
+        "pending and reported"
+    );
+    let ack = to_vip(DSR4, CPORT, TCP_ACK);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "the client's ACK completes the handshake",
+            input: ack.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&ack, 1)),
+            counters: &[(TX_DSR, 1), (FLOW_HIT, 1)],
+        },
+    );
+    assert_eq!(lb.backend_stats(1).conn_ok, 1, "ACK counts conn_ok");
+    check(
+        &mut lb,
+        fx(
+            "a SYN after the handshake: new connection, no event",
+            &[(TX_DSR, 1), (FLOW_HIT, 1)],
+        ),
+    );
+    assert_events(&mut lb, "after the reconnect", &[]);
+
+    // A fresh flow whose handshake completes gets no event and one conn_ok.
+    let syn2 = to_vip(DSR4, CPORT + 1, TCP_SYN);
+    lb.run(&syn2.bytes());
+    lb.run(&to_vip(DSR4, CPORT + 1, TCP_ACK).bytes());
+    lb.run(&to_vip(DSR4, CPORT + 1, TCP_ACK | TCP_PSH).bytes());
+    assert_eq!(lb.backend_stats(1).conn_ok, 2, "one conn_ok per handshake");
+    assert_events(&mut lb, "completed handshake", &[]);
+}
+
+#[test]
+fn nat_syn_retransmit_and_rst_on_syn_events() {
+    let mut lb = world(&[NAT4]);
+    let syn = to_vip(NAT4, CPORT, TCP_SYN);
+    let port = nat_forward(
+        &mut lb,
+        "SYN",
+        &syn,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    nat_forward(
+        &mut lb,
+        "retransmitted SYN",
+        &syn,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (EVENTS_SENT, 1)],
+    );
+    assert_events(
+        &mut lb,
+        "nat SYN retransmit",
+        &[(EVENT_SYN_RETRANSMIT, 2, NAT4)],
+    );
+
+    // Another flow refused by the backend.
+    let syn2 = to_vip(NAT4, CPORT + 7, TCP_SYN);
+    let port2 = nat_forward(
+        &mut lb,
+        "SYN 2",
+        &syn2,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let rst = backend_reply(NAT4, port2, TCP_RST | TCP_ACK);
+    nat_reply(
+        &mut lb,
+        "backend RST answering the SYN: translated and reported",
+        &rst,
+        NAT4,
+        CPORT + 7,
+        &[(TX_NAT_REPLY, 1), (EVENTS_SENT, 1)],
+    );
+    nat_reply(
+        &mut lb,
+        "second RST: no second event",
+        &rst,
+        NAT4,
+        CPORT + 7,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_events(&mut lb, "RST on SYN", &[(EVENT_RST_ON_SYN, 2, NAT4)]);
+    assert_eq!(lb.backend_stats(2).conn_ok, 0, "no handshake completed");
+
+    // The first flow completes after all.
+    let synack = backend_reply(NAT4, port, TCP_SYN | TCP_ACK);
+    nat_reply(
+        &mut lb,
+        "late SYN-ACK",
+        &synack,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(lb.backend_stats(2).conn_ok, 1, "SYN-ACK counts conn_ok");
+}
+
+#[test]
+fn icmp_unreachable_from_a_backend_is_reported_once() {
+    let mut lb = world(&[NAT4_UDP, NAT6_UDP]);
+    for (id, cport) in [(NAT4_UDP, CPORT), (NAT6_UDP, CPORT + 1)] {
+        let s = svc(id);
+        let q = to_vip(id, cport, 0).payload(b"ping");
+        let port = nat_forward(
+            &mut lb,
+            "UDP query",
+            &q,
+            id,
+            &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        );
+        let sent = lb.run(&q.bytes()).out; // what the backend received
+        let (ty, code, quoted) = if s.vip.is_ipv4() {
+            (3u8, 3u8, &sent[14..14 + 28])
+        } else {
+            (1, 4, &sent[14..14 + 48])
+        };
+        let icmp = Frame::icmp(s.backend_addr, snat(s.vip), ty, code)
+            .payload(quoted)
+            .macs(backend_mac(s.backend), LB_MAC);
+        check(
+            &mut lb,
+            Fixture {
+                desc: "port unreachable from the backend about a nat flow",
+                input: icmp.bytes(),
+                action: XDP_PASS,
+                output: Out::Unchanged,
+                counters: &[(PASS_NOT_VIP, 1), (EVENTS_SENT, 1)],
+            },
+        );
+        check(
+            &mut lb,
+            Fixture {
+                desc: "a second unreachable for the same flow",
+                input: icmp.bytes(),
+                action: XDP_PASS,
+                output: Out::Unchanged,
+                counters: &[(PASS_NOT_VIP, 1)],
+            },
+        );
+        assert_events(
+            &mut lb,
+            "ICMP unreachable",
+            &[(EVENT_ICMP_UNREACH, s.backend, id)],
+        );
+        let _ = port;
+    }
+    // Unreachable quoting a packet we never translated: no event.
+    let stray = Frame::udp(ip4(10, 0, 0, 2), 1234, ip4(10, 0, 1, 13), 5353).bytes();
+    let icmp = Frame::icmp(ip4(10, 0, 1, 13), ip4(10, 0, 0, 2), 3, 3)
+        .payload(&stray[14..14 + 28])
+        .macs(backend_mac(3), LB_MAC);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "unreachable about an unknown flow",
+            input: icmp.bytes(),
+            action: XDP_PASS,
+            output: Out::Unchanged,
+            counters: &[(PASS_NOT_VIP, 1)],
+        },
+    );
+    assert_events(&mut lb, "unknown flow", &[]);
+}
