@@ -1,13 +1,23 @@
-//! lb's agent: configuration, Maglev tables and the data-plane owner.
+//! lb's agent: configuration, Maglev tables, and the owner of the data plane.
 //!
 //! Layout:
 //! - [`config`]: the TOML configuration (DESIGN.md §7), validated with file/line/key errors;
 //! - [`maglev`]: the pure weighted Maglev table builder;
 //! - [`membership`]: per-service roles from health, admin, spares, backup levels, cap, fail-open;
-//! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read).
+//! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
+//! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
+//! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
+//! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
+//!
+//! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
+pub mod api;
 pub mod config;
+pub mod dataplane;
 pub mod maglev;
 pub mod membership;
+pub mod neighbor;
+pub mod publish;
+pub mod status;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LB_EBPF_OBJ_PATH"));

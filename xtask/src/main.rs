@@ -120,9 +120,16 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
 
 fn build_ebpf(root: &Path) -> anyhow::Result<()> {
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", "nightly", "cargo", "build", "--release", "--target-dir"])
-        .arg(root.join("target/ebpf"))
-        .current_dir(root.join("lb-ebpf"));
+    cmd.args([
+        "run",
+        "nightly",
+        "cargo",
+        "build",
+        "--release",
+        "--target-dir",
+    ])
+    .arg(root.join("target/ebpf"))
+    .current_dir(root.join("lb-ebpf"));
     status(&mut cmd)?;
     println!(
         "built {}",

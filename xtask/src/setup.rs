@@ -27,7 +27,10 @@ pub fn run(verbose: bool) -> anyhow::Result<()> {
 }
 
 fn ensure_nightly_rust_src(verbose: bool) -> anyhow::Result<()> {
-    let installed = output("rustup", &["component", "list", "--toolchain", "nightly", "--installed"]);
+    let installed = output(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    );
     match installed {
         Some(list) if list.lines().any(|l| l.starts_with("rust-src")) => {
             if verbose {
@@ -37,7 +40,13 @@ fn ensure_nightly_rust_src(verbose: bool) -> anyhow::Result<()> {
         }
         Some(_) => {
             println!("setup: adding rust-src to the nightly toolchain");
-            run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+            run_cmd(Command::new("rustup").args([
+                "component",
+                "add",
+                "rust-src",
+                "--toolchain",
+                "nightly",
+            ]))
         }
         None => {
             println!("setup: installing the nightly toolchain with rust-src");

@@ -1,0 +1,274 @@
+//! `/metrics`: the snapshot in Prometheus text format, every name prefixed `lb_`.
+
+use std::fmt::Write;
+
+use crate::status::{Histogram, Snapshot};
+
+const STATES: [&str; 6] = [
+    "up",
+    "checking",
+    "unhealthy",
+    "unavailable",
+    "draining",
+    "down",
+];
+
+/// Renders `snap` in the Prometheus text exposition format (version 0.0.4).
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+
+    header(
+        o,
+        "lb_dataplane_packets_total",
+        "counter",
+        "XDP outcomes and flow events by counter",
+    );
+    for (name, value) in &snap.counters {
+        line(
+            o,
+            "lb_dataplane_packets_total",
+            &[("counter", name)],
+            *value as f64,
+        );
+    }
+
+    header(
+        o,
+        "lb_passive_events_total",
+        "counter",
+        "passive failure events from the data plane",
+    );
+    for (kind, value) in &snap.passive_events {
+        line(
+            o,
+            "lb_passive_events_total",
+            &[("kind", kind)],
+            *value as f64,
+        );
+    }
+
+    header(
+        o,
+        "lb_transitions_total",
+        "counter",
+        "server state transitions",
+    );
+    line(o, "lb_transitions_total", &[], snap.transitions as f64);
+
+    histogram(
+        o,
+        "lb_propagation_seconds",
+        "verdict to maps written",
+        &snap.propagation,
+    );
+
+    type SvcGauge = (
+        &'static str,
+        &'static str,
+        fn(&crate::status::ServiceStatus) -> f64,
+    );
+    let service_gauges: [SvcGauge; 8] = [
+        (
+            "lb_service_main_weight",
+            "total weight of the primary group",
+            |s| s.main_weight as f64,
+        ),
+        (
+            "lb_service_active_weight",
+            "weight of the usable primaries",
+            |s| s.active_weight as f64,
+        ),
+        ("lb_service_spare_running", "spare servers running", |s| {
+            s.spare_num as f64
+        }),
+        (
+            "lb_service_active_backup_level",
+            "backup level carrying traffic (0 = primary)",
+            |s| s.active_backup_level as f64,
+        ),
+        (
+            "lb_service_fail_open",
+            "1 while every server is unusable and traffic spreads over all",
+            |s| u8::from(s.fail_open) as f64,
+        ),
+        ("lb_service_packets_total", "packets to the service", |s| {
+            s.stats.packets as f64
+        }),
+        ("lb_service_bytes_total", "bytes to the service", |s| {
+            s.stats.bytes as f64
+        }),
+        ("lb_service_flows_total", "new flows of the service", |s| {
+            s.stats.flows as f64
+        }),
+    ];
+    for (name, help, get) in service_gauges {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        header(o, name, kind, help);
+        for s in &snap.services {
+            line(o, name, &[("service", &s.name)], get(s));
+        }
+    }
+
+    header(
+        o,
+        "lb_server_state",
+        "gauge",
+        "1 for the server's current state",
+    );
+    header(o, "lb_server_weight", "gauge", "configured weight");
+    header(
+        o,
+        "lb_server_active",
+        "gauge",
+        "1 while in the Maglev table",
+    );
+    header(
+        o,
+        "lb_server_packets_total",
+        "counter",
+        "packets forwarded to the server",
+    );
+    header(
+        o,
+        "lb_server_bytes_total",
+        "counter",
+        "bytes forwarded to the server",
+    );
+    header(
+        o,
+        "lb_server_flows_total",
+        "counter",
+        "new flows assigned to the server",
+    );
+    header(o, "lb_probe_runs_total", "counter", "probes run");
+    header(o, "lb_probe_failures_total", "counter", "probes failed");
+    header(
+        o,
+        "lb_probe_consecutive_failures",
+        "gauge",
+        "current run of failures",
+    );
+    header(
+        o,
+        "lb_probe_duration_seconds",
+        "gauge",
+        "duration of the last probe",
+    );
+    for s in &snap.services {
+        for srv in &s.servers {
+            let l = [
+                ("service", s.name.as_str()),
+                ("server", srv.address.as_str()),
+            ];
+            for st in STATES {
+                let labels = [l[0], l[1], ("state", st)];
+                line(
+                    o,
+                    "lb_server_state",
+                    &labels,
+                    u8::from(srv.state == st) as f64,
+                );
+            }
+            line(o, "lb_server_weight", &l, srv.weight as f64);
+            line(o, "lb_server_active", &l, u8::from(srv.active) as f64);
+            line(o, "lb_server_packets_total", &l, srv.stats.packets as f64);
+            line(o, "lb_server_bytes_total", &l, srv.stats.bytes as f64);
+            line(o, "lb_server_flows_total", &l, srv.stats.flows as f64);
+            for (probe, p) in &srv.health.probes {
+                let pl = [l[0], l[1], ("probe", probe.as_str())];
+                line(o, "lb_probe_runs_total", &pl, p.count as f64);
+                line(o, "lb_probe_failures_total", &pl, p.failures as f64);
+                line(o, "lb_probe_consecutive_failures", &pl, p.fails as f64);
+                line(
+                    o,
+                    "lb_probe_duration_seconds",
+                    &pl,
+                    p.last_duration_ms / 1000.0,
+                );
+            }
+        }
+    }
+    out
+}
+
+fn header(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}
+
+fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    o.push_str(name);
+    if !labels.is_empty() {
+        o.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let _ = write!(o, "{k}=\"{}\"", escape(v));
+        }
+        o.push('}');
+    }
+    let _ = writeln!(o, " {value}");
+}
+
+fn histogram(o: &mut String, name: &str, help: &str, h: &Histogram) {
+    header(o, name, "histogram", help);
+    let mut cumulative = 0;
+    for (i, count) in h.counts.iter().enumerate() {
+        cumulative += count;
+        let le = h
+            .bounds
+            .get(i)
+            .map(|b| b.to_string())
+            .unwrap_or_else(|| "+Inf".into());
+        line(
+            o,
+            &format!("{name}_bucket"),
+            &[("le", &le)],
+            cumulative as f64,
+        );
+    }
+    line(o, &format!("{name}_sum"), &[], h.sum);
+    line(o, &format!("{name}_count"), &[], h.count as f64);
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{ServerStatus, ServiceStatus};
+
+    #[test]
+    fn renders_states_labels_and_histogram() {
+        let mut snap = Snapshot::default();
+        snap.propagation.observe(40e-6);
+        snap.services.push(ServiceStatus {
+            name: "web".into(),
+            servers: vec![ServerStatus {
+                address: "10.0.1.1:80".into(),
+                state: "unhealthy".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let text = render(&snap);
+        assert!(text.contains(
+            "lb_server_state{service=\"web\",server=\"10.0.1.1:80\",state=\"unhealthy\"} 1"
+        ));
+        assert!(
+            text.contains("lb_server_state{service=\"web\",server=\"10.0.1.1:80\",state=\"up\"} 0")
+        );
+        assert!(text.contains("lb_propagation_seconds_bucket{le=\"0.00005\"} 1"));
+        assert!(text.contains("lb_propagation_seconds_count 1"));
+    }
+}

@@ -1,0 +1,89 @@
+//! The REST API and `/metrics` (DESIGN.md §9), served with axum.
+//!
+//! Handlers only read the latest [`Snapshot`] or hand an [`AdminRequest`] to the agent
+//! loop, which owns all state and answers through a oneshot channel.
+
+mod metrics;
+mod routes;
+
+use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, mpsc, oneshot, watch};
+
+use crate::status::{Event, Snapshot};
+
+pub use metrics::render as render_metrics;
+pub use routes::router;
+
+/// How many transitions `/api/v1/events` keeps.
+pub const EVENT_LOG_LEN: usize = 1000;
+
+/// Recent state transitions, newest last.
+pub type EventLog = Arc<Mutex<VecDeque<Event>>>;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    pub events: EventLog,
+    pub admin: mpsc::Sender<AdminRequest>,
+}
+
+/// A runtime change asked through the API or `lb-agent server`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminChange {
+    /// PATCH: change some settings of a server.
+    Patch(ServerPatch),
+    /// POST: add a server.
+    Add(NewServer),
+    /// DELETE: remove a server.
+    Remove,
+}
+
+/// Fields a PATCH may set; absent fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerPatch {
+    pub weight: Option<u32>,
+    pub spare: Option<bool>,
+    pub drain: Option<bool>,
+    pub down: Option<bool>,
+}
+
+/// A server added at runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewServer {
+    pub address: SocketAddr,
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default)]
+    pub spare: bool,
+    #[serde(default)]
+    pub backup: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Why a runtime change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum AdminError {
+    #[error("no service named `{0}`")]
+    NoService(String),
+    #[error("service `{service}` has no server {address}")]
+    NoServer { service: String, address: String },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// One runtime change with the channel its answer goes back on.
+#[derive(Debug)]
+pub struct AdminRequest {
+    pub service: String,
+    pub address: String,
+    pub change: AdminChange,
+    pub reply: oneshot::Sender<Result<(), AdminError>>,
+}

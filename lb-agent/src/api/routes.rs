@@ -1,0 +1,116 @@
+//! HTTP routes of the API.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, patch},
+};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::{AdminChange, AdminError, AdminRequest, ApiState, NewServer, ServerPatch};
+
+/// The API's routes over `state`.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/api/v1/services", get(services))
+        .route("/api/v1/services/{name}", get(service))
+        .route(
+            "/api/v1/services/{name}/servers",
+            axum::routing::post(add_server),
+        )
+        .route(
+            "/api/v1/services/{name}/servers/{address}",
+            patch(patch_server).delete(remove_server),
+        )
+        .route("/api/v1/events", get(events))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn services(State(st): State<ApiState>) -> Response {
+    let snap = st.snapshot.borrow().clone();
+    Json(&snap.services).into_response()
+}
+
+async fn service(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
+    let snap = st.snapshot.borrow().clone();
+    match snap.services.iter().find(|s| s.name == name) {
+        Some(svc) => Json(svc).into_response(),
+        None => error(StatusCode::NOT_FOUND, &AdminError::NoService(name)),
+    }
+}
+
+async fn events(State(st): State<ApiState>) -> Response {
+    let log = st.events.lock().await;
+    Json(log.iter().collect::<Vec<_>>()).into_response()
+}
+
+async fn metrics(State(st): State<ApiState>) -> Response {
+    let snap = st.snapshot.borrow().clone();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        super::render_metrics(&snap),
+    )
+        .into_response()
+}
+
+async fn patch_server(
+    State(st): State<ApiState>,
+    Path((name, address)): Path<(String, String)>,
+    Json(patch): Json<ServerPatch>,
+) -> Response {
+    ask(&st, name, address, AdminChange::Patch(patch)).await
+}
+
+async fn add_server(
+    State(st): State<ApiState>,
+    Path(name): Path<String>,
+    Json(server): Json<NewServer>,
+) -> Response {
+    let address = server.address.to_string();
+    ask(&st, name, address, AdminChange::Add(server)).await
+}
+
+async fn remove_server(
+    State(st): State<ApiState>,
+    Path((name, address)): Path<(String, String)>,
+) -> Response {
+    ask(&st, name, address, AdminChange::Remove).await
+}
+
+async fn ask(st: &ApiState, service: String, address: String, change: AdminChange) -> Response {
+    let (reply, answer) = oneshot::channel();
+    let req = AdminRequest {
+        service,
+        address,
+        change,
+        reply,
+    };
+    if st.admin.send(req).await.is_err() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &AdminError::Invalid("the agent is shutting down".into()),
+        );
+    }
+    match answer.await {
+        Ok(Ok(())) => Json(json!({"ok": true})).into_response(),
+        Ok(Err(err)) => {
+            let code = match err {
+                AdminError::NoService(_) | AdminError::NoServer { .. } => StatusCode::NOT_FOUND,
+                AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
+            };
+            error(code, &err)
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &AdminError::Invalid("the agent dropped the request".into()),
+        ),
+    }
+}
+
+fn error(code: StatusCode, err: &AdminError) -> Response {
+    (code, Json(json!({"error": err.to_string()}))).into_response()
+}

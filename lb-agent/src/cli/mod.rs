@@ -1,0 +1,176 @@
+//! Command-line surface of `lb-agent` (DESIGN.md §8).
+
+mod check;
+mod http;
+mod run;
+mod server;
+mod status;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use lb_agent::dataplane::AttachMode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lb-agent",
+    version,
+    about = "XDP L4 load balancer and health agent"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Attach to the interface and serve the configured services.
+    Run {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// NIC to attach to (overrides `agent.interface`).
+        #[arg(long)]
+        interface: Option<String>,
+        /// XDP attach mode (overrides `agent.xdp_mode`).
+        #[arg(long, value_enum)]
+        xdp_mode: Option<XdpModeArg>,
+    },
+    /// Validate a config file and print each probe's detection and recovery bounds.
+    CheckConfig {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Services, servers, states, weights and spares, read from the agent's API.
+    Status {
+        #[arg(long, default_value = http::DEFAULT_API)]
+        api: String,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a server at runtime (through the agent's API).
+    Server {
+        #[arg(long, default_value = http::DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        action: ServerCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ServerCommand {
+    /// No new flows; existing flows continue.
+    Drain { service: String, address: String },
+    /// Undo `drain`.
+    Undrain { service: String, address: String },
+    /// Take out of traffic now (pinned flows move).
+    Down { service: String, address: String },
+    /// Undo `down`.
+    Up { service: String, address: String },
+    /// Change weight and/or spare flag.
+    Set {
+        service: String,
+        address: String,
+        #[arg(long)]
+        weight: Option<u32>,
+        #[arg(long)]
+        spare: Option<bool>,
+    },
+    /// Add a server.
+    Add {
+        service: String,
+        address: String,
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        #[arg(long)]
+        spare: bool,
+        #[arg(long, default_value_t = 0)]
+        backup: u32,
+    },
+    /// Remove a server.
+    Remove { service: String, address: String },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum XdpModeArg {
+    Auto,
+    Native,
+    Generic,
+}
+
+impl From<XdpModeArg> for AttachMode {
+    fn from(m: XdpModeArg) -> Self {
+        match m {
+            XdpModeArg::Auto => AttachMode::Auto,
+            XdpModeArg::Native => AttachMode::Native,
+            XdpModeArg::Generic => AttachMode::Generic,
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` overrides the default `info` level.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            config,
+            interface,
+            xdp_mode,
+        } => run::run(run::RunOptions {
+            config,
+            interface,
+            xdp_mode: xdp_mode.map(Into::into),
+        }),
+        Command::CheckConfig { config } => check::check(&config),
+        Command::Status { api, json } => block_on(status::status(&api, json)),
+        Command::Server { api, action } => {
+            use server::ServerAction as A;
+            let (service, address, action) = match action {
+                ServerCommand::Drain { service, address } => (service, address, A::Drain),
+                ServerCommand::Undrain { service, address } => (service, address, A::Undrain),
+                ServerCommand::Down { service, address } => (service, address, A::Down),
+                ServerCommand::Up { service, address } => (service, address, A::Up),
+                ServerCommand::Set {
+                    service,
+                    address,
+                    weight,
+                    spare,
+                } => (service, address, A::Set { weight, spare }),
+                ServerCommand::Add {
+                    service,
+                    address,
+                    weight,
+                    spare,
+                    backup,
+                } => (
+                    service,
+                    address,
+                    A::Add {
+                        weight,
+                        spare,
+                        backup,
+                    },
+                ),
+                ServerCommand::Remove { service, address } => (service, address, A::Remove),
+            };
+            block_on(server::server(&api, &service, &address, action))
+        }
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(f)
+}

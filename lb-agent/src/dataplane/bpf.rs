@@ -1,0 +1,189 @@
+//! [`BpfDataplane`]: loads the embedded XDP object, attaches it, and owns its maps.
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::Xdp,
+};
+use lb_common::{
+    MAGLEV_RING_SIZE, PROGRAM_NAME, counters, map_names,
+    maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
+};
+
+use super::{AttachMode, Dataplane, DataplaneError, EventStream, attach, maglev_table};
+
+/// The loaded and attached XDP program with every map handle.
+pub struct BpfDataplane {
+    /// Keeps the program and its XDP link alive; dropping it detaches.
+    ebpf: Ebpf,
+    /// Interface and mode once attached.
+    attached: Option<(String, AttachMode)>,
+    services: HashMap<MapData, VipKey, ServiceMeta>,
+    maglev: ArrayOfMaps<MapData, MapData>,
+    backends: Array<MapData, Backend>,
+    counters: PerCpuArray<MapData, u64>,
+    service_stats: PerCpuArray<MapData, ServiceStats>,
+    backend_stats: PerCpuArray<MapData, BackendStats>,
+    events: Option<RingBuf<MapData>>,
+}
+
+impl BpfDataplane {
+    /// Loads the embedded object and attaches `lb_xdp` to `interface`.
+    pub fn load_and_attach(interface: &str, mode: AttachMode) -> Result<Self, DataplaneError> {
+        let mut dp = Self::load()?;
+        dp.attach(interface, mode)?;
+        Ok(dp)
+    }
+
+    /// Loads the embedded object into the kernel without attaching it (benchmarks and
+    /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]).
+    pub fn load() -> Result<Self, DataplaneError> {
+        let mut ebpf = EbpfLoader::new()
+            .load(crate::EBPF_OBJECT)
+            .map_err(DataplaneError::Load)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })?;
+        prog.load().map_err(|source| DataplaneError::Program {
+            name: PROGRAM_NAME,
+            source,
+        })?;
+        Ok(Self {
+            services: take(&mut ebpf, map_names::SERVICES)?,
+            maglev: take(&mut ebpf, map_names::MAGLEV)?,
+            backends: take(&mut ebpf, map_names::BACKENDS)?,
+            counters: take(&mut ebpf, map_names::COUNTERS)?,
+            service_stats: take(&mut ebpf, map_names::SERVICE_STATS)?,
+            backend_stats: take(&mut ebpf, map_names::BACKEND_STATS)?,
+            events: Some(take(&mut ebpf, map_names::EVENTS)?),
+            ebpf,
+            attached: None,
+        })
+    }
+
+    /// Attaches the loaded program to `interface`.
+    pub fn attach(&mut self, interface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        let mode = attach::attach(self.program_mut()?, interface, mode)?;
+        tracing::info!(interface, mode = mode.name(), "XDP program attached");
+        self.attached = Some((interface.to_string(), mode));
+        Ok(())
+    }
+
+    /// The balancer program (for BPF_PROG_TEST_RUN).
+    pub fn program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })
+    }
+
+    /// The interface the program is attached to ("" before `attach`).
+    pub fn interface(&self) -> &str {
+        self.attached.as_ref().map_or("", |(i, _)| i)
+    }
+
+    /// The attach mode in use (never `Auto`; `Auto` before `attach`).
+    pub fn mode(&self) -> AttachMode {
+        self.attached.as_ref().map_or(AttachMode::Auto, |(_, m)| *m)
+    }
+
+    /// Takes the passive-event stream (once).
+    pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
+        self.events.take().map(EventStream::new)
+    }
+}
+
+fn take<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, DataplaneError>
+where
+    M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(DataplaneError::MissingMap { name })?;
+    M::try_from(map).map_err(|source| DataplaneError::Map { name, source })
+}
+
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
+    move |source| DataplaneError::Map { name, source }
+}
+
+impl Dataplane for BpfDataplane {
+    fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
+        self.services
+            .insert(vip, meta, 0)
+            .map_err(map_err(map_names::SERVICES))
+    }
+
+    fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
+        match self.services.remove(vip) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) => return Err(map_err(map_names::SERVICES)(e)),
+        }
+        // An all-empty table: stray packets for a re-used id find no backend.
+        self.publish_table(
+            service_id,
+            &vec![lb_common::NO_BACKEND; MAGLEV_RING_SIZE as usize],
+        )
+    }
+
+    fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
+        self.backends
+            .set(id, backend, 0)
+            .map_err(map_err(map_names::BACKENDS))
+    }
+
+    fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        maglev_table::publish(&mut self.maglev, service_id, table)
+    }
+
+    fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
+        let mut out = [0u64; counters::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = self
+                .counters
+                .get(&(i as u32), 0)
+                .map_err(map_err(map_names::COUNTERS))?;
+            *slot = per_cpu.iter().sum();
+        }
+        Ok(out)
+    }
+
+    fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError> {
+        let per_cpu = self
+            .service_stats
+            .get(&service_id, 0)
+            .map_err(map_err(map_names::SERVICE_STATS))?;
+        Ok(per_cpu
+            .iter()
+            .fold(ServiceStats::default(), |a, s| ServiceStats {
+                packets: a.packets + s.packets,
+                bytes: a.bytes + s.bytes,
+                new_flows: a.new_flows + s.new_flows,
+                no_backend: a.no_backend + s.no_backend,
+            }))
+    }
+
+    fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError> {
+        let per_cpu = self
+            .backend_stats
+            .get(&backend_id, 0)
+            .map_err(map_err(map_names::BACKEND_STATS))?;
+        Ok(per_cpu
+            .iter()
+            .fold(BackendStats::default(), |a, s| BackendStats {
+                packets: a.packets + s.packets,
+                bytes: a.bytes + s.bytes,
+                new_flows: a.new_flows + s.new_flows,
+                conn_ok: a.conn_ok + s.conn_ok,
+            }))
+    }
+}

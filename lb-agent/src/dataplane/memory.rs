@@ -1,0 +1,92 @@
+//! [`MemoryDataplane`]: an in-memory [`Dataplane`] for testing the logic above the maps.
+//!
+//! It records every write in order so tests can check what was published and when.
+
+use std::collections::BTreeMap;
+
+use lb_common::{
+    counters,
+    maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
+};
+
+use super::{Dataplane, DataplaneError};
+
+/// One write, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    Service(VipKey),
+    RemoveService(VipKey),
+    Backend(u32),
+    Table(u32),
+}
+
+/// Maps held in memory.
+#[derive(Debug, Default)]
+pub struct MemoryDataplane {
+    pub services: BTreeMap<[u32; 6], (VipKey, ServiceMeta)>,
+    pub backends: BTreeMap<u32, Backend>,
+    pub tables: BTreeMap<u32, Vec<u32>>,
+    pub backend_stats: BTreeMap<u32, BackendStats>,
+    pub log: Vec<Write>,
+}
+
+fn key_of(vip: &VipKey) -> [u32; 6] {
+    [
+        vip.addr[0],
+        vip.addr[1],
+        vip.addr[2],
+        vip.addr[3],
+        vip.port as u32,
+        ((vip.proto as u32) << 8) | vip.family as u32,
+    ]
+}
+
+impl MemoryDataplane {
+    /// The service value stored for `vip`.
+    pub fn service(&self, vip: &VipKey) -> Option<ServiceMeta> {
+        self.services.get(&key_of(vip)).map(|(_, m)| *m)
+    }
+}
+
+impl Dataplane for MemoryDataplane {
+    fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
+        self.services.insert(key_of(vip), (*vip, *meta));
+        self.log.push(Write::Service(*vip));
+        Ok(())
+    }
+
+    fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
+        self.services.remove(&key_of(vip));
+        self.tables.remove(&service_id);
+        self.log.push(Write::RemoveService(*vip));
+        Ok(())
+    }
+
+    fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
+        self.backends.insert(id, *backend);
+        self.log.push(Write::Backend(id));
+        Ok(())
+    }
+
+    fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        self.tables.insert(service_id, table.to_vec());
+        self.log.push(Write::Table(service_id));
+        Ok(())
+    }
+
+    fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
+        Ok([0; counters::COUNT as usize])
+    }
+
+    fn service_stats(&self, _service_id: u32) -> Result<ServiceStats, DataplaneError> {
+        Ok(ServiceStats::default())
+    }
+
+    fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError> {
+        Ok(self
+            .backend_stats
+            .get(&backend_id)
+            .copied()
+            .unwrap_or_default())
+    }
+}

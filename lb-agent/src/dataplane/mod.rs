@@ -1,0 +1,40 @@
+//! The data-plane owner: every BPF map handle lives behind [`Dataplane`].
+//!
+//! [`BpfDataplane`] is the real thing (load, attach, publish, read counters, events);
+//! health and membership logic talk to the trait so they can be tested without a kernel.
+
+mod attach;
+mod bpf;
+mod error;
+mod events;
+mod maglev_table;
+pub mod memory;
+
+pub use attach::AttachMode;
+pub use bpf::BpfDataplane;
+pub use error::DataplaneError;
+pub use events::EventStream;
+
+use lb_common::{
+    counters,
+    maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
+};
+
+/// What the agent writes into and reads from the data plane.
+pub trait Dataplane {
+    /// Adds or replaces a virtual service.
+    fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError>;
+    /// Removes a virtual service and its Maglev table.
+    fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError>;
+    /// Writes backend `id` (`1..MAX_BACKENDS`).
+    fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError>;
+    /// Publishes a service's Maglev table atomically: a packet sees the old or the new
+    /// table, never a mix.
+    fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError>;
+    /// Global outcome counters, summed over CPUs, indexed by `lb_common::counters`.
+    fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError>;
+    /// Per-service counters summed over CPUs.
+    fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError>;
+    /// Per-backend counters summed over CPUs.
+    fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError>;
+}

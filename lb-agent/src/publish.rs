@@ -1,0 +1,523 @@
+//! Publishes the desired services into the data plane: service and backend ids, backend
+//! entries, Maglev tables, VIPs — writing only what changed.
+//!
+//! Order matters so that no packet sees a half-made service: a new service gets its
+//! backends, then its table, then its VIP entry; a removed one loses its VIP first.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    net::{IpAddr, SocketAddr},
+    ops::RangeInclusive,
+    time::{Duration, Instant},
+};
+
+use lb_common::{
+    FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, MAX_BACKENDS, MAX_SERVICES,
+    maps::{BACKEND_F_LIVE, Backend, SERVICE_F_NAT, ServiceMeta, VipKey},
+};
+
+use crate::{
+    dataplane::{Dataplane, DataplaneError},
+    maglev::{self, MaglevBackend},
+};
+
+/// What a backend does in the data plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// In the Maglev table: receives new flows and keeps its pinned flows.
+    Active,
+    /// Not in the table, but keeps the flows already pinned to it (draining, retired spare).
+    Sticky,
+    /// Out: not in the table, and its pinned flows are re-hashed (failed, down, MAC unknown).
+    Removed,
+}
+
+/// One backend as the agent wants it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredBackend {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    /// Link-layer address of the backend or of the next hop toward it; `None` = unknown.
+    pub mac: Option<[u8; 6]>,
+    pub role: Role,
+}
+
+/// nat parameters of a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatSpec {
+    pub snat_ip: IpAddr,
+    pub ports: RangeInclusive<u16>,
+}
+
+/// One virtual service as the agent wants it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredService {
+    pub name: String,
+    pub vip: SocketAddr,
+    /// `IPPROTO_TCP` or `IPPROTO_UDP`.
+    pub proto: u8,
+    /// `Some` for full NAT, `None` for direct server return.
+    pub nat: Option<NatSpec>,
+    pub backends: Vec<DesiredBackend>,
+}
+
+/// Why publishing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error(transparent)]
+    Dataplane(#[from] DataplaneError),
+    #[error("more than {max} services", max = MAX_SERVICES)]
+    TooManyServices,
+    #[error("more than {max} backends", max = MAX_BACKENDS - 1)]
+    TooManyBackends,
+}
+
+/// What one `apply` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub tables_published: usize,
+    pub backends_written: usize,
+    pub services_written: usize,
+    /// Wall time from the start of `apply` until the last map write.
+    pub elapsed: Duration,
+}
+
+#[derive(Debug)]
+struct PublishedBackend {
+    id: u32,
+    /// Last entry written; `None` until the first write.
+    entry: Option<Backend>,
+}
+
+#[derive(Debug)]
+struct PublishedService {
+    id: u32,
+    vip: VipKey,
+    /// Last `LB_SERVICES` value written; `None` until the VIP is in the map.
+    meta: Option<ServiceMeta>,
+    backends: BTreeMap<SocketAddr, PublishedBackend>,
+    /// Sorted (id, weight) pairs of the table last published.
+    table_members: Vec<(u32, u32)>,
+}
+
+/// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
+/// stale flow pinned to a freed id is unlikely to meet a new backend under it.
+#[derive(Debug)]
+struct IdPool {
+    next: u32,
+    end: u32,
+    freed: VecDeque<u32>,
+}
+
+impl IdPool {
+    fn new(first: u32, end: u32) -> Self {
+        Self {
+            next: first,
+            end,
+            freed: VecDeque::new(),
+        }
+    }
+
+    fn take(&mut self) -> Option<u32> {
+        if self.next < self.end {
+            self.next += 1;
+            Some(self.next - 1)
+        } else {
+            self.freed.pop_front()
+        }
+    }
+
+    fn give_back(&mut self, id: u32) {
+        self.freed.push_back(id);
+    }
+}
+
+/// The data-plane state the agent has published, and the diffing publisher.
+#[derive(Debug)]
+pub struct Publisher {
+    services: BTreeMap<String, PublishedService>,
+    service_ids: IdPool,
+    backend_ids: IdPool,
+}
+
+impl Default for Publisher {
+    fn default() -> Self {
+        Self {
+            services: BTreeMap::new(),
+            service_ids: IdPool::new(0, MAX_SERVICES),
+            backend_ids: IdPool::new(1, MAX_BACKENDS),
+        }
+    }
+}
+
+impl Publisher {
+    /// Data-plane id of a service.
+    pub fn service_id(&self, service: &str) -> Option<u32> {
+        self.services.get(service).map(|s| s.id)
+    }
+
+    /// Data-plane id of a backend of a service.
+    pub fn backend_id(&self, service: &str, addr: &SocketAddr) -> Option<u32> {
+        self.services.get(service)?.backends.get(addr).map(|b| b.id)
+    }
+
+    /// Makes the data plane match `desired`, writing only what changed.
+    pub fn apply<D: Dataplane>(
+        &mut self,
+        desired: &[DesiredService],
+        dp: &mut D,
+    ) -> Result<ApplyReport, PublishError> {
+        let start = Instant::now();
+        let mut report = ApplyReport::default();
+
+        let gone: Vec<String> = self
+            .services
+            .keys()
+            .filter(|name| !desired.iter().any(|d| &d.name == *name))
+            .cloned()
+            .collect();
+        for name in gone {
+            let svc = self.services.remove(&name).expect("listed above");
+            dp.remove_service(&svc.vip, svc.id)?;
+            for b in svc.backends.into_values() {
+                if let Some(entry) = b.entry {
+                    dp.set_backend(b.id, &retired(entry))?;
+                }
+                self.backend_ids.give_back(b.id);
+                report.backends_written += 1;
+            }
+            self.service_ids.give_back(svc.id);
+        }
+
+        for want in desired {
+            self.apply_service(want, dp, &mut report)?;
+        }
+        report.elapsed = start.elapsed();
+        Ok(report)
+    }
+
+    fn apply_service<D: Dataplane>(
+        &mut self,
+        want: &DesiredService,
+        dp: &mut D,
+        report: &mut ApplyReport,
+    ) -> Result<(), PublishError> {
+        let vip = vip_key(want.vip, want.proto);
+        if !self.services.contains_key(&want.name) {
+            let id = self
+                .service_ids
+                .take()
+                .ok_or(PublishError::TooManyServices)?;
+            self.services.insert(
+                want.name.clone(),
+                PublishedService {
+                    id,
+                    vip,
+                    meta: None,
+                    backends: BTreeMap::new(),
+                    table_members: Vec::new(),
+                },
+            );
+        }
+        let svc = self.services.get_mut(&want.name).expect("inserted above");
+        let is_new = svc.meta.is_none();
+
+        // Backends that left the service: their flows re-hash, their ids are freed.
+        let gone: Vec<SocketAddr> = svc
+            .backends
+            .keys()
+            .filter(|a| !want.backends.iter().any(|b| &b.addr == *a))
+            .copied()
+            .collect();
+        for addr in gone {
+            let b = svc.backends.remove(&addr).expect("listed above");
+            if let Some(entry) = b.entry {
+                dp.set_backend(b.id, &retired(entry))?;
+            }
+            self.backend_ids.give_back(b.id);
+            report.backends_written += 1;
+        }
+
+        let mut members = Vec::new();
+        let mut maglev_input = Vec::new();
+        for b in &want.backends {
+            let published = match svc.backends.entry(b.addr) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let id = self
+                        .backend_ids
+                        .take()
+                        .ok_or(PublishError::TooManyBackends)?;
+                    e.insert(PublishedBackend { id, entry: None })
+                }
+            };
+            let entry = backend_entry(b, svc.id);
+            if published.entry != Some(entry) {
+                dp.set_backend(published.id, &entry)?;
+                published.entry = Some(entry);
+                report.backends_written += 1;
+            }
+            if b.role == Role::Active && b.mac.is_some() && b.weight > 0 {
+                members.push((published.id, b.weight));
+                maglev_input.push(MaglevBackend {
+                    id: published.id,
+                    key: maglev::stable_key(&b.addr),
+                    weight: b.weight,
+                });
+            }
+        }
+        members.sort_unstable();
+        if members != svc.table_members || is_new {
+            let table = maglev::build_table(&maglev_input, MAGLEV_RING_SIZE);
+            dp.publish_table(svc.id, &table)?;
+            svc.table_members = members;
+            report.tables_published += 1;
+        }
+
+        let meta = service_meta(svc.id, want);
+        if vip != svc.vip {
+            dp.remove_service(&svc.vip, svc.id)?;
+            // remove_service emptied the table; put the current one back.
+            let table = maglev::build_table(&maglev_input, MAGLEV_RING_SIZE);
+            dp.publish_table(svc.id, &table)?;
+            svc.vip = vip;
+            svc.meta = None;
+        }
+        if svc.meta != Some(meta) {
+            dp.upsert_service(&svc.vip, &meta)?;
+            svc.meta = Some(meta);
+            report.services_written += 1;
+        }
+        Ok(())
+    }
+}
+
+fn retired(mut entry: Backend) -> Backend {
+    entry.flags &= !BACKEND_F_LIVE;
+    entry
+}
+
+/// Address words in network order, as the XDP program reads them from packets.
+pub fn addr_words(ip: IpAddr) -> ([u32; 4], u8) {
+    match ip {
+        IpAddr::V4(v4) => ([u32::from_ne_bytes(v4.octets()), 0, 0, 0], FAMILY_V4),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            let mut w = [0u32; 4];
+            for (i, word) in w.iter_mut().enumerate() {
+                *word = u32::from_ne_bytes([o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]]);
+            }
+            (w, FAMILY_V6)
+        }
+    }
+}
+
+/// The `LB_SERVICES` key of a VIP.
+pub fn vip_key(vip: SocketAddr, proto: u8) -> VipKey {
+    let (addr, family) = addr_words(vip.ip());
+    VipKey {
+        addr,
+        port: vip.port().to_be(),
+        proto,
+        family,
+    }
+}
+
+fn backend_entry(b: &DesiredBackend, service_id: u32) -> Backend {
+    let (addr, family) = addr_words(b.addr.ip());
+    let live = b.role != Role::Removed && b.mac.is_some();
+    Backend {
+        addr,
+        port: b.addr.port().to_be(),
+        family,
+        flags: if live { BACKEND_F_LIVE } else { 0 },
+        mac: b.mac.unwrap_or_default(),
+        _pad: [0; 2],
+        service_id,
+    }
+}
+
+fn service_meta(id: u32, want: &DesiredService) -> ServiceMeta {
+    match &want.nat {
+        Some(nat) => ServiceMeta {
+            service_id: id,
+            flags: SERVICE_F_NAT,
+            snat_addr: addr_words(nat.snat_ip).0,
+            nat_port_min: *nat.ports.start(),
+            nat_port_max: *nat.ports.end(),
+        },
+        None => ServiceMeta {
+            service_id: id,
+            ..ServiceMeta::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_common::{IPPROTO_TCP, NO_BACKEND};
+
+    use super::*;
+    use crate::dataplane::memory::{MemoryDataplane, Write};
+
+    const MAC: Option<[u8; 6]> = Some([2, 0, 0, 0, 0, 1]);
+
+    fn backend(addr: &str, weight: u32, role: Role) -> DesiredBackend {
+        DesiredBackend {
+            addr: addr.parse().unwrap(),
+            weight,
+            mac: MAC,
+            role,
+        }
+    }
+
+    fn web(backends: Vec<DesiredBackend>) -> DesiredService {
+        DesiredService {
+            name: "web".into(),
+            vip: "10.0.0.100:80".parse().unwrap(),
+            proto: IPPROTO_TCP,
+            nat: Some(NatSpec {
+                snat_ip: "10.0.0.2".parse().unwrap(),
+                ports: 20000..=29999,
+            }),
+            backends,
+        }
+    }
+
+    fn slots_of(dp: &MemoryDataplane, service: u32, id: u32) -> usize {
+        dp.tables[&service].iter().filter(|&&s| s == id).count()
+    }
+
+    #[test]
+    fn new_service_writes_backends_then_table_then_vip() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let svc = web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Active),
+        ]);
+        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let vip = vip_key(svc.vip, IPPROTO_TCP);
+        assert_eq!(
+            dp.log,
+            vec![
+                Write::Backend(1),
+                Write::Backend(2),
+                Write::Table(0),
+                Write::Service(vip)
+            ],
+            "a VIP must only appear once its backends and table are in place"
+        );
+        let meta = dp.service(&vip).expect("VIP published");
+        assert_eq!(meta.flags, SERVICE_F_NAT);
+        assert_eq!((meta.nat_port_min, meta.nat_port_max), (20000, 29999));
+        assert!(dp.tables[&0].iter().all(|&s| s == 1 || s == 2));
+    }
+
+    #[test]
+    fn unchanged_apply_writes_nothing() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let svc = web(vec![backend("10.0.1.1:80", 1, Role::Active)]);
+        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let before = dp.log.len();
+        let report = p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        assert_eq!(
+            dp.log.len(),
+            before,
+            "second identical apply wrote {report:?}"
+        );
+    }
+
+    #[test]
+    fn sticky_backend_leaves_table_but_stays_live() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 1, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Active),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 1, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Sticky),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        assert_eq!(
+            slots_of(&dp, 0, 2),
+            0,
+            "sticky backend must leave the table"
+        );
+        assert_eq!(dp.backends[&2].flags & BACKEND_F_LIVE, BACKEND_F_LIVE);
+    }
+
+    #[test]
+    fn removed_backend_loses_live_flag_and_id_is_reused_last() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 1, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Active),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        p.apply(
+            &[web(vec![backend("10.0.1.1:80", 1, Role::Active)])],
+            &mut dp,
+        )
+        .unwrap();
+        assert_eq!(dp.backends[&2].flags & BACKEND_F_LIVE, 0);
+        assert_eq!(slots_of(&dp, 0, 1), MAGLEV_RING_SIZE as usize);
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 1, Role::Active),
+                backend("10.0.1.3:80", 1, Role::Active),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        assert_eq!(
+            p.backend_id("web", &"10.0.1.3:80".parse().unwrap()),
+            Some(3),
+            "a fresh id is preferred over a recently freed one"
+        );
+    }
+
+    #[test]
+    fn unknown_mac_is_not_selectable() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let mut b = backend("10.0.1.1:80", 1, Role::Active);
+        b.mac = None;
+        p.apply(&[web(vec![b])], &mut dp).unwrap();
+        assert!(dp.tables[&0].iter().all(|&s| s == NO_BACKEND));
+        assert_eq!(dp.backends[&1].flags & BACKEND_F_LIVE, 0);
+    }
+
+    #[test]
+    fn removed_service_loses_vip_and_backends() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let svc = web(vec![backend("10.0.1.1:80", 1, Role::Active)]);
+        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        p.apply(&[], &mut dp).unwrap();
+        assert!(dp.service(&vip_key(svc.vip, IPPROTO_TCP)).is_none());
+        assert_eq!(dp.backends[&1].flags & BACKEND_F_LIVE, 0);
+        assert_eq!(p.service_id("web"), None);
+    }
+
+    #[test]
+    fn ipv4_words_are_wire_order() {
+        let (w, fam) = addr_words("10.0.1.2".parse().unwrap());
+        assert_eq!(w[0].to_ne_bytes(), [10, 0, 1, 2]);
+        assert_eq!(fam, FAMILY_V4);
+    }
+}

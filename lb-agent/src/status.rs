@@ -1,0 +1,196 @@
+//! The agent's published view of itself: what the REST API, `/metrics` and
+//! `lb-agent status` show (DESIGN.md §9). Built by the agent loop, read by the API.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the operator surface shows, as of one moment.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub interface: String,
+    pub xdp_mode: String,
+    pub services: Vec<ServiceStatus>,
+    /// Global data-plane counters by name (`lb_common::counters::NAMES`).
+    pub counters: BTreeMap<String, u64>,
+    /// Verdict-to-maps-written latency.
+    pub propagation: Histogram,
+    /// State transitions so far.
+    pub transitions: u64,
+    /// Passive events received, by kind.
+    pub passive_events: BTreeMap<String, u64>,
+}
+
+/// One virtual service.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    pub name: String,
+    pub vip: String,
+    pub protocol: String,
+    pub forwarding: String,
+    /// Total weight of the primary group's non-spare servers.
+    pub main_weight: u32,
+    /// Weight of the usable non-spare primaries.
+    pub active_weight: u32,
+    /// Spares running right now.
+    pub spare_num: usize,
+    /// 0 = primary group.
+    pub active_backup_level: u32,
+    /// Every server unusable and traffic spread over all of them.
+    pub fail_open: bool,
+    pub stats: Stats,
+    pub servers: Vec<ServerStatus>,
+}
+
+/// One backend of a service.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub address: String,
+    pub weight: u32,
+    /// `up`, `checking`, `unhealthy`, `unavailable`, `draining`, `down`.
+    pub state: String,
+    /// `idle` or `running` for spare servers; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub spare: Option<String>,
+    /// Backup level (0 = primary group).
+    pub backup: u32,
+    /// In the Maglev table right now.
+    pub active: bool,
+    /// Link-layer address used toward it; absent while unknown (not selectable).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mac: Option<String>,
+    pub health: HealthStatus,
+    pub stats: Stats,
+    /// Settings changed at runtime that differ from the config file.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub differs_from_config: Vec<String>,
+}
+
+/// Health details of a server.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HealthStatus {
+    /// Failures counted so far (probes and passive).
+    pub fails: u64,
+    /// Total time spent not usable, in milliseconds.
+    pub downtime: u64,
+    /// When the current down period started (RFC 3339), if down.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub downstart: Option<String>,
+    pub probes: BTreeMap<String, ProbeStatus>,
+}
+
+/// One probe of a server.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProbeStatus {
+    /// Probes run.
+    pub count: u64,
+    /// Consecutive failures right now.
+    pub fails: u64,
+    /// Failures in total.
+    #[serde(default)]
+    pub failures: u64,
+    /// When the last probe finished (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub last: Option<String>,
+    /// `passed`, `failed: <reason>`, or `none`.
+    pub last_result: String,
+    pub last_duration_ms: f64,
+}
+
+/// Packet counters.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Stats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub flows: u64,
+}
+
+/// One state transition, as logged.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Event {
+    /// RFC 3339 UTC.
+    pub time: String,
+    pub service: String,
+    pub server: String,
+    pub from: String,
+    pub to: String,
+    pub cause: String,
+}
+
+/// A latency histogram with fixed bucket bounds (seconds), Prometheus style.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Histogram {
+    /// Upper bounds in seconds, ascending.
+    pub bounds: Vec<f64>,
+    /// Cumulative-free counts per bucket; one more than `bounds` (the +Inf bucket).
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new(&[
+            10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 100e-3,
+        ])
+    }
+}
+
+impl Histogram {
+    pub fn new(bounds: &[f64]) -> Self {
+        Self {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    /// Records one observation in seconds.
+    pub fn observe(&mut self, seconds: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|&b| seconds <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    /// The smallest bucket bound below which at least `q` of the observations fall
+    /// (`f64::INFINITY` when they fall in the last bucket); `None` when empty.
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let want = (q * self.count as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(self.bounds.get(i).copied().unwrap_or(f64::INFINITY));
+            }
+        }
+        Some(f64::INFINITY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_and_quantiles() {
+        let mut h = Histogram::new(&[1e-3, 1e-2]);
+        for _ in 0..99 {
+            h.observe(0.5e-3);
+        }
+        h.observe(5e-3);
+        assert_eq!(h.counts, vec![99, 1, 0]);
+        assert_eq!(h.quantile_bound(0.99), Some(1e-3));
+        assert_eq!(h.quantile_bound(1.0), Some(1e-2));
+        h.observe(1.0);
+        assert_eq!(h.quantile_bound(1.0), Some(f64::INFINITY));
+    }
+}
