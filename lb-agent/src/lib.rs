@@ -2,6 +2,8 @@
 //!
 //! Layout:
 //! - [`config`]: the TOML configuration (DESIGN.md §7), validated with file/line/key errors;
+//! - [`probe`]: active probes (http/https, tcp, udp, icmp) and their per-(server, probe) scheduler;
+//! - [`health`]: the per-server health state machine (probe results + passive signals -> state);
 //! - [`maglev`]: the pure weighted Maglev table builder;
 //! - [`membership`]: per-service roles from health, admin, spares, backup levels, cap, fail-open;
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
@@ -13,9 +15,11 @@
 pub mod api;
 pub mod config;
 pub mod dataplane;
+pub mod health;
 pub mod maglev;
 pub mod membership;
 pub mod neighbor;
+pub mod probe;
 pub mod publish;
 pub mod status;
 

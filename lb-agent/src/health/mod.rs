@@ -1,0 +1,419 @@
+//! The per-server health state machine (DESIGN.md §5, Angie semantics): probe results and
+//! passive signals in, state transitions with their cause out. Pure: no I/O, time is
+//! passed in. Admin states (`drain`, `down`) are not here; membership keeps them apart.
+//!
+//! States:
+//! - `checking`: a new server with essential probes, waiting for all of them to pass;
+//! - `up`: usable;
+//! - `unhealthy`: a probe reached its `fails`; back to `up` when every probe has reached
+//!   its `passes`;
+//! - `unavailable`: passive failures reached `max_fails` within `fail_timeout`; usable
+//!   again once `fail_timeout` has elapsed ([`ServerHealth::tick`]).
+//!
+//! Each probe has its own verdict, Angie-style: it turns *failed* at `fails` consecutive
+//! failures and *passed* at `passes` consecutive successes, and keeps it in between.
+
+mod passive;
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{ProbeConfig, ProbeMode, ServiceConfig};
+use crate::probe::ProbeOutcome;
+
+use passive::PassiveWindow;
+
+/// A server's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HealthState {
+    Checking,
+    Up,
+    Unhealthy,
+    Unavailable,
+}
+
+impl HealthState {
+    /// The name used in the API and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Checking => "checking",
+            HealthState::Up => "up",
+            HealthState::Unhealthy => "unhealthy",
+            HealthState::Unavailable => "unavailable",
+        }
+    }
+
+    /// Not usable: counted in `downtime` (Angie counts `checking` too).
+    fn is_down(self) -> bool {
+        self != HealthState::Up
+    }
+}
+
+impl fmt::Display for HealthState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a server enters the state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartState {
+    /// A server the agent has not seen before.
+    New,
+    /// Kept across a reload and up before it: its `persistent` essential probes are
+    /// taken as passed.
+    ReloadedWasUp,
+    /// Kept across a reload and not up before it (unhealthy or unavailable): it stays
+    /// `unhealthy` until every probe has reached its `passes`, rather than getting
+    /// traffic it failed a moment ago. Still in `checking` before the reload: as `New`.
+    ReloadedWasDown,
+}
+
+/// The passive-check parameters of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassivePolicy {
+    /// Failures within `fail_timeout` that make a server unavailable; 0 disables.
+    pub max_fails: u32,
+    /// The window of `max_fails`, and how long the server then stays unavailable.
+    pub fail_timeout: Duration,
+}
+
+impl PassivePolicy {
+    pub fn of(service: &ServiceConfig) -> Self {
+        PassivePolicy {
+            max_fails: service.max_fails,
+            fail_timeout: service.fail_timeout,
+        }
+    }
+}
+
+/// A change of state and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub from: HealthState,
+    pub to: HealthState,
+    /// e.g. "probe health: 2 consecutive failures (status 500)", "all probes passed",
+    /// "passive: 3 failures within 10s".
+    pub cause: String,
+}
+
+/// Per-probe statistics for the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeStats {
+    /// Results received.
+    pub count: u64,
+    /// Current run of consecutive failures.
+    pub fails: u32,
+    /// Failures in total.
+    pub failures: u64,
+    /// Current run of consecutive successes.
+    pub passes: u32,
+    /// When the last result came.
+    pub last: Option<Instant>,
+    /// Whether the last result passed.
+    pub last_result: Option<bool>,
+    /// The last result's detail ("status 200", "timeout"…).
+    pub last_detail: String,
+    pub last_duration: Option<Duration>,
+}
+
+/// A probe's own verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Neither threshold reached since it started (or since its last pass went stale).
+    Unknown,
+    Passed,
+    Failed,
+}
+
+#[derive(Debug, Clone)]
+struct ProbeTrack {
+    name: String,
+    fails: u32,
+    passes: u32,
+    /// Gates `checking`.
+    essential: bool,
+    /// Only runs while the server is not up (`onfail`, `idle`): its pass is stale once
+    /// the server turns unhealthy.
+    gated: bool,
+    verdict: Verdict,
+    stats: ProbeStats,
+}
+
+/// The health of one server.
+#[derive(Debug, Clone)]
+pub struct ServerHealth {
+    state: HealthState,
+    probes: Vec<ProbeTrack>,
+    passive: PassiveWindow,
+    /// End of the current `unavailable` period.
+    unavailable_until: Option<Instant>,
+    /// Failures seen, ever: failed probes and passive failures.
+    total_fails: u64,
+    /// Down time of finished down periods.
+    downtime: Duration,
+    /// Start of the current down period.
+    downstart: Option<Instant>,
+    /// When the current state began (membership's removal cap orders failures by it).
+    since: Instant,
+}
+
+impl ServerHealth {
+    /// A server with `probes` (its service's, in order: indices are the probes' ids).
+    pub fn new(
+        probes: &[ProbeConfig],
+        passive: PassivePolicy,
+        start: StartState,
+        now: Instant,
+    ) -> Self {
+        let mut tracks: Vec<ProbeTrack> = probes
+            .iter()
+            .map(|p| ProbeTrack {
+                name: p.name.clone(),
+                fails: p.fails.max(1),
+                passes: p.passes.max(1),
+                essential: p.essential,
+                gated: p.mode != ProbeMode::Always,
+                verdict: Verdict::Unknown,
+                stats: ProbeStats::default(),
+            })
+            .collect();
+        if start == StartState::ReloadedWasUp {
+            for (t, p) in tracks.iter_mut().zip(probes) {
+                if p.essential && p.persistent {
+                    t.verdict = Verdict::Passed;
+                }
+            }
+        }
+        let gating = tracks
+            .iter()
+            .any(|t| t.essential && t.verdict != Verdict::Passed);
+        let state = match start {
+            StartState::ReloadedWasDown if !tracks.is_empty() => HealthState::Unhealthy,
+            _ if gating => HealthState::Checking,
+            _ => HealthState::Up,
+        };
+        ServerHealth {
+            state,
+            probes: tracks,
+            passive: PassiveWindow::new(passive),
+            unavailable_until: None,
+            total_fails: 0,
+            downtime: Duration::ZERO,
+            downstart: state.is_down().then_some(now),
+            since: now,
+        }
+    }
+
+    pub fn state(&self) -> HealthState {
+        self.state
+    }
+
+    /// When the current state began (creation, for the initial state).
+    pub fn state_since(&self) -> Instant {
+        self.since
+    }
+
+    /// May get client traffic (health only; admin states are applied elsewhere).
+    pub fn usable(&self) -> bool {
+        self.state == HealthState::Up
+    }
+
+    /// A probe result. Indices out of range are ignored.
+    pub fn on_probe(
+        &mut self,
+        idx: usize,
+        outcome: &ProbeOutcome,
+        now: Instant,
+    ) -> Option<Transition> {
+        let track = self.probes.get_mut(idx)?;
+        let s = &mut track.stats;
+        s.count += 1;
+        s.last = Some(now);
+        s.last_result = Some(outcome.ok);
+        s.last_detail.clone_from(&outcome.detail);
+        s.last_duration = Some(outcome.duration);
+        if outcome.ok {
+            s.passes = s.passes.saturating_add(1);
+            s.fails = 0;
+            if s.passes >= track.passes {
+                track.verdict = Verdict::Passed;
+            }
+        } else {
+            s.fails = s.fails.saturating_add(1);
+            s.failures += 1;
+            s.passes = 0;
+            self.total_fails += 1;
+            if s.fails >= track.fails {
+                track.verdict = Verdict::Failed;
+            }
+        }
+        self.evaluate(now)
+    }
+
+    /// A passive failure signal (RST to a SYN, ICMP unreachable, SYN retransmission).
+    /// Counts while the server is up; ignored in other states.
+    pub fn on_passive_failure(&mut self, now: Instant) -> Option<Transition> {
+        self.total_fails += 1;
+        if self.state != HealthState::Up || !self.passive.failure(now) {
+            return None;
+        }
+        let p = self.passive.policy();
+        self.unavailable_until = Some(now + p.fail_timeout);
+        let cause = format!(
+            "passive: {} within {:?}",
+            plural(p.max_fails, "failure"),
+            p.fail_timeout
+        );
+        self.go(HealthState::Unavailable, cause, now)
+    }
+
+    /// A passive success (a connection established): resets the failure count.
+    pub fn on_passive_success(&mut self, _now: Instant) {
+        self.passive.success();
+    }
+
+    /// Ends `unavailable` once its `fail_timeout` has elapsed. Call it at
+    /// [`next_deadline`](Self::next_deadline) (or often).
+    pub fn tick(&mut self, now: Instant) -> Option<Transition> {
+        let until = self.unavailable_until?;
+        if self.state != HealthState::Unavailable || now < until {
+            return None;
+        }
+        self.unavailable_until = None;
+        // On probation, as nginx: one more failure within fail_timeout makes it
+        // unavailable again, one success clears the count.
+        self.passive.probation(now);
+        let cause = format!(
+            "passive: fail_timeout {:?} elapsed",
+            self.passive.policy().fail_timeout
+        );
+        self.go(HealthState::Up, cause, now)
+    }
+
+    /// When [`tick`](Self::tick) has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.unavailable_until
+    }
+
+    /// Statistics of probe `idx`.
+    pub fn probe_stats(&self, idx: usize) -> Option<&ProbeStats> {
+        self.probes.get(idx).map(|t| &t.stats)
+    }
+
+    /// `(name, stats)` of every probe, in config order.
+    pub fn probes(&self) -> impl Iterator<Item = (&str, &ProbeStats)> {
+        self.probes.iter().map(|t| (t.name.as_str(), &t.stats))
+    }
+
+    /// Failures seen, ever: failed probes and passive failures (also those ignored
+    /// because passive checks are off or the server was not up).
+    pub fn fails(&self) -> u64 {
+        self.total_fails
+    }
+
+    /// Time spent not usable (`checking`, `unhealthy`, `unavailable`), up to `now`.
+    pub fn downtime(&self, now: Instant) -> Duration {
+        self.downtime
+            + self
+                .downstart
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+
+    /// Start of the current period of not being usable; `None` while up.
+    pub fn downstart(&self) -> Option<Instant> {
+        self.downstart
+    }
+
+    /// Applies the rules after a probe verdict may have changed.
+    fn evaluate(&mut self, now: Instant) -> Option<Transition> {
+        match self.state {
+            HealthState::Checking => {
+                if self
+                    .probes
+                    .iter()
+                    .any(|t| t.essential && t.verdict != Verdict::Passed)
+                {
+                    return None;
+                }
+                match self.failed_cause() {
+                    Some(cause) => self.go(
+                        HealthState::Unhealthy,
+                        format!("essential probes passed, but {cause}"),
+                        now,
+                    ),
+                    None => self.go(HealthState::Up, "all essential probes passed".into(), now),
+                }
+            }
+            HealthState::Up | HealthState::Unavailable => {
+                let cause = self.failed_cause()?;
+                self.unavailable_until = None;
+                self.go(HealthState::Unhealthy, cause, now)
+            }
+            HealthState::Unhealthy => {
+                if self.probes.iter().any(|t| t.verdict != Verdict::Passed) {
+                    return None;
+                }
+                // max_fails applies afresh.
+                self.passive.success();
+                self.go(HealthState::Up, "all probes passed".into(), now)
+            }
+        }
+    }
+
+    /// "probe NAME: N consecutive failures (DETAIL)" for the first failed probe.
+    fn failed_cause(&self) -> Option<String> {
+        let t = self.probes.iter().find(|t| t.verdict == Verdict::Failed)?;
+        Some(format!(
+            "probe {}: {} ({})",
+            t.name,
+            plural(t.stats.fails, "consecutive failure"),
+            t.stats.last_detail
+        ))
+    }
+
+    fn go(&mut self, to: HealthState, cause: String, now: Instant) -> Option<Transition> {
+        let from = self.state;
+        if from == to {
+            return None;
+        }
+        self.state = to;
+        self.since = now;
+        match (from.is_down(), to.is_down()) {
+            (false, true) => self.downstart = Some(now),
+            (true, false) => {
+                if let Some(s) = self.downstart.take() {
+                    self.downtime += now.saturating_duration_since(s);
+                }
+            }
+            _ => {}
+        }
+        if to == HealthState::Unhealthy
+            && matches!(from, HealthState::Up | HealthState::Unavailable)
+        {
+            // A probe that did not run while the server was up has no fresh pass: it
+            // must reach its `passes` again before the server returns.
+            for t in &mut self.probes {
+                if t.gated && t.verdict == Verdict::Passed {
+                    t.verdict = Verdict::Unknown;
+                    t.stats.passes = 0;
+                }
+            }
+        }
+        Some(Transition { from, to, cause })
+    }
+}
+
+/// "1 failure", "3 failures".
+fn plural(n: u32, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+#[cfg(test)]
+mod tests;

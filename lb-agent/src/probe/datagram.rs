@@ -1,0 +1,47 @@
+//! The udp probe: send `send` (or an empty datagram) on a connected socket and wait for a
+//! reply matching `expect`. The socket is connected so that an ICMP port-unreachable
+//! comes back as ECONNREFUSED and fails the probe at once. Silence is handled by the
+//! caller's timeout (a pass only when no `expect` is set).
+
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use tokio::net::UdpSocket;
+
+use super::{ProbeError, Verdict, bytes_regex};
+use crate::config::ProbeConfig;
+
+/// The largest UDP payload.
+const MAX_DATAGRAM: usize = 65_535;
+
+pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
+    let io = |what| move |source: std::io::Error| io_error(what, source);
+    let local: SocketAddr = match addr {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let sock = UdpSocket::bind(local).await.map_err(io("bind"))?;
+    sock.connect(addr).await.map_err(io("connect"))?;
+    sock.send(cfg.send.as_deref().unwrap_or_default())
+        .await
+        .map_err(io("send"))?;
+    if cfg.max_response == 0 {
+        return Ok("sent (no reply awaited)".into());
+    }
+    let re = cfg.expect.as_ref().map(bytes_regex).transpose()?;
+    let mut buf = vec![0u8; cfg.max_response.min(MAX_DATAGRAM)];
+    let n = sock.recv(&mut buf).await.map_err(io("receive"))?;
+    match re {
+        Some(re) if re.is_match(&buf[..n]) => Ok(format!("reply matched ({n} bytes)")),
+        Some(_) => Err(ProbeError::ReplyMismatch),
+        None => Ok(format!("reply ({n} bytes)")),
+    }
+}
+
+fn io_error(what: &'static str, source: std::io::Error) -> ProbeError {
+    if source.kind() == ErrorKind::ConnectionRefused {
+        ProbeError::PortUnreachable
+    } else {
+        ProbeError::Io { what, source }
+    }
+}

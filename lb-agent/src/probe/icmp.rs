@@ -1,0 +1,155 @@
+//! The icmp probe: one echo request, a matching echo reply within the timeout.
+//!
+//! Uses an unprivileged ping socket (`SOCK_DGRAM`/`IPPROTO_ICMP{,V6}`) where
+//! `net.ipv4.ping_group_range` allows it, else a raw socket (root / CAP_NET_RAW). The
+//! socket is connected to the target, so the kernel only hands us its packets and reports
+//! an ICMP host/network unreachable for it as a socket error (an immediate failure).
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::net::UdpSocket;
+
+use super::{ProbeError, Verdict};
+
+const ECHO_REQUEST_V4: u8 = 8;
+const ECHO_REPLY_V4: u8 = 0;
+const ECHO_REQUEST_V6: u8 = 128;
+const ECHO_REPLY_V6: u8 = 129;
+const PAYLOAD: &[u8] = b"lb-agent health probe";
+
+/// Sequence numbers are unique across the process, so that concurrent probes of one
+/// target on raw sockets (which all see every reply from it) tell theirs apart.
+static SEQ: AtomicU16 = AtomicU16::new(0);
+
+pub(super) async fn probe(ip: IpAddr) -> Verdict {
+    let (sock, raw) = open(ip).map_err(icmp_error)?;
+    let id = std::process::id() as u16;
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    sock.send(&echo_request(ip.is_ipv4(), id, seq))
+        .await
+        .map_err(icmp_error)?;
+    let mut buf = [0u8; 2048];
+    loop {
+        let n = sock.recv(&mut buf).await.map_err(icmp_error)?;
+        // A raw IPv4 socket delivers the IP header too; IPv6 and ping sockets do not.
+        let msg = if raw && ip.is_ipv4() {
+            strip_ipv4_header(&buf[..n])
+        } else {
+            Some(&buf[..n])
+        };
+        // Ping sockets rewrite the identifier to their own and only deliver their replies.
+        if let Some(msg) = msg
+            && is_reply(msg, ip.is_ipv4(), if raw { Some(id) } else { None }, seq)
+        {
+            return Ok("echo reply".into());
+        }
+    }
+}
+
+/// A connected, non-blocking ICMP socket: a ping socket if allowed, else a raw one
+/// (`true`).
+fn open(ip: IpAddr) -> std::io::Result<(UdpSocket, bool)> {
+    let (domain, proto) = match ip {
+        IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
+        IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
+    };
+    let (sock, raw) = match Socket::new(domain, Type::DGRAM, Some(proto)) {
+        Ok(s) => (s, false),
+        Err(e)
+            if matches!(e.kind(), ErrorKind::PermissionDenied)
+                || e.raw_os_error() == Some(libc::EPROTONOSUPPORT) =>
+        {
+            (Socket::new(domain, Type::RAW, Some(proto))?, true)
+        }
+        Err(e) => return Err(e),
+    };
+    sock.set_nonblocking(true)?;
+    sock.connect(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    // Tokio's UdpSocket only needs a datagram-style fd: send/recv on a connected socket.
+    Ok((UdpSocket::from_std(StdUdpSocket::from(sock))?, raw))
+}
+
+fn icmp_error(source: std::io::Error) -> ProbeError {
+    ProbeError::Icmp { source }
+}
+
+/// An echo request. The checksum is computed for IPv4 (the kernel does it for ICMPv6, and
+/// recomputes it on ping sockets).
+fn echo_request(v4: bool, id: u16, seq: u16) -> Vec<u8> {
+    let kind = if v4 { ECHO_REQUEST_V4 } else { ECHO_REQUEST_V6 };
+    let mut pkt = vec![kind, 0, 0, 0];
+    pkt.extend_from_slice(&id.to_be_bytes());
+    pkt.extend_from_slice(&seq.to_be_bytes());
+    pkt.extend_from_slice(PAYLOAD);
+    if v4 {
+        let sum = checksum(&pkt);
+        pkt[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
+    pkt
+}
+
+/// The Internet checksum (RFC 1071).
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn strip_ipv4_header(pkt: &[u8]) -> Option<&[u8]> {
+    let ihl = usize::from(pkt.first()? & 0x0f) * 4;
+    pkt.get(ihl..)
+}
+
+/// Is `msg` (an ICMP message) the echo reply to our request?
+fn is_reply(msg: &[u8], v4: bool, id: Option<u16>, seq: u16) -> bool {
+    let reply = if v4 { ECHO_REPLY_V4 } else { ECHO_REPLY_V6 };
+    msg.len() >= 8
+        && msg[0] == reply
+        && id.is_none_or(|id| msg[4..6] == id.to_be_bytes())
+        && msg[6..8] == seq.to_be_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_of_a_known_echo_request() {
+        // type 8, id 0x1234, seq 1, no payload: 0xffff - (0x0800 + 0x1234 + 0x0001).
+        let mut pkt = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
+        let sum = checksum(&pkt);
+        assert_eq!(sum, 0xffff - 0x0800 - 0x1234 - 0x0001);
+        pkt[2..4].copy_from_slice(&sum.to_be_bytes());
+        assert_eq!(checksum(&pkt), 0, "a packet with its checksum sums to zero");
+    }
+
+    #[test]
+    fn reply_must_match_type_id_and_sequence() {
+        let reply = [0u8, 0, 0, 0, 0x12, 0x34, 0, 7, 1, 2];
+        assert!(is_reply(&reply, true, Some(0x1234), 7));
+        assert!(
+            is_reply(&reply, true, None, 7),
+            "ping sockets do not check the id"
+        );
+        assert!(!is_reply(&reply, true, Some(0x1235), 7));
+        assert!(!is_reply(&reply, true, Some(0x1234), 8));
+        assert!(
+            !is_reply(&reply, false, Some(0x1234), 7),
+            "type 0 is not an ICMPv6 echo reply"
+        );
+        let mut request = reply;
+        request[0] = ECHO_REQUEST_V4;
+        assert!(
+            !is_reply(&request, true, Some(0x1234), 7),
+            "our own request is not a reply"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! Active probes: one execution of a probe against a server ([`execute`]) and the
+//! per-(server, probe) scheduler ([`spawn`]), DESIGN.md §5.
+//!
+//! Every probe is bounded by its `timeout` as a whole (connect, request, response),
+//! reads at most `max_body` / `max_response` bytes, and never follows redirects, so a
+//! peer that never answers, streams forever or answers garbage costs one timeout
+//! and a bounded buffer.
+//!
+//! Layout: [`http`] (HTTP/1.1 over hyper, optionally TLS through [`tls`]), [`stream`]
+//! (tcp), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
+
+mod datagram;
+mod http;
+mod icmp;
+mod schedule;
+mod stream;
+mod tls;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{ProbeConfig, ProbeKind};
+
+pub use schedule::{
+    NetProber, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals, SharedSignals,
+    first_run_offset, spawn, spawn_with,
+};
+
+/// The verdict of one probe execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeOutcome {
+    /// The probe passed.
+    pub ok: bool,
+    /// From the start of the probe to its verdict (the timeout when it timed out).
+    pub duration: Duration,
+    /// Short reason for logs and the API: "status 200", "status 500", "connection refused",
+    /// "timeout", "body did not match".
+    pub detail: String,
+    /// It failed without waiting for the timeout (refused, bad status, ICMP unreachable…):
+    /// the failure is known at once, which is what makes a refusing server leave traffic
+    /// faster than a silent one (DESIGN.md §5, detection bound). Always false when `ok`.
+    pub immediate: bool,
+}
+
+impl ProbeOutcome {
+    /// A passing outcome.
+    pub fn pass(duration: Duration, detail: impl Into<String>) -> Self {
+        ProbeOutcome {
+            ok: true,
+            duration,
+            detail: detail.into(),
+            immediate: false,
+        }
+    }
+
+    /// A failure known before the timeout.
+    pub fn fail(duration: Duration, detail: impl Into<String>) -> Self {
+        ProbeOutcome {
+            ok: false,
+            duration,
+            detail: detail.into(),
+            immediate: true,
+        }
+    }
+
+    /// A failure because the timeout elapsed.
+    pub fn timed_out(timeout: Duration) -> Self {
+        ProbeOutcome {
+            ok: false,
+            duration: timeout,
+            detail: "timeout".into(),
+            immediate: false,
+        }
+    }
+}
+
+/// Why a probe failed before its timeout. Its `Display` is the outcome's `detail`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProbeError {
+    #[error("connection refused")]
+    Refused,
+    #[error("connect: {source}")]
+    Connect {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("tls: {source}")]
+    Tls {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid request: {reason}")]
+    Request { reason: String },
+    #[error("invalid response: {source}")]
+    Http {
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("status {code}")]
+    Status { code: u16 },
+    #[error("body did not match")]
+    BodyMismatch,
+    #[error("response did not match ({got} bytes, {why})")]
+    ResponseMismatch { got: usize, why: &'static str },
+    #[error("reply did not match")]
+    ReplyMismatch,
+    #[error("port unreachable")]
+    PortUnreachable,
+    #[error("icmp: {source}")]
+    Icmp {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid expect pattern: {source}")]
+    Pattern {
+        #[source]
+        source: regex::Error,
+    },
+}
+
+impl ProbeError {
+    /// Maps a connect error: a refusal is its own, common, verdict.
+    fn connect(source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::ConnectionRefused {
+            ProbeError::Refused
+        } else {
+            ProbeError::Connect { source }
+        }
+    }
+}
+
+/// What a kind-specific probe returns: the passing detail, or why it failed.
+type Verdict = Result<String, ProbeError>;
+
+/// Runs `cfg` once against `target` (the server's address; `cfg.port` replaces its port),
+/// bounded by `cfg.timeout` as a whole.
+pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
+    let addr = SocketAddr::new(target.ip(), cfg.port.unwrap_or(target.port()));
+    let start = Instant::now();
+    let run = async {
+        match cfg.kind {
+            ProbeKind::Http => http::probe(cfg, addr).await,
+            ProbeKind::Tcp => stream::probe(cfg, addr).await,
+            ProbeKind::Udp => datagram::probe(cfg, addr).await,
+            ProbeKind::Icmp => icmp::probe(addr.ip()).await,
+        }
+    };
+    match tokio::time::timeout(cfg.timeout, run).await {
+        Ok(Ok(detail)) => ProbeOutcome::pass(start.elapsed(), detail),
+        Ok(Err(e)) => ProbeOutcome::fail(start.elapsed(), e.to_string()),
+        // udp: silence is the answer when no reply is expected (only an ICMP
+        // port-unreachable would have failed it).
+        Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() => {
+            ProbeOutcome::pass(cfg.timeout, "no reply (none expected)")
+        }
+        Err(_) => ProbeOutcome::timed_out(cfg.timeout),
+    }
+}
+
+/// `re` for matching raw bytes (replies need not be UTF-8).
+fn bytes_regex(re: &regex::Regex) -> Result<regex::bytes::Regex, ProbeError> {
+    regex::bytes::Regex::new(re.as_str()).map_err(|source| ProbeError::Pattern { source })
+}
