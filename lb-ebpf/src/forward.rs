@@ -77,7 +77,9 @@ fn pinned(
             let mac = pkt.eth.mac::<ETH_SRC>();
             port = nat::ensure(&pkt.key, svc, b, id, f.nat_port, mac)
                 .ok_or(Verdict::drop(DROP_NAT_PORTS))?;
-            f.nat_port = port;
+            if port != f.nat_port {
+                f.nat_port = port;
+            }
         }
         return Ok((id, b, port, false));
     }

@@ -51,6 +51,12 @@ fn dsr_ipv4_rewrites_only_the_macs() {
         },
     );
 
+    let again = lb.flow(&client_key(DSR4, CPORT)).expect("flow entry");
+    assert_eq!(
+        again.last_seen_ns, flow.last_seen_ns,
+        "last_seen_ns is refreshed at most once a second"
+    );
+
     let udp = to_vip(DSR4_UDP, CPORT, 0).payload(b"q");
     check(
         &mut lb,

@@ -20,6 +20,13 @@ fn nat_ipv4_tcp_forward_and_reply() {
         port,
         "flow stores the nat port"
     );
+    let range = u32::from(NAT_PORT_MAX - NAT_PORT_MIN) + 1;
+    let hash = lb_common::hash::flow_hash(&client_key(NAT4, CPORT), lb_common::hash::SEED_NAT_PORT);
+    assert_eq!(
+        u32::from(port),
+        u32::from(NAT_PORT_MIN) + hash % range,
+        "a free range gives the first candidate: min + flow_hash(client, SEED_NAT_PORT) % range"
+    );
     let rev = lb
         .nat_entry(&reply_key(NAT4, port))
         .expect("reverse entry keyed by the reply 5-tuple");
@@ -259,5 +266,27 @@ fn nat_drops_when_every_port_is_taken() {
         lb.flow(&flow_key(client4(), CPORT, vip, 80, IPPROTO_TCP))
             .is_none(),
         "no flow entry for a flow that could not be translated"
+    );
+}
+
+#[test]
+fn nat_keeps_the_vlan_tag() {
+    let mut lb = world(&[NAT4]);
+    let syn = to_vip(NAT4, CPORT, TCP_SYN).vlan(42);
+    let port = nat_forward(
+        &mut lb,
+        "nat: VLAN-tagged SYN translated behind its tag",
+        &syn,
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let synack = backend_reply(NAT4, port, TCP_SYN | TCP_ACK).vlan(42);
+    nat_reply(
+        &mut lb,
+        "nat reply: VLAN-tagged SYN-ACK",
+        &synack,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
     );
 }

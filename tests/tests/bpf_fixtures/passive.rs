@@ -215,3 +215,29 @@ fn icmp_unreachable_from_a_backend_is_reported_once() {
     );
     assert_events(&mut lb, "unknown flow", &[]);
 }
+
+#[test]
+fn a_full_ring_buffer_drops_events_and_counts_them() {
+    let mut lb = world(&[DSR4]);
+    // 24-byte records + 8-byte headers: 8192 slots in EVENT_RING_BYTES (256 KiB), of
+    // which the kernel fills one less (a completely full ring would look empty).
+    let capacity = (lb_common::EVENT_RING_BYTES / 32 - 1) as u16;
+    let flows = capacity + 50;
+    for i in 0..flows {
+        let syn = to_vip(DSR4, 1000 + i, TCP_SYN).bytes();
+        lb.run(&syn);
+        let again = lb.run(&syn);
+        assert_eq!(again.action, XDP_TX, "a full ring never blocks forwarding");
+    }
+    let c = lb.counters();
+    assert_eq!(
+        (c[EVENTS_SENT as usize], c[EVENTS_LOST as usize]),
+        (u64::from(capacity), 50),
+        "(events_sent, events_lost) with a ring of {capacity} records"
+    );
+    assert_eq!(
+        lb.drain_events().len(),
+        usize::from(capacity),
+        "events in the ring"
+    );
+}
