@@ -237,8 +237,8 @@ async fn hostile_server_that_never_answers_times_out() {
         assert_fails(&o, "timeout", false);
         assert!(start.elapsed() >= TIMEOUT, "waited the whole timeout");
         assert!(
-            start.elapsed() < TIMEOUT + Duration::from_millis(300),
-            "and no longer"
+            start.elapsed() < TIMEOUT + Duration::from_millis(500),
+            "and not much longer"
         );
     }
 }

@@ -12,6 +12,17 @@
 //!
 //! Each probe has its own verdict, Angie-style: it turns *failed* at `fails` consecutive
 //! failures and *passed* at `passes` consecutive successes, and keeps it in between.
+//!
+//! Where DESIGN.md is silent:
+//! - a probe that only runs while the server is not up (`onfail`, `idle`) loses its
+//!   *passed* verdict when the server turns unhealthy: its last pass may be old, so it must
+//!   reach `passes` afresh before the server returns;
+//! - after `unavailable` ends the server is on probation, as in nginx: one more passive
+//!   failure within `fail_timeout` makes it unavailable again, one success clears the count;
+//! - a server kept across a reload that was down before it starts `unhealthy` (all probes
+//!   must pass) instead of getting traffic it just failed;
+//! - `downtime`/`downstart` count every state but `up` (Angie counts `checking` too), and
+//!   `fails` counts failed probes and passive failures.
 
 mod passive;
 

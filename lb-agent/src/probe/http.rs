@@ -1,4 +1,9 @@
 //! The http probe: one HTTP/1.1 request over hyper's client connection, `Connection: close`.
+//!
+//! A response passes when its head is complete with a status in `expect_status` and its
+//! body has been read to its end or to `max_body` bytes (never more; the rest is not
+//! read), with `expect_body`, if set, matching what was read. A body cut short by the
+//! peer, or one that trickles slower than the timeout, fails.
 
 use std::net::SocketAddr;
 
