@@ -39,7 +39,9 @@ const SCRUBBED: &[&str] = &[
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
-    let workspace = manifest_dir.parent().context("lb-agent has no parent dir")?;
+    let workspace = manifest_dir
+        .parent()
+        .context("lb-agent has no parent dir")?;
     let ebpf_dir = workspace.join("lb-ebpf");
     let out = PathBuf::from(env::var("OUT_DIR")?).join("lb-ebpf.o");
 
@@ -70,9 +72,16 @@ fn main() -> anyhow::Result<()> {
 
 fn build_ebpf(ebpf_dir: &Path, target_dir: &Path) -> anyhow::Result<()> {
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", "nightly", "cargo", "build", "--release", "--target-dir"])
-        .arg(target_dir)
-        .current_dir(ebpf_dir);
+    cmd.args([
+        "run",
+        "nightly",
+        "cargo",
+        "build",
+        "--release",
+        "--target-dir",
+    ])
+    .arg(target_dir)
+    .current_dir(ebpf_dir);
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy();
         if SCRUBBED.contains(&key.as_ref())

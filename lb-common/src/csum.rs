@@ -81,7 +81,11 @@ mod tests {
         let updated = replace32(word_at(&hdr, 10), old, new);
         hdr[16..20].copy_from_slice(&new_bytes);
         hdr[10..12].copy_from_slice(&updated.to_ne_bytes());
-        assert_eq!(rfc1071(&hdr), 0, "incrementally updated checksum must verify");
+        assert_eq!(
+            rfc1071(&hdr),
+            0,
+            "incrementally updated checksum must verify"
+        );
 
         let old16 = word_at(&hdr, 4);
         let updated = replace16(word_at(&hdr, 10), old16, 0xbeef);

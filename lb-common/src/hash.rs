@@ -9,8 +9,14 @@ pub const SEED_NAT_PORT: u32 = 0x5bd1_e995;
 
 #[inline(always)]
 const fn mix(h: u32, k: u32) -> u32 {
-    let k = k.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
-    (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
+    let k = k
+        .wrapping_mul(0xcc9e_2d51)
+        .rotate_left(15)
+        .wrapping_mul(0x1b87_3593);
+    (h ^ k)
+        .rotate_left(13)
+        .wrapping_mul(5)
+        .wrapping_add(0xe654_6b64)
 }
 
 #[inline(always)]
@@ -57,7 +63,10 @@ mod tests {
             buckets[(flow_hash(&key, SEED_MAGLEV) % 16) as usize] += 1;
         }
         for b in buckets {
-            assert!((900..1100).contains(&b), "bucket share {b} of 1000 expected");
+            assert!(
+                (900..1100).contains(&b),
+                "bucket share {b} of 1000 expected"
+            );
         }
     }
 }

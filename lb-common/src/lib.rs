@@ -19,6 +19,30 @@ pub mod maps;
 
 /// Slots in one service's Maglev lookup table (a prime, as Maglev requires).
 pub const MAGLEV_RING_SIZE: u32 = 65537;
+/// Tables per service in `LB_MAGLEV`: the live one and the one the agent writes next.
+/// `LB_MAGLEV_GEN[service]` says which is live; the agent fills the other through
+/// `mmap`, then flips the generation with one aligned store.
+pub const MAGLEV_TABLES_PER_SERVICE: u32 = 2;
+/// Slots per `LB_MAGLEV` value. The kernel pads every array value to 8 bytes, so a table
+/// of bare `u32`s would waste half its memory and not be contiguous through `mmap`;
+/// 16 slots (one 64-byte cache line) per value make each table one contiguous run of
+/// `u32`s in the mapping.
+pub const MAGLEV_BLOCK_SLOTS: u32 = 16;
+/// One `LB_MAGLEV` value: 16 consecutive slots of one table.
+pub type MaglevBlock = [u32; MAGLEV_BLOCK_SLOTS as usize];
+/// Values per table (the last one partly unused).
+pub const MAGLEV_BLOCKS_PER_TABLE: u32 = MAGLEV_RING_SIZE.div_ceil(MAGLEV_BLOCK_SLOTS);
+/// Entries of `LB_MAGLEV`.
+pub const MAGLEV_BLOCKS: u32 = MAX_SERVICES * MAGLEV_TABLES_PER_SERVICE * MAGLEV_BLOCKS_PER_TABLE;
+
+/// Index in `LB_MAGLEV` of the block holding `slot` of table `generation` (bit 0 is
+/// used) of `service_id`; the slot is element `slot % MAGLEV_BLOCK_SLOTS` of it.
+#[inline(always)]
+pub const fn maglev_block_index(service_id: u32, generation: u64, slot: u32) -> u32 {
+    (service_id * MAGLEV_TABLES_PER_SERVICE + (generation & 1) as u32) * MAGLEV_BLOCKS_PER_TABLE
+        + slot / MAGLEV_BLOCK_SLOTS
+}
+
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
 pub const MAX_SERVICES: u32 = 64;
 /// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
@@ -36,7 +60,7 @@ pub const NAT_PORT_ATTEMPTS: u32 = 8;
 
 /// `BPF_F_NO_COMMON_LRU`: per-CPU LRU lists, no global lock on the hot path.
 pub const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
-/// `BPF_F_MMAPABLE`: the agent writes Maglev tables through `mmap`.
+/// `BPF_F_MMAPABLE`: the agent writes Maglev tables and generations through `mmap`.
 pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 
 /// IP protocol numbers used in keys.
@@ -53,6 +77,7 @@ pub const FAMILY_V6: u8 = 6;
 pub mod map_names {
     pub const SERVICES: &str = "LB_SERVICES";
     pub const MAGLEV: &str = "LB_MAGLEV";
+    pub const MAGLEV_GEN: &str = "LB_MAGLEV_GEN";
     pub const BACKENDS: &str = "LB_BACKENDS";
     pub const FLOWS: &str = "LB_FLOWS";
     pub const NAT: &str = "LB_NAT";

@@ -7,13 +7,14 @@
 //! one comes back before the entry ages out.
 
 use lb_common::{
-    MAGLEV_RING_SIZE, NO_BACKEND,
+    MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, NO_BACKEND,
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND},
     hash::{SEED_MAGLEV, flow_hash},
+    maglev_block_index,
     maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue},
 };
 
-use crate::maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV};
+use crate::maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN};
 
 /// `last_seen_ns` is rewritten at most this often, to spare cache-line writes.
 pub const REFRESH_NS: u64 = 1_000_000_000;
@@ -61,9 +62,11 @@ pub fn any_backend(id: u32) -> Option<&'static Backend> {
 #[inline(always)]
 pub fn maglev(service_id: u32, key: &FlowKey) -> Result<(u32, &'static Backend), u32> {
     let slot = flow_hash(key, SEED_MAGLEV) % MAGLEV_RING_SIZE;
-    let id = *LB_MAGLEV
-        .get_value(service_id, &slot)
+    let generation = *LB_MAGLEV_GEN.get(service_id).ok_or(DROP_NO_BACKEND)?;
+    let block = LB_MAGLEV
+        .get(maglev_block_index(service_id, generation, slot))
         .ok_or(DROP_NO_BACKEND)?;
+    let id = block[(slot % MAGLEV_BLOCK_SLOTS) as usize];
     if id == NO_BACKEND {
         return Err(DROP_NO_BACKEND);
     }

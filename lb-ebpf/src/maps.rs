@@ -1,31 +1,37 @@
 //! Every BPF map of the data plane, declared as BTF maps under the names in `lb_common::map_names`.
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAGLEV_RING_SIZE,
-    MAX_BACKENDS, MAX_SERVICES, NAT_TABLE_SIZE, counters,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAGLEV_BLOCKS,
+    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, counters,
     events::PassiveEvent,
     maps::{
         Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
     },
 };
 
-/// One service's Maglev lookup table: slot -> backend id (`NO_BACKEND` = 0 for none).
-/// The agent fills a fresh one through `mmap` and swaps it into `LB_MAGLEV`, so the
-/// inner maps must be created with exactly these parameters (type ARRAY, key u32,
-/// value u32, `MAGLEV_RING_SIZE` entries, `BPF_F_MMAPABLE`).
-pub type MaglevTable = Array<u32, { MAGLEV_RING_SIZE as usize }, { BPF_F_MMAPABLE as usize }>;
-
 /// VIP (address, port, protocol, family) -> service.
 #[btf_map]
 pub static LB_SERVICES: HashMap<VipKey, ServiceMeta, { MAX_SERVICES as usize }> = HashMap::new();
 
-/// Service id -> that service's current Maglev table (an inner map swapped atomically).
+/// Every service's two Maglev tables (slot -> backend id, `NO_BACKEND` = 0 for none),
+/// 16 slots per value, at `lb_common::maglev_block_index(service, generation, slot)`. The agent writes the table
+/// that is not live through `mmap`, then flips `LB_MAGLEV_GEN`; a packet reads the
+/// generation once, so it sees the old table or the new one, never a mix. (An
+/// array-of-maps swap would be atomic too, but the kernel's update of such a map waits
+/// for an RCU grace period — about 10 ms here — which breaks the propagation budget.)
 #[btf_map]
-pub static LB_MAGLEV: ArrayOfMaps<MaglevTable, { MAX_SERVICES as usize }> = ArrayOfMaps::new();
+pub static LB_MAGLEV: Array<MaglevBlock, { MAGLEV_BLOCKS as usize }, { BPF_F_MMAPABLE as usize }> =
+    Array::new();
+
+/// Service id -> which of its two tables in `LB_MAGLEV` is live (bit 0). `u64` because
+/// array values are 8-byte strided: the agent addresses them through `mmap`.
+#[btf_map]
+pub static LB_MAGLEV_GEN: Array<u64, { MAX_SERVICES as usize }, { BPF_F_MMAPABLE as usize }> =
+    Array::new();
 
 /// Backend id -> backend (address, port, MAC, flags). Id 0 is never used.
 #[btf_map]

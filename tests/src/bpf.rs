@@ -7,13 +7,13 @@ use std::net::IpAddr;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_common::{
-    BPF_F_MMAPABLE, FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, counters,
+    FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, MaglevBlock, counters,
     events::PassiveEvent,
-    map_names,
+    maglev_block_index, map_names,
     maps::{
         Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
     },
@@ -178,26 +178,38 @@ impl Lb {
         map.get(&id, 0).expect("reading a backend")
     }
 
-    /// Publishes a Maglev table for `service_id` the way the agent does: a fresh inner
-    /// array (same parameters as the BTF template: `MAGLEV_RING_SIZE` u32 entries,
-    /// `BPF_F_MMAPABLE`) filled, then swapped in with one `ArrayOfMaps::set`.
+    /// Publishes a Maglev table for `service_id` the way the agent does: writes the
+    /// service's table that is not live, then flips `LB_MAGLEV_GEN` (here through
+    /// syscalls; the agent uses `mmap`).
     pub fn set_maglev(&mut self, service_id: u32, table: &[u32]) {
         assert_eq!(table.len(), MAGLEV_RING_SIZE as usize, "table size");
-        let mut inner = Array::<MapData, u32>::create(MAGLEV_RING_SIZE, BPF_F_MMAPABLE)
-            .expect("creating an mmapable inner array");
-        for (slot, id) in table.iter().enumerate() {
-            if *id != 0 {
-                inner
-                    .set(slot as u32, *id, 0)
-                    .expect("filling the inner array");
+        let next = {
+            let gens: Array<_, u64> =
+                Array::try_from(self.ebpf.map(map_names::MAGLEV_GEN).expect("LB_MAGLEV_GEN"))
+                    .expect("LB_MAGLEV_GEN type");
+            (gens.get(&service_id, 0).expect("reading a generation") ^ 1) & 1
+        };
+        {
+            let mut tables: Array<_, MaglevBlock> =
+                Array::try_from(self.ebpf.map_mut(map_names::MAGLEV).expect("LB_MAGLEV"))
+                    .expect("LB_MAGLEV type");
+            for (i, chunk) in table.chunks(MAGLEV_BLOCK_SLOTS as usize).enumerate() {
+                let mut block: MaglevBlock = [0; MAGLEV_BLOCK_SLOTS as usize];
+                block[..chunk.len()].copy_from_slice(chunk);
+                let slot = i as u32 * MAGLEV_BLOCK_SLOTS;
+                tables
+                    .set(maglev_block_index(service_id, next, slot), block, 0)
+                    .expect("filling a Maglev table");
             }
         }
-        let mut outer: ArrayOfMaps<_, Array<MapData, u32>> =
-            ArrayOfMaps::try_from(self.ebpf.map_mut(map_names::MAGLEV).expect("LB_MAGLEV"))
-                .expect("LB_MAGLEV type");
-        outer
-            .set(service_id, &inner, 0)
-            .expect("swapping the inner map into LB_MAGLEV");
+        let mut gens: Array<_, u64> = Array::try_from(
+            self.ebpf
+                .map_mut(map_names::MAGLEV_GEN)
+                .expect("LB_MAGLEV_GEN"),
+        )
+        .expect("LB_MAGLEV_GEN type");
+        gens.set(service_id, next, 0)
+            .expect("flipping the generation");
     }
 
     /// Publishes a table whose every slot is `backend_id`.

@@ -2,7 +2,7 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::Xdp,
 };
 use lb_common::{
@@ -19,7 +19,7 @@ pub struct BpfDataplane {
     /// Interface and mode once attached.
     attached: Option<(String, AttachMode)>,
     services: HashMap<MapData, VipKey, ServiceMeta>,
-    maglev: ArrayOfMaps<MapData, MapData>,
+    maglev: maglev_table::MaglevTables,
     backends: Array<MapData, Backend>,
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, ServiceStats>,
@@ -55,7 +55,10 @@ impl BpfDataplane {
         })?;
         Ok(Self {
             services: take(&mut ebpf, map_names::SERVICES)?,
-            maglev: take(&mut ebpf, map_names::MAGLEV)?,
+            maglev: maglev_table::MaglevTables::new(
+                take_array(&mut ebpf, maglev_table::NAMES.0)?,
+                take_array(&mut ebpf, maglev_table::NAMES.1)?,
+            )?,
             backends: take(&mut ebpf, map_names::BACKENDS)?,
             counters: take(&mut ebpf, map_names::COUNTERS)?,
             service_stats: take(&mut ebpf, map_names::SERVICE_STATS)?,
@@ -96,6 +99,11 @@ impl BpfDataplane {
         self.attached.as_ref().map_or(AttachMode::Auto, |(_, m)| *m)
     }
 
+    /// A copy of a service's live Maglev table.
+    pub fn live_table(&self, service_id: u32) -> Vec<u32> {
+        self.maglev.live_table(service_id)
+    }
+
     /// Takes the passive-event stream (once).
     pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
         self.events.take().map(EventStream::new)
@@ -110,6 +118,18 @@ where
         .take_map(name)
         .ok_or(DataplaneError::MissingMap { name })?;
     M::try_from(map).map_err(|source| DataplaneError::Map { name, source })
+}
+
+/// The raw data of an array map (the Maglev maps are used through `mmap`).
+fn take_array(ebpf: &mut Ebpf, name: &'static str) -> Result<MapData, DataplaneError> {
+    match ebpf.take_map(name) {
+        Some(Map::Array(data)) => Ok(data),
+        Some(_) => Err(DataplaneError::Map {
+            name,
+            source: aya::maps::MapError::InvalidMapType { map_type: 0 },
+        }),
+        None => Err(DataplaneError::MissingMap { name }),
+    }
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
@@ -142,7 +162,7 @@ impl Dataplane for BpfDataplane {
     }
 
     fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        maglev_table::publish(&mut self.maglev, service_id, table)
+        self.maglev.publish(service_id, table)
     }
 
     fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {

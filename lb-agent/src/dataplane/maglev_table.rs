@@ -1,77 +1,178 @@
-//! Atomic Maglev table publication: a fresh inner map per table, filled through `mmap`,
-//! then swapped into `LB_MAGLEV` (an array of maps) with one update.
+//! Atomic Maglev table publication: two tables per service in one `mmap`ed array (16
+//! slots per 64-byte value, so a table is one contiguous run of `u32`s), and a
+//! per-service generation word saying which one is live.
 //!
-//! The kernel swaps the inner-map pointer under RCU, so a packet sees either the old
-//! table or the new one, never a mix; the old map is freed once no program uses it.
-//! Filling 65537 slots through `mmap` is one `memcpy` instead of 65537 syscalls.
+//! Publishing writes the table that is not live (one `memcpy` of 256 KiB through the
+//! mapping, no syscall), then flips the generation with one aligned 32-bit release
+//! store. A packet reads the generation once and then its slot, so it sees the old
+//! table or the new one, never a mix. The table a flip retires is overwritten only by
+//! the publish after next, and never within [`GRACE`] of the flip, so a packet that read
+//! the old generation just before the flip (a few nanoseconds of XDP work, in softirq
+//! context that cannot sleep) has long finished with it.
+//!
+//! An array-of-maps swap would also be atomic, but the kernel ends every update of such
+//! a map with `synchronize_rcu()` (about 10 ms measured here), far over the
+//! sub-millisecond budget from verdict to maps written.
 
-use std::{os::fd::AsRawFd, ptr};
+use std::{
+    os::fd::{AsFd, AsRawFd},
+    ptr,
+    sync::atomic::{AtomicU64, Ordering, fence},
+    time::{Duration, Instant},
+};
 
-use aya::maps::{ArrayOfMaps, MapData};
-use lb_common::{BPF_F_MMAPABLE, MAGLEV_RING_SIZE, map_names};
+use aya::maps::MapData;
+use lb_common::{
+    MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MAX_SERVICES, MaglevBlock, maglev_block_index, map_names,
+};
 
 use super::DataplaneError;
 
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
+/// Minimum time between a flip and the next write into the table it retired.
+pub const GRACE: Duration = Duration::from_millis(1);
 
-/// Builds an inner map holding `table` and swaps it in at `service_id`.
-pub(super) fn publish(
-    outer: &mut ArrayOfMaps<MapData, MapData>,
-    service_id: u32,
-    table: &[u32],
-) -> Result<(), DataplaneError> {
-    if table.len() != MAGLEV_RING_SIZE as usize {
-        return Err(DataplaneError::TableSize {
-            service_id,
-            len: table.len(),
-            expected: MAGLEV_RING_SIZE,
-        });
-    }
-    let inner = create_filled(table)?;
-    outer
-        .set(service_id, &inner, 0)
-        .map_err(|source| DataplaneError::Map {
-            name: map_names::MAGLEV,
-            source,
-        })
-    // `inner` drops here: the outer map keeps the only reference.
+/// A shared read-write mapping of an mmapable BPF array, unmapped on drop.
+struct Mapping {
+    addr: *mut libc::c_void,
+    len: usize,
 }
 
-fn create_filled(table: &[u32]) -> Result<MapData, DataplaneError> {
-    let def =
-        aya_obj::Map::new_from_params(BPF_MAP_TYPE_ARRAY, 4, 4, MAGLEV_RING_SIZE, BPF_F_MMAPABLE);
-    let inner =
-        MapData::create(def, "lb_maglev_in", None).map_err(|source| DataplaneError::Map {
-            name: "maglev inner table",
-            source,
-        })?;
-    let bytes = std::mem::size_of_val(table);
-    let len = bytes.next_multiple_of(page_size());
-    let fd = inner.fd().as_fd_raw();
-    // SAFETY: mapping a BPF_F_MMAPABLE array of `bytes` bytes (rounded to pages) that we
-    // own; the mapping is written once below and unmapped before returning.
-    let addr = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(DataplaneError::Io {
-            what: "mmap of a Maglev inner table",
-            source: std::io::Error::last_os_error(),
-        });
+// SAFETY: the mapping is plain shared memory; all writes go through `&mut self` methods
+// of the owner and the generation words are accessed atomically.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(map: &MapData, bytes: usize, name: &'static str) -> Result<Self, DataplaneError> {
+        let len = bytes.next_multiple_of(page_size());
+        // SAFETY: mapping an mmapable BPF array of at least `bytes` bytes; the fd is
+        // valid for the duration of the call and the mapping outlives it.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(DataplaneError::Io {
+                what: name,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Self { addr, len })
     }
-    // SAFETY: `addr` points to at least `bytes` writable bytes; the regions don't overlap.
-    unsafe {
-        ptr::copy_nonoverlapping(table.as_ptr(), addr.cast::<u32>(), table.len());
-        libc::munmap(addr, len);
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the region mapped in `new`.
+        unsafe { libc::munmap(self.addr, self.len) };
     }
-    Ok(inner)
+}
+
+/// `LB_MAGLEV` and `LB_MAGLEV_GEN`, mapped into the agent.
+pub(super) struct MaglevTables {
+    tables: Mapping,
+    generations: Mapping,
+    /// When each service's generation last flipped.
+    last_flip: Vec<Instant>,
+    /// Keep the maps open for as long as they are mapped.
+    _maps: (MapData, MapData),
+}
+
+impl MaglevTables {
+    pub(super) fn new(tables: MapData, generations: MapData) -> Result<Self, DataplaneError> {
+        let t = Mapping::new(
+            &tables,
+            MAGLEV_BLOCKS as usize * size_of::<MaglevBlock>(),
+            "mmap of LB_MAGLEV (needs BPF_F_MMAPABLE)",
+        )?;
+        let g = Mapping::new(
+            &generations,
+            MAX_SERVICES as usize * size_of::<u64>(),
+            "mmap of LB_MAGLEV_GEN (needs BPF_F_MMAPABLE)",
+        )?;
+        // A restarted agent does not know when the last flip happened: assume just now.
+        let now = Instant::now();
+        Ok(Self {
+            tables: t,
+            generations: g,
+            last_flip: vec![now; MAX_SERVICES as usize],
+            _maps: (tables, generations),
+        })
+    }
+
+    fn generation(&self, service_id: u32) -> &AtomicU64 {
+        // SAFETY: `service_id < MAX_SERVICES` (checked by callers); array values are
+        // 8-byte strided and aligned inside the page-aligned mapping, and the word is only
+        // accessed atomically.
+        unsafe {
+            &*(self
+                .generations
+                .addr
+                .cast::<AtomicU64>()
+                .add(service_id as usize))
+        }
+    }
+
+    /// The live generation (0 or 1) of a service.
+    pub(super) fn live_generation(&self, service_id: u32) -> u64 {
+        self.generation(service_id).load(Ordering::Acquire) & 1
+    }
+
+    /// Writes `table` as the service's next table and makes it live.
+    pub(super) fn publish(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        if table.len() != MAGLEV_RING_SIZE as usize || service_id >= MAX_SERVICES {
+            return Err(DataplaneError::TableSize {
+                service_id,
+                len: table.len(),
+                expected: MAGLEV_RING_SIZE,
+            });
+        }
+        let since = self.last_flip[service_id as usize].elapsed();
+        if since < GRACE {
+            std::thread::sleep(GRACE - since);
+        }
+        let next = self.live_generation(service_id) ^ 1;
+        let offset = table_offset(service_id, next);
+        // SAFETY: the table's slots lie inside the mapping (`table_offset`); no
+        // packet reads this table until the generation flips below.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                table.as_ptr(),
+                self.tables.addr.cast::<u32>().add(offset),
+                table.len(),
+            );
+        }
+        fence(Ordering::Release);
+        self.generation(service_id).store(next, Ordering::Release);
+        self.last_flip[service_id as usize] = Instant::now();
+        Ok(())
+    }
+
+    /// A copy of the live table of a service (for tests and status).
+    pub(super) fn live_table(&self, service_id: u32) -> Vec<u32> {
+        let offset = table_offset(service_id, self.live_generation(service_id));
+        let mut out = vec![0u32; MAGLEV_RING_SIZE as usize];
+        // SAFETY: reading inside the mapping.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                self.tables.addr.cast::<u32>().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        out
+    }
+}
+
+/// Offset in `u32`s of slot 0 of a table in the mapping.
+fn table_offset(service_id: u32, generation: u64) -> usize {
+    maglev_block_index(service_id, generation, 0) as usize * size_of::<MaglevBlock>() / 4
 }
 
 fn page_size() -> usize {
@@ -80,13 +181,5 @@ fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096)
 }
 
-trait AsFdRaw {
-    fn as_fd_raw(&self) -> i32;
-}
-
-impl AsFdRaw for aya::maps::MapFd {
-    fn as_fd_raw(&self) -> i32 {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
-    }
-}
+/// The map names this module owns (for error messages).
+pub(super) const NAMES: (&str, &str) = (map_names::MAGLEV, map_names::MAGLEV_GEN);

@@ -76,7 +76,17 @@ fn main() -> anyhow::Result<()> {
     let syn = tcp(client, 40_002, nat_vip, TCP_SYN);
     let (action, fwd) = run_once(dp.program_mut()?, &syn)?;
     if action != XDP_TX {
-        bail!("nat SYN was not forwarded (action {action})");
+        let c = dp.counters()?;
+        let nonzero: Vec<String> = counters::NAMES
+            .iter()
+            .zip(c)
+            .filter(|(_, v)| *v > 0)
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        bail!(
+            "nat SYN was not forwarded (action {action}); counters: {}",
+            nonzero.join(" ")
+        );
     }
     let (backend, nat_port) = forwarded_to(&fwd)?;
     let reply = Frame::tcp(
