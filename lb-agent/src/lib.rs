@@ -1,6 +1,7 @@
 //! lb's agent: configuration, Maglev tables, and the owner of the data plane.
 //!
 //! Layout:
+//! - [`agent`]: the brain — health, membership and publishing wired together;
 //! - [`config`]: the TOML configuration (DESIGN.md §7), validated with file/line/key errors;
 //! - [`probe`]: active probes (http/https, tcp, udp, icmp) and their per-(server, probe) scheduler;
 //! - [`health`]: the per-server health state machine (probe results + passive signals -> state);
@@ -12,6 +13,7 @@
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod dataplane;

@@ -161,6 +161,16 @@ impl Publisher {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
     }
 
+    /// The service and address of a data-plane backend id.
+    pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
+        self.services.iter().find_map(|(name, svc)| {
+            svc.backends
+                .iter()
+                .find(|(_, b)| b.id == id)
+                .map(|(addr, _)| (name.clone(), *addr))
+        })
+    }
+
     /// Makes the data plane match `desired`, writing only what changed.
     pub fn apply<D: Dataplane>(
         &mut self,

@@ -1,0 +1,668 @@
+//! The agent's brain: turns configuration, probe results, passive signals and admin
+//! changes into server states, membership (spares, backup levels, cap, fail-open) and
+//! data-plane writes, and keeps the operator's snapshot current.
+//!
+//! Everything here runs on one task and owns all state; probe tasks only send reports,
+//! the API only sends requests. Time is `tokio::time`, so tests run under paused time
+//! against [`crate::dataplane::memory::MemoryDataplane`].
+
+mod neighbors;
+mod server;
+mod snapshot;
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use lb_common::{IPPROTO_TCP, IPPROTO_UDP, events::PassiveEvent, events::event_name};
+use tokio::{
+    sync::{Mutex, mpsc, watch},
+    time::Instant,
+};
+use tracing::{info, warn};
+
+pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
+use server::{Configured, ServerRt};
+
+use crate::{
+    api::{AdminChange, AdminError, AdminRequest, EVENT_LOG_LEN, EventLog},
+    config::{BackupLevel, Config, Forwarding, Protocol, ServerAddress, ServiceConfig},
+    dataplane::Dataplane,
+    health::{PassivePolicy, ServerHealth, StartState, Transition},
+    membership::{Admin, Outcome, Policy, ServiceMembership},
+    probe::{ProbeReport, Prober, ServerKey, SharedSignals, spawn_with},
+    publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher, Role},
+    status::{Event, Histogram, Snapshot},
+};
+
+/// Capacity of the probe-report channel.
+const REPORTS: usize = 4096;
+
+/// A virtual service at runtime.
+struct ServiceRt {
+    /// Stable id used in probe reports (indices shift on reload).
+    key: usize,
+    cfg: ServiceConfig,
+    membership: ServiceMembership,
+    servers: BTreeMap<SocketAddr, ServerRt>,
+    outcome: Option<Outcome>,
+}
+
+/// What the agent is running on (shown in status).
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    pub interface: String,
+    pub xdp_mode: String,
+}
+
+/// The agent.
+pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
+    dp: D,
+    prober: Arc<P>,
+    neighbors: Arc<N>,
+    env: Environment,
+    services: Vec<ServiceRt>,
+    next_service_key: usize,
+    publisher: Publisher,
+    macs: HashMap<IpAddr, [u8; 6]>,
+    reports_tx: mpsc::Sender<ProbeReport>,
+    snapshot_tx: watch::Sender<Arc<Snapshot>>,
+    events: EventLog,
+    propagation: Histogram,
+    transitions: u64,
+    passive: BTreeMap<String, u64>,
+}
+
+/// Channels the caller drives the agent with.
+pub struct Handles {
+    /// Probe results: feed each to [`Agent::on_probe_report`].
+    pub reports: mpsc::Receiver<ProbeReport>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    pub events: EventLog,
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    pub fn new(dp: D, prober: Arc<P>, neighbors: Arc<N>, env: Environment) -> (Self, Handles) {
+        let (reports_tx, reports) = mpsc::channel(REPORTS);
+        let (snapshot_tx, snapshot) = watch::channel(Arc::new(Snapshot::default()));
+        let events: EventLog = Arc::new(Mutex::new(VecDeque::new()));
+        let agent = Self {
+            dp,
+            prober,
+            neighbors,
+            env,
+            services: Vec::new(),
+            next_service_key: 0,
+            publisher: Publisher::default(),
+            macs: HashMap::new(),
+            reports_tx,
+            snapshot_tx,
+            events: events.clone(),
+            propagation: Histogram::default(),
+            transitions: 0,
+            passive: BTreeMap::new(),
+        };
+        (
+            agent,
+            Handles {
+                reports,
+                snapshot,
+                events,
+            },
+        )
+    }
+
+    pub fn dataplane(&self) -> &D {
+        &self.dp
+    }
+
+    pub fn dataplane_mut(&mut self) -> &mut D {
+        &mut self.dp
+    }
+
+    /// Applies a (new or reloaded) configuration: services and servers are matched by
+    /// name and address; kept servers keep their health unless their probes changed
+    /// (then they restart as after a reload: `persistent` probes skipped if they were
+    /// up). Admin states of kept servers survive; servers added at runtime do not (the
+    /// file is the truth after a reload).
+    pub async fn apply_config(&mut self, cfg: &Config) -> Result<(), PublishError> {
+        let now = Instant::now();
+        let mut old: HashMap<String, ServiceRt> = self
+            .services
+            .drain(..)
+            .map(|s| (s.cfg.name.clone(), s))
+            .collect();
+        for svc_cfg in &cfg.services {
+            let addrs = expand_servers(svc_cfg).await;
+            let mut rt = match old.remove(&svc_cfg.name) {
+                Some(mut prev) => {
+                    let probes_changed = prev.cfg.probes != svc_cfg.probes
+                        || prev.cfg.max_fails != svc_cfg.max_fails
+                        || prev.cfg.fail_timeout != svc_cfg.fail_timeout;
+                    let mut servers = BTreeMap::new();
+                    for (addr, conf) in addrs {
+                        let server = match prev.servers.remove(&addr) {
+                            Some(mut s) if !probes_changed && s.configured.is_some() => {
+                                s.weight = conf.weight;
+                                s.spare = conf.spare;
+                                s.backup = conf.backup;
+                                s.configured = Some(conf);
+                                s
+                            }
+                            Some(s) => {
+                                let start = if s.health.usable() {
+                                    StartState::ReloadedWasUp
+                                } else {
+                                    StartState::ReloadedWasDown
+                                };
+                                let mut fresh =
+                                    self.new_server(prev.key, svc_cfg, addr, conf, start, now);
+                                fresh.admin = s.admin;
+                                fresh
+                            }
+                            None => {
+                                self.new_server(prev.key, svc_cfg, addr, conf, StartState::New, now)
+                            }
+                        };
+                        servers.insert(addr, server);
+                    }
+                    for gone in prev.servers.keys() {
+                        info!(service = svc_cfg.name, server = %gone, "server removed by reload");
+                    }
+                    prev.servers = servers;
+                    prev.cfg = svc_cfg.clone();
+                    prev
+                }
+                None => {
+                    let key = self.next_service_key;
+                    self.next_service_key += 1;
+                    let servers = addrs
+                        .into_iter()
+                        .map(|(addr, conf)| {
+                            (
+                                addr,
+                                self.new_server(key, svc_cfg, addr, conf, StartState::New, now),
+                            )
+                        })
+                        .collect();
+                    ServiceRt {
+                        key,
+                        cfg: svc_cfg.clone(),
+                        membership: ServiceMembership::new(),
+                        servers,
+                        outcome: None,
+                    }
+                }
+            };
+            rt.outcome = None;
+            self.services.push(rt);
+        }
+        self.refresh_macs().await;
+        self.recompute(now, std::time::Instant::now())?;
+        Ok(())
+    }
+
+    fn new_server(
+        &self,
+        service_key: usize,
+        svc: &ServiceConfig,
+        addr: SocketAddr,
+        conf: Configured,
+        start: StartState,
+        now: Instant,
+    ) -> ServerRt {
+        let health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
+        let signals = Arc::new(SharedSignals::new(health.usable()));
+        let key = ServerKey {
+            service: service_key,
+            addr,
+        };
+        let tasks = svc
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                spawn_with(
+                    self.prober.clone(),
+                    key,
+                    i,
+                    Arc::new(p.clone()),
+                    signals.clone(),
+                    self.reports_tx.clone(),
+                )
+            })
+            .collect();
+        ServerRt {
+            addr,
+            weight: conf.weight,
+            spare: conf.spare,
+            backup: conf.backup,
+            configured: Some(conf),
+            admin: Admin::Up,
+            health,
+            signals,
+            _probes: tasks,
+            last_stats: Default::default(),
+        }
+    }
+
+    /// Resolves MACs not known yet (all of them concurrently).
+    pub async fn refresh_macs(&mut self) {
+        let wanted: Vec<IpAddr> = self.unknown_macs();
+        let mut jobs = tokio::task::JoinSet::new();
+        for ip in wanted {
+            let n = self.neighbors.clone();
+            jobs.spawn(async move { (ip, n.resolve(ip).await) });
+        }
+        while let Some(done) = jobs.join_next().await {
+            match done {
+                Ok((ip, Ok(mac))) => {
+                    self.macs.insert(ip, mac);
+                }
+                Ok((ip, Err(err))) => {
+                    warn!(backend = %ip, error = %err, "backend MAC unknown: not selectable until resolved")
+                }
+                Err(err) => warn!(error = %err, "MAC resolution task failed"),
+            }
+        }
+    }
+
+    fn unknown_macs(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = self
+            .services
+            .iter()
+            .flat_map(|s| s.servers.keys().map(SocketAddr::ip))
+            .filter(|ip| !self.macs.contains_key(ip))
+            .collect();
+        ips.sort();
+        ips.dedup();
+        ips
+    }
+
+    /// Whether some backend MAC is still unknown (the caller retries periodically).
+    pub fn has_unknown_macs(&self) -> bool {
+        !self.unknown_macs().is_empty()
+    }
+
+    /// Re-resolves unknown MACs and republishes if any were found.
+    pub async fn retry_macs(&mut self) -> Result<(), PublishError> {
+        let before = self.macs.len();
+        self.refresh_macs().await;
+        if self.macs.len() != before {
+            self.recompute(Instant::now(), std::time::Instant::now())?;
+        }
+        Ok(())
+    }
+
+    /// A probe finished.
+    pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
+        let Some(si) = self
+            .services
+            .iter()
+            .position(|s| s.key == report.server.service)
+        else {
+            return Ok(()); // a report from a service removed by a reload
+        };
+        let name = self.services[si].cfg.name.clone();
+        let Some(server) = self.services[si].servers.get_mut(&report.server.addr) else {
+            return Ok(());
+        };
+        let transition = server
+            .health
+            .on_probe(report.probe, &report.outcome, report.at);
+        if let Some(t) = transition {
+            let addr = server.addr;
+            server.signals.set_healthy(server.health.usable());
+            self.record(&name, &addr.to_string(), &t);
+            self.recompute(report.at, started)?;
+        }
+        Ok(())
+    }
+
+    /// Passive failure signals from the data plane.
+    pub fn on_passive_events(&mut self, events: &[PassiveEvent]) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
+        let now = Instant::now();
+        let mut changed = false;
+        for e in events {
+            *self
+                .passive
+                .entry(event_name(e.kind).to_string())
+                .or_default() += 1;
+            let Some((service, addr)) = self.publisher.backend_by_id(e.backend_id) else {
+                continue;
+            };
+            let Some(si) = self.services.iter().position(|s| s.cfg.name == service) else {
+                continue;
+            };
+            let Some(server) = self.services[si].servers.get_mut(&addr) else {
+                continue;
+            };
+            if let Some(mut t) = server.health.on_passive_failure(now) {
+                server.signals.set_healthy(server.health.usable());
+                t.cause = format!("{} ({})", t.cause, event_name(e.kind));
+                self.record(&service, &addr.to_string(), &t);
+                changed = true;
+            }
+        }
+        if changed {
+            self.recompute(now, started)?;
+        }
+        Ok(())
+    }
+
+    /// Reads per-backend counters: new successful connections reset passive failure
+    /// counts, new packets feed `idle` probe mode.
+    pub fn poll_stats(&mut self) {
+        let now = Instant::now();
+        for svc in &mut self.services {
+            for server in svc.servers.values_mut() {
+                let Some(id) = self.publisher.backend_id(&svc.cfg.name, &server.addr) else {
+                    continue;
+                };
+                if let Ok(stats) = self.dp.backend_stats(id) {
+                    let (ok, _) = server.absorb_stats(stats, now);
+                    if ok > 0 {
+                        server.health.on_passive_success(now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next instant something time-driven is due (health expiry, membership recheck).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.services
+            .iter()
+            .flat_map(|s| {
+                s.servers
+                    .values()
+                    .filter_map(|v| v.health.next_deadline())
+                    .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
+            })
+            .min()
+    }
+
+    /// Runs what is due at `now`.
+    pub fn on_tick(&mut self, now: Instant) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
+        let mut changed = false;
+        let mut records = Vec::new();
+        for svc in &mut self.services {
+            for server in svc.servers.values_mut() {
+                if let Some(t) = server.health.tick(now) {
+                    server.signals.set_healthy(server.health.usable());
+                    records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+                    changed = true;
+                }
+            }
+            if svc
+                .outcome
+                .as_ref()
+                .and_then(|o| o.recheck_at)
+                .is_some_and(|at| at <= now)
+            {
+                changed = true;
+            }
+        }
+        for (s, a, t) in records {
+            self.record(&s, &a, &t);
+        }
+        if changed {
+            self.recompute(now, started)?;
+        }
+        Ok(())
+    }
+
+    /// A runtime change from the API.
+    pub async fn on_admin(&mut self, req: AdminRequest) {
+        let result = self.admin(&req.service, &req.address, req.change).await;
+        let _ = req.reply.send(result);
+    }
+
+    async fn admin(
+        &mut self,
+        service: &str,
+        address: &str,
+        change: AdminChange,
+    ) -> Result<(), AdminError> {
+        let now = Instant::now();
+        let started = std::time::Instant::now();
+        let si = self
+            .services
+            .iter()
+            .position(|s| s.cfg.name == service)
+            .ok_or_else(|| AdminError::NoService(service.to_string()))?;
+        let addr: SocketAddr = address
+            .parse()
+            .map_err(|_| AdminError::Invalid(format!("`{address}` is not an address:port")))?;
+        let no_server = || AdminError::NoServer {
+            service: service.to_string(),
+            address: address.to_string(),
+        };
+        match change {
+            AdminChange::Patch(p) => {
+                let server = self.services[si]
+                    .servers
+                    .get_mut(&addr)
+                    .ok_or_else(no_server)?;
+                if p.weight == Some(0) {
+                    return Err(AdminError::Invalid("weight must be at least 1".into()));
+                }
+                if p.spare == Some(true) && server.backup != 0 {
+                    return Err(AdminError::Invalid(
+                        "only primary-group servers (backup 0) can be spares".into(),
+                    ));
+                }
+                let before = server.state_name();
+                if let Some(w) = p.weight {
+                    server.weight = w;
+                }
+                if let Some(s) = p.spare {
+                    server.spare = s;
+                }
+                match (p.down, p.drain) {
+                    (Some(true), _) => server.admin = Admin::Down,
+                    (Some(false), _) if server.admin == Admin::Down => server.admin = Admin::Up,
+                    _ => {}
+                }
+                match p.drain {
+                    Some(true) if server.admin != Admin::Down => server.admin = Admin::Drain,
+                    Some(false) if server.admin == Admin::Drain => server.admin = Admin::Up,
+                    _ => {}
+                }
+                let after = server.state_name();
+                if before != after {
+                    let t = Transition {
+                        from: server.health.state(),
+                        to: server.health.state(),
+                        cause: "admin".into(),
+                    };
+                    self.record_names(service, address, before, after, &t.cause);
+                }
+            }
+            AdminChange::Add(new) => {
+                if self.services[si].servers.contains_key(&new.address) {
+                    return Err(AdminError::Invalid(format!(
+                        "{} is already a server",
+                        new.address
+                    )));
+                }
+                if new.address.is_ipv4() != self.services[si].cfg.vip.is_ipv4() {
+                    return Err(AdminError::Invalid(
+                        "server and VIP must be one address family".into(),
+                    ));
+                }
+                if new.weight == 0 {
+                    return Err(AdminError::Invalid("weight must be at least 1".into()));
+                }
+                let cfg = self.services[si].cfg.clone();
+                let key = self.services[si].key;
+                let conf = Configured {
+                    weight: new.weight,
+                    spare: new.spare && new.backup == 0,
+                    backup: new.backup,
+                };
+                let mut server =
+                    self.new_server(key, &cfg, new.address, conf, StartState::New, now);
+                server.configured = None;
+                self.services[si].servers.insert(new.address, server);
+                self.record_names(service, address, "-", "added", "admin");
+                self.refresh_macs().await;
+            }
+            AdminChange::Remove => {
+                self.services[si]
+                    .servers
+                    .remove(&addr)
+                    .ok_or_else(no_server)?;
+                self.record_names(service, address, "-", "removed", "admin");
+            }
+        }
+        self.recompute(now, started)
+            .map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
+    }
+
+    fn record(&mut self, service: &str, server: &str, t: &Transition) {
+        self.record_names(service, server, t.from.as_str(), t.to.as_str(), &t.cause);
+    }
+
+    fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
+        self.transitions += 1;
+        info!(service, server, from, to, cause, "transition");
+        let event = Event {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            service: service.to_string(),
+            server: server.to_string(),
+            from: from.to_string(),
+            to: to.to_string(),
+            cause: cause.to_string(),
+        };
+        if let Ok(mut log) = self.events.try_lock() {
+            if log.len() >= EVENT_LOG_LEN {
+                log.pop_front();
+            }
+            log.push_back(event);
+        }
+    }
+
+    /// Recomputes membership of every service and publishes what changed; `started` is
+    /// when the verdict that triggered this was taken (propagation is measured from it).
+    fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
+        let mut desired = Vec::with_capacity(self.services.len());
+        let mut notes = Vec::new();
+        for svc in &mut self.services {
+            let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
+            let policy = Policy {
+                backup_switch: svc.cfg.backup_switch,
+                max_unhealthy_percent: svc.cfg.max_unhealthy_percent,
+                fail_open: svc.cfg.fail_open,
+            };
+            let outcome = svc.membership.compute(&inputs, &policy, now);
+            for change in &outcome.changes {
+                notes.push((svc.cfg.name.clone(), change.clone()));
+            }
+            desired.push(desired_service(svc, &outcome, &self.macs));
+            svc.outcome = Some(outcome);
+        }
+        for (service, note) in notes {
+            self.record_names(&service, "-", "-", "-", &note);
+        }
+        let report = self.publisher.apply(&desired, &mut self.dp)?;
+        if report.tables_published + report.backends_written + report.services_written > 0 {
+            self.propagation.observe(started.elapsed().as_secs_f64());
+        }
+        self.publish_snapshot();
+        Ok(())
+    }
+
+    /// Rebuilds the operator's snapshot (also call it periodically for fresh counters).
+    pub fn publish_snapshot(&mut self) {
+        let snap = snapshot::build(self);
+        let _ = self.snapshot_tx.send(Arc::new(snap));
+    }
+
+    /// The propagation histogram (verdict to maps written).
+    pub fn propagation(&self) -> &Histogram {
+        &self.propagation
+    }
+}
+
+/// The data-plane view of one service given its membership outcome.
+fn desired_service(
+    svc: &ServiceRt,
+    outcome: &Outcome,
+    macs: &HashMap<IpAddr, [u8; 6]>,
+) -> DesiredService {
+    DesiredService {
+        name: svc.cfg.name.clone(),
+        vip: svc.cfg.vip,
+        proto: match svc.cfg.protocol {
+            Protocol::Tcp => IPPROTO_TCP,
+            Protocol::Udp => IPPROTO_UDP,
+        },
+        nat: match svc.cfg.forwarding {
+            Forwarding::Nat => svc.cfg.snat_ip.map(|snat_ip| NatSpec {
+                snat_ip,
+                ports: svc.cfg.snat_ports.clone(),
+            }),
+            Forwarding::Dsr => None,
+        },
+        backends: svc
+            .servers
+            .values()
+            .map(|s| DesiredBackend {
+                addr: s.addr,
+                weight: s.weight,
+                mac: macs.get(&s.addr.ip()).copied(),
+                role: outcome.role_of(s.addr).unwrap_or(Role::Removed),
+            })
+            .collect(),
+    }
+}
+
+/// The addresses a service's server entries stand for (names resolved through the
+/// system resolver; SRV entries are not expanded here).
+async fn expand_servers(svc: &ServiceConfig) -> Vec<(SocketAddr, Configured)> {
+    let mut out: Vec<(SocketAddr, Configured)> = Vec::new();
+    for server in &svc.servers {
+        let backup = match server.backup {
+            BackupLevel::Level(l) => l,
+            BackupLevel::Prio => 0,
+        };
+        let conf = Configured {
+            weight: server.weight,
+            spare: server.spare,
+            backup,
+        };
+        if server.resolve {
+            warn!(
+                service = svc.name,
+                "SRV discovery (`resolve = true`) is not supported yet; entry skipped"
+            );
+            continue;
+        }
+        let addrs = match &server.address {
+            ServerAddress::Socket(a) => vec![*a],
+            ServerAddress::Name { host, port } => {
+                let port = port.unwrap_or(svc.vip.port());
+                match tokio::net::lookup_host((host.as_str(), port)).await {
+                    Ok(it) => it.filter(|a| a.is_ipv4() == svc.vip.is_ipv4()).collect(),
+                    Err(err) => {
+                        warn!(service = svc.name, host, error = %err, "cannot resolve server name");
+                        Vec::new()
+                    }
+                }
+            }
+        };
+        for a in addrs {
+            if !out.iter().any(|(x, _)| *x == a) {
+                out.push((a, conf));
+            }
+        }
+    }
+    out
+}

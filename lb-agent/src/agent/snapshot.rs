@@ -1,0 +1,147 @@
+//! Builds the operator's [`Snapshot`] from the agent's state and data-plane counters.
+
+use std::{collections::BTreeMap, time::SystemTime};
+
+use lb_common::counters;
+use tokio::time::Instant;
+
+use super::{Agent, Neighbors};
+use crate::{
+    dataplane::Dataplane,
+    membership::SpareStatus,
+    probe::Prober,
+    publish::Role,
+    status::{HealthStatus, ProbeStatus, ServerStatus, ServiceStatus, Snapshot, Stats},
+};
+
+pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N>) -> Snapshot {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let at = |i: Instant| {
+        let ago = now.saturating_duration_since(i);
+        humantime::format_rfc3339_millis(wall - ago).to_string()
+    };
+    let counters = agent
+        .dp
+        .counters()
+        .map(|c| {
+            counters::NAMES
+                .iter()
+                .zip(c)
+                .map(|(n, v)| (n.to_string(), v))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let services = agent
+        .services
+        .iter()
+        .map(|svc| {
+            let outcome = svc.outcome.as_ref();
+            let sid = agent.publisher.service_id(&svc.cfg.name);
+            let stats = sid
+                .and_then(|id| agent.dp.service_stats(id).ok())
+                .map(|s| Stats {
+                    packets: s.packets,
+                    bytes: s.bytes,
+                    flows: s.new_flows,
+                })
+                .unwrap_or_default();
+            let servers = svc
+                .servers
+                .values()
+                .map(|s| {
+                    let bstats = agent
+                        .publisher
+                        .backend_id(&svc.cfg.name, &s.addr)
+                        .and_then(|id| agent.dp.backend_stats(id).ok())
+                        .unwrap_or_default();
+                    let mac = agent.macs.get(&s.addr.ip()).map(|m| {
+                        m.iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<Vec<_>>()
+                            .join(":")
+                    });
+                    let role = outcome.and_then(|o| o.role_of(s.addr));
+                    let probes: BTreeMap<String, ProbeStatus> = s
+                        .health
+                        .probes()
+                        .map(|(name, p)| {
+                            (
+                                name.to_string(),
+                                ProbeStatus {
+                                    count: p.count,
+                                    fails: u64::from(p.fails),
+                                    failures: p.failures,
+                                    last: p.last.map(at),
+                                    last_result: match p.last_result {
+                                        None => "none".into(),
+                                        Some(true) => "passed".into(),
+                                        Some(false) => format!("failed: {}", p.last_detail),
+                                    },
+                                    last_duration_ms: p
+                                        .last_duration
+                                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                                },
+                            )
+                        })
+                        .collect();
+                    ServerStatus {
+                        address: s.addr.to_string(),
+                        weight: s.weight,
+                        state: s.state_name().to_string(),
+                        spare: if s.spare && s.backup == 0 {
+                            Some(
+                                match outcome.and_then(|o| o.spare_status(s.addr)) {
+                                    Some(SpareStatus::Running) => "running",
+                                    _ => "idle",
+                                }
+                                .to_string(),
+                            )
+                        } else {
+                            None
+                        },
+                        backup: s.backup,
+                        active: role == Some(Role::Active) && mac.is_some(),
+                        mac,
+                        health: HealthStatus {
+                            fails: s.health.fails(),
+                            downtime: s.health.downtime(now).as_millis() as u64,
+                            downstart: s.health.downstart().map(at),
+                            probes,
+                        },
+                        stats: Stats {
+                            packets: bstats.packets,
+                            bytes: bstats.bytes,
+                            flows: bstats.new_flows,
+                        },
+                        differs_from_config: s.differs_from_config(),
+                    }
+                })
+                .collect();
+            ServiceStatus {
+                name: svc.cfg.name.clone(),
+                vip: svc.cfg.vip.to_string(),
+                protocol: svc.cfg.protocol.as_str().to_string(),
+                forwarding: svc.cfg.forwarding.as_str().to_string(),
+                main_weight: outcome.map_or(0, |o| o.main_weight),
+                active_weight: outcome.map_or(0, |o| o.active_weight),
+                spare_num: outcome.map_or(0, |o| o.spare_num),
+                active_backup_level: outcome.map_or(0, |o| o.active_backup_level),
+                fail_open: outcome.is_some_and(|o| o.fail_open),
+                stats,
+                servers,
+            }
+        })
+        .collect();
+
+    Snapshot {
+        interface: agent.env.interface.clone(),
+        xdp_mode: agent.env.xdp_mode.clone(),
+        services,
+        counters,
+        propagation: agent.propagation.clone(),
+        transitions: agent.transitions,
+        passive_events: agent.passive.clone(),
+    }
+}
