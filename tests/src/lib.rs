@@ -1,4 +1,5 @@
 //! placeholder
+pub mod agent;
 pub mod bpf;
 pub mod cmd;
 pub mod interrupt;
@@ -8,5 +9,6 @@ pub mod netns;
 pub mod packet;
 pub mod pass_prog;
 pub mod process;
+pub mod scenario;
 pub mod topology;
 pub mod traffic;

@@ -166,7 +166,9 @@ pub fn udp_names(
             let mut buf = [0u8; 512];
             // A connected socket only receives from `dst`: an answer proves the reply was
             // translated back to the VIP.
-            let n = socket.recv(&mut buf)?;
+            let n = socket
+                .recv(&mut buf)
+                .map_err(|e| context(e, "waiting for the answer"))?;
             Ok(String::from_utf8_lossy(&buf[..n]).trim().to_owned())
         })
     })
@@ -210,12 +212,16 @@ fn batch(
 fn tcp_hello(src: SocketAddr, dst: SocketAddr) -> io::Result<(String, TcpStream)> {
     let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
     socket.bind(&SockAddr::from(src))?;
-    socket.connect_timeout(&SockAddr::from(dst), STEP_TIMEOUT)?;
+    socket
+        .connect_timeout(&SockAddr::from(dst), STEP_TIMEOUT)
+        .map_err(|e| context(e, "connect"))?;
     let stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(STEP_TIMEOUT))?;
     stream.set_write_timeout(Some(STEP_TIMEOUT))?;
     let mut line = String::new();
-    BufReader::new(&stream).take_line(&mut line)?;
+    BufReader::new(&stream)
+        .take_line(&mut line)
+        .map_err(|e| context(e, "reading the greeting"))?;
     if line.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -223,6 +229,11 @@ fn tcp_hello(src: SocketAddr, dst: SocketAddr) -> io::Result<(String, TcpStream)
         ));
     }
     Ok((line, stream))
+}
+
+/// `err` with what was being done, same kind.
+fn context(err: io::Error, doing: &str) -> io::Error {
+    io::Error::new(err.kind(), format!("{doing}: {err}"))
 }
 
 /// Reads one line of at most 4 KiB, without the newline.

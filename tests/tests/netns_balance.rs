@@ -1,0 +1,105 @@
+//! Balance through the real agent: 3 backends weighted 1:1:2, 600 TCP connections from
+//! the client to the VIP; every connection gets a backend's name and each backend's
+//! share is within ±15 % (relative) of its weight's share. In dsr and nat, with the
+//! XDP program attached in native and in generic mode.
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use lb_tests::{
+    process::STOP_GRACE,
+    scenario::{self, SHARE_TOLERANCE, WEIGHTS},
+    topology::{Forwarding, HOST_IF, Topology},
+    traffic,
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const CONNECTIONS: usize = 600;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(forwarding)
+        .subnet(subnet)
+        .build()
+        .expect("building the topology");
+    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+        .expect("starting lb-testserver on every backend");
+    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let service = scenario::tcp_service(&topo, &backends);
+    let vip = service.vip;
+    let agent =
+        scenario::start_agent(&topo, vec![service], Some(xdp_mode)).expect("starting lb-agent");
+
+    let client = topo.client();
+    let tally = traffic::tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        10_000,
+        vip,
+        CONNECTIONS,
+        DEADLINE,
+    )
+    .expect("entering the client namespace");
+    let expected = scenario::expected(&backends);
+    println!(
+        "balance {} {xdp_mode}, {CONNECTIONS} TCP connections to {vip}:\n{}",
+        forwarding.as_str(),
+        tally.table(&expected)
+    );
+    if let Err(problems) = tally.check_shares(&expected, SHARE_TOLERANCE) {
+        panic!(
+            "{} {xdp_mode}: expected all {CONNECTIONS} connections answered with shares 25/25/50 % ± {:.0} %:\n{problems}",
+            forwarding.as_str(),
+            100.0 * SHARE_TOLERANCE
+        );
+    }
+
+    let status = agent.stop(STOP_GRACE).expect("stopping lb-agent");
+    assert!(
+        status.success(),
+        "lb-agent should exit 0 on SIGTERM, got {status}"
+    );
+    let link = topo
+        .lb()
+        .ns
+        .ip(&["-d", "link", "show", HOST_IF])
+        .expect("ip link show");
+    assert!(
+        !link.contains("prog/xdp"),
+        "lb-agent should detach its XDP program on exit:\n{link}"
+    );
+    assert_no_answer_after_stop(&topo, vip);
+}
+
+/// With the agent gone nothing balances the VIP any more: a connection must fail fast.
+fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
+    let client = topo.client();
+    let after = traffic::tcp_names(&client.ns, client.ipv4.into(), 19_000, vip, 1, DEADLINE)
+        .expect("entering the client namespace");
+    assert_eq!(
+        after.answered(),
+        0,
+        "no backend should answer the VIP after lb-agent stopped: {after:?}"
+    );
+}
+
+#[test]
+fn balance_dsr_native() {
+    balance(Forwarding::Dsr, "native", 11);
+}
+
+#[test]
+fn balance_nat_native() {
+    balance(Forwarding::Nat, "native", 12);
+}
+
+#[test]
+fn balance_dsr_generic() {
+    balance(Forwarding::Dsr, "generic", 13);
+}
+
+#[test]
+fn balance_nat_generic() {
+    balance(Forwarding::Nat, "generic", 14);
+}

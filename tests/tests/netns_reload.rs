@@ -1,0 +1,122 @@
+//! Reload under traffic: a long-lived TCP connection to one backend keeps working while
+//! *another* backend is removed from the config and the agent gets SIGHUP; new
+//! connections then avoid the removed backend. In nat and in dsr.
+
+use std::{path::Path, time::Duration};
+
+use lb_tests::{
+    agent::{AgentConfig, RELOAD_TIMEOUT},
+    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
+    topology::{Forwarding, Topology},
+    traffic::{EchoConn, Tally},
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const AFTER: usize = 300;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn removal_keeps_other_flows(forwarding: Forwarding, subnet: u8) {
+    let mode = forwarding.as_str();
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(forwarding)
+        .subnet(subnet)
+        .build()
+        .expect("building the topology");
+    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+        .expect("starting lb-testserver on every backend");
+    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let service = scenario::tcp_service(&topo, &backends);
+    let vip = service.vip;
+    let agent = scenario::start_agent(&topo, vec![service.clone()], Some("native"))
+        .expect("starting lb-agent");
+
+    let client = topo.client();
+    let mut conn = EchoConn::connect(&client.ns, client.ipv4.into(), vip)
+        .expect("entering the client namespace")
+        .unwrap_or_else(|e| panic!("{mode}: a connection to {vip} should be answered: {e}"));
+    let kept = conn.backend().to_owned();
+    for i in 0..3 {
+        conn.check_echo(&format!("before reload {i}"))
+            .unwrap_or_else(|e| {
+                panic!("{mode}: long-lived connection to {kept} before the reload: {e}")
+            });
+    }
+
+    // Remove a backend other than the one serving the long-lived connection.
+    let removed = topo
+        .backends()
+        .iter()
+        .find(|b| b.role != kept)
+        .expect("a second backend");
+    let removed_addr = std::net::SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
+    let config = AgentConfig::new(vec![service.without(removed_addr)]);
+    let line = agent.reload(&config, RELOAD_TIMEOUT).unwrap_or_else(|e| {
+        panic!(
+            "{mode}: reload without {} should succeed: {e}",
+            removed.role
+        )
+    });
+    println!(
+        "{mode}: removed {} ({removed_addr}) while {} ({}) held a connection: {line}",
+        removed.role,
+        kept,
+        conn.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    );
+
+    for i in 0..3 {
+        conn.check_echo(&format!("after reload {i}"))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{mode}: the long-lived connection to {kept} should survive removing {}: {e}",
+                    removed.role
+                )
+            });
+    }
+
+    let tally: Tally =
+        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 10_000, vip, AFTER, DEADLINE)
+            .expect("entering the client namespace");
+    let remaining: Vec<(&str, u32)> = scenario::expected(&backends)
+        .into_iter()
+        .filter(|(name, _)| *name != removed.role)
+        .collect();
+    println!(
+        "{mode}: {AFTER} new connections after removing {}:\n{}",
+        removed.role,
+        tally.table(&remaining)
+    );
+    assert!(
+        tally.failures.is_empty(),
+        "{mode}: every new connection should be answered after the reload, {} failed: {:?}",
+        tally.failures.len(),
+        &tally.failures[..tally.failures.len().min(5)]
+    );
+    assert_eq!(
+        tally.counts.get(&removed.role),
+        None,
+        "{mode}: no new connection should reach the removed backend {}",
+        removed.role
+    );
+    for (name, _) in &remaining {
+        assert!(
+            tally.counts.get(*name).is_some_and(|n| *n > 0),
+            "{mode}: {name} should still get new connections: {:?}",
+            tally.counts
+        );
+    }
+
+    conn.check_echo("at the end").unwrap_or_else(|e| {
+        panic!("{mode}: the long-lived connection to {kept} after the new connections: {e}")
+    });
+}
+
+#[test]
+fn reload_nat_keeps_long_lived_connection() {
+    removal_keeps_other_flows(Forwarding::Nat, 31);
+}
+
+#[test]
+fn reload_dsr_keeps_long_lived_connection() {
+    removal_keeps_other_flows(Forwarding::Dsr, 32);
+}

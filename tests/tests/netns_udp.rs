@@ -1,0 +1,77 @@
+//! A UDP service through the real agent (nat): every datagram is answered by a backend,
+//! through the VIP (the client's socket is connected to it), with shares following the
+//! weights, and one flow keeps its backend.
+
+use std::{
+    net::{SocketAddr, UdpSocket},
+    path::Path,
+    time::Duration,
+};
+
+use lb_tests::{
+    scenario::{self, SHARE_TOLERANCE, WEIGHTS},
+    topology::{Forwarding, Topology},
+    traffic::{self, STEP_TIMEOUT},
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const FLOWS: usize = 600;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[test]
+fn udp_nat_answers_every_datagram_by_weight() {
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(Forwarding::Nat)
+        .subnet(21)
+        .build()
+        .expect("building the topology");
+    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+        .expect("starting lb-testserver on every backend");
+    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let service = scenario::udp_service(&topo, &backends);
+    let vip = service.vip;
+    let _agent =
+        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+
+    let client = topo.client();
+    let tally = traffic::udp_names(&client.ns, client.ipv4.into(), 10_000, vip, FLOWS, DEADLINE)
+        .expect("entering the client namespace");
+    let expected = scenario::expected(&backends);
+    println!(
+        "udp nat native, {FLOWS} flows of one datagram to {vip}:\n{}",
+        tally.table(&expected)
+    );
+    if let Err(problems) = tally.check_shares(&expected, SHARE_TOLERANCE) {
+        panic!(
+            "expected all {FLOWS} datagrams answered with shares 25/25/50 % ± {:.0} %:\n{problems}",
+            100.0 * SHARE_TOLERANCE
+        );
+    }
+
+    // One flow (one source port), many datagrams: always the same backend.
+    let answers = client
+        .ns
+        .run(|| one_flow(SocketAddr::new(client.ipv4.into(), 18_000), vip, 20))
+        .expect("entering the client namespace")
+        .expect("exchanging datagrams on one flow");
+    let first = answers[0].clone();
+    assert!(
+        answers.iter().all(|a| *a == first),
+        "every datagram of one flow should reach one backend, got {answers:?}"
+    );
+}
+
+fn one_flow(src: SocketAddr, dst: SocketAddr, count: usize) -> std::io::Result<Vec<String>> {
+    let socket = UdpSocket::bind(src)?;
+    socket.connect(dst)?;
+    socket.set_read_timeout(Some(STEP_TIMEOUT))?;
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 512];
+    for i in 0..count {
+        socket.send(format!("datagram {i}").as_bytes())?;
+        let n = socket.recv(&mut buf)?;
+        answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    Ok(answers)
+}
