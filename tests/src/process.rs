@@ -57,10 +57,12 @@ pub enum ProcessError {
         tail: String,
     },
     #[error(
-        "{label} closed its output before printing a line containing {wanted}; last lines:\n{tail}"
+        "{label} closed its output ({how}) before printing a line containing {wanted}; last lines:\n{tail}"
     )]
     Exited {
         label: String,
+        /// How the process ended, as far as it could be seen without reaping it.
+        how: String,
         wanted: String,
         tail: String,
     },
@@ -189,10 +191,13 @@ impl NsProcess {
                 return Ok(found);
             }
             if state.closed_streams >= 2 {
+                let tail = state.tail(TAIL);
+                drop(state);
                 return Err(ProcessError::Exited {
                     label: self.label.clone(),
+                    how: peek_exit(self.pid(), Duration::from_millis(500)),
                     wanted: wanted(),
-                    tail: state.tail(TAIL),
+                    tail,
                 });
             }
             let waited = start.elapsed();
@@ -288,6 +293,51 @@ impl Drop for NsProcess {
                 self.log.lock().tail(TAIL)
             );
         }
+    }
+}
+
+/// How process `pid` ended, without reaping it (`waitid` with `WNOWAIT`), waiting up to
+/// `patience` for it to end: "exit code N", "killed by signal N (NAME)" or "still running".
+fn peek_exit(pid: u32, patience: Duration) -> String {
+    let deadline = Instant::now() + patience;
+    loop {
+        // SAFETY: a zeroed siginfo_t is valid output space; WNOWAIT leaves the child
+        // waitable for `Child::wait`.
+        let (rc, info) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            (rc, info)
+        };
+        // SAFETY: si_pid/si_status are valid for a SIGCHLD-style siginfo from waitid.
+        let (child, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if rc == 0 && child != 0 {
+            return match info.si_code {
+                libc::CLD_EXITED => format!("exit code {status}"),
+                _ => format!("killed by signal {status} ({})", signal_name(status)),
+            };
+        }
+        if rc != 0 || Instant::now() >= deadline {
+            return "still running or already reaped".to_owned();
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "?",
     }
 }
 

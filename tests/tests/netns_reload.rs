@@ -120,3 +120,35 @@ fn reload_nat_keeps_long_lived_connection() {
 fn reload_dsr_keeps_long_lived_connection() {
     removal_keeps_other_flows(Forwarding::Dsr, 32);
 }
+
+/// `lb-agent ready` promises a working agent, SIGHUP handling included: a reload sent
+/// the moment the line appears must be a reload, not the default action of SIGHUP
+/// (which ends the process). Tried a few times, as the window is short.
+#[test]
+fn reload_right_after_ready_is_handled() {
+    let topo = Topology::builder()
+        .backends(1)
+        .forwarding(Forwarding::Nat)
+        .subnet(33)
+        .build()
+        .expect("building the topology");
+    let backends = scenario::weighted(&topo, &[1]);
+    let config = AgentConfig::new(vec![scenario::tcp_service(&topo, &backends)]);
+    for attempt in 1..=5 {
+        let agent = scenario::start_agent(&topo, config.services.clone(), Some("native"))
+            .expect("starting lb-agent");
+        agent.reload(&config, RELOAD_TIMEOUT).unwrap_or_else(|e| {
+            panic!(
+                "attempt {attempt}: SIGHUP right after `lb-agent ready` should reload the config \
+                 (signal handlers installed before the ready line), got: {e}"
+            )
+        });
+        let status = agent
+            .stop(lb_tests::process::STOP_GRACE)
+            .expect("stopping lb-agent");
+        assert!(
+            status.success(),
+            "attempt {attempt}: lb-agent should exit 0 on SIGTERM, got {status}"
+        );
+    }
+}
