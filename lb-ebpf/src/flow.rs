@@ -55,10 +55,13 @@ pub fn any_backend(id: u32) -> Option<&'static Backend> {
     LB_BACKENDS.get_ptr(id).map(|b| unsafe { &*b })
 }
 
-/// Chooses the backend for `key` from service `service_id`'s Maglev table.
+/// Chooses the backend for `key` from service `service_id`'s live Maglev table.
 ///
-/// Errors with the drop counter: no table, an empty slot or a backend that is not live
-/// is `DROP_NO_BACKEND`; an id outside `LB_BACKENDS` is `DROP_BAD_BACKEND`.
+/// The generation is read once, then one slot of that table: a packet sees one
+/// published table or the next, never a mix. Errors with the drop counter: a service id
+/// outside the maps, an empty slot (a table never published is all `NO_BACKEND`) or a
+/// backend that is not live is `DROP_NO_BACKEND`; an id outside `LB_BACKENDS` is
+/// `DROP_BAD_BACKEND`.
 #[inline(always)]
 pub fn maglev(service_id: u32, key: &FlowKey) -> Result<(u32, &'static Backend), u32> {
     let slot = flow_hash(key, SEED_MAGLEV) % MAGLEV_RING_SIZE;

@@ -18,11 +18,12 @@ use lb_common::{
 pub static LB_SERVICES: HashMap<VipKey, ServiceMeta, { MAX_SERVICES as usize }> = HashMap::new();
 
 /// Every service's two Maglev tables (slot -> backend id, `NO_BACKEND` = 0 for none),
-/// 16 slots per value, at `lb_common::maglev_block_index(service, generation, slot)`. The agent writes the table
-/// that is not live through `mmap`, then flips `LB_MAGLEV_GEN`; a packet reads the
-/// generation once, so it sees the old table or the new one, never a mix. (An
-/// array-of-maps swap would be atomic too, but the kernel's update of such a map waits
-/// for an RCU grace period — about 10 ms here — which breaks the propagation budget.)
+/// 16 slots per value, at `lb_common::maglev_block_index(service, generation, slot)`.
+/// The agent writes the table that is not live through `mmap`, then flips
+/// `LB_MAGLEV_GEN`; a packet reads the generation once, so it sees the old table or the
+/// new one, never a mix. (An array-of-maps swap would be atomic too, but the kernel ends
+/// every update of such a map with `synchronize_rcu()` — 5 to 10 ms here — which
+/// breaks the sub-millisecond propagation budget.)
 #[btf_map]
 pub static LB_MAGLEV: Array<MaglevBlock, { MAGLEV_BLOCKS as usize }, { BPF_F_MMAPABLE as usize }> =
     Array::new();
