@@ -1,11 +1,12 @@
 //! Balance through the real agent: 3 backends weighted 1:1:2, 600 TCP connections from
 //! the client to the VIP; every connection gets a backend's name and each backend's
 //! share is within ±15 % (relative) of its weight's share. In dsr and nat, with the
-//! XDP program attached in native and in generic mode.
+//! XDP program attached in native and in generic mode, and over IPv6 (native).
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
+    agent::{Proto, Service},
     process::STOP_GRACE,
     scenario::{self, SHARE_TOLERANCE, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
@@ -84,6 +85,51 @@ fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
     );
 }
 
+/// The same over IPv6 (VIP fd77:0:0:k::c8), every host dual-stack.
+fn balance_v6(forwarding: Forwarding, subnet: u8) {
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(forwarding)
+        .subnet(subnet)
+        .ipv6(true)
+        .build()
+        .expect("building the topology");
+    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+        .expect("starting lb-testserver on every backend");
+    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let port = scenario::vip_port(forwarding, scenario::BACKEND_TCP_PORT, 80);
+    let service = Service::on(
+        &topo,
+        "web6",
+        Proto::Tcp,
+        true,
+        port,
+        &backends,
+        scenario::BACKEND_TCP_PORT,
+    );
+    let vip = service.vip;
+    let _agent =
+        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+
+    let client = topo.client();
+    let src = client.addr(true).expect("client IPv6 address");
+    let tally = traffic::tcp_names(&client.ns, src, 10_000, vip, CONNECTIONS, DEADLINE)
+        .expect("entering the client namespace");
+    let expected = scenario::expected(&backends);
+    println!(
+        "balance IPv6 {} native, {CONNECTIONS} TCP connections to {vip}:\n{}",
+        forwarding.as_str(),
+        tally.table(&expected)
+    );
+    if let Err(problems) = tally.check_shares(&expected, SHARE_TOLERANCE) {
+        panic!(
+            "IPv6 {}: expected all {CONNECTIONS} connections answered with shares 25/25/50 % ± {:.0} %:\n{problems}",
+            forwarding.as_str(),
+            100.0 * SHARE_TOLERANCE
+        );
+    }
+}
+
 #[test]
 fn balance_dsr_native() {
     balance(Forwarding::Dsr, "native", 11);
@@ -102,4 +148,14 @@ fn balance_dsr_generic() {
 #[test]
 fn balance_nat_generic() {
     balance(Forwarding::Nat, "generic", 14);
+}
+
+#[test]
+fn balance_v6_dsr_native() {
+    balance_v6(Forwarding::Dsr, 15);
+}
+
+#[test]
+fn balance_v6_nat_native() {
+    balance_v6(Forwarding::Nat, 16);
 }

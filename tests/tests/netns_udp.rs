@@ -1,4 +1,4 @@
-//! A UDP service through the real agent (nat): every datagram is answered by a backend,
+//! A UDP service through the real agent (nat, and dsr): every datagram is answered by a backend,
 //! through the VIP (the client's socket is connected to it), with shares following the
 //! weights, and one flow keeps its backend.
 
@@ -18,12 +18,12 @@ const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const FLOWS: usize = 600;
 const DEADLINE: Duration = Duration::from_secs(60);
 
-#[test]
-fn udp_nat_answers_every_datagram_by_weight() {
+fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
+    let mode = forwarding.as_str();
     let topo = Topology::builder()
         .backends(3)
-        .forwarding(Forwarding::Nat)
-        .subnet(21)
+        .forwarding(forwarding)
+        .subnet(subnet)
         .build()
         .expect("building the topology");
     let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
@@ -39,12 +39,12 @@ fn udp_nat_answers_every_datagram_by_weight() {
         .expect("entering the client namespace");
     let expected = scenario::expected(&backends);
     println!(
-        "udp nat native, {FLOWS} flows of one datagram to {vip}:\n{}",
+        "udp {mode} native, {FLOWS} flows of one datagram to {vip}:\n{}",
         tally.table(&expected)
     );
     if let Err(problems) = tally.check_shares(&expected, SHARE_TOLERANCE) {
         panic!(
-            "expected all {FLOWS} datagrams answered with shares 25/25/50 % ± {:.0} %:\n{problems}",
+            "udp {mode}: expected all {FLOWS} datagrams answered with shares 25/25/50 % ± {:.0} %:\n{problems}",
             100.0 * SHARE_TOLERANCE
         );
     }
@@ -58,8 +58,20 @@ fn udp_nat_answers_every_datagram_by_weight() {
     let first = answers[0].clone();
     assert!(
         answers.iter().all(|a| *a == first),
-        "every datagram of one flow should reach one backend, got {answers:?}"
+        "udp {mode}: every datagram of one flow should reach one backend, got {answers:?}"
     );
+}
+
+#[test]
+fn udp_nat_answers_every_datagram_by_weight() {
+    udp_by_weight(Forwarding::Nat, 21);
+}
+
+/// In dsr the backends answer from the VIP themselves (lb-testserver binds every local
+/// address, the VIP on `lo` included).
+#[test]
+fn udp_dsr_answers_every_datagram_by_weight() {
+    udp_by_weight(Forwarding::Dsr, 22);
 }
 
 fn one_flow(src: SocketAddr, dst: SocketAddr, count: usize) -> std::io::Result<Vec<String>> {
