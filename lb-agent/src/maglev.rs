@@ -184,8 +184,134 @@ impl PartialOrd for Turn {
     }
 }
 
+/// Seed of the failover walk (independent of the permutation hashes).
+const SEED_FAILOVER: u64 = 0x2545_f491_4f6c_dd1d;
+
+/// The live table from a home table and the set of backends that may take new flows.
+///
+/// `home` is [`build_table`] over every configured backend of the service (healthy or
+/// not). A slot whose home owner is active keeps it; any other slot visits home slots in
+/// a pseudo-random order derived from its index and takes the first active owner found.
+/// Consequences:
+/// - a health change moves exactly the slots of the backend that changed (1/N of the
+///   table for one of N equal backends) — fewer than a full Maglev rebuild moves;
+/// - a failed backend's slots spread over the active ones in proportion to their home
+///   shares, i.e. their weights;
+/// - the result depends only on `home` and the active set, not on history;
+/// - one pass over the table, `O(size / active share)`: about 0.1 ms for 65537 slots,
+///   so a verdict reaches the data plane well within a millisecond. (A full weighted
+///   Maglev build takes milliseconds at 100 backends; it runs only when the configured
+///   set or a weight changes.)
+///
+/// `active(id)` says whether a backend may take new flows. With no active backend
+/// every slot is [`NO_BACKEND`].
+pub fn failover_table(home: &[u32], active: impl Fn(u32) -> bool) -> Vec<u32> {
+    let size = home.len();
+    let mut out = vec![NO_BACKEND; size];
+    if !home.iter().any(|&id| id != NO_BACKEND && active(id)) {
+        return out;
+    }
+    for (slot, out_slot) in out.iter_mut().enumerate() {
+        let home_id = home[slot];
+        if home_id != NO_BACKEND && active(home_id) {
+            *out_slot = home_id;
+            continue;
+        }
+        // A walk over pseudo-random slots, independent of how the home table was
+        // filled, so the failed slots spread in proportion to the active shares.
+        let mut h = fmix64(slot as u64 ^ SEED_FAILOVER);
+        for _ in 0..4 * size {
+            let id = home[(h % size as u64) as usize];
+            if id != NO_BACKEND && active(id) {
+                *out_slot = id;
+                break;
+            }
+            h = fmix64(h.wrapping_add(SEED_FAILOVER));
+        }
+        if *out_slot == NO_BACKEND {
+            // Astronomically unlikely: fall back to the first active slot in order.
+            *out_slot = home
+                .iter()
+                .copied()
+                .find(|&id| id != NO_BACKEND && active(id))
+                .unwrap_or(NO_BACKEND);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn failover_moves_only_the_failed_backends_slots() {
+        let backends: Vec<MaglevBackend> = (1..=10)
+            .map(|id| MaglevBackend {
+                id,
+                key: u64::from(id) * 7_777,
+                weight: 1,
+            })
+            .collect();
+        let home = build_table(&backends, 65537);
+        let all = failover_table(&home, |_| true);
+        assert_eq!(
+            all, home,
+            "with everyone active the live table is the home table"
+        );
+        let without3 = failover_table(&home, |id| id != 3);
+        let moved = all.iter().zip(&without3).filter(|(a, b)| a != b).count();
+        let owned3 = home.iter().filter(|&&id| id == 3).count();
+        assert_eq!(moved, owned3, "only backend 3's slots may move");
+        assert!(!without3.contains(&3));
+        for id in (1..=10).filter(|&id| id != 3) {
+            let share = without3.iter().filter(|&&s| s == id).count() as f64 / 65537.0;
+            assert!(
+                (share - 1.0 / 9.0).abs() < 0.01,
+                "backend {id} holds {share:.4} of the slots, expected 1/9 within 1%"
+            );
+        }
+        let none = failover_table(&home, |_| false);
+        assert!(none.iter().all(|&s| s == NO_BACKEND));
+    }
+
+    #[test]
+    fn failover_keeps_weight_proportions() {
+        let backends = [
+            MaglevBackend {
+                id: 1,
+                key: 11,
+                weight: 1,
+            },
+            MaglevBackend {
+                id: 2,
+                key: 22,
+                weight: 1,
+            },
+            MaglevBackend {
+                id: 3,
+                key: 33,
+                weight: 2,
+            },
+            MaglevBackend {
+                id: 4,
+                key: 44,
+                weight: 4,
+            },
+        ];
+        let home = build_table(&backends, 65537);
+        let live = failover_table(&home, |id| id != 4);
+        let share = |id| live.iter().filter(|&&s| s == id).count() as f64 / 65537.0;
+        assert!(
+            (share(1) - 0.25).abs() < 0.01,
+            "weight 1 of 4 left: {}",
+            share(1)
+        );
+        assert!(
+            (share(3) - 0.5).abs() < 0.01,
+            "weight 2 of 4 left: {}",
+            share(3)
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -1,6 +1,12 @@
 //! Publishes the desired services into the data plane: service and backend ids, backend
 //! entries, Maglev tables, VIPs — writing only what changed.
 //!
+//! Tables: each service has a *home* table, weighted Maglev over all its configured
+//! backends (rebuilt only when that set or a weight changes), and a *live* table, the
+//! home table with the slots of backends that must not take new flows failed over to
+//! the others ([`maglev::failover_table`]). A health verdict therefore costs one pass
+//! over the table, not a Maglev rebuild, and moves only the changed backend's slots.
+//!
 //! Order matters so that no packet sees a half-made service: a new service gets its
 //! backends, then its table, then its VIP entry; a removed one loses its VIP first.
 
@@ -96,8 +102,13 @@ struct PublishedService {
     /// Last `LB_SERVICES` value written; `None` until the VIP is in the map.
     meta: Option<ServiceMeta>,
     backends: BTreeMap<SocketAddr, PublishedBackend>,
-    /// Sorted (id, weight) pairs of the table last published.
-    table_members: Vec<(u32, u32)>,
+    /// Backends the home table was built from (sorted), and the home table: weighted
+    /// Maglev over every configured backend, rebuilt only when that set changes.
+    home_members: Vec<MaglevBackend>,
+    home: Vec<u32>,
+    /// Sorted ids of the backends taking new flows, and the live table published.
+    active: Vec<u32>,
+    live: Vec<u32>,
 }
 
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
@@ -225,7 +236,10 @@ impl Publisher {
                     vip,
                     meta: None,
                     backends: BTreeMap::new(),
-                    table_members: Vec::new(),
+                    home_members: Vec::new(),
+                    home: Vec::new(),
+                    active: Vec::new(),
+                    live: Vec::new(),
                 },
             );
         }
@@ -248,8 +262,10 @@ impl Publisher {
             report.backends_written += 1;
         }
 
-        let mut members = Vec::new();
-        let mut maglev_input = Vec::new();
+        // Home table: every configured backend with its weight (healthy or not); live
+        // table: the home table with inactive backends' slots failed over.
+        let mut home_input = Vec::new();
+        let mut active = Vec::new();
         for b in &want.backends {
             let published = match svc.backends.entry(b.addr) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -267,20 +283,28 @@ impl Publisher {
                 published.entry = Some(entry);
                 report.backends_written += 1;
             }
-            if b.role == Role::Active && b.mac.is_some() && b.weight > 0 {
-                members.push((published.id, b.weight));
-                maglev_input.push(MaglevBackend {
+            if b.weight > 0 {
+                home_input.push(MaglevBackend {
                     id: published.id,
                     key: maglev::stable_key(&b.addr),
                     weight: b.weight,
                 });
+                if b.role == Role::Active && b.mac.is_some() {
+                    active.push(published.id);
+                }
             }
         }
-        members.sort_unstable();
-        if members != svc.table_members || is_new {
-            let table = maglev::build_table(&maglev_input, MAGLEV_RING_SIZE);
-            dp.publish_table(svc.id, &table)?;
-            svc.table_members = members;
+        home_input.sort_unstable_by_key(|m| (m.id, m.key, m.weight));
+        active.sort_unstable();
+        let home_changed = home_input != svc.home_members;
+        if home_changed {
+            svc.home = maglev::build_table(&home_input, MAGLEV_RING_SIZE);
+            svc.home_members = home_input;
+        }
+        if home_changed || active != svc.active || is_new {
+            svc.live = live_table(&svc.home, &active);
+            dp.publish_table(svc.id, &svc.live)?;
+            svc.active = active;
             report.tables_published += 1;
         }
 
@@ -288,8 +312,7 @@ impl Publisher {
         if vip != svc.vip {
             dp.remove_service(&svc.vip, svc.id)?;
             // remove_service emptied the table; put the current one back.
-            let table = maglev::build_table(&maglev_input, MAGLEV_RING_SIZE);
-            dp.publish_table(svc.id, &table)?;
+            dp.publish_table(svc.id, &svc.live)?;
             svc.vip = vip;
             svc.meta = None;
         }
@@ -300,6 +323,19 @@ impl Publisher {
         }
         Ok(())
     }
+}
+
+/// The home table with the slots of inactive backends failed over to active ones.
+fn live_table(home: &[u32], active: &[u32]) -> Vec<u32> {
+    let mut is_active = vec![false; MAX_BACKENDS as usize];
+    for &id in active {
+        if let Some(flag) = is_active.get_mut(id as usize) {
+            *flag = true;
+        }
+    }
+    maglev::failover_table(home, |id| {
+        is_active.get(id as usize).copied().unwrap_or(false)
+    })
 }
 
 fn retired(mut entry: Backend) -> Backend {
@@ -522,6 +558,30 @@ mod tests {
         assert!(dp.service(&vip_key(svc.vip, IPPROTO_TCP)).is_none());
         assert_eq!(dp.backends[&1].flags & BACKEND_F_LIVE, 0);
         assert_eq!(p.service_id("web"), None);
+    }
+
+    #[test]
+    fn a_health_change_moves_only_that_backends_slots() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let all: Vec<DesiredBackend> = (1..=10)
+            .map(|i| backend(&format!("10.0.1.{i}:80"), 1, Role::Active))
+            .collect();
+        p.apply(&[web(all.clone())], &mut dp).unwrap();
+        let before = dp.tables[&0].clone();
+        let mut one_down = all.clone();
+        one_down[2].role = Role::Removed;
+        p.apply(&[web(one_down)], &mut dp).unwrap();
+        let after = dp.tables[&0].clone();
+        let id = p.backend_id("web", &all[2].addr).unwrap();
+        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+        let owned = before.iter().filter(|&&s| s == id).count();
+        assert_eq!(moved, owned, "only the failed backend's slots may move");
+        p.apply(&[web(all)], &mut dp).unwrap();
+        assert_eq!(
+            dp.tables[&0], before,
+            "recovery restores the home table exactly"
+        );
     }
 
     #[test]

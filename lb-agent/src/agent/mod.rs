@@ -74,6 +74,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     transitions: u64,
     passive: BTreeMap<String, u64>,
+    /// State changed since the last snapshot (built off the verdict path).
+    snapshot_dirty: bool,
 }
 
 /// Channels the caller drives the agent with.
@@ -104,6 +106,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             propagation: Histogram::default(),
             transitions: 0,
             passive: BTreeMap::new(),
+            snapshot_dirty: true,
         };
         (
             agent,
@@ -575,14 +578,23 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         if report.tables_published + report.backends_written + report.services_written > 0 {
             self.propagation.observe(started.elapsed().as_secs_f64());
         }
-        self.publish_snapshot();
+        self.snapshot_dirty = true;
         Ok(())
     }
 
-    /// Rebuilds the operator's snapshot (also call it periodically for fresh counters).
+    /// Rebuilds the operator's snapshot (call it periodically for fresh counters).
     pub fn publish_snapshot(&mut self) {
         let snap = snapshot::build(self);
         let _ = self.snapshot_tx.send(Arc::new(snap));
+        self.snapshot_dirty = false;
+    }
+
+    /// Rebuilds the snapshot if state changed since the last one (call it after each
+    /// event, off the verdict-to-maps path).
+    pub fn flush_snapshot(&mut self) {
+        if self.snapshot_dirty {
+            self.publish_snapshot();
+        }
     }
 
     /// The propagation histogram (verdict to maps written).

@@ -73,6 +73,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
+    agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
     if let Some(listen) = cfg.agent.api_listen {
@@ -147,6 +148,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         if let Err(err) = result {
             warn!(error = %err, "publishing to the data plane failed");
         }
+        agent.flush_snapshot();
     }
     info!("shutting down: detaching XDP");
     drop(agent);

@@ -28,8 +28,13 @@ use lb_common::{
 
 use super::DataplaneError;
 
-/// Minimum time between a flip and the next write into the table it retired.
-pub const GRACE: Duration = Duration::from_millis(1);
+/// Minimum time between a flip and the next write into the table it retired. A packet
+/// holds the generation it read for the few nanoseconds until it reads its slot, in
+/// softirq context that is not preempted (on non-RT kernels), so 100 µs is a margin of
+/// three orders of magnitude. Even a reader stalled past it would read one whole `u32`
+/// slot of a newer table (aligned stores are atomic): a valid backend id, or
+/// `NO_BACKEND` (dropped and counted) — never a torn value.
+pub const GRACE: Duration = Duration::from_micros(100);
 
 /// A shared read-write mapping of an mmapable BPF array, unmapped on drop.
 struct Mapping {
@@ -133,9 +138,11 @@ impl MaglevTables {
                 expected: MAGLEV_RING_SIZE,
             });
         }
-        let since = self.last_flip[service_id as usize].elapsed();
-        if since < GRACE {
-            std::thread::sleep(GRACE - since);
+        // Spin rather than sleep: the wait is at most GRACE, and a sleeping thread can
+        // wait milliseconds for a busy CPU.
+        let flipped = self.last_flip[service_id as usize];
+        while flipped.elapsed() < GRACE {
+            std::hint::spin_loop();
         }
         let next = self.live_generation(service_id) ^ 1;
         let offset = table_offset(service_id, next);

@@ -12,13 +12,17 @@ use std::{
     fmt::Write as _,
     net::{IpAddr, SocketAddr},
     path::PathBuf,
+    sync::Arc,
     time::Duration,
 };
 
 use anyhow::{Context, bail};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use lb_agent::{
+    agent::{Agent, Environment, StaticNeighbors},
+    config::ProbeConfig,
     dataplane::{BpfDataplane, Dataplane},
+    probe::{ProbeOutcome, ProbeReport, Prober, ServerKey},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role},
 };
 use lb_common::{IPPROTO_TCP, REFLECT_PROGRAM_NAME, counters};
@@ -163,8 +167,118 @@ fn main() -> anyhow::Result<()> {
         c[counters::FLOW_HIT as usize],
         c[counters::PASS_NOT_VIP as usize],
     );
-    write_report(&out_dir, &results)?;
+    let propagation = propagation_bench()?;
+    write_report(&out_dir, &results, &propagation)?;
     Ok(())
+}
+
+/// Verdict -> maps written, through the real agent on the real maps: one nat service
+/// with [`PROPAGATION_SERVERS`] servers; each round one server's probe fails and then
+/// passes again (two transitions, two publishes).
+const PROPAGATION_SERVERS: usize = 100;
+const PROPAGATION_ROUNDS: usize = 500;
+
+struct Propagation {
+    samples: Vec<Duration>,
+}
+
+impl Propagation {
+    fn quantile(&self, q: f64) -> Duration {
+        let mut s = self.samples.clone();
+        s.sort();
+        s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]
+    }
+}
+
+/// A prober that never answers: the benchmark feeds verdicts itself.
+struct SilentProber;
+
+impl Prober for SilentProber {
+    fn probe(
+        &self,
+        _cfg: &ProbeConfig,
+        _target: SocketAddr,
+    ) -> impl Future<Output = ProbeOutcome> + Send {
+        std::future::pending()
+    }
+}
+
+fn propagation_bench() -> anyhow::Result<Propagation> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut text = String::from(
+            "[[service]]\nname = \"web\"\nvip = \"10.9.4.100:80\"\nsnat_ip = \"10.9.4.2\"\n\
+             [[service.probe]]\ntype = \"tcp\"\ninterval = \"1h\"\n",
+        );
+        for i in 0..PROPAGATION_SERVERS {
+            text.push_str(&format!(
+                "[[service.server]]\naddress = \"10.9.{}.{}:8080\"\n",
+                5 + i / 250,
+                1 + i % 250
+            ));
+        }
+        let cfg = lb_agent::config::parse(&text, std::path::Path::new("bench.toml"))?;
+        let dp = BpfDataplane::load()?;
+        let neighbors = StaticNeighbors {
+            default: Some([2, 0, 0, 0, 0, 9]),
+            ..StaticNeighbors::default()
+        };
+        let (mut agent, _handles) = Agent::new(
+            dp,
+            Arc::new(SilentProber),
+            Arc::new(neighbors),
+            Environment::default(),
+        );
+        agent.apply_config(&cfg).await?;
+        let service = 0; // the first (only) service gets key 0
+        let mut samples = Vec::with_capacity(2 * PROPAGATION_ROUNDS);
+        for round in 0..PROPAGATION_ROUNDS {
+            let addr = cfg.services[0].servers[round % PROPAGATION_SERVERS].address.clone();
+            let lb_agent::config::ServerAddress::Socket(addr) = addr else {
+                bail!("bench servers are addresses");
+            };
+            for ok in [false, true] {
+                let outcome = if ok {
+                    ProbeOutcome::pass(Duration::from_millis(1), "bench")
+                } else {
+                    ProbeOutcome::fail(Duration::from_millis(1), "bench")
+                };
+                let report = ProbeReport {
+                    server: ServerKey { service, addr },
+                    probe: 0,
+                    outcome,
+                    at: tokio::time::Instant::now(),
+                };
+                let before = agent.propagation().count;
+                let t = std::time::Instant::now();
+                agent.on_probe_report(report)?;
+                let spent = t.elapsed();
+                if agent.propagation().count != before + 1 {
+                    bail!("round {round}: the verdict did not reach the maps");
+                }
+                samples.push(spent);
+            }
+        }
+        let h = agent.propagation();
+        println!(
+            "agent histogram (verdict -> maps written): count {} p50 <= {:?}s p99 <= {:?}s mean {:.1}us",
+            h.count,
+            h.quantile_bound(0.5),
+            h.quantile_bound(0.99),
+            h.sum / h.count as f64 * 1e6
+        );
+        let p = Propagation { samples };
+        println!(
+            "propagation, {PROPAGATION_SERVERS} servers, {} verdicts: p50 {:?}  p99 {:?}  max {:?}",
+            p.samples.len(),
+            p.quantile(0.5),
+            p.quantile(0.99),
+            p.quantile(1.0)
+        );
+        Ok(p)
+    })
 }
 
 fn parse_out() -> anyhow::Result<PathBuf> {
@@ -293,7 +407,11 @@ fn forwarded_to(frame: &[u8]) -> anyhow::Result<(SocketAddr, u16)> {
     Ok((SocketAddr::new(dst, dport), sport))
 }
 
-fn write_report(dir: &std::path::Path, results: &[Measured]) -> anyhow::Result<()> {
+fn write_report(
+    dir: &std::path::Path,
+    results: &[Measured],
+    propagation: &Propagation,
+) -> anyhow::Result<()> {
     let mut md =
         String::from("| case | lb ns/packet | floor ns/packet | ratio |\n|---|---:|---:|---:|\n");
     for m in results {
@@ -306,6 +424,15 @@ fn write_report(dir: &std::path::Path, results: &[Measured]) -> anyhow::Result<(
             m.program_ns / m.floor_ns
         );
     }
+    let _ = writeln!(
+        md,
+        "\nPropagation (verdict -> maps written), {PROPAGATION_SERVERS} servers, {} verdicts: \
+         p50 {:?}, p99 {:?}, max {:?}",
+        propagation.samples.len(),
+        propagation.quantile(0.5),
+        propagation.quantile(0.99),
+        propagation.quantile(1.0)
+    );
     std::fs::write(dir.join("xdp.md"), &md)?;
     println!("\nwritten {}", dir.join("xdp.md").display());
     Ok(())
