@@ -57,6 +57,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         config::XdpMode::Native => AttachMode::Native,
         config::XdpMode::Generic => AttachMode::Generic,
     });
+    // Handlers first: a SIGHUP right after "ready" must reload, not kill us.
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     let mut dp = BpfDataplane::load_and_attach(&interface, mode)
         .with_context(|| format!("attaching to {interface}"))?;
     let mut events = dp.take_events().transpose()?;
@@ -99,9 +103,6 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         "lb-agent ready"
     );
 
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
     loop {
