@@ -139,6 +139,9 @@ pub struct AgentConfig {
     pub api_listen: String,
     /// Extra `key = value` lines for the `[agent]` table.
     pub agent_extra: Vec<String>,
+    /// `agent.pin_path`; `""` (the default) turns pinning off so that concurrent tests
+    /// never share maps. Restart tests set a per-test bpffs directory.
+    pub pin_path: String,
 }
 
 impl AgentConfig {
@@ -147,16 +150,17 @@ impl AgentConfig {
             services,
             api_listen: API_LISTEN.to_owned(),
             agent_extra: Vec::new(),
+            pin_path: String::new(),
         }
     }
 
-    /// The TOML text. Pinning stays off so that concurrent tests never share maps.
+    /// The TOML text.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "[agent]");
         let _ = writeln!(out, "interface = {:?}", HOST_IF);
         let _ = writeln!(out, "api_listen = {:?}", self.api_listen);
-        let _ = writeln!(out, "pin_path = \"\"");
+        let _ = writeln!(out, "pin_path = {:?}", self.pin_path);
         for line in &self.agent_extra {
             let _ = writeln!(out, "{line}");
         }
