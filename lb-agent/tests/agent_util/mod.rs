@@ -1,0 +1,419 @@
+//! The whole agent under paused time, for the `agent_*` tests: a scripted prober, the
+//! in-memory data plane, and a driver loop that mirrors `lb-agent run` (reports, ticks,
+//! stats polling, MAC retries). Helpers read back what the data plane holds by address.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lb_agent::agent::{Agent, Environment, Handles, Neighbors, StaticNeighbors};
+use lb_agent::api::{AdminChange, AdminError, AdminRequest};
+use lb_agent::config::{self, Config, ProbeConfig};
+use lb_agent::dataplane::memory::MemoryDataplane;
+use lb_agent::probe::{ProbeOutcome, Prober};
+use lb_agent::publish::{addr_words, vip_key};
+use lb_agent::status::{ServerStatus, ServiceStatus, Snapshot};
+use lb_common::maps::BACKEND_F_LIVE;
+use lb_common::{MAGLEV_RING_SIZE, NO_BACKEND};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Interval, MissedTickBehavior, interval, sleep, sleep_until};
+
+/// The MAC every backend resolves to unless a test says otherwise.
+pub const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+/// Same as `lb-agent run`: how often unknown MACs are retried and counters polled.
+const MAC_RETRY: Duration = Duration::from_secs(2);
+const STATS_EVERY: Duration = Duration::from_millis(500);
+
+pub fn sa(s: &str) -> SocketAddr {
+    s.parse()
+        .unwrap_or_else(|_| panic!("`{s}` is not an address"))
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// How a scripted server answers its probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Passes at once.
+    Pass,
+    /// Fails at once, as a refused connection does.
+    Refuse,
+    /// Never answers: the probe fails when its timeout elapses.
+    Silent,
+}
+
+/// One probe execution as the scripted prober saw it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub target: SocketAddr,
+    pub probe: String,
+    pub interval: Duration,
+    pub started: Instant,
+    pub verdict: Verdict,
+}
+
+/// A [`Prober`] whose servers answer as the test says (`Pass` when not told).
+#[derive(Default)]
+pub struct Scripted {
+    verdicts: Mutex<HashMap<SocketAddr, Verdict>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Scripted {
+    pub fn set(&self, target: SocketAddr, verdict: Verdict) {
+        self.verdicts.lock().unwrap().insert(target, verdict);
+    }
+
+    fn verdict(&self, target: SocketAddr) -> Verdict {
+        self.verdicts
+            .lock()
+            .unwrap()
+            .get(&target)
+            .copied()
+            .unwrap_or(Verdict::Pass)
+    }
+
+    /// Every probe started so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Probes of `target` started at or after `since`.
+    pub fn calls_to(&self, target: SocketAddr, since: Instant) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.target == target && c.started >= since)
+            .collect()
+    }
+}
+
+impl Prober for Scripted {
+    async fn probe(&self, cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
+        let verdict = self.verdict(target);
+        self.calls.lock().unwrap().push(Call {
+            target,
+            probe: cfg.name.clone(),
+            interval: cfg.interval,
+            started: Instant::now(),
+            verdict,
+        });
+        match verdict {
+            Verdict::Pass => ProbeOutcome::pass(Duration::ZERO, "status 200"),
+            Verdict::Refuse => ProbeOutcome::fail(Duration::ZERO, "connection refused"),
+            Verdict::Silent => {
+                sleep(cfg.timeout).await;
+                ProbeOutcome::timed_out(cfg.timeout)
+            }
+        }
+    }
+}
+
+/// Neighbours whose table the test fills in while the agent runs.
+#[derive(Default)]
+pub struct LearnedNeighbors {
+    pub table: Mutex<HashMap<IpAddr, [u8; 6]>>,
+}
+
+impl LearnedNeighbors {
+    pub fn learn(&self, ip: IpAddr, mac: [u8; 6]) {
+        self.table.lock().unwrap().insert(ip, mac);
+    }
+}
+
+impl Neighbors for LearnedNeighbors {
+    async fn resolve(&self, ip: IpAddr) -> Result<[u8; 6], String> {
+        self.table
+            .lock()
+            .unwrap()
+            .get(&ip)
+            .copied()
+            .ok_or_else(|| format!("no MAC learned for {ip}"))
+    }
+}
+
+/// Parses config text; panics with the error.
+pub fn parse(text: &str) -> Config {
+    config::parse(text, Path::new("agent-test.toml"))
+        .unwrap_or_else(|e| panic!("test config must parse: {e}\n--- text ---\n{text}"))
+}
+
+/// A `web` service on 10.0.0.100:80 (nat): `extra` lines for `[[service]]`, then `rest`
+/// (servers and probes).
+pub fn web(extra: &str, rest: &str) -> String {
+    format!(
+        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nsnat_ip = \"10.0.0.2\"\n{extra}\n{rest}"
+    )
+}
+
+/// `[[service.server]]` blocks for the given addresses, each with `extra` lines.
+pub fn servers(list: &[(&str, &str)]) -> String {
+    list.iter()
+        .map(|(addr, extra)| format!("[[service.server]]\naddress = \"{addr}\"\n{extra}\n"))
+        .collect()
+}
+
+/// The agent over [`MemoryDataplane`], [`Scripted`] and neighbours `N`, and the loop of
+/// `lb-agent run` around it.
+pub struct Harness<N: Neighbors = StaticNeighbors> {
+    pub agent: Agent<MemoryDataplane, Scripted, N>,
+    pub handles: Handles,
+    pub prober: Arc<Scripted>,
+    pub neighbors: Arc<N>,
+    /// The configuration last applied (VIPs of services for lookups).
+    pub cfg: Config,
+    stats: Interval,
+    mac_retry: Interval,
+}
+
+impl Harness<StaticNeighbors> {
+    /// The agent running `text`, every backend resolving to [`MAC`].
+    pub async fn start(text: &str) -> Self {
+        let neighbors = StaticNeighbors {
+            default: Some(MAC),
+            ..Default::default()
+        };
+        Harness::with_neighbors(text, neighbors).await
+    }
+}
+
+impl<N: Neighbors> Harness<N> {
+    pub async fn with_neighbors(text: &str, neighbors: N) -> Self {
+        let cfg = parse(text);
+        let prober = Arc::new(Scripted::default());
+        let neighbors = Arc::new(neighbors);
+        let (mut agent, handles) = Agent::new(
+            MemoryDataplane::default(),
+            prober.clone(),
+            neighbors.clone(),
+            Environment::default(),
+        );
+        agent
+            .apply_config(&cfg)
+            .await
+            .expect("publishing the first config into memory cannot fail");
+        agent.flush_snapshot();
+        let mut stats = interval(STATS_EVERY);
+        stats.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut mac_retry = interval(MAC_RETRY);
+        mac_retry.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Harness {
+            agent,
+            handles,
+            prober,
+            neighbors,
+            cfg,
+            stats,
+            mac_retry,
+        }
+    }
+
+    /// Applies a new configuration, as SIGHUP does.
+    pub async fn reload(&mut self, text: &str) {
+        let cfg = parse(text);
+        self.agent
+            .apply_config(&cfg)
+            .await
+            .expect("publishing a reloaded config into memory cannot fail");
+        self.agent.flush_snapshot();
+        self.cfg = cfg;
+    }
+
+    pub fn set(&self, target: SocketAddr, verdict: Verdict) {
+        self.prober.set(target, verdict);
+    }
+
+    /// One turn of the `lb-agent run` loop (then the snapshot is brought up to date, as
+    /// there); `false` once `end` has come.
+    async fn step(&mut self, end: Instant) -> bool {
+        let more = self.turn(end).await;
+        self.agent.flush_snapshot();
+        more
+    }
+
+    async fn turn(&mut self, end: Instant) -> bool {
+        let deadline = self.agent.next_deadline();
+        let unknown_macs = self.agent.has_unknown_macs();
+        tokio::select! {
+            biased;
+            Some(report) = self.handles.reports.recv() => {
+                self.agent.on_probe_report(report).expect("memory publishing cannot fail");
+            }
+            _ = sleep_until_opt(deadline) => {
+                self.agent.on_tick(Instant::now()).expect("memory publishing cannot fail");
+            }
+            _ = self.stats.tick() => {
+                self.agent.poll_stats();
+                self.agent.publish_snapshot();
+            }
+            _ = self.mac_retry.tick(), if unknown_macs => {
+                self.agent.retry_macs().await.expect("memory publishing cannot fail");
+            }
+            _ = sleep_until(end) => return false,
+        }
+        true
+    }
+
+    /// Runs the loop for `d` of simulated time.
+    pub async fn run_for(&mut self, d: Duration) {
+        let end = Instant::now() + d;
+        while self.step(end).await {}
+    }
+
+    /// Runs the loop until `cond` holds (checked after every turn) or `limit` passes;
+    /// returns how long it took, `None` at the limit.
+    pub async fn run_until(
+        &mut self,
+        limit: Duration,
+        mut cond: impl FnMut(&Self) -> bool,
+    ) -> Option<Duration> {
+        let start = Instant::now();
+        let end = start + limit;
+        if cond(self) {
+            return Some(Duration::ZERO);
+        }
+        while self.step(end).await {
+            if cond(self) {
+                return Some(Instant::now() - start);
+            }
+        }
+        None
+    }
+
+    /// A runtime change as the API hands it to the agent; the agent's answer.
+    pub async fn admin(
+        &mut self,
+        service: &str,
+        address: &str,
+        change: AdminChange,
+    ) -> Result<(), AdminError> {
+        let (reply, answer) = oneshot::channel();
+        self.agent
+            .on_admin(AdminRequest {
+                service: service.into(),
+                address: address.into(),
+                change,
+                reply,
+            })
+            .await;
+        self.agent.flush_snapshot();
+        answer.await.expect("the agent answers every admin request")
+    }
+
+    /// Data-plane id of `service` (through its VIP entry).
+    pub fn service_id(&self, service: &str) -> Option<u32> {
+        let svc = self
+            .cfg
+            .services
+            .iter()
+            .find(|s| s.name == service)
+            .unwrap_or_else(|| panic!("no service `{service}` in the test config"));
+        let key = vip_key(svc.vip, svc.protocol.ip_proto());
+        self.agent
+            .dataplane()
+            .service(&key)
+            .map(|meta| meta.service_id)
+    }
+
+    /// Backend ids whose entry names `addr` in `service` (a removed and re-added server
+    /// has several: the retired one and the new one).
+    pub fn backend_ids(&self, service: &str, addr: SocketAddr) -> Vec<u32> {
+        let Some(sid) = self.service_id(service) else {
+            return Vec::new();
+        };
+        let (words, family) = addr_words(addr.ip());
+        self.agent
+            .dataplane()
+            .backends
+            .iter()
+            .filter(|(_, b)| {
+                b.service_id == sid
+                    && b.addr == words
+                    && b.family == family
+                    && b.port == addr.port().to_be()
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The service's published Maglev table (empty if none).
+    pub fn table(&self, service: &str) -> Vec<u32> {
+        self.service_id(service)
+            .and_then(|sid| self.agent.dataplane().tables.get(&sid).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Slots of `service`'s table that send new flows to `addr`.
+    pub fn slots(&self, service: &str, addr: SocketAddr) -> usize {
+        let ids = self.backend_ids(service, addr);
+        self.table(service)
+            .iter()
+            .filter(|s| **s != NO_BACKEND && ids.contains(s))
+            .count()
+    }
+
+    /// `slots` as a share of the table.
+    pub fn share(&self, service: &str, addr: SocketAddr) -> f64 {
+        self.slots(service, addr) as f64 / f64::from(MAGLEV_RING_SIZE)
+    }
+
+    /// Slots that hold no backend.
+    pub fn empty_slots(&self, service: &str) -> usize {
+        self.table(service)
+            .iter()
+            .filter(|s| **s == NO_BACKEND)
+            .count()
+    }
+
+    /// Some backend entry of `addr` in `service` carries `BACKEND_F_LIVE` (pinned flows
+    /// may use it).
+    pub fn live(&self, service: &str, addr: SocketAddr) -> bool {
+        let dp = self.agent.dataplane();
+        self.backend_ids(service, addr)
+            .iter()
+            .any(|id| dp.backends[id].flags & BACKEND_F_LIVE != 0)
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.handles.snapshot.borrow().clone()
+    }
+
+    pub fn service_status(&self, service: &str) -> ServiceStatus {
+        self.snapshot()
+            .services
+            .iter()
+            .find(|s| s.name == service)
+            .cloned()
+            .unwrap_or_else(|| panic!("no service `{service}` in the snapshot"))
+    }
+
+    pub fn server_status(&self, service: &str, addr: SocketAddr) -> ServerStatus {
+        let address = addr.to_string();
+        self.service_status(service)
+            .servers
+            .into_iter()
+            .find(|s| s.address == address)
+            .unwrap_or_else(|| panic!("no server {addr} of `{service}` in the snapshot"))
+    }
+
+    /// The server's state in the snapshot (`up`, `checking`, `unhealthy`, …).
+    pub fn state(&self, service: &str, addr: SocketAddr) -> String {
+        self.server_status(service, addr).state
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
