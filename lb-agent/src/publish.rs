@@ -11,7 +11,7 @@
 //! backends, then its table, then its VIP entry; a removed one loses its VIP first.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     ops::RangeInclusive,
     time::{Duration, Instant},
@@ -23,7 +23,7 @@ use lb_common::{
 };
 
 use crate::{
-    dataplane::{Dataplane, DataplaneError},
+    dataplane::{Dataplane, DataplaneError, PublishedState},
     maglev::{self, MaglevBackend},
 };
 
@@ -141,6 +141,24 @@ impl IdPool {
     fn give_back(&mut self, id: u32) {
         self.freed.push_back(id);
     }
+
+    /// Marks `id` as taken (adopting a previous run's assignment).
+    fn reserve(&mut self, id: u32) {
+        if id >= self.next && id < self.end {
+            self.freed.extend(self.next..id);
+            self.next = id + 1;
+        } else {
+            self.freed.retain(|&f| f != id);
+        }
+    }
+}
+
+/// A service found in pinned maps, not yet matched to the configuration.
+#[derive(Debug)]
+struct AdoptedService {
+    id: u32,
+    meta: ServiceMeta,
+    backends: BTreeMap<SocketAddr, (u32, Backend)>,
 }
 
 /// The data-plane state the agent has published, and the diffing publisher.
@@ -149,11 +167,17 @@ pub struct Publisher {
     services: BTreeMap<String, PublishedService>,
     service_ids: IdPool,
     backend_ids: IdPool,
+    /// Published by a previous run (pinned maps), keyed by VIP; matched on first apply.
+    adopted: HashMap<VipKey, AdoptedService>,
+    /// Backend ids of a previous run that belong to no service; freed on first apply.
+    orphans: Vec<u32>,
 }
 
 impl Default for Publisher {
     fn default() -> Self {
         Self {
+            adopted: HashMap::new(),
+            orphans: Vec::new(),
             services: BTreeMap::new(),
             service_ids: IdPool::new(0, MAX_SERVICES),
             backend_ids: IdPool::new(1, MAX_BACKENDS),
@@ -162,6 +186,43 @@ impl Default for Publisher {
 }
 
 impl Publisher {
+    /// Takes over what a previous run published (pinned maps): services are matched to
+    /// the configuration by VIP, backends by address, and keep their ids, so flows pinned
+    /// before the restart still find their backends. Call before the first `apply`.
+    pub fn adopt(&mut self, state: &PublishedState) {
+        for (vip, meta) in &state.services {
+            self.service_ids.reserve(meta.service_id);
+            self.adopted.insert(
+                *vip,
+                AdoptedService {
+                    id: meta.service_id,
+                    meta: *meta,
+                    backends: BTreeMap::new(),
+                },
+            );
+        }
+        for (id, b) in &state.backends {
+            self.backend_ids.reserve(*id);
+            let addr = SocketAddr::new(words_addr(b.addr, b.family), u16::from_be(b.port));
+            match self.adopted.values_mut().find(|s| s.id == b.service_id) {
+                Some(svc) => {
+                    svc.backends.insert(addr, (*id, *b));
+                }
+                // A backend retired by the previous run: its id stays reserved until
+                // the first apply gives it back (below).
+                None => self.orphans.push(*id),
+            }
+        }
+    }
+
+    /// Whether a backend was carrying traffic (live) when a previous run stopped;
+    /// `None` if it was not published then.
+    pub fn adopted_live(&self, vip: SocketAddr, proto: u8, addr: SocketAddr) -> Option<bool> {
+        let svc = self.adopted.get(&vip_key(vip, proto))?;
+        let (_, b) = svc.backends.get(&addr)?;
+        Some(b.flags & BACKEND_F_LIVE != 0)
+    }
+
     /// Data-plane id of a service.
     pub fn service_id(&self, service: &str) -> Option<u32> {
         self.services.get(service).map(|s| s.id)
@@ -213,6 +274,19 @@ impl Publisher {
         for want in desired {
             self.apply_service(want, dp, &mut report)?;
         }
+        // What a previous run published that the configuration no longer has.
+        for (vip, svc) in std::mem::take(&mut self.adopted) {
+            dp.remove_service(&vip, svc.id)?;
+            for (id, b) in svc.backends.into_values() {
+                dp.set_backend(id, &retired(b))?;
+                self.backend_ids.give_back(id);
+                report.backends_written += 1;
+            }
+            self.service_ids.give_back(svc.id);
+        }
+        for id in std::mem::take(&mut self.orphans) {
+            self.backend_ids.give_back(id);
+        }
         report.elapsed = start.elapsed();
         Ok(report)
     }
@@ -224,6 +298,27 @@ impl Publisher {
         report: &mut ApplyReport,
     ) -> Result<(), PublishError> {
         let vip = vip_key(want.vip, want.proto);
+        if !self.services.contains_key(&want.name)
+            && let Some(prev) = self.adopted.remove(&vip)
+        {
+            self.services.insert(
+                want.name.clone(),
+                PublishedService {
+                    id: prev.id,
+                    vip,
+                    meta: Some(prev.meta),
+                    backends: prev
+                        .backends
+                        .into_iter()
+                        .map(|(addr, (id, b))| (addr, PublishedBackend { id, entry: Some(b) }))
+                        .collect(),
+                    home_members: Vec::new(),
+                    home: Vec::new(),
+                    active: Vec::new(),
+                    live: Vec::new(),
+                },
+            );
+        }
         if !self.services.contains_key(&want.name) {
             let id = self
                 .service_ids
@@ -355,6 +450,19 @@ pub fn addr_words(ip: IpAddr) -> ([u32; 4], u8) {
             }
             (w, FAMILY_V6)
         }
+    }
+}
+
+/// The address held in network-order words (inverse of [`addr_words`]).
+pub fn words_addr(words: [u32; 4], family: u8) -> IpAddr {
+    if family == FAMILY_V6 {
+        let mut o = [0u8; 16];
+        for (i, w) in words.iter().enumerate() {
+            o[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        IpAddr::from(o)
+    } else {
+        IpAddr::from(words[0].to_ne_bytes())
     }
 }
 
@@ -582,6 +690,59 @@ mod tests {
             dp.tables[&0], before,
             "recovery restores the home table exactly"
         );
+    }
+
+    #[test]
+    fn adoption_keeps_ids_and_rewrites_nothing_that_is_unchanged() {
+        let mut dp = MemoryDataplane::default();
+        let mut first = Publisher::default();
+        let svc = web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Removed),
+        ]);
+        let gone = DesiredService {
+            name: "old".into(),
+            vip: "10.0.0.101:80".parse().unwrap(),
+            nat: None,
+            ..web(vec![backend("10.0.2.1:80", 1, Role::Active)])
+        };
+        first.apply(&[svc.clone(), gone.clone()], &mut dp).unwrap();
+        let state = PublishedState {
+            services: dp.services.values().copied().collect(),
+            backends: dp.backends.iter().map(|(id, b)| (*id, *b)).collect(),
+        };
+
+        let mut second = Publisher::default();
+        second.adopt(&state);
+        assert_eq!(
+            second.adopted_live(svc.vip, IPPROTO_TCP, "10.0.1.1:80".parse().unwrap()),
+            Some(true)
+        );
+        assert_eq!(
+            second.adopted_live(svc.vip, IPPROTO_TCP, "10.0.1.2:80".parse().unwrap()),
+            Some(false)
+        );
+        dp.log.clear();
+        second.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        for addr in ["10.0.1.1:80", "10.0.1.2:80"] {
+            let addr = addr.parse().unwrap();
+            assert_eq!(
+                second.backend_id("web", &addr),
+                first.backend_id("web", &addr)
+            );
+        }
+        assert!(
+            !dp.log
+                .iter()
+                .any(|w| matches!(w, Write::Backend(id) if *id <= 2)),
+            "unchanged adopted backends must not be rewritten: {:?}",
+            dp.log
+        );
+        assert!(
+            dp.service(&vip_key(gone.vip, IPPROTO_TCP)).is_none(),
+            "a service no longer configured is removed"
+        );
+        assert_eq!(dp.backends[&3].flags & BACKEND_F_LIVE, 0);
     }
 
     #[test]

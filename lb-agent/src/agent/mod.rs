@@ -7,6 +7,7 @@
 //! against [`crate::dataplane::memory::MemoryDataplane`].
 
 mod neighbors;
+mod resolve;
 mod server;
 mod snapshot;
 
@@ -29,7 +30,7 @@ use server::{Configured, ServerRt};
 
 use crate::{
     api::{AdminChange, AdminError, AdminRequest, EVENT_LOG_LEN, EventLog},
-    config::{BackupLevel, Config, Forwarding, Protocol, ServerAddress, ServiceConfig},
+    config::{Config, Forwarding, Protocol, ServiceConfig},
     dataplane::Dataplane,
     health::{PassivePolicy, ServerHealth, StartState, Transition},
     membership::{Admin, Outcome, Policy, ServiceMembership},
@@ -76,6 +77,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     passive: BTreeMap<String, u64>,
     /// State changed since the last snapshot (built off the verdict path).
     snapshot_dirty: bool,
+    /// DNS answers of `resolve = true` servers and their re-resolution (`resolve.rs`).
+    discovery: crate::discovery::Discovery,
 }
 
 /// Channels the caller drives the agent with.
@@ -107,6 +110,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             transitions: 0,
             passive: BTreeMap::new(),
             snapshot_dirty: true,
+            discovery: Default::default(),
         };
         (
             agent,
@@ -116,6 +120,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 events,
             },
         )
+    }
+
+    /// Takes over what a previous run published (pinned maps); call before the first
+    /// `apply_config`. Servers that were carrying traffic start as after a reload of a
+    /// server that was up (`persistent` essential probes skipped), so a restart does not
+    /// take them out of traffic; the others must pass their probes again.
+    pub fn adopt(&mut self, state: &crate::dataplane::PublishedState) {
+        self.publisher.adopt(state);
     }
 
     pub fn dataplane(&self) -> &D {
@@ -139,7 +151,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             .map(|s| (s.cfg.name.clone(), s))
             .collect();
         for svc_cfg in &cfg.services {
-            let addrs = expand_servers(svc_cfg).await;
+            let addrs =
+                expand_servers(svc_cfg, self.discovery.with_resolver(cfg.agent.resolver)).await;
             let mut rt = match old.remove(&svc_cfg.name) {
                 Some(mut prev) => {
                     let probes_changed = prev.cfg.probes != svc_cfg.probes
@@ -182,13 +195,20 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 None => {
                     let key = self.next_service_key;
                     self.next_service_key += 1;
+                    let proto = match svc_cfg.protocol {
+                        Protocol::Tcp => IPPROTO_TCP,
+                        Protocol::Udp => IPPROTO_UDP,
+                    };
                     let servers = addrs
                         .into_iter()
                         .map(|(addr, conf)| {
-                            (
-                                addr,
-                                self.new_server(key, svc_cfg, addr, conf, StartState::New, now),
-                            )
+                            let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr)
+                            {
+                                Some(true) => StartState::ReloadedWasUp,
+                                Some(false) => StartState::ReloadedWasDown,
+                                None => StartState::New,
+                            };
+                            (addr, self.new_server(key, svc_cfg, addr, conf, start, now))
                         })
                         .collect();
                     ServiceRt {
@@ -636,45 +656,16 @@ fn desired_service(
     }
 }
 
-/// The addresses a service's server entries stand for (names resolved through the
-/// system resolver; SRV entries are not expanded here).
-async fn expand_servers(svc: &ServiceConfig) -> Vec<(SocketAddr, Configured)> {
-    let mut out: Vec<(SocketAddr, Configured)> = Vec::new();
-    for server in &svc.servers {
-        let backup = match server.backup {
-            BackupLevel::Level(l) => l,
-            BackupLevel::Prio => 0,
-        };
-        let conf = Configured {
-            weight: server.weight,
-            spare: server.spare,
-            backup,
-        };
-        if server.resolve {
-            warn!(
-                service = svc.name,
-                "SRV discovery (`resolve = true`) is not supported yet; entry skipped"
-            );
-            continue;
-        }
-        let addrs = match &server.address {
-            ServerAddress::Socket(a) => vec![*a],
-            ServerAddress::Name { host, port } => {
-                let port = port.unwrap_or(svc.vip.port());
-                match tokio::net::lookup_host((host.as_str(), port)).await {
-                    Ok(it) => it.filter(|a| a.is_ipv4() == svc.vip.is_ipv4()).collect(),
-                    Err(err) => {
-                        warn!(service = svc.name, host, error = %err, "cannot resolve server name");
-                        Vec::new()
-                    }
-                }
-            }
-        };
-        for a in addrs {
-            if !out.iter().any(|(x, _)| *x == a) {
-                out.push((a, conf));
-            }
-        }
-    }
-    out
+/// The addresses a service's server entries stand for, every name looked up now
+/// (`resolve = true` ones through DNS, SRV expanded; [`crate::discovery`] keeps the
+/// answers for re-resolution, see `resolve.rs`).
+async fn expand_servers(
+    svc: &ServiceConfig,
+    discovery: &mut crate::discovery::Discovery,
+) -> Vec<(SocketAddr, Configured)> {
+    let found = discovery.expand(svc).await;
+    found
+        .iter()
+        .map(|e| (e.addr, resolve::configured(e)))
+        .collect()
 }

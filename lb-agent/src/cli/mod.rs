@@ -35,6 +35,15 @@ enum Command {
         /// XDP attach mode (overrides `agent.xdp_mode`).
         #[arg(long, value_enum)]
         xdp_mode: Option<XdpModeArg>,
+        /// Forget the state pinned by a previous run (`agent.pin_path`) and start fresh.
+        #[arg(long)]
+        reset: bool,
+    },
+    /// Remove the pinned state of `agent.pin_path`: detaches the XDP program a stopped
+    /// agent left forwarding.
+    Detach {
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
@@ -125,11 +134,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             interface,
             xdp_mode,
+            reset,
         } => run::run(run::RunOptions {
             config,
             interface,
             xdp_mode: xdp_mode.map(Into::into),
+            reset,
         }),
+        Command::Detach { config } => run::detach(&config),
         Command::CheckConfig { config } => check::check(&config),
         Command::Status { api, json } => block_on(status::status(&api, json)),
         Command::Server { api, action } => {

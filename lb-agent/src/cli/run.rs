@@ -8,7 +8,7 @@ use lb_agent::{
     agent::{Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, BpfDataplane, EventStream},
+    dataplane::{AttachMode, BpfDataplane, EventStream, pin::PinDir},
     probe::NetProber,
 };
 use tokio::{
@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub config: PathBuf,
     pub interface: Option<String>,
     pub xdp_mode: Option<AttachMode>,
+    /// Forget pinned state from a previous run and start from scratch.
+    pub reset: bool,
 }
 
 pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
@@ -61,8 +63,22 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut dp = BpfDataplane::load_and_attach(&interface, mode)
+    let pins = match &cfg.agent.pin_path {
+        Some(path) => Some(
+            PinDir::prepare(path, opts.reset)
+                .with_context(|| format!("preparing the pin directory {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let pinned = pins.is_some();
+    let mut dp = BpfDataplane::load_with(pins).context("loading the XDP program")?;
+    dp.attach(&interface, mode)
         .with_context(|| format!("attaching to {interface}"))?;
+    let adopted = if pinned {
+        dp.published_state().context("reading the pinned state")?
+    } else {
+        Default::default()
+    };
     let mut events = dp.take_events().transpose()?;
     let env = Environment {
         interface: interface.clone(),
@@ -73,6 +89,14 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         timeout: MAC_TIMEOUT,
     });
     let (mut agent, mut handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
+    if !adopted.services.is_empty() {
+        info!(
+            services = adopted.services.len(),
+            backends = adopted.backends.len(),
+            "adopting the pinned state of a previous run"
+        );
+        agent.adopt(&adopted);
+    }
     agent
         .apply_config(&cfg)
         .await
@@ -151,7 +175,14 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         agent.flush_snapshot();
     }
-    info!("shutting down: detaching XDP");
+    match agent.dataplane().pins() {
+        Some(p) => info!(
+            pins = %p.path().display(),
+            "shutting down: XDP stays attached with the last published state; a restart adopts it \
+             (`lb-agent detach` removes it)"
+        ),
+        None => info!("shutting down: detaching XDP"),
+    }
     drop(agent);
     Ok(ExitCode::SUCCESS)
 }
@@ -170,4 +201,24 @@ async fn next_events(
         Some(stream) => stream.next_batch().await,
         None => std::future::pending().await,
     }
+}
+
+/// `lb-agent detach`: removes the pin directory (the program detaches with its link).
+pub fn detach(config: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let cfg = match config::load(config) {
+        Ok(cfg) => cfg,
+        Err(err) => {
+            eprintln!("lb-agent: {err}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    match cfg.agent.pin_path {
+        Some(path) => {
+            lb_agent::dataplane::pin::remove(&path)
+                .with_context(|| format!("removing {}", path.display()))?;
+            println!("removed {}", path.display());
+        }
+        None => println!("pin_path is empty: nothing is pinned"),
+    }
+    Ok(ExitCode::SUCCESS)
 }

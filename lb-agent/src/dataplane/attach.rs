@@ -1,6 +1,9 @@
 //! XDP attach modes and attaching with a clear error naming the interface.
 
-use aya::programs::{Xdp, xdp::XdpMode};
+use aya::programs::{
+    Xdp,
+    xdp::{XdpLinkId, XdpMode},
+};
 
 use super::DataplaneError;
 
@@ -13,6 +16,8 @@ pub enum AttachMode {
     Native,
     /// Generic (skb) mode, works on every interface, slower.
     Generic,
+    /// A pinned link from a previous run was kept (its mode is whatever it was).
+    Kept,
 }
 
 impl AttachMode {
@@ -21,16 +26,17 @@ impl AttachMode {
             AttachMode::Auto => "auto",
             AttachMode::Native => "native",
             AttachMode::Generic => "generic",
+            AttachMode::Kept => "kept",
         }
     }
 }
 
-/// Attaches `prog` to `interface`; returns the mode actually used.
+/// Attaches `prog` to `interface`; returns the mode actually used and the link.
 pub(super) fn attach(
     prog: &mut Xdp,
     interface: &str,
     mode: AttachMode,
-) -> Result<AttachMode, DataplaneError> {
+) -> Result<(AttachMode, XdpLinkId), DataplaneError> {
     if nix_if_index(interface).is_none() {
         return Err(DataplaneError::NoSuchInterface {
             interface: interface.to_string(),
@@ -42,7 +48,7 @@ pub(super) fn attach(
             _ => XdpMode::Driver,
         };
         prog.attach(interface, flags)
-            .map(|_| m)
+            .map(|id| (m, id))
             .map_err(|source| DataplaneError::Attach {
                 interface: interface.to_string(),
                 mode: m.name(),

@@ -10,7 +10,10 @@ use lb_common::{
     maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
 };
 
-use super::{AttachMode, Dataplane, DataplaneError, EventStream, attach, maglev_table};
+use super::{
+    AttachMode, Dataplane, DataplaneError, EventStream, attach, maglev_table,
+    pin::{self, PinDir},
+};
 
 /// The loaded and attached XDP program with every map handle.
 pub struct BpfDataplane {
@@ -25,6 +28,29 @@ pub struct BpfDataplane {
     service_stats: PerCpuArray<MapData, ServiceStats>,
     backend_stats: PerCpuArray<MapData, BackendStats>,
     events: Option<RingBuf<MapData>>,
+    /// Where maps and link are pinned (hitless restarts), if anywhere.
+    pins: Option<PinDir>,
+}
+
+/// Every map of the object (all are pinned when pinning is on).
+const ALL_MAPS: [&str; 10] = [
+    map_names::SERVICES,
+    map_names::MAGLEV,
+    map_names::MAGLEV_GEN,
+    map_names::BACKENDS,
+    map_names::FLOWS,
+    map_names::NAT,
+    map_names::COUNTERS,
+    map_names::SERVICE_STATS,
+    map_names::BACKEND_STATS,
+    map_names::EVENTS,
+];
+
+/// The maps' published content, as read back.
+#[derive(Clone, Debug, Default)]
+pub struct PublishedState {
+    pub services: Vec<(VipKey, ServiceMeta)>,
+    pub backends: Vec<(u32, Backend)>,
 }
 
 impl BpfDataplane {
@@ -38,7 +64,21 @@ impl BpfDataplane {
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
     /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]).
     pub fn load() -> Result<Self, DataplaneError> {
-        let mut ebpf = EbpfLoader::new()
+        Self::load_with(None)
+    }
+
+    /// Loads the embedded object; with `pins`, every map is opened from (or created and
+    /// pinned in) that directory, so a restart finds the published state again.
+    pub fn load_with(pins: Option<PinDir>) -> Result<Self, DataplaneError> {
+        let mut loader = EbpfLoader::new();
+        let paths: Vec<(&'static str, std::path::PathBuf)> = pins
+            .iter()
+            .flat_map(|p| ALL_MAPS.iter().map(|&name| (name, p.map(name))))
+            .collect();
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
         let prog: &mut Xdp = ebpf
@@ -66,15 +106,46 @@ impl BpfDataplane {
             events: Some(take(&mut ebpf, map_names::EVENTS)?),
             ebpf,
             attached: None,
+            pins,
         })
     }
 
-    /// Attaches the loaded program to `interface`.
+    /// Attaches the loaded program to `interface` (through the pinned link if there is
+    /// one, swapping the program atomically).
     pub fn attach(&mut self, interface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
-        let mode = attach::attach(self.program_mut()?, interface, mode)?;
+        let pins = self.pins.clone();
+        let prog = self.program_mut()?;
+        let mode = match &pins {
+            Some(p) => pin::attach_pinned(prog, interface, mode, p)?,
+            None => attach::attach(prog, interface, mode)?.0,
+        };
         tracing::info!(interface, mode = mode.name(), "XDP program attached");
         self.attached = Some((interface.to_string(), mode));
         Ok(())
+    }
+
+    /// The pin directory, if the state is pinned.
+    pub fn pins(&self) -> Option<&PinDir> {
+        self.pins.as_ref()
+    }
+
+    /// What is published in the maps now (non-empty after a restart on pinned maps).
+    pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
+        let mut services = Vec::new();
+        for item in self.services.iter() {
+            services.push(item.map_err(map_err(map_names::SERVICES))?);
+        }
+        let mut backends = Vec::new();
+        for id in 1..lb_common::MAX_BACKENDS {
+            let b = self
+                .backends
+                .get(&id, 0)
+                .map_err(map_err(map_names::BACKENDS))?;
+            if b != Backend::default() {
+                backends.push((id, b));
+            }
+        }
+        Ok(PublishedState { services, backends })
     }
 
     /// The balancer program (for BPF_PROG_TEST_RUN).

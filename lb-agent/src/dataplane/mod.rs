@@ -9,9 +9,10 @@ mod error;
 mod events;
 mod maglev_table;
 pub mod memory;
+pub mod pin;
 
 pub use attach::AttachMode;
-pub use bpf::BpfDataplane;
+pub use bpf::{BpfDataplane, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
 
