@@ -41,6 +41,8 @@ use crate::{
 
 /// Capacity of the probe-report channel.
 const REPORTS: usize = 4096;
+/// MAC lookups in flight at once.
+const MAC_LOOKUPS: usize = 32;
 
 /// A virtual service at runtime.
 struct ServiceRt {
@@ -276,9 +278,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub async fn refresh_macs(&mut self) {
         let wanted: Vec<IpAddr> = self.unknown_macs();
         let mut jobs = tokio::task::JoinSet::new();
+        // Bounded: each kernel lookup may spawn `ip` and wait up to its timeout.
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAC_LOOKUPS));
         for ip in wanted {
             let n = self.neighbors.clone();
-            jobs.spawn(async move { (ip, n.resolve(ip).await) });
+            let slots = slots.clone();
+            jobs.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                (ip, n.resolve(ip).await)
+            });
         }
         while let Some(done) = jobs.join_next().await {
             match done {

@@ -15,6 +15,9 @@ pub struct KernelNeighbors {
 
 impl Neighbors for KernelNeighbors {
     async fn resolve(&self, ip: IpAddr) -> Result<[u8; 6], String> {
+        if ip.is_loopback() || ip.is_unspecified() {
+            return Err(format!("{ip} cannot be reached through {}", self.interface));
+        }
         crate::neighbor::resolve_mac(&self.interface, ip, self.timeout)
             .await
             .map_err(|e| e.to_string())
