@@ -1,0 +1,185 @@
+//! DESIGN.md §5 passive checks through the whole agent: `max_fails` data-plane failure
+//! events within `fail_timeout` make a server `unavailable` and take it out of the table
+//! until `fail_timeout` has elapsed; `max_fails = 0` turns them off.
+
+mod agent_util;
+
+use std::net::SocketAddr;
+
+use agent_util::{Harness, sa, secs, servers, web};
+use lb_common::events::{EVENT_RST_ON_SYN, EVENT_SYN_RETRANSMIT, PassiveEvent};
+use lb_common::maps::BackendStats;
+use tokio::time::Instant;
+
+/// Two servers, no active probe; `extra` service lines.
+fn config(extra: &str) -> String {
+    web(extra, &servers(&[("10.0.1.1:80", ""), ("10.0.1.2:80", "")]))
+}
+
+fn a() -> SocketAddr {
+    sa("10.0.1.1:80")
+}
+
+/// One event of `kind` about `addr`, as the data plane reports it.
+fn event(h: &Harness, kind: u32, addr: SocketAddr) -> PassiveEvent {
+    let ids = h.backend_ids("web", addr);
+    assert_eq!(ids.len(), 1, "setup: {addr} has one backend id");
+    PassiveEvent {
+        kind,
+        backend_id: ids[0],
+        service_id: h.service_id("web").expect("service published"),
+        ..Default::default()
+    }
+}
+
+fn send(h: &mut Harness, events: &[PassiveEvent]) {
+    h.agent
+        .on_passive_events(events)
+        .expect("memory publishing cannot fail");
+    h.agent.flush_snapshot();
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_fails_within_fail_timeout_make_a_server_unavailable_until_it_elapses() {
+    let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
+    h.run_for(secs(1)).await;
+    let e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    send(&mut h, &[e]);
+    h.run_for(secs(3)).await;
+    send(&mut h, &[e]);
+    h.run_for(secs(3)).await;
+    assert_eq!(h.state("web", a()), "up", "2 of 3 failures: still up");
+    assert!(h.slots("web", a()) > 0);
+
+    send(&mut h, &[e]);
+    let third = Instant::now();
+    assert_eq!(
+        h.state("web", a()),
+        "unavailable",
+        "the 3rd failure within 10s makes it unavailable"
+    );
+    assert_eq!(
+        h.slots("web", a()),
+        0,
+        "an unavailable server leaves the table"
+    );
+    assert!(!h.live("web", a()));
+    assert_eq!(h.snapshot().passive_events["syn_retransmit"], 3);
+
+    let took = h
+        .run_until(secs(30), |h| h.slots("web", a()) > 0)
+        .await
+        .expect("the server returns once fail_timeout has elapsed (on_tick)");
+    assert_eq!(
+        Instant::now() - third,
+        secs(10),
+        "back exactly fail_timeout after the failure that removed it, took {took:?}"
+    );
+    assert_eq!(h.state("web", a()), "up");
+    assert!(h.live("web", a()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_spread_wider_than_fail_timeout_do_not_count_together() {
+    let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
+    let e = event(&h, EVENT_RST_ON_SYN, a());
+    for _ in 0..4 {
+        send(&mut h, &[e]);
+        h.run_for(secs(6)).await;
+    }
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "never 3 failures within 10s: the server stays up"
+    );
+    assert!(h.slots("web", a()) > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_batch_of_events_counts_every_event() {
+    let mut h = Harness::start(&config("max_fails = 2\nfail_timeout = \"10s\"")).await;
+    let e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    send(&mut h, &[e, e]);
+    assert_eq!(h.state("web", a()), "unavailable");
+    assert_eq!(h.slots("web", a()), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_fails_zero_ignores_passive_events() {
+    let mut h = Harness::start(&config("max_fails = 0")).await;
+    let e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    for _ in 0..5 {
+        send(&mut h, &[e]);
+    }
+    h.run_for(secs(1)).await;
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "max_fails = 0: passive checks are off"
+    );
+    assert!(h.slots("web", a()) > 0);
+    assert_eq!(
+        h.snapshot().passive_events["syn_retransmit"],
+        5,
+        "events are still counted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_for_unknown_backends_are_counted_and_ignored() {
+    let mut h = Harness::start(&config("max_fails = 1")).await;
+    let mut e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    e.backend_id = 999;
+    send(&mut h, &[e]);
+    assert_eq!(h.state("web", a()), "up");
+    assert_eq!(h.state("web", sa("10.0.1.2:80")), "up");
+    // Counters reach the snapshot with the periodic refresh (every 500ms).
+    h.run_for(secs(1)).await;
+    assert_eq!(h.snapshot().passive_events["syn_retransmit"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_successful_connection_resets_the_failure_count() {
+    let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
+    let e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    send(&mut h, &[e, e]);
+    // The data plane counts a completed handshake; the agent polls counters every 500ms.
+    h.agent.dataplane_mut().backend_stats.insert(
+        e.backend_id,
+        BackendStats {
+            conn_ok: 1,
+            packets: 3,
+            ..Default::default()
+        },
+    );
+    h.run_for(secs(1)).await;
+    send(&mut h, &[e]);
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "one success resets the count: 1 failure after it, not 3"
+    );
+    send(&mut h, &[e, e]);
+    assert_eq!(
+        h.state("web", a()),
+        "unavailable",
+        "3 failures after the success"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_unavailable_one_more_failure_within_fail_timeout_removes_it_again() {
+    let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
+    let e = event(&h, EVENT_SYN_RETRANSMIT, a());
+    send(&mut h, &[e, e, e]);
+    h.run_until(secs(11), |h| h.state("web", a()) == "up")
+        .await
+        .expect("setup: back after fail_timeout");
+    send(&mut h, &[e]);
+    assert_eq!(
+        h.state("web", a()),
+        "unavailable",
+        "on probation after unavailable: one failure within fail_timeout is enough"
+    );
+    assert_eq!(h.slots("web", a()), 0);
+}

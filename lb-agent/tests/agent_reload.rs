@@ -1,0 +1,246 @@
+//! Reloads through `Agent::apply_config` (what SIGHUP does): kept servers keep their
+//! state, removed ones leave, added ones join; a changed probe config restarts health,
+//! skipping `persistent` essential probes for servers that were up.
+
+mod agent_util;
+
+use std::net::SocketAddr;
+
+use agent_util::{Harness, Verdict, sa, secs, servers, web};
+use lb_agent::api::{AdminChange, ServerPatch};
+use tokio::time::Instant;
+
+/// `web` with the given servers and one probe `ready` (`probe` lines appended).
+fn config(extra: &str, addrs: &[&str], probe: &str) -> String {
+    let list: Vec<(&str, &str)> = addrs.iter().map(|a| (*a, "")).collect();
+    web(
+        extra,
+        &(servers(&list)
+            + "[[service.probe]]\nname = \"ready\"\ntype = \"http\"\ninterval = \"1s\"\n"
+            + probe),
+    )
+}
+
+fn a() -> SocketAddr {
+    sa("10.0.1.1:80")
+}
+fn b() -> SocketAddr {
+    sa("10.0.1.2:80")
+}
+fn c() -> SocketAddr {
+    sa("10.0.1.3:80")
+}
+fn d() -> SocketAddr {
+    sa("10.0.1.4:80")
+}
+
+const ABC: [&str; 3] = ["10.0.1.1:80", "10.0.1.2:80", "10.0.1.3:80"];
+
+/// `a`, `b`, `c` up after passing; then `b` refusing until unhealthy.
+async fn b_failed(extra: &str, probe: &str) -> Harness {
+    let mut h = Harness::start(&config(extra, &ABC, probe)).await;
+    h.run_for(secs(2)).await;
+    for x in [a(), b(), c()] {
+        assert_eq!(h.state("web", x), "up", "setup: {x} is up");
+    }
+    h.set(b(), Verdict::Refuse);
+    h.run_until(secs(5), |h| h.state("web", b()) == "unhealthy")
+        .await
+        .expect("setup: b turns unhealthy");
+    h
+}
+
+fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
+    h.handles
+        .events
+        .try_lock()
+        .expect("nobody else holds the event log")
+        .iter()
+        .skip(n)
+        .cloned()
+        .collect()
+}
+
+fn event_count(h: &Harness) -> usize {
+    h.handles.events.try_lock().expect("event log").len()
+}
+
+#[tokio::test(start_paused = true)]
+async fn reload_keeps_unchanged_servers_state_removes_and_adds() {
+    let essential = "essential = true\n";
+    let mut h = b_failed("", essential).await;
+    let before = event_count(&h);
+    let a_count = h.server_status("web", a()).health.probes["ready"].count;
+
+    // c removed, d added; a and b unchanged.
+    h.reload(&config(
+        "",
+        &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.4:80"],
+        essential,
+    ))
+    .await;
+    let reloaded = Instant::now();
+    assert_eq!(h.state("web", a()), "up", "an unchanged up server stays up");
+    assert!(h.slots("web", a()) > 0, "and keeps its slots");
+    assert!(
+        h.server_status("web", a()).health.probes["ready"].count >= a_count,
+        "an unchanged server keeps its probe statistics"
+    );
+    assert_eq!(
+        h.state("web", b()),
+        "unhealthy",
+        "an unchanged unhealthy server stays unhealthy (not a fresh `checking`)"
+    );
+    assert_eq!(h.slots("web", b()), 0);
+    assert!(!h.live("web", c()), "a server removed by reload loses LIVE");
+    assert_eq!(h.slots("web", c()), 0);
+    assert_eq!(
+        h.state("web", d()),
+        "checking",
+        "an added server with an essential probe starts checking"
+    );
+    let ev = events_since(&h, before);
+    assert!(
+        !ev.iter()
+            .any(|e| e.server == "10.0.1.1:80" || e.server == "10.0.1.2:80"),
+        "unchanged servers must have no transition at reload: {ev:?}"
+    );
+
+    h.run_until(secs(2), |h| h.slots("web", d()) > 0)
+        .await
+        .expect("the added server gets slots after its first pass");
+    assert_eq!(h.state("web", b()), "unhealthy");
+    h.run_for(secs(3)).await;
+    assert!(
+        h.prober.calls_to(c(), reloaded).is_empty(),
+        "a removed server is no longer probed"
+    );
+    assert!(
+        !h.prober.calls_to(b(), reloaded).is_empty(),
+        "a kept server is still probed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reload_keeps_runtime_admin_state_of_kept_servers() {
+    let mut h = b_failed("", "").await;
+    h.admin(
+        "web",
+        "10.0.1.1:80",
+        AdminChange::Patch(ServerPatch {
+            drain: Some(true),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("drain accepted");
+    h.reload(&config("", &ABC, "")).await;
+    assert_eq!(
+        h.state("web", a()),
+        "draining",
+        "admin states survive a reload"
+    );
+    assert_eq!(h.slots("web", a()), 0);
+    // A probe change restarts health but keeps the admin state too.
+    h.reload(&config("", &ABC, "timeout = \"500ms\"\n")).await;
+    assert_eq!(h.state("web", a()), "draining");
+    assert_eq!(h.slots("web", a()), 0);
+    assert!(h.live("web", a()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn changed_probe_skips_persistent_essential_probes_for_servers_that_were_up() {
+    let probe = "essential = true\npersistent = true\n";
+    let mut h = b_failed("", probe).await;
+    let a_slots = h.slots("web", a());
+
+    // interval 1s -> 2s: the probe changed.
+    let changed = "essential = true\npersistent = true\ninterval = \"2s\"\n";
+    let text = config("", &ABC, "").replace("interval = \"1s\"\n", "") + changed;
+    h.reload(&text).await;
+    let reloaded = Instant::now();
+    for x in [a(), c()] {
+        assert_eq!(
+            h.state("web", x),
+            "up",
+            "{x} was up: its persistent essential probe is skipped"
+        );
+        assert!(h.slots("web", x) > 0, "{x} keeps slots across the reload");
+    }
+    assert_eq!(h.slots("web", a()), a_slots, "no slot of a moved");
+    assert_eq!(
+        h.state("web", b()),
+        "unhealthy",
+        "b was down: it must pass again before it gets traffic"
+    );
+    assert_eq!(h.slots("web", b()), 0);
+    assert_eq!(
+        h.server_status("web", a()).health.probes["ready"].count,
+        0,
+        "health restarted: fresh probe statistics"
+    );
+
+    h.run_for(secs(5)).await;
+    let new_calls = h.prober.calls_to(a(), reloaded);
+    assert!(
+        !new_calls.is_empty() && new_calls.iter().all(|c| c.interval == secs(2)),
+        "after the reload only the new probe config runs: {new_calls:?}"
+    );
+    assert_eq!(h.state("web", a()), "up");
+
+    h.set(b(), Verdict::Pass);
+    h.run_until(secs(5), |h| h.slots("web", b()) > 0)
+        .await
+        .expect("b returns once it passes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn changed_non_persistent_essential_probe_checks_up_servers_again() {
+    // fail_open = false so that the checking servers' table is not refilled by fail-open.
+    let mut h = Harness::start(&config(
+        "fail_open = false",
+        &ABC[..2],
+        "essential = true\n",
+    ))
+    .await;
+    h.run_for(secs(2)).await;
+    assert_eq!(h.state("web", a()), "up", "setup");
+    h.reload(&config(
+        "fail_open = false",
+        &ABC[..2],
+        "essential = true\ntimeout = \"500ms\"\n",
+    ))
+    .await;
+    for x in [a(), b()] {
+        assert_eq!(
+            h.state("web", x),
+            "checking",
+            "without persistent an essential probe must pass again after a change"
+        );
+        assert_eq!(h.slots("web", x), 0);
+    }
+    h.run_until(secs(2), |h| {
+        h.slots("web", a()) > 0 && h.slots("web", b()) > 0
+    })
+    .await
+    .expect("both return after their first pass");
+}
+
+#[tokio::test(start_paused = true)]
+async fn changed_probe_keeps_a_checking_server_checking() {
+    // health::StartState: a server "still in `checking` before the reload" restarts as
+    // `New` (checking), not as `unhealthy`.
+    let probe = "essential = true\n";
+    let mut h = Harness::start(&config("", &ABC, probe)).await;
+    h.set(c(), Verdict::Silent);
+    h.run_for(secs(3)).await;
+    assert_eq!(h.state("web", a()), "up", "setup");
+    assert_eq!(h.state("web", c()), "checking", "setup: c never answered");
+    h.reload(&config("", &ABC, "essential = true\ntimeout = \"500ms\"\n"))
+        .await;
+    assert_eq!(
+        h.state("web", c()),
+        "checking",
+        "a server still checking before the reload must be checking after it"
+    );
+}
