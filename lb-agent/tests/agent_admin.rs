@@ -282,3 +282,65 @@ async fn admin_refuses_unknown_service_unknown_server_and_zero_weight() {
     );
     assert_eq!(h.state("web", sa("10.0.1.1:80")), "up");
 }
+
+#[tokio::test(start_paused = true)]
+async fn admin_refuses_weight_above_max_weight() {
+    // The config file allows weight 1..=MAX_WEIGHT; the API must not get around it.
+    let mut h = running().await;
+    let too_heavy = lb_agent::config::MAX_WEIGHT + 1;
+    let err = h
+        .admin(
+            "web",
+            "10.0.1.1:80",
+            AdminChange::Patch(ServerPatch {
+                weight: Some(too_heavy),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(
+        matches!(err, Err(AdminError::Invalid(_))),
+        "weight {too_heavy} is above MAX_WEIGHT and must be refused: {err:?}"
+    );
+    let err = h
+        .admin(
+            "web",
+            "10.0.1.4:80",
+            AdminChange::Add(NewServer {
+                address: sa("10.0.1.4:80"),
+                weight: too_heavy,
+                spare: false,
+                backup: 0,
+            }),
+        )
+        .await;
+    assert!(
+        matches!(err, Err(AdminError::Invalid(_))),
+        "adding with weight {too_heavy} must be refused: {err:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn admin_refuses_a_dsr_server_on_another_port_than_the_vip() {
+    // The config file requires it: dsr keeps the destination port, so the server would
+    // get traffic on the VIP's port while its probes check another.
+    let dsr = "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n\
+               [[service.server]]\naddress = \"10.0.1.1:80\"\n";
+    let mut h = Harness::start(dsr).await;
+    let err = h
+        .admin(
+            "web",
+            "10.0.1.4:8080",
+            AdminChange::Add(NewServer {
+                address: sa("10.0.1.4:8080"),
+                weight: 1,
+                spare: false,
+                backup: 0,
+            }),
+        )
+        .await;
+    assert!(
+        matches!(err, Err(AdminError::Invalid(_))),
+        "dsr keeps the VIP port: a server on port 8080 behind VIP port 80 must be refused: {err:?}"
+    );
+}

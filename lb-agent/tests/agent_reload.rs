@@ -244,3 +244,94 @@ async fn changed_probe_keeps_a_checking_server_checking() {
         "a server still checking before the reload must be checking after it"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn runtime_added_server_written_into_the_file_keeps_its_health() {
+    // The usual flow: add a server through the API, then write it into the file and
+    // reload. Probes did not change, so it is a kept server: its health stays.
+    let probe = "essential = true\n";
+    let mut h = Harness::start(&config("", &ABC[..2], probe)).await;
+    h.run_for(secs(2)).await;
+    h.admin(
+        "web",
+        "10.0.1.4:80",
+        AdminChange::Add(lb_agent::api::NewServer {
+            address: d(),
+            weight: 1,
+            spare: false,
+            backup: 0,
+        }),
+    )
+    .await
+    .expect("add accepted");
+    h.run_until(secs(2), |h| h.slots("web", d()) > 0)
+        .await
+        .expect("setup: the added server passes and gets slots");
+    let before = event_count(&h);
+
+    h.reload(&config(
+        "",
+        &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.4:80"],
+        probe,
+    ))
+    .await;
+    assert_eq!(
+        h.state("web", d()),
+        "up",
+        "a server kept across a reload with unchanged probes keeps its health"
+    );
+    assert!(
+        h.slots("web", d()) > 0,
+        "it must not lose its slots to a fresh essential check"
+    );
+    let ev = events_since(&h, before);
+    assert!(
+        !ev.iter().any(|e| e.server == "10.0.1.4:80"),
+        "no transition for it at reload: {ev:?}"
+    );
+    assert!(
+        h.server_status("web", d()).differs_from_config.is_empty(),
+        "it is in the file now"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reports_of_replaced_probes_do_not_count_against_the_new_probes() {
+    // Reports the old probe tasks sent before a reload replaced them (queued while the
+    // agent was busy) belong to the old probe config: they must not feed the new one.
+    let old = web(
+        "",
+        &(servers(&[("10.0.1.1:80", ""), ("10.0.1.2:80", "")])
+            + "[[service.probe]]\nname = \"old\"\ntype = \"tcp\"\ninterval = \"1s\"\nfails = 3\n"),
+    );
+    let new = web(
+        "",
+        &(servers(&[("10.0.1.1:80", ""), ("10.0.1.2:80", "")])
+            + "[[service.probe]]\nname = \"new\"\ntype = \"tcp\"\ninterval = \"1s\"\nfails = 1\n"),
+    );
+    let mut h = Harness::start(&old).await;
+    h.prober.set_probe(a(), "old", Verdict::Refuse);
+    h.run_for(secs(1)).await;
+    assert_eq!(h.state("web", a()), "up", "setup: 1 failure of 3");
+    // The agent is busy (not reading reports) while the old probe fails once more.
+    let busy = Instant::now();
+    tokio::time::sleep(secs(1)).await;
+    assert!(
+        !h.prober.calls_to(a(), busy).is_empty(),
+        "setup: an old probe ran while the agent was busy"
+    );
+    h.reload(&new).await;
+    assert_eq!(h.state("web", a()), "up", "setup: a was up at the reload");
+
+    h.run_for(agent_util::ms(100)).await;
+    let st = h.server_status("web", a());
+    assert_eq!(
+        st.state, "up",
+        "a stale report of the replaced probe `old` must not fail the new probe `new`"
+    );
+    assert_eq!(
+        st.health.probes["new"].failures, 0,
+        "probe `new` never failed: {:?}",
+        st.health.probes["new"]
+    );
+}

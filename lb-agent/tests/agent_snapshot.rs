@@ -147,3 +147,32 @@ async fn snapshot_follows_recovery() {
     assert_eq!(h.service_status("web").active_weight, 6);
     assert_eq!(h.snapshot().transitions, 2, "up -> unhealthy -> up");
 }
+
+#[tokio::test(start_paused = true)]
+async fn transition_while_the_event_log_is_being_read_is_not_lost() {
+    // `GET /api/v1/events` holds the log's lock while it serialises; a transition at
+    // that moment must still reach the log.
+    let mut h = Harness::start(&config()).await;
+    h.run_for(secs(2)).await;
+    let b = sa("10.0.1.2:80");
+    h.set(b, Verdict::Refuse);
+    let log = h.handles.events.clone();
+    let reader = log.lock().await;
+    h.run_until(secs(10), |h| h.state("web", b) == "unhealthy")
+        .await
+        .expect("a refusing server turns unhealthy");
+    drop(reader);
+    h.run_for(secs(1)).await;
+    let events = log.lock().await.clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.server == "10.0.1.2:80" && e.to == "unhealthy"),
+        "the transition of {b} must be in /api/v1/events: {events:?}"
+    );
+    assert_eq!(
+        events.len() as u64,
+        h.snapshot().transitions,
+        "every counted transition is logged"
+    );
+}

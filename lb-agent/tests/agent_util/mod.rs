@@ -66,15 +66,34 @@ pub struct Call {
 #[derive(Default)]
 pub struct Scripted {
     verdicts: Mutex<HashMap<SocketAddr, Verdict>>,
+    /// Overrides for one probe (by name) of one server.
+    probe_verdicts: Mutex<HashMap<(SocketAddr, String), Verdict>>,
     calls: Mutex<Vec<Call>>,
 }
 
 impl Scripted {
+    /// How `target` answers every probe.
     pub fn set(&self, target: SocketAddr, verdict: Verdict) {
         self.verdicts.lock().unwrap().insert(target, verdict);
     }
 
-    fn verdict(&self, target: SocketAddr) -> Verdict {
+    /// How `target` answers the probe named `probe` (over [`Scripted::set`]).
+    pub fn set_probe(&self, target: SocketAddr, probe: &str, verdict: Verdict) {
+        self.probe_verdicts
+            .lock()
+            .unwrap()
+            .insert((target, probe.to_string()), verdict);
+    }
+
+    fn verdict(&self, target: SocketAddr, probe: &str) -> Verdict {
+        if let Some(v) = self
+            .probe_verdicts
+            .lock()
+            .unwrap()
+            .get(&(target, probe.to_string()))
+        {
+            return *v;
+        }
         self.verdicts
             .lock()
             .unwrap()
@@ -99,7 +118,7 @@ impl Scripted {
 
 impl Prober for Scripted {
     async fn probe(&self, cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
-        let verdict = self.verdict(target);
+        let verdict = self.verdict(target, &cfg.name);
         self.calls.lock().unwrap().push(Call {
             target,
             probe: cfg.name.clone(),
