@@ -10,6 +10,7 @@
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
+//! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -17,6 +18,7 @@ pub mod agent;
 pub mod api;
 pub mod config;
 pub mod dataplane;
+pub mod discovery;
 pub mod health;
 pub mod maglev;
 pub mod membership;
