@@ -85,6 +85,8 @@ pub mod map_names {
     pub const SERVICE_STATS: &str = "LB_SERVICE_STATS";
     pub const BACKEND_STATS: &str = "LB_BACKEND_STATS";
     pub const EVENTS: &str = "LB_EVENTS";
+    /// The data plane's per-CPU clock cache (not state: never pinned nor read by the agent).
+    pub const CLOCK: &str = "LB_CLOCK";
 }
 
 /// Name of the XDP program function in the eBPF object.

@@ -101,7 +101,8 @@ pub struct FlowValue {
     /// nat: source port allocated toward the backend, network order (0 in dsr).
     pub nat_port: u16,
     pub _pad: [u8; 6],
-    /// `bpf_ktime_get_ns()` when the flow was last refreshed (at most once a second).
+    /// CLOCK_MONOTONIC nanoseconds (good to one tick, see `TickClock`) when the flow was
+    /// last refreshed (at most once a second).
     pub last_seen_ns: u64,
 }
 const _: () = assert!(size_of::<FlowValue>() == 24);
@@ -157,6 +158,18 @@ pub struct ServiceStats {
 }
 const _: () = assert!(size_of::<ServiceStats>() == 32);
 
+/// `LB_CLOCK` value (per CPU, one entry): the data plane's cached flow clock. Only the
+/// XDP program reads and writes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TickClock {
+    /// `jiffies` when `ns` was read.
+    pub jiffies: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) read at that jiffy.
+    pub ns: u64,
+}
+const _: () = assert!(size_of::<TickClock>() == 16);
+
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
@@ -168,5 +181,6 @@ mod pod {
     unsafe impl aya::Pod for NatValue {}
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
+    unsafe impl aya::Pod for TickClock {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}
 }

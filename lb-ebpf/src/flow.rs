@@ -81,9 +81,11 @@ pub fn maglev(service_id: u32, key: &FlowKey) -> Result<(u32, &'static Backend),
 }
 
 /// Refreshes `last_seen_ns` if it is more than [`REFRESH_NS`] old.
+///
+/// Signed: another CPU's cached clock may have written a value a tick ahead of ours.
 #[inline(always)]
 pub fn touch(flow: &mut FlowValue, now: u64) {
-    if now.wrapping_sub(flow.last_seen_ns) > REFRESH_NS {
+    if now.wrapping_sub(flow.last_seen_ns) as i64 > REFRESH_NS as i64 {
         flow.last_seen_ns = now;
     }
 }

@@ -1,7 +1,6 @@
 //! The VIP path: pin the flow to a backend (flow table, else Maglev), account it, watch
 //! the TCP handshake for passive signals, then hand the packet to dsr or nat.
 
-use aya_ebpf::helpers::bpf_ktime_get_ns;
 use lb_common::{
     counters::{DROP_BAD_BACKEND, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW, FLOW_REHASH},
     events::EVENT_SYN_RETRANSMIT,
@@ -9,7 +8,7 @@ use lb_common::{
 };
 
 use crate::{
-    Verdict,
+    Verdict, clock,
     counters::{self, count},
     dsr, events, flow, nat,
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_SYN, is_syn},
@@ -24,8 +23,7 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
-    // SAFETY: a helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = clock::now();
 
     let (backend_id, backend, nat_port, new_flow) = match flow::lookup(&pkt.key) {
         Some(f) => {

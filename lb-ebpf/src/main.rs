@@ -4,13 +4,15 @@
 //! Layout: [`parse`] headers, [`forward`] the VIP path over [`flow`] (flow table and
 //! Maglev), [`dsr`] and [`nat`] the two forwarding modes, [`rewrite`] header and
 //! checksum rewrites, [`icmp`] unreachable detection, [`events`] and [`counters`] the
-//! outputs, [`maps`] every map, [`pkt`] bounds-checked packet access.
+//! outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`] bounds-checked packet
+//! access.
 #![no_std]
 #![no_main]
 // Map keys and values are passed by reference on purpose: a by-value argument is one
 // more copy on a 512-byte BPF stack.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod clock;
 mod counters;
 mod dsr;
 mod events;

@@ -9,7 +9,8 @@ use lb_common::{
     MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, counters,
     events::PassiveEvent,
     maps::{
-        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
+        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, TickClock,
+        VipKey,
     },
 };
 
@@ -70,3 +71,7 @@ pub static LB_BACKEND_STATS: PerCpuArray<BackendStats, { MAX_BACKENDS as usize }
 /// (`max_entries` of a ring buffer); the type parameter only types `output`.
 #[btf_map]
 pub static LB_EVENTS: RingBuf<PassiveEvent, { EVENT_RING_BYTES as usize }> = RingBuf::new();
+
+/// The flow clock's per-CPU cache (see `clock`).
+#[btf_map]
+pub static LB_CLOCK: PerCpuArray<TickClock, 1> = PerCpuArray::new();
