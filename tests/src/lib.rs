@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod api;
 pub mod bpf;
+pub mod bpffs;
 pub mod cmd;
 pub mod interrupt;
 pub mod json;

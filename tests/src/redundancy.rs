@@ -2,8 +2,8 @@
 //! a role (weight, spare, backup level) rendered into a service with a fast `tcp` probe,
 //! backend servers named after their role that can be killed and restarted one by one
 //! (with an optional separate health listener for the probe), fresh client source
-//! ports per phase, connection attempts with a short connect timeout, and a long-lived
-//! connection opened on a chosen backend.
+//! ports per phase, connection attempts with a short connect timeout, a background
+//! stream of new connections, and a long-lived connection opened on a chosen backend.
 
 use std::{
     collections::BTreeMap,
@@ -11,6 +11,11 @@ use std::{
     io,
     net::{IpAddr, SocketAddr, TcpStream},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
     time::{Duration, Instant},
 };
 
@@ -383,6 +388,91 @@ pub fn echo_on(
     Err(format!(
         "none of {tries} connections to {vip} reached {backend}; they reached {seen:?}"
     ))
+}
+
+/// One connection of a [`Stream`]: when it was attempted, and the backend that answered
+/// or what went wrong.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub at: Instant,
+    pub result: Result<String, String>,
+}
+
+/// New connections in the background, one every `pace`, each from a fresh source port,
+/// each given `connect` to be answered (so a dropped SYN counts as a failure instead of
+/// being retransmitted); stops when told, at `limit`, when its ports run out, or on
+/// Ctrl-C.
+/// Dropping it unfinished stops it too.
+pub struct Stream {
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<Result<Vec<Attempt>, NetnsError>>>,
+}
+
+impl Stream {
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        ns: &NetNs,
+        src: IpAddr,
+        first_port: u16,
+        ports: usize,
+        dst: SocketAddr,
+        pace: Duration,
+        connect: Duration,
+        limit: Duration,
+    ) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let ns = ns.clone();
+        let handle = thread::spawn(move || {
+            ns.run(|| {
+                let started = Instant::now();
+                let mut attempts = Vec::new();
+                for i in 0..ports {
+                    if flag.load(Ordering::Relaxed)
+                        || started.elapsed() > limit
+                        || crate::interrupt::requested()
+                    {
+                        break;
+                    }
+                    let Some(port) = u16::try_from(i)
+                        .ok()
+                        .and_then(|i| first_port.checked_add(i))
+                    else {
+                        break;
+                    };
+                    let at = Instant::now();
+                    let result = greet(SocketAddr::new(src, port), dst, connect)
+                        .map_err(|e| format!("port {port}: {e}"));
+                    attempts.push(Attempt { at, result });
+                    thread::sleep(pace);
+                }
+                attempts
+            })
+        });
+        Stream {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the stream and returns every attempt in order.
+    pub fn finish(mut self) -> Result<Vec<Attempt>, NetnsError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let handle = self.handle.take().expect("joined only here or on drop");
+        match handle.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// `name: n (x %)` per answering backend, for one-line reports.
