@@ -1,24 +1,44 @@
 //! `lb-testserver`: the backend server of the namespace scenarios.
 //!
 //! ```text
-//! lb-testserver --name b1 [--tcp PORT]... [--udp PORT]... [--max-conns N] [--idle-timeout SECS]
+//! lb-testserver --name b1 [--tcp PORT]... [--udp PORT]... [--http PORT]...
+//!               [--http-path PATH] [--http-answer SPEC] [--udp-answer SPEC]
+//!               [--control FILE] [--max-conns N] [--idle-timeout SECS]
 //! ```
 //!
 //! TCP: on accept, writes `<name>\n`, then answers every line it receives with
 //! `<name> <line>` until the client closes, so a long-lived connection can be checked.
-//! UDP: answers every datagram with `<name>`, from the address it was sent to (one
-//! socket per local address, so a DSR VIP on `lo` answers as the VIP).
+//! UDP: answers every datagram with `<name>` (or the `--udp-answer` text), from the
+//! address it was sent to (one socket per local address, so a DSR VIP on `lo` answers as
+//! the VIP).
+//!
+//! HTTP/1.1 (for http probes): reads one request head; `GET <http-path>` (default
+//! `/health`) gets the current answer, any other path `404`. Answers, as `SPEC`:
+//! - `CODE [BODY…]`: status `CODE` with `BODY` (default `<name> ok`), `Connection: close`;
+//! - `hang`: reads the request and never answers (until the client closes);
+//! - `endless`: a `200` head, then a chunked body of `x` that never ends;
+//! - `garbage`: random bytes that are no HTTP at all, without end.
+//!
+//! UDP answers, as `SPEC`: `name` (the default), `reply TEXT`, or `silent` (read, never
+//! answer).
+//!
+//! Switching at runtime: with `--control FILE`, the file is read on every HTTP request
+//! and every datagram; its lines `http SPEC` and `udp SPEC` override the flags (a missing
+//! file or line means the flag's answer; `#` starts a comment). Write it atomically
+//! (write another file, rename it over).
 //!
 //! Bounded: at most `--max-conns` TCP connections at once (more are closed at once),
-//! lines of at most 4 KiB, connections idle for `--idle-timeout` are closed. Prints
+//! lines of at most 4 KiB, request heads of at most 8 KiB, endless answers stop after
+//! 1 GiB, connections idle for `--idle-timeout` are closed. Prints
 //! `lb-testserver <name> ready` on stderr once every port is bound. Runs until killed.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    path::PathBuf,
     process::ExitCode,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
     thread,
@@ -29,13 +49,142 @@ use anyhow::{Context, bail};
 
 /// Longest line echoed; a longer one closes the connection.
 const MAX_LINE: u64 = 4096;
+/// Longest HTTP request head read; a longer one closes the connection.
+const MAX_HEAD: usize = 8192;
+/// Bytes an `endless` or `garbage` answer sends at most.
+const MAX_ENDLESS: u64 = 1 << 30;
+/// Bytes a `hang` connection reads (and drops) at most before it closes.
+const MAX_HANG_READ: u64 = 1 << 20;
 
 struct Args {
     name: String,
     tcp: Vec<u16>,
     udp: Vec<u16>,
+    http: Vec<u16>,
+    http_path: String,
+    defaults: Behaviour,
+    control: Option<PathBuf>,
     max_conns: usize,
     idle_timeout: Duration,
+}
+
+/// What an HTTP request gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HttpAnswer {
+    Respond { status: u16, body: String },
+    Hang,
+    Endless,
+    Garbage,
+}
+
+/// What a datagram gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum UdpAnswer {
+    Reply(String),
+    Silent,
+}
+
+/// The answers in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Behaviour {
+    http: HttpAnswer,
+    udp: UdpAnswer,
+}
+
+impl HttpAnswer {
+    fn parse(spec: &str, name: &str) -> anyhow::Result<Self> {
+        let spec = spec.trim();
+        let (word, rest) = spec.split_once(' ').unwrap_or((spec, ""));
+        Ok(match word {
+            "hang" => HttpAnswer::Hang,
+            "endless" => HttpAnswer::Endless,
+            "garbage" => HttpAnswer::Garbage,
+            code => {
+                let status: u16 = code
+                    .parse()
+                    .ok()
+                    .filter(|c| (100..=999).contains(c))
+                    .with_context(|| {
+                        format!(
+                            "http answer {spec:?}: expected CODE [BODY], hang, endless or garbage"
+                        )
+                    })?;
+                let body = if rest.trim().is_empty() {
+                    format!("{name} ok")
+                } else {
+                    rest.trim().to_owned()
+                };
+                HttpAnswer::Respond { status, body }
+            }
+        })
+    }
+}
+
+impl UdpAnswer {
+    fn parse(spec: &str, name: &str) -> anyhow::Result<Self> {
+        let spec = spec.trim();
+        match spec.split_once(' ').unwrap_or((spec, "")) {
+            ("name", "") => Ok(UdpAnswer::Reply(name.to_owned())),
+            ("silent", "") => Ok(UdpAnswer::Silent),
+            ("reply", text) if !text.trim().is_empty() => {
+                Ok(UdpAnswer::Reply(text.trim().to_owned()))
+            }
+            _ => bail!("udp answer {spec:?}: expected name, silent or reply TEXT"),
+        }
+    }
+}
+
+/// The answers from `--control FILE` over the flags' defaults, read at every use.
+struct Control {
+    name: Arc<str>,
+    path: Option<PathBuf>,
+    defaults: Behaviour,
+    /// The last behaviour reported on stderr (each change is logged once).
+    last: Mutex<Option<Behaviour>>,
+}
+
+impl Control {
+    fn current(&self) -> Behaviour {
+        let mut b = self.defaults.clone();
+        if let Some(path) = &self.path {
+            match std::fs::read_to_string(path) {
+                Ok(text) => self.apply(&text, &mut b),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => eprintln!(
+                    "lb-testserver {}: reading {}: {err}",
+                    self.name,
+                    path.display()
+                ),
+            }
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_ref() != Some(&b) {
+            eprintln!("lb-testserver {} answers {:?}", self.name, b);
+            *last = Some(b.clone());
+        }
+        b
+    }
+
+    fn apply(&self, text: &str, b: &mut Behaviour) {
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (key, spec) = line.split_once(' ').unwrap_or((line, ""));
+            let parsed = match key {
+                "http" => HttpAnswer::parse(spec, &self.name).map(|a| b.http = a),
+                "udp" => UdpAnswer::parse(spec, &self.name).map(|a| b.udp = a),
+                other => Err(anyhow::anyhow!("unknown key {other:?} (http, udp)")),
+            };
+            if let Err(err) = parsed {
+                eprintln!(
+                    "lb-testserver {}: control line {line:?}: {err:#}",
+                    self.name
+                );
+            }
+        }
+    }
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -43,9 +192,20 @@ fn parse_args() -> anyhow::Result<Args> {
         name: String::new(),
         tcp: Vec::new(),
         udp: Vec::new(),
+        http: Vec::new(),
+        http_path: "/health".to_owned(),
+        defaults: Behaviour {
+            http: HttpAnswer::Respond {
+                status: 200,
+                body: String::new(),
+            },
+            udp: UdpAnswer::Reply(String::new()),
+        },
+        control: None,
         max_conns: 512,
         idle_timeout: Duration::from_secs(120),
     };
+    let (mut http_spec, mut udp_spec) = ("200".to_owned(), "name".to_owned());
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -53,6 +213,11 @@ fn parse_args() -> anyhow::Result<Args> {
             "--name" => args.name = value()?,
             "--tcp" => args.tcp.push(parse_port(&value()?)?),
             "--udp" => args.udp.push(parse_port(&value()?)?),
+            "--http" => args.http.push(parse_port(&value()?)?),
+            "--http-path" => args.http_path = value()?,
+            "--http-answer" => http_spec = value()?,
+            "--udp-answer" => udp_spec = value()?,
+            "--control" => args.control = Some(PathBuf::from(value()?)),
             "--max-conns" => args.max_conns = value()?.parse().context("--max-conns")?,
             "--idle-timeout" => {
                 args.idle_timeout = Duration::from_secs(value()?.parse().context("--idle-timeout")?)
@@ -60,7 +225,11 @@ fn parse_args() -> anyhow::Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "usage: lb-testserver --name NAME [--tcp PORT]... [--udp PORT]... \
-                     [--max-conns N] [--idle-timeout SECS]"
+                     [--http PORT]... [--http-path PATH] [--http-answer SPEC] \
+                     [--udp-answer SPEC] [--control FILE] [--max-conns N] \
+                     [--idle-timeout SECS]\n\
+                     http SPEC: CODE [BODY] | hang | endless | garbage; \
+                     udp SPEC: name | reply TEXT | silent"
                 );
                 std::process::exit(0);
             }
@@ -70,9 +239,16 @@ fn parse_args() -> anyhow::Result<Args> {
     if args.name.is_empty() || args.name.contains(['\n', '\r']) {
         bail!("--name NAME is required (one line)");
     }
-    if args.tcp.is_empty() && args.udp.is_empty() {
-        bail!("give at least one --tcp PORT or --udp PORT");
+    if args.tcp.is_empty() && args.udp.is_empty() && args.http.is_empty() {
+        bail!("give at least one --tcp PORT, --udp PORT or --http PORT");
     }
+    if !args.http_path.starts_with('/') {
+        bail!("--http-path {:?} must start with '/'", args.http_path);
+    }
+    args.defaults = Behaviour {
+        http: HttpAnswer::parse(&http_spec, &args.name).context("--http-answer")?,
+        udp: UdpAnswer::parse(&udp_spec, &args.name).context("--udp-answer")?,
+    };
     Ok(args)
 }
 
@@ -96,25 +272,51 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<()> {
     let args = parse_args()?;
     let name: Arc<str> = args.name.into();
+    let control = Arc::new(Control {
+        name: Arc::clone(&name),
+        path: args.control,
+        defaults: args.defaults,
+        last: Mutex::new(None),
+    });
     let active = Arc::new(AtomicUsize::new(0));
+    let limits = Limits {
+        active,
+        max: args.max_conns,
+        idle: args.idle_timeout,
+    };
     let mut threads = Vec::new();
     for port in &args.tcp {
         let listener = bind_tcp(*port)?;
-        let (name, active) = (Arc::clone(&name), Arc::clone(&active));
-        let (max, idle) = (args.max_conns, args.idle_timeout);
+        let name = Arc::clone(&name);
+        let limits = limits.clone();
         threads.push(thread::spawn(move || {
-            accept_loop(listener, name, active, max, idle)
+            accept_loop(listener, limits, move |stream, idle| {
+                serve_tcp(stream, &name, idle)
+            })
+        }));
+    }
+    for port in &args.http {
+        let listener = bind_tcp(*port)?;
+        let control = Arc::clone(&control);
+        let path: Arc<str> = args.http_path.as_str().into();
+        let limits = limits.clone();
+        threads.push(thread::spawn(move || {
+            accept_loop(listener, limits, move |stream, idle| {
+                serve_http(stream, &control, &path, idle)
+            })
         }));
     }
     for port in &args.udp {
         for socket in bind_udp(*port)? {
-            let name = Arc::clone(&name);
-            threads.push(thread::spawn(move || udp_loop(socket, name)));
+            let control = Arc::clone(&control);
+            threads.push(thread::spawn(move || udp_loop(socket, control)));
         }
     }
+    // Report the starting answers once, so the log shows them before any change.
+    let _ = control.current();
     eprintln!(
-        "lb-testserver {name} ready tcp={:?} udp={:?}",
-        args.tcp, args.udp
+        "lb-testserver {name} ready tcp={:?} udp={:?} http={:?}",
+        args.tcp, args.udp, args.http
     );
     for t in threads {
         let _ = t.join();
@@ -181,22 +383,30 @@ fn local_addrs() -> anyhow::Result<Vec<IpAddr>> {
     Ok(out)
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    name: Arc<str>,
+/// The connection limits every listener shares.
+#[derive(Clone)]
+struct Limits {
+    /// Connections open now, over every listener.
     active: Arc<AtomicUsize>,
     max: usize,
     idle: Duration,
-) {
+}
+
+fn accept_loop<F>(listener: TcpListener, limits: Limits, serve: F)
+where
+    F: Fn(TcpStream, Duration) -> std::io::Result<()> + Send + Sync + 'static,
+{
+    let serve = Arc::new(serve);
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
-        if active.fetch_add(1, Ordering::SeqCst) >= max {
+        let active = &limits.active;
+        if active.fetch_add(1, Ordering::SeqCst) >= limits.max {
             active.fetch_sub(1, Ordering::SeqCst);
             continue; // dropped: closed at once
         }
-        let (conn_name, conn_active) = (Arc::clone(&name), Arc::clone(&active));
+        let (conn_serve, conn_active, idle) = (Arc::clone(&serve), Arc::clone(active), limits.idle);
         let spawned = thread::Builder::new().spawn(move || {
-            let _ = serve_tcp(stream, &conn_name, idle);
+            let _ = conn_serve(stream, idle);
             conn_active.fetch_sub(1, Ordering::SeqCst);
         });
         if spawned.is_err() {
@@ -226,18 +436,126 @@ fn serve_tcp(mut stream: TcpStream, name: &str, idle: Duration) -> std::io::Resu
     }
 }
 
-fn udp_loop(socket: UdpSocket, name: Arc<str>) {
+fn udp_loop(socket: UdpSocket, control: Arc<Control>) {
     let mut buf = [0u8; 2048];
     loop {
         match socket.recv_from(&mut buf) {
-            Ok((_, peer)) => {
-                let _ = socket.send_to(name.as_bytes(), peer);
-            }
+            Ok((_, peer)) => match control.current().udp {
+                UdpAnswer::Reply(text) => {
+                    let _ = socket.send_to(text.as_bytes(), peer);
+                }
+                UdpAnswer::Silent => {}
+            },
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
             Err(err) => {
-                eprintln!("lb-testserver {name}: udp receive failed: {err}");
+                eprintln!("lb-testserver {}: udp receive failed: {err}", control.name);
                 return;
             }
         }
     }
+}
+
+/// One HTTP/1.1 exchange: reads the request head, answers as the control says, closes.
+fn serve_http(
+    mut stream: TcpStream,
+    control: &Control,
+    path: &str,
+    idle: Duration,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(idle))?;
+    stream.set_write_timeout(Some(idle))?;
+    stream.set_nodelay(true)?;
+    let Some(target) = read_request_target(&mut stream)? else {
+        return Ok(()); // closed early, or a head that is too long
+    };
+    let answer = control.current().http;
+    let on_path = target.split('?').next() == Some(path);
+    match answer {
+        _ if !on_path => respond(&mut stream, 404, "not found"),
+        HttpAnswer::Respond { status, body } => respond(&mut stream, status, &body),
+        HttpAnswer::Hang => {
+            // Never answer; return when the client gives up (or the idle timeout passes).
+            let _ = std::io::copy(&mut (&stream).take(MAX_HANG_READ), &mut std::io::sink());
+            Ok(())
+        }
+        HttpAnswer::Endless => {
+            stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\
+                  Transfer-Encoding: chunked\r\n\r\n",
+            )?;
+            let chunk = {
+                let mut c = b"4000\r\n".to_vec();
+                c.extend(std::iter::repeat_n(b'x', 0x4000));
+                c.extend_from_slice(b"\r\n");
+                c
+            };
+            let mut sent = 0u64;
+            while sent < MAX_ENDLESS {
+                stream.write_all(&chunk)?;
+                sent += chunk.len() as u64;
+            }
+            Ok(())
+        }
+        HttpAnswer::Garbage => {
+            stream.write_all(b"\x00\xff\x16\x03garbage, not HTTP\r\n\r\n")?;
+            let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ u64::from(std::process::id());
+            let mut block = [0u8; 4096];
+            let mut sent = 0u64;
+            while sent < MAX_ENDLESS {
+                for b in block.iter_mut() {
+                    // xorshift64: cheap bytes that are no protocol at all.
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    *b = state as u8;
+                }
+                stream.write_all(&block)?;
+                sent += block.len() as u64;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads a request head (up to the empty line, at most [`MAX_HEAD`] bytes) and returns the
+/// request target of its first line; `None` when the client closed first or the head is
+/// too long.
+fn read_request_target(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let target = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_owned();
+    Ok(Some(target))
+}
+
+fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    };
+    let text = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(text.as_bytes())?;
+    stream.shutdown(std::net::Shutdown::Write)
 }
