@@ -46,8 +46,6 @@ const MAC_LOOKUPS: usize = 32;
 
 /// A virtual service at runtime.
 struct ServiceRt {
-    /// Stable id used in probe reports (indices shift on reload).
-    key: usize,
     cfg: ServiceConfig,
     membership: ServiceMembership,
     servers: BTreeMap<SocketAddr, ServerRt>,
@@ -68,7 +66,10 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     neighbors: Arc<N>,
     env: Environment,
     services: Vec<ServiceRt>,
-    next_service_key: usize,
+    /// Id for the next server incarnation's probe reports (see `ServerKey`).
+    next_incarnation: std::sync::atomic::AtomicUsize,
+    /// Transitions not yet in the shared log (an API reader held it).
+    pending_events: Vec<Event>,
     publisher: Publisher,
     macs: HashMap<IpAddr, [u8; 6]>,
     reports_tx: mpsc::Sender<ProbeReport>,
@@ -102,7 +103,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             neighbors,
             env,
             services: Vec::new(),
-            next_service_key: 0,
+            next_incarnation: Default::default(),
+            pending_events: Vec::new(),
             publisher: Publisher::default(),
             macs: HashMap::new(),
             reports_tx,
@@ -163,7 +165,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     let mut servers = BTreeMap::new();
                     for (addr, conf) in addrs {
                         let server = match prev.servers.remove(&addr) {
-                            Some(mut s) if !probes_changed && s.configured.is_some() => {
+                            Some(mut s) if !probes_changed => {
                                 s.weight = conf.weight;
                                 s.spare = conf.spare;
                                 s.backup = conf.backup;
@@ -173,17 +175,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                             Some(s) => {
                                 let start = if s.health.usable() {
                                     StartState::ReloadedWasUp
+                                } else if s.health.state() == crate::health::HealthState::Checking {
+                                    StartState::New
                                 } else {
                                     StartState::ReloadedWasDown
                                 };
-                                let mut fresh =
-                                    self.new_server(prev.key, svc_cfg, addr, conf, start, now);
+                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
                                 fresh.admin = s.admin;
                                 fresh
                             }
-                            None => {
-                                self.new_server(prev.key, svc_cfg, addr, conf, StartState::New, now)
-                            }
+                            None => self.new_server(svc_cfg, addr, conf, StartState::New, now),
                         };
                         servers.insert(addr, server);
                     }
@@ -195,8 +196,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     prev
                 }
                 None => {
-                    let key = self.next_service_key;
-                    self.next_service_key += 1;
                     let proto = match svc_cfg.protocol {
                         Protocol::Tcp => IPPROTO_TCP,
                         Protocol::Udp => IPPROTO_UDP,
@@ -210,11 +209,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 Some(false) => StartState::ReloadedWasDown,
                                 None => StartState::New,
                             };
-                            (addr, self.new_server(key, svc_cfg, addr, conf, start, now))
+                            (addr, self.new_server(svc_cfg, addr, conf, start, now))
                         })
                         .collect();
                     ServiceRt {
-                        key,
                         cfg: svc_cfg.clone(),
                         membership: ServiceMembership::new(),
                         servers,
@@ -232,7 +230,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     fn new_server(
         &self,
-        service_key: usize,
         svc: &ServiceConfig,
         addr: SocketAddr,
         conf: Configured,
@@ -241,8 +238,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     ) -> ServerRt {
         let health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
         let signals = Arc::new(SharedSignals::new(health.usable()));
+        let incarnation = self
+            .next_incarnation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = ServerKey {
-            service: service_key,
+            service: incarnation,
             addr,
         };
         let tasks = svc
@@ -262,6 +262,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             .collect();
         ServerRt {
             addr,
+            incarnation,
             weight: conf.weight,
             spare: conf.spare,
             backup: conf.backup,
@@ -331,12 +332,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// A probe finished.
     pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
-        let Some(si) = self
-            .services
-            .iter()
-            .position(|s| s.key == report.server.service)
-        else {
-            return Ok(()); // a report from a service removed by a reload
+        let Some(si) = self.services.iter().position(|s| {
+            s.servers
+                .get(&report.server.addr)
+                .is_some_and(|v| v.incarnation == report.server.service)
+        }) else {
+            return Ok(()); // a report of probes replaced or removed since
         };
         let name = self.services[si].cfg.name.clone();
         let Some(server) = self.services[si].servers.get_mut(&report.server.addr) else {
@@ -481,7 +482,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .servers
                     .get_mut(&addr)
                     .ok_or_else(no_server)?;
-                if p.weight == Some(0) {
+                if p.weight
+                    .is_some_and(|w| !(1..=crate::config::MAX_WEIGHT).contains(&w))
+                {
                     return Err(AdminError::Invalid("weight must be at least 1".into()));
                 }
                 if p.spare == Some(true) && server.backup != 0 {
@@ -528,18 +531,23 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         "server and VIP must be one address family".into(),
                     ));
                 }
-                if new.weight == 0 {
+                if self.services[si].cfg.forwarding == Forwarding::Dsr
+                    && new.address.port() != self.services[si].cfg.vip.port()
+                {
+                    return Err(AdminError::Invalid(
+                        "forwarding dsr keeps the destination port: the server port must be the VIP's".into(),
+                    ));
+                }
+                if !(1..=crate::config::MAX_WEIGHT).contains(&new.weight) {
                     return Err(AdminError::Invalid("weight must be at least 1".into()));
                 }
                 let cfg = self.services[si].cfg.clone();
-                let key = self.services[si].key;
                 let conf = Configured {
                     weight: new.weight,
                     spare: new.spare && new.backup == 0,
                     backup: new.backup,
                 };
-                let mut server =
-                    self.new_server(key, &cfg, new.address, conf, StartState::New, now);
+                let mut server = self.new_server(&cfg, new.address, conf, StartState::New, now);
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
                 self.record_names(service, address, "-", "added", "admin");
@@ -572,11 +580,22 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             to: to.to_string(),
             cause: cause.to_string(),
         };
+        self.pending_events.push(event);
+        self.flush_events();
+    }
+
+    /// Moves pending events into the shared log unless a reader holds it right now.
+    fn flush_events(&mut self) {
+        if self.pending_events.is_empty() {
+            return;
+        }
         if let Ok(mut log) = self.events.try_lock() {
-            if log.len() >= EVENT_LOG_LEN {
-                log.pop_front();
+            for event in self.pending_events.drain(..) {
+                if log.len() >= EVENT_LOG_LEN {
+                    log.pop_front();
+                }
+                log.push_back(event);
             }
-            log.push_back(event);
         }
     }
 
@@ -612,6 +631,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// Rebuilds the operator's snapshot (call it periodically for fresh counters).
     pub fn publish_snapshot(&mut self) {
+        self.flush_events();
         let snap = snapshot::build(self);
         let _ = self.snapshot_tx.send(Arc::new(snap));
         self.snapshot_dirty = false;

@@ -67,14 +67,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let mut fresh = Vec::new();
             for e in &wanted {
                 if !svc.servers.contains_key(&e.addr) {
-                    let server = self.new_server(
-                        svc.key,
-                        &svc.cfg,
-                        e.addr,
-                        configured(e),
-                        StartState::New,
-                        now,
-                    );
+                    let server =
+                        self.new_server(&svc.cfg, e.addr, configured(e), StartState::New, now);
                     fresh.push(server);
                 }
             }

@@ -15,6 +15,8 @@ use crate::{
 /// A server of a service.
 pub(super) struct ServerRt {
     pub addr: SocketAddr,
+    /// Key its probe tasks report under (unique per incarnation).
+    pub incarnation: usize,
     /// In effect now (config value unless changed at runtime).
     pub weight: u32,
     pub spare: bool,
@@ -53,7 +55,13 @@ impl ServerRt {
                     since: self.health.state_since(),
                 }
             },
-            admin: self.admin,
+            // A server that never passed its essential probes was never in traffic:
+            // neither fail-open nor the removal cap may put it there.
+            admin: if self.health.state() == crate::health::HealthState::Checking {
+                Admin::Down
+            } else {
+                self.admin
+            },
         }
     }
 

@@ -169,6 +169,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            _ = agent.resolve_ready() => agent.reresolve().await,
         };
         if let Err(err) = result {
             warn!(error = %err, "publishing to the data plane failed");

@@ -312,8 +312,8 @@ impl ServiceMembership {
         // 5. Fail-open.
         let blackout = match (usable_levels.is_empty(), policy.fail_open) {
             (false, _) => Blackout::No,
-            (true, true) => Blackout::FailOpen,
-            (true, false) => Blackout::Drop,
+            (true, true) if servers.iter().any(|s| s.admin != Admin::Down) => Blackout::FailOpen,
+            (true, _) => Blackout::Drop,
         };
         if blackout != self.blackout {
             match self.blackout {

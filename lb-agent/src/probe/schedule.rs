@@ -24,11 +24,13 @@ use crate::config::{ProbeConfig, ProbeMode};
 /// The shortest interval a task accepts (a zero interval would spin).
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
-/// Identifies a server across the agent: its service's index and its address (the
-/// resolved address for `resolve = true` servers).
+/// Identifies the server a probe task reports for: an id chosen by the owner and the
+/// server's address (the resolved address for `resolve = true` servers). The agent uses
+/// a fresh id per server incarnation, so reports of probe tasks replaced by a reload are
+/// recognised and dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServerKey {
-    /// Index of the service in the config.
+    /// Owner-chosen id (the agent: one per server incarnation).
     pub service: usize,
     /// The server's address; probes go to its IP, and to its port unless the probe sets one.
     pub addr: SocketAddr,
