@@ -331,7 +331,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// A probe finished.
     pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
-        let started = std::time::Instant::now();
+        // Propagation counts from the verdict, including its wait in the report channel.
+        let started = std::time::Instant::now()
+            .checked_sub(report.at.elapsed())
+            .unwrap_or_else(std::time::Instant::now);
         let Some(si) = self.services.iter().position(|s| {
             s.servers
                 .get(&report.server.addr)
@@ -359,6 +362,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub fn on_passive_events(&mut self, events: &[PassiveEvent]) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
         let now = Instant::now();
+        self.snapshot_dirty = true;
         let mut changed = false;
         for e in events {
             *self
