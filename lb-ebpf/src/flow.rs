@@ -55,21 +55,29 @@ pub fn any_backend(id: u32) -> Option<&'static Backend> {
     LB_BACKENDS.get_ptr(id).map(|b| unsafe { &*b })
 }
 
-/// Chooses the backend for `key` from service `service_id`'s live Maglev table.
+/// The backend id in `key`'s slot of service `service_id`'s live Maglev table, not yet
+/// checked: [`slot_backend`] completes the choice.
 ///
 /// The generation is read once, then one slot of that table: a packet sees one
-/// published table or the next, never a mix. Errors with the drop counter: a service id
-/// outside the maps, an empty slot (a table never published is all `NO_BACKEND`) or a
-/// backend that is not live is `DROP_NO_BACKEND`; an id outside `LB_BACKENDS` is
-/// `DROP_BAD_BACKEND`.
+/// published table or the next, never a mix. A service id outside the maps is
+/// `DROP_NO_BACKEND`. Separate from [`slot_backend`] so that a caller can issue this
+/// load early and use its value later: the slot is a random 4 bytes of a 256 KiB table,
+/// a cache miss for nearly every new flow.
 #[inline(always)]
-pub fn maglev(service_id: u32, key: &FlowKey) -> Result<(u32, &'static Backend), u32> {
+pub fn maglev_slot(service_id: u32, key: &FlowKey) -> Result<u32, u32> {
     let slot = flow_hash(key, SEED_MAGLEV) % MAGLEV_RING_SIZE;
     let generation = *LB_MAGLEV_GEN.get(service_id).ok_or(DROP_NO_BACKEND)?;
     let block = LB_MAGLEV
         .get(maglev_block_index(service_id, generation, slot))
         .ok_or(DROP_NO_BACKEND)?;
-    let id = block[(slot % MAGLEV_BLOCK_SLOTS) as usize];
+    Ok(block[(slot % MAGLEV_BLOCK_SLOTS) as usize])
+}
+
+/// The live backend a Maglev slot names. Errors with the drop counter: an empty slot (a
+/// table never published is all `NO_BACKEND`) or a backend that is not live is
+/// `DROP_NO_BACKEND`; an id outside `LB_BACKENDS` is `DROP_BAD_BACKEND`.
+#[inline(always)]
+pub fn slot_backend(id: u32) -> Result<(u32, &'static Backend), u32> {
     if id == NO_BACKEND {
         return Err(DROP_NO_BACKEND);
     }

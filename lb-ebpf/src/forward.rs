@@ -24,6 +24,13 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
     let now = clock::now();
+    // A SYN most likely opens a flow: read its Maglev slot before the flow-table lookup,
+    // so that the slot's cache miss overlaps the lookup's instead of following it.
+    let early = if syn {
+        Some(flow::maglev_slot(sid, &pkt.key))
+    } else {
+        None
+    };
 
     let (backend_id, backend, nat_port, new_flow) = match flow::lookup(&pkt.key) {
         Some(f) => {
@@ -34,7 +41,7 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
                 Err(v) => return v,
             }
         }
-        None => match open(pkt, svc, use_nat, syn, now) {
+        None => match open(pkt, svc, use_nat, syn, now, early) {
             Ok(p) => p,
             Err(v) => return v,
         },
@@ -82,7 +89,7 @@ fn pinned(
         return Ok((id, b, port, false));
     }
 
-    let (new_id, b) = choose(pkt, svc, use_nat)?;
+    let (new_id, b) = choose(pkt, svc, use_nat, None)?;
     let mut port = 0;
     if use_nat {
         if let Some(old) = flow::any_backend(id) {
@@ -106,8 +113,9 @@ fn open(
     use_nat: bool,
     syn: bool,
     now: u64,
+    early: Option<Result<u32, u32>>,
 ) -> Result<Choice, Verdict> {
-    let (id, b) = choose(pkt, svc, use_nat)?;
+    let (id, b) = choose(pkt, svc, use_nat, early)?;
     let port = if use_nat {
         allocate(pkt, svc, b, id)?
     } else {
@@ -126,14 +134,20 @@ fn open(
     Ok((id, b, port, true))
 }
 
-/// The Maglev choice; nat needs a backend of the packet's family (no 4/6 translation).
+/// The Maglev choice (from the slot read `early`, if it was); nat needs a backend of
+/// the packet's family (no 4/6 translation).
 #[inline(always)]
 fn choose(
     pkt: &Packet,
     svc: &ServiceMeta,
     use_nat: bool,
+    early: Option<Result<u32, u32>>,
 ) -> Result<(u32, &'static Backend), Verdict> {
-    let (id, b) = flow::maglev(svc.service_id, &pkt.key).map_err(|counter| {
+    let slot = match early {
+        Some(slot) => slot,
+        None => flow::maglev_slot(svc.service_id, &pkt.key),
+    };
+    let (id, b) = slot.and_then(flow::slot_backend).map_err(|counter| {
         counters::service_no_backend(svc.service_id);
         Verdict::drop(counter)
     })?;
