@@ -26,7 +26,8 @@ use lb_tests::{
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
-/// The smallest share (1/4) is within ±15 % by 3 standard deviations over 900.
+/// ±15 % of the smallest share (1/4) is 2.6 standard deviations of a binomial share over
+/// 900 connections; source ports and addresses are fixed, so a run's shares repeat.
 const CONNECTIONS: usize = 900;
 const DEADLINE: Duration = Duration::from_secs(90);
 const VERDICT_WAIT: Duration = Duration::from_secs(15);
