@@ -100,7 +100,10 @@ pub struct FlowValue {
     pub flags: u32,
     /// nat: source port allocated toward the backend, network order (0 in dsr).
     pub nat_port: u16,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// nat: the tick (low 32 bits of `jiffies`) in which the flow's reverse entry in
+    /// `LB_NAT` was last verified; later packets of the same tick skip the check.
+    pub nat_tick: u32,
     /// CLOCK_MONOTONIC nanoseconds (good to one tick, see `TickClock`) when the flow was
     /// last refreshed (at most once a second).
     pub last_seen_ns: u64,

@@ -11,14 +11,25 @@ use aya_ebpf::helpers::{bpf_jiffies64, bpf_ktime_get_ns};
 
 use crate::maps::LB_CLOCK;
 
-/// `CLOCK_MONOTONIC` in nanoseconds, at most one tick old.
+/// A reading of the flow clock.
+#[derive(Clone, Copy)]
+pub struct Now {
+    /// `CLOCK_MONOTONIC` in nanoseconds, at most one tick old.
+    pub ns: u64,
+    /// The tick the reading belongs to (low 32 bits of `jiffies`).
+    pub tick: u32,
+}
+
+/// Reads the flow clock.
 #[inline(always)]
-pub fn now() -> u64 {
+pub fn now() -> Now {
     // SAFETY: helpers without preconditions.
     let jiffies = unsafe { bpf_jiffies64() };
+    let tick = jiffies as u32;
     let Some(c) = LB_CLOCK.get_ptr_mut(0) else {
         // SAFETY: as above.
-        return unsafe { bpf_ktime_get_ns() };
+        let ns = unsafe { bpf_ktime_get_ns() };
+        return Now { ns, tick };
     };
     // SAFETY: a per-CPU slot; only this CPU (with preemption off) touches it.
     let c = unsafe { &mut *c };
@@ -27,5 +38,5 @@ pub fn now() -> u64 {
         // SAFETY: as above.
         c.ns = unsafe { bpf_ktime_get_ns() };
     }
-    c.ns
+    Now { ns: c.ns, tick }
 }

@@ -8,7 +8,8 @@ use lb_common::{
 };
 
 use crate::{
-    Verdict, clock,
+    Verdict,
+    clock::{self, Now},
     counters::{self, count},
     dsr, events, flow, nat,
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_SYN, is_syn},
@@ -68,22 +69,27 @@ fn pinned(
     use_nat: bool,
     syn: bool,
     l4: L4,
-    now: u64,
+    now: Now,
 ) -> Result<Choice, Verdict> {
     let id = f.backend_id;
     if let Some(b) = flow::live_backend(id) {
         count(FLOW_HIT);
-        flow::touch(f, now);
+        flow::touch(f, now.ns);
         if pkt.is_tcp() {
             handshake_forward(f, svc.service_id, use_nat, syn, l4.tcp_flags);
         }
         let mut port = 0;
         if use_nat {
-            let mac = pkt.eth.mac::<ETH_SRC>();
-            port = nat::ensure(&pkt.key, svc, b, id, f.nat_port, mac)
-                .ok_or(Verdict::drop(DROP_NAT_PORTS))?;
-            if port != f.nat_port {
-                f.nat_port = port;
+            port = f.nat_port;
+            // The reverse entry is verified once per tick (see `nat::ensure`).
+            if f.nat_tick != now.tick {
+                let mac = pkt.eth.mac::<ETH_SRC>();
+                port = nat::ensure(&pkt.key, svc, b, id, port, mac)
+                    .ok_or(Verdict::drop(DROP_NAT_PORTS))?;
+                if port != f.nat_port {
+                    f.nat_port = port;
+                }
+                f.nat_tick = now.tick;
             }
         }
         return Ok((id, b, port, false));
@@ -101,7 +107,8 @@ fn pinned(
     f.backend_id = new_id;
     f.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
     f.nat_port = port;
-    f.last_seen_ns = now;
+    f.nat_tick = now.tick;
+    f.last_seen_ns = now.ns;
     Ok((new_id, b, port, true))
 }
 
@@ -112,7 +119,7 @@ fn open(
     svc: &ServiceMeta,
     use_nat: bool,
     syn: bool,
-    now: u64,
+    now: Now,
     early: Option<Result<u32, u32>>,
 ) -> Result<Choice, Verdict> {
     let (id, b) = choose(pkt, svc, use_nat, early)?;
@@ -128,7 +135,8 @@ fn open(
     value.backend_id = id;
     value.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
     value.nat_port = port;
-    value.last_seen_ns = now;
+    value.nat_tick = now.tick;
+    value.last_seen_ns = now.ns;
     flow::insert(&pkt.key, &value);
     count(FLOW_NEW);
     Ok((id, b, port, true))

@@ -215,10 +215,13 @@ fn nat_reinserts_an_evicted_reverse_entry() {
         &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
     );
     lb.remove_nat(&reply_key(NAT4, port));
+    // A pinned flow verifies its reverse entry once per kernel tick (1/CONFIG_HZ s, at
+    // most 10 ms): the next packet must come in a later tick.
+    std::thread::sleep(std::time::Duration::from_millis(25));
     let ack = to_vip(NAT4, CPORT, TCP_ACK);
     let again = nat_forward(
         &mut lb,
-        "nat: packet after the reverse entry was evicted",
+        "nat: packet (a tick later) after the reverse entry was evicted",
         &ack,
         NAT4,
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
