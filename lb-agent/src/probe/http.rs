@@ -1,9 +1,10 @@
 //! The http probe: one HTTP/1.1 request over hyper's client connection, `Connection: close`.
 //!
-//! A response passes when its head is complete with a status in `expect_status` and its
-//! body has been read to its end or to `max_body` bytes (never more; the rest is not
-//! read), with `expect_body`, if set, matching what was read. A body cut short by the
-//! peer, or one that trickles slower than the timeout, fails.
+//! A response passes when it is complete — head with a status in `expect_status`, body
+//! read to its end within the probe's timeout — and `expect_body`, if set, matches its
+//! first `max_body` bytes. At most `max_body` bytes are kept (the rest is read and
+//! discarded), so memory stays bounded; an endless body, one cut short by the peer, or
+//! one that trickles slower than the timeout fails.
 
 use std::net::SocketAddr;
 
@@ -133,30 +134,28 @@ async fn judge(resp: Response<Incoming>, h: &HttpProbe) -> Verdict {
         return Err(ProbeError::BodyMismatch);
     }
     Ok(if truncated {
-        format!("status {code} (body read up to max_body)")
+        format!("status {code} (body matched on its first max_body bytes)")
     } else {
         format!("status {code}")
     })
 }
 
-/// Reads the body until its end or `max` bytes, never more; `true` when it stopped at `max`.
+/// Reads the body to its end, keeping at most `max` bytes; `true` when some were
+/// discarded. The caller's timeout bounds how long an endless body is read.
 async fn read_body(mut body: Incoming, max: usize) -> Result<(Vec<u8>, bool), ProbeError> {
     let mut buf = Vec::new();
-    if max == 0 {
-        return Ok((buf, body.is_end_stream()));
-    }
+    let mut truncated = false;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|source| ProbeError::Http { source })?;
         if let Ok(data) = frame.into_data() {
             let room = max - buf.len();
-            if data.len() >= room {
-                buf.extend_from_slice(&data[..room]);
-                return Ok((buf, true));
+            if data.len() > room {
+                truncated = true;
             }
-            buf.extend_from_slice(&data);
+            buf.extend_from_slice(&data[..data.len().min(room)]);
         }
     }
-    Ok((buf, false))
+    Ok((buf, truncated))
 }
 
 #[cfg(test)]
