@@ -53,14 +53,21 @@ fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, nat_port: u
 #[inline(always)]
 pub fn client_key(nat: &NatValue, proto: u8, family: u8) -> FlowKey {
     FlowKey {
-        src: nat.client_addr,
-        dst: nat.vip_addr,
+        src: words(&nat.client_addr),
+        dst: words(&nat.vip_addr),
         sport: nat.client_port,
         dport: nat.vip_port,
         proto,
         family,
         _pad: [0; 2],
     }
+}
+
+/// An address copied word by word: a plain 16-byte copy out of a map value is emitted
+/// as a call to a byte-at-a-time `memmove`.
+#[inline(always)]
+fn words(a: &[u32; 4]) -> [u32; 4] {
+    [a[0], a[1], a[2], a[3]]
 }
 
 #[inline(always)]
