@@ -348,13 +348,16 @@ impl Publisher {
             .filter(|a| !want.backends.iter().any(|b| &b.addr == *a))
             .copied()
             .collect();
+        // Writes that take liveness away wait until the new table no longer points at
+        // those backends: a packet must never find a slot whose backend is not live.
+        let mut after_table: Vec<(u32, Backend)> = Vec::new();
+        let mut freed = Vec::new();
         for addr in gone {
             let b = svc.backends.remove(&addr).expect("listed above");
             if let Some(entry) = b.entry {
-                dp.set_backend(b.id, &retired(entry))?;
+                after_table.push((b.id, retired(entry)));
             }
-            self.backend_ids.give_back(b.id);
-            report.backends_written += 1;
+            freed.push(b.id);
         }
 
         // Home table: every configured backend with its weight (healthy or not); live
@@ -374,9 +377,16 @@ impl Publisher {
             };
             let entry = backend_entry(b, svc.id);
             if published.entry != Some(entry) {
-                dp.set_backend(published.id, &entry)?;
+                let was_live = published
+                    .entry
+                    .is_some_and(|e| e.flags & BACKEND_F_LIVE != 0);
+                if was_live && entry.flags & BACKEND_F_LIVE == 0 {
+                    after_table.push((published.id, entry));
+                } else {
+                    dp.set_backend(published.id, &entry)?;
+                    report.backends_written += 1;
+                }
                 published.entry = Some(entry);
-                report.backends_written += 1;
             }
             if b.weight > 0 {
                 home_input.push(MaglevBackend {
@@ -401,6 +411,13 @@ impl Publisher {
             dp.publish_table(svc.id, &svc.live)?;
             svc.active = active;
             report.tables_published += 1;
+        }
+        for (id, entry) in after_table {
+            dp.set_backend(id, &entry)?;
+            report.backends_written += 1;
+        }
+        for id in freed {
+            self.backend_ids.give_back(id);
         }
 
         let meta = service_meta(svc.id, want);
@@ -743,6 +760,36 @@ mod tests {
             "a service no longer configured is removed"
         );
         assert_eq!(dp.backends[&3].flags & BACKEND_F_LIVE, 0);
+    }
+
+    #[test]
+    fn liveness_is_taken_away_only_after_the_table_stops_pointing_at_it() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let all = vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Active),
+        ];
+        p.apply(&[web(all.clone())], &mut dp).unwrap();
+        dp.log.clear();
+        let mut down = all.clone();
+        down[1].role = Role::Removed;
+        p.apply(&[web(down)], &mut dp).unwrap();
+        assert_eq!(
+            dp.log,
+            vec![Write::Table(0), Write::Backend(2)],
+            "table first, then the backend loses LIVE"
+        );
+        dp.log.clear();
+        p.apply(&[web(all[..1].to_vec())], &mut dp).unwrap();
+        dp.log.clear();
+        p.apply(&[web(all)], &mut dp).unwrap();
+        assert_eq!(
+            dp.log.first(),
+            Some(&Write::Backend(3)),
+            "a new backend is written before the table points at it: {:?}",
+            dp.log
+        );
     }
 
     #[test]
