@@ -93,15 +93,11 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let (backend, nat_port) = forwarded_to(&fwd)?;
-    let reply = Frame::tcp(
-        backend.ip(),
-        backend.port(),
-        snat,
-        nat_port,
-        TCP_SYN | TCP_ACK,
-    )
-    .payload(&[0u8; 64])
-    .bytes();
+    let reply = |flags: u8| {
+        Frame::tcp(backend.ip(), backend.port(), snat, nat_port, flags)
+            .payload(&[0u8; 64])
+            .bytes()
+    };
 
     let new_flows = |vip: SocketAddr, base: u8| -> Vec<Vec<u8>> {
         (0..NEW_FLOWS)
@@ -135,7 +131,14 @@ fn main() -> anyhow::Result<()> {
         },
         Case {
             name: "nat reply",
-            packets: vec![reply],
+            packets: vec![reply(TCP_SYN | TCP_ACK)],
+            expect: XDP_TX,
+        },
+        // Diagnostic: the SYN-ACK above also looks the flow up for the handshake
+        // signals; the rest of a connection's replies (ACK/data) do not.
+        Case {
+            name: "nat reply (ACK)",
+            packets: vec![reply(TCP_ACK)],
             expect: XDP_TX,
         },
         Case {
