@@ -127,9 +127,52 @@ pub struct NatValue {
     pub backend_id: u32,
     /// Source MAC of the client's packets (the previous hop): replies go back to it.
     pub client_mac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// `NAT_S_*` bits: how far the TCP connection has closed.
+    pub state: u8,
+    pub _pad: u8,
+    /// [`nat_seconds`] of the last packet the entry carried (refreshed when it changes).
+    pub last_seen: u32,
+    pub _pad2: u32,
 }
-const _: () = assert!(size_of::<NatValue>() == 48);
+const _: () = assert!(size_of::<NatValue>() == 56);
+
+/// NAT state: the client sent FIN.
+pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;
+/// NAT state: the backend sent FIN.
+pub const NAT_S_FIN_BACKEND: u8 = 1 << 1;
+/// NAT state: either side sent RST.
+pub const NAT_S_RST: u8 = 1 << 2;
+/// A closed TCP entry's source port may be taken by a new flow this long after its last
+/// packet (in [`nat_seconds`]): long enough for the last ACK and retransmissions; a
+/// backend still in TIME_WAIT accepts the new SYN when its sequence or timestamp is newer
+/// (RFC 6191), else the client's retransmission gets through once TIME_WAIT is reset.
+pub const NAT_CLOSED_REUSE: u32 = 2;
+/// An open TCP entry idle this long may be reclaimed (IPVS's established timeout).
+pub const NAT_TCP_IDLE_REUSE: u32 = 900;
+/// A UDP entry idle this long may be reclaimed (IPVS's UDP timeout).
+pub const NAT_UDP_IDLE_REUSE: u32 = 300;
+
+/// Coarse seconds (2^30 ns, about 1.07 s) of a `CLOCK_MONOTONIC` reading, for NAT ages.
+#[inline(always)]
+pub const fn nat_seconds(ns: u64) -> u32 {
+    (ns >> 30) as u32
+}
+
+/// Whether a NAT entry's source port may be given to a new flow at `now` (see
+/// [`nat_seconds`]): a closed TCP connection after [`NAT_CLOSED_REUSE`], any entry idle
+/// past its protocol's timeout.
+#[inline(always)]
+pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
+    let idle = now.wrapping_sub(v.last_seen);
+    let closed = v.state & NAT_S_RST != 0
+        || v.state & (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND)
+            == (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND);
+    if proto == crate::IPPROTO_TCP {
+        (closed && idle >= NAT_CLOSED_REUSE) || idle >= NAT_TCP_IDLE_REUSE
+    } else {
+        idle >= NAT_UDP_IDLE_REUSE
+    }
+}
 
 /// `LB_BACKEND_STATS` value (per CPU), indexed by backend id.
 #[repr(C)]
@@ -172,6 +215,50 @@ pub struct TickClock {
     pub ns: u64,
 }
 const _: () = assert!(size_of::<TickClock>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nat_entries_become_reclaimable_by_protocol_and_state() {
+        let open = NatValue {
+            last_seen: 100,
+            ..NatValue::default()
+        };
+        let tcp = crate::IPPROTO_TCP;
+        assert!(!nat_reclaimable(&open, tcp, 101));
+        assert!(!nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE - 1));
+        assert!(nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE));
+        let half = NatValue {
+            state: NAT_S_FIN_CLIENT,
+            ..open
+        };
+        assert!(
+            !nat_reclaimable(&half, tcp, 100 + NAT_CLOSED_REUSE),
+            "half-closed"
+        );
+        let closed = NatValue {
+            state: NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            ..open
+        };
+        assert!(!nat_reclaimable(&closed, tcp, 100 + NAT_CLOSED_REUSE - 1));
+        assert!(nat_reclaimable(&closed, tcp, 100 + NAT_CLOSED_REUSE));
+        let reset = NatValue {
+            state: NAT_S_RST,
+            ..open
+        };
+        assert!(nat_reclaimable(&reset, tcp, 100 + NAT_CLOSED_REUSE));
+        let udp = crate::IPPROTO_UDP;
+        assert!(!nat_reclaimable(&open, udp, 100 + NAT_UDP_IDLE_REUSE - 1));
+        assert!(nat_reclaimable(&open, udp, 100 + NAT_UDP_IDLE_REUSE));
+        assert!(nat_reclaimable(
+            &open,
+            udp,
+            99u32.wrapping_add(NAT_UDP_IDLE_REUSE + 1)
+        ));
+    }
+}
 
 #[cfg(feature = "user")]
 mod pod {

@@ -12,7 +12,7 @@ use crate::{
     clock::{self, Now},
     counters::{self, count},
     dsr, events, flow, nat,
-    parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_SYN, is_syn},
+    parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
 };
 
 /// Balances one packet addressed to the service `svc`.
@@ -81,6 +81,9 @@ fn pinned(
         let mut port = 0;
         if use_nat {
             port = f.nat_port;
+            if pkt.is_tcp() && l4.tcp_flags & (TCP_FIN | TCP_RST) != 0 {
+                nat::client_closing(&pkt.key, svc, b, port, l4.tcp_flags);
+            }
             // The reverse entry is verified once per tick (see `nat::ensure`).
             if f.nat_tick != now.tick {
                 let mac = pkt.eth.mac::<ETH_SRC>();

@@ -4,7 +4,10 @@
 //! Forward: `client:cport -> VIP:vport` becomes `snat:nat_port -> backend:port`.
 //! Reply:   `backend:port -> snat:nat_port` becomes `VIP:vport -> client:cport`.
 //! The reverse entry is keyed by the reply's 5-tuple; claiming it with `BPF_NOEXIST`
-//! is what makes a source port belong to one flow.
+//! is what makes a source port belong to one flow. Ports come back without waiting for
+//! LRU eviction: an entry whose TCP connection closed (FIN both ways, or RST) a couple of
+//! seconds ago, or that sat idle past its protocol's timeout, may be taken over by a new
+//! flow (`lb_common::maps::nat_reclaimable`).
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
@@ -12,13 +15,16 @@ use lb_common::{
     counters::{DROP_MALFORMED, PASS_MALFORMED, PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY},
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
-    maps::{Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NatValue, ServiceMeta},
+    maps::{
+        Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
+        NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+    },
 };
 
 use crate::{
-    Verdict, counters, events, flow,
+    Verdict, clock, counters, events, flow,
     maps::LB_NAT,
-    parse::{L4, Packet, TCP_ACK, TCP_RST, TCP_SYN},
+    parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     rewrite::{retarget_l2, translate},
 };
 
@@ -71,7 +77,7 @@ fn words(a: &[u32; 4]) -> [u32; 4] {
 }
 
 #[inline(always)]
-fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6]) -> NatValue {
+fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6], now_s: u32) -> NatValue {
     NatValue {
         client_addr: client.src,
         vip_addr: client.dst,
@@ -79,7 +85,18 @@ fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6]) -> NatV
         vip_port: client.dport,
         backend_id,
         client_mac,
-        _pad: [0; 2],
+        state: 0,
+        _pad: 0,
+        last_seen: now_s,
+        _pad2: 0,
+    }
+}
+
+/// Refreshes an entry's age when the coarse clock moved (one write per ~second at most).
+#[inline(always)]
+fn touch(v: &mut NatValue, now_s: u32) {
+    if v.last_seen != now_s {
+        v.last_seen = now_s;
     }
 }
 
@@ -115,7 +132,8 @@ pub fn allocate(
     } else {
         0
     };
-    let value = reverse_value(client, backend_id, client_mac);
+    let now_s = nat_seconds(clock::now().ns);
+    let value = reverse_value(client, backend_id, client_mac, now_s);
     let mut key = reply_key(client, svc, backend, 0);
     let mut i = 0;
     while i < NAT_PORT_ATTEMPTS {
@@ -123,6 +141,17 @@ pub fn allocate(
         key.dport = port;
         if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
             return Some(port);
+        }
+        // Taken: by a connection that closed (or went idle) long enough ago, the port
+        // is ours. Written in place, so the entry never goes missing in between.
+        if let Some(v) = LB_NAT.get_ptr_mut(&key) {
+            // SAFETY: a preallocated LRU value; a concurrent writer can only be another
+            // new flow claiming the same port in the same instant (documented race).
+            let v = unsafe { &mut *v };
+            if nat_reclaimable(v, client.proto, now_s) {
+                *v = value;
+                return Some(port);
+            }
         }
         // off < range and stride < range: one subtraction wraps.
         off += stride;
@@ -154,12 +183,17 @@ pub fn ensure(
     client_mac: [u8; 6],
 ) -> Option<u16> {
     let key = reply_key(client, svc, backend, nat_port);
-    match LB_NAT.get_ptr(&key) {
+    let now_s = nat_seconds(clock::now().ns);
+    match LB_NAT.get_ptr_mut(&key) {
         // SAFETY: read right after the lookup; a stale read only costs a re-allocation.
-        Some(v) if unsafe { owned_by(&*v, client) } => return Some(nat_port),
+        Some(v) if unsafe { owned_by(&*v, client) } => {
+            // SAFETY: as above; the age is a hint, a lost update costs nothing.
+            touch(unsafe { &mut *v }, now_s);
+            return Some(nat_port);
+        }
         Some(_) => {}
         None => {
-            let value = reverse_value(client, backend_id, client_mac);
+            let value = reverse_value(client, backend_id, client_mac, now_s);
             if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
                 return Some(nat_port);
             }
@@ -174,6 +208,40 @@ fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
         && v.vip_port == client.dport
         && v.client_addr == client.src
         && v.vip_addr == client.dst
+}
+
+/// Notes the client's FIN or RST on a translated TCP flow (its port can come back once
+/// both sides closed).
+#[inline(always)]
+pub fn client_closing(
+    client: &FlowKey,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    nat_port: u16,
+    flags: u8,
+) {
+    let key = reply_key(client, svc, backend, nat_port);
+    if let Some(v) = LB_NAT.get_ptr_mut(&key) {
+        // SAFETY: as in `ensure`.
+        let v = unsafe { &mut *v };
+        if owned_by(v, client) {
+            v.state |= close_bits(flags, NAT_S_FIN_CLIENT);
+            touch(v, nat_seconds(clock::now().ns));
+        }
+    }
+}
+
+/// The `NAT_S_*` bits a TCP segment with `flags` adds (`fin` for the sender's FIN).
+#[inline(always)]
+fn close_bits(flags: u8, fin: u8) -> u8 {
+    let mut bits = 0;
+    if flags & TCP_FIN != 0 {
+        bits |= fin;
+    }
+    if flags & TCP_RST != 0 {
+        bits |= NAT_S_RST;
+    }
+    bits
 }
 
 /// Drops the reverse entry of a flow that leaves `backend` (re-hash).
@@ -221,15 +289,22 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     let Some(l4) = pkt.l4(end) else {
         return Verdict::pass(PASS_MALFORMED);
     };
-    let Some(v) = LB_NAT.get_ptr(&pkt.key) else {
+    let Some(v) = LB_NAT.get_ptr_mut(&pkt.key) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
     // SAFETY: LRU entries are freed after an RCU grace period; nothing inserts into
-    // LB_NAT while this reference lives.
-    let nat = unsafe { &*v };
-    if pkt.is_tcp() && l4.tcp_flags & (TCP_RST | TCP_SYN) != 0 {
-        handshake_reply(nat, pkt.key.proto, pkt.key.family, l4.tcp_flags);
+    // LB_NAT while this reference lives. Writes are single fields (state, age).
+    let nat = unsafe { &mut *v };
+    if pkt.is_tcp() {
+        if l4.tcp_flags & (TCP_RST | TCP_SYN) != 0 {
+            handshake_reply(nat, pkt.key.proto, pkt.key.family, l4.tcp_flags);
+        }
+        let bits = close_bits(l4.tcp_flags, NAT_S_FIN_BACKEND);
+        if bits != 0 {
+            nat.state |= bits;
+        }
     }
+    touch(nat, nat_seconds(clock::now().ns));
     let translated = translate(
         pkt,
         l4,

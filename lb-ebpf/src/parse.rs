@@ -37,6 +37,7 @@ const ETH_P_8021AD: u16 = 0x88a8u16.to_be();
 /// IPv4 flags+fragment offset: MF bit and the 13-bit offset.
 const IPV4_FRAG_MASK: u16 = 0x3fffu16.to_be();
 
+pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;
 pub const TCP_RST: u8 = 0x04;
 pub const TCP_ACK: u8 = 0x10;

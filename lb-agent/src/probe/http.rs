@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 
 use http_body_util::{BodyExt, Empty};
-use hyper::body::{Body, Bytes, Incoming};
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONNECTION, HOST, HeaderName, HeaderValue, USER_AGENT};
 use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;

@@ -30,6 +30,12 @@ fn nat_ipv4_tcp_forward_and_reply() {
     let rev = lb
         .nat_entry(&reply_key(NAT4, port))
         .expect("reverse entry keyed by the reply 5-tuple");
+    let now = now_nat_seconds();
+    assert!(
+        rev.last_seen.abs_diff(now) <= 1,
+        "reverse entry stamped with the current coarse time ({} vs {now})",
+        rev.last_seen
+    );
     assert_eq!(
         rev,
         NatValue {
@@ -39,7 +45,10 @@ fn nat_ipv4_tcp_forward_and_reply() {
             vip_port: 80u16.to_be(),
             backend_id: 2,
             client_mac: CLIENT_MAC,
-            _pad: [0; 2],
+            state: 0,
+            _pad: 0,
+            last_seen: rev.last_seen,
+            _pad2: 0,
         },
         "reverse entry contents"
     );
@@ -233,10 +242,20 @@ fn nat_reinserts_an_evicted_reverse_entry() {
     );
 }
 
-#[test]
-fn nat_drops_when_every_port_is_taken() {
-    let mut lb = world(&[]);
-    // A service with a single port, already claimed by someone else.
+/// `lb_common::maps::nat_seconds` of CLOCK_MONOTONIC now (the clock of bpf_ktime_get_ns).
+fn now_nat_seconds() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    lb_common::maps::nat_seconds(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// A service with a single source port (30000) toward one backend, plus the key of that
+/// port's reverse entry.
+fn one_port_service(lb: &mut Lb) -> (std::net::IpAddr, FlowKey) {
     let vip = ip4(10, 0, 0, 103);
     lb.add_service(
         vip,
@@ -252,8 +271,22 @@ fn nat_drops_when_every_port_is_taken() {
     );
     lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, 9));
     lb.set_maglev_all(9, 9);
-    let taken = flow_key(ip4(10, 0, 1, 19), 80, ip4(10, 0, 0, 2), 30000, IPPROTO_TCP);
-    lb.insert_nat(taken, NatValue::default());
+    let key = flow_key(ip4(10, 0, 1, 19), 80, ip4(10, 0, 0, 2), 30000, IPPROTO_TCP);
+    (vip, key)
+}
+
+#[test]
+fn nat_drops_when_every_port_is_taken() {
+    let mut lb = world(&[]);
+    // The only port is held by an open connection that carried a packet just now.
+    let (vip, taken) = one_port_service(&mut lb);
+    lb.insert_nat(
+        taken,
+        NatValue {
+            last_seen: now_nat_seconds(),
+            ..NatValue::default()
+        },
+    );
     let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
     check(
         &mut lb,
@@ -269,6 +302,128 @@ fn nat_drops_when_every_port_is_taken() {
         lb.flow(&flow_key(client4(), CPORT, vip, 80, IPPROTO_TCP))
             .is_none(),
         "no flow entry for a flow that could not be translated"
+    );
+}
+
+#[test]
+fn nat_reclaims_the_port_of_a_closed_or_idle_connection() {
+    use lb_common::maps::{
+        NAT_CLOSED_REUSE, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_TCP_IDLE_REUSE,
+    };
+    let cases = [
+        (
+            "closed both ways, NAT_CLOSED_REUSE ago",
+            NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            NAT_CLOSED_REUSE + 1,
+            true,
+        ),
+        (
+            "closed both ways, just now",
+            NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            0,
+            false,
+        ),
+        (
+            "half closed, a while ago",
+            NAT_S_FIN_CLIENT,
+            NAT_CLOSED_REUSE + 1,
+            false,
+        ),
+        (
+            "open, idle past the TCP timeout",
+            0,
+            NAT_TCP_IDLE_REUSE + 1,
+            true,
+        ),
+    ];
+    for (what, state, age, reclaimed) in cases {
+        let mut lb = world(&[]);
+        let (vip, taken) = one_port_service(&mut lb);
+        lb.insert_nat(
+            taken,
+            NatValue {
+                state,
+                last_seen: now_nat_seconds().wrapping_sub(age),
+                ..NatValue::default()
+            },
+        );
+        let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
+        let (action, counters): (u32, &[(u32, u64)]) = if reclaimed {
+            (XDP_TX, &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)])
+        } else {
+            (XDP_DROP, &[(DROP_NAT_PORTS, 1)])
+        };
+        check(
+            &mut lb,
+            Fixture {
+                desc: what,
+                input: syn.bytes(),
+                action,
+                output: Out::Any,
+                counters,
+            },
+        );
+        let owner = lb.nat_entry(&taken).expect("the entry stays");
+        assert_eq!(
+            owner.client_port == CPORT.to_be(),
+            reclaimed,
+            "{what}: the port {} to the new flow",
+            if reclaimed { "must go" } else { "must not go" }
+        );
+    }
+}
+
+#[test]
+fn nat_notes_fin_and_rst_on_both_sides() {
+    use lb_common::maps::{NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
+    let mut lb = world(&[NAT4]);
+    let port = nat_forward(
+        &mut lb,
+        "nat: SYN",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+    );
+    let key = reply_key(NAT4, port);
+    assert_eq!(lb.nat_entry(&key).unwrap().state, 0);
+    nat_forward(
+        &mut lb,
+        "nat: client FIN",
+        &to_vip(NAT4, CPORT, TCP_FIN | TCP_ACK),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(
+        lb.nat_entry(&key).unwrap().state,
+        NAT_S_FIN_CLIENT,
+        "client FIN noted"
+    );
+    nat_reply(
+        &mut lb,
+        "nat reply: backend FIN",
+        &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(
+        lb.nat_entry(&key).unwrap().state,
+        NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+        "backend FIN noted"
+    );
+    // The handshake never completed here, so the RST is also a passive event.
+    nat_reply(
+        &mut lb,
+        "nat reply: backend RST",
+        &backend_reply(NAT4, port, TCP_RST),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1), (EVENTS_SENT, 1)],
+    );
+    assert_ne!(
+        lb.nat_entry(&key).unwrap().state & NAT_S_RST,
+        0,
+        "RST noted"
     );
 }
 
