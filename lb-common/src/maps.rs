@@ -142,6 +142,8 @@ pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;
 pub const NAT_S_FIN_BACKEND: u8 = 1 << 1;
 /// NAT state: either side sent RST.
 pub const NAT_S_RST: u8 = 1 << 2;
+/// NAT state: the backend answered the SYN (SYN-ACK seen).
+pub const NAT_S_ESTABLISHED: u8 = 1 << 3;
 /// A closed TCP entry's source port may be taken by a new flow this long after its last
 /// packet (in [`nat_seconds`]): long enough for the last ACK and retransmissions; a
 /// backend still in TIME_WAIT accepts the new SYN when its sequence or timestamp is newer
@@ -159,12 +161,14 @@ pub const fn nat_seconds(ns: u64) -> u32 {
 }
 
 /// Whether a NAT entry's source port may be given to a new flow at `now` (see
-/// [`nat_seconds`]): a closed TCP connection after [`NAT_CLOSED_REUSE`], any entry idle
-/// past its protocol's timeout.
+/// [`nat_seconds`]): a closed TCP connection, or one whose SYN was never answered, after
+/// [`NAT_CLOSED_REUSE`] without packets (a client still retrying keeps it fresh); any
+/// entry idle past its protocol's timeout.
 #[inline(always)]
 pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
     let idle = now.wrapping_sub(v.last_seen);
     let closed = v.state & NAT_S_RST != 0
+        || v.state & NAT_S_ESTABLISHED == 0
         || v.state & (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND)
             == (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND);
     if proto == crate::IPPROTO_TCP {
@@ -224,14 +228,26 @@ mod tests {
     fn nat_entries_become_reclaimable_by_protocol_and_state() {
         let open = NatValue {
             last_seen: 100,
+            state: NAT_S_ESTABLISHED,
             ..NatValue::default()
         };
+        let unanswered = NatValue { state: 0, ..open };
+        assert!(!nat_reclaimable(
+            &unanswered,
+            crate::IPPROTO_TCP,
+            100 + NAT_CLOSED_REUSE - 1
+        ));
+        assert!(nat_reclaimable(
+            &unanswered,
+            crate::IPPROTO_TCP,
+            100 + NAT_CLOSED_REUSE
+        ));
         let tcp = crate::IPPROTO_TCP;
         assert!(!nat_reclaimable(&open, tcp, 101));
         assert!(!nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE - 1));
         assert!(nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE));
         let half = NatValue {
-            state: NAT_S_FIN_CLIENT,
+            state: NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT,
             ..open
         };
         assert!(
@@ -239,7 +255,7 @@ mod tests {
             "half-closed"
         );
         let closed = NatValue {
-            state: NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            state: NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
             ..open
         };
         assert!(!nat_reclaimable(&closed, tcp, 100 + NAT_CLOSED_REUSE - 1));

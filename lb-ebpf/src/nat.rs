@@ -16,8 +16,9 @@ use lb_common::{
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
     maps::{
-        Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
-        NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+        Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NAT_S_ESTABLISHED,
+        NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable,
+        nat_seconds,
     },
 };
 
@@ -299,7 +300,10 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
         if l4.tcp_flags & (TCP_RST | TCP_SYN) != 0 {
             handshake_reply(nat, pkt.key.proto, pkt.key.family, l4.tcp_flags);
         }
-        let bits = close_bits(l4.tcp_flags, NAT_S_FIN_BACKEND);
+        let mut bits = close_bits(l4.tcp_flags, NAT_S_FIN_BACKEND);
+        if l4.tcp_flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
+            bits |= NAT_S_ESTABLISHED;
+        }
         if bits != 0 {
             nat.state |= bits;
         }

@@ -1,6 +1,7 @@
 //! nat: both directions, checksums, port allocation, reverse entries.
 
 use super::prelude::*;
+use lb_common::maps::NAT_S_ESTABLISHED;
 
 #[test]
 fn nat_ipv4_tcp_forward_and_reply() {
@@ -283,6 +284,7 @@ fn nat_drops_when_every_port_is_taken() {
     lb.insert_nat(
         taken,
         NatValue {
+            state: NAT_S_ESTABLISHED,
             last_seen: now_nat_seconds(),
             ..NatValue::default()
         },
@@ -336,13 +338,34 @@ fn nat_reclaims_the_port_of_a_closed_or_idle_connection() {
             true,
         ),
     ];
+    // A SYN never answered (no SYN-ACK seen) frees its port as soon as a closed one does.
+    let mut lb = world(&[]);
+    let (vip, taken) = one_port_service(&mut lb);
+    lb.insert_nat(
+        taken,
+        NatValue {
+            last_seen: now_nat_seconds().wrapping_sub(NAT_CLOSED_REUSE + 1),
+            ..NatValue::default()
+        },
+    );
+    let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "unanswered SYN, a while ago: port reclaimed",
+            input: syn.bytes(),
+            action: XDP_TX,
+            output: Out::Any,
+            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        },
+    );
     for (what, state, age, reclaimed) in cases {
         let mut lb = world(&[]);
         let (vip, taken) = one_port_service(&mut lb);
         lb.insert_nat(
             taken,
             NatValue {
-                state,
+                state: state | NAT_S_ESTABLISHED,
                 last_seen: now_nat_seconds().wrapping_sub(age),
                 ..NatValue::default()
             },
@@ -386,6 +409,19 @@ fn nat_notes_fin_and_rst_on_both_sides() {
     );
     let key = reply_key(NAT4, port);
     assert_eq!(lb.nat_entry(&key).unwrap().state, 0);
+    nat_reply(
+        &mut lb,
+        "nat reply: SYN-ACK",
+        &backend_reply(NAT4, port, TCP_SYN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(
+        lb.nat_entry(&key).unwrap().state,
+        NAT_S_ESTABLISHED,
+        "SYN-ACK noted"
+    );
     nat_forward(
         &mut lb,
         "nat: client FIN",
@@ -395,7 +431,7 @@ fn nat_notes_fin_and_rst_on_both_sides() {
     );
     assert_eq!(
         lb.nat_entry(&key).unwrap().state,
-        NAT_S_FIN_CLIENT,
+        NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT,
         "client FIN noted"
     );
     nat_reply(
@@ -408,17 +444,16 @@ fn nat_notes_fin_and_rst_on_both_sides() {
     );
     assert_eq!(
         lb.nat_entry(&key).unwrap().state,
-        NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+        NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
         "backend FIN noted"
     );
-    // The handshake never completed here, so the RST is also a passive event.
     nat_reply(
         &mut lb,
         "nat reply: backend RST",
         &backend_reply(NAT4, port, TCP_RST),
         NAT4,
         CPORT,
-        &[(TX_NAT_REPLY, 1), (EVENTS_SENT, 1)],
+        &[(TX_NAT_REPLY, 1)],
     );
     assert_ne!(
         lb.nat_entry(&key).unwrap().state & NAT_S_RST,
