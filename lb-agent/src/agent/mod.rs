@@ -134,6 +134,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.publisher.adopt(state);
     }
 
+    /// The key probe reports for a server must carry (its current incarnation), for
+    /// callers that feed verdicts themselves (benchmarks, tests).
+    pub fn server_key(&self, service: &str, addr: SocketAddr) -> Option<ServerKey> {
+        let svc = self.services.iter().find(|s| s.cfg.name == service)?;
+        let server = svc.servers.get(&addr)?;
+        Some(ServerKey {
+            service: server.incarnation,
+            addr,
+        })
+    }
+
     pub fn dataplane(&self) -> &D {
         &self.dp
     }

@@ -22,7 +22,7 @@ use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
     config::ProbeConfig,
     dataplane::{BpfDataplane, Dataplane},
-    probe::{ProbeOutcome, ProbeReport, Prober, ServerKey},
+    probe::{ProbeOutcome, ProbeReport, Prober},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role},
 };
 use lb_common::{IPPROTO_TCP, REFLECT_PROGRAM_NAME, counters};
@@ -235,7 +235,6 @@ fn propagation_bench() -> anyhow::Result<Propagation> {
             Environment::default(),
         );
         agent.apply_config(&cfg).await?;
-        let service = 0; // the first (only) service gets key 0
         let mut samples = Vec::with_capacity(2 * PROPAGATION_ROUNDS);
         for round in 0..PROPAGATION_ROUNDS {
             let addr = cfg.services[0].servers[round % PROPAGATION_SERVERS].address.clone();
@@ -249,7 +248,9 @@ fn propagation_bench() -> anyhow::Result<Propagation> {
                     ProbeOutcome::fail(Duration::from_millis(1), "bench")
                 };
                 let report = ProbeReport {
-                    server: ServerKey { service, addr },
+                    server: agent
+                        .server_key("web", addr)
+                        .context("the bench server is configured")?,
                     probe: 0,
                     outcome,
                     at: tokio::time::Instant::now(),
