@@ -109,6 +109,8 @@ struct PublishedService {
     /// Sorted ids of the backends taking new flows, and the live table published.
     active: Vec<u32>,
     live: Vec<u32>,
+    /// What the last apply wanted: an identical want is skipped without any work.
+    last_want: Option<DesiredService>,
 }
 
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
@@ -272,7 +274,17 @@ impl Publisher {
         }
 
         for want in desired {
+            if self
+                .services
+                .get(&want.name)
+                .is_some_and(|s| s.last_want.as_ref() == Some(want))
+            {
+                continue;
+            }
             self.apply_service(want, dp, &mut report)?;
+            if let Some(svc) = self.services.get_mut(&want.name) {
+                svc.last_want = Some(want.clone());
+            }
         }
         // What a previous run published that the configuration no longer has.
         for (vip, svc) in std::mem::take(&mut self.adopted) {
@@ -316,6 +328,7 @@ impl Publisher {
                     home: Vec::new(),
                     active: Vec::new(),
                     live: Vec::new(),
+                    last_want: None,
                 },
             );
         }
@@ -335,6 +348,7 @@ impl Publisher {
                     home: Vec::new(),
                     active: Vec::new(),
                     live: Vec::new(),
+                    last_want: None,
                 },
             );
         }

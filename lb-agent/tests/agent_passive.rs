@@ -36,7 +36,7 @@ fn send(h: &mut Harness, events: &[PassiveEvent]) {
     h.agent
         .on_passive_events(events)
         .expect("memory publishing cannot fail");
-    h.agent.flush_snapshot();
+    h.agent.publish_snapshot();
 }
 
 #[tokio::test(start_paused = true)]

@@ -35,7 +35,7 @@ use crate::{
     health::{PassivePolicy, ServerHealth, StartState, Transition},
     membership::{Admin, Outcome, Policy, ServiceMembership},
     probe::{ProbeReport, Prober, ServerKey, SharedSignals, spawn_with},
-    publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher, Role},
+    publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher},
     status::{Event, Histogram, Snapshot},
 };
 
@@ -43,6 +43,8 @@ use crate::{
 const REPORTS: usize = 4096;
 /// MAC lookups in flight at once.
 const MAC_LOOKUPS: usize = 32;
+/// Shortest time between two snapshot rebuilds (a rebuild walks every server).
+pub const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A virtual service at runtime.
 struct ServiceRt {
@@ -80,6 +82,10 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     passive: BTreeMap<String, u64>,
     /// State changed since the last snapshot (built off the verdict path).
     snapshot_dirty: bool,
+    /// When the snapshot was last built (rebuilds are at most every SNAPSHOT_EVERY).
+    snapshot_built: Option<Instant>,
+    /// Backend addresses whose MAC is unknown, as of the last resolution round.
+    unknown_mac_count: usize,
     /// DNS answers of `resolve = true` servers and their re-resolution (`resolve.rs`).
     discovery: crate::discovery::Discovery,
 }
@@ -114,6 +120,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             transitions: 0,
             passive: BTreeMap::new(),
             snapshot_dirty: true,
+            snapshot_built: None,
+            unknown_mac_count: 0,
             discovery: Default::default(),
         };
         (
@@ -236,6 +244,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         }
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
+        self.publish_snapshot();
         Ok(())
     }
 
@@ -311,6 +320,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 Err(err) => warn!(error = %err, "MAC resolution task failed"),
             }
         }
+        self.unknown_mac_count = self.unknown_macs().len();
     }
 
     fn unknown_macs(&self) -> Vec<IpAddr> {
@@ -326,8 +336,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 
     /// Whether some backend MAC is still unknown (the caller retries periodically).
+    /// Cached: the run loop asks on every turn.
     pub fn has_unknown_macs(&self) -> bool {
-        !self.unknown_macs().is_empty()
+        self.unknown_mac_count > 0
     }
 
     /// Re-resolves unknown MACs and republishes if any were found.
@@ -342,29 +353,51 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// A probe finished.
     pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
-        // Propagation counts from the verdict, including its wait in the report channel.
-        let started = std::time::Instant::now()
-            .checked_sub(report.at.elapsed())
-            .unwrap_or_else(std::time::Instant::now);
-        let Some(si) = self.services.iter().position(|s| {
-            s.servers
-                .get(&report.server.addr)
-                .is_some_and(|v| v.incarnation == report.server.service)
-        }) else {
-            return Ok(()); // a report of probes replaced or removed since
-        };
-        let name = self.services[si].cfg.name.clone();
-        let Some(server) = self.services[si].servers.get_mut(&report.server.addr) else {
-            return Ok(());
-        };
-        let transition = server
-            .health
-            .on_probe(report.probe, &report.outcome, report.at);
-        if let Some(t) = transition {
-            let addr = server.addr;
-            server.signals.set_healthy(server.health.usable());
-            self.record(&name, &addr.to_string(), &t);
-            self.recompute(report.at, started)?;
+        self.on_probe_reports([report])
+    }
+
+    /// Several probe results at once (what the report channel held): every transition
+    /// is recorded, and membership is recomputed and published once for all of them, so
+    /// a storm of verdicts (a rack going down) costs one publish, not one per server.
+    pub fn on_probe_reports(
+        &mut self,
+        reports: impl IntoIterator<Item = ProbeReport>,
+    ) -> Result<(), PublishError> {
+        let mut earliest: Option<Instant> = None;
+        let mut latest: Option<Instant> = None;
+        let mut records = Vec::new();
+        for report in reports {
+            let Some(si) = self.services.iter().position(|s| {
+                s.servers
+                    .get(&report.server.addr)
+                    .is_some_and(|v| v.incarnation == report.server.service)
+            }) else {
+                continue; // a report of probes replaced or removed since
+            };
+            let svc = &mut self.services[si];
+            let Some(server) = svc.servers.get_mut(&report.server.addr) else {
+                continue;
+            };
+            if let Some(t) = server
+                .health
+                .on_probe(report.probe, &report.outcome, report.at)
+            {
+                server.signals.set_healthy(server.health.usable());
+                records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+                earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));
+                latest = Some(latest.map_or(report.at, |l| l.max(report.at)));
+            }
+        }
+        for (service, server, t) in &records {
+            self.record(service, server, t);
+        }
+        if let (Some(earliest), Some(latest)) = (earliest, latest) {
+            // Propagation counts from the (earliest) verdict, including its wait in the
+            // report channel.
+            let started = std::time::Instant::now()
+                .checked_sub(earliest.elapsed())
+                .unwrap_or_else(std::time::Instant::now);
+            self.recompute(latest, started)?;
         }
         Ok(())
     }
@@ -468,6 +501,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// A runtime change from the API.
     pub async fn on_admin(&mut self, req: AdminRequest) {
         let result = self.admin(&req.service, &req.address, req.change).await;
+        // The caller's next GET must see its change: rebuild before answering.
+        if result.is_ok() {
+            self.publish_snapshot();
+        }
         let _ = req.reply.send(result);
     }
 
@@ -650,14 +687,27 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let snap = snapshot::build(self);
         let _ = self.snapshot_tx.send(Arc::new(snap));
         self.snapshot_dirty = false;
+        self.snapshot_built = Some(Instant::now());
     }
 
-    /// Rebuilds the snapshot if state changed since the last one (call it after each
-    /// event, off the verdict-to-maps path).
+    /// Rebuilds the snapshot if state changed and the last one is at least
+    /// [`SNAPSHOT_EVERY`] old (call it after each event, off the verdict-to-maps path;
+    /// [`Agent::snapshot_deadline`] says when a deferred rebuild is due).
     pub fn flush_snapshot(&mut self) {
-        if self.snapshot_dirty {
+        if self
+            .snapshot_deadline()
+            .is_some_and(|due| due <= Instant::now())
+        {
             self.publish_snapshot();
         }
+    }
+
+    /// When a deferred snapshot rebuild is due (`None`: the snapshot is current).
+    pub fn snapshot_deadline(&self) -> Option<Instant> {
+        self.snapshot_dirty.then(|| {
+            self.snapshot_built
+                .map_or_else(Instant::now, |built| built + SNAPSHOT_EVERY)
+        })
     }
 
     /// The propagation histogram (verdict to maps written).
@@ -686,14 +736,19 @@ fn desired_service(
             }),
             Forwarding::Dsr => None,
         },
+        // `outcome.roles` follows the input order, which is `svc.servers`' order.
         backends: svc
             .servers
             .values()
-            .map(|s| DesiredBackend {
-                addr: s.addr,
-                weight: s.weight,
-                mac: macs.get(&s.addr.ip()).copied(),
-                role: outcome.role_of(s.addr).unwrap_or(Role::Removed),
+            .zip(&outcome.roles)
+            .map(|(s, &(addr, role))| {
+                debug_assert_eq!(s.addr, addr, "membership keeps the input order");
+                DesiredBackend {
+                    addr: s.addr,
+                    weight: s.weight,
+                    mac: macs.get(&s.addr.ip()).copied(),
+                    role,
+                }
             })
             .collect(),
     }

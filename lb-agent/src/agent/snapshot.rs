@@ -38,6 +38,12 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         .iter()
         .map(|svc| {
             let outcome = svc.outcome.as_ref();
+            let roles: std::collections::HashMap<_, _> = outcome
+                .map(|o| o.roles.iter().copied().collect())
+                .unwrap_or_default();
+            let spares: std::collections::HashMap<_, _> = outcome
+                .map(|o| o.spares.iter().copied().collect())
+                .unwrap_or_default();
             let sid = agent.publisher.service_id(&svc.cfg.name);
             let stats = sid
                 .and_then(|id| agent.dp.service_stats(id).ok())
@@ -51,18 +57,15 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 .servers
                 .values()
                 .map(|s| {
-                    let bstats = agent
-                        .publisher
-                        .backend_id(&svc.cfg.name, &s.addr)
-                        .and_then(|id| agent.dp.backend_stats(id).ok())
-                        .unwrap_or_default();
+                    // As read by the last `poll_stats` (no syscall per server here).
+                    let bstats = s.last_stats;
                     let mac = agent.macs.get(&s.addr.ip()).map(|m| {
                         m.iter()
                             .map(|b| format!("{b:02x}"))
                             .collect::<Vec<_>>()
                             .join(":")
                     });
-                    let role = outcome.and_then(|o| o.role_of(s.addr));
+                    let role = roles.get(&s.addr).copied();
                     let probes: BTreeMap<String, ProbeStatus> = s
                         .health
                         .probes()
@@ -92,7 +95,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                         state: s.state_name().to_string(),
                         spare: if s.spare && s.backup == 0 {
                             Some(
-                                match outcome.and_then(|o| o.spare_status(s.addr)) {
+                                match spares.get(&s.addr) {
                                     Some(SpareStatus::Running) => "running",
                                     _ => "idle",
                                 }

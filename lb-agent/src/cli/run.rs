@@ -23,6 +23,8 @@ const MAC_TIMEOUT: Duration = Duration::from_secs(1);
 const MAC_RETRY: Duration = Duration::from_secs(2);
 /// How often data-plane counters are read (passive success, idle mode, status).
 const STATS_EVERY: Duration = Duration::from_millis(500);
+/// Probe reports handled (and published) together at most.
+const REPORT_BATCH: usize = 256;
 
 pub struct RunOptions {
     pub config: PathBuf,
@@ -149,7 +151,17 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            Some(report) = handles.reports.recv() => agent.on_probe_report(report),
+            Some(report) = handles.reports.recv() => {
+                // Take what else is queued: one publish for a burst of verdicts.
+                let mut batch = vec![report];
+                while batch.len() < REPORT_BATCH {
+                    match handles.reports.try_recv() {
+                        Ok(r) => batch.push(r),
+                        Err(_) => break,
+                    }
+                }
+                agent.on_probe_reports(batch)
+            }
             batch = next_events(&mut events) => match batch {
                 Ok(batch) => agent.on_passive_events(&batch),
                 Err(err) => {
@@ -163,6 +175,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = sleep_until(deadline) => agent.on_tick(tokio::time::Instant::now()),
+            _ = sleep_until(agent.snapshot_deadline()) => {
+                agent.flush_snapshot();
+                Ok(())
+            }
             _ = stats.tick() => {
                 agent.poll_stats();
                 agent.publish_snapshot();

@@ -220,7 +220,7 @@ impl<N: Neighbors> Harness<N> {
             .apply_config(&cfg)
             .await
             .expect("publishing the first config into memory cannot fail");
-        agent.flush_snapshot();
+        agent.publish_snapshot();
         let mut stats = interval(STATS_EVERY);
         stats.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut mac_retry = interval(MAC_RETRY);
@@ -243,7 +243,7 @@ impl<N: Neighbors> Harness<N> {
             .apply_config(&cfg)
             .await
             .expect("publishing a reloaded config into memory cannot fail");
-        self.agent.flush_snapshot();
+        self.agent.publish_snapshot();
         self.cfg = cfg;
     }
 
@@ -251,11 +251,14 @@ impl<N: Neighbors> Harness<N> {
         self.prober.set(target, verdict);
     }
 
-    /// One turn of the `lb-agent run` loop (then the snapshot is brought up to date, as
-    /// there); `false` once `end` has come.
+    /// One turn of the `lb-agent run` loop, then the snapshot is brought up to date at
+    /// once (`run` defers rebuilds to at most one per `SNAPSHOT_EVERY`; the tests read
+    /// state through the snapshot, so they want it current); `false` once `end` has come.
     async fn step(&mut self, end: Instant) -> bool {
         let more = self.turn(end).await;
-        self.agent.flush_snapshot();
+        if self.agent.snapshot_deadline().is_some() {
+            self.agent.publish_snapshot();
+        }
         more
     }
 
@@ -324,7 +327,7 @@ impl<N: Neighbors> Harness<N> {
                 reply,
             })
             .await;
-        self.agent.flush_snapshot();
+        self.agent.publish_snapshot();
         answer.await.expect("the agent answers every admin request")
     }
 
