@@ -70,7 +70,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::Run { config, args } => {
             setup::run(false)?;
             cargo(&["build", "--release", "--workspace", "--bins"])?;
-            let bin = root.join("target/release");
+            let bin = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"))
+                .join("release");
             let mut cmd = match config {
                 Some(config) => {
                     let mut c = Command::new(bin.join("lb-agent"));
@@ -89,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench => {
             setup::run(false)?;
             require_root("benchmarks load XDP programs")?;
+            // XDP ns/packet next to the reflector floor, and verdict -> maps written.
             cargo(&[
                 "run",
                 "--release",
@@ -96,6 +100,18 @@ fn main() -> anyhow::Result<()> {
                 "lb-tests",
                 "--bin",
                 "lb-bench",
+                "--",
+                "--out",
+                "target/bench",
+            ])?;
+            // Probe scale: agent CPU and memory at thousands of tcp targets (~3 min).
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "lb-tests",
+                "--bin",
+                "lb-probe-bench",
                 "--",
                 "--out",
                 "target/bench",
