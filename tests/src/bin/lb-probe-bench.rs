@@ -808,8 +808,8 @@ where
                 if n == 0 {
                     bail!("the probe report channel closed");
                 }
-                for report in batch.drain(..) {
-                    tally.note(&report, phase, &mut details, |r| {
+                for report in &batch {
+                    tally.note(report, phase, &mut details, |r| {
                         if phase == Phase::Failing && closed(target_index(r.server.addr)) {
                             seen_failing.insert(r.server.addr);
                             if seen_failing.len() == closed_count && detected.is_none() {
@@ -817,16 +817,25 @@ where
                             }
                         }
                     });
-                    let published = agent.propagation().count;
-                    let t = std::time::Instant::now();
-                    let result = agent.on_probe_report(report);
-                    let spent = t.elapsed();
-                    if result.is_err() || agent.propagation().count != published {
-                        costs.recompute.add(spent);
+                }
+                // As `lb-agent run` does: a batch of reports, one recompute and publish.
+                let published = agent.propagation().count;
+                let t = std::time::Instant::now();
+                let result = if batched {
+                    agent.on_probe_reports(batch.drain(..))
+                } else {
+                    let mut last = Ok(());
+                    for report in batch.drain(..) {
+                        last = last.and(agent.on_probe_report(report));
                     }
-                    if let Err(err) = result {
-                        tally.count_error(&err, &mut details);
-                    }
+                    last
+                };
+                let spent = t.elapsed();
+                if result.is_err() || agent.propagation().count != published {
+                    costs.recompute.add(spent);
+                }
+                if let Err(err) = result {
+                    tally.count_error(&err, &mut details);
                 }
                 Ok(())
             }
