@@ -152,3 +152,78 @@ fn reload_right_after_ready_is_handled() {
         );
     }
 }
+
+/// `lb-agent reload` (through the API): an invalid file is refused with its error and
+/// the running config stays in force; a valid one is applied.
+#[test]
+fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(Forwarding::Nat)
+        .subnet(33)
+        .build()
+        .expect("building the topology");
+    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+        .expect("starting lb-testserver on every backend");
+    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let service = scenario::tcp_service(&topo, &backends);
+    let vip = service.vip;
+    let _agent = scenario::start_agent(&topo, vec![service.clone()], Some("native"))
+        .expect("starting lb-agent");
+    let binary = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
+    let config_path = topo.dir().join("lb.toml");
+    let reload = || {
+        lb_tests::api::cli(
+            &topo.lb().ns,
+            &binary,
+            &["reload", "--api", "http://127.0.0.1:9900"],
+            Duration::from_secs(10),
+        )
+    };
+
+    let good = std::fs::read_to_string(&config_path).expect("reading the config");
+    std::fs::write(
+        &config_path,
+        format!("{good}\n[[service.server]]\nweight = 0\n"),
+    )
+    .expect("writing a bad config");
+    let refused = reload().expect_err("a config with an error must be refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("lb.toml:") && text.contains("service[0].server[3]"),
+        "the refusal should name the file, line and key: {text}"
+    );
+    let client = topo.client();
+    let tally =
+        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 12_000, vip, 60, DEADLINE)
+            .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty() && tally.counts.len() == 3,
+        "the running config stays in force after a refused reload: {:?} {:?}",
+        tally.counts,
+        tally.failures
+    );
+
+    let removed = &topo.backends()[0];
+    let removed_addr = std::net::SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
+    let config = AgentConfig::new(vec![service.without(removed_addr)]);
+    std::fs::write(&config_path, config.render()).expect("writing the new config");
+    let out = reload().expect("a valid config must be applied");
+    assert!(
+        out.contains("config reloaded"),
+        "lb-agent reload said: {out}"
+    );
+    let tally =
+        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 13_000, vip, 120, DEADLINE)
+            .expect("entering the client namespace");
+    println!(
+        "reload command: after removing {}: {:?}",
+        removed.role, tally.counts
+    );
+    assert!(tally.failures.is_empty(), "{:?}", tally.failures);
+    assert_eq!(
+        tally.counts.get(&removed.role),
+        None,
+        "no new connection may reach the removed backend"
+    );
+}

@@ -28,7 +28,13 @@ pub struct ApiState {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     pub events: EventLog,
     pub admin: mpsc::Sender<AdminRequest>,
+    /// `POST /api/v1/reload`: re-read the config file, as SIGHUP does.
+    pub reload: mpsc::Sender<ReloadRequest>,
 }
+
+/// A reload asked through the API (`lb-agent reload`); the answer says whether the new
+/// config is in force, or why the running one stays.
+pub type ReloadRequest = oneshot::Sender<Result<(), String>>;
 
 /// A runtime change asked through the API or `lb-agent server`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

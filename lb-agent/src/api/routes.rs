@@ -26,6 +26,7 @@ pub fn router(state: ApiState) -> Router {
             patch(patch_server).delete(remove_server),
         )
         .route("/api/v1/events", get(events))
+        .route("/api/v1/reload", axum::routing::post(reload))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -55,6 +56,28 @@ async fn metrics(State(st): State<ApiState>) -> Response {
         super::render_metrics(&snap),
     )
         .into_response()
+}
+
+async fn reload(State(st): State<ApiState>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if st.reload.send(reply).await.is_err() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &AdminError::Invalid("the agent is shutting down".into()),
+        );
+    }
+    match answer.await {
+        Ok(Ok(())) => Json(json!({"ok": true})).into_response(),
+        Ok(Err(why)) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": why})),
+        )
+            .into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &AdminError::Invalid("the agent dropped the request".into()),
+        ),
+    }
 }
 
 async fn patch_server(

@@ -50,6 +50,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Make the running agent re-read its config file (as SIGHUP does); prints why if
+    /// the new file is refused (the running config then stays in force).
+    Reload {
+        #[arg(long, default_value = http::DEFAULT_API)]
+        api: String,
+    },
     /// Services, servers, states, weights and spares, read from the agent's API.
     Status {
         #[arg(long, default_value = http::DEFAULT_API)]
@@ -144,6 +150,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Detach { config } => run::detach(&config),
         Command::CheckConfig { config } => check::check(&config),
         Command::Status { api, json } => block_on(status::status(&api, json)),
+        Command::Reload { api } => block_on(async {
+            http::request_ok(&api, hyper::Method::POST, "/api/v1/reload", None).await?;
+            println!("config reloaded");
+            Ok(ExitCode::SUCCESS)
+        }),
         Command::Server { api, action } => {
             use server::ServerAction as A;
             let (service, address, action) = match action {

@@ -106,6 +106,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
+    let (reload_tx, mut reload_rx) = mpsc::channel::<api::ReloadRequest>(4);
     if let Some(listen) = cfg.agent.api_listen {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -115,6 +116,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             snapshot: handles.snapshot.clone(),
             events: handles.events.clone(),
             admin: admin_tx,
+            reload: reload_tx,
         };
         tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, api::router(state)).await {
@@ -137,19 +139,12 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sighup.recv() => {
-                match config::load(&opts.config) {
-                    Ok(new_cfg) => match agent.apply_config(&new_cfg).await {
-                        Ok(()) => {
-                            info!(path = %opts.config.display(), "config reloaded");
-                            Ok(())
-                        }
-                        Err(err) => Err(err),
-                    },
-                    Err(err) => {
-                        warn!(error = %err, "reload failed: the running config stays in force");
-                        Ok(())
-                    }
-                }
+                let _ = reload(&mut agent, &opts.config).await;
+                Ok(())
+            }
+            Some(reply) = reload_rx.recv() => {
+                let _ = reply.send(reload(&mut agent, &opts.config).await);
+                Ok(())
             }
             Some(report) = handles.reports.recv() => {
                 // Take what else is queued: one publish for a burst of verdicts.
@@ -202,6 +197,33 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     }
     drop(agent);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Re-reads the config and applies it as a diff; an invalid file leaves the running
+/// config in force. Logs `config reloaded` or `reload failed: …`.
+async fn reload<D, P, N>(agent: &mut Agent<D, P, N>, path: &std::path::Path) -> Result<(), String>
+where
+    D: lb_agent::dataplane::Dataplane,
+    P: lb_agent::probe::Prober,
+    N: lb_agent::agent::Neighbors,
+{
+    let new_cfg = match config::load(path) {
+        Ok(cfg) => cfg,
+        Err(err) => {
+            warn!(error = %err, "reload failed: the running config stays in force");
+            return Err(err.to_string());
+        }
+    };
+    match agent.apply_config(&new_cfg).await {
+        Ok(()) => {
+            info!(path = %path.display(), "config reloaded");
+            Ok(())
+        }
+        Err(err) => {
+            warn!(error = %err, "reload failed while publishing");
+            Err(format!("publishing the new config failed: {err}"))
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
