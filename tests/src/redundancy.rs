@@ -90,6 +90,37 @@ pub fn shares<'a>(members: &[&Member<'a>]) -> Vec<(&'static str, u32)> {
     members.iter().map(|m| (m.name, m.weight)).collect()
 }
 
+/// Opens `count` TCP connections from `client` to `vip` (fresh source ports, at most
+/// 100 ms each), prints the distribution under `label`, and panics with `expected`
+/// unless every connection was answered and the shares match `members`' weights within
+/// [`scenario::SHARE_TOLERANCE`], with no connection elsewhere.
+pub fn expect_shares(
+    client: &Host,
+    ports: &mut SourcePorts,
+    vip: SocketAddr,
+    count: usize,
+    members: &[&Member<'_>],
+    label: &str,
+    expected: &str,
+) -> Tally {
+    let deadline = Duration::from_millis(100) * u32::try_from(count).unwrap_or(u32::MAX);
+    let tally = crate::traffic::tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        ports.take(count),
+        vip,
+        count,
+        deadline,
+    )
+    .expect("entering the client namespace");
+    let want = shares(members);
+    println!("{label}:\n{}", tally.table(&want));
+    tally
+        .check_shares(&want, scenario::SHARE_TOLERANCE)
+        .unwrap_or_else(|e| panic!("{expected}:\n{e}"));
+    tally
+}
+
 /// A `tcp` probe (DESIGN.md §5).
 #[derive(Clone, Copy, Debug)]
 pub struct TcpProbe {

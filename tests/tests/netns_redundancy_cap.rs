@@ -14,15 +14,12 @@ use lb_tests::{
     api::Api,
     process::STOP_GRACE,
     redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
-    scenario::SHARE_TOLERANCE,
     topology::{Forwarding, Topology},
-    traffic,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 /// Two backends at 1:1: ±15 % is more than 3.5 standard deviations over 600.
 const CONNECTIONS: usize = 600;
-const DEADLINE: Duration = Duration::from_secs(60);
 const VERDICT_WAIT: Duration = Duration::from_secs(15);
 
 #[test]
@@ -107,25 +104,15 @@ fn removal_cap_holds_the_latest_failure_in_traffic() {
         .unwrap_or_else(|| panic!("an event should say the cap holds b3: {events:#?}"));
     println!("cap: event {}: {}", held.time, held.cause);
 
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&b3, &b4]);
-    println!(
-        "cap: {CONNECTIONS} connections with b3 held:\n{}",
-        tally.table(&want)
+        &[&b3, &b4],
+        &format!("cap: {CONNECTIONS} connections with b3 held"),
+        "with b1 and b2 removed and b3 held, traffic should be b3:b4 = 1:1",
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("with b1 and b2 removed and b3 held, traffic should be b3:b4 = 1:1:\n{e}")
-        });
 
     // b1 recovers: two unhealthy of four is within the cap, so b3 is released.
     backends
@@ -141,25 +128,15 @@ fn removal_cap_holds_the_latest_failure_in_traffic() {
         "cap: b1's health listener back; after {took:.2?}\n{}",
         view.describe(name)
     );
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&b1, &b4]);
-    println!(
-        "cap: {CONNECTIONS} connections with b1 back:\n{}",
-        tally.table(&want)
+        &[&b1, &b4],
+        &format!("cap: {CONNECTIONS} connections with b1 back"),
+        "with b2 and b3 unhealthy (within the cap), traffic should be b1:b4 = 1:1",
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("with b2 and b3 unhealthy (within the cap), traffic should be b1:b4 = 1:1:\n{e}")
-        });
 
     let status = agent.stop(STOP_GRACE).expect("stopping lb-agent");
     assert!(

@@ -10,9 +10,8 @@ use lb_tests::{
     api::{self, Api},
     process::STOP_GRACE,
     redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
-    scenario::{SHARE_TOLERANCE, WEIGHTS},
+    scenario::WEIGHTS,
     topology::{Forwarding, Topology},
-    traffic,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -20,7 +19,6 @@ const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 /// of a binomial share over 900; source ports and addresses are fixed, so a run's shares
 /// repeat.
 const CONNECTIONS: usize = 900;
-const DEADLINE: Duration = Duration::from_secs(90);
 const VERDICT_WAIT: Duration = Duration::from_secs(15);
 const CLI_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -84,25 +82,15 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
                 )
             });
     }
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&b2, &b3]);
-    println!(
-        "drain {mode}: {CONNECTIONS} new connections while b1 drains:\n{}",
-        tally.table(&want)
+        &[&b2, &b3],
+        &format!("drain {mode}: {CONNECTIONS} new connections while b1 drains"),
+        &format!("{mode}: while b1 drains new connections go to b2:b3 = 1:2 and none to b1"),
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("{mode}: while b1 drains new connections go to b2:b3 = 1:2 and none to b1:\n{e}")
-        });
     pinned
         .check_echo("after the new connections")
         .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1 while it drains: {e}"));
@@ -120,25 +108,15 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
         "drain {mode}: undrained; API shows it after {took:.2?}\n{}",
         view.describe(name)
     );
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&b1, &b2, &b3]);
-    println!(
-        "drain {mode}: {CONNECTIONS} new connections after undrain:\n{}",
-        tally.table(&want)
+        &[&b1, &b2, &b3],
+        &format!("drain {mode}: {CONNECTIONS} new connections after undrain"),
+        &format!("{mode}: after undrain new connections go to b1:b2:b3 = 1:1:2 again"),
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("{mode}: after undrain new connections go to b1:b2:b3 = 1:1:2 again:\n{e}")
-        });
     pinned
         .check_echo("at the end")
         .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1 after undrain: {e}"));

@@ -76,25 +76,15 @@ fn spare_covers_missing_weight_and_retires() {
             s.name
         );
     }
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&p1, &p2]);
-    println!(
-        "spare: {CONNECTIONS} connections, primaries up:\n{}",
-        tally.table(&want)
+        &[&p1, &p2],
+        &format!("spare: {CONNECTIONS} connections, primaries up"),
+        "with the primaries up, traffic should be p1:p2 = 2:1 and none on spares",
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("with the primaries up, traffic should be p1:p2 = 2:1 and none on spares:\n{e}")
-        });
 
     // 2. p1 fails: s2 (weight 2) covers its weight 2 alone.
     backends.kill("p1").expect("stopping p1's server");
@@ -180,25 +170,15 @@ fn spare_covers_missing_weight_and_retires() {
     );
     assert_eq!(view.active_weight, 3, "p1 and p2 active again");
 
-    let tally = traffic::tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        ports.take(CONNECTIONS),
+    redundancy::expect_shares(
+        client,
+        &mut ports,
         vip,
         CONNECTIONS,
-        DEADLINE,
-    )
-    .expect("entering the client namespace");
-    let want = redundancy::shares(&[&p1, &p2]);
-    println!(
-        "spare: {CONNECTIONS} connections, p1 back:\n{}",
-        tally.table(&want)
+        &[&p1, &p2],
+        &format!("spare: {CONNECTIONS} connections, p1 back"),
+        "after s2 retired, new connections should be p1:p2 = 2:1 and none on s2",
     );
-    tally
-        .check_shares(&want, SHARE_TOLERANCE)
-        .unwrap_or_else(|e| {
-            panic!("after s2 retired, new connections should be p1:p2 = 2:1 and none on s2:\n{e}")
-        });
     for i in 0..3 {
         pinned
             .check_echo(&format!("after s2 retired {i}"))
