@@ -94,6 +94,12 @@ async fn one_primary_failing_runs_the_largest_spare_alone() {
         "the weight-2 spare must take slots as the primary leaves"
     );
     assert_eq!(
+        h.snapshot().transitions,
+        1,
+        "one server changed state (p1 up -> unhealthy); the spare starting to run is a \
+         membership note in the event log, not a server transition"
+    );
+    assert_eq!(
         spare_status(&h, f.s2),
         "running",
         "missing weight 1: one spare covers it, and the largest (weight 2) joins first"

@@ -624,6 +624,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
         self.transitions += 1;
         info!(service, server, from, to, cause, "transition");
+        self.log_event(service, server, from, to, cause);
+    }
+
+    /// A membership change (spare running, backup level, cap, fail-open): logged and in
+    /// the event log, but not a server transition (`lb_transitions_total`).
+    fn record_note(&mut self, service: &str, note: &str) {
+        info!(service, note, "membership");
+        self.log_event(service, "-", "-", "-", note);
+    }
+
+    fn log_event(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
         let event = Event {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             service: service.to_string(),
@@ -671,7 +682,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             svc.outcome = Some(outcome);
         }
         for (service, note) in notes {
-            self.record_names(&service, "-", "-", "-", &note);
+            self.record_note(&service, &note);
         }
         let report = self.publisher.apply(&desired, &mut self.dp)?;
         if report.tables_published + report.backends_written + report.services_written > 0 {

@@ -96,8 +96,8 @@ impl BpfDataplane {
         Ok(Self {
             services: take(&mut ebpf, map_names::SERVICES)?,
             maglev: maglev_table::MaglevTables::new(
-                take_array(&mut ebpf, maglev_table::NAMES.0)?,
-                take_array(&mut ebpf, maglev_table::NAMES.1)?,
+                take_array(&mut ebpf, map_names::MAGLEV)?,
+                take_array(&mut ebpf, map_names::MAGLEV_GEN)?,
             )?,
             backends: take(&mut ebpf, map_names::BACKENDS)?,
             counters: take(&mut ebpf, map_names::COUNTERS)?,

@@ -22,9 +22,7 @@ use std::{
 };
 
 use aya::maps::MapData;
-use lb_common::{
-    MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MAX_SERVICES, MaglevBlock, maglev_block_index, map_names,
-};
+use lb_common::{MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MAX_SERVICES, MaglevBlock, maglev_block_index};
 
 use super::DataplaneError;
 
@@ -187,6 +185,3 @@ fn page_size() -> usize {
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size).unwrap_or(4096)
 }
-
-/// The map names this module owns (for error messages).
-pub(super) const NAMES: (&str, &str) = (map_names::MAGLEV, map_names::MAGLEV_GEN);
