@@ -88,6 +88,11 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     unknown_mac_count: usize,
     /// DNS answers of `resolve = true` servers and their re-resolution (`resolve.rs`).
     discovery: crate::discovery::Discovery,
+    /// [`Agent::next_deadline`] as last computed; `None` when stale. A deadline can only
+    /// move earlier through a transition (`unavailable` sets its expiry) or a membership
+    /// computation (`recheck_at`), so `record_names` and `recompute` clear it; the run
+    /// loop asks every turn, and a scan of every server each time was O(servers).
+    deadline_cache: std::cell::Cell<Option<Option<Instant>>>,
 }
 
 /// Channels the caller drives the agent with.
@@ -123,6 +128,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             snapshot_built: None,
             unknown_mac_count: 0,
             discovery: Default::default(),
+            deadline_cache: Default::default(),
         };
         (
             agent,
@@ -456,6 +462,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// The next instant something time-driven is due (health expiry, membership recheck).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if let Some(cached) = self.deadline_cache.get() {
+            return cached;
+        }
+        let deadline = self.scan_deadlines();
+        self.deadline_cache.set(Some(deadline));
+        deadline
+    }
+
+    fn scan_deadlines(&self) -> Option<Instant> {
         self.services
             .iter()
             .flat_map(|s| {
@@ -622,6 +637,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 
     fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
+        self.deadline_cache.set(None);
         self.transitions += 1;
         info!(service, server, from, to, cause, "transition");
         self.log_event(service, server, from, to, cause);
@@ -665,6 +681,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Recomputes membership of every service and publishes what changed; `started` is
     /// when the verdict that triggered this was taken (propagation is measured from it).
     fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
+        self.deadline_cache.set(None);
         let mut desired = Vec::with_capacity(self.services.len());
         let mut notes = Vec::new();
         for svc in &mut self.services {
