@@ -1,5 +1,5 @@
 //! Bridges and veth pairs as RAII guards, plus the link settings the harness needs
-//! (MAC addresses, TX checksum offload).
+//! (MAC addresses, TX checksum offload, threaded NAPI).
 
 use std::{fmt, os::fd::AsRawFd};
 
@@ -118,8 +118,18 @@ pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, LinkError> {
 /// frame that promise is lost and the receiver drops it as corrupt. Hosts that send
 /// through the balancer therefore send full checksums, as a NIC would deliver them.
 pub fn set_tx_checksum(ns: &NetNs, ifname: &str, on: bool) -> Result<(), LinkError> {
+    ethtool_set(ns, ifname, ETHTOOL_STXCSUM, u32::from(on))
+}
+
+/// Turns TCP segmentation offload of `ifname` in `ns` on or off (`ethtool -K IF tso …`).
+/// A veth hands TSO-capable senders' packets to its peer's NAPI only with TSO off.
+pub fn set_tso(ns: &NetNs, ifname: &str, on: bool) -> Result<(), LinkError> {
+    ethtool_set(ns, ifname, ETHTOOL_STSO, u32::from(on))
+}
+
+fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), LinkError> {
     check_name(ifname)?;
-    let result = ns.run(|| ethtool_set_value(ifname, ETHTOOL_STXCSUM, u32::from(on)))?;
+    let result = ns.run(|| ethtool_set_value(ifname, cmd, data))?;
     result.map_err(|source| LinkError::Ethtool {
         ns: ns.name().to_owned(),
         ifname: ifname.to_owned(),
@@ -127,8 +137,41 @@ pub fn set_tx_checksum(ns: &NetNs, ifname: &str, on: bool) -> Result<(), LinkErr
     })
 }
 
+/// Gives `ifname` in `ns` its own NAPI kernel thread: GRO on (which makes a veth
+/// receive through NAPI) and `threaded` on. What arrives on it is then processed by
+/// `napi/IFNAME-…`, not in the softirq of whoever sent it, as on a host whose NIC
+/// interrupts another CPU: a benchmark's sender is then not billed for the receiver's
+/// TCP work. The link must be up (a veth has NAPI instances only then), and the peer
+/// must send without TSO ([`set_tso`]): a veth passes TSO senders' packets around NAPI.
+pub fn set_threaded_napi(ns: &NetNs, ifname: &str) -> Result<(), LinkError> {
+    ethtool_set(ns, ifname, ETHTOOL_SGRO, 1)?;
+    // sysfs shows the devices of the namespace it was mounted in: `ip netns exec`
+    // mounts the namespace's own.
+    let sysfs = format!("/sys/class/net/{ifname}/threaded");
+    crate::cmd::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            ns.name(),
+            "sh",
+            "-c",
+            &format!("echo 1 > {sysfs}"),
+        ],
+    )
+    .map_err(|source| NetnsError::Command {
+        name: ns.name().to_owned(),
+        source,
+    })?;
+    Ok(())
+}
+
 /// `ETHTOOL_STXCSUM` from `linux/ethtool.h`.
 const ETHTOOL_STXCSUM: u32 = 0x17;
+/// `ETHTOOL_STSO` from `linux/ethtool.h`.
+const ETHTOOL_STSO: u32 = 0x1f;
+/// `ETHTOOL_SGRO` from `linux/ethtool.h`.
+const ETHTOOL_SGRO: u32 = 0x2c;
 /// `SIOCETHTOOL` from `linux/sockios.h`.
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 

@@ -1,6 +1,6 @@
 //! `cargo xtask bench` (probe scale): the agent's CPU share and memory while it probes
-//! thousands of TCP targets on loopback at a 1 s interval (issue: 10,000 targets, under
-//! half a core and under 200 MB). Results: stdout and `target/bench/probes.md`.
+//! thousands of TCP targets at a 1 s interval (issue: 10,000 targets, under half a core
+//! and under 200 MB). Results: stdout and `target/bench/probes.md`.
 //!
 //! Method: each scenario runs in its own process (so peak RSS is its own), which builds
 //! the real [`Agent`] over [`BpfDataplane::load`] (real maps, nothing attached) or
@@ -9,8 +9,12 @@
 //! stats tick and MAC retries, on a 2-worker runtime) — or with a batched variant of that
 //! loop ([`Loop::Batched`]), or runs the probe scheduler alone ([`Kind::ProbesOnly`],
 //! the floor). The targets are a child process (this binary with `--serve N`) that
-//! listens on N loopback ports and accepts and closes every connection, so their CPU is
-//! not in the agent's figures. Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
+//! listens on N ports and accepts and closes every connection, so their CPU is not in
+//! the agent's figures. The targets are either on loopback (`--net loopback`: the
+//! agent's process is then also billed for the targets' kernel side of every
+//! connection) or in a namespace of their own behind a veth pair whose receive side
+//! runs in a NAPI thread (`--net veth`, as backends on other hosts; see
+//! [`target_net`]). Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
 //! user + sys over wall time; peak RSS = `VmHWM` after resetting it through
 //! `/proc/self/clear_refs` at the window's start; probes completed = reports received.
 //! A second window closes every 10th target (the child drops those listeners) and counts
@@ -23,7 +27,7 @@ use std::{
     collections::{BTreeMap, HashSet},
     fmt::Write as _,
     io::{BufRead, BufReader},
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     sync::Arc,
@@ -40,16 +44,13 @@ use lb_agent::{
     status::Histogram,
 };
 use lb_common::MAX_BACKENDS;
+use target_net::{BASE_PORT, End, Net, PORTS_PER_IP, TargetNet, target_addr, target_index};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt},
     process::{Child, ChildStdin, ChildStdout, Command},
     time::Instant,
 };
 
-/// First port of the targets on each loopback address.
-const BASE_PORT: u16 = 20_000;
-/// Targets per loopback address (ports stay below the ephemeral range, 32768).
-const PORTS_PER_IP: usize = 10_000;
 /// Services the targets are split over.
 const SERVICES: usize = 3;
 /// The issue's scale.
@@ -93,11 +94,11 @@ impl Kind {
 /// How the agent is driven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loop {
-    /// Exactly as `cli/run.rs`: one report per select iteration, `has_unknown_macs` as
-    /// the MAC-retry branch's precondition (evaluated every iteration).
+    /// The first version of `cli/run.rs`: one report per select iteration,
+    /// `has_unknown_macs` as the MAC-retry branch's precondition (every iteration).
     Run,
-    /// A proposed change to `cli/run.rs`: up to [`BATCH`] queued reports per iteration
-    /// (`recv_many`), `has_unknown_macs` checked only when the retry timer fires.
+    /// As `cli/run.rs` is now: up to [`BATCH`] queued reports per iteration (one
+    /// publish for all), `has_unknown_macs` checked only when the retry timer fires.
     Batched,
 }
 
@@ -119,6 +120,7 @@ struct Scenario {
     kind: Kind,
     targets: usize,
     driver: Loop,
+    net: Net,
 }
 
 #[derive(Clone, Debug)]
@@ -133,10 +135,17 @@ struct Opts {
     child: bool,
 }
 
+mod target_net;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--serve") {
         let n = args.get(1).context("--serve needs a count")?.parse()?;
+        let net = match args.get(2..4) {
+            Some([flag, net]) if flag == "--net" => Net::parse(net).context(USAGE)?,
+            _ => Net::Loopback,
+        };
+        target_net::select(net)?;
         return serve(n);
     }
     let opts = parse_args(&args)?;
@@ -157,7 +166,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
-                     [--dataplane bpf|memory|probes-only --targets N --loop run|batched]";
+                     [--dataplane bpf|memory|probes-only --targets N --loop run|batched --net loopback|veth]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut opts = Opts {
@@ -171,6 +180,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut kind = None;
     let mut targets = None;
     let mut driver = None;
+    let mut net = None;
     let mut it = args.iter();
     let secs = |v: Option<&String>, what: &str| -> anyhow::Result<Duration> {
         let v = v.with_context(|| format!("{what} needs seconds; {USAGE}"))?;
@@ -200,33 +210,24 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
                     _ => bail!("--loop takes run or batched; {USAGE}"),
                 })
             }
+            "--net" => {
+                let v = it.next().context(USAGE)?;
+                net = Some(Net::parse(v).context("--net takes loopback or veth")?);
+            }
             "--child" => opts.child = true,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    opts.single = match (kind, targets, driver) {
-        (None, None, None) => None,
-        (k, t, d) => Some(Scenario {
+    opts.single = match (kind, targets, driver, net) {
+        (None, None, None, None) => None,
+        (k, t, d, n) => Some(Scenario {
             kind: k.unwrap_or(Kind::Bpf),
             targets: t.unwrap_or(ISSUE_TARGETS),
             driver: d.unwrap_or(Loop::Run),
+            net: n.unwrap_or(Net::Veth),
         }),
     };
     Ok(opts)
-}
-
-/// The address of target `i` (127.0.0.1:20000, 127.0.0.1:20001, … then 127.0.1.1:…).
-fn target_addr(i: usize) -> SocketAddr {
-    let ip = Ipv4Addr::new(127, 0, (i / PORTS_PER_IP) as u8, 1);
-    SocketAddr::new(IpAddr::V4(ip), BASE_PORT + (i % PORTS_PER_IP) as u16)
-}
-
-/// The index of a target from its address (inverse of [`target_addr`]).
-fn target_index(addr: SocketAddr) -> usize {
-    let IpAddr::V4(ip) = addr.ip() else {
-        return usize::MAX;
-    };
-    usize::from(ip.octets()[2]) * PORTS_PER_IP + usize::from(addr.port() - BASE_PORT)
 }
 
 fn closed(i: usize) -> bool {
@@ -321,10 +322,24 @@ struct Targets {
 }
 
 impl Targets {
-    async fn start(n: usize) -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg("--serve")
-            .arg(n.to_string())
+    /// Starts the target process for `n` targets: in `net`'s namespace when there is one.
+    async fn start(n: usize, net: Option<&TargetNet>) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = match net {
+            Some(net) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(net.exec_prefix()).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
+        let net = if net.is_some() {
+            Net::Veth
+        } else {
+            Net::Loopback
+        };
+        let mut child = cmd
+            .args(["--serve", &n.to_string(), "--net", net.name()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -368,9 +383,11 @@ impl Targets {
         }
     }
 
-    /// CPU time the target process has used so far.
+    /// CPU time the targets have used so far: their process, and with `veth` their
+    /// NAPI thread (their kernel's receive work).
     fn cpu(&self) -> Duration {
         self.child.id().map_or(Duration::ZERO, proc_cpu)
+            + target_net::napi_cpu(End::Targets, proc_cpu)
     }
 }
 
@@ -455,6 +472,8 @@ struct Mark {
     user: Duration,
     sys: Duration,
     target_cpu: Duration,
+    /// The agent host's receive work (`veth` only: its NAPI thread).
+    agent_napi_cpu: Duration,
     machine: (u64, u64),
     tally: Tally,
 }
@@ -467,6 +486,7 @@ impl Mark {
             user,
             sys,
             target_cpu: targets.cpu(),
+            agent_napi_cpu: target_net::napi_cpu(End::Agent, proc_cpu),
             machine: machine_jiffies(),
             tally,
         }
@@ -565,6 +585,13 @@ fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) {
         format!("{:.3}", (b.target_cpu - a.target_cpu).as_secs_f64() / wall),
     );
     put(
+        "agent_napi_cores",
+        format!(
+            "{:.3}",
+            (b.agent_napi_cpu - a.agent_napi_cpu).as_secs_f64() / wall
+        ),
+    );
+    put(
         "machine_busy",
         format!("{:.2}", busy as f64 / total.max(1) as f64 * machine_cores()),
     );
@@ -612,8 +639,19 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         kind,
         targets,
         driver,
+        net,
     } = sc;
     raise_nofile(targets + FD_SLACK)?;
+    target_net::select(net)?;
+    // Namespaces first, while this is the only thread: the runtime's threads inherit.
+    let target_net = match net {
+        Net::Veth => {
+            let t = TargetNet::create(targets).context("making the target namespaces")?;
+            t.enter_agent()?;
+            Some(t)
+        }
+        Net::Loopback => None,
+    };
     // As `lb-agent run` builds it.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -626,7 +664,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
             driver.name()
         );
         let started = Instant::now();
-        let mut children = Targets::start(targets).await?;
+        let mut children = Targets::start(targets, target_net.as_ref()).await?;
         println!(
             "targets listening ({:.1} s)",
             started.elapsed().as_secs_f64()
@@ -678,6 +716,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         };
         f.insert("loop".into(), driver.into());
         f.insert("targets".into(), targets.to_string());
+        f.insert("net".into(), net.name().into());
         f.insert("services".into(), SERVICES.to_string());
         let probe = ProbeConfig::new("p", ProbeKind::Tcp);
         let fut = lb_agent::probe::execute(&probe, target_addr(0));
@@ -1181,28 +1220,34 @@ async fn next_events(
 fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.out)?;
     let largest = ISSUE_TARGETS.min(MAX_BACKENDS as usize - 1);
-    let sc = |kind, targets, driver| Scenario {
+    let sc = |kind, targets, driver, net| Scenario {
         kind,
         targets,
         driver,
+        net,
     };
+    // Targets behind veth (as remote backends) first; then on loopback, where the
+    // agent also pays for the targets' kernel side, for comparison.
     let runs = [
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run),
-        sc(Kind::Bpf, largest, Loop::Run),
-        sc(Kind::Memory, ISSUE_TARGETS, Loop::Run),
-        sc(Kind::Bpf, largest, Loop::Batched),
-        sc(Kind::Memory, ISSUE_TARGETS, Loop::Batched),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Veth),
+        sc(Kind::Bpf, largest, Loop::Batched, Net::Veth),
+        sc(Kind::Memory, ISSUE_TARGETS, Loop::Batched, Net::Veth),
+        sc(Kind::Bpf, largest, Loop::Run, Net::Veth),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Loopback),
+        sc(Kind::Bpf, largest, Loop::Batched, Net::Loopback),
     ];
     let mut results = Vec::new();
     for Scenario {
         kind,
         targets,
         driver,
+        net,
     } in runs
     {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--child", "--dataplane", kind.name()])
             .args(["--targets", &targets.to_string(), "--loop", driver.name()])
+            .args(["--net", net.name()])
             .args(["--warmup", &opts.warmup.as_secs_f64().to_string()])
             .args(["--window", &opts.window.as_secs_f64().to_string()])
             .args(["--fail-window", &opts.fail_window.as_secs_f64().to_string()])
@@ -1241,32 +1286,34 @@ fn report(results: &[Figures], opts: &Opts) -> String {
     let num = |f: &Figures, k: &str| get(f, k).parse::<f64>().unwrap_or(f64::NAN);
     let row = |f: &Figures| {
         format!(
-            "{} | {} | {}",
+            "{} | {} | {} | {}",
+            get(f, "net"),
             get(f, "dataplane"),
             get(f, "loop"),
             get(f, "targets")
         )
     };
     let mut md = format!(
-        "# Probe scale: tcp targets on loopback, interval 1s, timeout 500ms\n\n\
+        "# Probe scale: tcp targets (behind veth, or on loopback), interval 1s, timeout 500ms\n\n\
          Target: {ISSUE_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
          Warm-up {:?}, window {:?}; then a failure window of {:?} with every {CLOSE_EVERY}th \
          target closed.\n\n\
-         | data plane | loop | targets | published | agent cores (user + sys) | peak RSS | \
-         RSS at end | probes/s | failed | targets' process cores | machine busy / load avg | verdict |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         | targets on | data plane | loop | targets | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
+         RSS at end | probes/s | failed | targets' cores | machine busy / load avg | verdict |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         opts.warmup, opts.window, opts.fail_window
     );
     for f in results {
         let ok = num(f, "cores") < MAX_CORES && num(f, "peak_rss_mb") < MAX_RSS_MB;
         let _ = writeln!(
             md,
-            "| {} | {} | {} ({} + {}) | {} MB | {} MB | {} | {} | {} | {} of {} / {} | {} |",
+            "| {} | {} | {} ({} + {}) | {} | {} MB | {} MB | {} | {} | {} | {} of {} / {} | {} |",
             row(f),
             get(f, "published"),
             get(f, "cores"),
             get(f, "user_cores"),
             get(f, "sys_cores"),
+            get(f, "agent_napi_cores"),
             get(f, "peak_rss_mb"),
             get(f, "end_rss_mb"),
             get(f, "probes_per_s"),
@@ -1280,10 +1327,10 @@ fn report(results: &[Figures], opts: &Opts) -> String {
     }
     md.push_str(
         "\nEvery 10th target closed:\n\n\
-         | data plane | loop | targets | closed | all seen failing after | unhealthy (of closed) | \
+         | targets on | data plane | loop | targets | closed | all seen failing after | unhealthy (of closed) | \
          transitions | publishes: verdict → maps written | agent cores | peak RSS | probes/s | \
          failed/s | open targets failed | publish errors | machine busy / load avg |\n\
-         |---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+         |---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for f in results {
         let _ = writeln!(
@@ -1311,10 +1358,10 @@ fn report(results: &[Figures], opts: &Opts) -> String {
          `has_unknown_macs` are called on every `run` iteration and timed here once per stats \
          tick, right after a snapshot rebuild, so cold caches and a busy machine make them \
          upper bounds):\n\n\
-         | data plane | loop | targets | loop iterations/s | `next_deadline` | \
+         | targets on | data plane | loop | targets | loop iterations/s | `next_deadline` | \
          `has_unknown_macs` | `poll_stats` | `publish_snapshot` | failure window: \
          `on_probe_report` with a recompute | failure window: `flush_snapshot` rebuilds |\n\
-         |---|---|---:|---:|---|---|---|---|---|---|\n",
+         |---|---|---|---:|---:|---|---|---|---|---|---|\n",
     );
     for f in results.iter().filter(|f| f.contains_key("cost_poll_stats")) {
         let _ = writeln!(
@@ -1381,19 +1428,26 @@ fn report(results: &[Figures], opts: &Opts) -> String {
          targets are split over {SERVICES} nat services with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
          is {future} bytes.\n\
-         - Loop `run` is the loop of `lb-agent run` (`cli/run.rs`): select over probe reports, \
+         - Loop `run` is the first version of `lb-agent run`'s loop (`cli/run.rs`): select over \
+         probe reports (one per iteration), \
          passive events, health deadlines (`next_deadline` every iteration), the \
          {STATS_EVERY:?} stats tick (`poll_stats` + `publish_snapshot`) and MAC retries (the \
          precondition `has_unknown_macs()` evaluated every iteration), then `flush_snapshot`. \
-         Loop `batched` is a proposed change to it: up to {BATCH} queued reports per iteration \
-         (`recv_many`) and `has_unknown_macs()` checked only when the retry timer fires; the \
-         agent itself is unchanged.\n\
-         - The targets are a child process (`--serve N`: N listeners on 127.0.0.1 ports \
-         {BASE_PORT}.., then 127.0.1.1, …; it accepts and closes each connection), so its CPU \
-         is not in the agent's figures; its share is shown separately. On loopback the \
-         kernel's work for both ends of a handshake runs largely inside the agent's \
-         `connect` (softirq in the sender's context), so the agent's sys share includes some \
-         of what a NIC would put elsewhere.\n\
+         Loop `batched` is how `lb-agent run` drives it now: up to {BATCH} queued reports per \
+         iteration, one publish for all, and `has_unknown_macs()` checked only when the retry \
+         timer fires.\n\
+         - The targets are a child process (`--serve N`: N listeners on ports {BASE_PORT}.. of \
+         one address per {PORTS_PER_IP}; it accepts and closes each connection), so its CPU \
+         is not in the agent's figures; its share is shown separately. Targets on `veth`: \
+         the child runs in a namespace of its own behind a veth pair whose receiving end \
+         has a threaded NAPI (GRO on, `threaded` = 1), so the targets' kernel work runs in \
+         `napi/pbt-…`, counted in the targets' share, as on backends that are other hosts; \
+         the agent's end has one too (`napi/pba-…`), so the agent host's receive work for \
+         the replies is shown apart, in \"agent host's NAPI cores\", as a NIC's softirq \
+         would be on a real host. \
+         Targets on `loopback` (127.0.x.1): the kernel's work for both ends of a handshake \
+         runs inside the agent's `connect` and `close` (softirq in the sender's context), so \
+         the agent's sys share also carries the targets' half.\n\
          - Agent cores = `getrusage(RUSAGE_SELF)` user + sys (all threads) over the wall time \
          of the window. Peak RSS = `VmHWM` of the window (reset through \
          `/proc/self/clear_refs` when it starts); RSS at end = `VmRSS`. Probes/s = reports \
