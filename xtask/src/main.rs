@@ -91,7 +91,10 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Bench => {
             setup::run(false)?;
+            setup::bench_packages()?;
             require_root("benchmarks load XDP programs")?;
+            // The end-to-end benchmark runs lb-agent and lb-testserver from target/release.
+            cargo(&["build", "--release", "--workspace", "--bins"])?;
             // XDP ns/packet next to the reflector floor, and verdict -> maps written.
             cargo(&[
                 "run",
@@ -104,7 +107,19 @@ fn main() -> anyhow::Result<()> {
                 "--out",
                 "target/bench",
             ])?;
-            // Probe scale: agent CPU and memory at thousands of tcp targets (~3 min).
+            // End to end: balancer CPU per connection next to nftables and HAProxy (~1 min).
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "lb-tests",
+                "--bin",
+                "lb-e2e-bench",
+                "--",
+                "--out",
+                "target/bench",
+            ])?;
+            // Probe scale: agent CPU and memory at thousands of tcp targets (~5 min).
             cargo(&[
                 "run",
                 "--release",

@@ -15,11 +15,13 @@ use anyhow::{Context, bail};
 
 /// Debian packages the tests and benchmarks need, with a command that proves each.
 const PACKAGES: &[(&str, &str)] = &[("iproute2", "ip")];
+/// What only `cargo xtask bench` needs: the end-to-end benchmark's baselines.
+const BENCH_PACKAGES: &[(&str, &str)] = &[("nftables", "nft"), ("haproxy", "haproxy")];
 
 pub fn run(verbose: bool) -> anyhow::Result<()> {
     ensure_nightly_rust_src(verbose)?;
     ensure_bpf_linker(verbose)?;
-    ensure_packages(verbose)?;
+    ensure_packages(PACKAGES, verbose)?;
     if verbose {
         println!("setup: everything is in place");
     }
@@ -129,8 +131,13 @@ fn llvm_major(lib: &Path) -> anyhow::Result<u32> {
         .with_context(|| format!("cannot read the LLVM version from {name}"))
 }
 
-fn ensure_packages(verbose: bool) -> anyhow::Result<()> {
-    let missing: Vec<&str> = PACKAGES
+/// Installs the benchmarks' extra Debian packages when they are missing.
+pub fn bench_packages() -> anyhow::Result<()> {
+    ensure_packages(BENCH_PACKAGES, false)
+}
+
+fn ensure_packages(packages: &[(&str, &str)], verbose: bool) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .filter(|(_, probe)| {
             !Command::new("sh")

@@ -1,0 +1,85 @@
+//! CPU pinning and on-CPU time of processes and kernel threads, from `/proc`.
+
+use std::{fs, time::Duration};
+
+use anyhow::bail;
+
+/// Pins the calling thread (and the threads it starts later) to `cpu`.
+pub fn pin_self(cpu: usize) -> anyhow::Result<()> {
+    pin(0, cpu)
+}
+
+/// Pins task `tid` (a thread or kernel thread; 0 = the caller) to `cpu`. For a
+/// process, every thread of it.
+pub fn pin(tid: u32, cpu: usize) -> anyhow::Result<()> {
+    let tasks: Vec<u32> = if tid == 0 {
+        vec![0]
+    } else {
+        threads(tid).unwrap_or_else(|| vec![tid])
+    };
+    for t in tasks {
+        // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity read the
+        // set we own.
+        let rc = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(t as libc::pid_t, size_of::<libc::cpu_set_t>(), &set)
+        };
+        if rc != 0 {
+            bail!(
+                "pinning task {t} to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The thread ids of process `pid`.
+fn threads(pid: u32) -> Option<Vec<u32>> {
+    let dir = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect(),
+    )
+}
+
+/// Kernel threads `napi/IFNAME-…` (every namespace's interfaces of that name: only
+/// interfaces with threaded NAPI have one).
+pub fn napi_threads(ifname: &str) -> Vec<u32> {
+    let prefix = format!("napi/{ifname}-");
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// Time task `tid` has spent on a CPU (`/proc/TID/schedstat`, nanoseconds).
+fn task_on_cpu(path: &str) -> Duration {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
+/// On-CPU time of the given kernel threads, summed.
+pub fn on_cpu(tids: &[u32]) -> Duration {
+    tids.iter()
+        .map(|t| task_on_cpu(&format!("/proc/{t}/schedstat")))
+        .sum()
+}
+
+/// On-CPU time of every thread of process `pid`, summed.
+pub fn process_on_cpu(pid: u32) -> Duration {
+    threads(pid)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| task_on_cpu(&format!("/proc/{pid}/task/{t}/schedstat")))
+        .sum()
+}
