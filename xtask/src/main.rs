@@ -95,42 +95,23 @@ fn main() -> anyhow::Result<()> {
             require_root("benchmarks load XDP programs")?;
             // The end-to-end benchmark runs lb-agent and lb-testserver from target/release.
             cargo(&["build", "--release", "--workspace", "--bins"])?;
-            // XDP ns/packet next to the reflector floor, and verdict -> maps written.
-            cargo(&[
-                "run",
-                "--release",
-                "-p",
-                "lb-tests",
-                "--bin",
-                "lb-bench",
-                "--",
-                "--out",
-                "target/bench",
-            ])?;
-            // End to end: balancer CPU per connection next to nftables and HAProxy (~1 min).
-            cargo(&[
-                "run",
-                "--release",
-                "-p",
-                "lb-tests",
-                "--bin",
-                "lb-e2e-bench",
-                "--",
-                "--out",
-                "target/bench",
-            ])?;
-            // Probe scale: agent CPU and memory at thousands of tcp targets (~5 min).
-            cargo(&[
-                "run",
-                "--release",
-                "-p",
-                "lb-tests",
-                "--bin",
-                "lb-probe-bench",
-                "--",
-                "--out",
-                "target/bench",
-            ])
+            // XDP ns/packet next to the reflector floor, and verdict -> maps written;
+            // end to end next to nftables and HAProxy (~1 min); probe scale: agent CPU
+            // and memory at thousands of tcp targets (~5 min).
+            for bench in ["lb-bench", "lb-e2e-bench", "lb-probe-bench"] {
+                cargo(&[
+                    "run",
+                    "--release",
+                    "-p",
+                    "lb-tests",
+                    "--bin",
+                    bench,
+                    "--",
+                    "--out",
+                    "target/bench",
+                ])?;
+            }
+            Ok(())
         }
     }
 }
