@@ -230,6 +230,11 @@ impl Publisher {
         self.services.get(service).map(|s| s.id)
     }
 
+    /// Every backend id handed out so far is below this.
+    pub fn backend_id_limit(&self) -> u32 {
+        self.backend_ids.next
+    }
+
     /// Data-plane id of a backend of a service.
     pub fn backend_id(&self, service: &str, addr: &SocketAddr) -> Option<u32> {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)

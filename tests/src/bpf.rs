@@ -265,6 +265,27 @@ impl Lb {
             })
     }
 
+    /// Backend stats of ids `0..limit` read the agent's way: one batch call.
+    pub fn backend_stats_batched(&self, limit: u32) -> Vec<BackendStats> {
+        let data = match self
+            .ebpf
+            .map(map_names::BACKEND_STATS)
+            .expect("LB_BACKEND_STATS")
+        {
+            aya::maps::Map::PerCpuArray(data) => data,
+            other => panic!("LB_BACKEND_STATS is {other:?}"),
+        };
+        lb_agent::dataplane::PerCpuBatchReader::new(data)
+            .expect("batch reader")
+            .read_summed(limit, |a: BackendStats, s| BackendStats {
+                packets: a.packets + s.packets,
+                bytes: a.bytes + s.bytes,
+                new_flows: a.new_flows + s.new_flows,
+                conn_ok: a.conn_ok + s.conn_ok,
+            })
+            .expect("batch read")
+    }
+
     pub fn flow(&self, key: &FlowKey) -> Option<FlowValue> {
         let map: HashMap<_, FlowKey, FlowValue> =
             HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))

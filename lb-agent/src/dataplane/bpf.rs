@@ -11,7 +11,9 @@ use lb_common::{
 };
 
 use super::{
-    AttachMode, Dataplane, DataplaneError, EventStream, attach, maglev_table,
+    AttachMode, Dataplane, DataplaneError, EventStream, attach,
+    batch::PerCpuBatchReader,
+    maglev_table,
     pin::{self, PinDir},
 };
 
@@ -27,6 +29,8 @@ pub struct BpfDataplane {
     counters: PerCpuArray<MapData, u64>,
     service_stats: PerCpuArray<MapData, ServiceStats>,
     backend_stats: PerCpuArray<MapData, BackendStats>,
+    /// The same map, read for all backends at once (`backend_stats_below`).
+    backend_stats_batch: PerCpuBatchReader,
     events: Option<RingBuf<MapData>>,
     /// Where maps and link are pinned (hitless restarts), if anywhere.
     pins: Option<PinDir>,
@@ -93,6 +97,7 @@ impl BpfDataplane {
             name: PROGRAM_NAME,
             source,
         })?;
+        let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         Ok(Self {
             services: take(&mut ebpf, map_names::SERVICES)?,
             maglev: maglev_table::MaglevTables::new(
@@ -102,7 +107,8 @@ impl BpfDataplane {
             backends: take(&mut ebpf, map_names::BACKENDS)?,
             counters: take(&mut ebpf, map_names::COUNTERS)?,
             service_stats: take(&mut ebpf, map_names::SERVICE_STATS)?,
-            backend_stats: take(&mut ebpf, map_names::BACKEND_STATS)?,
+            backend_stats,
+            backend_stats_batch,
             events: Some(take(&mut ebpf, map_names::EVENTS)?),
             ebpf,
             attached: None,
@@ -203,6 +209,37 @@ fn take_array(ebpf: &mut Ebpf, name: &'static str) -> Result<MapData, DataplaneE
     }
 }
 
+fn add_backend_stats(a: BackendStats, s: BackendStats) -> BackendStats {
+    BackendStats {
+        packets: a.packets + s.packets,
+        bytes: a.bytes + s.bytes,
+        new_flows: a.new_flows + s.new_flows,
+        conn_ok: a.conn_ok + s.conn_ok,
+    }
+}
+
+/// `LB_BACKEND_STATS` as a typed map, and a batch reader of it.
+fn take_backend_stats(
+    ebpf: &mut Ebpf,
+) -> Result<(PerCpuArray<MapData, BackendStats>, PerCpuBatchReader), DataplaneError> {
+    let name = map_names::BACKEND_STATS;
+    let map = ebpf
+        .take_map(name)
+        .ok_or(DataplaneError::MissingMap { name })?;
+    let Map::PerCpuArray(data) = &map else {
+        return Err(DataplaneError::Map {
+            name,
+            source: aya::maps::MapError::InvalidMapType { map_type: 0 },
+        });
+    };
+    let batch = PerCpuBatchReader::new(data).map_err(|source| DataplaneError::Io {
+        what: "duplicating the descriptor of map `LB_BACKEND_STATS`",
+        source,
+    })?;
+    let typed = PerCpuArray::try_from(map).map_err(map_err(name))?;
+    Ok((typed, batch))
+}
+
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
     move |source| DataplaneError::Map { name, source }
 }
@@ -270,11 +307,19 @@ impl Dataplane for BpfDataplane {
             .map_err(map_err(map_names::BACKEND_STATS))?;
         Ok(per_cpu
             .iter()
-            .fold(BackendStats::default(), |a, s| BackendStats {
-                packets: a.packets + s.packets,
-                bytes: a.bytes + s.bytes,
-                new_flows: a.new_flows + s.new_flows,
-                conn_ok: a.conn_ok + s.conn_ok,
-            }))
+            .copied()
+            .fold(BackendStats::default(), add_backend_stats))
+    }
+
+    fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
+        let mut all = self
+            .backend_stats_batch
+            .read_summed(limit, add_backend_stats)
+            .map_err(|source| DataplaneError::Io {
+                what: "reading map `LB_BACKEND_STATS` in one batch",
+                source,
+            })?;
+        all.resize(limit as usize, BackendStats::default());
+        Ok(all)
     }
 }

@@ -4,6 +4,7 @@
 //! health and membership logic talk to the trait so they can be tested without a kernel.
 
 mod attach;
+mod batch;
 mod bpf;
 mod error;
 mod events;
@@ -12,6 +13,7 @@ pub mod memory;
 pub mod pin;
 
 pub use attach::AttachMode;
+pub use batch::PerCpuBatchReader;
 pub use bpf::{BpfDataplane, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
@@ -38,4 +40,9 @@ pub trait Dataplane {
     fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError>;
     /// Per-backend counters summed over CPUs.
     fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError>;
+    /// Per-backend counters of ids `0..limit`, index = id (an id never written reads as
+    /// zero). The real data plane reads them all in one call.
+    fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
+        (0..limit).map(|id| self.backend_stats(id)).collect()
+    }
 }

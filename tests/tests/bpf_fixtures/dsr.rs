@@ -29,6 +29,15 @@ fn dsr_ipv4_rewrites_only_the_macs() {
         (1, len, 1),
         "backend stats (packets, bytes, new_flows)"
     );
+    let batched = lb.backend_stats_batched(4);
+    assert_eq!(batched.len(), 4, "ids 0..4 read in one batch");
+    for (id, stats) in batched.iter().enumerate() {
+        assert_eq!(
+            *stats,
+            lb.backend_stats(id as u32),
+            "backend {id}: the batch read (the agent's) equals the per-id read"
+        );
+    }
     let flow = lb
         .flow(&client_key(DSR4, CPORT))
         .expect("the SYN must create a flow entry");
