@@ -3,20 +3,30 @@
 //! fresh machine: every target is probed, the closed ones become `unhealthy`, the open
 //! ones never fail, and the namespaces are gone afterwards. Figures are not asserted.
 
-use std::{collections::BTreeMap, process::Command};
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_lb-probe-bench");
 const TARGETS: usize = 300;
 /// `CLOSE_EVERY` of the benchmark: every 10th target is closed in the failure window.
 const CLOSED: usize = TARGETS / 10;
 
-fn run(net: &str) -> BTreeMap<String, String> {
-    let out = Command::new(BENCH)
+/// The figures of one run, and the pid the run had (its namespaces are named after it).
+fn run(net: &str) -> (BTreeMap<String, String>, u32) {
+    let child = Command::new(BENCH)
         .args(["--child", "--dataplane", "bpf", "--loop", "batched"])
         .args(["--targets", &TARGETS.to_string(), "--net", net])
         .args(["--warmup", "1", "--window", "2", "--fail-window", "3"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("running lb-probe-bench");
+    let pid = child.id();
+    let out = child
+        .wait_with_output()
+        .expect("waiting for lb-probe-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -24,15 +34,16 @@ fn run(net: &str) -> BTreeMap<String, String> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    stdout
+    let figures = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("result\t")?.split_once('\t'))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        .collect();
+    (figures, pid)
 }
 
 fn check(net: &str) {
-    let f = run(net);
+    let (f, pid) = run(net);
     let get = |k: &str| {
         f.get(k)
             .unwrap_or_else(|| panic!("no figure {k} in {f:?}"))
@@ -60,7 +71,7 @@ fn check(net: &str) {
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with("-pa") || n.ends_with("-pt"))
+                .filter(|n| lb_tests::names::owner_pid(n) == Some(pid))
                 .collect()
         })
         .unwrap_or_default();

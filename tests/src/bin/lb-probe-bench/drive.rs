@@ -1,0 +1,463 @@
+//! Driving one scenario: the agent's loop (or the probes alone) through warm-up, the
+//! measured window and the failure window.
+
+use super::*;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Warmup,
+    Window,
+    Failing,
+}
+
+/// What [`drive`] runs against.
+pub(super) struct Run<'a> {
+    pub(super) cfg: &'a lb_agent::config::Config,
+    pub(super) targets: &'a mut Targets,
+    pub(super) opts: &'a Opts,
+    pub(super) driver: Loop,
+}
+
+/// Applies the config and runs the loop of `lb-agent run` through the phases.
+pub(super) async fn drive<D, P, N>(
+    mut agent: Agent<D, P, N>,
+    mut handles: lb_agent::agent::Handles,
+    mut events: Option<EventStream>,
+    run: Run<'_>,
+    published: impl Fn(&D) -> usize,
+) -> anyhow::Result<Figures>
+where
+    D: Dataplane,
+    P: Prober,
+    N: Neighbors,
+{
+    let Run {
+        cfg,
+        targets,
+        opts,
+        driver,
+    } = run;
+    let batched = driver == Loop::Batched;
+    let mut f = Figures::new();
+    f.insert(
+        "rss_before_apply_mb".into(),
+        format!("{:.1}", status_mb("VmRSS")),
+    );
+    let t = std::time::Instant::now();
+    let applied = agent.apply_config(cfg).await;
+    f.insert(
+        "rss_after_apply_mb".into(),
+        format!("{:.1}", status_mb("VmRSS")),
+    );
+    f.insert(
+        "setup_s".into(),
+        format!("{:.2}", t.elapsed().as_secs_f64()),
+    );
+    match &applied {
+        Ok(()) => f.insert("setup_error".into(), "-".into()),
+        // The benchmark goes on: probes and health run for every server either way.
+        Err(e @ PublishError::TooManyBackends) => f.insert("setup_error".into(), e.to_string()),
+        Err(e) => bail!("publishing the configured services: {e}"),
+    };
+    agent.flush_snapshot();
+    let published = published(agent.dataplane());
+    f.insert("published".into(), published.to_string());
+    println!(
+        "agent configured in {:.2} s: {published} backends published{}",
+        t.elapsed().as_secs_f64(),
+        match &applied {
+            Ok(()) => String::new(),
+            Err(e) => format!(" (apply_config: {e})"),
+        }
+    );
+
+    let mut tally = Tally::default();
+    let mut details: BTreeMap<String, u64> = BTreeMap::new();
+    let mut phase = Phase::Warmup;
+    let mut marks: Vec<Mark> = Vec::new();
+    let mut closed_count = 0usize;
+    let mut failing_since = Instant::now();
+    let mut seen_failing: HashSet<SocketAddr> = HashSet::new();
+    let mut detected: Option<Duration> = None;
+    let mut transitions_before = 0;
+    let mut propagation_before = Histogram::default();
+    let phase_timer = tokio::time::sleep(opts.warmup);
+    tokio::pin!(phase_timer);
+
+    let mut mac_retry = tokio::time::interval(MAC_RETRY);
+    let mut stats = tokio::time::interval(STATS_EVERY);
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut costs = Costs::default();
+    loop {
+        let deadline = agent.next_deadline();
+        let result = tokio::select! {
+            n = next_reports(&mut handles.reports, &mut batch, batched) => {
+                if n == 0 {
+                    bail!("the probe report channel closed");
+                }
+                for report in &batch {
+                    tally.note(report, phase, &mut details, |r| {
+                        if phase == Phase::Failing && closed(target_index(r.server.addr)) {
+                            seen_failing.insert(r.server.addr);
+                            if seen_failing.len() == closed_count && detected.is_none() {
+                                detected = Some(failing_since.elapsed());
+                            }
+                        }
+                    });
+                }
+                // As `lb-agent run` does: a batch of reports, one recompute and publish.
+                let published = agent.propagation().count;
+                let t = std::time::Instant::now();
+                let result = if batched {
+                    agent.on_probe_reports(batch.drain(..))
+                } else {
+                    let mut last = Ok(());
+                    for report in batch.drain(..) {
+                        last = last.and(agent.on_probe_report(report));
+                    }
+                    last
+                };
+                let spent = t.elapsed();
+                if result.is_err() || agent.propagation().count != published {
+                    costs.recompute.add(spent);
+                }
+                if let Err(err) = result {
+                    tally.count_error(&err, &mut details);
+                }
+                Ok(())
+            }
+            batch = next_events(&mut events) => match batch {
+                Ok(batch) => agent.on_passive_events(&batch),
+                Err(err) => {
+                    println!("event ring buffer failed: {err}");
+                    events = None;
+                    Ok(())
+                }
+            },
+            _ = sleep_until(deadline) => agent.on_tick(Instant::now()),
+            _ = stats.tick() => {
+                let t = std::time::Instant::now();
+                agent.poll_stats();
+                costs.poll_stats.add(t.elapsed());
+                let t = std::time::Instant::now();
+                agent.publish_snapshot();
+                costs.publish_snapshot.add(t.elapsed());
+                handles.snapshot.borrow_and_update();
+                let t = std::time::Instant::now();
+                std::hint::black_box(agent.next_deadline());
+                costs.next_deadline.add(t.elapsed());
+                let t = std::time::Instant::now();
+                std::hint::black_box(agent.has_unknown_macs());
+                costs.has_unknown_macs.add(t.elapsed());
+                Ok(())
+            }
+            // `run`: as cli/run.rs, the precondition is evaluated on every iteration.
+            _ = mac_retry.tick(), if batched || agent.has_unknown_macs() => {
+                if !batched || agent.has_unknown_macs() {
+                    agent.retry_macs().await
+                } else {
+                    Ok(())
+                }
+            }
+            _ = &mut phase_timer => {
+                match phase {
+                    Phase::Warmup => {
+                        f.insert("setup_peak_rss_mb".into(), format!("{:.1}", status_mb("VmHWM")));
+                        reset_peak_rss();
+                        costs = Costs::default();
+                        marks.push(Mark::now(targets, tally));
+                        phase = Phase::Window;
+                        phase_timer.as_mut().reset(Instant::now() + opts.window);
+                        println!("warm-up done; measuring {:?}", opts.window);
+                    }
+                    Phase::Window => {
+                        marks.push(Mark::now(targets, tally));
+                        window_figures(&mut f, "", &marks[0], &marks[1]);
+                        costs.figures(&mut f, "");
+                        costs = Costs::default();
+                        closed_count = targets.close(CLOSE_EVERY).await?;
+                        agent.publish_snapshot();
+                        transitions_before = handles.snapshot.borrow().transitions;
+                        propagation_before = agent.propagation().clone();
+                        failing_since = Instant::now();
+                        reset_peak_rss();
+                        marks.push(Mark::now(targets, tally));
+                        phase = Phase::Failing;
+                        phase_timer.as_mut().reset(Instant::now() + opts.fail_window);
+                        println!("closed {closed_count} targets; measuring {:?}", opts.fail_window);
+                    }
+                    Phase::Failing => {
+                        marks.push(Mark::now(targets, tally));
+                        window_figures(&mut f, "fail_", &marks[2], &marks[3]);
+                        costs.figures(&mut f, "fail_");
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        };
+        if let Err(err) = result {
+            tally.count_error(&err, &mut details);
+        }
+        let t = std::time::Instant::now();
+        agent.flush_snapshot();
+        if handles.snapshot.has_changed().unwrap_or(false) {
+            costs.flush_rebuild.add(t.elapsed());
+            handles.snapshot.borrow_and_update();
+        }
+        tally.iterations += 1;
+    }
+
+    agent.publish_snapshot();
+    let snap = handles.snapshot.borrow().clone();
+    let states: BTreeMap<String, usize> =
+        snap.services
+            .iter()
+            .flat_map(|s| &s.servers)
+            .fold(BTreeMap::new(), |mut m, s| {
+                *m.entry(s.state.clone()).or_default() += 1;
+                m
+            });
+    let unhealthy_closed = snap
+        .services
+        .iter()
+        .flat_map(|s| &s.servers)
+        .filter(|s| {
+            s.state == "unhealthy"
+                && s.address
+                    .parse()
+                    .is_ok_and(|a: SocketAddr| closed(target_index(a)))
+        })
+        .count();
+    f.insert("fail_closed".into(), closed_count.to_string());
+    f.insert(
+        "fail_detect".into(),
+        detected.map_or("not within the window".into(), |d| {
+            format!("{:.2} s", d.as_secs_f64())
+        }),
+    );
+    f.insert("fail_unhealthy_closed".into(), unhealthy_closed.to_string());
+    f.insert(
+        "fail_states".into(),
+        states
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    f.insert(
+        "fail_transitions".into(),
+        (snap.transitions - transitions_before).to_string(),
+    );
+    let prop = histogram_delta(agent.propagation(), &propagation_before);
+    f.insert("fail_publishes".into(), prop.count.to_string());
+    f.insert(
+        "fail_propagation".into(),
+        match (prop.quantile_bound(0.5), prop.quantile_bound(0.99)) {
+            (Some(p50), Some(p99)) => format!(
+                "mean {:.0} µs, p50 ≤ {:.0} µs, p99 ≤ {:.0} µs",
+                prop.sum / prop.count as f64 * 1e6,
+                p50 * 1e6,
+                p99 * 1e6
+            ),
+            _ => "-".into(),
+        },
+    );
+    f.insert("failure_details".into(), show_details(&details));
+    Ok(f)
+}
+
+/// Probes every server of `run.cfg` with the agent's scheduler and prober, and only counts
+/// the reports: the same phases and figures as [`drive`], without an agent.
+pub(super) async fn probes_only(run: Run<'_>) -> anyhow::Result<Figures> {
+    let Run {
+        cfg, targets, opts, ..
+    } = run;
+    let mut f = Figures::new();
+    f.insert(
+        "rss_before_apply_mb".into(),
+        format!("{:.1}", status_mb("VmRSS")),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let mut tasks = Vec::new();
+    for (i, svc) in cfg.services.iter().enumerate() {
+        let probe = Arc::new(svc.probes[0].clone());
+        for server in &svc.servers {
+            let lb_agent::config::ServerAddress::Socket(addr) = server.address else {
+                bail!("bench servers are addresses");
+            };
+            let key = lb_agent::probe::ServerKey { service: i, addr };
+            let signals = Arc::new(lb_agent::probe::SharedSignals::new(true));
+            tasks.push(lb_agent::probe::spawn(
+                key,
+                0,
+                probe.clone(),
+                signals,
+                tx.clone(),
+            ));
+        }
+    }
+    f.insert(
+        "rss_after_apply_mb".into(),
+        format!("{:.1}", status_mb("VmRSS")),
+    );
+    f.insert("published".into(), "-".into());
+    f.insert("setup_s".into(), "-".into());
+    f.insert("setup_error".into(), "-".into());
+    let mut tally = Tally::default();
+    let mut details = BTreeMap::new();
+    let mut seen_failing: HashSet<SocketAddr> = HashSet::new();
+    let mut detected = None;
+    let mut closed_count = 0;
+    let mut failing_since = Instant::now();
+    let mut marks = Vec::new();
+    let mut phase = Phase::Warmup;
+    let phase_timer = tokio::time::sleep(opts.warmup);
+    tokio::pin!(phase_timer);
+    loop {
+        tokio::select! {
+            Some(report) = rx.recv() => {
+                tally.iterations += 1;
+                tally.note(&report, phase, &mut details, |r| {
+                    if phase == Phase::Failing && closed(target_index(r.server.addr)) {
+                        seen_failing.insert(r.server.addr);
+                        if seen_failing.len() == closed_count && detected.is_none() {
+                            detected = Some(failing_since.elapsed());
+                        }
+                    }
+                });
+            }
+            _ = &mut phase_timer => match phase {
+                Phase::Warmup => {
+                    f.insert("setup_peak_rss_mb".into(), format!("{:.1}", status_mb("VmHWM")));
+                    reset_peak_rss();
+                    marks.push(Mark::now(targets, tally));
+                    phase = Phase::Window;
+                    phase_timer.as_mut().reset(Instant::now() + opts.window);
+                    println!("warm-up done; measuring {:?}", opts.window);
+                }
+                Phase::Window => {
+                    marks.push(Mark::now(targets, tally));
+                    window_figures(&mut f, "", &marks[0], &marks[1]);
+                    closed_count = targets.close(CLOSE_EVERY).await?;
+                    failing_since = Instant::now();
+                    reset_peak_rss();
+                    marks.push(Mark::now(targets, tally));
+                    phase = Phase::Failing;
+                    phase_timer.as_mut().reset(Instant::now() + opts.fail_window);
+                    println!("closed {closed_count} targets; measuring {:?}", opts.fail_window);
+                }
+                Phase::Failing => {
+                    marks.push(Mark::now(targets, tally));
+                    window_figures(&mut f, "fail_", &marks[2], &marks[3]);
+                    break;
+                }
+            },
+        }
+    }
+    drop(tasks);
+    f.insert("fail_closed".into(), closed_count.to_string());
+    f.insert(
+        "fail_detect".into(),
+        detected.map_or("not within the window".into(), |d| {
+            format!("{:.2} s", d.as_secs_f64())
+        }),
+    );
+    for k in [
+        "fail_unhealthy_closed",
+        "fail_transitions",
+        "fail_publishes",
+        "fail_states",
+    ] {
+        f.insert(k.into(), "-".into());
+    }
+    f.insert("fail_propagation".into(), "no agent".into());
+    f.insert("failure_details".into(), show_details(&details));
+    Ok(f)
+}
+
+pub(super) fn show_details(details: &BTreeMap<String, u64>) -> String {
+    if details.is_empty() {
+        return "-".into();
+    }
+    details
+        .iter()
+        .map(|(k, v)| format!("{k} ×{v}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The next report (`run`), or every queued report up to [`BATCH`] (`batched`), into
+/// `buf`; 0 when the channel is closed.
+pub(super) async fn next_reports(
+    rx: &mut tokio::sync::mpsc::Receiver<ProbeReport>,
+    buf: &mut Vec<ProbeReport>,
+    batched: bool,
+) -> usize {
+    if batched {
+        rx.recv_many(buf, BATCH).await
+    } else {
+        match rx.recv().await {
+            Some(r) => {
+                buf.push(r);
+                1
+            }
+            None => 0,
+        }
+    }
+}
+
+impl Tally {
+    pub(super) fn count_error(&mut self, err: &PublishError, details: &mut BTreeMap<String, u64>) {
+        self.publish_errors += 1;
+        *details.entry(format!("publish error: {err}")).or_default() += 1;
+    }
+
+    pub(super) fn note(
+        &mut self,
+        r: &ProbeReport,
+        phase: Phase,
+        details: &mut BTreeMap<String, u64>,
+        on_fail: impl FnOnce(&ProbeReport),
+    ) {
+        if r.outcome.ok {
+            self.ok += 1;
+            return;
+        }
+        self.failed += 1;
+        let was_closed = phase == Phase::Failing && closed(target_index(r.server.addr));
+        if !was_closed {
+            self.open_failed += 1;
+            *details
+                .entry(format!("open target: {}", r.outcome.detail))
+                .or_default() += 1;
+        }
+        on_fail(r);
+    }
+}
+
+pub(super) fn histogram_delta(now: &Histogram, before: &Histogram) -> Histogram {
+    let mut h = now.clone();
+    for (c, b) in h.counts.iter_mut().zip(&before.counts) {
+        *c -= b;
+    }
+    h.sum -= before.sum;
+    h.count -= before.count;
+    h
+}
+
+pub(super) async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+pub(super) async fn next_events(
+    events: &mut Option<EventStream>,
+) -> Result<Vec<lb_common::events::PassiveEvent>, lb_agent::dataplane::DataplaneError> {
+    match events {
+        Some(stream) => stream.next_batch().await,
+        None => std::future::pending().await,
+    }
+}

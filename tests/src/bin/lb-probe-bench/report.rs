@@ -1,0 +1,258 @@
+//! The default set of scenarios (each in its own process) and the Markdown report.
+
+use super::*;
+
+pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&opts.out)?;
+    let largest = ISSUE_TARGETS.min(MAX_BACKENDS as usize - 1);
+    let sc = |kind, targets, driver, net| Scenario {
+        kind,
+        targets,
+        driver,
+        net,
+    };
+    // Targets behind veth (as remote backends) first; then on loopback, where the
+    // agent also pays for the targets' kernel side, for comparison.
+    let runs = [
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Veth),
+        sc(Kind::Bpf, largest, Loop::Batched, Net::Veth),
+        sc(Kind::Memory, ISSUE_TARGETS, Loop::Batched, Net::Veth),
+        sc(Kind::Bpf, largest, Loop::Run, Net::Veth),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Loopback),
+        sc(Kind::Bpf, largest, Loop::Batched, Net::Loopback),
+    ];
+    let mut results = Vec::new();
+    for Scenario {
+        kind,
+        targets,
+        driver,
+        net,
+    } in runs
+    {
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.args(["--child", "--dataplane", kind.name()])
+            .args(["--targets", &targets.to_string(), "--loop", driver.name()])
+            .args(["--net", net.name()])
+            .args(["--warmup", &opts.warmup.as_secs_f64().to_string()])
+            .args(["--window", &opts.window.as_secs_f64().to_string()])
+            .args(["--fail-window", &opts.fail_window.as_secs_f64().to_string()])
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let mut figures = Figures::new();
+        let stdout = child.stdout.take().context("scenario stdout")?;
+        for line in BufReader::new(stdout).lines() {
+            let line = line?;
+            match line.strip_prefix(RESULT).and_then(|l| l.split_once('\t')) {
+                Some((k, v)) => {
+                    figures.insert(k.to_string(), v.to_string());
+                }
+                None => println!("{line}"),
+            }
+        }
+        let status = child.wait()?;
+        if !status.success() {
+            bail!(
+                "scenario {} with {targets} targets failed ({status})",
+                kind.name()
+            );
+        }
+        results.push(figures);
+    }
+    let md = report(&results, opts);
+    println!("\n{md}");
+    let path = opts.out.join("probes.md");
+    std::fs::write(&path, &md)?;
+    println!("written {}", path.display());
+    Ok(())
+}
+
+pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
+    let get = |f: &Figures, k: &str| f.get(k).cloned().unwrap_or_else(|| "?".into());
+    let num = |f: &Figures, k: &str| get(f, k).parse::<f64>().unwrap_or(f64::NAN);
+    let row = |f: &Figures| {
+        format!(
+            "{} | {} | {} | {}",
+            get(f, "net"),
+            get(f, "dataplane"),
+            get(f, "loop"),
+            get(f, "targets")
+        )
+    };
+    let mut md = format!(
+        "# Probe scale: tcp targets (behind veth, or on loopback), interval 1s, timeout 500ms\n\n\
+         Target: {ISSUE_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
+         Warm-up {:?}, window {:?}; then a failure window of {:?} with every {CLOSE_EVERY}th \
+         target closed.\n\n\
+         | targets on | data plane | loop | targets | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
+         RSS at end | probes/s | failed | targets' cores | machine busy / load avg | verdict |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        opts.warmup, opts.window, opts.fail_window
+    );
+    for f in results {
+        let ok = num(f, "cores") < MAX_CORES && num(f, "peak_rss_mb") < MAX_RSS_MB;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} ({} + {}) | {} | {} MB | {} MB | {} | {} | {} | {} of {} / {} | {} |",
+            row(f),
+            get(f, "published"),
+            get(f, "cores"),
+            get(f, "user_cores"),
+            get(f, "sys_cores"),
+            get(f, "agent_napi_cores"),
+            get(f, "peak_rss_mb"),
+            get(f, "end_rss_mb"),
+            get(f, "probes_per_s"),
+            get(f, "failed"),
+            get(f, "target_cores"),
+            get(f, "machine_busy"),
+            machine_cores(),
+            get(f, "load"),
+            if ok { "meets" } else { "**misses**" },
+        );
+    }
+    md.push_str(
+        "\nEvery 10th target closed:\n\n\
+         | targets on | data plane | loop | targets | closed | all seen failing after | unhealthy (of closed) | \
+         transitions | publishes: verdict → maps written | agent cores | peak RSS | probes/s | \
+         failed/s | open targets failed | publish errors | machine busy / load avg |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for f in results {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {}: {} | {} | {} MB | {} | {} | {} | {} | {} / {} |",
+            row(f),
+            get(f, "fail_closed"),
+            get(f, "fail_detect"),
+            get(f, "fail_unhealthy_closed"),
+            get(f, "fail_transitions"),
+            get(f, "fail_publishes"),
+            get(f, "fail_propagation"),
+            get(f, "fail_cores"),
+            get(f, "fail_peak_rss_mb"),
+            get(f, "fail_probes_per_s"),
+            get(f, "fail_failed_per_s"),
+            get(f, "fail_open_failed"),
+            get(f, "fail_publish_errors"),
+            get(f, "fail_machine_busy"),
+            get(f, "fail_load"),
+        );
+    }
+    md.push_str(
+        "\nWhere the agent loop's time goes (wall time per call, mean; `next_deadline` and \
+         `has_unknown_macs` are called on every `run` iteration and timed here once per stats \
+         tick, right after a snapshot rebuild, so cold caches and a busy machine make them \
+         upper bounds):\n\n\
+         | targets on | data plane | loop | targets | loop iterations/s | `next_deadline` | \
+         `has_unknown_macs` | `poll_stats` | `publish_snapshot` | failure window: \
+         `on_probe_report` with a recompute | failure window: `flush_snapshot` rebuilds |\n\
+         |---|---|---|---:|---:|---|---|---|---|---|---|\n",
+    );
+    for f in results.iter().filter(|f| f.contains_key("cost_poll_stats")) {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            row(f),
+            get(f, "iterations_per_s"),
+            get(f, "cost_next_deadline"),
+            get(f, "cost_has_unknown_macs"),
+            get(f, "cost_poll_stats"),
+            get(f, "cost_publish_snapshot"),
+            get(f, "fail_cost_recompute"),
+            get(f, "fail_cost_flush_rebuild"),
+        );
+    }
+    md.push_str("\nPer run:\n\n");
+    for f in results {
+        if get(f, "loop") == "-" {
+            let _ = writeln!(
+                md,
+                "- {} × {}: RSS {} MB before the probe tasks were spawned, {} MB after; at \
+                 the window's end {}; failures: {}.",
+                get(f, "dataplane"),
+                get(f, "targets"),
+                get(f, "rss_before_apply_mb"),
+                get(f, "rss_after_apply_mb"),
+                get(f, "rss_split"),
+                get(f, "failure_details"),
+            );
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "- {} loop, {} × {}: apply_config {} s ({}); RSS {} MB before it (data plane \
+             loaded, targets' config parsed), {} MB after it (servers, probe tasks, tables), \
+             peak {} MB before the window, at the window's end {}; states at the end: {}; \
+             failures: {}.",
+            get(f, "loop"),
+            get(f, "dataplane"),
+            get(f, "targets"),
+            get(f, "setup_s"),
+            match get(f, "setup_error").as_str() {
+                "-" => "all published".to_string(),
+                e => format!("publishing refused: {e}"),
+            },
+            get(f, "rss_before_apply_mb"),
+            get(f, "rss_after_apply_mb"),
+            get(f, "setup_peak_rss_mb"),
+            get(f, "rss_split"),
+            get(f, "fail_states"),
+            get(f, "failure_details"),
+        );
+    }
+    let future = results
+        .first()
+        .map_or("?".into(), |f| get(f, "probe_future_bytes"));
+    let _ = write!(
+        md,
+        "\n## Method\n\n\
+         - Each row is its own process (`lb-probe-bench --dataplane KIND --targets N --loop L`): \
+         the real `Agent` over `BpfDataplane::load()` (the XDP object and its maps loaded, \
+         nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (real tcp \
+         connects), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
+         targets are split over {SERVICES} nat services with one `tcp` probe \
+         (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
+         is {future} bytes.\n\
+         - Loop `run` is the first version of `lb-agent run`'s loop (`cli/run.rs`): select over \
+         probe reports (one per iteration), \
+         passive events, health deadlines (`next_deadline` every iteration), the \
+         {STATS_EVERY:?} stats tick (`poll_stats` + `publish_snapshot`) and MAC retries (the \
+         precondition `has_unknown_macs()` evaluated every iteration), then `flush_snapshot`. \
+         Loop `batched` is how `lb-agent run` drives it now: up to {BATCH} queued reports per \
+         iteration, one publish for all, and `has_unknown_macs()` checked only when the retry \
+         timer fires.\n\
+         - The targets are a child process (`--serve N`: N listeners on ports {BASE_PORT}.. of \
+         one address per {PORTS_PER_IP}; it accepts and closes each connection), so its CPU \
+         is not in the agent's figures; its share is shown separately. Targets on `veth`: \
+         the child runs in a namespace of its own behind a veth pair whose receiving end \
+         has a threaded NAPI (GRO on, `threaded` = 1), so the targets' kernel work runs in \
+         `napi/pbt-…`, counted in the targets' share, as on backends that are other hosts; \
+         the agent's end has one too (`napi/pba-…`), so the agent host's receive work for \
+         the replies is shown apart, in \"agent host's NAPI cores\", as a NIC's softirq \
+         would be on a real host. \
+         Targets on `loopback` (127.0.x.1): the kernel's work for both ends of a handshake \
+         runs inside the agent's `connect` and `close` (softirq in the sender's context), so \
+         the agent's sys share also carries the targets' half.\n\
+         - Agent cores = `getrusage(RUSAGE_SELF)` user + sys (all threads) over the wall time \
+         of the window. Peak RSS = `VmHWM` of the window (reset through \
+         `/proc/self/clear_refs` when it starts); RSS at end = `VmRSS`. Probes/s = reports \
+         received / wall time (the schedule asks for one per target per second). Machine \
+         busy = non-idle jiffies of `/proc/stat` over the window, in cores: other work on the \
+         machine competes for the same {} cores, and an agent that cannot keep up shows it as \
+         probes/s below the target count.\n\
+         - Failure window: the child closes every {CLOSE_EVERY}th listener (connections are \
+         refused); \"all seen failing\" is the time until every closed target has produced a \
+         failed report; states and transitions are from the agent's snapshot; verdict → maps \
+         written is the agent's propagation histogram (from the probe's verdict, including \
+         its wait in the report channel) over the window.\n\
+         - The data plane takes at most `lb_common::MAX_BACKENDS - 1` = {} backends in all \
+         services together (backend ids are global), so the bpf rows run the largest set it \
+         takes; the {ISSUE_TARGETS}-target rows run over `MemoryDataplane`, whose publishing \
+         goes through the same `Publisher` and stops at the same limit (`apply_config` \
+         returns the error; the benchmark carries on): probes and health run for every \
+         server, only the servers past the limit are not published.\n",
+        machine_cores(),
+        MAX_BACKENDS - 1,
+    );
+    md
+}
