@@ -1,9 +1,10 @@
 //! Indices of the global per-CPU outcome counters in `LB_COUNTERS`, and their names.
 //!
-//! Every packet the program sees increments `RX` and exactly one outcome counter; the
-//! flow counters (`FLOW_*`) and `EVENTS_LOST` count alongside.
+//! Every packet the program sees increments exactly one outcome counter ([`OUTCOMES`]);
+//! the flow and event counters count alongside. `RX` is not counted by the program: it
+//! is the sum of the outcomes, filled in by [`fill_rx`] when the counters are read.
 
-/// Every packet the program saw.
+/// Every packet the program saw (derived: see [`fill_rx`]).
 pub const RX: u32 = 0;
 /// Passed: not IPv4/IPv6 (ARP, LLDP, ...).
 pub const PASS_NOT_IP: u32 = 1;
@@ -40,6 +41,28 @@ pub const EVENTS_LOST: u32 = 15;
 pub const EVENTS_SENT: u32 = 16;
 /// Dropped: the backend id in a table slot or flow has no backend entry.
 pub const DROP_BAD_BACKEND: u32 = 17;
+
+/// The counters of which every packet increments exactly one.
+pub const OUTCOMES: [u32; 12] = [
+    PASS_NOT_IP,
+    PASS_NOT_VIP,
+    PASS_MALFORMED,
+    PASS_FRAGMENT,
+    PASS_UNSUPPORTED_L4,
+    DROP_MALFORMED,
+    DROP_NO_BACKEND,
+    DROP_NAT_PORTS,
+    DROP_BAD_BACKEND,
+    TX_DSR,
+    TX_NAT_FORWARD,
+    TX_NAT_REPLY,
+];
+
+/// Sets `RX` of counters read from `LB_COUNTERS` to the sum of the outcomes (the
+/// program does not spend a counter update per packet on it).
+pub fn fill_rx(counters: &mut [u64; COUNT as usize]) {
+    counters[RX as usize] = OUTCOMES.iter().map(|&i| counters[i as usize]).sum();
+}
 
 /// Number of counters (size of `LB_COUNTERS`).
 pub const COUNT: u32 = 18;

@@ -31,7 +31,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{
-    counters::{PASS_NOT_VIP, RX},
+    counters::PASS_NOT_VIP,
     maps::VipKey,
 };
 
@@ -68,7 +68,6 @@ impl Verdict {
 /// The load balancer.
 #[xdp]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
-    counters::count(RX);
     let verdict = balance(&ctx);
     counters::count(verdict.counter);
     verdict.action

@@ -226,6 +226,7 @@ impl Lb {
         for (i, slot) in out.iter_mut().enumerate() {
             *slot = map.get(&(i as u32), 0).expect("counter").iter().sum();
         }
+        counters::fill_rx(&mut out);
         out
     }
 

@@ -282,6 +282,7 @@ impl Dataplane for BpfDataplane {
                 .map_err(map_err(map_names::COUNTERS))?;
             *slot = per_cpu.iter().sum();
         }
+        counters::fill_rx(&mut out);
         Ok(out)
     }
 

@@ -18,7 +18,8 @@ pub struct Fixture<'a> {
     pub input: Vec<u8>,
     pub action: u32,
     pub output: Out,
-    /// Counter deltas besides `rx` (which must be 1); all others must be 0.
+    /// Counter deltas besides `rx` (the sum of the outcome counters, which must be 1:
+    /// exactly one outcome per packet); all others must be 0.
     pub counters: &'a [(u32, u64)],
 }
 
