@@ -208,6 +208,35 @@ pub struct ServiceStats {
 }
 const _: () = assert!(size_of::<ServiceStats>() == 32);
 
+/// Field-wise sums, so per-CPU values add up with `.sum()`.
+macro_rules! add_fields {
+    ($ty:ident { $($field:ident),+ }) => {
+        impl core::ops::Add for $ty {
+            type Output = Self;
+            fn add(self, o: Self) -> Self {
+                Self { $($field: self.$field + o.$field),+ }
+            }
+        }
+        impl core::iter::Sum for $ty {
+            fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+                iter.fold(Self::default(), core::ops::Add::add)
+            }
+        }
+    };
+}
+add_fields!(BackendStats {
+    packets,
+    bytes,
+    new_flows,
+    conn_ok
+});
+add_fields!(ServiceStats {
+    packets,
+    bytes,
+    new_flows,
+    no_backend
+});
+
 /// `LB_CLOCK` value (per CPU, one entry): the data plane's cached flow clock. Only the
 /// XDP program reads and writes it.
 #[repr(C)]

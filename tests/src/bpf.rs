@@ -240,12 +240,8 @@ impl Lb {
         map.get(&id, 0)
             .expect("service stats")
             .iter()
-            .fold(ServiceStats::default(), |a, s| ServiceStats {
-                packets: a.packets + s.packets,
-                bytes: a.bytes + s.bytes,
-                new_flows: a.new_flows + s.new_flows,
-                no_backend: a.no_backend + s.no_backend,
-            })
+            .copied()
+            .sum()
     }
 
     pub fn backend_stats(&self, id: u32) -> BackendStats {
@@ -258,12 +254,8 @@ impl Lb {
         map.get(&id, 0)
             .expect("backend stats")
             .iter()
-            .fold(BackendStats::default(), |a, s| BackendStats {
-                packets: a.packets + s.packets,
-                bytes: a.bytes + s.bytes,
-                new_flows: a.new_flows + s.new_flows,
-                conn_ok: a.conn_ok + s.conn_ok,
-            })
+            .copied()
+            .sum()
     }
 
     /// Backend stats of ids `0..limit` read the agent's way: one batch call.
@@ -278,12 +270,7 @@ impl Lb {
         };
         lb_agent::dataplane::PerCpuBatchReader::new(data)
             .expect("batch reader")
-            .read_summed(limit, |a: BackendStats, s| BackendStats {
-                packets: a.packets + s.packets,
-                bytes: a.bytes + s.bytes,
-                new_flows: a.new_flows + s.new_flows,
-                conn_ok: a.conn_ok + s.conn_ok,
-            })
+            .read_summed::<BackendStats>(limit)
             .expect("batch read")
     }
 

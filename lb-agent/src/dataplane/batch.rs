@@ -26,15 +26,14 @@ impl PerCpuBatchReader {
         Ok(Self { fd, cpus })
     }
 
-    /// Entries `0..count` (fewer if the map is smaller), each the sum over CPUs by
-    /// `add`; index = key.
+    /// Entries `0..count` (fewer if the map is smaller), each summed over CPUs; index =
+    /// key.
     ///
     /// `V` must be the map's value type, a multiple of 8 bytes (the kernel strides
     /// per-CPU values by their size rounded up to 8).
-    pub fn read_summed<V: Copy + Default>(
+    pub fn read_summed<V: Copy + Default + std::iter::Sum>(
         &self,
         count: u32,
-        add: impl Fn(V, V) -> V,
     ) -> io::Result<Vec<V>> {
         assert!(
             size_of::<V>().is_multiple_of(8),
@@ -74,7 +73,7 @@ impl PerCpuBatchReader {
         for (i, &key) in keys.iter().take(filled).enumerate() {
             if let Some(slot) = sums.get_mut(key as usize) {
                 let per_cpu = &values[i * self.cpus..(i + 1) * self.cpus];
-                *slot = per_cpu.iter().copied().fold(V::default(), &add);
+                *slot = per_cpu.iter().copied().sum();
             }
         }
         Ok(sums)

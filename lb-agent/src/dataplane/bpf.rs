@@ -209,15 +209,6 @@ fn take_array(ebpf: &mut Ebpf, name: &'static str) -> Result<MapData, DataplaneE
     }
 }
 
-fn add_backend_stats(a: BackendStats, s: BackendStats) -> BackendStats {
-    BackendStats {
-        packets: a.packets + s.packets,
-        bytes: a.bytes + s.bytes,
-        new_flows: a.new_flows + s.new_flows,
-        conn_ok: a.conn_ok + s.conn_ok,
-    }
-}
-
 /// `LB_BACKEND_STATS` as a typed map, and a batch reader of it.
 fn take_backend_stats(
     ebpf: &mut Ebpf,
@@ -291,14 +282,7 @@ impl Dataplane for BpfDataplane {
             .service_stats
             .get(&service_id, 0)
             .map_err(map_err(map_names::SERVICE_STATS))?;
-        Ok(per_cpu
-            .iter()
-            .fold(ServiceStats::default(), |a, s| ServiceStats {
-                packets: a.packets + s.packets,
-                bytes: a.bytes + s.bytes,
-                new_flows: a.new_flows + s.new_flows,
-                no_backend: a.no_backend + s.no_backend,
-            }))
+        Ok(per_cpu.iter().copied().sum())
     }
 
     fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError> {
@@ -306,16 +290,13 @@ impl Dataplane for BpfDataplane {
             .backend_stats
             .get(&backend_id, 0)
             .map_err(map_err(map_names::BACKEND_STATS))?;
-        Ok(per_cpu
-            .iter()
-            .copied()
-            .fold(BackendStats::default(), add_backend_stats))
+        Ok(per_cpu.iter().copied().sum())
     }
 
     fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
         let mut all = self
             .backend_stats_batch
-            .read_summed(limit, add_backend_stats)
+            .read_summed(limit)
             .map_err(|source| DataplaneError::Io {
                 what: "reading map `LB_BACKEND_STATS` in one batch",
                 source,
