@@ -4,6 +4,7 @@ pub mod api;
 pub mod bpf;
 pub mod bpffs;
 pub mod cmd;
+pub mod cpu;
 pub mod health;
 pub mod interrupt;
 pub mod json;

@@ -17,14 +17,13 @@
 //! Run as root: `cargo run --release -p lb-tests --bin lb-e2e-bench -- --out target/bench`.
 
 mod balancers;
-mod cpu;
 
 use std::{fmt::Write as _, net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
 use balancers::{Kind, VIP_PORT};
 use lb_tests::{
-    link,
+    cpu, link,
     scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
     traffic,

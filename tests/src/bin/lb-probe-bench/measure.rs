@@ -3,24 +3,6 @@
 
 use super::*;
 
-/// user + sys of `pid` from `/proc/PID/stat`.
-pub(super) fn proc_cpu(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Duration::from_secs_f64(f.iter().sum::<u64>() as f64 / hz)
-}
-
 /// This process's user and sys CPU time.
 pub(super) fn rusage() -> (Duration, Duration) {
     // SAFETY: getrusage fills the zeroed struct we pass.
@@ -95,7 +77,7 @@ impl Mark {
             user,
             sys,
             target_cpu: targets.cpu(),
-            agent_napi_cpu: target_net::napi_cpu(End::Agent, proc_cpu),
+            agent_napi_cpu: target_net::napi_cpu(End::Agent),
             machine: machine_jiffies(),
             tally,
         }

@@ -20,6 +20,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use lb_tests::{
+    cpu,
     link::{self, Link, Mac, VethEnd},
     names,
     netns::NetNs,
@@ -179,7 +180,7 @@ pub enum End {
 }
 
 /// CPU time of the NAPI thread(s) of one end so far (zero on loopback: there are none).
-pub fn napi_cpu(end: End, proc_cpu: impl Fn(u32) -> Duration) -> Duration {
+pub fn napi_cpu(end: End) -> Duration {
     if net() != Net::Veth {
         return Duration::ZERO;
     }
@@ -187,17 +188,5 @@ pub fn napi_cpu(end: End, proc_cpu: impl Fn(u32) -> Duration) -> Duration {
         End::Agent => AGENT_IF,
         End::Targets => TARGET_IF,
     };
-    let prefix = format!("napi/{ifname}-");
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Duration::ZERO;
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.starts_with(&prefix))
-        })
-        .map(proc_cpu)
-        .sum()
+    cpu::on_cpu(&cpu::napi_threads(ifname))
 }

@@ -127,7 +127,9 @@ impl Targets {
     /// CPU time the targets have used so far: their process, and with `veth` their
     /// NAPI thread (their kernel's receive work).
     pub(super) fn cpu(&self) -> Duration {
-        self.child.id().map_or(Duration::ZERO, proc_cpu)
-            + target_net::napi_cpu(End::Targets, proc_cpu)
+        self.child
+            .id()
+            .map_or(Duration::ZERO, lb_tests::cpu::process_on_cpu)
+            + target_net::napi_cpu(End::Targets)
     }
 }

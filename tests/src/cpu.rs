@@ -1,17 +1,16 @@
-//! CPU pinning and on-CPU time of processes and kernel threads, from `/proc`.
+//! CPU pinning and on-CPU time of processes and kernel threads (NAPI threads among
+//! them), from `/proc`: what the benchmarks measure a balancer or an agent with.
 
 use std::{fs, time::Duration};
 
-use anyhow::bail;
-
 /// Pins the calling thread (and the threads it starts later) to `cpu`.
-pub fn pin_self(cpu: usize) -> anyhow::Result<()> {
+pub fn pin_self(cpu: usize) -> std::io::Result<()> {
     pin(0, cpu)
 }
 
 /// Pins task `tid` (a thread or kernel thread; 0 = the caller) to `cpu`. For a
 /// process, every thread of it.
-pub fn pin(tid: u32, cpu: usize) -> anyhow::Result<()> {
+pub fn pin(tid: u32, cpu: usize) -> std::io::Result<()> {
     let tasks: Vec<u32> = if tid == 0 {
         vec![0]
     } else {
@@ -26,10 +25,11 @@ pub fn pin(tid: u32, cpu: usize) -> anyhow::Result<()> {
             libc::sched_setaffinity(t as libc::pid_t, size_of::<libc::cpu_set_t>(), &set)
         };
         if rc != 0 {
-            bail!(
-                "pinning task {t} to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
+            let err = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(
+                err.kind(),
+                format!("pinning task {t} to CPU {cpu}: {err}"),
+            ));
         }
     }
     Ok(())
@@ -60,7 +60,7 @@ pub fn napi_threads(ifname: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Time task `tid` has spent on a CPU (`/proc/TID/schedstat`, nanoseconds).
+/// Time a task has spent on a CPU, from its `schedstat` file at `path` (nanoseconds).
 fn task_on_cpu(path: &str) -> Duration {
     fs::read_to_string(path)
         .ok()
@@ -75,7 +75,8 @@ pub fn on_cpu(tids: &[u32]) -> Duration {
         .sum()
 }
 
-/// On-CPU time of every thread of process `pid`, summed.
+/// On-CPU time of every live thread of process `pid`, summed (threads that already
+/// exited are not counted: meant for processes whose threads live as long as they do).
 pub fn process_on_cpu(pid: u32) -> Duration {
     threads(pid)
         .unwrap_or_default()
