@@ -16,7 +16,7 @@ const CLOSED: usize = TARGETS / 10;
 /// The figures of one run, and the pid the run had (its namespaces are named after it).
 fn run(net: &str) -> (BTreeMap<String, String>, u32) {
     let child = Command::new(BENCH)
-        .args(["--child", "--dataplane", "bpf", "--loop", "batched"])
+        .args(["--child", "--dataplane", "bpf"])
         .args(["--targets", &TARGETS.to_string(), "--net", net])
         .args(["--warmup", "1", "--window", "2", "--fail-window", "3"])
         .stdout(Stdio::piped())

@@ -10,12 +10,122 @@ pub(super) enum Phase {
     Failing,
 }
 
-/// What [`drive`] runs against.
+/// What [`drive`] and [`probes_only`] run against.
 pub(super) struct Run<'a> {
     pub(super) cfg: &'a lb_agent::config::Config,
     pub(super) targets: &'a mut Targets,
     pub(super) opts: &'a Opts,
-    pub(super) driver: Loop,
+}
+
+/// The phases of a scenario (warm-up, the measured window, the failure window) and what
+/// is measured across them: marks at their edges, report counts, and when every closed
+/// target had been seen failing.
+struct Phases {
+    phase: Phase,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    marks: Vec<Mark>,
+    tally: Tally,
+    details: BTreeMap<String, u64>,
+    closed_count: usize,
+    failing_since: Instant,
+    seen_failing: HashSet<SocketAddr>,
+    detected: Option<Duration>,
+}
+
+impl Phases {
+    fn start(opts: &Opts) -> Self {
+        Self {
+            phase: Phase::Warmup,
+            timer: Box::pin(tokio::time::sleep(opts.warmup)),
+            marks: Vec::new(),
+            tally: Tally::default(),
+            details: BTreeMap::new(),
+            closed_count: 0,
+            failing_since: Instant::now(),
+            seen_failing: HashSet::new(),
+            detected: None,
+        }
+    }
+
+    /// Counts a probe report; in the failure window, notes when the last closed target
+    /// was first seen failing.
+    fn note(&mut self, r: &ProbeReport) {
+        let phase = self.phase;
+        let Self {
+            tally,
+            details,
+            seen_failing,
+            detected,
+            closed_count,
+            failing_since,
+            ..
+        } = self;
+        tally.note(r, phase, details, |r| {
+            if phase == Phase::Failing && closed(target_index(r.server.addr)) {
+                seen_failing.insert(r.server.addr);
+                if seen_failing.len() == *closed_count && detected.is_none() {
+                    *detected = Some(failing_since.elapsed());
+                }
+            }
+        });
+    }
+
+    /// When the current phase's timer fires, enters the next phase: marks the window
+    /// edges, writes the window's figures into `f`, closes every `CLOSE_EVERY`-th target
+    /// for the failure window. Returns the phase entered, `None` when all are over.
+    async fn advance(
+        &mut self,
+        targets: &mut Targets,
+        opts: &Opts,
+        f: &mut Figures,
+    ) -> anyhow::Result<Option<Phase>> {
+        let next = match self.phase {
+            Phase::Warmup => {
+                f.insert(
+                    "setup_peak_rss_mb".into(),
+                    format!("{:.1}", status_mb("VmHWM")),
+                );
+                reset_peak_rss();
+                self.marks.push(Mark::now(targets, self.tally));
+                self.timer.as_mut().reset(Instant::now() + opts.window);
+                println!("warm-up done; measuring {:?}", opts.window);
+                Phase::Window
+            }
+            Phase::Window => {
+                self.marks.push(Mark::now(targets, self.tally));
+                window_figures(f, "", &self.marks[0], &self.marks[1]);
+                self.closed_count = targets.close(CLOSE_EVERY).await?;
+                self.failing_since = Instant::now();
+                reset_peak_rss();
+                self.marks.push(Mark::now(targets, self.tally));
+                self.timer.as_mut().reset(Instant::now() + opts.fail_window);
+                println!(
+                    "closed {} targets; measuring {:?}",
+                    self.closed_count, opts.fail_window
+                );
+                Phase::Failing
+            }
+            Phase::Failing => {
+                self.marks.push(Mark::now(targets, self.tally));
+                window_figures(f, "fail_", &self.marks[2], &self.marks[3]);
+                return Ok(None);
+            }
+        };
+        self.phase = next;
+        Ok(Some(next))
+    }
+
+    /// The failure window's detection figures and the failure details.
+    fn finish(&self, f: &mut Figures) {
+        f.insert("fail_closed".into(), self.closed_count.to_string());
+        f.insert(
+            "fail_detect".into(),
+            self.detected.map_or("not within the window".into(), |d| {
+                format!("{:.2} s", d.as_secs_f64())
+            }),
+        );
+        f.insert("failure_details".into(), show_details(&self.details));
+    }
 }
 
 /// Applies the config and runs the loop of `lb-agent run` through the phases.
@@ -31,13 +141,7 @@ where
     P: Prober,
     N: Neighbors,
 {
-    let Run {
-        cfg,
-        targets,
-        opts,
-        driver,
-    } = run;
-    let batched = driver == Loop::Batched;
+    let Run { cfg, targets, opts } = run;
     let mut f = Figures::new();
     f.insert(
         "rss_before_apply_mb".into(),
@@ -71,19 +175,9 @@ where
         }
     );
 
-    let mut tally = Tally::default();
-    let mut details: BTreeMap<String, u64> = BTreeMap::new();
-    let mut phase = Phase::Warmup;
-    let mut marks: Vec<Mark> = Vec::new();
-    let mut closed_count = 0usize;
-    let mut failing_since = Instant::now();
-    let mut seen_failing: HashSet<SocketAddr> = HashSet::new();
-    let mut detected: Option<Duration> = None;
+    let mut phases = Phases::start(opts);
     let mut transitions_before = 0;
     let mut propagation_before = Histogram::default();
-    let phase_timer = tokio::time::sleep(opts.warmup);
-    tokio::pin!(phase_timer);
-
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
     let mut batch = Vec::with_capacity(BATCH);
@@ -91,40 +185,21 @@ where
     loop {
         let deadline = agent.next_deadline();
         let result = tokio::select! {
-            n = next_reports(&mut handles.reports, &mut batch, batched) => {
+            n = handles.reports.recv_many(&mut batch, BATCH) => {
                 if n == 0 {
                     bail!("the probe report channel closed");
                 }
                 for report in &batch {
-                    tally.note(report, phase, &mut details, |r| {
-                        if phase == Phase::Failing && closed(target_index(r.server.addr)) {
-                            seen_failing.insert(r.server.addr);
-                            if seen_failing.len() == closed_count && detected.is_none() {
-                                detected = Some(failing_since.elapsed());
-                            }
-                        }
-                    });
+                    phases.note(report);
                 }
                 // As `lb-agent run` does: a batch of reports, one recompute and publish.
                 let published = agent.propagation().count;
                 let t = std::time::Instant::now();
-                let result = if batched {
-                    agent.on_probe_reports(batch.drain(..))
-                } else {
-                    let mut last = Ok(());
-                    for report in batch.drain(..) {
-                        last = last.and(agent.on_probe_report(report));
-                    }
-                    last
-                };
-                let spent = t.elapsed();
+                let result = agent.on_probe_reports(batch.drain(..));
                 if result.is_err() || agent.propagation().count != published {
-                    costs.recompute.add(spent);
+                    costs.recompute.add(t.elapsed());
                 }
-                if let Err(err) = result {
-                    tally.count_error(&err, &mut details);
-                }
-                Ok(())
+                result
             }
             batch = next_events(&mut events) => match batch {
                 Ok(batch) => agent.on_passive_events(&batch),
@@ -143,52 +218,26 @@ where
                 agent.publish_snapshot();
                 costs.publish_snapshot.add(t.elapsed());
                 handles.snapshot.borrow_and_update();
-                let t = std::time::Instant::now();
-                std::hint::black_box(agent.next_deadline());
-                costs.next_deadline.add(t.elapsed());
-                let t = std::time::Instant::now();
-                std::hint::black_box(agent.has_unknown_macs());
-                costs.has_unknown_macs.add(t.elapsed());
                 Ok(())
             }
-            // `run`: as cli/run.rs, the precondition is evaluated on every iteration.
-            _ = mac_retry.tick(), if batched || agent.has_unknown_macs() => {
-                if !batched || agent.has_unknown_macs() {
+            _ = mac_retry.tick() => {
+                if agent.has_unknown_macs() {
                     agent.retry_macs().await
                 } else {
                     Ok(())
                 }
             }
-            _ = &mut phase_timer => {
-                match phase {
-                    Phase::Warmup => {
-                        f.insert("setup_peak_rss_mb".into(), format!("{:.1}", status_mb("VmHWM")));
-                        reset_peak_rss();
-                        costs = Costs::default();
-                        marks.push(Mark::now(targets, tally));
-                        phase = Phase::Window;
-                        phase_timer.as_mut().reset(Instant::now() + opts.window);
-                        println!("warm-up done; measuring {:?}", opts.window);
-                    }
-                    Phase::Window => {
-                        marks.push(Mark::now(targets, tally));
-                        window_figures(&mut f, "", &marks[0], &marks[1]);
+            _ = phases.timer.as_mut() => {
+                match phases.advance(targets, opts, &mut f).await? {
+                    Some(Phase::Window) => costs = Costs::default(),
+                    Some(_) => {
                         costs.figures(&mut f, "");
                         costs = Costs::default();
-                        closed_count = targets.close(CLOSE_EVERY).await?;
                         agent.publish_snapshot();
                         transitions_before = handles.snapshot.borrow().transitions;
                         propagation_before = agent.propagation().clone();
-                        failing_since = Instant::now();
-                        reset_peak_rss();
-                        marks.push(Mark::now(targets, tally));
-                        phase = Phase::Failing;
-                        phase_timer.as_mut().reset(Instant::now() + opts.fail_window);
-                        println!("closed {closed_count} targets; measuring {:?}", opts.fail_window);
                     }
-                    Phase::Failing => {
-                        marks.push(Mark::now(targets, tally));
-                        window_figures(&mut f, "fail_", &marks[2], &marks[3]);
+                    None => {
                         costs.figures(&mut f, "fail_");
                         break;
                     }
@@ -197,7 +246,7 @@ where
             }
         };
         if let Err(err) = result {
-            tally.count_error(&err, &mut details);
+            phases.tally.count_error(&err, &mut phases.details);
         }
         let t = std::time::Instant::now();
         agent.flush_snapshot();
@@ -205,7 +254,7 @@ where
             costs.flush_rebuild.add(t.elapsed());
             handles.snapshot.borrow_and_update();
         }
-        tally.iterations += 1;
+        phases.tally.iterations += 1;
     }
 
     agent.publish_snapshot();
@@ -229,13 +278,7 @@ where
                     .is_ok_and(|a: SocketAddr| closed(target_index(a)))
         })
         .count();
-    f.insert("fail_closed".into(), closed_count.to_string());
-    f.insert(
-        "fail_detect".into(),
-        detected.map_or("not within the window".into(), |d| {
-            format!("{:.2} s", d.as_secs_f64())
-        }),
-    );
+    phases.finish(&mut f);
     f.insert("fail_unhealthy_closed".into(), unhealthy_closed.to_string());
     f.insert(
         "fail_states".into(),
@@ -263,16 +306,13 @@ where
             _ => "-".into(),
         },
     );
-    f.insert("failure_details".into(), show_details(&details));
     Ok(f)
 }
 
 /// Probes every server of `run.cfg` with the agent's scheduler and prober, and only counts
 /// the reports: the same phases and figures as [`drive`], without an agent.
 pub(super) async fn probes_only(run: Run<'_>) -> anyhow::Result<Figures> {
-    let Run {
-        cfg, targets, opts, ..
-    } = run;
+    let Run { cfg, targets, opts } = run;
     let mut f = Figures::new();
     f.insert(
         "rss_before_apply_mb".into(),
@@ -304,65 +344,22 @@ pub(super) async fn probes_only(run: Run<'_>) -> anyhow::Result<Figures> {
     f.insert("published".into(), "-".into());
     f.insert("setup_s".into(), "-".into());
     f.insert("setup_error".into(), "-".into());
-    let mut tally = Tally::default();
-    let mut details = BTreeMap::new();
-    let mut seen_failing: HashSet<SocketAddr> = HashSet::new();
-    let mut detected = None;
-    let mut closed_count = 0;
-    let mut failing_since = Instant::now();
-    let mut marks = Vec::new();
-    let mut phase = Phase::Warmup;
-    let phase_timer = tokio::time::sleep(opts.warmup);
-    tokio::pin!(phase_timer);
+    let mut phases = Phases::start(opts);
     loop {
         tokio::select! {
             Some(report) = rx.recv() => {
-                tally.iterations += 1;
-                tally.note(&report, phase, &mut details, |r| {
-                    if phase == Phase::Failing && closed(target_index(r.server.addr)) {
-                        seen_failing.insert(r.server.addr);
-                        if seen_failing.len() == closed_count && detected.is_none() {
-                            detected = Some(failing_since.elapsed());
-                        }
-                    }
-                });
+                phases.tally.iterations += 1;
+                phases.note(&report);
             }
-            _ = &mut phase_timer => match phase {
-                Phase::Warmup => {
-                    f.insert("setup_peak_rss_mb".into(), format!("{:.1}", status_mb("VmHWM")));
-                    reset_peak_rss();
-                    marks.push(Mark::now(targets, tally));
-                    phase = Phase::Window;
-                    phase_timer.as_mut().reset(Instant::now() + opts.window);
-                    println!("warm-up done; measuring {:?}", opts.window);
-                }
-                Phase::Window => {
-                    marks.push(Mark::now(targets, tally));
-                    window_figures(&mut f, "", &marks[0], &marks[1]);
-                    closed_count = targets.close(CLOSE_EVERY).await?;
-                    failing_since = Instant::now();
-                    reset_peak_rss();
-                    marks.push(Mark::now(targets, tally));
-                    phase = Phase::Failing;
-                    phase_timer.as_mut().reset(Instant::now() + opts.fail_window);
-                    println!("closed {closed_count} targets; measuring {:?}", opts.fail_window);
-                }
-                Phase::Failing => {
-                    marks.push(Mark::now(targets, tally));
-                    window_figures(&mut f, "fail_", &marks[2], &marks[3]);
+            _ = phases.timer.as_mut() => {
+                if phases.advance(targets, opts, &mut f).await?.is_none() {
                     break;
                 }
-            },
+            }
         }
     }
     drop(tasks);
-    f.insert("fail_closed".into(), closed_count.to_string());
-    f.insert(
-        "fail_detect".into(),
-        detected.map_or("not within the window".into(), |d| {
-            format!("{:.2} s", d.as_secs_f64())
-        }),
-    );
+    phases.finish(&mut f);
     for k in [
         "fail_unhealthy_closed",
         "fail_transitions",
@@ -372,7 +369,6 @@ pub(super) async fn probes_only(run: Run<'_>) -> anyhow::Result<Figures> {
         f.insert(k.into(), "-".into());
     }
     f.insert("fail_propagation".into(), "no agent".into());
-    f.insert("failure_details".into(), show_details(&details));
     Ok(f)
 }
 
@@ -385,26 +381,6 @@ pub(super) fn show_details(details: &BTreeMap<String, u64>) -> String {
         .map(|(k, v)| format!("{k} ×{v}"))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// The next report (`run`), or every queued report up to [`BATCH`] (`batched`), into
-/// `buf`; 0 when the channel is closed.
-pub(super) async fn next_reports(
-    rx: &mut tokio::sync::mpsc::Receiver<ProbeReport>,
-    buf: &mut Vec<ProbeReport>,
-    batched: bool,
-) -> usize {
-    if batched {
-        rx.recv_many(buf, BATCH).await
-    } else {
-        match rx.recv().await {
-            Some(r) => {
-                buf.push(r);
-                1
-            }
-            None => 0,
-        }
-    }
 }
 
 impl Tally {

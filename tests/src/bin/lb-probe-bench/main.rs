@@ -5,10 +5,9 @@
 //! Method: each scenario runs in its own process (so peak RSS is its own), which builds
 //! the real [`Agent`] over [`BpfDataplane::load`] (real maps, nothing attached) or
 //! [`MemoryDataplane`], with [`NetProber`] and [`StaticNeighbors`], and drives it as
-//! `lb-agent run` does (one select loop over reports, passive events, deadlines, the
-//! stats tick and MAC retries, on a 2-worker runtime) — or with a batched variant of that
-//! loop ([`Loop::Batched`]), or runs the probe scheduler alone ([`Kind::ProbesOnly`],
-//! the floor). The targets are a child process (this binary with `--serve N`) that
+//! `lb-agent run` does (one select loop over batches of reports, passive events,
+//! deadlines, the stats tick and MAC retries, on a 2-worker runtime), or runs the probe
+//! scheduler alone ([`Kind::ProbesOnly`], the floor). The targets are a child process (this binary with `--serve N`) that
 //! listens on N ports and accepts and closes every connection, so their CPU is not in
 //! the agent's figures. The targets are either on loopback (`--net loopback`: the
 //! agent's process is then also billed for the targets' kernel side of every
@@ -101,35 +100,14 @@ impl Kind {
     }
 }
 
-/// How the agent is driven.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Loop {
-    /// The first version of `cli/run.rs`: one report per select iteration,
-    /// `has_unknown_macs` as the MAC-retry branch's precondition (every iteration).
-    Run,
-    /// As `cli/run.rs` is now: up to [`BATCH`] queued reports per iteration (one
-    /// publish for all), `has_unknown_macs` checked only when the retry timer fires.
-    Batched,
-}
-
-impl Loop {
-    fn name(self) -> &'static str {
-        match self {
-            Loop::Run => "run",
-            Loop::Batched => "batched",
-        }
-    }
-}
-
-/// Reports handled per iteration by [`Loop::Batched`].
+/// Reports handled per loop iteration at most (as `cli/run.rs`: one publish for all).
 const BATCH: usize = 256;
 
-/// One scenario: data plane, number of targets, driving loop.
+/// One scenario: data plane, number of targets, where the targets are.
 #[derive(Clone, Copy, Debug)]
 struct Scenario {
     kind: Kind,
     targets: usize,
-    driver: Loop,
     net: Net,
 }
 
@@ -174,7 +152,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
-                     [--dataplane bpf|memory|probes-only --targets N --loop run|batched --net loopback|veth]";
+                     [--dataplane bpf|memory|probes-only --targets N --net loopback|veth]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut opts = Opts {
@@ -187,7 +165,6 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     };
     let mut kind = None;
     let mut targets = None;
-    let mut driver = None;
     let mut net = None;
     let mut it = args.iter();
     let secs = |v: Option<&String>, what: &str| -> anyhow::Result<Duration> {
@@ -211,13 +188,6 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
                 })
             }
             "--targets" => targets = Some(it.next().context(USAGE)?.parse::<usize>()?),
-            "--loop" => {
-                driver = Some(match it.next().map(String::as_str) {
-                    Some("run") => Loop::Run,
-                    Some("batched") => Loop::Batched,
-                    _ => bail!("--loop takes run or batched; {USAGE}"),
-                })
-            }
             "--net" => {
                 let v = it.next().context(USAGE)?;
                 net = Some(Net::parse(v).context("--net takes loopback or veth")?);
@@ -226,12 +196,11 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    opts.single = match (kind, targets, driver, net) {
-        (None, None, None, None) => None,
-        (k, t, d, n) => Some(Scenario {
+    opts.single = match (kind, targets, net) {
+        (None, None, None) => None,
+        (k, t, n) => Some(Scenario {
             kind: k.unwrap_or(Kind::Bpf),
             targets: t.unwrap_or(ISSUE_TARGETS),
-            driver: d.unwrap_or(Loop::Run),
             net: n.unwrap_or(Net::Veth),
         }),
     };
@@ -271,12 +240,7 @@ fn raise_nofile(need: usize) -> anyhow::Result<()> {
 // One scenario (in its own process)
 
 fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
-    let Scenario {
-        kind,
-        targets,
-        driver,
-        net,
-    } = sc;
+    let Scenario { kind, targets, net } = sc;
     raise_nofile(targets + FD_SLACK)?;
     target_net::select(net)?;
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
@@ -295,9 +259,9 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         .build()?;
     rt.block_on(async {
         println!(
-            "== {} data plane, {targets} tcp targets over {SERVICES} services, {} loop",
+            "== {} data plane, {targets} tcp targets ({}) over {SERVICES} services",
             kind.name(),
-            driver.name()
+            net.name()
         );
         let started = Instant::now();
         let mut children = Targets::start(targets, target_net.as_ref()).await?;
@@ -315,7 +279,6 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
             cfg: &cfg,
             targets: &mut children,
             opts,
-            driver,
         };
         let mut f = match kind {
             Kind::Bpf => {
@@ -345,12 +308,6 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         };
         children.stop().await;
         f.insert("dataplane".into(), kind.name().into());
-        let driver = if kind == Kind::ProbesOnly {
-            "-"
-        } else {
-            driver.name()
-        };
-        f.insert("loop".into(), driver.into());
         f.insert("targets".into(), targets.to_string());
         f.insert("net".into(), net.name().into());
         f.insert("services".into(), SERVICES.to_string());

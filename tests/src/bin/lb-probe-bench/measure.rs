@@ -128,10 +128,6 @@ impl Stat {
 /// Where the agent loop's time goes, per call, over one window.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Costs {
-    /// `next_deadline` and `has_unknown_macs`: `run` calls both on every iteration;
-    /// timed once per stats tick.
-    pub(super) next_deadline: Stat,
-    pub(super) has_unknown_macs: Stat,
     pub(super) poll_stats: Stat,
     /// The full snapshot rebuild of the stats tick.
     pub(super) publish_snapshot: Stat,
@@ -144,8 +140,6 @@ pub(super) struct Costs {
 impl Costs {
     pub(super) fn figures(&self, f: &mut Figures, prefix: &str) {
         for (k, s) in [
-            ("next_deadline", self.next_deadline),
-            ("has_unknown_macs", self.has_unknown_macs),
             ("poll_stats", self.poll_stats),
             ("publish_snapshot", self.publish_snapshot),
             ("flush_rebuild", self.flush_rebuild),

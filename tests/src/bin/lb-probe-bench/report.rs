@@ -5,34 +5,21 @@ use super::*;
 pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.out)?;
     let largest = ISSUE_TARGETS.min(MAX_BACKENDS as usize - 1);
-    let sc = |kind, targets, driver, net| Scenario {
-        kind,
-        targets,
-        driver,
-        net,
-    };
+    let sc = |kind, targets, net| Scenario { kind, targets, net };
     // Targets behind veth (as remote backends) first; then on loopback, where the
     // agent also pays for the targets' kernel side, for comparison.
     let runs = [
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Veth),
-        sc(Kind::Bpf, largest, Loop::Batched, Net::Veth),
-        sc(Kind::Memory, ISSUE_TARGETS, Loop::Batched, Net::Veth),
-        sc(Kind::Bpf, largest, Loop::Run, Net::Veth),
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Loop::Run, Net::Loopback),
-        sc(Kind::Bpf, largest, Loop::Batched, Net::Loopback),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth),
+        sc(Kind::Bpf, largest, Net::Veth),
+        sc(Kind::Memory, ISSUE_TARGETS, Net::Veth),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback),
+        sc(Kind::Bpf, largest, Net::Loopback),
     ];
     let mut results = Vec::new();
-    for Scenario {
-        kind,
-        targets,
-        driver,
-        net,
-    } in runs
-    {
+    for Scenario { kind, targets, net } in runs {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--child", "--dataplane", kind.name()])
-            .args(["--targets", &targets.to_string(), "--loop", driver.name()])
-            .args(["--net", net.name()])
+            .args(["--targets", &targets.to_string(), "--net", net.name()])
             .args(["--warmup", &opts.warmup.as_secs_f64().to_string()])
             .args(["--window", &opts.window.as_secs_f64().to_string()])
             .args(["--fail-window", &opts.fail_window.as_secs_f64().to_string()])
@@ -71,10 +58,9 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     let num = |f: &Figures, k: &str| get(f, k).parse::<f64>().unwrap_or(f64::NAN);
     let row = |f: &Figures| {
         format!(
-            "{} | {} | {} | {}",
+            "{} | {} | {}",
             get(f, "net"),
             get(f, "dataplane"),
-            get(f, "loop"),
             get(f, "targets")
         )
     };
@@ -83,9 +69,9 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          Target: {ISSUE_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
          Warm-up {:?}, window {:?}; then a failure window of {:?} with every {CLOSE_EVERY}th \
          target closed.\n\n\
-         | targets on | data plane | loop | targets | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
+         | targets on | data plane | targets | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
          RSS at end | probes/s | failed | targets' cores | machine busy / load avg | verdict |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         opts.warmup, opts.window, opts.fail_window
     );
     for f in results {
@@ -112,10 +98,10 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     }
     md.push_str(
         "\nEvery 10th target closed:\n\n\
-         | targets on | data plane | loop | targets | closed | all seen failing after | unhealthy (of closed) | \
+         | targets on | data plane | targets | closed | all seen failing after | unhealthy (of closed) | \
          transitions | publishes: verdict → maps written | agent cores | peak RSS | probes/s | \
          failed/s | open targets failed | publish errors | machine busy / load avg |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+         |---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for f in results {
         let _ = writeln!(
@@ -139,23 +125,18 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
         );
     }
     md.push_str(
-        "\nWhere the agent loop's time goes (wall time per call, mean; `next_deadline` and \
-         `has_unknown_macs` are called on every `run` iteration and timed here once per stats \
-         tick, right after a snapshot rebuild, so cold caches and a busy machine make them \
-         upper bounds):\n\n\
-         | targets on | data plane | loop | targets | loop iterations/s | `next_deadline` | \
-         `has_unknown_macs` | `poll_stats` | `publish_snapshot` | failure window: \
-         `on_probe_report` with a recompute | failure window: `flush_snapshot` rebuilds |\n\
-         |---|---|---|---:|---:|---|---|---|---|---|---|\n",
+        "\nWhere the agent loop's time goes (wall time per call, mean):\n\n\
+         | targets on | data plane | targets | loop iterations/s | `poll_stats` | \
+         `publish_snapshot` | failure window: `on_probe_reports` with a recompute | failure \
+         window: `flush_snapshot` rebuilds |\n\
+         |---|---|---:|---:|---|---|---|---|\n",
     );
     for f in results.iter().filter(|f| f.contains_key("cost_poll_stats")) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             row(f),
             get(f, "iterations_per_s"),
-            get(f, "cost_next_deadline"),
-            get(f, "cost_has_unknown_macs"),
             get(f, "cost_poll_stats"),
             get(f, "cost_publish_snapshot"),
             get(f, "fail_cost_recompute"),
@@ -164,7 +145,7 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     }
     md.push_str("\nPer run:\n\n");
     for f in results {
-        if get(f, "loop") == "-" {
+        if get(f, "dataplane") == Kind::ProbesOnly.name() {
             let _ = writeln!(
                 md,
                 "- {} × {}: RSS {} MB before the probe tasks were spawned, {} MB after; at \
@@ -180,11 +161,10 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
         }
         let _ = writeln!(
             md,
-            "- {} loop, {} × {}: apply_config {} s ({}); RSS {} MB before it (data plane \
+            "- {} × {}: apply_config {} s ({}); RSS {} MB before it (data plane \
              loaded, targets' config parsed), {} MB after it (servers, probe tasks, tables), \
              peak {} MB before the window, at the window's end {}; states at the end: {}; \
              failures: {}.",
-            get(f, "loop"),
             get(f, "dataplane"),
             get(f, "targets"),
             get(f, "setup_s"),
@@ -206,21 +186,17 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     let _ = write!(
         md,
         "\n## Method\n\n\
-         - Each row is its own process (`lb-probe-bench --dataplane KIND --targets N --loop L`): \
+         - Each row is its own process (`lb-probe-bench --dataplane KIND --targets N --net NET`): \
          the real `Agent` over `BpfDataplane::load()` (the XDP object and its maps loaded, \
          nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (real tcp \
          connects), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
          targets are split over {SERVICES} nat services with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
          is {future} bytes.\n\
-         - Loop `run` is the first version of `lb-agent run`'s loop (`cli/run.rs`): select over \
-         probe reports (one per iteration), \
-         passive events, health deadlines (`next_deadline` every iteration), the \
-         {STATS_EVERY:?} stats tick (`poll_stats` + `publish_snapshot`) and MAC retries (the \
-         precondition `has_unknown_macs()` evaluated every iteration), then `flush_snapshot`. \
-         Loop `batched` is how `lb-agent run` drives it now: up to {BATCH} queued reports per \
-         iteration, one publish for all, and `has_unknown_macs()` checked only when the retry \
-         timer fires.\n\
+         - The loop is `lb-agent run`'s (`cli/run.rs`): select over up to {BATCH} queued \
+         probe reports (one publish for all), passive events, health deadlines, the \
+         {STATS_EVERY:?} stats tick (`poll_stats` + `publish_snapshot`) and MAC retries, then \
+         `flush_snapshot`.\n\
          - The targets are a child process (`--serve N`: N listeners on ports {BASE_PORT}.. of \
          one address per {PORTS_PER_IP}; it accepts and closes each connection), so its CPU \
          is not in the agent's figures; its share is shown separately. Targets on `veth`: \
