@@ -20,6 +20,30 @@ pub const SHARE_TOLERANCE: f64 = 0.15;
 /// How long a testserver may take to bind its ports.
 pub const SERVER_START: Duration = Duration::from_secs(10);
 
+/// The test bed of the balance, UDP, reload and restart scenarios: three backends, each
+/// running `lb-testserver`, in a topology for `forwarding` on subnet `subnet` (dual-stack
+/// with `ipv6`). Panics naming the step that failed: it is for tests.
+pub struct Testbed {
+    // Fields drop in order: the servers before their namespaces.
+    pub servers: Vec<NsProcess>,
+    pub topo: Topology,
+}
+
+impl Testbed {
+    pub fn start(forwarding: Forwarding, subnet: u8, ipv6: bool, testserver: &Path) -> Self {
+        let topo = Topology::builder()
+            .backends(WEIGHTS.len())
+            .forwarding(forwarding)
+            .subnet(subnet)
+            .ipv6(ipv6)
+            .build()
+            .expect("building the topology");
+        let servers =
+            start_testservers(&topo, testserver).expect("starting lb-testserver on every backend");
+        Testbed { servers, topo }
+    }
+}
+
 /// Starts `lb-testserver --name bN --tcp 8080 --udp 8081` on every backend and waits
 /// until each has bound its ports.
 pub fn start_testservers(

@@ -18,19 +18,13 @@ const CONNECTIONS: usize = 600;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
-    let service = scenario::tcp_service(&topo, &backends);
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let agent =
-        scenario::start_agent(&topo, vec![service], Some(xdp_mode)).expect("starting lb-agent");
+        scenario::start_agent(topo, vec![service], Some(xdp_mode)).expect("starting lb-agent");
 
     let client = topo.client();
     let tally = traffic::tcp_names(
@@ -70,7 +64,7 @@ fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
         !link.contains("prog/xdp"),
         "lb-agent should detach its XDP program on exit:\n{link}"
     );
-    assert_no_answer_after_stop(&topo, vip);
+    assert_no_answer_after_stop(topo, vip);
 }
 
 /// With the agent gone nothing balances the VIP any more: a connection must fail fast.
@@ -87,19 +81,12 @@ fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
 
 /// The same over IPv6 (VIP fd77:0:0:k::c8), every host dual-stack.
 fn balance_v6(forwarding: Forwarding, subnet: u8) {
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .ipv6(true)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
+    let bed = scenario::Testbed::start(forwarding, subnet, true, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
     let port = scenario::vip_port(forwarding, scenario::BACKEND_TCP_PORT, 80);
     let service = Service::on(
-        &topo,
+        topo,
         "web6",
         Proto::Tcp,
         true,
@@ -109,7 +96,7 @@ fn balance_v6(forwarding: Forwarding, subnet: u8) {
     );
     let vip = service.vip;
     let _agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+        scenario::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
 
     let client = topo.client();
     let src = client.addr(true).expect("client IPv6 address");

@@ -17,18 +17,12 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 fn removal_keeps_other_flows(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
-    let service = scenario::tcp_service(&topo, &backends);
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
-    let agent = scenario::start_agent(&topo, vec![service.clone()], Some("native"))
+    let agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
         .expect("starting lb-agent");
 
     let client = topo.client();
@@ -157,18 +151,12 @@ fn reload_right_after_ready_is_handled() {
 /// the running config stays in force; a valid one is applied.
 #[test]
 fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(Forwarding::Nat)
-        .subnet(33)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
-    let service = scenario::tcp_service(&topo, &backends);
+    let bed = scenario::Testbed::start(Forwarding::Nat, 33, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
-    let _agent = scenario::start_agent(&topo, vec![service.clone()], Some("native"))
+    let _agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
         .expect("starting lb-agent");
     let binary = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
     let config_path = topo.dir().join("lb.toml");

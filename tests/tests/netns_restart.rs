@@ -108,23 +108,17 @@ impl Stream {
 
 fn hitless(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
-    let service = scenario::tcp_service(&topo, &backends);
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let pins = PinGuard::new(mode);
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = pins.pins.display().to_string();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
     let start = |config: &AgentConfig| {
-        Agent::start(&topo, &binary, config, Some("native"), START)
+        Agent::start(topo, &binary, config, Some("native"), START)
             .unwrap_or_else(|e| panic!("{mode}: starting lb-agent: {e}"))
     };
 
@@ -134,7 +128,7 @@ fn hitless(forwarding: Forwarding, subnet: u8) {
         .expect("entering the client namespace")
         .unwrap_or_else(|e| panic!("{mode}: a connection to {vip} should be answered: {e}"));
     let kept = conn.backend().to_owned();
-    let stream = Stream::start(&topo, vip);
+    let stream = Stream::start(topo, vip);
     thread::sleep(Duration::from_millis(300));
 
     // 1. SIGTERM, then a new agent on the pinned state.

@@ -10,7 +10,7 @@ use std::{
 
 use lb_tests::{
     scenario::{self, SHARE_TOLERANCE, WEIGHTS},
-    topology::{Forwarding, Topology},
+    topology::Forwarding,
     traffic::{self, STEP_TIMEOUT},
 };
 
@@ -20,19 +20,13 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &WEIGHTS);
-    let service = scenario::udp_service(&topo, &backends);
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::udp_service(topo, &backends);
     let vip = service.vip;
     let _agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+        scenario::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
 
     let client = topo.client();
     let tally = traffic::udp_names(&client.ns, client.ipv4.into(), 10_000, vip, FLOWS, DEADLINE)
