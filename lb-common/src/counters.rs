@@ -41,9 +41,31 @@ pub const EVENTS_LOST: u32 = 15;
 pub const EVENTS_SENT: u32 = 16;
 /// Dropped: the backend id in a table slot or flow has no backend entry.
 pub const DROP_BAD_BACKEND: u32 = 17;
+/// Passed untouched: the frame's destination MAC is not the interface's (flooded unknown
+/// unicast, a promiscuous NIC, a standby peer's traffic) or is broadcast/multicast.
+pub const PASS_NOT_FOR_HOST: u32 = 18;
+/// Passed to the kernel: IPv4 TTL or IPv6 hop limit <= 1 (the kernel answers with
+/// ICMP time-exceeded; forwarding it would be wrong).
+pub const PASS_TTL_EXPIRED: u32 = 19;
+/// Dropped: addressed to a VIP from a source that cannot be a client (the VIP itself,
+/// broadcast, multicast, unspecified, loopback).
+pub const DROP_BAD_SOURCE: u32 = 20;
+/// Dropped: a TCP flag combination that cannot open a connection (SYN+FIN, SYN+RST, no
+/// flags) on a packet that would open a flow.
+pub const DROP_BAD_FLAGS: u32 = 21;
+/// Dropped: a new flow refused because its client source used up its budget of new
+/// nat flows (per-source fairness of the source-port range).
+pub const DROP_SOURCE_LIMIT: u32 = 22;
+/// Transmitted: an ICMP/ICMPv6 error about a nat flow (unreachable, fragmentation
+/// needed, packet too big), translated back to the client.
+pub const TX_ICMP_NAT: u32 = 23;
+/// ICMP error about a nat flow that was not believed: its outer source is not the
+/// flow's backend, or the embedded packet does not match the flow's state (side
+/// counter, not an outcome).
+pub const ICMP_IGNORED: u32 = 24;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 12] = [
+pub const OUTCOMES: [u32; 18] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -56,6 +78,12 @@ pub const OUTCOMES: [u32; 12] = [
     TX_DSR,
     TX_NAT_FORWARD,
     TX_NAT_REPLY,
+    PASS_NOT_FOR_HOST,
+    PASS_TTL_EXPIRED,
+    DROP_BAD_SOURCE,
+    DROP_BAD_FLAGS,
+    DROP_SOURCE_LIMIT,
+    TX_ICMP_NAT,
 ];
 
 /// Sets `RX` of counters read from `LB_COUNTERS` to the sum of the outcomes (the
@@ -65,7 +93,7 @@ pub fn fill_rx(counters: &mut [u64; COUNT as usize]) {
 }
 
 /// Number of counters (size of `LB_COUNTERS`).
-pub const COUNT: u32 = 18;
+pub const COUNT: u32 = 25;
 
 /// Counter names, indexed like the constants above; used for metrics and status.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -87,4 +115,11 @@ pub const NAMES: [&str; COUNT as usize] = [
     "events_lost",
     "events_sent",
     "drop_bad_backend",
+    "pass_not_for_host",
+    "pass_ttl_expired",
+    "drop_bad_source",
+    "drop_bad_flags",
+    "drop_source_limit",
+    "tx_icmp_nat",
+    "icmp_ignored",
 ];

@@ -41,9 +41,15 @@ pub struct ServiceMeta {
 }
 const _: () = assert!(size_of::<ServiceMeta>() == 28);
 
-/// Backend flag: the backend may keep its pinned flows. Cleared when it is removed for
-/// failure or from the configuration; pinned flows then re-hash through Maglev.
+/// Backend flag: the backend may keep its pinned TCP flows (it exists and was not set
+/// `down` by the operator). Cleared only when it is removed outright; pinned flows then
+/// re-hash through Maglev.
 pub const BACKEND_F_LIVE: u8 = 1 << 0;
+/// Backend flag: the backend is in traffic (it holds Maglev slots). A backend that left
+/// traffic for a health or membership reason keeps `BACKEND_F_LIVE` without this flag:
+/// its established TCP flows stay, a SYN reusing a pinned 5-tuple re-hashes, and pinned
+/// UDP flows move.
+pub const BACKEND_F_SERVING: u8 = 1 << 1;
 
 /// `LB_BACKENDS` value, indexed by backend id (`1..MAX_BACKENDS`).
 #[repr(C)]
