@@ -19,9 +19,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aya::programs::XdpMode;
 use lb_tests::{
     agent::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
     bpffs::PrivateBpffs,
+    pass_prog,
     scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
     traffic::{EchoConn, Tally, tcp_names},
@@ -139,6 +141,11 @@ fn assert_adopted(agent: &Agent, what: &str) {
         line.contains("services=1") && line.contains("backends=3"),
         "{what}: the adoption should name 1 service and 3 backends: {line}"
     );
+    assert!(
+        line.contains("maps_fresh=0"),
+        "{what}: every map of the same object should be adopted: {line}"
+    );
+    println!("{what}: {line}");
 }
 
 /// SIGTERM, waiting for the shutdown line; returns it with the exit status.
@@ -274,7 +281,8 @@ fn restart_through_netns_exec_default_pin_path_dsr() {
 }
 
 /// One owner: a second agent on the interface and on the pin directory refuse, naming
-/// the owner's pid; `detach` refuses while the owner runs; `xdp off` behind the agent's
+/// the owner's pid; an interface running another program and missing capabilities are
+/// refused with what is in the way; `detach` refuses while the owner runs; `xdp off` behind the agent's
 /// back is repaired; after the agent stopped `detach` removes the program and says
 /// so, and a second `detach` says there was nothing.
 #[test]
@@ -347,6 +355,51 @@ fn one_owner_link_watch_and_detach() {
     assert!(
         said.contains("holds the pin directory") && said.contains(&owner_pid),
         "the refusal should name the pin directory's owner ({owner_pid}):\n{said}"
+    );
+
+    // Another program on an interface: refused, naming it and how to remove it.
+    let pass = pass_prog::attach(&topo.lb().ns, &["lbt-other0"], XdpMode::Skb)
+        .expect("attaching lb_pass to the second interface");
+    let mut unpinned = config.clone();
+    unpinned.pin_path = String::new();
+    let other_config = topo.dir().join("other.toml");
+    std::fs::write(&other_config, unpinned.render()).expect("writing other.toml");
+    let other_arg = other_config.display().to_string();
+    let occupied = lb_agent_in(
+        topo,
+        &binary,
+        &["run", "--config", &other_arg, "--interface", "lbt-other0"],
+    );
+    let said = text(&occupied);
+    assert!(
+        !occupied.status.success(),
+        "an occupied interface must refuse:\n{said}"
+    );
+    assert!(
+        said.contains("already runs XDP program id")
+            && said.contains("`lb_pass`")
+            && said.contains("ip link set dev lbt-other0"),
+        "the refusal should name the program in the way and how to remove it:\n{said}"
+    );
+    drop(pass);
+
+    // Without the capabilities: refused, naming them.
+    let out = Command::new("ip")
+        .args(["netns", "exec", topo.lb().ns.name()])
+        .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(&binary)
+        .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running lb-agent without capabilities");
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "no capabilities must refuse:\n{said}"
+    );
+    assert!(
+        said.contains("lacks CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
+        "the refusal should name the missing capabilities:\n{said}"
     );
 
     // detach while the owner runs.

@@ -128,10 +128,15 @@ pub fn attach(
     Ok(())
 }
 
-/// One check of the attachment; an error means the agent cannot serve and must stop.
-pub fn watch(dp: &mut BpfDataplane, reattached: &mut u64) -> Result<(), DataplaneError> {
+/// One check of the attachment. After a repair, returns the mode text for status
+/// (`native, re-attached N times after removal`); an error means the agent cannot
+/// serve and must stop.
+pub fn watch(
+    dp: &mut BpfDataplane,
+    reattached: &mut u64,
+) -> Result<Option<String>, DataplaneError> {
     match dp.check_attachment() {
-        Ok(LinkCheck::Intact) => Ok(()),
+        Ok(LinkCheck::Intact) => Ok(None),
         Ok(LinkCheck::Reattached) => {
             *reattached += 1;
             error!(
@@ -142,7 +147,11 @@ pub fn watch(dp: &mut BpfDataplane, reattached: &mut u64) -> Result<(), Dataplan
                  ... xdp off`?); re-attached it. Use `lb-agent detach` after stopping the agent \
                  to remove it"
             );
-            Ok(())
+            Ok(Some(format!(
+                "{}, re-attached {} times after removal",
+                dp.mode_name(),
+                *reattached
+            )))
         }
         Err(err) => {
             error!(error = %err, "the data plane is not ours any more; stopping");

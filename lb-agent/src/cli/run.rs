@@ -178,9 +178,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
             _ = link_watch.tick() => {
-                if lifecycle::watch(agent.dataplane_mut(), &mut reattached).is_err() {
-                    exit = ExitCode::FAILURE;
-                    break;
+                match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
+                    Ok(Some(status)) => agent.set_xdp_mode(&status),
+                    Ok(None) => {}
+                    Err(_) => {
+                        exit = ExitCode::FAILURE;
+                        break;
+                    }
                 }
                 Ok(())
             }

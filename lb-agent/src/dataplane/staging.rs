@@ -74,12 +74,25 @@ impl Drop for Staging {
     }
 }
 
+/// A new directory under systemd's `RUNTIME_DIRECTORY`, /run or /tmp: the first that
+/// is writable (ProtectSystem=strict makes /run read-only).
 fn make_temp_dir() -> io::Result<PathBuf> {
-    let base = ["/run", "/tmp"]
-        .into_iter()
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    let candidates = std::env::var_os("RUNTIME_DIRECTORY")
         .map(PathBuf::from)
-        .find(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
+        .into_iter()
+        .chain(["/run", "/tmp"].map(PathBuf::from))
+        .chain([std::env::temp_dir()]);
+    for base in candidates {
+        match mkdtemp(&base) {
+            Ok(dir) => return Ok(dir),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn mkdtemp(base: &Path) -> io::Result<PathBuf> {
     let mut template = base
         .join("lb-agent-adopt.XXXXXX")
         .into_os_string()
