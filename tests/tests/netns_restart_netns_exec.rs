@@ -483,3 +483,164 @@ fn one_owner_link_watch_and_detach() {
         "a second detach should say there was nothing:\n{said}"
     );
 }
+
+/// Loads lb's object with a smaller flow table (as an older or newer build whose
+/// `LB_FLOWS` has another size would have) in the lb namespace; attaches `lb_xdp` to
+/// `eth0` through a bpf_link held by the returned object, or through netlink (then the
+/// object can go: the interface holds the program).
+fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
+    topo.lb()
+        .ns
+        .run(move || {
+            let mut ebpf = aya::EbpfLoader::new()
+                .map_max_entries(lb_common::map_names::FLOWS, 1024)
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let prog: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PROGRAM_NAME)
+                .expect("lb_xdp")
+                .try_into()
+                .expect("an XDP program");
+            prog.load().expect("verifying lb_xdp");
+            if through_link {
+                prog.attach(HOST_IF, XdpMode::Driver)
+                    .expect("attaching through a bpf_link");
+                return Some(ebpf);
+            }
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            let fd = prog.fd().expect("program fd");
+            lb_agent::dataplane::netlink::set_xdp(
+                ifindex,
+                Some(std::os::fd::AsFd::as_fd(fd)),
+                None,
+                lb_agent::dataplane::netlink::XDP_FLAGS_UPDATE_IF_NOEXIST
+                    | lb_agent::dataplane::netlink::XDP_FLAGS_DRV_MODE,
+            )
+            .expect("attaching through netlink");
+            None
+        })
+        .expect("entering the lb namespace")
+}
+
+/// A program of lb whose flow table has another layout: held by a bpf_link (an older
+/// agent's way), the agent refuses with the migration step; attached through netlink,
+/// the agent adopts every map but the flow table, says which, and serves; `--reset`
+/// replaces it with fresh maps.
+#[test]
+fn adoption_across_layout_change_link_and_reset() {
+    let bed = scenario::Testbed::start(Forwarding::Dsr, 66, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service.clone()]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let config_path = topo.dir().join("lb.toml");
+    std::fs::write(&config_path, config.render()).expect("writing lb.toml");
+    let config_arg = config_path.display().to_string();
+
+    // Held by a bpf_link: refused with the one-time migration step.
+    let linked = older_program(topo, true).expect("the link's owner");
+    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "a linked program cannot be replaced:\n{said}"
+    );
+    assert!(
+        said.contains("through a bpf_link") && said.contains("lb-agent detach"),
+        "the refusal should explain the link and the migration:\n{said}"
+    );
+    drop(linked);
+    assert_eq!(xdp_prog_id(topo), None, "the link's owner is gone");
+
+    // Attached through netlink with a smaller flow table: adopted except LB_FLOWS.
+    assert!(older_program(topo, false).is_none());
+    let old_id = xdp_prog_id(topo).expect("attached through netlink");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting over the older program: {e}"));
+    let line = line_with(&agent, ADOPTED, "over a changed layout");
+    assert!(
+        line.contains("maps_kept=9") && line.contains("maps_fresh=1"),
+        "nine maps kept and the flow table fresh: {line}"
+    );
+    let warning = line_with(&agent, "map not adopted, created fresh", "changed layout");
+    assert!(
+        warning.contains("LB_FLOWS") && warning.contains("layout changed"),
+        "the warning should name the map and why: {warning}"
+    );
+    assert_ne!(xdp_prog_id(topo), Some(old_id), "swapped in");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        41_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after adoption: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "adopting");
+
+    // --reset: the running program replaced with fresh maps, said plainly.
+    let running = xdp_prog_id(topo).expect("still attached");
+    let args = [
+        "run",
+        "--config",
+        config_arg.as_str(),
+        "--interface",
+        HOST_IF,
+        "--reset",
+    ];
+    let reset = topo
+        .lb()
+        .spawn("lb-agent --reset", &binary, &args)
+        .expect("starting lb-agent --reset");
+    reset
+        .wait_for_line(0, lb_tests::agent::READY_LINE, START)
+        .unwrap_or_else(|e| panic!("lb-agent --reset should start: {e}"));
+    let lines = reset.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("--reset: replacing the running lb program")),
+        "--reset should say it replaces the running program:\n{}",
+        reset.tail(20)
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(ADOPTED)),
+        "--reset must not adopt:\n{}",
+        reset.tail(20)
+    );
+    assert_ne!(
+        xdp_prog_id(topo),
+        Some(running),
+        "--reset swapped in a new program"
+    );
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        42_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after --reset: {:?}",
+        tally.failures
+    );
+    let status = reset.stop(Duration::from_secs(10)).expect("stopping");
+    assert!(
+        status.success(),
+        "--reset agent exits 0 on SIGTERM: {status}"
+    );
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    assert!(detach.status.success(), "detach:\n{}", text(&detach));
+}
