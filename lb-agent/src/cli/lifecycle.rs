@@ -49,16 +49,7 @@ pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow:
     };
     let previous = previous::attached_program(ifindex, interface)?;
     let maps = match &previous {
-        Some(p) if !p.is_ours() => {
-            return Err(DataplaneError::Occupied {
-                interface: interface.to_string(),
-                id: p.id,
-                name: p.name.clone(),
-                mode: p.mode.name(),
-                off: "xdp off",
-            }
-            .into());
-        }
+        Some(p) if !p.is_ours() => return Err(p.in_the_way(interface).into()),
         Some(p) if reset => {
             warn!(
                 interface,
@@ -152,6 +143,11 @@ pub fn watch(
                 dp.mode_name(),
                 *reattached
             )))
+        }
+        Err(err @ DataplaneError::Netlink { .. }) => {
+            // Reading the interface failed (not: it is gone); try again next period.
+            warn!(error = %err, "could not check the XDP attachment");
+            Ok(None)
         }
         Err(err) => {
             error!(error = %err, "the data plane is not ours any more; stopping");

@@ -57,7 +57,7 @@ pub(super) fn attach(
 ) -> Result<XdpAttached, DataplaneError> {
     if let Some(old) = previous {
         if old.mode != XdpAttached::Driver && old.mode != XdpAttached::Generic {
-            return Err(occupied(interface, old));
+            return Err(old.in_the_way(interface));
         }
         if mode != AttachMode::Auto && mode.name() != old.mode.name() {
             tracing::warn!(
@@ -107,7 +107,7 @@ pub(super) fn attach(
         if is_occupied(source.errno())
             && let Ok(Some(there)) = previous::attached_program(ifindex, interface)
         {
-            return occupied(interface, &there);
+            return there.in_the_way(interface);
         }
         DataplaneError::Attach {
             interface: interface.to_string(),
@@ -138,19 +138,4 @@ pub fn detach(
 /// `EBUSY`: a program is attached; `EEXIST`: one is attached in the other mode.
 fn is_occupied(errno: Option<i32>) -> bool {
     matches!(errno, Some(libc::EBUSY) | Some(libc::EEXIST))
-}
-
-fn occupied(interface: &str, there: &AttachedProgram) -> DataplaneError {
-    DataplaneError::Occupied {
-        interface: interface.to_string(),
-        id: there.id,
-        name: there.name.clone(),
-        mode: there.mode.name(),
-        off: match there.mode {
-            XdpAttached::Generic => "xdpgeneric off",
-            XdpAttached::Driver => "xdpdrv off",
-            XdpAttached::Offload => "xdpoffload off",
-            XdpAttached::Multi => "xdp off",
-        },
-    }
 }

@@ -49,6 +49,22 @@ impl AttachedProgram {
     pub fn is_ours(&self) -> bool {
         self.name == PROGRAM_NAME
     }
+
+    /// The refusal for an interface this program occupies: names it and how to remove it.
+    pub fn in_the_way(&self, interface: &str) -> DataplaneError {
+        DataplaneError::Occupied {
+            interface: interface.to_string(),
+            id: self.id,
+            name: self.name.clone(),
+            mode: self.mode.name(),
+            off: match self.mode {
+                XdpAttached::Generic => "xdpgeneric off",
+                XdpAttached::Driver => "xdpdrv off",
+                XdpAttached::Offload => "xdpoffload off",
+                XdpAttached::Multi => "xdp off",
+            },
+        }
+    }
 }
 
 /// The previous program's maps that the new program adopts.
