@@ -101,7 +101,10 @@ pub fn claim_interface(ifindex: u32, interface: &str) -> Result<(), OwnerError> 
                 .name("owner-lock".into())
                 .spawn(move || {
                     for conn in listener.incoming() {
-                        drop(conn);
+                        if conn.is_err() {
+                            // Out of descriptors, say: do not spin.
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
                     }
                 })
                 .map_err(|source| OwnerError::Io {
