@@ -361,3 +361,48 @@ fn ack(payload: &[u8], flags: u16) -> Result<(), NetlinkError> {
         message,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setlink_request_nests_the_xdp_attributes() {
+        let mut msg = Message::new(RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, 7);
+        let nest = msg.begin_nest(IFLA_XDP);
+        msg.attr(IFLA_XDP_FD, &5i32.to_ne_bytes());
+        msg.attr(IFLA_XDP_FLAGS, &XDP_FLAGS_DRV_MODE.to_ne_bytes());
+        msg.end_nest(nest);
+        let buf = msg.finish();
+        assert_eq!(
+            u32::from_ne_bytes(buf[0..4].try_into().unwrap()) as usize,
+            buf.len()
+        );
+        assert_eq!(u16::from_ne_bytes([buf[4], buf[5]]), RTM_SETLINK);
+        assert_eq!(i32::from_ne_bytes(buf[20..24].try_into().unwrap()), 7);
+        let attrs: Vec<_> = Attrs(&buf[NLMSG_HDR + IFINFOMSG..]).collect();
+        assert_eq!(attrs.len(), 1);
+        assert_eq!(attrs[0].0, IFLA_XDP | NLA_F_NESTED);
+        let inner: Vec<_> = Attrs(attrs[0].1).collect();
+        assert_eq!(inner[0], (IFLA_XDP_FD, &5i32.to_ne_bytes()[..]));
+        assert_eq!(
+            inner[1],
+            (IFLA_XDP_FLAGS, &XDP_FLAGS_DRV_MODE.to_ne_bytes()[..])
+        );
+    }
+
+    #[test]
+    fn an_error_ack_carries_errno_and_the_kernel_message() {
+        let mut payload = (-libc::EBUSY).to_ne_bytes().to_vec();
+        payload.extend_from_slice(&[0u8; NLMSG_HDR]); // the capped original header
+        let text = b"XDP program already attached\0";
+        payload.extend_from_slice(&((4 + text.len()) as u16).to_ne_bytes());
+        payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        payload.extend_from_slice(text);
+        let err = ack(&payload, NLM_F_ACK_TLVS).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EBUSY));
+        assert_eq!(err.message.as_deref(), Some("XDP program already attached"));
+        assert!(err.to_string().contains("(XDP program already attached)"));
+        assert!(ack(&0i32.to_ne_bytes(), 0).is_ok());
+    }
+}
