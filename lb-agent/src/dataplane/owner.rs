@@ -198,3 +198,48 @@ fn flock_owner(file: &File) -> Option<Owner> {
         (lock_ino == ino).then(|| Owner::of(pid))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interface index no real interface has, unique to this test process.
+    fn fake_ifindex() -> u32 {
+        0x8000_0000 | std::process::id()
+    }
+
+    #[test]
+    fn a_second_claim_on_an_interface_names_the_owner() {
+        let ifindex = fake_ifindex();
+        assert_eq!(interface_owner(ifindex), None);
+        claim_interface(ifindex, "test0").expect("the first claim");
+        let me = std::process::id() as i32;
+        assert_eq!(interface_owner(ifindex).map(|o| o.pid), Some(me));
+        match claim_interface(ifindex, "test0") {
+            Err(err @ OwnerError::Interface { .. }) => {
+                let text = err.to_string();
+                assert!(text.contains(&format!("pid {me}")), "{text}");
+                assert!(text.contains("`test0`"), "{text}");
+            }
+            other => panic!("a second claim must be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_second_claim_on_a_pin_directory_names_the_owner() {
+        let dir = std::env::temp_dir().join(format!("lb-owner-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let held = claim_pin_dir(&dir).expect("the first claim");
+        let me = std::process::id() as i32;
+        match claim_pin_dir(&dir) {
+            Err(OwnerError::PinDir { owner, .. }) => {
+                assert_eq!(owner.map(|o| o.pid), Some(me));
+            }
+            other => panic!("a second claim must be refused, got {other:?}"),
+        }
+        assert_eq!(pin_dir_owner(&dir).map(|o| o.pid), Some(me));
+        drop(held);
+        assert_eq!(pin_dir_owner(&dir), None);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}
