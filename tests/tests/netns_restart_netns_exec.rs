@@ -427,10 +427,15 @@ fn one_owner_link_watch_and_detach() {
         .ns
         .ip(&["link", "set", "dev", HOST_IF, "xdp", "off"])
         .expect("ip link set xdp off");
+    let removed = Instant::now();
     let line = agent
         .process()
         .wait_for_line(since, "re-attached it", REPAIR)
         .unwrap_or_else(|e| panic!("the agent should notice and repair the removal: {e}"));
+    println!(
+        "xdp off behind the agent: repaired after {:?} (watch period 1 s)",
+        removed.elapsed()
+    );
     assert!(
         line.contains("ERROR"),
         "the repair must be logged loudly: {line}"
