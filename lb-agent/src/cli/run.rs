@@ -10,7 +10,7 @@ use lb_agent::{
     agent::{Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, EventStream},
+    dataplane::{AttachMode, EventStream, LinkWatch},
     probe::NetProber,
 };
 use tokio::{
@@ -27,7 +27,8 @@ const MAC_RETRY: Duration = Duration::from_secs(2);
 const STATS_EVERY: Duration = Duration::from_millis(500);
 /// Probe reports handled (and published) together at most.
 const REPORT_BATCH: usize = 256;
-/// How often the agent checks that the interface still runs its XDP program.
+/// How often the agent checks that the interface still runs its XDP program, at least
+/// (link notifications trigger a check at once).
 const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
 
 pub struct RunOptions {
@@ -127,7 +128,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
-    let mut link_watch = tokio::time::interval(LINK_WATCH_EVERY);
+    let mut link_watch = LinkWatch::new(LINK_WATCH_EVERY);
     let mut reattached = 0;
     let mut exit = ExitCode::SUCCESS;
     loop {
@@ -177,7 +178,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
-            _ = link_watch.tick() => {
+            _ = link_watch.due() => {
                 match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
                     Ok(Some(status)) => agent.set_xdp_mode(&status),
                     Ok(None) => {}

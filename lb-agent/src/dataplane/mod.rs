@@ -9,6 +9,7 @@ mod bpf;
 pub mod caps;
 mod error;
 mod events;
+mod link_watch;
 mod maglev_table;
 pub mod memory;
 pub mod netlink;
@@ -23,6 +24,7 @@ pub use batch::PerCpuBatchReader;
 pub use bpf::{BpfDataplane, LinkCheck, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
+pub use link_watch::LinkWatch;
 
 use lb_common::{
     counters,
