@@ -649,3 +649,75 @@ fn adoption_across_layout_change_link_and_reset() {
     let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
     assert!(detach.status.success(), "detach:\n{}", text(&detach));
 }
+
+/// Another program swapped in behind the agent (atomically, so no re-attach is
+/// possible without clobbering it): the agent says so and exits with status 1 instead
+/// of reporting servers up while the VIP is not served; a new agent is refused with
+/// that program named.
+#[test]
+fn a_foreign_program_taking_the_interface_stops_the_agent() {
+    let bed = scenario::Testbed::start(Forwarding::Dsr, 67, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let config = AgentConfig::new(vec![scenario::tcp_service(topo, &backends)]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let since = agent.process().cursor();
+    topo.lb()
+        .ns
+        .run(|| {
+            let mut ebpf = aya::EbpfLoader::new()
+                .map_max_entries(lb_common::map_names::FLOWS, 64)
+                .map_max_entries(lb_common::map_names::NAT, 64)
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let pass: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PASS_PROGRAM_NAME)
+                .expect("lb_pass")
+                .try_into()
+                .expect("an XDP program");
+            pass.load().expect("verifying lb_pass");
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
+                .expect("reading eth0")
+                .expect("the agent's program");
+            lb_agent::dataplane::netlink::set_xdp(
+                ifindex,
+                Some(std::os::fd::AsFd::as_fd(pass.fd().expect("fd"))),
+                Some(std::os::fd::AsFd::as_fd(&running.fd)),
+                running.mode.flags(),
+            )
+            .expect("swapping lb_pass in");
+        })
+        .expect("entering the lb namespace");
+    let line = agent
+        .process()
+        .wait_for_line(since, "not ours any more", REPAIR)
+        .unwrap_or_else(|e| panic!("the agent should notice the foreign program: {e}"));
+    assert!(
+        line.contains("ERROR") && line.contains("`lb_pass`"),
+        "the agent should name the program that took the interface: {line}"
+    );
+    let line = agent
+        .process()
+        .wait_for_line(since, "shutting down", REPAIR)
+        .unwrap_or_else(|e| panic!("the agent should stop: {e}"));
+    assert!(
+        line.contains("NOT attached"),
+        "the shutdown line should say the program is not attached: {line}"
+    );
+    let status = agent
+        .stop(Duration::from_secs(10))
+        .expect("reaping the agent");
+    assert_eq!(status.code(), Some(1), "exit status 1: {status}");
+    let config_arg = topo.dir().join("lb.toml").display().to_string();
+    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
+    let said = text(&out);
+    assert!(
+        !out.status.success()
+            && said.contains("already runs XDP program id")
+            && said.contains("`lb_pass`"),
+        "a new agent is refused naming the program:\n{said}"
+    );
+}
