@@ -74,7 +74,6 @@ pub(super) fn attach(
                 Some(libc::EBUSY) => DataplaneError::HeldByLink {
                     interface: interface.to_string(),
                     id: old.id,
-                    pin: format!("<pin_path>/link_xdp_{interface}"),
                 },
                 _ => DataplaneError::Attach {
                     interface: interface.to_string(),

@@ -41,15 +41,12 @@ pub enum DataplaneError {
         off: &'static str,
     },
     #[error(
-        "`{interface}` runs lb's XDP program id {id} through a bpf_link (pinned by an older \
-         lb-agent as {pin}): it cannot be replaced in place; run `lb-agent detach` once (a \
-         short interruption), then start the agent"
+        "`{interface}` runs lb's XDP program id {id} through a bpf_link (an older lb-agent \
+         pinned it as `link_xdp_{interface}` in its pin_path): it cannot be replaced in \
+         place; stop that agent, run `lb-agent detach` once (a short interruption), then start \
+         this one"
     )]
-    HeldByLink {
-        interface: String,
-        id: u32,
-        pin: String,
-    },
+    HeldByLink { interface: String, id: u32 },
     #[error("{what}")]
     Netlink {
         what: String,
