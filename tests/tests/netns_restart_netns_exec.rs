@@ -721,3 +721,55 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
         "a new agent is refused naming the program:\n{said}"
     );
 }
+
+/// The replacement is made in the running program's mode: generic (skb) here, and a
+/// restart configured for native keeps generic and says why.
+#[test]
+fn restart_in_generic_mode_replaces_in_that_mode() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 68, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("generic"), START)
+        .unwrap_or_else(|e| panic!("starting lb-agent in generic mode: {e}"));
+    let first = xdp_prog_id(topo).expect("attached");
+    let line = sigterm(agent, "generic");
+    assert!(line.contains(STAYS) && line.contains("generic"), "{line}");
+
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("restarting lb-agent: {e}"));
+    assert_adopted(&agent, "generic restart");
+    line_with(&agent, "attached in another mode", "mode change");
+    let attached = line_with(&agent, "XDP program attached", "generic restart");
+    assert!(attached.contains("mode=\"generic\""), "{attached}");
+    assert_ne!(
+        xdp_prog_id(topo),
+        Some(first),
+        "the new program is swapped in"
+    );
+    let out = topo
+        .lb()
+        .ns
+        .ip(&["-d", "link", "show", "dev", HOST_IF])
+        .expect("ip link show");
+    assert!(out.contains("xdpgeneric"), "still generic:\n{out}");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        43_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after the generic restart: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "generic");
+}
