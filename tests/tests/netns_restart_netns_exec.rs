@@ -175,8 +175,11 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
     config.pin_path = pin_path.to_owned();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
     let start = |config: &AgentConfig| {
-        Agent::start(topo, &binary, config, Some("native"), START)
-            .unwrap_or_else(|e| panic!("{mode}: starting lb-agent: {e}"))
+        let t = Instant::now();
+        let agent = Agent::start(topo, &binary, config, Some("native"), START)
+            .unwrap_or_else(|e| panic!("{mode}: starting lb-agent: {e}"));
+        println!("{mode}: lb-agent ready {:?} after its start", t.elapsed());
+        agent
     };
 
     let agent = start(&config);
