@@ -33,7 +33,7 @@ pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow:
     owner::claim_interface(ifindex, interface)?;
     let (pins, pin_lock) = match pin_path {
         Some(path) => {
-            let pins = PinDir::prepare(path, false)
+            let pins = PinDir::prepare(path)
                 .with_context(|| format!("preparing the pin directory {}", path.display()))?;
             let lock = owner::claim_pin_dir(pins.path())?;
             if pins.legacy_link(interface).exists() {

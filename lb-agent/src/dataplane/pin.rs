@@ -29,16 +29,10 @@ pub struct PinDir {
 
 impl PinDir {
     /// Makes sure bpffs is mounted under `dir` (mounting it at `/sys/fs/bpf` when that
-    /// is where `dir` lives and nothing is mounted yet) and creates `dir`. With `reset`,
-    /// everything pinned there before is removed first.
-    pub fn prepare(dir: &Path, reset: bool) -> Result<Self, DataplaneError> {
+    /// is where `dir` lives and nothing is mounted yet) and creates `dir`. Earlier pins
+    /// stay until [`PinDir::pin_all`] replaces them.
+    pub fn prepare(dir: &Path) -> Result<Self, DataplaneError> {
         ensure_bpffs(dir)?;
-        if reset {
-            remove(dir).map_err(|source| DataplaneError::Io {
-                what: "removing the pinned state (--reset)",
-                source,
-            })?;
-        }
         std::fs::create_dir_all(dir).map_err(|source| DataplaneError::Io {
             what: "creating the pin directory",
             source,
