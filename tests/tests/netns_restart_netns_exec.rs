@@ -776,3 +776,101 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
     );
     sigterm(agent, "generic");
 }
+
+/// Upgrading from an agent that attached through a bpf_link pinned in `pin_path`
+/// (`link_xdp_eth0`): the new agent swaps its program into that link (atomically) and
+/// says so; a later restart adopts again through the interface; `detach` removes the
+/// link pin and so the program.
+#[test]
+fn upgrade_from_a_pinned_link_swaps_into_it() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 69, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let bpffs = PrivateBpffs::mount("legacy").expect("mounting a bpffs for the pins");
+    std::fs::create_dir_all(bpffs.pins()).expect("creating the pin directory");
+    let link_pin = bpffs.pins().join(format!("link_xdp_{HOST_IF}"));
+    topo.lb()
+        .ns
+        .run(|| {
+            let mut ebpf = aya::EbpfLoader::new()
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let prog: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PROGRAM_NAME)
+                .expect("lb_xdp")
+                .try_into()
+                .expect("an XDP program");
+            prog.load().expect("verifying lb_xdp");
+            let id = prog
+                .attach(HOST_IF, XdpMode::Driver)
+                .expect("attaching through a bpf_link");
+            let link = prog.take_link(id).expect("the link");
+            let link = aya::programs::links::FdLink::try_from(link).expect("an fd link");
+            link.pin(&link_pin).expect("pinning the link");
+        })
+        .expect("entering the lb namespace");
+    let old_id = xdp_prog_id(topo).expect("the older agent's program stays through its pin");
+
+    let mut config = AgentConfig::new(vec![service.clone()]);
+    config.pin_path = bpffs.pins().display().to_string();
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting over a pinned link: {e}"));
+    line_with(&agent, ADOPTED, "over a pinned link");
+    line_with(
+        &agent,
+        "swapped into the pinned bpf_link",
+        "over a pinned link",
+    );
+    let new_id = xdp_prog_id(topo).expect("attached");
+    assert_ne!(new_id, old_id, "the agent's program runs in the link now");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        44_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served through the link: {:?}",
+        tally.failures
+    );
+
+    // A later restart adopts the published state through the interface again.
+    let line = sigterm(agent, "legacy");
+    assert!(line.contains(STAYS), "{line}");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("restarting over the link: {e}"));
+    assert_adopted(&agent, "restart over the link");
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        45_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after the restart: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "legacy");
+
+    let config_arg = topo.dir().join("lb.toml").display().to_string();
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    let said = text(&detach);
+    assert!(detach.status.success(), "detach:\n{said}");
+    assert_eq!(
+        xdp_prog_id(topo),
+        None,
+        "removing the link pin detaches:\n{said}"
+    );
+}

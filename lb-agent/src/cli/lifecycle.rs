@@ -39,8 +39,8 @@ pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow:
             if pins.legacy_link(interface).exists() {
                 warn!(
                     pin = %pins.legacy_link(interface).display(),
-                    "an older lb-agent pinned its XDP link here; this agent attaches through \
-                     netlink and cannot replace a linked program in place"
+                    "an older lb-agent pinned its XDP bpf_link here; this agent swaps its \
+                     program into that link (docs/restarts.md, migration)"
                 );
             }
             (Some(pins), Some(lock))

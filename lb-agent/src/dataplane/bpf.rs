@@ -18,7 +18,7 @@ use super::{
     batch::PerCpuBatchReader,
     maglev_table,
     netlink::{self, XdpAttached},
-    pin::PinDir,
+    pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
     staging::Staging,
 };
@@ -150,12 +150,35 @@ impl BpfDataplane {
     ) -> Result<(), DataplaneError> {
         let ifindex = attach::if_index(interface)?;
         let prog_id = self.program_id()?;
-        let prog = self.program_mut()?;
-        let fd = prog.fd().map_err(|source| DataplaneError::Program {
-            name: PROGRAM_NAME,
-            source,
-        })?;
-        let used = attach::attach(fd.as_fd(), ifindex, interface, mode, previous)?;
+        let attempt = {
+            let prog = self.program_mut()?;
+            let fd = prog.fd().map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })?;
+            attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
+        };
+        let legacy = self
+            .pins
+            .as_ref()
+            .map(|p| p.legacy_link(interface))
+            .filter(|path| path.exists());
+        let used = match (attempt, legacy, previous) {
+            (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
+                // Upgrading from an agent that attached through a pinned bpf_link:
+                // swap into that link (atomic) rather than interrupt traffic.
+                pin::swap_into_legacy_link(self.program_mut()?, &path)?;
+                tracing::warn!(
+                    interface,
+                    link = %path.display(),
+                    "swapped into the pinned bpf_link an older lb-agent left: restarts stay \
+                     hitless while that pin lives; to move to netlink (which needs no pins), \
+                     stop the agent, `lb-agent detach`, start it (a short interruption)"
+                );
+                old.mode
+            }
+            (attempt, _, _) => attempt?,
+        };
         tracing::info!(
             interface,
             mode = used.name(),

@@ -12,7 +12,14 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::Ebpf;
+use aya::{
+    Ebpf,
+    programs::{
+        Xdp,
+        links::{FdLink, PinnedLink},
+        xdp::XdpLink,
+    },
+};
 
 use super::DataplaneError;
 
@@ -97,6 +104,19 @@ pub fn remove(dir: &Path) -> io::Result<Option<usize>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Replaces the program of the bpf_link pinned at `path` (an older agent's) with `prog`,
+/// atomically (`BPF_LINK_UPDATE`).
+pub(super) fn swap_into_legacy_link(prog: &mut Xdp, path: &Path) -> Result<(), DataplaneError> {
+    let err = |e: String| DataplaneError::Io {
+        what: "swapping the program into the older agent's pinned bpf_link",
+        source: io::Error::other(e),
+    };
+    let pinned = PinnedLink::from_pin(path).map_err(|e| err(e.to_string()))?;
+    let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| err(e.to_string()))?;
+    prog.attach_to_link(link).map_err(|e| err(e.to_string()))?;
+    Ok(())
 }
 
 fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
