@@ -41,10 +41,11 @@ pub enum DataplaneError {
         off: &'static str,
     },
     #[error(
-        "`{interface}` runs lb's XDP program id {id} through a bpf_link (an older lb-agent \
-         pinned it as `link_xdp_{interface}` in its pin_path): it cannot be replaced in \
-         place; stop that agent, run `lb-agent detach` once (a short interruption), then start \
-         this one"
+        "`{interface}` runs lb's XDP program id {id} through a bpf_link that is not pinned in \
+         this agent's pin_path (an older lb-agent pins it there as `link_xdp_{interface}`: \
+         give this agent the same pin_path and it swaps into the link), so it cannot be \
+         replaced in place; or stop its holder, run `lb-agent detach` (a short interruption) \
+         and start this agent"
     )]
     HeldByLink { interface: String, id: u32 },
     #[error("{what}")]
