@@ -167,6 +167,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         &mut self.dp
     }
 
+    /// Records the XDP mode shown in status (known once the program is attached).
+    pub fn set_xdp_mode(&mut self, mode: &str) {
+        self.env.xdp_mode = mode.to_string();
+        self.snapshot_dirty = true;
+    }
+
     /// Applies a (new or reloaded) configuration: services and servers are matched by
     /// name and address; kept servers keep their health unless their probes changed
     /// (then they restart as after a reload: `persistent` probes skipped if they were

@@ -1,7 +1,9 @@
 //! Command-line surface of `lb-agent` (DESIGN.md §8).
 
 mod check;
+mod detach;
 mod http;
+mod lifecycle;
 mod run;
 mod server;
 mod status;
@@ -35,15 +37,20 @@ enum Command {
         /// XDP attach mode (overrides `agent.xdp_mode`).
         #[arg(long, value_enum)]
         xdp_mode: Option<XdpModeArg>,
-        /// Forget the state pinned by a previous run (`agent.pin_path`) and start fresh.
+        /// Do not adopt the maps of the lb program running on the interface: replace it
+        /// with fresh state (pinned flows and NAT state are dropped).
         #[arg(long)]
         reset: bool,
     },
-    /// Remove the pinned state of `agent.pin_path`: detaches the XDP program a stopped
-    /// agent left forwarding.
+    /// Remove lb's XDP program, which a stopped agent leaves forwarding, from the
+    /// interface, and the pins of `agent.pin_path`. Refuses while an agent runs. Run it
+    /// in the agent's network namespace.
     Detach {
         #[arg(long, short)]
         config: PathBuf,
+        /// The interface (overrides `agent.interface`).
+        #[arg(long)]
+        interface: Option<String>,
     },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
@@ -147,7 +154,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             xdp_mode: xdp_mode.map(Into::into),
             reset,
         }),
-        Command::Detach { config } => run::detach(&config),
+        Command::Detach { config, interface } => detach::detach(&config, interface),
         Command::CheckConfig { config } => check::check(&config),
         Command::Status { api, json } => block_on(status::status(&api, json)),
         Command::Reload { api } => block_on(async {

@@ -1,14 +1,16 @@
 //! `lb-agent run`: attach, serve the configured services, probe, and keep the data plane
-//! in step (SIGHUP reloads, SIGINT/SIGTERM detach and exit).
+//! in step (SIGHUP reloads; SIGINT/SIGTERM exit and leave the program attached, see
+//! docs/restarts.md).
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
+use super::lifecycle;
 use anyhow::Context;
 use lb_agent::{
     agent::{Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, BpfDataplane, EventStream, pin::PinDir},
+    dataplane::{AttachMode, EventStream, LinkWatch},
     probe::NetProber,
 };
 use tokio::{
@@ -25,12 +27,15 @@ const MAC_RETRY: Duration = Duration::from_secs(2);
 const STATS_EVERY: Duration = Duration::from_millis(500);
 /// Probe reports handled (and published) together at most.
 const REPORT_BATCH: usize = 256;
+/// How often the agent checks that the interface still runs its XDP program, at least
+/// (link notifications trigger a check at once).
+const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
 
 pub struct RunOptions {
     pub config: PathBuf,
     pub interface: Option<String>,
     pub xdp_mode: Option<AttachMode>,
-    /// Forget pinned state from a previous run and start from scratch.
+    /// Do not adopt the running program's maps: replace it with fresh state.
     pub reset: bool,
 }
 
@@ -65,26 +70,16 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let pins = match &cfg.agent.pin_path {
-        Some(path) => Some(
-            PinDir::prepare(path, opts.reset)
-                .with_context(|| format!("preparing the pin directory {}", path.display()))?,
-        ),
-        None => None,
-    };
-    let pinned = pins.is_some();
-    let mut dp = BpfDataplane::load_with(pins).context("loading the XDP program")?;
-    dp.attach(&interface, mode)
-        .with_context(|| format!("attaching to {interface}"))?;
-    let adopted = if pinned {
-        dp.published_state().context("reading the pinned state")?
-    } else {
-        Default::default()
-    };
+    let lifecycle::Prepared {
+        mut dp,
+        adopted,
+        previous,
+        pin_lock: _pin_lock,
+    } = lifecycle::prepare(&interface, cfg.agent.pin_path.as_deref(), opts.reset)?;
     let mut events = dp.take_events().transpose()?;
     let env = Environment {
         interface: interface.clone(),
-        xdp_mode: dp.mode().name().to_string(),
+        xdp_mode: dp.mode_name().to_string(),
     };
     let neighbors = Arc::new(KernelNeighbors {
         interface: interface.clone(),
@@ -92,17 +87,17 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     });
     let (mut agent, mut handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
     if !adopted.services.is_empty() {
-        info!(
-            services = adopted.services.len(),
-            backends = adopted.backends.len(),
-            "adopting the pinned state of a previous run"
-        );
         agent.adopt(&adopted);
     }
     agent
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
+    // Attached (or swapped in) only now: the program never runs on unpublished maps.
+    lifecycle::attach(agent.dataplane_mut(), &interface, mode, previous.as_ref())?;
+    drop(previous);
+    let xdp_mode = agent.dataplane().mode_name();
+    agent.set_xdp_mode(xdp_mode);
     agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
@@ -126,13 +121,16 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     }
     info!(
         interface,
-        mode = agent.dataplane().mode().name(),
+        mode = agent.dataplane().mode_name(),
         services = cfg.services.len(),
         "lb-agent ready"
     );
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
+    let mut link_watch = LinkWatch::new(LINK_WATCH_EVERY);
+    let mut reattached = 0;
+    let mut exit = ExitCode::SUCCESS;
     loop {
         let deadline = agent.next_deadline();
         let result = tokio::select! {
@@ -180,6 +178,17 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            _ = link_watch.due() => {
+                match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
+                    Ok(Some(status)) => agent.set_xdp_mode(&status),
+                    Ok(None) => {}
+                    Err(_) => {
+                        exit = ExitCode::FAILURE;
+                        break;
+                    }
+                }
+                Ok(())
+            }
             _ = agent.resolve_ready() => agent.reresolve().await,
         };
         if let Err(err) = result {
@@ -187,16 +196,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         agent.flush_snapshot();
     }
-    match agent.dataplane().pins() {
-        Some(p) => info!(
-            pins = %p.path().display(),
-            "shutting down: XDP stays attached with the last published state; a restart adopts it \
-             (`lb-agent detach` removes it)"
-        ),
-        None => info!("shutting down: detaching XDP"),
-    }
+    lifecycle::log_shutdown(agent.dataplane());
     drop(agent);
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
 }
 
 /// Re-reads the config and applies it as a diff; an invalid file leaves the running
@@ -240,24 +242,4 @@ async fn next_events(
         Some(stream) => stream.next_batch().await,
         None => std::future::pending().await,
     }
-}
-
-/// `lb-agent detach`: removes the pin directory (the program detaches with its link).
-pub fn detach(config: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let cfg = match config::load(config) {
-        Ok(cfg) => cfg,
-        Err(err) => {
-            eprintln!("lb-agent: {err}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    match cfg.agent.pin_path {
-        Some(path) => {
-            lb_agent::dataplane::pin::remove(&path)
-                .with_context(|| format!("removing {}", path.display()))?;
-            println!("removed {}", path.display());
-        }
-        None => println!("pin_path is empty: nothing is pinned"),
-    }
-    Ok(ExitCode::SUCCESS)
 }
