@@ -14,6 +14,7 @@ pub mod netns;
 pub mod pacer;
 pub mod packet;
 pub mod pass_prog;
+pub mod pmtu;
 pub mod process;
 pub mod redundancy;
 pub mod scenario;
