@@ -26,7 +26,9 @@
 //!   about the server (RFC 1122 makes it a soft error) and is what a forger would send.
 //!
 //! Every other destination unreachable about a nat flow is counted `ICMP_IGNORED`
-//! (side counter) and only translated. docs/passive-signals.md has the threat model.
+//! (side counter); it is still translated, unless it is a port or protocol unreachable
+//! from someone else than the backend. docs/passive-signals.md has the threat model,
+//! docs/icmp-nat.md the translation rules.
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{

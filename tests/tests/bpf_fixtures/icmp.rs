@@ -277,6 +277,35 @@ fn icmp_backend_side_errors_are_translated_to_the_client() {
             &[],
         );
     }
+    // Behind an 802.1Q tag: the tag stays, the rest is translated the same.
+    let s = svc(NAT4);
+    let syn = to_vip(NAT4, CPORT + 9, TCP_SYN).vlan(7);
+    let (_, sent) = open_flow(&mut lb, NAT4, &syn);
+    let sent = &sent[4..]; // the output frame's IP packet, after the tag
+    let (ty, rest) = too_big(true);
+    let err = icmp_error(
+        backend_router(true),
+        ROUTER_MAC,
+        snat(s.vip),
+        ty,
+        rest,
+        sent,
+    )
+    .vlan(7);
+    let mut want = icmp_error(s.vip, LB_MAC, client4(), ty, rest, &syn.ip_bytes())
+        .macs(LB_MAC, CLIENT_MAC)
+        .vlan(7);
+    want.ttl = 63;
+    check(
+        &mut lb,
+        Fixture {
+            desc: "VLAN-tagged fragmentation needed",
+            input: err.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(want.bytes()),
+            counters: &[(TX_ICMP_NAT, 1)],
+        },
+    );
     assert_events(&mut lb, "path errors are no passive signal", &[]);
 }
 
