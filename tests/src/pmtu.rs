@@ -342,26 +342,29 @@ pub fn too_big_sent(ns: &NetNs, ipv6: bool) -> Result<u64, PmtuError> {
     let text = ns
         .run(|| std::fs::read_to_string(file))?
         .map_err(io_error(format!("reading {file} in {}", ns.name())))?;
-    let value = if ipv6 {
+    snmp_value(&text, ipv6, key).ok_or_else(|| PmtuError::Io {
+        what: format!("no {key} in {file}"),
+        source: io::Error::from(io::ErrorKind::InvalidData),
+    })
+}
+
+/// `key`'s value in `/proc/net/snmp6` (`name value` lines) or, for IPv4, in the `Icmp:`
+/// lines of `/proc/net/snmp` (a line of names, then a line of values).
+fn snmp_value(text: &str, ipv6: bool, key: &str) -> Option<u64> {
+    if ipv6 {
         text.lines().find_map(|l| {
-            let (k, v) = l.split_once(char::is_whitespace)?;
-            (k == key).then(|| v.trim().parse().ok())?
+            let mut words = l.split_whitespace();
+            (words.next()? == key).then(|| words.next()?.parse().ok())?
         })
     } else {
-        // Two lines per protocol: names, then values.
         let mut lines = text.lines().filter(|l| l.starts_with("Icmp: "));
-        let names = lines.next().unwrap_or("");
-        let values = lines.next().unwrap_or("");
+        let (names, values) = (lines.next()?, lines.next()?);
         names
             .split_whitespace()
             .zip(values.split_whitespace())
             .find(|(k, _)| *k == key)
             .and_then(|(_, v)| v.parse().ok())
-    };
-    value.ok_or_else(|| PmtuError::Io {
-        what: format!("no {key} in {file}"),
-        source: io::Error::from(io::ErrorKind::InvalidData),
-    })
+    }
 }
 
 /// Byte `i` of every transfer.
@@ -560,5 +563,32 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snmp_counters_are_found() {
+        let v4 = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                  Icmp: InMsgs OutMsgs OutDestUnreachs\nIcmp: 3 12 10\n\
+                  IcmpMsg: OutType3\nIcmpMsg: 10\n";
+        assert_eq!(snmp_value(v4, false, "OutDestUnreachs"), Some(10));
+        assert_eq!(snmp_value(v4, false, "OutType3"), None);
+        let v6 = "Icmp6InMsgs                     \t4\nIcmp6OutPktTooBigs              \t7\n";
+        assert_eq!(snmp_value(v6, true, "Icmp6OutPktTooBigs"), Some(7));
+        assert_eq!(snmp_value(v6, true, "Icmp6OutMsgs"), None);
+    }
+
+    #[test]
+    fn plan_networks() {
+        let v4 = Plan { ipv6: false };
+        assert_eq!(v4.net(v4.client()), "10.91.0.0/24");
+        assert_eq!(host_route(v4.vip()), "10.99.0.1/32");
+        let v6 = Plan { ipv6: true };
+        assert_eq!(v6.net(v6.backend()), "fd92::/64");
+        assert_eq!(host_route(v6.vip()), "fd99::1/128");
     }
 }
