@@ -12,9 +12,15 @@
 //!   `backend:port -> snat:nat_port`, from the snat address);
 //! - anything else (dsr services, host traffic) is passed as before (`PASS_NOT_VIP`).
 //!
-//! Port and protocol unreachable are only ever sent by the quoted packet's destination
-//! host, so they are translated only when they come from it (the backend, or the
-//! client); from anyone else they are passed and counted `ICMP_IGNORED`.
+//! Path errors (fragmentation needed, packet too big, time exceeded) are translated
+//! from anyone: PMTU discovery must work, and their worst effect is a smaller MTU or a
+//! soft error. Other destination unreachables are fatal to a connection in most stacks,
+//! so they are translated only when the frame comes from the flow's side of the
+//! segment (backend side: the backend's MAC in `LB_BACKENDS`, the backend or its next
+//! hop; client side: the NAT entry's client MAC, the client's previous hop), and port
+//! or protocol unreachables (only ever sent by the quoted packet's destination host)
+//! only when they also come from that host's address. The others are passed and
+//! counted `ICMP_IGNORED`.
 //!
 //! Passive signal (`EVENT_ICMP_UNREACH`, once per flow): a destination unreachable other
 //! than fragmentation needed, on the backend side, believed only when
@@ -26,9 +32,8 @@
 //!   about the server (RFC 1122 makes it a soft error) and is what a forger would send.
 //!
 //! Every other destination unreachable about a nat flow is counted `ICMP_IGNORED`
-//! (side counter); it is still translated, unless it is a port or protocol unreachable
-//! from someone else than the backend. docs/passive-signals.md has the threat model,
-//! docs/icmp-nat.md the translation rules.
+//! (side counter); it is still translated when it passes the rules above.
+//! docs/passive-signals.md has the threat model, docs/icmp-nat.md the translation rules.
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
@@ -225,7 +230,15 @@ fn message_len(icmp: &Icmp, end: usize) -> Option<usize> {
 /// An error about a packet lb sent to a backend (`snat:nat_port -> backend:port`).
 #[inline(always)]
 fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) -> Verdict {
-    let from_backend = from_backend(icmp, nat.backend_id, end);
+    // From the backend's side of the segment: the MAC lb sends the backend's packets
+    // to (the backend, or the next hop toward it, which relays its path's errors).
+    let (from_side, from_backend) = match flow::any_backend(nat.backend_id) {
+        Some(b) => {
+            let side = from_mac(icmp, &b.mac);
+            (side, side && from_addr(icmp, &b.addr, end))
+        }
+        None => (false, false),
+    };
     if kind.unreachable {
         match believed_flow(nat, q, from_backend, end) {
             Some(f) => {
@@ -237,9 +250,9 @@ fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) 
             }
             None => count(ICMP_IGNORED),
         }
-    }
-    if kind.end_host && !from_backend {
-        return Verdict::pass(PASS_NOT_VIP);
+        if !from_side || (kind.end_host && !from_backend) {
+            return Verdict::pass(PASS_NOT_VIP);
+        }
     }
     // About `client:cport -> VIP:vport`, from the VIP to the client.
     let client = Target {
@@ -283,10 +296,15 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
         return Verdict::pass(PASS_NOT_VIP);
     };
     // SAFETY: as in `handle`.
-    if !owned_by(unsafe { &*v }, &q.key) {
+    let v = unsafe { &*v };
+    if !owned_by(v, &q.key) {
         return Verdict::pass(PASS_NOT_VIP);
     }
-    if kind.end_host && !from_addr(icmp, &q.key.src, end) {
+    // From the client's side (the previous hop its packets came from), and a port or
+    // protocol unreachable from the client itself.
+    if kind.unreachable
+        && (!from_mac(icmp, &v.client_mac) || (kind.end_host && !from_addr(icmp, &q.key.src, end)))
+    {
         count(ICMP_IGNORED);
         return Verdict::pass(PASS_NOT_VIP);
     }
@@ -347,23 +365,16 @@ fn quotes_syn(q: &Quote, end: usize) -> bool {
     tcp.u8::<13>() & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN
 }
 
-/// Whether the message comes from backend `id`: its address, and the MAC lb sends that
-/// backend's packets to (the backend, or the next hop toward it).
+/// Whether the frame comes from `mac`.
 #[inline(always)]
-fn from_backend(icmp: &Icmp, id: u32, end: usize) -> bool {
-    let Some(b) = flow::any_backend(id) else {
-        return false;
-    };
-    if !from_addr(icmp, &b.addr, end) {
-        return false;
-    }
+fn from_mac(icmp: &Icmp, mac: &[u8; 6]) -> bool {
     let m = icmp.eth.mac::<ETH_SRC>();
-    m[0] == b.mac[0]
-        && m[1] == b.mac[1]
-        && m[2] == b.mac[2]
-        && m[3] == b.mac[3]
-        && m[4] == b.mac[4]
-        && m[5] == b.mac[5]
+    m[0] == mac[0]
+        && m[1] == mac[1]
+        && m[2] == mac[2]
+        && m[3] == mac[3]
+        && m[4] == mac[4]
+        && m[5] == mac[5]
 }
 
 /// Whether the outer source address is `addr` (read from the header: not kept in

@@ -686,3 +686,94 @@ fn icmp_errors_lb_does_not_translate_are_passed() {
     passed(&mut lb, "quote without ports", &err, &[(PASS_NOT_VIP, 1)]);
     assert_events(&mut lb, "nothing", &[]);
 }
+
+/// Destination unreachables other than "too big" are translated only when the frame
+/// comes from the flow's side of the segment: the backend's MAC (the backend or its
+/// next hop) on the backend side, the client's previous hop on the client side.
+#[test]
+fn icmp_unreachables_are_translated_only_from_the_flows_side() {
+    let mut lb = world(&[NAT4, NAT6]);
+    for id in [NAT4, NAT6] {
+        let s = svc(id);
+        let v4 = s.vip.is_ipv4();
+        // Host unreachable / address unreachable: what a router sends.
+        let host_unreach = if v4 { (3, 1) } else { (1, 3) };
+        let syn = to_vip(id, CPORT, TCP_SYN);
+        let (port, sent) = open_flow(&mut lb, id, &syn);
+
+        let stranger = icmp_error(
+            backend_router(v4),
+            ROUTER_MAC,
+            snat(s.vip),
+            host_unreach,
+            [0; 4],
+            &sent,
+        );
+        passed(
+            &mut lb,
+            &format!("service {id}: host unreachable from off the backend's side"),
+            &stranger,
+            &[(PASS_NOT_VIP, 1), (ICMP_IGNORED, 1)],
+        );
+        let next_hop = icmp_error(
+            backend_router(v4),
+            backend_mac(s.backend),
+            snat(s.vip),
+            host_unreach,
+            [0; 4],
+            &sent,
+        );
+        translated(
+            &mut lb,
+            &format!("service {id}: host unreachable from a router behind the backend's next hop"),
+            &next_hop,
+            to_client_expected(&s, host_unreach, [0; 4], &syn, sent.len()),
+            &[(ICMP_IGNORED, 1)],
+        );
+
+        let data = backend_reply(id, port, TCP_ACK).payload(b"data");
+        let run = lb.run(&data.bytes());
+        assert_eq!(run.action, XDP_TX, "reply translated");
+        let to_client = run.out[14..].to_vec();
+        let from_client_side = icmp_error(
+            client_router(v4),
+            CLIENT_MAC,
+            s.vip,
+            host_unreach,
+            [0; 4],
+            &to_client,
+        );
+        let mut want = icmp_error(
+            snat(s.vip),
+            LB_MAC,
+            s.backend_addr,
+            host_unreach,
+            [0; 4],
+            &data.ip_bytes(),
+        )
+        .macs(LB_MAC, backend_mac(s.backend));
+        want.ttl = 63;
+        translated(
+            &mut lb,
+            &format!("service {id}: host unreachable from the client's previous hop"),
+            &from_client_side,
+            want.bytes(),
+            &[],
+        );
+        let off_side = icmp_error(
+            client_router(v4),
+            ROUTER_MAC,
+            s.vip,
+            host_unreach,
+            [0; 4],
+            &to_client,
+        );
+        passed(
+            &mut lb,
+            &format!("service {id}: host unreachable from off the client's side"),
+            &off_side,
+            &[(PASS_NOT_VIP, 1), (ICMP_IGNORED, 1)],
+        );
+    }
+    assert_events(&mut lb, "none believed", &[]);
+}
