@@ -85,10 +85,19 @@ pub struct Added {
 }
 
 /// Every runtime change, by service name and server address.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdminState {
     pub version: u32,
     pub services: BTreeMap<String, BTreeMap<SocketAddr, ServerOverride>>,
+}
+
+impl Default for AdminState {
+    fn default() -> Self {
+        AdminState {
+            version: VERSION,
+            services: BTreeMap::new(),
+        }
+    }
 }
 
 /// Why the state file could not be read or written.
