@@ -50,7 +50,10 @@ async fn a_slowloris_client_is_cut_at_the_header_timeout_and_others_are_served()
             let (status, _) = tcp(&api, GET_SERVICES).await;
             assert_eq!(status, 200, "a legitimate client is served meanwhile");
         }
-        if let Some(_) = closed_within(&mut slow, Duration::from_millis(100)).await {
+        if closed_within(&mut slow, Duration::from_millis(100))
+            .await
+            .is_some()
+        {
             closed_after = Some(t0.elapsed());
             break;
         }
