@@ -137,3 +137,98 @@ async fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     drop(listening);
     assert!(!stale.exists(), "the socket file goes with the agent");
 }
+
+/// Issue 12, row 5: user `nobody` on the host set a server `down`. Now the socket refuses
+/// it (file permissions) and TCP refuses the change (no token).
+#[tokio::test]
+async fn user_nobody_cannot_change_a_server() {
+    use std::os::unix::process::CommandExt;
+    let api = start(Limits::default(), None).await;
+    let bin = env!("CARGO_BIN_EXE_lb-agent");
+    let socket = api.socket.display().to_string();
+    let url = format!("http://{}", api.tcp);
+    for args in [
+        vec!["server", "down", "web", "10.0.1.1:80", "--socket", &socket],
+        vec!["server", "down", "web", "10.0.1.1:80", "--api", &url],
+        vec!["reload", "--api", &url],
+    ] {
+        let out = tokio::task::spawn_blocking({
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            move || {
+                std::process::Command::new(bin)
+                    .args(&args)
+                    .uid(65534)
+                    .gid(65534)
+                    .output()
+                    .expect("running lb-agent as nobody")
+            }
+        })
+        .await
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} as nobody must fail: {err}");
+        assert!(
+            err.contains("Permission denied") || err.contains("403"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        api.changes.load(Ordering::Relaxed),
+        0,
+        "nothing reached the agent"
+    );
+    // Root, through the socket, may.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(["server", "down", "web", "10.0.1.1:80", "--socket", &socket])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(api.changes.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn a_socket_group_gets_group_access() {
+    let dir = api_util::TempDir::new("group");
+    let path = dir.path().join("run").join("api.sock");
+    let (state, _keep) = api_util::idle_state();
+    let listening = lb_agent::api::listen(
+        state,
+        lb_agent::api::ListenConfig {
+            socket: Some(path.clone()),
+            socket_group: Some("daemon".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("listening with a group");
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o777, meta.gid()),
+        (0o660, 1),
+        "socket 0660 group daemon"
+    );
+    let dmeta = std::fs::metadata(path.parent().unwrap()).unwrap();
+    assert_eq!((dmeta.mode() & 0o777, dmeta.gid()), (0o750, 1));
+    drop(listening);
+    let (state, _keep) = api_util::idle_state();
+    let err = lb_agent::api::listen(
+        state,
+        lb_agent::api::ListenConfig {
+            socket: Some(dir.path().join("other.sock")),
+            socket_group: Some("no-such-group-lb".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect_err("an unknown group");
+    assert!(err.to_string().contains("no group named"), "{err}");
+}
