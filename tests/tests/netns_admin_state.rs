@@ -2,7 +2,7 @@
 //! made with `lb-agent server …` over the agent's Unix socket stay in force across a
 //! reload (which names the `[agent]` key it cannot apply) and across a restart (the
 //! state file), until `lb-agent server reset`; over TCP without the token a change is
-//! refused.
+//! refused. A reload to a nat `snat_ip` this host does not have is refused.
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
@@ -126,6 +126,34 @@ fn runtime_changes_survive_reload_and_restart_until_reset() {
         "after reset ({took:.2?}):\n{}",
         view.describe(|a| a.to_string())
     );
+    agent
+        .stop(Duration::from_secs(10))
+        .expect("stopping the agent");
+}
+
+#[test]
+fn a_reload_to_a_snat_ip_not_on_this_host_is_refused() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 72, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
+        .expect("starting lb-agent");
+    let mut foreign = service.clone();
+    foreign.snat_ip = Some("192.0.2.77".parse().unwrap());
+    let err = agent
+        .reload(&AgentConfig::new(vec![foreign]), RELOAD_TIMEOUT)
+        .expect_err("a snat_ip the lb host does not have");
+    let text = err.to_string();
+    assert!(
+        text.contains("192.0.2.77") && text.contains("not configured on this host"),
+        "{text}"
+    );
+    let api = Api::new(&topo.lb().ns);
+    api.wait_service("web", "the running config still serves", WAIT, |s| {
+        s.servers.iter().all(|v| v.state == "up" && v.active)
+    })
+    .expect("the running config stays in force");
     agent
         .stop(Duration::from_secs(10))
         .expect("stopping the agent");
