@@ -166,5 +166,9 @@ fn a_snat_ip_not_on_this_host_is_found_refused_by_run_and_warned_by_check_config
         err.contains("192.0.2.77") && err.contains("not configured on this host"),
         "{err}"
     );
+    assert!(
+        err.contains("!!! api_listen = \"0.0.0.0:0\" is not a loopback address"),
+        "run warns loudly about the API address first: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

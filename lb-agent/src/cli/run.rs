@@ -51,6 +51,9 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
+    if let Some(warning) = config::non_loopback_api(&cfg.agent) {
+        warn!("!!! {warning} !!!");
+    }
     if let Err(why) = lb_agent::host::check_snat_ips(&cfg) {
         eprintln!("lb-agent: {}: {why}", opts.config.display());
         return Ok(ExitCode::from(2));
@@ -65,9 +68,6 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         },
         _ => None,
     };
-    if let Some(warning) = config::non_loopback_api(&cfg.agent) {
-        warn!("!!! {warning} !!!");
-    }
     let saved = match &cfg.agent.state_file {
         Some(path) => match AdminState::load(path) {
             Ok(state) => state,
