@@ -123,7 +123,37 @@ pub struct ApplyReport {
     pub dropped: Vec<String>,
 }
 
+impl ApplyReport {
+    /// Logs what is in force and (as a warning) what was dropped.
+    pub fn log(&self) {
+        if !self.applied.is_empty() {
+            tracing::info!(
+                count = self.applied.len(),
+                servers = self.applied.join("; "),
+                "runtime admin state in force"
+            );
+        }
+        if !self.dropped.is_empty() {
+            tracing::warn!(
+                count = self.dropped.len(),
+                servers = self.dropped.join("; "),
+                "runtime admin state dropped"
+            );
+        }
+    }
+}
+
 impl AdminState {
+    /// [`AdminState::save`] to `path` if set; a failure is logged (the change is in
+    /// force, it just will not survive a restart).
+    pub fn save_logged(&self, path: Option<&Path>) {
+        if let Some(path) = path
+            && let Err(err) = self.save(path)
+        {
+            tracing::warn!(error = %err, "saving the runtime admin state failed: it will not survive a restart");
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.services.values().all(BTreeMap::is_empty)
     }

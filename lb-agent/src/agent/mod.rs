@@ -299,38 +299,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             cfg.services.iter().map(|s| s.name.as_str()),
             &mut admin_report,
         );
-        self.log_admin_report(&admin_report);
+        admin_report.log();
+        if !admin_report.dropped.is_empty() {
+            self.admin_state.save_logged(self.state_file.as_deref());
+        }
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
         Ok(admin_report)
-    }
-
-    fn log_admin_report(&mut self, report: &ApplyReport) {
-        if !report.applied.is_empty() {
-            info!(
-                count = report.applied.len(),
-                servers = report.applied.join("; "),
-                "runtime admin state in force"
-            );
-        }
-        if !report.dropped.is_empty() {
-            warn!(
-                count = report.dropped.len(),
-                servers = report.dropped.join("; "),
-                "runtime admin state dropped"
-            );
-            self.save_admin_state();
-        }
-    }
-
-    /// Writes the state file (a failure is logged: the change is in force, not kept).
-    fn save_admin_state(&self) {
-        if let Some(path) = &self.state_file
-            && let Err(err) = self.admin_state.save(path)
-        {
-            warn!(error = %err, "saving the runtime admin state failed: it will not survive a restart");
-        }
     }
 
     fn new_server(
@@ -605,7 +581,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let result = self.admin(&req.service, &req.address, req.change).await;
         // The caller's next GET must see its change: rebuild before answering.
         if result.is_ok() {
-            self.save_admin_state();
+            self.admin_state.save_logged(self.state_file.as_deref());
             self.publish_snapshot();
         }
         let _ = req.reply.send(result);
