@@ -251,3 +251,41 @@ fn a_corrupt_or_foreign_state_file_is_an_error_and_a_missing_one_is_empty() {
     assert!(err.contains("version 99"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_added_server_keeps_traffic_when_a_reload_changes_the_probes() {
+    let probe = |interval: &str| {
+        format!(
+            "[[service.probe]]\ntype = \"tcp\"\ninterval = \"{interval}\"\nessential = true\npersistent = true\n"
+        )
+    };
+    let text = |interval: &str| web("", &(servers(&[("10.0.1.1:80", "")]) + &probe(interval)));
+    let mut h = Harness::start(&text("1s")).await;
+    h.run_for(secs(2)).await;
+    h.admin(
+        "web",
+        &added().to_string(),
+        AdminChange::Add(NewServer {
+            address: added(),
+            weight: 1,
+            spare: false,
+            backup: 0,
+        }),
+    )
+    .await
+    .expect("add accepted");
+    h.run_until(secs(3), |h| h.state("web", added()) == "up")
+        .await
+        .expect("setup: the added server passes its essential probe");
+    h.reload(&text("2s")).await;
+    assert_eq!(
+        h.state("web", added()),
+        "up",
+        "a persistent essential probe is skipped for a server that was up, added or not"
+    );
+    assert!(h.slots("web", added()) > 0);
+    assert_eq!(
+        h.server_status("web", added()).differs_from_config,
+        ["added at runtime"]
+    );
+}

@@ -229,13 +229,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 s
                             }
                             Some(s) => {
-                                let start = if s.health.usable() {
-                                    StartState::ReloadedWasUp
-                                } else if s.health.state() == crate::health::HealthState::Checking {
-                                    StartState::New
-                                } else {
-                                    StartState::ReloadedWasDown
-                                };
+                                let start = restart_state(&s);
                                 let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
                                 fresh.admin = s.admin;
                                 fresh
@@ -246,11 +240,22 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                     for (addr, s) in std::mem::take(&mut prev.servers) {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
-                        if !probes_changed
-                            && s.configured.is_none()
-                            && self.admin_state.is_added(&svc_cfg.name, addr)
+                        if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
                         {
-                            servers.insert(addr, s);
+                            let kept = if probes_changed {
+                                let conf = Configured {
+                                    weight: s.weight,
+                                    spare: s.spare,
+                                    backup: s.backup,
+                                };
+                                let start = restart_state(&s);
+                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                fresh.configured = None;
+                                fresh
+                            } else {
+                                s
+                            };
+                            servers.insert(addr, kept);
                         } else {
                             info!(service = svc_cfg.name, server = %addr, "server removed by reload");
                         }
@@ -288,7 +293,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             admin_state.apply(
                 svc_cfg,
                 &mut rt.servers,
-                |addr, conf| self.new_server(svc_cfg, addr, conf, StartState::New, now),
+                |addr, conf| {
+                    // Restored after a restart: like a configured server, it keeps
+                    // traffic if the previous run's pinned state had it live.
+                    let proto = svc_cfg.protocol.ip_proto();
+                    let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr) {
+                        Some(true) => StartState::ReloadedWasUp,
+                        Some(false) => StartState::ReloadedWasDown,
+                        None => StartState::New,
+                    };
+                    self.new_server(svc_cfg, addr, conf, start, now)
+                },
                 &mut admin_report,
             );
             self.admin_state = admin_state;
@@ -812,6 +827,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// The propagation histogram (verdict to maps written).
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
+    }
+}
+
+/// How a server whose probes changed at a reload starts again: `persistent` probes
+/// skipped if it was up, checking again if it never passed.
+fn restart_state(s: &ServerRt) -> StartState {
+    if s.health.usable() {
+        StartState::ReloadedWasUp
+    } else if s.health.state() == crate::health::HealthState::Checking {
+        StartState::New
+    } else {
+        StartState::ReloadedWasDown
     }
 }
 
