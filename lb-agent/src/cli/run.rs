@@ -7,7 +7,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 use super::lifecycle;
 use anyhow::Context;
 use lb_agent::{
-    agent::{Agent, Environment, KernelNeighbors},
+    agent::{AdminState, Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
     dataplane::{AttachMode, EventStream, LinkWatch},
@@ -56,6 +56,33 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
+    if let Some(warning) = config::non_loopback_api(&cfg.agent) {
+        warn!("!!! {warning} !!!");
+    }
+    if let Err(why) = lb_agent::host::check_snat_ips(&cfg) {
+        eprintln!("lb-agent: {}: {why}", opts.config.display());
+        return Ok(ExitCode::from(2));
+    }
+    let token = match &cfg.agent.api_token_file {
+        Some(path) if cfg.agent.api_listen.is_some() => match api::load_token(path) {
+            Ok(token) => Some(token),
+            Err(err) => {
+                eprintln!("lb-agent: {err}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        _ => None,
+    };
+    let saved = match &cfg.agent.state_file {
+        Some(path) => match AdminState::load(path) {
+            Ok(state) => state,
+            Err(err) => {
+                warn!(error = %err, "the runtime admin state cannot be restored: starting from the file alone");
+                AdminState::default()
+            }
+        },
+        None => AdminState::default(),
+    };
     let interface = opts
         .interface
         .clone()
@@ -89,6 +116,12 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);
     }
+    if !saved.is_empty()
+        && let Some(path) = &cfg.agent.state_file
+    {
+        info!(path = %path.display(), "restoring the runtime admin state of the previous run");
+    }
+    agent.keep_admin_state(cfg.agent.state_file.clone(), saved);
     agent
         .apply_config(&cfg)
         .await
@@ -102,22 +135,26 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
     let (reload_tx, mut reload_rx) = mpsc::channel::<api::ReloadRequest>(4);
-    if let Some(listen) = cfg.agent.api_listen {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding the API to {listen}"))?;
-        info!(address = %listener.local_addr()?, "API listening");
-        let state = ApiState {
-            snapshot: handles.snapshot.clone(),
-            events: handles.events.clone(),
-            admin: admin_tx,
-            reload: reload_tx,
-        };
-        tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, api::router(state)).await {
-                warn!(error = %err, "API server stopped");
-            }
-        });
+    let state = ApiState {
+        snapshot: handles.snapshot.clone(),
+        events: handles.events.clone(),
+        admin: admin_tx,
+        reload: reload_tx,
+        counters: Default::default(),
+    };
+    let listen = api::ListenConfig {
+        tcp: cfg.agent.api_listen,
+        socket: cfg.agent.api_socket.clone(),
+        socket_group: cfg.agent.api_socket_group.clone(),
+        token,
+        limits: api::Limits::default(),
+    };
+    let listening = api::listen(state, listen).await?;
+    if let Some(addr) = listening.tcp {
+        info!(address = %addr, changes = if cfg.agent.api_token_file.is_some() { "with the bearer token" } else { "refused (use the socket)" }, "API listening on TCP");
+    }
+    if let Some(socket) = &listening.socket {
+        info!(path = %socket.path().display(), "API listening on the Unix socket");
     }
     info!(
         interface,
@@ -137,11 +174,11 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sighup.recv() => {
-                let _ = reload(&mut agent, &opts.config).await;
+                let _ = reload(&mut agent, &opts.config, &cfg.agent).await;
                 Ok(())
             }
             Some(reply) = reload_rx.recv() => {
-                let _ = reply.send(reload(&mut agent, &opts.config).await);
+                let _ = reply.send(reload(&mut agent, &opts.config, &cfg.agent).await);
                 Ok(())
             }
             Some(report) = handles.reports.recv() => {
@@ -198,12 +235,18 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     }
     lifecycle::log_shutdown(agent.dataplane());
     drop(agent);
+    drop(listening);
     Ok(exit)
 }
 
 /// Re-reads the config and applies it as a diff; an invalid file leaves the running
-/// config in force. Logs `config reloaded` or `reload failed: …`.
-async fn reload<D, P, N>(agent: &mut Agent<D, P, N>, path: &std::path::Path) -> Result<(), String>
+/// config in force. Logs `config reloaded` (with a warning naming `[agent]` keys that
+/// need a restart) or `reload failed: …`. `running` is the `[agent]` table in force.
+async fn reload<D, P, N>(
+    agent: &mut Agent<D, P, N>,
+    path: &std::path::Path,
+    running: &config::AgentConfig,
+) -> Result<api::ReloadOutcome, String>
 where
     D: lb_agent::dataplane::Dataplane,
     P: lb_agent::probe::Prober,
@@ -216,10 +259,30 @@ where
             return Err(err.to_string());
         }
     };
-    match agent.apply_config(&new_cfg).await {
-        Ok(()) => {
-            info!(path = %path.display(), "config reloaded");
-            Ok(())
+    if let Err(why) = lb_agent::host::check_snat_ips(&new_cfg) {
+        warn!(error = %why, "reload failed: the running config stays in force");
+        return Err(format!("{}: {why}", path.display()));
+    }
+    let mut warnings = Vec::new();
+    let restart_only = config::restart_only_changes(running, &new_cfg.agent);
+    if !restart_only.is_empty() {
+        warn!(keys = restart_only.0.join(", "), "{restart_only}");
+        warnings.push(restart_only.to_string());
+    }
+    match agent.apply_config_reporting(&new_cfg).await {
+        Ok(report) => {
+            warnings.extend(
+                report
+                    .dropped
+                    .iter()
+                    .map(|d| format!("runtime admin state dropped: {d}")),
+            );
+            if warnings.is_empty() {
+                info!(path = %path.display(), "config reloaded");
+            } else {
+                info!(path = %path.display(), warnings = warnings.len(), "config reloaded (with warnings)");
+            }
+            Ok(api::ReloadOutcome { warnings })
         }
         Err(err) => {
             warn!(error = %err, "reload failed while publishing");
