@@ -10,6 +10,7 @@
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
+//! - [`hwaddr`]: the attached interface's own MAC (the data plane balances only frames to it);
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
@@ -20,6 +21,7 @@ pub mod config;
 pub mod dataplane;
 pub mod discovery;
 pub mod health;
+pub mod hwaddr;
 pub mod maglev;
 pub mod membership;
 pub mod neighbor;

@@ -2,7 +2,10 @@
 //! the TCP handshake for passive signals, then hand the packet to dsr or nat.
 
 use lb_common::{
-    counters::{DROP_BAD_BACKEND, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW, FLOW_REHASH},
+    counters::{
+        DROP_BAD_BACKEND, DROP_BAD_FLAGS, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW,
+        FLOW_REHASH,
+    },
     events::EVENT_SYN_RETRANSMIT,
     maps::{Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowValue, SERVICE_F_NAT, ServiceMeta},
 };
@@ -41,6 +44,10 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
                 Ok(p) => p,
                 Err(v) => return v,
             }
+        }
+        // An RST cannot open a connection: without a flow it takes no entry nor port.
+        None if pkt.is_tcp() && l4.tcp_flags & TCP_RST != 0 => {
+            return Verdict::drop(DROP_BAD_FLAGS);
         }
         None => match open(pkt, svc, use_nat, syn, now, early) {
             Ok(p) => p,

@@ -15,7 +15,8 @@ use lb_common::{
     events::PassiveEvent,
     maglev_block_index, map_names,
     maps::{
-        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
+        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
+        ServiceStats, VipKey,
     },
 };
 
@@ -149,6 +150,18 @@ impl Lb {
             action: result.return_value,
             out,
         })
+    }
+
+    /// Sets the interface MAC the program checks destination MACs against (`LB_CONFIG`).
+    pub fn set_interface_mac(&mut self, mac: [u8; 6]) {
+        let mut map: Array<_, DataplaneConfig> =
+            Array::try_from(self.ebpf.map_mut(map_names::CONFIG).expect("LB_CONFIG"))
+                .expect("LB_CONFIG type");
+        let value = DataplaneConfig {
+            mac,
+            ..DataplaneConfig::default()
+        };
+        map.set(0, value, 0).expect("writing LB_CONFIG");
     }
 
     pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {

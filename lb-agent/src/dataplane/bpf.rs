@@ -7,7 +7,7 @@ use aya::{
 };
 use lb_common::{
     MAGLEV_RING_SIZE, PROGRAM_NAME, counters, map_names,
-    maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
+    maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
 use super::{
@@ -119,6 +119,17 @@ impl BpfDataplane {
     /// Attaches the loaded program to `interface` (through the pinned link if there is
     /// one, swapping the program atomically).
     pub fn attach(&mut self, interface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
+        // Before attaching: the program balances only frames addressed to this MAC.
+        let mac = crate::hwaddr::of(interface).map_err(|source| match source.raw_os_error() {
+            Some(libc::ENODEV) => DataplaneError::NoSuchInterface {
+                interface: interface.to_string(),
+            },
+            _ => DataplaneError::Io {
+                what: "reading the interface's MAC address",
+                source,
+            },
+        })?;
+        self.set_interface_mac(mac)?;
         let pins = self.pins.clone();
         let prog = self.program_mut()?;
         let mode = match &pins {
@@ -128,6 +139,21 @@ impl BpfDataplane {
         tracing::info!(interface, mode = mode.name(), "XDP program attached");
         self.attached = Some((interface.to_string(), mode));
         Ok(())
+    }
+
+    /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
+    pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let value = DataplaneConfig {
+            mac,
+            ..DataplaneConfig::default()
+        };
+        config.set(0, value, 0).map_err(map_err(name))
     }
 
     /// The pin directory, if the state is pinned.
