@@ -294,6 +294,21 @@ impl Lb {
         map.get(key, 0).ok()
     }
 
+    /// Entries in `LB_FLOWS`.
+    pub fn flow_count(&self) -> usize {
+        let map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.keys().count()
+    }
+
+    /// Entries in `LB_NAT`.
+    pub fn nat_count(&self) -> usize {
+        let map: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
+        map.keys().count()
+    }
+
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
         let map: HashMap<_, FlowKey, NatValue> =
             HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
