@@ -2,10 +2,7 @@
 //! the TCP handshake for passive signals, then hand the packet to dsr or nat.
 
 use lb_common::{
-    counters::{
-        DROP_BAD_BACKEND, DROP_BAD_FLAGS, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW,
-        FLOW_REHASH,
-    },
+    counters::{DROP_BAD_BACKEND, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW, FLOW_REHASH},
     events::EVENT_SYN_RETRANSMIT,
     maps::{Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowValue, SERVICE_F_NAT, ServiceMeta},
 };
@@ -16,6 +13,7 @@ use crate::{
     counters::{self, count},
     dsr, events, flow, nat,
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
+    validate,
 };
 
 /// Balances one packet addressed to the service `svc`.
@@ -45,14 +43,16 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
                 Err(v) => return v,
             }
         }
-        // An RST cannot open a connection: without a flow it takes no entry nor port.
-        None if pkt.is_tcp() && l4.tcp_flags & TCP_RST != 0 => {
-            return Verdict::drop(DROP_BAD_FLAGS);
+        None => {
+            // The checks a packet must pass before it may open a flow.
+            if let Some(refused) = validate::opening(pkt, l4, end) {
+                return refused;
+            }
+            match open(pkt, svc, use_nat, syn, now, early) {
+                Ok(p) => p,
+                Err(v) => return v,
+            }
         }
-        None => match open(pkt, svc, use_nat, syn, now, early) {
-            Ok(p) => p,
-            Err(v) => return v,
-        },
     };
 
     counters::service_packet(sid, pkt.len, new_flow);

@@ -1,16 +1,21 @@
 //! Checks a packet addressed to a VIP must pass before it may take a flow entry or a nat
 //! source port: hostile or broken input is dropped (or handed to the kernel) and counted,
-//! never balanced. docs/packet-rules.md has the table; in order:
+//! never balanced. docs/packet-rules.md has the table; in order, for every VIP packet
+//! ([`to_vip`]):
 //!
-//! 1. TCP/UDP lengths against the IP header ([`Packet::l4`]) and, for IPv4, the header
-//!    checksum: `DROP_MALFORMED`;
+//! 1. TCP/UDP lengths against the IP header ([`Packet::l4`]): `DROP_MALFORMED`;
 //! 2. TTL / hop limit <= 1: `PASS_TTL_EXPIRED` (the kernel sends time-exceeded);
 //! 3. a source that cannot be a client (the VIP itself, unspecified/"this network",
 //!    loopback, multicast, limited broadcast): `DROP_BAD_SOURCE`;
 //! 4. TCP flags that no client sends to its server: SYN with FIN, RST or ACK, or none
-//!    of SYN/ACK/RST (null, FIN-only, "Xmas" scans): `DROP_BAD_FLAGS`.
+//!    of SYN/ACK/RST (null, FIN-only, "Xmas" scans): `DROP_BAD_FLAGS`;
 //!
-//! (An RST without a pinned flow is refused in `forward`: only the flow table knows.)
+//! and for a packet without a pinned flow, before it opens one ([`opening`]):
+//!
+//! 5. the IPv4 header checksum: `DROP_MALFORMED` (a packet of a pinned flow takes no
+//!    new state, and its backend verifies the checksum; this keeps the sum off the
+//!    established path);
+//! 6. an RST: `DROP_BAD_FLAGS` (it cannot open a connection).
 
 use lb_common::{
     FAMILY_V4,
@@ -20,7 +25,7 @@ use lb_common::{
 
 use crate::{
     Verdict,
-    parse::{IPV4_HLEN, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
+    parse::{IPV4_HLEN, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     pkt::ptr_at,
 };
 
@@ -34,14 +39,10 @@ pub fn to_vip(pkt: &Packet, end: usize) -> Option<Verdict> {
         Some(l4) => l4,
         None => return Some(Verdict::drop(DROP_MALFORMED)),
     };
-    let v4 = pkt.key.family == FAMILY_V4;
-    if v4 && !ipv4_checksum_ok(pkt.l3, end) {
-        return Some(Verdict::drop(DROP_MALFORMED));
-    }
     if pkt.ttl <= 1 {
         return Some(Verdict::pass(PASS_TTL_EXPIRED));
     }
-    let bad_source = if v4 {
+    let bad_source = if pkt.key.family == FAMILY_V4 {
         bad_source_v4(pkt.key.src[0])
     } else {
         bad_source_v6(&pkt.key.src)
@@ -50,6 +51,18 @@ pub fn to_vip(pkt: &Packet, end: usize) -> Option<Verdict> {
         return Some(Verdict::drop(DROP_BAD_SOURCE));
     }
     if pkt.is_tcp() && !flags_ok(l4.tcp_flags) {
+        return Some(Verdict::drop(DROP_BAD_FLAGS));
+    }
+    None
+}
+
+/// The verdict for a VIP packet without a pinned flow that must not open one, or `None`.
+#[inline(always)]
+pub fn opening(pkt: &Packet, l4: L4, end: usize) -> Option<Verdict> {
+    if pkt.key.family == FAMILY_V4 && !ipv4_checksum_ok(pkt.l3, end) {
+        return Some(Verdict::drop(DROP_MALFORMED));
+    }
+    if pkt.is_tcp() && l4.tcp_flags & TCP_RST != 0 {
         return Some(Verdict::drop(DROP_BAD_FLAGS));
     }
     None

@@ -147,9 +147,10 @@ impl World {
             return refused;
         }
         let tuple = (ip.src, sport, ip.dst, dport, ip.proto);
-        let pinned = flows.0.contains(&tuple);
-        if ip.proto == IPPROTO_TCP && frame[ip.l4 + 13] & TCP_RST != 0 && !pinned {
-            return Verdict::drop(DROP_BAD_FLAGS);
+        if !flows.0.contains(&tuple)
+            && let Some(refused) = opening_checks(frame, &ip)
+        {
+            return refused;
         }
         if svc.backend.is_none() {
             return Verdict::drop(DROP_NO_BACKEND);
@@ -257,16 +258,10 @@ fn l4_header_ok(f: &[u8], ip: &Ip) -> bool {
     }
 }
 
-/// The VIP path's checks, in order.
+/// The checks of every VIP packet, in order.
 fn vip_checks(f: &[u8], ip: &Ip, l4_ok: bool) -> Option<Verdict> {
     if !l4_ok {
         return Some(Verdict::drop(DROP_MALFORMED));
-    }
-    if ip.v4 {
-        let hlen = usize::from(f[ip.l3] & 0x0f) * 4;
-        if checksum(&f[ip.l3..ip.l3 + hlen]) != 0 {
-            return Some(Verdict::drop(DROP_MALFORMED));
-        }
     }
     if ip.ttl <= 1 {
         return Some(Verdict::pass(PASS_TTL_EXPIRED));
@@ -275,6 +270,21 @@ fn vip_checks(f: &[u8], ip: &Ip, l4_ok: bool) -> Option<Verdict> {
         return Some(Verdict::drop(DROP_BAD_SOURCE));
     }
     if ip.proto == IPPROTO_TCP && !tcp_flags_ok(f[ip.l4 + 13]) {
+        return Some(Verdict::drop(DROP_BAD_FLAGS));
+    }
+    None
+}
+
+/// The checks before a packet without a pinned flow opens one: IPv4 header checksum,
+/// then "an RST opens nothing".
+fn opening_checks(f: &[u8], ip: &Ip) -> Option<Verdict> {
+    if ip.v4 {
+        let hlen = usize::from(f[ip.l3] & 0x0f) * 4;
+        if checksum(&f[ip.l3..ip.l3 + hlen]) != 0 {
+            return Some(Verdict::drop(DROP_MALFORMED));
+        }
+    }
+    if ip.proto == IPPROTO_TCP && f[ip.l4 + 13] & TCP_RST != 0 {
         return Some(Verdict::drop(DROP_BAD_FLAGS));
     }
     None

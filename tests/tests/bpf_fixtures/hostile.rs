@@ -262,7 +262,7 @@ fn ip_lengths_must_agree_with_the_frame() {
 }
 
 #[test]
-fn ipv4_header_checksum_is_verified_on_the_vip_path() {
+fn ipv4_header_checksum_is_verified_before_a_flow_opens() {
     let mut lb = world(&[DSR4]);
     let syn = to_vip(DSR4, CPORT, TCP_SYN);
     let mut bad = syn.bytes();
@@ -292,6 +292,17 @@ fn ipv4_header_checksum_is_verified_on_the_vip_path() {
         &with_options.bytes(),
         1,
         &[(TX_DSR, 1), (FLOW_NEW, 1)],
+    );
+
+    // A packet of a pinned flow takes no new state: forwarded, its backend verifies it.
+    let mut pinned_bad = to_vip(DSR4, CPORT, TCP_ACK).bytes();
+    pinned_bad[14 + 10] ^= 0x01;
+    forwarded_dsr(
+        &mut lb,
+        "bad checksum on a pinned flow",
+        &pinned_bad,
+        1,
+        &[(TX_DSR, 1), (FLOW_HIT, 1)],
     );
 
     // Off the VIP path the kernel verifies it: lb does not spend the cycles.
