@@ -110,11 +110,18 @@ fn frames_for_a_foreign_mac_are_not_balanced() {
     };
 
     let before = counter(&api, "pass_not_for_host");
+    let tx_before = counter(&api, "tx_dsr");
     send_raw(&client.ns, &syns(31_000, FOREIGN_MAC)).expect("sending the foreign-MAC SYNs");
     let passed = wait_counter(&api, "pass_not_for_host", before + f64::from(FRAMES));
     assert!(
         passed >= before + f64::from(FRAMES),
         "all {FRAMES} SYNs to the foreign MAC must count pass_not_for_host (went {before} -> {passed})"
+    );
+    // (Multicast on the segment counts pass_not_for_host too: tx_dsr is the sharp check.)
+    let tx = counter(&api, "tx_dsr");
+    assert_eq!(
+        tx, tx_before,
+        "no SYN to the foreign MAC may be balanced (tx_dsr {tx_before} -> {tx})"
     );
     let fdb = topo
         .switch()
