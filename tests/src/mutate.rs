@@ -344,3 +344,42 @@ pub fn corpus(
     out.push(raw_frame([0xff; 6], client_mac, ETH_P_ARP, &[0u8; 28]));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(seed: u64) -> Vec<Vec<u8>> {
+        let vip: IpAddr = "10.0.0.100".parse().unwrap();
+        let clients = ("10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap());
+        let seeds = corpus(
+            &[(vip, 80, 6)],
+            clients,
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+        );
+        let addrs = Addresses {
+            v4: vec![vip, "0.0.0.0".parse().unwrap()],
+            v6: vec!["::1".parse().unwrap()],
+            macs: vec![[0xff; 6]],
+        };
+        let mut rng = Rng::new(seed);
+        (0..2_000)
+            .map(|_| {
+                let base = &seeds[rng.below(seeds.len())];
+                mutate(&mut rng, base, &addrs)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_seed_replays_the_same_frames_within_bounds() {
+        let a = frames(5);
+        assert_eq!(a, frames(5), "same seed, same frames");
+        assert_ne!(a, frames(6), "another seed, other frames");
+        assert!(
+            a.iter().all(|f| (MIN_FRAME..=MAX_FRAME).contains(&f.len())),
+            "every frame between {MIN_FRAME} and {MAX_FRAME} bytes"
+        );
+    }
+}
