@@ -63,7 +63,7 @@ async fn max_fails_within_fail_timeout_make_a_server_unavailable_until_it_elapse
         0,
         "an unavailable server leaves the table"
     );
-    assert!(!h.live("web", a()));
+    assert!(h.live("web", a()) && !h.serving("web", a()));
     assert_eq!(h.snapshot().passive_events["syn_retransmit"], 3);
 
     let took = h

@@ -169,6 +169,9 @@ pub struct ServerHealth {
     downstart: Option<Instant>,
     /// When the current state began (membership's removal cap orders failures by it).
     since: Instant,
+    /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
+    /// `checking` it may still hold established flows.
+    was_up_before: bool,
 }
 
 impl ServerHealth {
@@ -215,6 +218,7 @@ impl ServerHealth {
             downtime: Duration::ZERO,
             downstart: state.is_down().then_some(now),
             since: now,
+            was_up_before: start == StartState::ReloadedWasUp,
         }
     }
 
@@ -225,6 +229,12 @@ impl ServerHealth {
     /// When the current state began (creation, for the initial state).
     pub fn state_since(&self) -> Instant {
         self.since
+    }
+
+    /// It was in traffic before this state machine started (a reload or restart kept it
+    /// up), so it may hold established flows while `checking`.
+    pub fn was_up_before(&self) -> bool {
+        self.was_up_before
     }
 
     /// May get client traffic (health only; admin states are applied elsewhere).

@@ -16,7 +16,7 @@ use lb_agent::dataplane::memory::MemoryDataplane;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
 use lb_agent::status::{ServerStatus, ServiceStatus, Snapshot};
-use lb_common::maps::BACKEND_F_LIVE;
+use lb_common::maps::{BACKEND_F_LIVE, BACKEND_F_SERVING};
 use lb_common::{MAGLEV_RING_SIZE, NO_BACKEND};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval, sleep, sleep_until};
@@ -403,6 +403,14 @@ impl<N: Neighbors> Harness<N> {
         self.backend_ids(service, addr)
             .iter()
             .any(|id| dp.backends[id].flags & BACKEND_F_LIVE != 0)
+    }
+
+    /// Takes new flows (`BACKEND_F_SERVING`); `live` without it: keeps established flows.
+    pub fn serving(&self, service: &str, addr: SocketAddr) -> bool {
+        let dp = self.agent.dataplane();
+        self.backend_ids(service, addr)
+            .iter()
+            .any(|id| dp.backends[id].flags & BACKEND_F_SERVING != 0)
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
