@@ -493,6 +493,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Runs what is due at `now`.
     pub fn on_tick(&mut self, now: Instant) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
+        // A due deadline may end without a transition (an `unavailable` server waiting
+        // for its probes' confirmation): the cached deadline must not stay in the past.
+        self.deadline_cache.set(None);
         let mut changed = false;
         let mut records = Vec::new();
         for svc in &mut self.services {
