@@ -11,6 +11,7 @@
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
+//! - [`rlimit`]: the file-descriptor limit, raised at start;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -25,6 +26,7 @@ pub mod membership;
 pub mod neighbor;
 pub mod probe;
 pub mod publish;
+pub mod rlimit;
 pub mod status;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.

@@ -6,6 +6,7 @@
 //! the API only sends requests. Time is `tokio::time`, so tests run under paused time
 //! against [`crate::dataplane::memory::MemoryDataplane`].
 
+mod local_faults;
 mod neighbors;
 mod resolve;
 mod server;
@@ -80,6 +81,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     transitions: u64,
     passive: BTreeMap<String, u64>,
+    /// Probes that could not run for a local reason (never held against a server).
+    local_faults: local_faults::LocalFaults,
     /// State changed since the last snapshot (built off the verdict path).
     snapshot_dirty: bool,
     /// When the snapshot was last built (rebuilds are at most every SNAPSHOT_EVERY).
@@ -124,6 +127,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             propagation: Histogram::default(),
             transitions: 0,
             passive: BTreeMap::new(),
+            local_faults: Default::default(),
             snapshot_dirty: true,
             snapshot_built: None,
             unknown_mac_count: 0,
@@ -384,6 +388,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let Some(server) = svc.servers.get_mut(&report.server.addr) else {
                 continue;
             };
+            if report.outcome.local {
+                self.local_faults.record(
+                    &svc.cfg.name,
+                    &server.addr.to_string(),
+                    &report.outcome.detail,
+                    report.at,
+                );
+                self.snapshot_dirty = true;
+            }
             if let Some(t) = server
                 .health
                 .on_probe(report.probe, &report.outcome, report.at)

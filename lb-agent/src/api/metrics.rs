@@ -56,6 +56,31 @@ pub fn render(snap: &Snapshot) -> String {
     );
     line(o, "lb_transitions_total", &[], snap.transitions as f64);
 
+    header(
+        o,
+        "lb_agent_local_faults_total",
+        "counter",
+        "probe runs without a verdict because this host failed (never counted against a server)",
+    );
+    line(
+        o,
+        "lb_agent_local_faults_total",
+        &[],
+        snap.local_faults.total as f64,
+    );
+    header(
+        o,
+        "lb_agent_local_fault",
+        "gauge",
+        "1 while a local fault is at most 30 s old: verdicts are frozen",
+    );
+    line(
+        o,
+        "lb_agent_local_fault",
+        &[],
+        u8::from(snap.local_faults.active) as f64,
+    );
+
     histogram(
         o,
         "lb_propagation_seconds",

@@ -51,6 +51,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
+    lb_agent::rlimit::raise_nofile_logged();
     let interface = opts
         .interface
         .clone()

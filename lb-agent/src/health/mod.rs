@@ -27,6 +27,9 @@
 //!   traffic; probation only made one spurious signal flap a healthy server;
 //! - a server kept across a reload that was down before it starts `unhealthy` (all probes
 //!   must pass) instead of getting traffic it just failed;
+//! - a probe result marked local (the agent's host failed: descriptors, buffers, no
+//!   route, a starved runtime) counts neither as a pass nor as a failure: every verdict
+//!   and counter stays as it was (docs/local-faults.md);
 //! - `downtime`/`downstart` count every state but `up` (Angie counts `checking` too), and
 //!   `fails` counts failed probes and passive failures.
 
@@ -134,6 +137,8 @@ pub struct ProbeStats {
     /// The last result's detail ("status 200", "timeout"…).
     pub last_detail: String,
     pub last_duration: Option<Duration>,
+    /// Runs that could not reach a verdict for a local reason (not counted above).
+    pub local_faults: u64,
 }
 
 /// A probe's own verdict.
@@ -257,6 +262,11 @@ impl ServerHealth {
     ) -> Option<Transition> {
         let track = self.probes.get_mut(idx)?;
         let s = &mut track.stats;
+        if outcome.local {
+            // The agent's own host failed, not the server: the last verdict stays.
+            s.local_faults += 1;
+            return None;
+        }
         s.count += 1;
         s.last = Some(now);
         s.last_result = Some(outcome.ok);

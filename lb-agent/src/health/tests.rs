@@ -519,3 +519,32 @@ fn probe_stats_follow_results() {
     assert_eq!(h.probes().map(|(n, _)| n).collect::<Vec<_>>(), ["health"]);
     assert_eq!(h.on_probe(7, &bad(), t0), None, "unknown index ignored");
 }
+
+#[test]
+fn a_local_fault_keeps_every_verdict_and_counter() {
+    let t0 = Instant::now();
+    let probes = [probe("health", 1, 1)];
+    let mut h = up_server(&probes, NO_PASSIVE, t0);
+    let emfile = ProbeOutcome::local_fault(
+        Duration::ZERO,
+        "local fault: out of file descriptors (EMFILE)",
+    );
+    for i in 0..5 {
+        assert_eq!(h.on_probe(0, &emfile, t0 + secs(i)), None, "no transition");
+    }
+    assert_eq!(h.state(), HealthState::Up);
+    let s = h.probe_stats(0).unwrap();
+    assert_eq!(
+        (s.count, s.fails, s.failures),
+        (1, 0, 0),
+        "not counted: {s:?}"
+    );
+    assert_eq!(s.local_faults, 5);
+    assert_eq!(s.last_result, Some(true), "the last verdict stays");
+
+    // Unhealthy stays unhealthy too: a local fault is no pass either.
+    h.on_probe(0, &bad(), t0 + secs(10)).expect("unhealthy");
+    assert_eq!(h.on_probe(0, &emfile, t0 + secs(11)), None);
+    assert_eq!(h.state(), HealthState::Unhealthy);
+    assert_eq!(h.probe_stats(0).unwrap().fails, 1);
+}

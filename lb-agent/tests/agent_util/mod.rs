@@ -50,6 +50,8 @@ pub enum Verdict {
     Refuse,
     /// Never answers: the probe fails when its timeout elapses.
     Silent,
+    /// Cannot run on this host (out of file descriptors): no verdict at all.
+    LocalFault,
 }
 
 /// One probe execution as the scripted prober saw it.
@@ -133,6 +135,10 @@ impl Prober for Scripted {
                 sleep(cfg.timeout).await;
                 ProbeOutcome::timed_out(cfg.timeout)
             }
+            Verdict::LocalFault => ProbeOutcome::local_fault(
+                Duration::ZERO,
+                "local fault: out of file descriptors (EMFILE): connect: Too many open files",
+            ),
         }
     }
 }
