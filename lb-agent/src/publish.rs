@@ -257,6 +257,14 @@ impl Publisher {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
     }
 
+    /// Addresses of the backends published for a service.
+    pub fn backend_addrs(&self, service: &str) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.services
+            .get(service)
+            .into_iter()
+            .flat_map(|s| s.backends.keys().copied())
+    }
+
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
         self.services.iter().find_map(|(name, svc)| {

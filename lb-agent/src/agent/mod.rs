@@ -6,6 +6,7 @@
 //! the API only sends requests. Time is `tokio::time`, so tests run under paused time
 //! against [`crate::dataplane::memory::MemoryDataplane`].
 
+mod departing;
 mod local_faults;
 mod neighbors;
 mod resolve;
@@ -53,6 +54,8 @@ struct ServiceRt {
     membership: ServiceMembership,
     servers: BTreeMap<SocketAddr, ServerRt>,
     outcome: Option<Outcome>,
+    /// Servers removed from the configuration whose established flows may still run.
+    departing: BTreeMap<SocketAddr, departing::Departing>,
 }
 
 /// What the agent is running on (shown in status).
@@ -246,12 +249,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         membership: ServiceMembership::new(),
                         servers,
                         outcome: None,
+                        departing: BTreeMap::new(),
                     }
                 }
             };
             rt.outcome = None;
             self.services.push(rt);
         }
+        self.sync_departing(now);
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
@@ -478,7 +483,33 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                 }
             }
+            for (addr, d) in &mut svc.departing {
+                let Some(id) = self.publisher.backend_id(&svc.cfg.name, addr) else {
+                    continue;
+                };
+                if let Some(stats) = all.get(id as usize) {
+                    d.saw_packets(stats.packets, now);
+                }
+            }
         }
+    }
+
+    /// Keeps `departing` in step with the servers: a published backend no longer among a
+    /// service's servers starts departing; a departing address added again stops. Called
+    /// where servers are added or removed (config, API, DNS), not per verdict.
+    fn sync_departing(&mut self, now: Instant) {
+        for svc in &mut self.services {
+            let servers = &svc.servers;
+            svc.departing.retain(|a, _| !servers.contains_key(a));
+            for addr in self.publisher.backend_addrs(&svc.cfg.name) {
+                if !svc.servers.contains_key(&addr) {
+                    svc.departing
+                        .entry(addr)
+                        .or_insert_with(|| departing::Departing::new(now));
+                }
+            }
+        }
+        self.deadline_cache.set(None);
     }
 
     /// The next instant something time-driven is due (health expiry, membership recheck).
@@ -499,6 +530,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .values()
                     .filter_map(|v| v.health.next_deadline())
                     .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
+                    .chain(s.departing.values().map(departing::Departing::deadline))
             })
             .min()
     }
@@ -527,6 +559,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             {
                 changed = true;
             }
+            let departing = svc.departing.len();
+            svc.departing.retain(|_, d| d.deadline() > now);
+            changed |= svc.departing.len() != departing;
         }
         for (s, a, t) in records {
             self.record(&s, &a, &t);
@@ -649,9 +684,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .servers
                     .remove(&addr)
                     .ok_or_else(no_server)?;
-                self.record_names(service, address, "-", "removed", "admin");
+                self.record_names(
+                    service,
+                    address,
+                    "-",
+                    "removed",
+                    "admin (established flows kept until idle)",
+                );
             }
         }
+        self.sync_departing(now);
         self.recompute(now, started)
             .map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
     }
@@ -802,6 +844,13 @@ fn desired_service(
                     role,
                 }
             })
+            // Removed from the config: out of the home table (weight 0), flows kept.
+            .chain(svc.departing.keys().map(|&addr| DesiredBackend {
+                addr,
+                weight: 0,
+                mac: macs.get(&addr.ip()).copied(),
+                role: crate::publish::Role::Sticky,
+            }))
             .collect(),
     }
 }
