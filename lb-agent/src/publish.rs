@@ -189,6 +189,9 @@ pub struct Publisher {
     adopted: HashMap<VipKey, AdoptedService>,
     /// Backend ids of a previous run that belong to no service; freed on first apply.
     orphans: Vec<u32>,
+    /// Some adopted backend carries `BACKEND_F_SERVING`: the previous run knew the flag.
+    /// Pinned maps of a version before it mark a backend in traffic with LIVE alone.
+    adopted_serving_known: bool,
 }
 
 impl Default for Publisher {
@@ -196,6 +199,7 @@ impl Default for Publisher {
         Self {
             adopted: HashMap::new(),
             orphans: Vec::new(),
+            adopted_serving_known: false,
             services: BTreeMap::new(),
             service_ids: IdPool::new(0, MAX_SERVICES),
             backend_ids: IdPool::new(1, MAX_BACKENDS),
@@ -221,6 +225,7 @@ impl Publisher {
         }
         for (id, b) in &state.backends {
             self.backend_ids.reserve(*id);
+            self.adopted_serving_known |= b.flags & BACKEND_F_SERVING != 0;
             let addr = SocketAddr::new(words_addr(b.addr, b.family), u16::from_be(b.port));
             match self.adopted.values_mut().find(|s| s.id == b.service_id) {
                 Some(svc) => {
@@ -235,11 +240,19 @@ impl Publisher {
 
     /// Whether a backend was taking new flows (`BACKEND_F_SERVING`) when a previous run
     /// stopped; `None` if it was not published then. A backend that only kept its pinned
-    /// flows (`BACKEND_F_LIVE` alone: unhealthy, draining, idle spare) does not count.
+    /// flows (`BACKEND_F_LIVE` alone: unhealthy, draining, idle spare) does not count —
+    /// unless no adopted backend has `SERVING` at all: maps pinned by a version before
+    /// that flag meant "in traffic" by `LIVE` alone, and an upgrade must not take every
+    /// server out of traffic.
     pub fn adopted_live(&self, vip: SocketAddr, proto: u8, addr: SocketAddr) -> Option<bool> {
         let svc = self.adopted.get(&vip_key(vip, proto))?;
         let (_, b) = svc.backends.get(&addr)?;
-        Some(b.flags & BACKEND_F_SERVING != 0)
+        let in_traffic = if self.adopted_serving_known {
+            BACKEND_F_SERVING
+        } else {
+            BACKEND_F_LIVE
+        };
+        Some(b.flags & in_traffic != 0)
     }
 
     /// Data-plane id of a service.
@@ -910,6 +923,37 @@ mod tests {
             up("10.0.1.2:80"),
             Some(false),
             "a sticky backend (LIVE without SERVING) was not taking traffic"
+        );
+    }
+
+    #[test]
+    fn adoption_of_maps_pinned_before_serving_existed_reads_live_as_in_traffic() {
+        let mut dp = MemoryDataplane::default();
+        let mut first = Publisher::default();
+        let svc = web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Removed),
+        ]);
+        first.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        // What the previous version pinned: LIVE alone for a backend in traffic.
+        let state = PublishedState {
+            services: dp.services.values().copied().collect(),
+            backends: dp
+                .backends
+                .iter()
+                .map(|(id, b)| {
+                    let mut b = *b;
+                    b.flags &= !BACKEND_F_SERVING;
+                    (*id, b)
+                })
+                .collect(),
+        };
+        let mut second = Publisher::default();
+        second.adopt(&state);
+        let up = |a: &str| second.adopted_live(svc.vip, IPPROTO_TCP, a.parse().unwrap());
+        assert_eq!(
+            (up("10.0.1.1:80"), up("10.0.1.2:80")),
+            (Some(true), Some(false))
         );
     }
 

@@ -93,7 +93,7 @@ pub fn render(snap: &Snapshot) -> String {
         &'static str,
         fn(&crate::status::ServiceStatus) -> f64,
     );
-    let service_gauges: [SvcGauge; 8] = [
+    let service_gauges: [SvcGauge; 9] = [
         (
             "lb_service_main_weight",
             "total weight of the primary group",
@@ -116,6 +116,11 @@ pub fn render(snap: &Snapshot) -> String {
             "lb_service_fail_open",
             "1 while every server is unusable and traffic spreads over all",
             |s| u8::from(s.fail_open) as f64,
+        ),
+        (
+            "lb_service_fail_open_tier",
+            "0; 1 = fail-open over suspect servers; 2 = over every server not down",
+            |s| f64::from(s.fail_open_tier),
         ),
         ("lb_service_packets_total", "packets to the service", |s| {
             s.stats.packets as f64
