@@ -60,6 +60,9 @@ pub struct ServiceStatus {
     /// drained); 2 = over every server not down, probe-failing ones included.
     #[serde(default)]
     pub fail_open_tier: u8,
+    /// Probe runs of this service without a verdict because the agent's host failed.
+    #[serde(default)]
+    pub local_faults: LocalFaultStatus,
     pub stats: Stats,
     pub servers: Vec<ServerStatus>,
 }

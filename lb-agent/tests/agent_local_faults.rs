@@ -50,6 +50,12 @@ async fn local_faults_keep_every_verdict_and_are_reported() {
         "{:?}",
         snap.local_faults
     );
+    let svc = h.service_status("web");
+    assert!(
+        svc.local_faults.active && svc.local_faults.total == snap.local_faults.total,
+        "GET /api/v1/services shows it per service: {:?}",
+        svc.local_faults
+    );
     let probe = &h.server_status("web", a).health.probes["tcp"];
     assert_eq!(probe.fails, 0, "not counted as failures: {probe:?}");
     assert!(probe.local_faults >= 19, "{probe:?}");

@@ -26,11 +26,17 @@ pub(super) struct LocalFaults {
 }
 
 impl LocalFaults {
-    /// One probe of `server` in `service` could not run properly at `now`. O(1).
-    pub fn record(&mut self, service: &str, server: &str, detail: &str, now: Instant) {
+    /// Counts one probe run without a verdict at `now`, without logging. O(1).
+    pub fn note(&mut self, detail: &str, now: Instant) {
         self.total += 1;
         self.last = Some(now);
         detail.clone_into(&mut self.last_detail);
+    }
+
+    /// One probe of `server` in `service` could not run properly at `now`: counted and
+    /// logged (at most one line per [`LOG_EVERY`]). O(1).
+    pub fn record(&mut self, service: &str, server: &str, detail: &str, now: Instant) {
+        self.note(detail, now);
         if self
             .logged_at
             .is_some_and(|t| now.saturating_duration_since(t) < LOG_EVERY)

@@ -56,6 +56,8 @@ struct ServiceRt {
     outcome: Option<Outcome>,
     /// Servers removed from the configuration whose established flows may still run.
     departing: BTreeMap<SocketAddr, departing::Departing>,
+    /// Probe runs of this service without a verdict because of a local fault.
+    local_faults: local_faults::LocalFaults,
 }
 
 /// What the agent is running on (shown in status).
@@ -250,6 +252,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         servers,
                         outcome: None,
                         departing: BTreeMap::new(),
+                        local_faults: Default::default(),
                     }
                 }
             };
@@ -394,6 +397,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 continue;
             };
             if report.outcome.local {
+                svc.local_faults.note(&report.outcome.detail, report.at);
                 self.local_faults.record(
                     &svc.cfg.name,
                     &server.addr.to_string(),

@@ -134,6 +134,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 active_backup_level: outcome.map_or(0, |o| o.active_backup_level),
                 fail_open: outcome.is_some_and(|o| o.fail_open),
                 fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
+                local_faults: svc.local_faults.status(now, at),
                 stats,
                 servers,
             }
