@@ -126,7 +126,7 @@ impl MemberHealth {
 pub enum Admin {
     #[default]
     Up,
-    /// No new flows; pinned flows continue while the server is healthy.
+    /// No new flows; established TCP flows continue (healthy or not).
     Drain,
     /// Out, pinned flows re-hash.
     Down,
