@@ -214,7 +214,7 @@ fn service_defaults() {
     assert_eq!(s.forwarding, Forwarding::Nat);
     assert_eq!(s.snat_ports, DEFAULT_SNAT_PORTS);
     assert_eq!(s.snat_ports, 20000..=29999);
-    assert_eq!(s.max_fails, 1);
+    assert_eq!(s.max_fails, 3);
     assert_eq!(s.fail_timeout, Duration::from_secs(10));
     assert_eq!(s.max_unhealthy_percent, 100);
     assert!(s.fail_open);
@@ -601,6 +601,37 @@ fn detection_bounds_follow_tr7() {
         "jitter never shortens a wait"
     );
     assert_eq!(b.recover_max, Duration::from_secs(18));
+}
+
+#[test]
+fn max_fails_with_nothing_to_count_is_warned() {
+    let w = warnings(&one_service("protocol = \"udp\"", ""));
+    assert!(
+        w.iter().any(|w| w.starts_with(
+            "service[0] (\"web\"): max_fails = 3 has nothing to count: a udp service produces no passive signal"
+        )),
+        "{w:#?}"
+    );
+    let w = warnings(&one_service("protocol = \"udp\"\nmax_fails = 0", ""));
+    assert!(
+        !w.iter().any(|w| w.contains("has nothing to count")),
+        "max_fails = 0 asks for nothing: {w:#?}"
+    );
+    let dsr = parse(
+        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n\
+         [[service.server]]\naddress = \"10.0.1.11:80\"\n",
+    );
+    let w = warnings(&dsr);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("only client SYN retransmissions count")),
+        "{w:#?}"
+    );
+    let w = warnings(&one_service("", ""));
+    assert!(
+        !w.iter().any(|w| w.contains("max_fails")),
+        "tcp nat sees every passive signal: {w:#?}"
+    );
 }
 
 #[test]

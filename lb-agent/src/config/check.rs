@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
+use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode, Protocol};
 
 /// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
 /// counting propagation (< 1 ms).
@@ -52,6 +52,21 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             out.push(format!(
                 "{at}: every probe is mode = \"onfail\" and max_fails = 0: nothing notices a server failing"
             ));
+        }
+        if s.max_fails > 0 {
+            match (s.protocol, s.forwarding) {
+                (Protocol::Udp, _) => out.push(format!(
+                    "{at}: max_fails = {} has nothing to count: a udp service produces no passive \
+                     signal (no handshake, and ICMP errors do not reach the agent); use probes",
+                    s.max_fails
+                )),
+                (Protocol::Tcp, Forwarding::Dsr) => out.push(format!(
+                    "{at}: max_fails = {} sees almost nothing with forwarding = \"dsr\": replies \
+                     bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)",
+                    s.max_fails
+                )),
+                (Protocol::Tcp, Forwarding::Nat) => {}
+            }
         }
         if s.max_unhealthy_percent == 0 {
             out.push(format!(

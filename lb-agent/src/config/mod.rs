@@ -32,7 +32,7 @@
 //! | `forwarding` | `nat`, `dsr` | `nat` | |
 //! | `snat_ip` | IP | required with `nat` | the VIP's family; not allowed with `dsr` |
 //! | `snat_ports` | `"LOW-HIGH"` | `"20000-29999"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
-//! | `max_fails` | integer >= 0 | 1 | passive failures within `fail_timeout` that make a server `unavailable`; 0 = off |
+//! | `max_fails` | integer >= 0 | 3 | passive failures within `fail_timeout` that make a server `unavailable` (with probes it returns when they all pass again); 0 = off |
 //! | `fail_timeout` | duration | `10s` | > 0 when `max_fails` > 0 |
 //! | `max_unhealthy_percent` | 0..=100 | 100 | |
 //! | `fail_open` | bool | true | |
@@ -119,7 +119,7 @@ pub const DEFAULT_RESOLVER_PORT: u16 = 53;
 /// Default `service.snat_ports`.
 pub const DEFAULT_SNAT_PORTS: RangeInclusive<u16> = 20000..=29999;
 /// Default `service.max_fails`.
-pub const DEFAULT_MAX_FAILS: u32 = 1;
+pub const DEFAULT_MAX_FAILS: u32 = 3;
 /// Default `service.fail_timeout`.
 pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest `server.weight`: a 65537-slot Maglev table cannot express finer ratios.
