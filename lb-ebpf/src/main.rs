@@ -24,6 +24,7 @@ mod nat;
 mod parse;
 mod pkt;
 mod rewrite;
+mod source;
 
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
