@@ -68,7 +68,7 @@ fn get(vip: SocketAddr) -> Result<(), String> {
         TcpStream::connect_timeout(&vip, STEP_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(STEP_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: lb\r\n\r\n")
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: lb\r\n\r\n")
         .map_err(|e| format!("write: {e}"))?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer)
