@@ -695,3 +695,150 @@ fn one_source_cannot_open_more_than_its_bucket() {
         },
     );
 }
+
+/// Moves every given reverse entry's `last_seen` back by `secs` coarse seconds.
+fn age_entries(lb: &mut Lb, keys: &[FlowKey], secs: u32) {
+    for key in keys {
+        let mut v = lb.nat_entry(key).expect("entry to age");
+        v.last_seen = v.last_seen.wrapping_sub(secs);
+        lb.insert_nat(*key, v);
+    }
+}
+
+fn counter_delta(before: &[u64], after: &[u64], idx: u32) -> u64 {
+    after[idx as usize] - before[idx as usize]
+}
+
+/// Issue 12, row 2, in the data plane: spoofed SYNs that the backend answers (its
+/// SYN-ACKs go nowhere) hold their ports only while half-open, however often the backend
+/// retransmits; then legitimate clients get every port back.
+#[test]
+fn spoofed_syns_hold_ports_only_seconds() {
+    let mut lb = world(&[]);
+    let vip = custom_service(&mut lb, &[ip4(10, 0, 0, 2)], (30000, 30199), 0, 1);
+    let reverse = |port| flow_key(ip4(10, 0, 1, 20), 80, ip4(10, 0, 0, 2), port, IPPROTO_TCP);
+    let mut spoofed = Vec::new();
+    for i in 0..150u16 {
+        let src = ip4(198, 18, (i >> 8) as u8, i as u8);
+        let syn = syn_from(src, 40000 + i, vip);
+        let run = lb.run(&syn.bytes());
+        assert_eq!(run.action, XDP_TX, "spoofed SYN {i} forwarded");
+        let port = out_sport(&syn, &run.out);
+        let synack = Frame::tcp(
+            ip4(10, 0, 1, 20),
+            80,
+            ip4(10, 0, 0, 2),
+            port,
+            TCP_SYN | TCP_ACK,
+        )
+        .macs(backend_mac(20), LB_MAC);
+        assert_eq!(lb.run(&synack.bytes()).action, XDP_TX, "SYN-ACK sent back");
+        spoofed.push((reverse(port), synack));
+    }
+    let keys: Vec<FlowKey> = spoofed.iter().map(|(k, _)| *k).collect();
+    for k in &keys {
+        assert_eq!(
+            lb.nat_entry(k).unwrap().state,
+            NAT_S_ESTABLISHED,
+            "half-open"
+        );
+    }
+    // The client never acknowledges; the backend keeps retransmitting its SYN-ACKs.
+    age_entries(&mut lb, &keys, NAT_HALF_OPEN_REUSE);
+    for (_, synack) in &spoofed {
+        lb.run(&synack.bytes());
+    }
+    // 120 legitimate connections from one client: more than the 50 ports never used.
+    let before = lb.counters();
+    for i in 0..120u16 {
+        let run = lb.run(&syn_from(client4(), 20000 + i, vip).bytes());
+        assert_eq!(run.action, XDP_TX, "legitimate connection {i} translated");
+    }
+    let after = lb.counters();
+    assert_eq!(counter_delta(&before, &after, DROP_NAT_PORTS), 0);
+    let reclaimed = counter_delta(&before, &after, NAT_PORT_RECLAIMED);
+    assert!(
+        reclaimed >= 70,
+        "at least 70 of the half-open ports came back, got {reclaimed}"
+    );
+}
+
+/// Issue 12, row 3, in the data plane: one client's flood of one-datagram UDP flows is
+/// cut by its bucket, other clients keep getting ports, and the flood's ports come back
+/// after the unassured timeout.
+#[test]
+fn one_clients_udp_flood_cannot_take_the_port_range() {
+    let mut lb = world(&[]);
+    let vip = ip4(10, 0, 0, 105);
+    lb.add_service(
+        vip,
+        53,
+        IPPROTO_UDP,
+        ServiceMeta {
+            service_id: 11,
+            flags: SERVICE_F_NAT,
+            snat_addrs: [addr_words(ip4(10, 0, 0, 2)), [0; 4], [0; 4], [0; 4]],
+            snat_count: 1,
+            nat_port_min: 30000,
+            nat_port_max: 30999,
+            // 1000 new flows/s, 200 at once.
+            source_interval_ns: 1_000_000,
+            source_burst: 200,
+        },
+    );
+    lb.set_backend(21, backend(ip4(10, 0, 1, 21), 53, 21, 11));
+    lb.set_maglev_all(11, 21);
+    let query = |src: IpAddr, sport: u16| {
+        Frame::udp(src, sport, vip, 53)
+            .payload(b"q")
+            .macs(CLIENT_MAC, LB_MAC)
+    };
+    let before = lb.counters();
+    let mut flood_ports = Vec::new();
+    for i in 0..600u16 {
+        let q = query(client4(), 10000 + i);
+        let run = lb.run(&q.bytes());
+        if run.action == XDP_TX {
+            flood_ports.push(out_sport(&q, &run.out));
+        }
+    }
+    let after = lb.counters();
+    let refused = counter_delta(&before, &after, DROP_SOURCE_LIMIT);
+    assert_eq!(
+        counter_delta(&before, &after, DROP_NAT_PORTS),
+        0,
+        "ports to spare"
+    );
+    // The burst, plus what the bucket refilled while the loop ran (1 per ms).
+    assert!(
+        (200..=260).contains(&flood_ports.len()),
+        "the flood got its burst and little more: {} flows, {refused} refused",
+        flood_ports.len()
+    );
+    assert_eq!(flood_ports.len() as u64 + refused, 600);
+    for i in 0..50u8 {
+        let run = lb.run(&query(ip4(10, 0, 3, i), 5353).bytes());
+        assert_eq!(run.action, XDP_TX, "another client's query {i} gets a port");
+    }
+    // 10.7 s later (unassured), the flood's ports are reclaimable: fill the range.
+    let keys: Vec<FlowKey> = flood_ports
+        .iter()
+        .map(|&p| flow_key(ip4(10, 0, 1, 21), 53, ip4(10, 0, 0, 2), p, IPPROTO_UDP))
+        .collect();
+    age_entries(&mut lb, &keys, NAT_UDP_REUSE);
+    let before = lb.counters();
+    let mut ok = 0;
+    for i in 0..700u16 {
+        let run = lb.run(&query(ip4(10, 0, 4 + (i / 200) as u8, i as u8), 6000 + i).bytes());
+        ok += usize::from(run.action == XDP_TX);
+    }
+    let after = lb.counters();
+    assert!(
+        ok >= 650,
+        "after the timeout, at least 650 of 700 other clients get ports, got {ok}"
+    );
+    assert!(
+        counter_delta(&before, &after, NAT_PORT_RECLAIMED) > 0,
+        "some of them on the flood's reclaimed ports"
+    );
+}
