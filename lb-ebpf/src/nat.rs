@@ -249,8 +249,10 @@ pub fn allocate(
 /// For a pinned flow: makes sure its reverse entry still exists and is its own.
 ///
 /// An entry evicted from the LRU is re-inserted with `state` (what the flow table knows
-/// of the connection). `false` when another flow claimed the port meanwhile: the flow
-/// needs a new source (`allocate`).
+/// of the connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose handshake
+/// was answered and whose client sends again), and an existing entry gains those bits.
+/// `false` when another flow claimed the port meanwhile: the flow needs a new source
+/// (`allocate`).
 ///
 /// Called for the first packet of a flow in each tick (`FlowValue::nat_tick`), not for
 /// every packet: the lookup is a third hash-map lookup, about 40 ns. An entry can only
@@ -273,7 +275,14 @@ pub fn ensure(
         // SAFETY: read right after the lookup; a stale read only costs a re-allocation.
         Some(v) if unsafe { owned_by(&*v, client) } => {
             // SAFETY: as above; the age is a hint, a lost update costs nothing.
-            touch(unsafe { &mut *v }, now_s);
+            let v = unsafe { &mut *v };
+            // What the flow knows and the entry missed (an entry written by an older
+            // program without `NAT_S_ACKED`, a lost update): noted, so an answered
+            // connection whose client keeps sending is never taken for half-open.
+            if v.state & state != state {
+                v.state |= state;
+            }
+            touch(v, now_s);
             true
         }
         Some(_) => false,

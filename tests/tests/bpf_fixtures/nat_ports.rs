@@ -842,3 +842,29 @@ fn one_clients_udp_flood_cannot_take_the_port_range() {
         "some of them on the flood's reclaimed ports"
     );
 }
+
+/// An entry written by an agent older than the lifecycle (no `NAT_S_ACKED`, no awaited
+/// ACK in the flow) must not look half-open while its client keeps sending.
+#[test]
+fn an_adopted_established_entry_becomes_established_with_the_clients_next_packet() {
+    let mut lb = world(&[NAT4]);
+    let port = established(&mut lb, CPORT);
+    let key = reply_key(NAT4, port);
+    let mut v = lb.nat_entry(&key).expect("entry");
+    v.state = NAT_S_ESTABLISHED;
+    lb.insert_nat(key, v);
+    let ck = client_key(NAT4, CPORT);
+    let mut f = lb.flow(&ck).expect("flow");
+    f.flags = 0;
+    lb.set_flow(&ck, f);
+    // The reverse entry is checked once per kernel tick (at most 10 ms).
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    nat_forward(
+        &mut lb,
+        "the client's next packet",
+        &to_vip(NAT4, CPORT, TCP_ACK | TCP_PSH),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(state_of(&lb, port), EST, "established, not half-open");
+}
