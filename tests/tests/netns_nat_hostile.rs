@@ -1,10 +1,14 @@
-//! Issue 12, row 2, end to end: a flood of SYNs from spoofed, unrouted sources toward a
-//! nat VIP. The backends answer every one (their SYN-ACKs go back to the client's
+//! Hostile input against nat source ports, end to end (issue 12).
+//!
+//! Row 2: a flood of SYNs from spoofed, unrouted sources toward a nat VIP. The backends answer every one (their SYN-ACKs go back to the client's
 //! segment and are dropped there, and they retransmit them for a minute); with 100
 //! source ports per backend the flood takes every port. Those entries are half-open:
 //! they must give their ports back within seconds (docs/nat-ports.md, row 2), after
 //! which every legitimate connection succeeds. Before the lifecycle, a backend's SYN-ACK
 //! alone marked the port established and held it 900 s.
+//!
+//! Row 3: one client sends thousands of one-datagram UDP flows; its source bucket cuts
+//! them, and another client's queries keep getting source ports.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -17,7 +21,7 @@ use lb_tests::{
     api::Api,
     packet::{Frame, TCP_SYN},
     process::STOP_GRACE,
-    scenario::{self, BACKEND_TCP_PORT},
+    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
     topology::{Forwarding, HOST_IF},
     traffic,
 };
@@ -148,5 +152,69 @@ fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
         100,
         "every legitimate connection once the half-open entries expired: {:?}",
         after.failures
+    );
+}
+
+#[test]
+fn one_clients_udp_flood_leaves_ports_for_others() {
+    const FLOOD: u16 = 2_500;
+    let bed = scenario::Testbed::start(Forwarding::Nat, 63, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &[1, 1, 1]);
+    let mut service = Service::on(
+        topo,
+        "dns",
+        Proto::Udp,
+        false,
+        53,
+        &backends,
+        BACKEND_UDP_PORT,
+    );
+    // 3 x 1,000 source pairs; one client may open 100 flows a second, 200 at once.
+    service.snat_ports = Some("20000-20999".into());
+    service.extra.push("source_rate = 100".into());
+    service.extra.push("source_burst = 200".into());
+    let vip = service.vip;
+    let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
+
+    let client = topo.client();
+    let flood_src = client.ipv4;
+    let o = flood_src.octets();
+    let other = Ipv4Addr::new(o[0], o[1], o[2], 60);
+    client
+        .ns
+        .ip(&["addr", "add", &format!("{other}/24"), "dev", HOST_IF])
+        .expect("a second client address");
+    client
+        .ns
+        .run(|| -> std::io::Result<()> {
+            for i in 0..FLOOD {
+                let s = std::net::UdpSocket::bind((flood_src, 30_000 + i))?;
+                s.send_to(b"flood", vip)?;
+            }
+            Ok(())
+        })
+        .expect("entering the client namespace")
+        .expect("sending the flood");
+    let api = Api::new(&topo.lb().ns);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let limited = counter(&api, "drop_source_limit");
+    let others = traffic::udp_names(&client.ns, other.into(), 12_000, vip, 100, DEADLINE)
+        .expect("entering the client namespace");
+    println!(
+        "{FLOOD} one-datagram UDP flows from one client: drop_source_limit {limited}; \
+         another client: {} of 100 queries answered",
+        others.answered()
+    );
+    agent.stop(STOP_GRACE).expect("stopping lb-agent");
+    assert!(
+        limited >= u64::from(FLOOD) - 1_000,
+        "the flooding client is held to its bucket (drop_source_limit {limited})"
+    );
+    assert_eq!(
+        others.answered(),
+        100,
+        "another client gets source ports: {:?}",
+        others.failures
     );
 }
