@@ -19,7 +19,10 @@ use std::{
 
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, MAX_BACKENDS, MAX_SERVICES,
-    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, SERVICE_F_NAT, ServiceMeta, VipKey},
+    maps::{
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, MAX_SNAT_ADDRS, SERVICE_F_NAT, ServiceMeta,
+        VipKey,
+    },
 };
 
 use crate::{
@@ -67,8 +70,14 @@ pub struct DesiredBackend {
 /// nat parameters of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NatSpec {
-    pub snat_ip: IpAddr,
+    /// Source addresses toward the backends (1..=`MAX_SNAT_ADDRS`, the VIP's family);
+    /// flows are spread over (address, port).
+    pub snat_ips: Vec<IpAddr>,
     pub ports: RangeInclusive<u16>,
+    /// New nat flows per second one client address may open on average; 0 = no limit.
+    pub source_rate: u32,
+    /// New nat flows one client address may open at once.
+    pub source_burst: u32,
 }
 
 /// One virtual service as the agent wants it.
@@ -564,15 +573,29 @@ fn backend_entry(b: &DesiredBackend, service_id: u32) -> Backend {
     }
 }
 
+/// The GCRA interval of a per-source rate (flows per second); 0 = no limit.
+fn source_interval_ns(rate: u32) -> u32 {
+    1_000_000_000u32.checked_div(rate).map_or(0, |ns| ns.max(1))
+}
+
 fn service_meta(id: u32, want: &DesiredService) -> ServiceMeta {
     match &want.nat {
-        Some(nat) => ServiceMeta {
-            service_id: id,
-            flags: SERVICE_F_NAT,
-            snat_addr: addr_words(nat.snat_ip).0,
-            nat_port_min: *nat.ports.start(),
-            nat_port_max: *nat.ports.end(),
-        },
+        Some(nat) => {
+            let mut snat_addrs = [[0u32; 4]; MAX_SNAT_ADDRS];
+            for (slot, ip) in snat_addrs.iter_mut().zip(&nat.snat_ips) {
+                *slot = addr_words(*ip).0;
+            }
+            ServiceMeta {
+                service_id: id,
+                flags: SERVICE_F_NAT,
+                snat_addrs,
+                snat_count: nat.snat_ips.len().clamp(1, MAX_SNAT_ADDRS) as u32,
+                nat_port_min: *nat.ports.start(),
+                nat_port_max: *nat.ports.end(),
+                source_interval_ns: source_interval_ns(nat.source_rate),
+                source_burst: nat.source_burst.max(1),
+            }
+        }
         None => ServiceMeta {
             service_id: id,
             ..ServiceMeta::default()
@@ -604,8 +627,10 @@ mod tests {
             vip: "10.0.0.100:80".parse().unwrap(),
             proto: IPPROTO_TCP,
             nat: Some(NatSpec {
-                snat_ip: "10.0.0.2".parse().unwrap(),
+                snat_ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.3".parse().unwrap()],
                 ports: 20000..=29999,
+                source_rate: 250,
+                source_burst: 500,
             }),
             backends,
         }
@@ -638,7 +663,28 @@ mod tests {
         let meta = dp.service(&vip).expect("VIP published");
         assert_eq!(meta.flags, SERVICE_F_NAT);
         assert_eq!((meta.nat_port_min, meta.nat_port_max), (20000, 29999));
+        assert_eq!(meta.snat_count, 2, "both snat addresses");
+        assert_eq!(
+            &meta.snat_addrs[..2],
+            &[
+                addr_words("10.0.0.2".parse().unwrap()).0,
+                addr_words("10.0.0.3".parse().unwrap()).0
+            ]
+        );
+        assert_eq!(meta.snat_addrs[2], [0; 4], "unused slots stay zero");
+        assert_eq!(
+            (meta.source_interval_ns, meta.source_burst),
+            (4_000_000, 500),
+            "250 flows/s is one every 4 ms"
+        );
         assert!(dp.tables[&0].iter().all(|&s| s == 1 || s == 2));
+        for id in [1, 2] {
+            assert_eq!(
+                dp.backends[&id].flags,
+                BACKEND_F_LIVE | BACKEND_F_SERVING,
+                "an active backend is live and serving"
+            );
+        }
     }
 
     #[test]
@@ -681,7 +727,10 @@ mod tests {
             0,
             "sticky backend must leave the table"
         );
-        assert_eq!(dp.backends[&2].flags & BACKEND_F_LIVE, BACKEND_F_LIVE);
+        assert_eq!(
+            dp.backends[&2].flags, BACKEND_F_LIVE,
+            "sticky: live (keeps its TCP connections), not serving"
+        );
     }
 
     #[test]

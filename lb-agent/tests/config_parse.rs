@@ -99,8 +99,18 @@ fn design_example_parses() {
     assert_eq!(s.vip, sa("10.0.0.100:80"));
     assert_eq!(s.protocol, Protocol::Tcp);
     assert_eq!(s.forwarding, Forwarding::Nat);
-    assert_eq!(s.snat_ip, Some("10.0.0.2".parse().unwrap()));
+    assert_eq!(
+        s.snat_ips,
+        vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(s.snat_ports, 20000..=29999);
+    assert_eq!(
+        (s.source_rate, s.source_burst),
+        (
+            lb_agent::config::DEFAULT_SOURCE_RATE,
+            lb_agent::config::DEFAULT_SOURCE_BURST
+        )
+    );
     assert_eq!(s.max_fails, 1);
     assert_eq!(s.fail_timeout, Duration::from_secs(10));
     assert_eq!(s.max_unhealthy_percent, 100);
@@ -239,6 +249,25 @@ fn server_defaults() {
 }
 
 #[test]
+fn several_snat_addresses_and_the_source_limit() {
+    let c = parse(
+        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\n\
+         snat_ips = [\"10.0.0.2\", \"10.0.0.3\", \"10.0.0.4\"]\n\
+         source_rate = 50\nsource_burst = 75\n\
+         [[service.server]]\naddress = \"10.0.1.11:8080\"\n",
+    );
+    let s = &c.services[0];
+    let ips: Vec<std::net::IpAddr> = ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(s.snat_ips, ips);
+    assert_eq!((s.source_rate, s.source_burst), (50, 75));
+    let off = one_service("source_rate = 0", "");
+    assert_eq!(off.services[0].source_rate, 0, "0 turns the limit off");
+}
+
+#[test]
 fn service_forms() {
     let c = one_service(
         "protocol = \"udp\"\nsnat_ports = \"40000-40999\"\nmax_fails = 0\nfail_timeout = \"0\"\n\
@@ -288,7 +317,7 @@ fn dsr_service() {
     );
     let s = &c.services[0];
     assert_eq!(s.forwarding, Forwarding::Dsr);
-    assert_eq!(s.snat_ip, None);
+    assert!(s.snat_ips.is_empty());
     assert_eq!(
         s.servers[0].address,
         ServerAddress::Socket(sa("10.0.1.1:53"))

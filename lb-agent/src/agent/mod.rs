@@ -924,9 +924,11 @@ fn desired_service(
             Protocol::Udp => IPPROTO_UDP,
         },
         nat: match svc.cfg.forwarding {
-            Forwarding::Nat => svc.cfg.snat_ip.map(|snat_ip| NatSpec {
-                snat_ip,
+            Forwarding::Nat => (!svc.cfg.snat_ips.is_empty()).then(|| NatSpec {
+                snat_ips: svc.cfg.snat_ips.clone(),
                 ports: svc.cfg.snat_ports.clone(),
+                source_rate: svc.cfg.source_rate,
+                source_burst: svc.cfg.source_burst,
             }),
             Forwarding::Dsr => None,
         },

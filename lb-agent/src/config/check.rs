@@ -92,7 +92,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         for (oi, o) in cfg.services.iter().enumerate().skip(si + 1) {
             if s.forwarding == Forwarding::Nat
                 && o.forwarding == Forwarding::Nat
-                && s.snat_ip == o.snat_ip
+                && s.snat_ips.iter().any(|ip| o.snat_ips.contains(ip))
                 && s.protocol == o.protocol
                 && s.snat_ports.start() <= o.snat_ports.end()
                 && o.snat_ports.start() <= s.snat_ports.end()
@@ -100,7 +100,11 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 out.push(format!(
                     "{at}: shares snat_ip {} and overlapping snat_ports with service[{oi}] ({:?}); \
                      flows to a server both services use may collide",
-                    s.snat_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                    s.snat_ips
+                        .iter()
+                        .find(|ip| o.snat_ips.contains(ip))
+                        .map(|ip| ip.to_string())
+                        .unwrap_or_default(),
                     o.name
                 ));
             }
