@@ -188,6 +188,8 @@ pub struct Publisher {
     orphans: Vec<u32>,
     /// `false`: every changed service takes the full path (tests compare the two).
     incremental: bool,
+    /// Service name and address of every published backend id (passive events name ids).
+    owners: HashMap<u32, (String, SocketAddr)>,
 }
 
 impl Default for Publisher {
@@ -199,6 +201,7 @@ impl Default for Publisher {
             service_ids: IdPool::new(0, MAX_SERVICES),
             backend_ids: IdPool::new(1, MAX_BACKENDS),
             incremental: true,
+            owners: HashMap::new(),
         }
     }
 }
@@ -258,12 +261,7 @@ impl Publisher {
 
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
-        self.services.iter().find_map(|(name, svc)| {
-            svc.backends
-                .iter()
-                .find(|(_, b)| b.id == id)
-                .map(|(addr, _)| (name.clone(), *addr))
-        })
+        self.owners.get(&id).cloned()
     }
 
     /// Makes the data plane match `desired`, writing only what changed.
@@ -286,6 +284,7 @@ impl Publisher {
             let svc = self.services.remove(&name).expect("listed above");
             dp.remove_service(&svc.vip, svc.id)?;
             for b in svc.backends.into_values() {
+                self.owners.remove(&b.id);
                 if let Some(entry) = b.entry {
                     dp.set_backend(b.id, &retired(entry))?;
                 }
@@ -341,6 +340,9 @@ impl Publisher {
         if !self.services.contains_key(&want.name)
             && let Some(prev) = self.adopted.remove(&vip)
         {
+            for (addr, (id, _)) in &prev.backends {
+                self.owners.insert(*id, (want.name.clone(), *addr));
+            }
             self.services.insert(
                 want.name.clone(),
                 PublishedService {
@@ -399,6 +401,7 @@ impl Publisher {
         let mut freed = Vec::new();
         for addr in gone {
             let b = svc.backends.remove(&addr).expect("listed above");
+            self.owners.remove(&b.id);
             if let Some(entry) = b.entry {
                 after_table.push((b.id, retired(entry)));
             }
@@ -417,6 +420,7 @@ impl Publisher {
                         .backend_ids
                         .take()
                         .ok_or(PublishError::TooManyBackends)?;
+                    self.owners.insert(id, (want.name.clone(), b.addr));
                     e.insert(PublishedBackend { id, entry: None })
                 }
             };

@@ -289,6 +289,19 @@ fn incremental_publish_yields_the_maps_of_a_full_and_of_a_fresh_publish() {
                 incremental_steps += 1;
             }
             let ctx = format!("seed {seed} step {step}");
+            let mut published = 0;
+            for w in &want {
+                for b in &w.backends {
+                    let id = inc.backend_id(&w.name, &b.addr).unwrap();
+                    assert_eq!(
+                        inc.backend_by_id(id),
+                        Some((w.name.clone(), b.addr)),
+                        "{ctx}: owner of backend {id}"
+                    );
+                    published += 1;
+                }
+            }
+            assert_eq!(inc.owners.len(), published, "{ctx}: owners of freed ids");
             assert_eq!(inc_dp.backends, full_dp.backends, "{ctx}: backend entries");
             // Compared without printing 65,537 slots.
             assert_eq!(
