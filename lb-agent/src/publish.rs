@@ -9,9 +9,19 @@
 //!
 //! Order matters so that no packet sees a half-made service: a new service gets its
 //! backends, then its table, then its VIP entry; a removed one loses its VIP first.
+//!
+//! Cost: a want that differs from the last one only in roles or MACs (a health verdict,
+//! a membership change) takes the incremental path ([`incremental`]): work for the
+//! changed backends only, plus the one failover pass over the table. Anything else
+//! (servers added or removed, a weight, the VIP) takes the full path, linear in the
+//! service's backends. See docs/publish.md.
+
+mod incremental;
+#[cfg(test)]
+mod incremental_tests;
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     net::{IpAddr, SocketAddr},
     ops::RangeInclusive,
     time::{Duration, Instant},
@@ -109,6 +119,9 @@ pub struct ApplyReport {
     pub tables_published: usize,
     pub backends_written: usize,
     pub services_written: usize,
+    /// Backends whose entry was computed and compared: every backend of a service on the
+    /// full path, only the changed ones on the incremental path.
+    pub backends_examined: usize,
     /// Wall time from the start of `apply` until the last map write.
     pub elapsed: Duration,
 }
@@ -201,6 +214,10 @@ pub struct Publisher {
     /// Some adopted backend carries `BACKEND_F_SERVING`: the previous run knew the flag.
     /// Pinned maps of a version before it mark a backend in traffic with LIVE alone.
     adopted_serving_known: bool,
+    /// `false`: every changed service takes the full path (tests compare the two).
+    incremental: bool,
+    /// Service name and address of every published backend id (passive events name ids).
+    owners: HashMap<u32, (String, SocketAddr)>,
 }
 
 impl Default for Publisher {
@@ -212,6 +229,8 @@ impl Default for Publisher {
             services: BTreeMap::new(),
             service_ids: IdPool::new(0, MAX_SERVICES),
             backend_ids: IdPool::new(1, MAX_BACKENDS),
+            incremental: true,
+            owners: HashMap::new(),
         }
     }
 }
@@ -289,12 +308,7 @@ impl Publisher {
 
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
-        self.services.iter().find_map(|(name, svc)| {
-            svc.backends
-                .iter()
-                .find(|(_, b)| b.id == id)
-                .map(|(addr, _)| (name.clone(), *addr))
-        })
+        self.owners.get(&id).cloned()
     }
 
     /// Makes the data plane match `desired`, writing only what changed.
@@ -306,16 +320,18 @@ impl Publisher {
         let start = Instant::now();
         let mut report = ApplyReport::default();
 
+        let wanted: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
         let gone: Vec<String> = self
             .services
             .keys()
-            .filter(|name| !desired.iter().any(|d| &d.name == *name))
+            .filter(|name| !wanted.contains(name.as_str()))
             .cloned()
             .collect();
         for name in gone {
             let svc = self.services.remove(&name).expect("listed above");
             dp.remove_service(&svc.vip, svc.id)?;
             for b in svc.backends.into_values() {
+                self.owners.remove(&b.id);
                 if let Some(entry) = b.entry {
                     dp.set_backend(b.id, &retired(entry))?;
                 }
@@ -326,12 +342,18 @@ impl Publisher {
         }
 
         for want in desired {
-            if self
+            if let Some(changed) = self
                 .services
                 .get(&want.name)
-                .is_some_and(|s| s.last_want.as_ref() == Some(want))
+                .and_then(|s| s.changes_since_last(want))
             {
-                continue;
+                if changed.is_empty() {
+                    continue;
+                }
+                if self.incremental {
+                    self.apply_changes(want, &changed, dp, &mut report)?;
+                    continue;
+                }
             }
             self.apply_service(want, dp, &mut report)?;
             if let Some(svc) = self.services.get_mut(&want.name) {
@@ -365,6 +387,9 @@ impl Publisher {
         if !self.services.contains_key(&want.name)
             && let Some(prev) = self.adopted.remove(&vip)
         {
+            for (addr, (id, _)) in &prev.backends {
+                self.owners.insert(*id, (want.name.clone(), *addr));
+            }
             self.services.insert(
                 want.name.clone(),
                 PublishedService {
@@ -406,12 +431,15 @@ impl Publisher {
         }
         let svc = self.services.get_mut(&want.name).expect("inserted above");
         let is_new = svc.meta.is_none();
+        // Until this apply succeeds, the next one must take the full path again.
+        svc.last_want = None;
 
         // Backends that left the service: their flows re-hash, their ids are freed.
+        let wanted: HashSet<SocketAddr> = want.backends.iter().map(|b| b.addr).collect();
         let gone: Vec<SocketAddr> = svc
             .backends
             .keys()
-            .filter(|a| !want.backends.iter().any(|b| &b.addr == *a))
+            .filter(|a| !wanted.contains(a))
             .copied()
             .collect();
         // Writes that take liveness away wait until the new table no longer points at
@@ -420,6 +448,7 @@ impl Publisher {
         let mut freed = Vec::new();
         for addr in gone {
             let b = svc.backends.remove(&addr).expect("listed above");
+            self.owners.remove(&b.id);
             if let Some(entry) = b.entry {
                 after_table.push((b.id, retired(entry)));
             }
@@ -438,36 +467,33 @@ impl Publisher {
                         .backend_ids
                         .take()
                         .ok_or(PublishError::TooManyBackends)?;
+                    self.owners.insert(id, (want.name.clone(), b.addr));
                     e.insert(PublishedBackend { id, entry: None })
                 }
             };
-            let entry = backend_entry(b, svc.id);
-            if published.entry != Some(entry) {
-                let had = published.entry.map_or(0, |e| e.flags);
-                // A flag taken away (LIVE or SERVING) waits for the table; one given is
-                // written before the table can point at it.
-                if had & !entry.flags != 0 {
-                    after_table.push((published.id, entry));
-                } else {
-                    dp.set_backend(published.id, &entry)?;
-                    report.backends_written += 1;
-                }
-                published.entry = Some(entry);
-            }
+            report.backends_examined += 1;
+            stage_entry(
+                published,
+                backend_entry(b, svc.id),
+                dp,
+                &mut after_table,
+                report,
+            )?;
             if b.weight > 0 {
                 home_input.push(MaglevBackend {
                     id: published.id,
                     key: maglev::stable_key(&b.addr),
                     weight: b.weight,
                 });
-                if b.role == Role::Active && b.mac.is_some() {
-                    active.push(published.id);
-                }
+            }
+            if takes_new_flows(b) {
+                active.push(published.id);
             }
         }
         home_input.sort_unstable_by_key(|m| (m.id, m.key, m.weight));
         active.sort_unstable();
-        let home_changed = home_input != svc.home_members;
+        // (A new service with no weighted backend still gets a full table of empty slots.)
+        let home_changed = home_input != svc.home_members || svc.home.is_empty();
         if home_changed {
             svc.home = maglev::build_table(&home_input, MAGLEV_RING_SIZE);
             svc.home_members = home_input;
@@ -501,6 +527,36 @@ impl Publisher {
         }
         Ok(())
     }
+}
+
+/// Writes `entry` if it differs from what `published` holds: now, or — when it takes
+/// liveness away — into `after_table`, written once the new table no longer points at
+/// the backend (a packet must never find a slot whose backend is not live).
+fn stage_entry<D: Dataplane>(
+    published: &mut PublishedBackend,
+    entry: Backend,
+    dp: &mut D,
+    after_table: &mut Vec<(u32, Backend)>,
+    report: &mut ApplyReport,
+) -> Result<(), PublishError> {
+    if published.entry != Some(entry) {
+        let had = published.entry.map_or(0, |e| e.flags);
+        // A flag taken away (LIVE or SERVING) waits for the table; one given is
+        // written before the table can point at it.
+        if had & !entry.flags != 0 {
+            after_table.push((published.id, entry));
+        } else {
+            dp.set_backend(published.id, &entry)?;
+            report.backends_written += 1;
+        }
+        published.entry = Some(entry);
+    }
+    Ok(())
+}
+
+/// Whether a backend holds slots of the live table (receives new flows).
+fn takes_new_flows(b: &DesiredBackend) -> bool {
+    b.weight > 0 && b.role == Role::Active && b.mac.is_some()
 }
 
 /// The home table with the slots of inactive backends failed over to active ones.

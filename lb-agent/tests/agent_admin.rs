@@ -167,6 +167,15 @@ async fn added_server_gets_slots_once_its_mac_resolves() {
         .expect("the MAC retry must publish the server once its MAC is known");
     assert!(took <= secs(2), "MACs are retried every 2s, took {took:?}");
     assert!(h.live("web", d));
+    h.run_for(secs(1)).await;
+    let st = h.server_status("web", d);
+    let mac = MAC.map(|b| format!("{b:02x}")).join(":");
+    assert_eq!(
+        st.mac.as_deref(),
+        Some(mac.as_str()),
+        "status shows the MAC"
+    );
+    assert!(st.active, "status shows the server in the table");
     assert!((h.share("web", d) - 0.25).abs() < 0.01);
     assert!(
         h.server_status("web", d)

@@ -38,9 +38,20 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         .iter()
         .map(|svc| {
             let outcome = svc.outcome.as_ref();
-            let roles: std::collections::HashMap<_, _> = outcome
-                .map(|o| o.roles.iter().copied().collect())
-                .unwrap_or_default();
+            // Roles follow the servers' order (membership keeps its input order); a map
+            // is built only if they do not (an outcome older than the server set).
+            let ordered_roles: &[(std::net::SocketAddr, Role)] =
+                outcome.map_or(&[], |o| o.roles.as_slice());
+            let aligned = ordered_roles.len() == svc.servers.len()
+                && ordered_roles
+                    .iter()
+                    .zip(svc.servers.values())
+                    .all(|((addr, _), s)| *addr == s.addr);
+            let roles: std::collections::HashMap<_, _> = if aligned {
+                std::collections::HashMap::new()
+            } else {
+                ordered_roles.iter().copied().collect()
+            };
             let spares: std::collections::HashMap<_, _> = outcome
                 .map(|o| o.spares.iter().copied().collect())
                 .unwrap_or_default();
@@ -56,16 +67,21 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
             let servers = svc
                 .servers
                 .values()
-                .map(|s| {
+                .enumerate()
+                .map(|(i, s)| {
                     // As read by the last `poll_stats` (no syscall per server here).
                     let bstats = s.last_stats;
                     let mac = agent.macs.get(&s.addr.ip()).map(|m| {
-                        m.iter()
-                            .map(|b| format!("{b:02x}"))
-                            .collect::<Vec<_>>()
-                            .join(":")
+                        format!(
+                            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                            m[0], m[1], m[2], m[3], m[4], m[5]
+                        )
                     });
-                    let role = roles.get(&s.addr).copied();
+                    let role = if aligned {
+                        Some(ordered_roles[i].1)
+                    } else {
+                        roles.get(&s.addr).copied()
+                    };
                     let probes: BTreeMap<String, ProbeStatus> = s
                         .health
                         .probes()

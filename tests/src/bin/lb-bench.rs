@@ -20,6 +20,7 @@ use anyhow::{Context, bail};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
+    api::{AdminChange, AdminRequest, NewServer},
     config::ProbeConfig,
     dataplane::{BpfDataplane, Dataplane},
     probe::{ProbeOutcome, ProbeReport, Prober},
@@ -51,7 +52,12 @@ struct Measured {
 }
 
 fn main() -> anyhow::Result<()> {
-    let out_dir = parse_out()?;
+    let args = parse_args()?;
+    if args.propagation_only {
+        propagation_bench(&args.scale)?;
+        return Ok(());
+    }
+    let out_dir = args.out;
     let mut dp = BpfDataplane::load().context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
     let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp)?;
@@ -173,26 +179,70 @@ fn main() -> anyhow::Result<()> {
         c[counters::FLOW_HIT as usize],
         c[counters::PASS_NOT_VIP as usize],
     );
-    let propagation = propagation_bench()?;
+    let propagation = propagation_bench(&args.scale)?;
     write_report(&out_dir, &results, &propagation)?;
     Ok(())
 }
 
-/// Verdict -> maps written, through the real agent on the real maps: one nat service
-/// with [`PROPAGATION_SERVERS`] servers; each round one server's probe fails and then
-/// passes again (two transitions, two publishes).
-const PROPAGATION_SERVERS: usize = 100;
-const PROPAGATION_ROUNDS: usize = 500;
+/// Verdict -> maps written, through the real agent on the real maps: `servers` nat
+/// servers spread over `services` services; each round one server's probe fails and
+/// then passes again (two transitions, two publishes), rotating over every service.
+/// Then admin changes: a server added to and removed from the first service.
+struct Scale {
+    servers: usize,
+    services: usize,
+    rounds: usize,
+    admin_rounds: usize,
+}
+
+impl Default for Scale {
+    fn default() -> Self {
+        Self {
+            servers: 100,
+            services: 1,
+            rounds: 500,
+            admin_rounds: 10,
+        }
+    }
+}
 
 struct Propagation {
+    scale_servers: usize,
+    scale_services: usize,
     samples: Vec<Duration>,
+    /// Admin add/remove: until the maps are written (the agent's propagation
+    /// histogram) and until the request is answered (status snapshot rebuilt too).
+    admin_maps: Vec<Duration>,
+    admin_answered: Vec<Duration>,
+}
+
+fn quantile(samples: &[Duration], q: f64) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort();
+    s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]
 }
 
 impl Propagation {
     fn quantile(&self, q: f64) -> Duration {
-        let mut s = self.samples.clone();
-        s.sort();
-        s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]
+        quantile(&self.samples, q)
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "propagation, {} servers in {} services, {} verdicts: p50 {:?}  p99 {:?}  max {:?}; \
+             admin add/remove ({}): maps p50 {:?} max {:?}, answered p50 {:?} max {:?}",
+            self.scale_servers,
+            self.scale_services,
+            self.samples.len(),
+            self.quantile(0.5),
+            self.quantile(0.99),
+            self.quantile(1.0),
+            self.admin_maps.len(),
+            quantile(&self.admin_maps, 0.5),
+            quantile(&self.admin_maps, 1.0),
+            quantile(&self.admin_answered, 0.5),
+            quantile(&self.admin_answered, 1.0),
+        )
     }
 }
 
@@ -209,23 +259,34 @@ impl Prober for SilentProber {
     }
 }
 
-fn propagation_bench() -> anyhow::Result<Propagation> {
+/// The configuration: `servers` servers over `services` nat services (round robin).
+fn scale_config(scale: &Scale) -> String {
+    let mut text = String::new();
+    for s in 0..scale.services {
+        text.push_str(&format!(
+            "[[service]]\nname = \"web{s}\"\nvip = \"10.8.{}.{}:80\"\nsnat_ip = \"10.7.0.2\"\n\
+             [[service.probe]]\ntype = \"tcp\"\ninterval = \"1h\"\n",
+            s / 250,
+            1 + s % 250
+        ));
+        for i in (s..scale.servers).step_by(scale.services) {
+            text.push_str(&format!(
+                "[[service.server]]\naddress = \"10.{}.{}.{}:8080\"\n",
+                10 + i / 62_500,
+                (i / 250) % 250,
+                1 + i % 250
+            ));
+        }
+    }
+    text
+}
+
+fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut text = String::from(
-            "[[service]]\nname = \"web\"\nvip = \"10.9.4.100:80\"\nsnat_ip = \"10.9.4.2\"\n\
-             [[service.probe]]\ntype = \"tcp\"\ninterval = \"1h\"\n",
-        );
-        for i in 0..PROPAGATION_SERVERS {
-            text.push_str(&format!(
-                "[[service.server]]\naddress = \"10.9.{}.{}:8080\"\n",
-                5 + i / 250,
-                1 + i % 250
-            ));
-        }
-        let cfg = lb_agent::config::parse(&text, std::path::Path::new("bench.toml"))?;
+        let cfg = lb_agent::config::parse(&scale_config(scale), std::path::Path::new("bench.toml"))?;
         let dp = BpfDataplane::load()?;
         let neighbors = StaticNeighbors {
             default: Some([2, 0, 0, 0, 0, 9]),
@@ -237,10 +298,15 @@ fn propagation_bench() -> anyhow::Result<Propagation> {
             Arc::new(neighbors),
             Environment::default(),
         );
+        let t = std::time::Instant::now();
         agent.apply_config(&cfg).await?;
-        let mut samples = Vec::with_capacity(2 * PROPAGATION_ROUNDS);
-        for round in 0..PROPAGATION_ROUNDS {
-            let addr = cfg.services[0].servers[round % PROPAGATION_SERVERS].address.clone();
+        println!("configuration applied in {:?}", t.elapsed());
+        let mut samples = Vec::with_capacity(2 * scale.rounds);
+        for round in 0..scale.rounds {
+            let svc = &cfg.services[round % cfg.services.len()];
+            let addr = svc.servers[(round / cfg.services.len()) % svc.servers.len()]
+                .address
+                .clone();
             let lb_agent::config::ServerAddress::Socket(addr) = addr else {
                 bail!("bench servers are addresses");
             };
@@ -252,7 +318,7 @@ fn propagation_bench() -> anyhow::Result<Propagation> {
                 };
                 let report = ProbeReport {
                     server: agent
-                        .server_key("web", addr)
+                        .server_key(&svc.name, addr)
                         .context("the bench server is configured")?,
                     probe: 0,
                     outcome,
@@ -276,29 +342,98 @@ fn propagation_bench() -> anyhow::Result<Propagation> {
             h.quantile_bound(0.99),
             h.sum / h.count as f64 * 1e6
         );
-        let p = Propagation { samples };
-        println!(
-            "propagation, {PROPAGATION_SERVERS} servers, {} verdicts: p50 {:?}  p99 {:?}  max {:?}",
-            p.samples.len(),
-            p.quantile(0.5),
-            p.quantile(0.99),
-            p.quantile(1.0)
-        );
+
+        let mut admin_maps = Vec::new();
+        let mut admin_answered = Vec::new();
+        let service = cfg.services[0].name.clone();
+        for round in 0..scale.admin_rounds {
+            let address: SocketAddr = format!("10.200.0.{}:8080", 1 + round % 250).parse()?;
+            for change in [
+                AdminChange::Add(NewServer {
+                    address,
+                    weight: 1,
+                    spare: false,
+                    backup: 0,
+                }),
+                AdminChange::Remove,
+            ] {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let (count, sum) = (agent.propagation().count, agent.propagation().sum);
+                let t = std::time::Instant::now();
+                agent
+                    .on_admin(AdminRequest {
+                        service: service.clone(),
+                        address: address.to_string(),
+                        change,
+                        reply,
+                    })
+                    .await;
+                admin_answered.push(t.elapsed());
+                answer.await?.map_err(|e| anyhow::anyhow!("admin change refused: {e}"))?;
+                if agent.propagation().count != count + 1 {
+                    bail!("admin round {round}: the change did not reach the maps");
+                }
+                admin_maps.push(Duration::from_secs_f64(agent.propagation().sum - sum));
+            }
+        }
+        let p = Propagation {
+            scale_servers: scale.servers,
+            scale_services: scale.services,
+            samples,
+            admin_maps,
+            admin_answered,
+        };
+        println!("{}", p.line());
         Ok(p)
     })
 }
 
-fn parse_out() -> anyhow::Result<PathBuf> {
+struct Args {
+    out: PathBuf,
+    /// Only the verdict -> maps benchmark (skips the XDP ns/packet cases).
+    propagation_only: bool,
+    scale: Scale,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only] [--servers N] \
+                         [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
-    let mut out = PathBuf::from("target/bench");
+    let mut parsed = Args {
+        out: PathBuf::from("target/bench"),
+        propagation_only: false,
+        scale: Scale::default(),
+    };
     while let Some(a) = args.next() {
+        let mut number = |what: &str| -> anyhow::Result<usize> {
+            let n: usize = args
+                .next()
+                .with_context(|| format!("{what} needs a number; {USAGE}"))?
+                .parse()
+                .with_context(|| format!("{what} needs a number; {USAGE}"))?;
+            if n == 0 {
+                bail!("{what} must be at least 1");
+            }
+            Ok(n)
+        };
         match a.as_str() {
-            "--out" => out = PathBuf::from(args.next().context("--out needs a directory")?),
-            other => bail!("unknown argument {other}; usage: lb-bench [--out DIR]"),
+            "--out" => parsed.out = PathBuf::from(args.next().context("--out needs a directory")?),
+            "--propagation-only" => parsed.propagation_only = true,
+            "--servers" => parsed.scale.servers = number("--servers")?,
+            "--services" => parsed.scale.services = number("--services")?,
+            "--rounds" => parsed.scale.rounds = number("--rounds")?,
+            "--admin-rounds" => parsed.scale.admin_rounds = number("--admin-rounds")?,
+            other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    std::fs::create_dir_all(&out)?;
-    Ok(out)
+    if parsed.scale.services > parsed.scale.servers {
+        bail!("every service needs a server: --services must not exceed --servers");
+    }
+    if parsed.scale.services > 250 * 250 || parsed.scale.servers > 10 * 62_500 {
+        bail!("at most 62,500 services and 625,000 servers");
+    }
+    std::fs::create_dir_all(&parsed.out)?;
+    Ok(parsed)
 }
 
 /// One dsr and one nat service, three backends each, through the real publisher.
@@ -433,15 +568,7 @@ fn write_report(
             m.program_ns / m.floor_ns
         );
     }
-    let _ = writeln!(
-        md,
-        "\nPropagation (verdict -> maps written), {PROPAGATION_SERVERS} servers, {} verdicts: \
-         p50 {:?}, p99 {:?}, max {:?}",
-        propagation.samples.len(),
-        propagation.quantile(0.5),
-        propagation.quantile(0.99),
-        propagation.quantile(1.0)
-    );
+    let _ = writeln!(md, "\n{}", propagation.line());
     std::fs::write(dir.join("xdp.md"), &md)?;
     println!("\nwritten {}", dir.join("xdp.md").display());
     Ok(())
