@@ -3,6 +3,7 @@ pub mod agent;
 pub mod api;
 pub mod bpf;
 pub mod bpffs;
+pub mod browser;
 pub mod classify;
 pub mod cmd;
 pub mod cpu;

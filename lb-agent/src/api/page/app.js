@@ -24,6 +24,7 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === 'class') n.className = v;
+    else if (k === 'style') n.style.cssText = v; // CSSOM: allowed by the page's CSP
     else n.setAttribute(k, v);
   }
   for (const k of kids) {
@@ -40,7 +41,7 @@ function svg(tag, attrs, ...kids) {
   return n;
 }
 
-function si(value, unit) {
+function si(value, unit = '') {
   const abs = Math.abs(value);
   const steps = [[1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
   for (const [f, p] of steps) if (abs >= f) return (value / f).toFixed(abs >= 10 * f ? 0 : 1) + ' ' + p + unit;
@@ -117,8 +118,10 @@ function spark(points, max) {
   s.append(svg('line', { class: 'base', x1: 0, y1: h - 0.5, x2: w, y2: h - 0.5 }));
   if (points.length >= 2) {
     const t1 = points[points.length - 1].t;
+    // The window grows with what this tab has seen: a minute at least, five at most.
+    const span = Math.min(HISTORY_S, Math.max(60, t1 - points[0].t));
     const coords = points.map((p) => {
-      const x = w - ((t1 - p.t) / HISTORY_S) * w;
+      const x = w - ((t1 - p.t) / span) * w;
       const y = h - 1 - (max > 0 ? (p.flows / max) * (h - 3) : 0);
       return x.toFixed(1) + ',' + y.toFixed(1);
     });
@@ -164,7 +167,7 @@ function serviceCard(s) {
   }
   const table = el('table', { class: 'servers' },
     el('thead', {}, el('tr', {}, ...['server', 'state', 'role', 'weight cfg / eff', 'Maglev share',
-      'new flows/s', 'bytes/s', 'new flows/s, 5 min', 'probes'].map((h) => el('th', {}, h)))));
+      'new flows/s', 'bytes/s', 'new flows/s, last minutes', 'probes'].map((h) => el('th', {}, h)))));
   const body = el('tbody');
   for (const b of s.servers) {
     const key = s.name + '|' + b.address;
