@@ -210,14 +210,44 @@ impl Browser {
         Ok(browser)
     }
 
-    /// Sends one DevTools command (to the page once attached) and waits for its result.
+    /// Opens `url` in another window of this browser (visible, as a tab in front of
+    /// each of ten screens would be) and attaches to it; the answer names the tab for
+    /// [`eval_in`](Self::eval_in).
+    pub fn open_tab(&mut self, url: &str) -> Result<String, BrowserError> {
+        let target = self.call_on(
+            "",
+            "Target.createTarget",
+            &format!("{{\"url\":{},\"newWindow\":true}}", quote(url)),
+        )?;
+        let target_id = field(&target, "targetId", "Target.createTarget")?;
+        let attached = self.call_on(
+            "",
+            "Target.attachToTarget",
+            &format!("{{\"targetId\":{},\"flatten\":true}}", quote(&target_id)),
+        )?;
+        field(&attached, "sessionId", "Target.attachToTarget")
+    }
+
+    /// Sends one DevTools command (to the first page once attached) and waits for its
+    /// result.
     pub fn call(&mut self, method: &str, params: &str) -> Result<Json, BrowserError> {
+        let session = self.session.clone();
+        self.call_on(&session, method, params)
+    }
+
+    /// Sends one DevTools command to `session` (`""`: the browser itself).
+    pub fn call_on(
+        &mut self,
+        session: &str,
+        method: &str,
+        params: &str,
+    ) -> Result<Json, BrowserError> {
         self.next_id += 1;
         let id = self.next_id;
-        let session = if self.session.is_empty() {
+        let session = if session.is_empty() {
             String::new()
         } else {
-            format!(",\"sessionId\":{}", quote(&self.session))
+            format!(",\"sessionId\":{}", quote(session))
         };
         let msg = format!(
             "{{\"id\":{id},\"method\":{},\"params\":{params}{session}}}\0",
@@ -265,7 +295,14 @@ impl Browser {
 
     /// Evaluates `expression` in the page (awaiting a promise) and returns its value.
     pub fn eval(&mut self, expression: &str) -> Result<Json, BrowserError> {
-        let r = self.call(
+        let session = self.session.clone();
+        self.eval_in(&session, expression)
+    }
+
+    /// Evaluates `expression` in the tab of `session`.
+    pub fn eval_in(&mut self, session: &str, expression: &str) -> Result<Json, BrowserError> {
+        let r = self.call_on(
+            session,
             "Runtime.evaluate",
             &format!(
                 "{{\"expression\":{},\"returnByValue\":true,\"awaitPromise\":true}}",

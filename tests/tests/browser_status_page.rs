@@ -219,3 +219,102 @@ fn page_shows_servers_and_follows_a_failure_live() {
     );
     println!("page: screenshot {} ({} bytes)", shot.display(), png.len());
 }
+
+/// How long the agent's CPU time is measured, without and with the tabs.
+const CPU_WINDOW: Duration = Duration::from_secs(15);
+const TABS: usize = 10;
+/// Extra agent CPU ten polling tabs may cost: 2 % of a core. Each tab asks for one
+/// compact answer every 2 s (5 requests/s in all), well under a millisecond of work
+/// each; a page that polled in a tight loop, or an answer that grew with history, would
+/// cost far more.
+const TABS_MAX_CPU: f64 = 0.02;
+/// Answers a tab received so far (0 while it is still loading).
+const POLLS: &str =
+    "Number((document.documentElement && document.documentElement.dataset.polls) || 0)";
+
+#[test]
+fn ten_open_tabs_cost_the_agent_little_cpu() {
+    let topo = Topology::builder()
+        .backends(3)
+        .forwarding(Forwarding::Nat)
+        .subnet(172)
+        .build()
+        .expect("building the topology");
+    let h = topo.backends();
+    let members = [
+        Member::primary("b1", &h[0], 1),
+        Member::primary("b2", &h[1], 1),
+        Member::spare("b3", &h[2], 1),
+    ];
+    let _backends = Backends::start(Path::new(TESTSERVER), &members, false)
+        .expect("starting a testserver per member");
+    let probe = TcpProbe::fast();
+    let service = redundancy::service(&topo, "web", &members, &probe, &[]);
+    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+        .expect("starting lb-agent");
+    let pid = agent.process().pid();
+    let cpu_over = |window: Duration| {
+        let before = lb_tests::cpu::process_on_cpu(pid);
+        std::thread::sleep(window);
+        (lb_tests::cpu::process_on_cpu(pid) - before).as_secs_f64() / window.as_secs_f64()
+    };
+
+    let idle = cpu_over(CPU_WINDOW);
+    let url = format!("http://{API_LISTEN}/");
+    let mut browser =
+        Browser::open(&topo.lb().ns, topo.dir(), &url, 1280, 900).expect("starting chromium");
+    let mut tabs = vec![String::new()];
+    for _ in 1..TABS {
+        tabs.push(browser.open_tab(&url).expect("opening a tab"));
+    }
+    let polls = |b: &mut Browser, tabs: &[String]| -> Vec<u64> {
+        tabs.iter()
+            .map(|t| {
+                let v = if t.is_empty() {
+                    b.eval(POLLS)
+                } else {
+                    b.eval_in(t, POLLS)
+                };
+                v.expect("reading a tab's poll count").as_u64().unwrap_or(0)
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + PAGE_WAIT;
+    while polls(&mut browser, &tabs).iter().any(|&p| p == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every tab should have loaded the page and polled once: {:?}",
+            polls(&mut browser, &tabs)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let before = polls(&mut browser, &tabs);
+    let open = cpu_over(CPU_WINDOW);
+    let after = polls(&mut browser, &tabs);
+    let answered: u64 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+    println!(
+        "page: agent CPU {:.2} % of a core idle, {:.2} % with {TABS} tabs open \
+         ({answered} page answers in {CPU_WINDOW:?}; per tab {:?})",
+        idle * 100.0,
+        open * 100.0,
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>()
+    );
+    // Every tab keeps polling (2 s each): at least half the expected answers arrived.
+    let expected = TABS as u64 * CPU_WINDOW.as_secs() / 2;
+    assert!(
+        answered >= expected / 2,
+        "{TABS} tabs polling every 2 s should get about {expected} answers in {CPU_WINDOW:?}, got {answered}"
+    );
+    assert!(
+        open - idle <= TABS_MAX_CPU,
+        "{TABS} tabs cost the agent {:.2} % of a core (idle {:.2} %, with tabs {:.2} %); at most {:.0} % allowed",
+        (open - idle) * 100.0,
+        idle * 100.0,
+        open * 100.0,
+        TABS_MAX_CPU * 100.0
+    );
+}

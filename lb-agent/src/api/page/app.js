@@ -17,6 +17,7 @@ const tab = {
   svcRates: new Map(),
   counterRates: new Map(),
   timer: null,
+  polls: 0,           // answers received (the browser test reads it from <html data-polls>)
 };
 
 function el(tag, attrs, ...kids) {
@@ -300,6 +301,7 @@ async function poll() {
     mergeEvents(v);
     render(v);
     setConn('live');
+    document.documentElement.dataset.polls = ++tab.polls;
   } catch (err) {
     setConn('stale', err.message);
   }
