@@ -280,7 +280,7 @@ fn ten_open_tabs_cost_the_agent_little_cpu() {
             .collect()
     };
     let deadline = std::time::Instant::now() + PAGE_WAIT;
-    while polls(&mut browser, &tabs).iter().any(|&p| p == 0) {
+    while polls(&mut browser, &tabs).contains(&0) {
         assert!(
             std::time::Instant::now() < deadline,
             "every tab should have loaded the page and polled once: {:?}",
