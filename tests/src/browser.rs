@@ -26,7 +26,7 @@ use crate::{
 /// The Debian package's binary.
 pub const CHROMIUM: &str = "chromium";
 /// Longest wait for one DevTools answer.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between two evaluations while waiting for a condition.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// Largest DevTools message read (a full-page screenshot is a few MB of base64).
