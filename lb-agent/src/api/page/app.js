@@ -46,7 +46,8 @@ function si(value, unit = '') {
   const abs = Math.abs(value);
   const steps = [[1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
   for (const [f, p] of steps) if (abs >= f) return (value / f).toFixed(abs >= 10 * f ? 0 : 1) + ' ' + p + unit;
-  return (abs >= 10 || value === 0 ? value.toFixed(0) : value.toFixed(1)) + (unit ? ' ' + unit : '');
+  const text = abs >= 10 || Number.isInteger(value) ? value.toFixed(0) : value.toFixed(1);
+  return text + (unit ? ' ' + unit : '');
 }
 
 function clock(iso) {
@@ -206,11 +207,15 @@ function strip(nowIso) {
   const h = pad + rows.length * rowH + 4;
   const s = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: w, height: h });
   const labelW = 230;
-  const x = (t) => labelW + ((t - (now - TIMELINE_S * 1000)) / (TIMELINE_S * 1000)) * (w - labelW - 4);
-  for (let m = 0; m <= 60; m += 10) {
-    const tx = x(now - (60 - m) * 60000);
+  // The strip spans what there is to see: from 5 minutes to the full hour.
+  const oldest = Math.min(...tab.events.map((e) => Date.parse(e.time)));
+  const spanMin = Math.min(TIMELINE_S / 60, Math.max(5, Math.ceil(((now - oldest) / 60000) * 1.1)));
+  const step = [1, 2, 5, 10, 15].find((m) => spanMin / m <= 6) || 10;
+  const x = (t) => labelW + ((t - (now - spanMin * 60000)) / (spanMin * 60000)) * (w - labelW - 12);
+  for (let m = 0; m <= spanMin; m += step) {
+    const tx = x(now - m * 60000);
     s.append(svg('line', { x1: tx, y1: 10, x2: tx, y2: h, stroke: '#e2e5ea' }));
-    s.append(svg('text', { x: tx, y: 9, 'text-anchor': 'middle' }, m === 60 ? 'now' : `-${60 - m} min`));
+    s.append(svg('text', { x: tx, y: 9, 'text-anchor': m === 0 ? 'end' : 'middle' }, m === 0 ? 'now' : `-${m} min`));
   }
   rows.forEach((r, i) => s.append(svg('text', { x: 0, y: pad + i * rowH + 10 }, r)));
   const colour = { up: '#1f9d55', checking: '#2b6cb0', unhealthy: '#d64545', unavailable: '#dd6b20', draining: '#805ad5', down: '#4a5568' };
