@@ -209,7 +209,11 @@ fn page_shows_servers_and_follows_a_failure_live() {
     assert!(!cause.is_empty(), "the transition shows its cause");
 
     // 3. The screenshot the README shows.
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/status-page.png");
+    // CARGO_TARGET_TMPDIR is <target>/tmp: the PNG goes to <target>/status-page.png.
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory");
+    let shot = target_dir.join("status-page.png");
     browser.screenshot(&shot).expect("taking the screenshot");
     let png = std::fs::read(&shot).expect("reading the screenshot back");
     assert!(
