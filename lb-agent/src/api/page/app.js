@@ -254,6 +254,19 @@ function renderCounters(v) {
         el('td', {}, name), el('td', { class: 'num' }, si(value)),
         el('td', { class: 'num' }, r === null || r === undefined ? '–' : si(r)));
     }));
+  const total = (name) => (v.counters.find(([n]) => n === name) || [name, 0])[1];
+  const perSec = (name) => tab.counterRates.get(name);
+  const refused = perSec('drop_nat_ports');
+  const opened = perSec('flow_new');
+  let pressure = 'no rate yet';
+  if (refused !== null && refused !== undefined && opened !== null && opened !== undefined) {
+    pressure = opened + refused > 0
+      ? ((refused / (opened + refused)) * 100).toFixed(1) + ' % of the new flows now'
+      : 'no new flows now';
+  }
+  document.getElementById('nat-pressure').replaceChildren(
+    'nat source ports: ', el('b', {}, si(total('drop_nat_ports'))), ' flows refused for want of a port so far · ',
+    pressure);
   document.getElementById('passive').replaceChildren(
     ...(v.passive_events.length ? v.passive_events : [['none yet', 0]]).map(([k, n]) =>
       el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, si(n)))));
