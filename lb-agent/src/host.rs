@@ -67,3 +67,65 @@ pub fn check_snat_ips(cfg: &Config) -> Result<(), String> {
         list.join(", ")
     ))
 }
+
+/// The kernel's ephemeral port range of this network namespace
+/// (`net.ipv4.ip_local_port_range`; it applies to IPv6 too).
+pub fn ephemeral_ports() -> std::io::Result<std::ops::RangeInclusive<u16>> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?;
+    parse_port_range(&text).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("ip_local_port_range: unexpected {text:?}"),
+        )
+    })
+}
+
+fn parse_port_range(text: &str) -> Option<std::ops::RangeInclusive<u16>> {
+    let mut it = text.split_whitespace().map(str::parse::<u16>);
+    let (low, high) = (it.next()?.ok()?, it.next()?.ok()?);
+    Some(low..=high)
+}
+
+/// A warning for every nat service whose `snat_ports` overlap `ephemeral`: a connection
+/// this host opens from a `snat_ip` (a probe, say) could draw a port that a nat flow
+/// holds toward the same backend, and its replies would be translated away.
+pub fn snat_port_overlaps(cfg: &Config, ephemeral: &std::ops::RangeInclusive<u16>) -> Vec<String> {
+    cfg.services
+        .iter()
+        .filter(|s| s.forwarding == Forwarding::Nat)
+        .filter(|s| {
+            s.snat_ports.start() <= ephemeral.end() && ephemeral.start() <= s.snat_ports.end()
+        })
+        .map(|s| {
+            format!(
+                "service {:?}: snat_ports {}-{} overlap this host's ephemeral ports {}-{} \
+                 (net.ipv4.ip_local_port_range): a connection the host itself opens from a \
+                 snat address may collide with a nat flow; move one of the ranges",
+                s.name,
+                s.snat_ports.start(),
+                s.snat_ports.end(),
+                ephemeral.start(),
+                ephemeral.end()
+            )
+        })
+        .collect()
+}
+
+/// [`snat_port_overlaps`] against this namespace's range (nothing when it cannot be read).
+pub fn snat_port_warnings(cfg: &Config) -> Vec<String> {
+    ephemeral_ports()
+        .map(|range| snat_port_overlaps(cfg, &range))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_ranges_parse_as_the_kernel_prints_them() {
+        assert_eq!(parse_port_range("32768\t60999\n"), Some(32768..=60999));
+        assert_eq!(parse_port_range("1024 65535"), Some(1024..=65535));
+        assert_eq!(parse_port_range("garbage"), None);
+    }
+}

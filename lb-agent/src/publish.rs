@@ -147,6 +147,9 @@ struct PublishedService {
     /// Sorted ids of the backends taking new flows, and the live table published.
     active: Vec<u32>,
     live: Vec<u32>,
+    /// Slots of the live table per backend id (the status page's Maglev share), counted
+    /// when first asked for after a publish: a verdict must not pay a pass over the table.
+    live_slots: std::cell::OnceCell<HashMap<u32, u32>>,
     /// What the last apply wanted: an identical want is skipped without any work.
     last_want: Option<DesiredService>,
 }
@@ -288,6 +291,21 @@ impl Publisher {
         self.services.get(service).map(|s| s.id)
     }
 
+    /// Slots of `service`'s live Maglev table that send new flows to `addr` (0 when it
+    /// takes none or is not published).
+    pub fn live_slots(&self, service: &str, addr: &SocketAddr) -> u32 {
+        self.services
+            .get(service)
+            .and_then(|s| {
+                let id = s.backends.get(addr)?.id;
+                s.live_slots
+                    .get_or_init(|| slot_counts(&s.live))
+                    .get(&id)
+                    .copied()
+            })
+            .unwrap_or(0)
+    }
+
     /// Every backend id handed out so far is below this.
     pub fn backend_id_limit(&self) -> u32 {
         self.backend_ids.next
@@ -405,6 +423,7 @@ impl Publisher {
                     home: Vec::new(),
                     active: Vec::new(),
                     live: Vec::new(),
+                    live_slots: Default::default(),
                     last_want: None,
                 },
             );
@@ -425,6 +444,7 @@ impl Publisher {
                     home: Vec::new(),
                     active: Vec::new(),
                     live: Vec::new(),
+                    live_slots: Default::default(),
                     last_want: None,
                 },
             );
@@ -501,6 +521,7 @@ impl Publisher {
         if home_changed || active != svc.active || is_new {
             svc.live = live_table(&svc.home, &active);
             dp.publish_table(svc.id, &svc.live)?;
+            svc.live_slots = Default::default();
             svc.active = active;
             report.tables_published += 1;
         }
@@ -557,6 +578,15 @@ fn stage_entry<D: Dataplane>(
 /// Whether a backend holds slots of the live table (receives new flows).
 fn takes_new_flows(b: &DesiredBackend) -> bool {
     b.weight > 0 && b.role == Role::Active && b.mac.is_some()
+}
+
+/// How many slots of `table` each backend id holds.
+fn slot_counts(table: &[u32]) -> HashMap<u32, u32> {
+    let mut counts = HashMap::new();
+    for &id in table {
+        *counts.entry(id).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// The home table with the slots of inactive backends failed over to active ones.
@@ -787,6 +817,40 @@ mod tests {
             dp.backends[&2].flags, BACKEND_F_LIVE,
             "sticky: live (keeps its TCP connections), not serving"
         );
+    }
+
+    #[test]
+    fn live_slots_follow_the_published_table() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let (a, b) = (
+            "10.0.1.1:80".parse().unwrap(),
+            "10.0.1.2:80".parse().unwrap(),
+        );
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 3, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Active),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        let (sa, sb) = (p.live_slots("web", &a), p.live_slots("web", &b));
+        assert_eq!(sa as usize, slots_of(&dp, 0, 1));
+        assert_eq!(sb as usize, slots_of(&dp, 0, 2));
+        assert_eq!(sa + sb, MAGLEV_RING_SIZE);
+        assert!(sa > 2 * sb, "weight 3 vs 1: {sa} vs {sb} slots");
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 3, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Sticky),
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        assert_eq!(p.live_slots("web", &a), MAGLEV_RING_SIZE);
+        assert_eq!(p.live_slots("web", &b), 0);
+        assert_eq!(p.live_slots("nope", &a), 0);
     }
 
     #[test]

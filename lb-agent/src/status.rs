@@ -81,6 +81,10 @@ pub struct ServerStatus {
     pub backup: u32,
     /// In the Maglev table right now.
     pub active: bool,
+    /// Slots of the live Maglev table (of `lb_common::MAGLEV_RING_SIZE`) that send new
+    /// flows to it.
+    #[serde(default)]
+    pub slots: u32,
     /// Link-layer address used toward it; absent while unknown (not selectable).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mac: Option<String>,

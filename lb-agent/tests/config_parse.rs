@@ -103,7 +103,7 @@ fn design_example_parses() {
         s.snat_ips,
         vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap()]
     );
-    assert_eq!(s.snat_ports, 20000..=29999);
+    assert_eq!(s.snat_ports, 1024..=32767);
     assert_eq!(
         (s.source_rate, s.source_burst),
         (
@@ -223,7 +223,7 @@ fn service_defaults() {
     assert_eq!(s.protocol, Protocol::Tcp);
     assert_eq!(s.forwarding, Forwarding::Nat);
     assert_eq!(s.snat_ports, DEFAULT_SNAT_PORTS);
-    assert_eq!(s.snat_ports, 20000..=29999);
+    assert_eq!(s.snat_ports, 1024..=32767);
     assert_eq!(s.max_fails, 3);
     assert_eq!(s.fail_timeout, Duration::from_secs(10));
     assert_eq!(s.max_unhealthy_percent, 100);

@@ -157,8 +157,8 @@ impl AgentConfig {
         }
     }
 
-    /// The TOML text, without files of its own (API socket, token, state file): see
-    /// [`AgentConfig::render_in`].
+    /// The TOML text, without files of its own: no API socket and no state file (reads
+    /// over `api_listen` only); see [`AgentConfig::render_in`].
     pub fn render(&self) -> String {
         self.render_with(None)
     }
@@ -192,6 +192,11 @@ impl AgentConfig {
                 "state_file = {:?}",
                 state_file(dir).display().to_string()
             );
+        } else {
+            // No files of its own: never the host's defaults (another agent's socket, a
+            // state file that a later test would restore).
+            let _ = writeln!(out, "api_socket = \"\"");
+            let _ = writeln!(out, "state_file = \"\"");
         }
         for line in &self.agent_extra {
             let _ = writeln!(out, "{line}");

@@ -1,6 +1,7 @@
-//! Issue 12, row 4, end to end: the real `lb-agent` runs with a low descriptor limit
-//! (`prlimit --nofile=256:256`: its own raise to the hard limit cannot help) and a client
-//! holds 400 idle connections to its API, so the agent runs out of descriptors. Its tcp
+//! Issue 12, row 4, end to end: the real `lb-agent` runs with a descriptor limit below what
+//! its API's connection cap (64) can hold (`prlimit --nofile=64:64`: its own raise to the
+//! hard limit cannot help; it uses about 30 at rest) and a client holds 400 idle
+//! connections to its API, so the agent runs out of descriptors. Its tcp
 //! probes then fail with EMFILE: a local fault. No server may change state, the service
 //! must not fail open, and the agent must say so in its log; once the connections close,
 //! `/metrics` counts the local faults and no transition happened.
@@ -25,7 +26,8 @@ const VERDICT_WAIT: Duration = Duration::from_secs(15);
 const START: Duration = Duration::from_secs(30);
 /// More than the limit: the agent accepts until EMFILE.
 const IDLE_CONNECTIONS: usize = 400;
-const NOFILE: &str = "--nofile=256:256";
+/// Below the ~30 descriptors the agent holds at rest plus the API's 64-connection cap.
+const NOFILE: &str = "--nofile=64:64";
 
 #[test]
 fn agent_out_of_descriptors_keeps_every_verdict() {

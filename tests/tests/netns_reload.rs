@@ -198,7 +198,7 @@ fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
     let removed = &topo.backends()[0];
     let removed_addr = std::net::SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
     let config = AgentConfig::new(vec![service.without(removed_addr)]);
-    std::fs::write(&config_path, config.render()).expect("writing the new config");
+    std::fs::write(&config_path, config.render_in(topo.dir())).expect("writing the new config");
     let out = reload().expect("a valid config must be applied");
     assert!(
         out.contains("config reloaded"),

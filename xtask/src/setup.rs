@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context, bail};
 
 /// Debian packages the tests and benchmarks need, with a command that proves each.
-const PACKAGES: &[(&str, &str)] = &[("iproute2", "ip")];
+const PACKAGES: &[(&str, &str)] = &[("iproute2", "ip"), ("chromium", "chromium")];
 /// What only `cargo xtask bench` needs: the end-to-end benchmark's baselines.
 const BENCH_PACKAGES: &[(&str, &str)] = &[("nftables", "nft"), ("haproxy", "haproxy")];
 

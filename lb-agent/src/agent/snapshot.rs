@@ -123,6 +123,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                         },
                         backup: s.backup,
                         active: role == Some(Role::Active) && mac.is_some(),
+                        slots: agent.publisher.live_slots(&svc.cfg.name, &s.addr),
                         mac,
                         health: HealthStatus {
                             fails: s.health.fails(),

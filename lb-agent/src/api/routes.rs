@@ -28,6 +28,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/reload", axum::routing::post(reload))
         .route("/metrics", get(metrics))
+        .route("/", get(super::page::index))
+        .route("/page/app.js", get(super::page::app_js))
+        .route("/page/style.css", get(super::page::style_css))
+        .route("/api/v1/page", get(super::page::page))
         .with_state(state)
 }
 

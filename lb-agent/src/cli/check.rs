@@ -45,5 +45,8 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
     for warning in config::warnings(&cfg) {
         println!("warning: {warning}");
     }
+    for warning in lb_agent::host::snat_port_warnings(&cfg) {
+        println!("warning: {warning}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -64,6 +64,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         eprintln!("lb-agent: {}: {why}", opts.config.display());
         return Ok(ExitCode::from(2));
     }
+    for warning in lb_agent::host::snat_port_warnings(&cfg) {
+        warn!("{warning}");
+    }
     let token = match &cfg.agent.api_token_file {
         Some(path) if cfg.agent.api_listen.is_some() => match api::load_token(path) {
             Ok(token) => Some(token),

@@ -32,7 +32,7 @@
 //! | `forwarding` | `nat`, `dsr` | `nat` | |
 //! | `snat_ip` | IP | required with `nat` (or `snat_ips`) | the VIP's family; not allowed with `dsr` |
 //! | `snat_ips` | array of IP | instead of `snat_ip` | 1..=4 distinct addresses of the VIP's family; flows spread over (address, port) |
-//! | `snat_ports` | `"LOW-HIGH"` | `"20000-29999"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
+//! | `snat_ports` | `"LOW-HIGH"` | `"1024-32767"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
 //! | `source_rate` | integer >= 0 | 1000 | nat: new flows per second one client address may open on average; 0 = no limit |
 //! | `source_burst` | integer >= 1 | 2000 | nat: new flows one client address may open at once |
 //! | `max_fails` | integer >= 0 | 3 | passive failures within `fail_timeout` that make a server `unavailable` (with probes it returns when they all pass again); 0 = off |
@@ -120,7 +120,11 @@ pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/lb";
 /// Port used for `agent.resolver` when it names only an address.
 pub const DEFAULT_RESOLVER_PORT: u16 = 53;
 /// Default `service.snat_ports`.
-pub const DEFAULT_SNAT_PORTS: RangeInclusive<u16> = 20000..=29999;
+///
+/// Every port below the kernel's default ephemeral range (32768–60999): a backend that
+/// closes first holds each pair in TIME_WAIT for a minute, so the range is what bounds
+/// new connections per second per backend per SNAT address (docs/nat-ports.md).
+pub const DEFAULT_SNAT_PORTS: RangeInclusive<u16> = 1024..=32767;
 /// Default `service.source_rate` (see docs/nat-ports.md for the reasoning).
 pub const DEFAULT_SOURCE_RATE: u32 = 1000;
 /// Default `service.source_burst`.

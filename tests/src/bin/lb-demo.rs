@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! lb-demo [--agent PATH] [--testserver PATH] [--forwarding nat|dsr]
-//!         [--xdp-mode native|generic|auto] [--connections N] [--hold SECS] [--verbose]
+//!         [--xdp-mode native|generic|auto] [--connections N] [--hold SECS]
+//!         [--stay] [--page-port PORT] [--verbose]
 //! ```
 //!
 //! Builds a switch with `client`, `lb` and backends `b1..b5`, starts `lb-testserver` on
@@ -24,6 +25,11 @@
 //! and `lb-testserver` are looked for next to this executable unless given. `--hold SECS`
 //! keeps everything up for that long once the agent is ready, before the tour, to look
 //! around with `ip netns exec`. Takes well under two minutes.
+//!
+//! The agent's status page (docs/status-page.md) is forwarded to
+//! `http://127.0.0.1:9900/` of this host (`--page-port`; another free port if that one is
+//! taken) from the moment the agent is ready; `--stay` keeps everything up after the tour
+//! until Ctrl-C, so the page can be looked at as long as one likes.
 
 use std::{
     net::SocketAddr,
@@ -37,6 +43,7 @@ use lb_tests::{
     agent::{self, Agent, AgentConfig, START_TIMEOUT},
     api::{self, Api, ServiceView},
     bpffs::PrivateBpffs,
+    forward::Forward,
     interrupt,
     redundancy::{self, Attempt, Backends, Member, SourcePorts, Stream, TcpProbe},
     scenario::{BACKEND_TCP_PORT, SHARE_TOLERANCE},
@@ -67,10 +74,18 @@ struct Args {
     connections: usize,
     /// Seconds to keep everything up, before the tour, for a look around.
     hold: u64,
+    /// Keep everything up after the tour until Ctrl-C.
+    stay: bool,
+    /// Host loopback port the status page is forwarded to (0: any free port).
+    page_port: u16,
 }
 
+/// Where the status page is forwarded on the host by default.
+const PAGE_PORT: u16 = 9900;
+
 const USAGE: &str = "usage: lb-demo [--agent PATH] [--testserver PATH] [--forwarding nat|dsr] \
-                     [--xdp-mode native|generic|auto] [--connections N] [--hold SECS] [--verbose]";
+                     [--xdp-mode native|generic|auto] [--connections N] [--hold SECS] \
+                     [--stay] [--page-port PORT] [--verbose]";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -80,6 +95,8 @@ fn parse_args() -> anyhow::Result<Args> {
         xdp_mode: "native".to_owned(),
         connections: 1000,
         hold: 0,
+        stay: false,
+        page_port: PAGE_PORT,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -115,6 +132,8 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
                 args.hold = secs;
             }
+            "--stay" => args.stay = true,
+            "--page-port" => args.page_port = value()?.parse().context("--page-port")?,
             // Read by the harness's log readers: echo every child's output.
             "-v" | "--verbose" => unsafe_set_verbose(),
             "-h" | "--help" => {
@@ -147,7 +166,8 @@ fn main() -> ExitCode {
     // Every guard lives inside `demo`, so they have all run when it returns.
     let result = demo(&args);
     let took = started.elapsed();
-    let interrupted = interrupt::requested();
+    // With --stay, Ctrl-C after the tour is how the demo is meant to end.
+    let interrupted = interrupt::requested() && !(args.stay && result.is_ok());
     match result {
         Ok(problems) if !interrupted && problems.is_empty() => {
             println!("lb-demo: done in {took:.1?}, everything removed");
@@ -249,6 +269,7 @@ fn demo(args: &Args) -> anyhow::Result<Vec<String>> {
         probe.passes
     );
     check_interrupt()?;
+    let _page = forward_page(&topo, args.page_port);
 
     if args.hold > 0 {
         println!(
@@ -290,7 +311,40 @@ fn demo(args: &Args) -> anyhow::Result<Vec<String>> {
              `run --reset` (no hitless restart)"
         );
     }
+    if args.stay {
+        println!(
+            "\nlb-demo: the tour is over; everything stays up (the status page too) until Ctrl-C"
+        );
+        while !interrupt::requested() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        println!("lb-demo: Ctrl-C: cleaning up");
+    }
     tour.finish()
+}
+
+/// Forwards the agent's API (status page at `/`) from the lb namespace to the host's
+/// loopback, on `port` or, if that is taken, any free port; `None` (with a note) if
+/// neither works: the tour goes on without it.
+fn forward_page(topo: &Topology, port: u16) -> Option<Forward> {
+    let target: SocketAddr = agent::API_LISTEN.parse().expect("a socket address");
+    let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    let fwd = Forward::start(at(port), &topo.lb().ns, target)
+        .or_else(|_| Forward::start(at(0), &topo.lb().ns, target));
+    match fwd {
+        Ok(f) => {
+            println!(
+                "lb-demo: status page: http://{}/ (the agent's API in the lb namespace; \
+                 read-only; `--stay` keeps it up after the tour)",
+                f.addr()
+            );
+            Some(f)
+        }
+        Err(err) => {
+            println!("lb-demo: could not forward the status page to the host ({err})");
+            None
+        }
+    }
 }
 
 /// Whether `lb-agent run` knows `--reset`, i.e. pins its maps and survives a restart.
