@@ -111,6 +111,8 @@ struct PublishedService {
     live: Vec<u32>,
     /// What the last apply wanted: an identical want is skipped without any work.
     last_want: Option<DesiredService>,
+    /// Bumped at every publish of `live` (fingerprint caching).
+    live_version: u64,
 }
 
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
@@ -240,6 +242,14 @@ impl Publisher {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
     }
 
+    /// The live table of a service as published, with a number that changes whenever
+    /// the table does, and its backends' addresses by id.
+    pub fn live_table(&self, service: &str) -> Option<(&[u32], u64, HashMap<u32, SocketAddr>)> {
+        let svc = self.services.get(service)?;
+        let addrs = svc.backends.iter().map(|(a, b)| (b.id, *a)).collect();
+        Some((&svc.live, svc.live_version, addrs))
+    }
+
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
         self.services.iter().find_map(|(name, svc)| {
@@ -334,6 +344,7 @@ impl Publisher {
                     active: Vec::new(),
                     live: Vec::new(),
                     last_want: None,
+                    live_version: 0,
                 },
             );
         }
@@ -354,6 +365,7 @@ impl Publisher {
                     active: Vec::new(),
                     live: Vec::new(),
                     last_want: None,
+                    live_version: 0,
                 },
             );
         }
@@ -427,6 +439,7 @@ impl Publisher {
         }
         if home_changed || active != svc.active || is_new {
             svc.live = live_table(&svc.home, &active);
+            svc.live_version += 1;
             dp.publish_table(svc.id, &svc.live)?;
             svc.active = active;
             report.tables_published += 1;

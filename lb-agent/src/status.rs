@@ -19,6 +19,41 @@ pub struct Snapshot {
     pub transitions: u64,
     /// Passive events received, by kind.
     pub passive_events: BTreeMap<String, u64>,
+    /// VIP announcement to the routers (docs/multi-node.md).
+    #[serde(default)]
+    pub announce: AnnounceStatus,
+}
+
+/// VIP announcement and the routing daemon's sessions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct AnnounceStatus {
+    /// `announce_interface` is set and announcing has started.
+    pub enabled: bool,
+    /// Where announced VIPs live (the interface name).
+    pub interface: String,
+    /// `lb-agent node drain`: every VIP withdrawn.
+    pub drained: bool,
+    /// Seconds since a service counter last moved (how long the node has been quiet,
+    /// for a drain); absent before the first reading.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub quiet_seconds: Option<f64>,
+    pub vips: Vec<VipStatus>,
+    /// `birdc show protocols` as last read (`agent.bird_socket`).
+    pub bgp: Vec<crate::announce::bird::Protocol>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bgp_error: Option<String>,
+}
+
+/// One VIP address.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VipStatus {
+    pub vip: String,
+    pub announced: bool,
+    /// `serving`, `fail-open`, `no usable server`, `node drained`.
+    pub reason: String,
+    /// The last route change failed (retried at the next change).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
 }
 
 /// One virtual service.
@@ -38,6 +73,10 @@ pub struct ServiceStatus {
     pub active_backup_level: u32,
     /// Every server unusable and traffic spread over all of them.
     pub fail_open: bool,
+    /// Fingerprint of the live Maglev table by backend address (equal on two nodes =
+    /// same backend for every flow hash); empty before the first publish.
+    #[serde(default)]
+    pub table_fingerprint: String,
     pub stats: Stats,
     pub servers: Vec<ServerStatus>,
 }
