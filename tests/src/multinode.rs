@@ -18,6 +18,10 @@
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -339,20 +343,28 @@ impl MultiNode {
 
     /// The next hops of the router's route to the VIP (empty: no route).
     pub fn next_hops(&self) -> Result<Vec<Ipv4Addr>, Error> {
-        let out = self
-            .router
-            .ip(&["-4", "route", "show", &format!("{VIP}/32")])?;
-        let mut hops = Vec::new();
-        let words: Vec<&str> = out.split_whitespace().collect();
-        for w in words.windows(2) {
-            if w[0] == "via"
-                && let Ok(a) = w[1].parse()
-            {
-                hops.push(a);
+        next_hops(&self.router)
+    }
+
+    /// Polls the router's next hops every 10 ms on another thread until
+    /// [`HopWatch::finish`]; that returns every distinct set seen, in order.
+    pub fn watch_next_hops(&self) -> HopWatch {
+        let router = self.router.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<Vec<Ipv4Addr>> = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(hops) = next_hops(&router)
+                    && seen.last() != Some(&hops)
+                {
+                    seen.push(hops);
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
-        }
-        hops.sort();
-        Ok(hops)
+            seen
+        });
+        HopWatch { stop, thread }
     }
 
     /// Polls the router until its next hops for the VIP are `want`; how long it took.
@@ -373,6 +385,33 @@ impl MultiNode {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// The next hops of `router`'s route to the VIP, sorted (empty: no route).
+fn next_hops(router: &NetNs) -> Result<Vec<Ipv4Addr>, Error> {
+    let out = router.ip(&["-4", "route", "show", &format!("{VIP}/32")])?;
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let mut hops: Vec<Ipv4Addr> = words
+        .windows(2)
+        .filter(|w| w[0] == "via")
+        .filter_map(|w| w[1].parse().ok())
+        .collect();
+    hops.sort();
+    Ok(hops)
+}
+
+/// A running [`MultiNode::watch_next_hops`].
+pub struct HopWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Vec<Ipv4Addr>>>,
+}
+
+impl HopWatch {
+    /// Stops polling; every set of next hops seen, in order (repeats collapsed).
+    pub fn finish(self) -> Vec<Vec<Ipv4Addr>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
     }
 }
 

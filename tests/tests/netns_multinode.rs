@@ -49,6 +49,52 @@ fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::Tally {
     .expect("client namespace")
 }
 
+/// Connections made in batches of 10 every few milliseconds (source ports from 35000)
+/// until finished, at most 200 batches and 60 s.
+struct Background {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl Background {
+    fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("traffic thread")
+    }
+}
+
+fn traffic_during(topo: &MultiNode) -> Background {
+    let client = topo.client.clone();
+    let vip = topo.vip();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let start = Instant::now();
+        let (mut made, mut failed) = (0, Vec::new());
+        for round in 0..200u16 {
+            if flag.load(std::sync::atomic::Ordering::Relaxed)
+                || start.elapsed() > Duration::from_secs(60)
+            {
+                break;
+            }
+            let t = tcp_names(
+                &client,
+                multinode::CLIENT.into(),
+                35000 + round * 10,
+                vip,
+                10,
+                Duration::from_secs(30),
+            )
+            .expect("client namespace");
+            made += t.attempted;
+            failed.extend(t.failures);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (made, failed)
+    });
+    Background { stop, thread }
+}
+
 fn open_long_lived(topo: &MultiNode, n: usize) -> Vec<EchoConn> {
     (0..n)
         .map(|_| {
@@ -110,7 +156,15 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
             node.name
         );
     }
-    let status = topo.nodes[0].cli(&["node", "status"]).unwrap();
+    // BIRD is read every 2 s: the session state shows within a few reads.
+    let start = Instant::now();
+    let status = loop {
+        let status = topo.nodes[0].cli(&["node", "status"]).unwrap();
+        if status.contains("Established") || start.elapsed() > Duration::from_secs(10) {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(status.contains("announced  serving"), "{status}");
     assert!(
         status.contains("Established"),
@@ -119,8 +173,14 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
 
     // BIRD of n1 killed: withdrawn within the bound; every long-lived connection
     // (about half went through n1) keeps its backend through n2.
+    let n1_flows = topo.nodes[0].flows().unwrap();
     let mut conns = open_long_lived(&topo, 16);
     check_all(&mut conns, "before");
+    std::thread::sleep(STATS_SETTLE);
+    assert!(
+        topo.nodes[0].flows().unwrap() > n1_flows,
+        "setup: some long-lived connections must go through n1, the node that goes away"
+    );
     let bird = topo.nodes[0].bird.take().expect("n1 BIRD");
     bird.signal(libc::SIGKILL).unwrap();
     let took = topo
@@ -186,6 +246,8 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
     topo.wait_next_hops(&[n1, n2], CONVERGE).expect("n1 back");
 
     // Agent restart on n2: the route never loses n2, no request fails.
+    let watch = topo.watch_next_hops();
+    let during = traffic_during(&topo);
     let agent = topo.nodes[1].agent.take().expect("n2 agent");
     agent.stop(Duration::from_secs(10)).expect("agent stops");
     let restart = Instant::now();
@@ -194,12 +256,23 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
         .start_agent(&backends2)
         .expect("agent restarts");
     eprintln!("agent restart took {:?}", restart.elapsed());
-    assert_eq!(
-        topo.next_hops().unwrap(),
-        vec![n1, n2],
-        "a restart must not withdraw"
+    let (made, failed) = during.finish();
+    eprintln!(
+        "connections during the restart: {made}, failed: {}",
+        failed.len()
     );
+    assert!(
+        made >= 20,
+        "setup: traffic must run during the restart ({made})"
+    );
+    assert!(failed.is_empty(), "during the restart: {failed:?}");
     let t = batch(&topo, 34000);
+    let seen = watch.finish();
+    assert_eq!(
+        seen,
+        vec![vec![n1, n2]],
+        "a restart must not withdraw: the router's next hops during it"
+    );
     assert!(t.failures.is_empty(), "after the restart: {:?}", t.failures);
     check_all(&mut conns, "after-restart");
 }
