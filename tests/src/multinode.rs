@@ -88,9 +88,9 @@ impl Node {
         Ok(())
     }
 
-    /// Starts `lb-agent run` (dsr service `web` on the VIP over `backends`, fail-closed)
-    /// and waits until it is ready.
-    pub fn start_agent(&mut self, backends: &[Ipv4Addr]) -> Result<(), Error> {
+    /// Starts `lb-agent run` (dsr service `web` on the VIP over `backends` with their
+    /// weights, fail-closed) and waits until it is ready.
+    pub fn start_agent(&mut self, backends: &[(Ipv4Addr, u32)]) -> Result<(), Error> {
         let mut cfg = format!(
             "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"\"\npin_path = \"\"\n\
              api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n\n\
@@ -99,8 +99,10 @@ impl Node {
             self.dir.join("admin-state.json").display().to_string(),
             self.bird_socket().display().to_string(),
         );
-        for b in backends {
-            cfg.push_str(&format!("\n[[service.server]]\naddress = \"{b}:{PORT}\"\n"));
+        for (b, weight) in backends {
+            cfg.push_str(&format!(
+                "\n[[service.server]]\naddress = \"{b}:{PORT}\"\nweight = {weight}\n"
+            ));
         }
         let path = self.dir.join("lb.toml");
         std::fs::write(&path, cfg)?;
