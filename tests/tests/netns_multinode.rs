@@ -95,6 +95,16 @@ fn traffic_during(topo: &MultiNode) -> Background {
     Background { stop, thread }
 }
 
+/// The `quiet X s` figure of `lb-agent node status`.
+fn quiet_seconds(status: &str) -> f64 {
+    status
+        .split("quiet ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no quiet time in {status:?}"))
+}
+
 fn open_long_lived(topo: &MultiNode, n: usize) -> Vec<EchoConn> {
     (0..n)
         .map(|_| {
@@ -198,7 +208,12 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
     topo.nodes[0].start_bird().unwrap();
     topo.wait_next_hops(&[n1, n2], CONVERGE).expect("n1 back");
 
-    // Drain n2: withdrawn, its connections keep working, new ones avoid it.
+    // Drain n2: withdrawn, its connections keep working, new ones avoid it. Traffic
+    // first, so that n2 has just seen packets when it is drained.
+    let warm = Instant::now();
+    let t = batch(&topo, 31500);
+    assert!(t.failures.is_empty(), "with n1 back: {:?}", t.failures);
+    check_all(&mut conns, "before-drain");
     topo.nodes[1].cli(&["node", "drain"]).unwrap();
     let took = topo
         .wait_next_hops(&[n1], WITHDRAW_BOUND)
@@ -221,6 +236,21 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
     );
     let status = topo.nodes[1].cli(&["node", "status"]).unwrap();
     assert!(status.contains("withdrawn  node drained"), "{status}");
+    // n1 carries the traffic (its quiet time is short), nothing reaches n2 any more:
+    // `--wait-quiet` there reports that traffic has stopped.
+    let busy = quiet_seconds(&topo.nodes[0].cli(&["node", "status"]).unwrap());
+    assert!(
+        busy < 2.5,
+        "n1 just carried a batch, yet quiet for {busy} s"
+    );
+    let out = topo.nodes[1]
+        .cli(&["node", "drain", "--wait-quiet", "5", "--timeout", "20"])
+        .expect("traffic stops at a drained node");
+    assert!(out.contains("traffic has stopped"), "{out}");
+    eprintln!(
+        "drained node quiet for 5 s, {:?} after its last traffic began",
+        warm.elapsed()
+    );
     topo.nodes[1].cli(&["node", "undrain"]).unwrap();
     topo.wait_next_hops(&[n1, n2], CONVERGE).expect("n2 back");
 
