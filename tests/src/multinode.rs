@@ -144,6 +144,19 @@ impl Node {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The service's Maglev table fingerprint (`lb-agent status --json`).
+    pub fn fingerprint(&self) -> Result<String, Error> {
+        let json = crate::json::Json::parse(&self.cli(&["status", "--json"])?)
+            .map_err(|e| e.to_string())?;
+        Ok(json
+            .items()
+            .first()
+            .and_then(|s| s.get("table_fingerprint"))
+            .and_then(|f| f.as_str())
+            .unwrap_or_default()
+            .to_string())
+    }
+
     /// New flows the node's service has seen (`lb-agent status --json`).
     pub fn flows(&self) -> Result<u64, Error> {
         let json = crate::json::Json::parse(&self.cli(&["status", "--json"])?)

@@ -140,6 +140,11 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
     topo.wait_next_hops(&[n1, n2], CONVERGE)
         .expect("the router learns the VIP from both nodes");
 
+    // Same config, same health: the same table on both nodes.
+    let fp = topo.nodes[0].fingerprint().unwrap();
+    assert_eq!(fp.len(), 16, "a fingerprint in status: {fp:?}");
+    assert_eq!(fp, topo.nodes[1].fingerprint().unwrap(), "tables differ");
+
     // Spread: both nodes and both backends carry a share.
     let flows_before = [
         topo.nodes[0].flows().unwrap(),
@@ -265,6 +270,11 @@ fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
         .expect("withdrawn from the node whose servers are gone");
     let status = topo.nodes[0].cli(&["node", "status"]).unwrap();
     assert!(status.contains("withdrawn  no usable server"), "{status}");
+    assert_ne!(
+        topo.nodes[0].fingerprint().unwrap(),
+        topo.nodes[1].fingerprint().unwrap(),
+        "n1's table lost its servers: the fingerprints must say so"
+    );
     let t = batch(&topo, 33000);
     assert!(
         t.failures.is_empty(),
