@@ -12,12 +12,14 @@
 //! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`hwaddr`]: the attached interface's own MAC (the data plane balances only frames to it);
+//! - [`announce`]: VIP announcement to BGP routers (through BIRD) driven by health and drain;
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`rlimit`]: the file-descriptor limit, raised at start;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
 pub mod agent;
+pub mod announce;
 pub mod api;
 pub mod config;
 pub mod dataplane;

@@ -152,6 +152,8 @@ struct PublishedService {
     live_slots: std::cell::OnceCell<HashMap<u32, u32>>,
     /// What the last apply wanted: an identical want is skipped without any work.
     last_want: Option<DesiredService>,
+    /// Bumped at every publish of `live` (fingerprint caching).
+    live_version: u64,
 }
 
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
@@ -324,6 +326,14 @@ impl Publisher {
             .flat_map(|s| s.backends.keys().copied())
     }
 
+    /// The live table of a service as published, with a number that changes whenever
+    /// the table does, and its backends' addresses by id.
+    pub fn live_table(&self, service: &str) -> Option<(&[u32], u64, HashMap<u32, SocketAddr>)> {
+        let svc = self.services.get(service)?;
+        let addrs = svc.backends.iter().map(|(a, b)| (b.id, *a)).collect();
+        Some((&svc.live, svc.live_version, addrs))
+    }
+
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
         self.owners.get(&id).cloned()
@@ -425,6 +435,7 @@ impl Publisher {
                     live: Vec::new(),
                     live_slots: Default::default(),
                     last_want: None,
+                    live_version: 0,
                 },
             );
         }
@@ -446,6 +457,7 @@ impl Publisher {
                     live: Vec::new(),
                     live_slots: Default::default(),
                     last_want: None,
+                    live_version: 0,
                 },
             );
         }
@@ -520,6 +532,7 @@ impl Publisher {
         }
         if home_changed || active != svc.active || is_new {
             svc.live = live_table(&svc.home, &active);
+            svc.live_version += 1;
             dp.publish_table(svc.id, &svc.live)?;
             svc.live_slots = Default::default();
             svc.active = active;

@@ -22,6 +22,9 @@ pub struct Snapshot {
     /// Probes that could not run for a local reason (docs/local-faults.md).
     #[serde(default)]
     pub local_faults: LocalFaultStatus,
+    /// VIP announcement to the routers (docs/multi-node.md).
+    #[serde(default)]
+    pub announce: AnnounceStatus,
 }
 
 /// Local faults of the agent's host seen by probes: never counted against a server.
@@ -37,6 +40,38 @@ pub struct LocalFaultStatus {
     /// e.g. "local fault: out of file descriptors (EMFILE): connect: ...".
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub last_detail: Option<String>,
+}
+
+/// VIP announcement and the routing daemon's sessions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct AnnounceStatus {
+    /// `announce_interface` is set and announcing has started.
+    pub enabled: bool,
+    /// Where announced VIPs live (the interface name).
+    pub interface: String,
+    /// `lb-agent node drain`: every VIP withdrawn.
+    pub drained: bool,
+    /// Seconds since a service counter last moved (how long the node has been quiet,
+    /// for a drain); absent before the first reading.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub quiet_seconds: Option<f64>,
+    pub vips: Vec<VipStatus>,
+    /// `birdc show protocols` as last read (`agent.bird_socket`).
+    pub bgp: Vec<crate::announce::bird::Protocol>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bgp_error: Option<String>,
+}
+
+/// One VIP address.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VipStatus {
+    pub vip: String,
+    pub announced: bool,
+    /// `serving`, `fail-open`, `no usable server`, `node drained`.
+    pub reason: String,
+    /// The last route change failed (retried at the next change).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
 }
 
 /// One virtual service.
@@ -63,6 +98,10 @@ pub struct ServiceStatus {
     /// Probe runs of this service without a verdict because the agent's host failed.
     #[serde(default)]
     pub local_faults: LocalFaultStatus,
+    /// Fingerprint of the live Maglev table by backend address (equal on two nodes =
+    /// same backend for every flow hash); empty before the first publish.
+    #[serde(default)]
+    pub table_fingerprint: String,
     pub stats: Stats,
     pub servers: Vec<ServerStatus>,
 }

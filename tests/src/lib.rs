@@ -14,6 +14,7 @@ pub mod icmp_forge;
 pub mod interrupt;
 pub mod json;
 pub mod link;
+pub mod multinode;
 pub mod mutate;
 pub mod names;
 pub mod netns;

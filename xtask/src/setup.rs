@@ -13,8 +13,14 @@ use std::{
 
 use anyhow::{Context, bail};
 
-/// Debian packages the tests and benchmarks need, with a command that proves each.
-const PACKAGES: &[(&str, &str)] = &[("iproute2", "ip"), ("chromium", "chromium")];
+/// Debian packages the tests and benchmarks need, with a command that proves each
+/// (`chromium`: the status page's browser test; `bird2`: the multi-node scenarios run
+/// BIRD in namespaces, docs/multi-node.md).
+const PACKAGES: &[(&str, &str)] = &[
+    ("iproute2", "ip"),
+    ("chromium", "chromium"),
+    ("bird2", "bird"),
+];
 /// What only `cargo xtask bench` needs: the end-to-end benchmark's baselines.
 const BENCH_PACKAGES: &[(&str, &str)] = &[("nftables", "nft"), ("haproxy", "haproxy")];
 

@@ -107,6 +107,13 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     admin_state: AdminState,
     /// Where `admin_state` is saved; `None`: not kept across restarts.
     state_file: Option<std::path::PathBuf>,
+    /// VIP announcement to the routers (`crate::announce`).
+    announcer: crate::announce::Announcer,
+    /// Table fingerprints by service, with the table version they were computed for.
+    fingerprints: std::cell::RefCell<HashMap<String, (u64, String)>>,
+    /// Packets seen on every backend so far, and when that total last moved (drain).
+    traffic_total: u64,
+    traffic_moved: Option<Instant>,
 }
 
 /// Channels the caller drives the agent with.
@@ -146,6 +153,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             deadline_cache: Default::default(),
             admin_state: AdminState::default(),
             state_file: None,
+            announcer: Default::default(),
+            fingerprints: Default::default(),
+            traffic_total: 0,
+            traffic_moved: None,
         };
         (
             agent,
@@ -196,6 +207,86 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub fn keep_admin_state(&mut self, path: Option<std::path::PathBuf>, state: AdminState) {
         self.state_file = path;
         self.admin_state = state;
+    }
+
+    /// Starts announcing VIPs through `routes` (call once the XDP program is attached,
+    /// so a VIP never attracts traffic before the node can forward it). Routes already
+    /// there stay (a restart withdraws nothing); `drain_file` keeps the node's drain
+    /// across restarts (docs/multi-node.md).
+    pub fn start_announcing(
+        &mut self,
+        routes: Box<dyn crate::announce::VipRoutes + Send>,
+        drain_file: Option<std::path::PathBuf>,
+    ) {
+        self.announcer.start(routes, drain_file);
+        self.announce();
+        self.snapshot_dirty = true;
+    }
+
+    /// Drains (withdraws every VIP, keeps forwarding what still arrives) or undrains the
+    /// node; the next snapshot shows it.
+    pub fn set_node_drained(&mut self, drained: bool) -> Result<(), AdminError> {
+        if !self.announcer.is_on() {
+            return Err(AdminError::Invalid(
+                "announcing is off: set `announce_interface` in [agent]".into(),
+            ));
+        }
+        let changes = self.announcer.set_drained(drained).map_err(|e| {
+            AdminError::Invalid(format!("keeping the node's drain state failed: {e}"))
+        })?;
+        self.log_announcements(changes);
+        self.record_note(
+            "-",
+            if drained {
+                "node drained"
+            } else {
+                "node undrained"
+            },
+        );
+        self.publish_snapshot();
+        Ok(())
+    }
+
+    /// Records the routing daemon's sessions as last read (status only).
+    pub fn set_bgp_sessions(&mut self, sessions: crate::announce::bird::Sessions) {
+        self.announcer.set_bgp(Some(sessions));
+        self.snapshot_dirty = true;
+    }
+
+    /// Re-decides every VIP's announcement from the services' last membership.
+    fn announce(&mut self) {
+        let input = self
+            .services
+            .iter()
+            .map(|svc| {
+                let serve = match &svc.outcome {
+                    Some(o) if o.fail_open => crate::announce::Serve::FailOpen,
+                    Some(o)
+                        if o.roles.iter().any(|&(addr, role)| {
+                            role == crate::publish::Role::Active
+                                && self.macs.contains_key(&addr.ip())
+                        }) =>
+                    {
+                        crate::announce::Serve::Serving
+                    }
+                    _ => crate::announce::Serve::Nothing,
+                };
+                (svc.cfg.vip.ip(), serve)
+            })
+            .collect();
+        let changes = self.announcer.update(input);
+        self.log_announcements(changes);
+    }
+
+    fn log_announcements(&mut self, changes: Vec<crate::announce::Change>) {
+        for c in changes {
+            let to = if c.announced {
+                "announced"
+            } else {
+                "withdrawn"
+            };
+            self.log_event("-", &c.vip.to_string(), "-", to, c.reason);
+        }
     }
 
     /// The runtime admin state as it stands (what the state file holds).
@@ -551,6 +642,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         else {
             return;
         };
+        let total = all.iter().map(|s| s.packets).fold(0u64, u64::wrapping_add);
+        if total != self.traffic_total || self.traffic_moved.is_none() {
+            self.traffic_total = total;
+            self.traffic_moved = Some(now);
+        }
         for svc in &mut self.services {
             for server in svc.servers.values_mut() {
                 let Some(id) = self.publisher.backend_id(&svc.cfg.name, &server.addr) else {
@@ -654,6 +750,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// A runtime change from the API.
     pub async fn on_admin(&mut self, req: AdminRequest) {
+        if let AdminChange::NodeDrain(drained) = req.change {
+            let _ = req.reply.send(self.set_node_drained(drained));
+            return;
+        }
         let result = self.admin(&req.service, &req.address, req.change).await;
         // The caller's next GET must see its change: rebuild before answering.
         if result.is_ok() {
@@ -766,6 +866,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 self.record_names(service, address, "-", "added", "admin");
                 self.refresh_macs().await;
             }
+            AdminChange::NodeDrain(_) => {
+                return Err(AdminError::Invalid(
+                    "node drain is not a server change".into(),
+                ));
+            }
             AdminChange::Remove => {
                 self.services[si]
                     .servers
@@ -856,6 +961,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             self.record_note(&service, &note);
         }
         let report = self.publisher.apply(&desired, &mut self.dp)?;
+        // After the tables: a VIP is announced only once the node can forward it.
+        self.announce();
         if report.tables_published + report.backends_written + report.services_written > 0 {
             self.propagation.observe(started.elapsed().as_secs_f64());
         }

@@ -152,6 +152,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 fail_open: outcome.is_some_and(|o| o.fail_open),
                 fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
                 local_faults: svc.local_faults.status(now, at),
+                table_fingerprint: table_fingerprint(agent, &svc.cfg.name),
                 stats,
                 servers,
             }
@@ -167,5 +168,31 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         transitions: agent.transitions,
         passive_events: agent.passive.clone(),
         local_faults: agent.local_faults.status(now, at),
+        announce: {
+            let mut a = agent.announcer.status();
+            a.quiet_seconds = agent
+                .traffic_moved
+                .map(|t| now.saturating_duration_since(t).as_secs_f64());
+            a
+        },
     }
+}
+
+/// The service's live-table fingerprint, recomputed only when the table changed.
+fn table_fingerprint<D: Dataplane, P: Prober, N: Neighbors>(
+    agent: &Agent<D, P, N>,
+    service: &str,
+) -> String {
+    let Some((table, version, addrs)) = agent.publisher.live_table(service) else {
+        return String::new();
+    };
+    let mut cache = agent.fingerprints.borrow_mut();
+    if let Some((v, fp)) = cache.get(service)
+        && *v == version
+    {
+        return fp.clone();
+    }
+    let fp = crate::announce::fingerprint::fingerprint(table, |id| addrs.get(&id).copied());
+    cache.insert(service.to_string(), (version, fp.clone()));
+    fp
 }

@@ -223,7 +223,49 @@ pub fn render(snap: &Snapshot) -> String {
             }
         }
     }
+    if snap.announce.enabled {
+        announce(o, &snap.announce);
+    }
     out
+}
+
+/// VIP announcement (docs/multi-node.md): one series per VIP and BGP protocol.
+fn announce(o: &mut String, a: &crate::status::AnnounceStatus) {
+    header(
+        o,
+        "lb_node_drained",
+        "gauge",
+        "1 while the node is drained (every VIP withdrawn)",
+    );
+    line(o, "lb_node_drained", &[], if a.drained { 1.0 } else { 0.0 });
+    header(
+        o,
+        "lb_vip_announced",
+        "gauge",
+        "1 while the VIP is announced to the routers; reason says why (not)",
+    );
+    for v in &a.vips {
+        line(
+            o,
+            "lb_vip_announced",
+            &[("vip", &v.vip), ("reason", &v.reason)],
+            if v.announced { 1.0 } else { 0.0 },
+        );
+    }
+    header(
+        o,
+        "lb_bgp_protocol_up",
+        "gauge",
+        "1 while BIRD reports the protocol up (birdc show protocols)",
+    );
+    for p in &a.bgp {
+        line(
+            o,
+            "lb_bgp_protocol_up",
+            &[("name", &p.name), ("proto", &p.proto), ("info", &p.info)],
+            if p.state == "up" { 1.0 } else { 0.0 },
+        );
+    }
 }
 
 fn header(o: &mut String, name: &str, kind: &str, help: &str) {

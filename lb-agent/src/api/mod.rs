@@ -69,6 +69,9 @@ pub enum AdminChange {
     Add(NewServer),
     /// DELETE: remove a server.
     Remove,
+    /// `POST /api/v1/node/drain` (`true`) or `/undrain` (`false`): withdraw every VIP
+    /// from the routers or announce them again (`service`/`address` unused).
+    NodeDrain(bool),
 }
 
 /// Fields a PATCH may set; absent fields stay as they are.

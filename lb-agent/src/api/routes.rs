@@ -27,6 +27,9 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/events", get(events))
         .route("/api/v1/reload", axum::routing::post(reload))
+        .route("/api/v1/node", get(node))
+        .route("/api/v1/node/drain", axum::routing::post(node_drain))
+        .route("/api/v1/node/undrain", axum::routing::post(node_undrain))
         .route("/metrics", get(metrics))
         .route("/", get(super::page::index))
         .route("/page/app.js", get(super::page::app_js))
@@ -80,6 +83,32 @@ async fn reload(State(st): State<ApiState>) -> Response {
             &AdminError::Invalid("the agent dropped the request".into()),
         ),
     }
+}
+
+/// The node's announcement state: VIPs, drain, BGP sessions.
+async fn node(State(st): State<ApiState>) -> Response {
+    let snap = st.snapshot.borrow().clone();
+    Json(&snap.announce).into_response()
+}
+
+async fn node_drain(State(st): State<ApiState>) -> Response {
+    ask(
+        &st,
+        String::new(),
+        String::new(),
+        AdminChange::NodeDrain(true),
+    )
+    .await
+}
+
+async fn node_undrain(State(st): State<ApiState>) -> Response {
+    ask(
+        &st,
+        String::new(),
+        String::new(),
+        AdminChange::NodeDrain(false),
+    )
+    .await
 }
 
 async fn patch_server(

@@ -4,6 +4,7 @@ mod check;
 mod detach;
 mod http;
 mod lifecycle;
+mod node;
 mod run;
 mod server;
 mod status;
@@ -71,6 +72,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// This node's VIP announcement to the routers (docs/multi-node.md).
+    Node {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        action: NodeCommand,
+    },
     /// Change a server at runtime (through the agent's API).
     Server {
         #[command(flatten)]
@@ -102,6 +110,24 @@ impl ApiArgs {
             self.token_file.as_deref(),
         )
     }
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// Withdraw every VIP from the routers; flows that still arrive keep being forwarded.
+    /// Persists across restarts. Before stopping a node for good: drain, then stop.
+    Drain {
+        /// Wait until no packet arrived for this many seconds (traffic has stopped).
+        #[arg(long, value_name = "SECONDS")]
+        wait_quiet: Option<u64>,
+        /// Give up waiting after this many seconds (exit status 1).
+        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+        timeout: u64,
+    },
+    /// Announce the VIPs again (those whose services can serve).
+    Undrain,
+    /// Announced and withdrawn VIPs with the reason, drain, BGP sessions.
+    Status,
 }
 
 #[derive(Subcommand, Debug)]
@@ -197,6 +223,20 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }),
+        Command::Node { api, action } => {
+            let action = match action {
+                NodeCommand::Drain {
+                    wait_quiet,
+                    timeout,
+                } => node::NodeAction::Drain {
+                    wait: wait_quiet.map(std::time::Duration::from_secs),
+                    timeout: std::time::Duration::from_secs(timeout),
+                },
+                NodeCommand::Undrain => node::NodeAction::Undrain,
+                NodeCommand::Status => node::NodeAction::Status,
+            };
+            block_on(node::node(&api.target()?, action))
+        }
         Command::Server { api, action } => {
             use server::ServerAction as A;
             let (service, address, action) = match action {

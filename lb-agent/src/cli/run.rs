@@ -135,6 +135,8 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     drop(previous);
     let xdp_mode = agent.dataplane().mode_name();
     agent.set_xdp_mode(xdp_mode);
+    // Announced only now, with the program forwarding (docs/multi-node.md).
+    let mut bgp_rx = super::node::start_announcing(&mut agent, &cfg.agent)?;
     agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
@@ -231,6 +233,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = agent.resolve_ready() => agent.reresolve().await,
+            Some(sessions) = super::node::next_bgp(&mut bgp_rx) => {
+                agent.set_bgp_sessions(sessions);
+                Ok(())
+            }
         };
         if let Err(err) = result {
             warn!(error = %err, "publishing to the data plane failed");

@@ -25,7 +25,7 @@ pub fn render(services: &[ServiceStatus]) -> String {
     for s in services {
         let _ = writeln!(
             out,
-            "service {} {} {}/{}  weight {}/{}  spares running {}  backup level {}{}",
+            "service {} {} {}/{}  weight {}/{}  spares running {}  backup level {}  table {}{}",
             s.name,
             s.vip,
             s.protocol,
@@ -34,6 +34,11 @@ pub fn render(services: &[ServiceStatus]) -> String {
             s.main_weight,
             s.spare_num,
             s.active_backup_level,
+            if s.table_fingerprint.is_empty() {
+                "-"
+            } else {
+                &s.table_fingerprint
+            },
             match (s.fail_open, s.fail_open_tier) {
                 (false, _) => String::new(),
                 (true, 0) => "  FAIL-OPEN".to_string(),

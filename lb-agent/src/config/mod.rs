@@ -22,6 +22,8 @@
 //! | `api_socket_group` | group name | none | socket `0660` and this group instead of `0600` root |
 //! | `api_token_file` | absolute path | none | bearer token for changes over `api_listen`; without it TCP serves reads only |
 //! | `state_file` | absolute path | [`DEFAULT_STATE_FILE`] | runtime admin state kept across restarts; `""` disables |
+//! | `announce_interface` | interface name | none (announcing off) | announced VIPs as `/32`/`/128` addresses on it, created as `ifb` if missing (docs/multi-node.md) |
+//! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
 //!
 //! `[[service]]`
 //! | key | type | default | rule |
@@ -172,6 +174,11 @@ pub struct AgentConfig {
     pub api_token_file: Option<PathBuf>,
     /// Where runtime admin state is kept across restarts; `None` when disabled with `""`.
     pub state_file: Option<PathBuf>,
+    /// Interface holding the announced VIPs as host addresses (docs/multi-node.md);
+    /// `None`: announcing off.
+    pub announce_interface: Option<String>,
+    /// BIRD's control socket, read for BGP session status; `None`: not read.
+    pub bird_socket: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -186,6 +193,8 @@ impl Default for AgentConfig {
             api_socket_group: None,
             api_token_file: None,
             state_file: Some(PathBuf::from(DEFAULT_STATE_FILE)),
+            announce_interface: None,
+            bird_socket: None,
         }
     }
 }

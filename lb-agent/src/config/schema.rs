@@ -20,6 +20,8 @@ const AGENT_KEYS: &[&str] = &[
     "api_socket_group",
     "api_token_file",
     "state_file",
+    "announce_interface",
+    "bird_socket",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "name",
@@ -202,6 +204,27 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         f.parse(|s| optional_path(s, "a file, e.g. \"/var/lib/lb-agent/admin-state.json\""))
     })?
     .unwrap_or(d.state_file);
+    let announce_interface = opt(t, "announce_interface", |f| {
+        let s = f.str()?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        if s.len() > 15 || s.contains(|c: char| c == '/' || c.is_whitespace() || c.is_control()) {
+            return Err(f.err(format!(
+                "{s:?} is not an interface name (1..15 bytes, no '/' or whitespace); \"\" disables announcing"
+            )));
+        }
+        Ok(Some(s.to_string()))
+    })?
+    .flatten();
+    let bird_socket = opt(t, "bird_socket", |f| {
+        f.parse(|s| optional_path(s, "BIRD's control socket, e.g. \"/run/bird/bird.ctl\""))
+    })?
+    .flatten();
+    if bird_socket.is_some() && announce_interface.is_none() {
+        let f = t.get("bird_socket").expect("the path came from the field");
+        return Err(f.err("needs announce_interface: BGP status is part of announcing"));
+    }
     if api_socket_group.is_some() && api_socket.is_none() {
         let f = t
             .get("api_socket_group")
@@ -218,6 +241,8 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         api_socket_group,
         api_token_file,
         state_file,
+        announce_interface,
+        bird_socket,
     })
 }
 

@@ -130,6 +130,8 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         api_socket_group,
         api_token_file,
         state_file,
+        announce_interface,
+        bird_socket,
     } = running;
     let mut keys = Vec::new();
     let mut diff = |changed: bool, key| {
@@ -148,6 +150,11 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
     );
     diff(*api_token_file != new.api_token_file, "api_token_file");
     diff(*state_file != new.state_file, "state_file");
+    diff(
+        *announce_interface != new.announce_interface,
+        "announce_interface",
+    );
+    diff(*bird_socket != new.bird_socket, "bird_socket");
     AgentKeyChanges(keys)
 }
 
