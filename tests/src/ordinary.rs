@@ -382,6 +382,67 @@ fn keepalive_request(cfg: &OrdinaryConfig, held: &mut Option<Held>) -> Result<St
     Ok(name)
 }
 
+/// One keep-alive connection held on purpose on a chosen backend (the keep-alive
+/// scenarios watch it while that backend's probe fails).
+pub struct PinnedConn {
+    held: Option<Held>,
+    cfg: OrdinaryConfig,
+    backend: String,
+}
+
+impl PinnedConn {
+    /// Opens keep-alive connections from `ns` to `vip` (one request each) until one is
+    /// answered by `backend`, at most `tries`; the others are closed.
+    pub fn open_on(
+        ns: &NetNs,
+        vip: SocketAddr,
+        backend: &str,
+        tries: usize,
+    ) -> Result<PinnedConn, String> {
+        let cfg = OrdinaryConfig::new(vip, Duration::from_secs(3600));
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for _ in 0..tries {
+            let mut held = None;
+            let name = ns
+                .run(|| keepalive_request(&cfg, &mut held))
+                .map_err(|e| e.to_string())?
+                .map_err(|cause| format!("a keep-alive request to {vip}: {cause}"))?;
+            if name == backend && held.is_some() {
+                return Ok(PinnedConn {
+                    held,
+                    cfg,
+                    backend: name,
+                });
+            }
+            *seen.entry(name).or_default() += 1;
+        }
+        Err(format!(
+            "none of {tries} keep-alive connections to {vip} reached {backend}: {seen:?}"
+        ))
+    }
+
+    /// One request on the held connection; `Err` when it fails or when the backend
+    /// closed it (the scenarios send fewer requests than the server's keep-alive cap).
+    pub fn request(&mut self) -> Result<String, Cause> {
+        if self.held.is_none() {
+            return Err(Cause::Other(format!(
+                "the connection to {} is gone",
+                self.backend
+            )));
+        }
+        let name = keepalive_request(&self.cfg, &mut self.held).inspect_err(|_| {
+            self.held = None; // a broken connection is not used again
+        })?;
+        if self.held.is_none() {
+            return Err(Cause::Other(format!(
+                "{} closed the connection after answering",
+                self.backend
+            )));
+        }
+        Ok(name)
+    }
+}
+
 /// Every request of a run.
 #[derive(Clone, Debug)]
 pub struct Report {
