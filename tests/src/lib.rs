@@ -6,6 +6,7 @@ pub mod bpffs;
 pub mod cmd;
 pub mod cpu;
 pub mod health;
+pub mod inject;
 pub mod interrupt;
 pub mod json;
 pub mod link;

@@ -26,6 +26,8 @@ use crate::{
 
 /// The service's name in the config and the API.
 pub const SERVICE: &str = "web";
+/// The UDP service of [`Bed::start_with`].
+pub const UDP_SERVICE: &str = "dns";
 /// Wait for the baseline (every server up and probed once): the probe's first round is
 /// spread over one interval (2 s), twice that plus a margin for a loaded machine.
 pub const BASELINE_WAIT: Duration = Duration::from_secs(20);
@@ -224,6 +226,19 @@ impl Bed {
     /// starts the servers and the agent, and waits for the baseline. Panics naming the
     /// step that failed: it is for tests and the soak.
     pub fn start(forwarding: Forwarding, subnet: u8, roles: &[Role], testserver: &Path) -> Bed {
+        Bed::start_with(forwarding, subnet, roles, testserver, false)
+    }
+
+    /// [`start`](Self::start), with `udp`: also the UDP service [`UDP_SERVICE`] (VIP port
+    /// 53 in nat, 8081 in dsr) over the same servers' port 8081, without a probe, default
+    /// passive settings.
+    pub fn start_with(
+        forwarding: Forwarding,
+        subnet: u8,
+        roles: &[Role],
+        testserver: &Path,
+        udp: bool,
+    ) -> Bed {
         let backends = roles.iter().map(|r| r.backend + 1).max().unwrap_or(1);
         let topo = Topology::builder()
             .backends(backends)
@@ -235,14 +250,20 @@ impl Bed {
             WebServers::start(&topo, testserver, roles).expect("starting a web server per role");
         let service = web_service(&topo, roles, &http_probe());
         let vip = service.vip;
+        let mut services = vec![service];
+        if udp {
+            let backends: Vec<_> = roles
+                .iter()
+                .map(|r| (&topo.backends()[r.backend], r.weight))
+                .collect();
+            let mut dns = scenario::udp_service(&topo, &backends);
+            dns.name = UDP_SERVICE.to_owned();
+            services.push(dns);
+        }
         let binary = crate::agent::locate_binary("lb-agent").expect("finding lb-agent");
-        let agent = Agent::start_as_operator(
-            &topo,
-            &binary,
-            &AgentConfig::new(vec![service]),
-            START_TIMEOUT,
-        )
-        .expect("starting lb-agent run --config in the lb namespace");
+        let agent =
+            Agent::start_as_operator(&topo, &binary, &AgentConfig::new(services), START_TIMEOUT)
+                .expect("starting lb-agent run --config in the lb namespace");
         let bounds = probe_bounds(agent.config_path());
         let api = Api::new(&topo.lb().ns);
         let addrs: Vec<SocketAddr> = roles.iter().map(|r| addr_of(&topo, r)).collect();
@@ -338,12 +359,14 @@ impl Bed {
 }
 
 /// Counters reported as port pressure and churn.
-pub const PRESSURE_COUNTERS: [&str; 6] = [
+pub const PRESSURE_COUNTERS: [&str; 8] = [
     "flow_new",
     "flow_rehash",
     "tx_nat_forward",
     "drop_nat_ports",
     "drop_no_backend",
+    "drop_bad_source",
+    "drop_source_limit",
     "events_lost",
 ];
 
