@@ -391,16 +391,47 @@ pub fn probe_bounds(config: &Path) -> lb_agent::config::Bounds {
 /// sees it).
 pub fn tcp_ext(ns: &NetNs, name: &str) -> Result<Option<u64>, NetnsError> {
     let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))?;
-    let Ok(text) = text else { return Ok(None) };
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+    Ok(text.ok().and_then(|t| netstat_value(&t, "TcpExt:", name)))
+}
+
+/// The value of `name` in the `prefix` section (`TcpExt:`) of a `/proc/net/netstat`
+/// text: a line of names followed by a line of values.
+fn netstat_value(text: &str, prefix: &str, name: &str) -> Option<u64> {
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
     let [names, values] = lines.as_slice() else {
-        return Ok(None);
+        return None;
     };
-    Ok(names
+    names
         .split_whitespace()
         .zip(values.split_whitespace())
         .find(|(n, _)| *n == name)
-        .and_then(|(_, v)| v.parse().ok()))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netstat_values_by_name() {
+        let text = "TcpExt: SyncookiesSent PAWSTimewait Other\nTcpExt: 0 529 7\n\
+                    IpExt: InNoRoutes PAWSTimewait\nIpExt: 1 99\n";
+        assert_eq!(netstat_value(text, "TcpExt:", "PAWSTimewait"), Some(529));
+        assert_eq!(netstat_value(text, "TcpExt:", "Missing"), None);
+        assert_eq!(netstat_value(text, "IpExt:", "PAWSTimewait"), Some(99));
+        assert_eq!(netstat_value("", "TcpExt:", "PAWSTimewait"), None);
+    }
+
+    #[test]
+    fn http_probe_has_the_documented_bound() {
+        let text = http_probe().render().join("\n");
+        assert!(text.contains("interval = \"2000ms\""), "{text}");
+        assert!(text.contains("fails = 2"), "{text}");
+        assert_eq!(
+            http_probe().detection_bound(),
+            std::time::Duration::from_secs(5)
+        );
+    }
 }
 
 /// What a scenario measured besides the requests: for the "before/after" figures.
