@@ -32,10 +32,12 @@ pub const UDP_SERVICE: &str = "dns";
 /// spread over one interval (2 s), twice that plus a margin for a loaded machine.
 pub const BASELINE_WAIT: Duration = Duration::from_secs(20);
 
-/// The one http probe of the scenarios: `GET /health` every 2 s, 500 ms timeout, 2 fails,
-/// 2 passes; `check-config` bound 2 × (2 s + 0.5 s) = 5 s for a dead server.
+/// The one http probe of the scenarios: `GET /health` every 2 s, 1 s timeout, 2 fails,
+/// 2 passes; `check-config` bound 2 × (2 s + 1 s) = 6 s for a dead server, 4 s for a
+/// wrong status, recovery within 4 s. The timeout leaves room for a loaded machine: a
+/// probe that times out on a healthy server would be a transition the scenarios forbid.
 pub fn http_probe() -> Probe {
-    Probe::http(Duration::from_secs(2), Duration::from_millis(500), 2, 2)
+    Probe::http(Duration::from_secs(2), Duration::from_secs(1), 2, 2)
 }
 
 /// One server of the service by its role; `backend` indexes the topology's `b1..bN`.
@@ -429,7 +431,7 @@ mod tests {
         assert!(text.contains("fails = 2"), "{text}");
         assert_eq!(
             http_probe().detection_bound(),
-            std::time::Duration::from_secs(5)
+            std::time::Duration::from_secs(6)
         );
     }
 }

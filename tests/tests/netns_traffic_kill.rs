@@ -18,7 +18,7 @@ use lb_tests::{
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 /// Traffic before the kill (the flows and the health state settle).
 const WARM_UP: Duration = Duration::from_secs(8);
-/// Traffic after the kill: the bound (5 s) three times over.
+/// Traffic after the kill: the bound (6 s) two and a half times over.
 const AFTER: Duration = Duration::from_secs(15);
 
 fn kill_one(forwarding: Forwarding, subnet: u8) {
