@@ -12,18 +12,26 @@
 //! Defaults: 600 s per mode, both modes, `target/bench`. Needs root, and `lb-agent` and
 //! `lb-testserver` next to it (a `cargo build --release --workspace --bins`).
 
-use std::{fmt::Write as _, path::PathBuf, thread, time::Duration};
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::PathBuf,
+    thread,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, bail};
 use lb_tests::{
     agent::locate_binary,
-    ordinary::{Ordinary, OrdinaryConfig},
+    ordinary::{Client, Ordinary, OrdinaryConfig, Report},
     realistic::{Bed, Role},
     topology::Forwarding,
 };
 
 /// How often the agent's RSS is sampled.
 const RSS_EVERY: Duration = Duration::from_secs(5);
+/// Length of one chunk of client traffic.
+const CHUNK: Duration = Duration::from_secs(60);
 
 struct Args {
     duration: Duration,
@@ -89,28 +97,44 @@ fn soak(mode: Forwarding, subnet: u8, duration: Duration, testserver: &std::path
     let bed = Bed::start(mode, subnet, &Role::primaries(4), testserver);
     let start = bed.start_readings();
     let rss_start = bed.agent_rss_kib().unwrap_or(0);
-    let traffic = Ordinary::start(
-        &bed.topo.client().ns,
-        &OrdinaryConfig::new(bed.vip, duration),
-    );
     let mut rss_peak = rss_start;
-    let t0 = std::time::Instant::now();
+    let mut totals = Totals::default();
+    let t0 = Instant::now();
+    // The clients run in chunks, so that a long soak keeps one chunk's records in
+    // memory, not ten minutes' (millions of requests); between two chunks the
+    // keep-alive connections close and reopen.
     while t0.elapsed() < duration && !lb_tests::interrupt::requested() {
-        thread::sleep(RSS_EVERY.min(duration.saturating_sub(t0.elapsed())));
-        rss_peak = rss_peak.max(bed.agent_rss_kib().unwrap_or(0));
+        let chunk = CHUNK.min(duration - t0.elapsed());
+        let traffic = Ordinary::start(&bed.topo.client().ns, &OrdinaryConfig::new(bed.vip, chunk));
+        let chunk_start = Instant::now();
+        while chunk_start.elapsed() < chunk && !lb_tests::interrupt::requested() {
+            thread::sleep(RSS_EVERY.min(chunk.saturating_sub(chunk_start.elapsed())));
+            rss_peak = rss_peak.max(bed.agent_rss_kib().unwrap_or(0));
+        }
+        let report = traffic.finish(true);
+        totals.add(&report);
+        eprintln!(
+            "soak {} +{:.0} s: {} requests, {} failed so far",
+            mode.as_str(),
+            t0.elapsed().as_secs_f64(),
+            totals.requests,
+            totals.failures.len()
+        );
     }
-    let report = traffic.finish(true);
     let events = bed.events_since(bed.baseline).unwrap_or_default();
     let readings = bed.finish_readings(&start, &events);
+    let secs = t0.elapsed().as_secs_f64();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "soak {} for {:.0} s: {} failed of {} requests; {} transitions, {} membership notes; \
-         TcpExtPAWSTimewait {}; agent RSS {} KiB at start, {} KiB peak, {} KiB at end",
+        "soak {} for {secs:.0} s: {} failed of {} requests ({:.0}/s; {} new connections); \
+         {} transitions, {} membership notes; TcpExtPAWSTimewait {}; agent RSS {} KiB at \
+         start, {} KiB peak, {} KiB at end",
         mode.as_str(),
-        report.ended - report.started,
-        report.failures().count(),
-        report.requests.len(),
+        totals.failures.len(),
+        totals.requests,
+        totals.requests as f64 / secs,
+        totals.new_conns,
         readings.transitions,
         readings.notes,
         readings.paws_timewait,
@@ -118,7 +142,18 @@ fn soak(mode: Forwarding, subnet: u8, duration: Duration, testserver: &std::path
         rss_peak,
         readings.agent_rss_kib.unwrap_or(0),
     );
-    let _ = writeln!(out, "  {}", report.summary().trim_end());
+    let _ = writeln!(
+        out,
+        "  latency: worst p50 {:?}, worst p99 {:?} over {} chunks, max {:?}; per backend: {:?}",
+        totals.p50, totals.p99, totals.chunks, totals.max, totals.per_backend
+    );
+    let mut causes: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &totals.failures {
+        *causes.entry(f.clone()).or_default() += 1;
+    }
+    if !causes.is_empty() {
+        let _ = writeln!(out, "  failures by cause: {causes:?}");
+    }
     let _ = writeln!(
         out,
         "  data-plane counters over the run: {:?}",
@@ -128,8 +163,42 @@ fn soak(mode: Forwarding, subnet: u8, duration: Duration, testserver: &std::path
         let _ = writeln!(
             out,
             "  first events:\n{}",
-            bed.describe_events(&events[..events.len().min(10)], report.started)
+            bed.describe_events(&events[..events.len().min(10)], bed.baseline)
         );
     }
     out
+}
+
+/// The sums over the chunks of a soak.
+#[derive(Default)]
+struct Totals {
+    chunks: usize,
+    requests: usize,
+    new_conns: usize,
+    /// The cause of every failed request.
+    failures: Vec<String>,
+    per_backend: BTreeMap<String, usize>,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Report) {
+        self.chunks += 1;
+        self.requests += r.requests.len();
+        self.new_conns += r
+            .requests
+            .iter()
+            .filter(|q| matches!(q.client, Client::NewConn(_)))
+            .count();
+        self.failures
+            .extend(r.failures().map(|(_, f)| f.cause.to_string()));
+        for (name, n) in r.per_backend() {
+            *self.per_backend.entry(name).or_default() += n;
+        }
+        self.p50 = self.p50.max(r.latency(0.5));
+        self.p99 = self.p99.max(r.latency(0.99));
+        self.max = self.max.max(r.latency(1.0));
+    }
 }
