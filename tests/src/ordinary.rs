@@ -443,6 +443,29 @@ impl PinnedConn {
     }
 }
 
+impl PinnedConn {
+    /// A request every `every` for `span` (bounded by both); every answer in order.
+    pub fn requests_for(&mut self, span: Duration, every: Duration) -> Vec<Result<String, Cause>> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while start.elapsed() < span && !crate::interrupt::requested() {
+            out.push(self.request());
+            thread::sleep(every);
+        }
+        out
+    }
+}
+
+/// `n of m answered by NAME, first failure: …` for a pinned connection's answers.
+pub fn held_summary(answers: &[Result<String, Cause>], name: &str) -> String {
+    let ok = answers.iter().filter(|a| a.as_deref() == Ok(name)).count();
+    format!(
+        "{ok} of {} answered by {name}, first other: {:?}",
+        answers.len(),
+        answers.iter().find(|a| a.as_deref() != Ok(name))
+    )
+}
+
 /// Every request of a run.
 #[derive(Clone, Debug)]
 pub struct Report {
