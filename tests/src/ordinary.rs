@@ -257,10 +257,13 @@ fn one_shot(vip: SocketAddr, timeout: Duration) -> Result<String, Cause> {
             break; // the backend closed, as it does after every answer
         }
         raw.extend_from_slice(&buf[..n]);
-        if raw.len() > MAX_ANSWER || Instant::now() > deadline {
+        if raw.len() > MAX_ANSWER {
             return Err(Cause::BadAnswer(
-                String::from_utf8_lossy(&raw[..raw.len().min(80)]).into_owned(),
+                String::from_utf8_lossy(&raw[..80]).into_owned(),
             ));
+        }
+        if Instant::now() > deadline {
+            return Err(Cause::TimedOut);
         }
     }
     let (name, _) = parse_answer(&raw)?;
@@ -365,7 +368,12 @@ fn keepalive_request(cfg: &OrdinaryConfig, held: &mut Option<Held>) -> Result<St
     let (name, keep) = loop {
         match parse_answer(&raw) {
             Ok(done) => break done,
-            Err(Cause::Closed) if raw.len() <= MAX_ANSWER => {}
+            Err(Cause::Closed) if raw.len() > MAX_ANSWER => {
+                return Err(Cause::BadAnswer(
+                    String::from_utf8_lossy(&raw[..80]).into_owned(),
+                ));
+            }
+            Err(Cause::Closed) => {} // incomplete: read on
             Err(other) => return Err(other),
         }
         let n = h.stream.read(&mut buf).map_err(|e| Cause::of(&e))?;
