@@ -30,6 +30,17 @@ use crate::{netns::NetNs, pacer::wall_now};
 /// Longest answer read (head and body); the testserver's are under 200 bytes.
 const MAX_ANSWER: usize = 4096;
 
+/// Pause between two connections of one loop: a user's pace, not a load generator's.
+///
+/// On this test network a connection takes well under a millisecond, so strictly back
+/// to back three loops open 6,000–9,000 connections a second from one address. That is
+/// a load test, and a nat balancer rightly refuses it: a backend that closes first holds
+/// the backend-side 5-tuple in `TIME_WAIT` for 60 s, so 10,000 source ports toward four
+/// backends carry at most about 40,000 / 60 s ≈ 650 such connections a second, and a
+/// per-client rate limit applies before that. With 25 ms the three loops open about 115
+/// connections a second (a busy browser user each), about 7,000 a minute.
+pub const ORDINARY_GAP: Duration = Duration::from_millis(25);
+
 /// What the clients do.
 #[derive(Clone, Debug)]
 pub struct OrdinaryConfig {
@@ -52,13 +63,14 @@ pub struct OrdinaryConfig {
 }
 
 impl OrdinaryConfig {
-    /// Three loops of new connections back to back and two keep-alive clients at 100 ms,
-    /// 3 s per request (a dropped SYN is retransmitted after 1 s: slow, not failed).
+    /// Three loops of new connections, each the next as soon as the previous answer is
+    /// in plus [`ORDINARY_GAP`], and two keep-alive clients at 100 ms; 3 s per request
+    /// (a dropped SYN is retransmitted after 1 s: slow, not failed).
     pub fn new(vip: SocketAddr, duration: Duration) -> Self {
         OrdinaryConfig {
             vip,
             new_loops: 3,
-            gap: Duration::ZERO,
+            gap: ORDINARY_GAP,
             keepalive_clients: 2,
             keepalive_every: Duration::from_millis(100),
             timeout: Duration::from_secs(3),

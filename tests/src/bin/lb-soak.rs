@@ -81,6 +81,9 @@ fn main() -> anyhow::Result<()> {
     let testserver = locate_binary("lb-testserver")?;
     let mut text = String::new();
     for (i, mode) in args.modes.iter().enumerate() {
+        if lb_tests::interrupt::requested() {
+            break;
+        }
         let result = soak(*mode, 171 + i as u8, args.duration, &testserver);
         println!("{result}");
         text.push_str(&result);
