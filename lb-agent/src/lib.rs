@@ -9,6 +9,7 @@
 //! - [`membership`]: per-service roles from health, admin, spares, backup levels, cap, fail-open;
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
+//! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod dataplane;
 pub mod discovery;
 pub mod health;
+pub mod host;
 pub mod maglev;
 pub mod membership;
 pub mod neighbor;

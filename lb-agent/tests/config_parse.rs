@@ -90,6 +90,7 @@ fn design_example_parses() {
             xdp_mode: XdpMode::Auto,
             api_listen: Some(sa("127.0.0.1:9900")),
             pin_path: Some(PathBuf::from("/sys/fs/bpf/lb")),
+            ..AgentConfig::default()
         }
     );
     assert_eq!(c.services.len(), 1);

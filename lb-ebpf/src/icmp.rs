@@ -1,95 +1,423 @@
-//! ICMP/ICMPv6 destination-unreachable from a backend about a translated (nat) flow:
-//! reported once per flow as `EVENT_ICMP_UNREACH`; the message itself is always passed.
+//! ICMP/ICMPv6 errors about nat flows: whether one is believed as a passive signal about
+//! a backend, and whether it is translated to the other side of the flow ([`icmp_nat`]).
 //!
-//! The embedded header is the packet we sent (`snat:nat_port -> backend:port`); swapped,
-//! it is the key of the flow's reverse entry in `LB_NAT`. The outer destination must be
-//! the embedded source (the snat address).
+//! Errors handled: IPv4 destination unreachable (3, every code; 4 = fragmentation
+//! needed) and time exceeded (11); ICMPv6 destination unreachable (1), packet too big
+//! (2) and time exceeded (3). The quoted packet must be TCP/UDP sent from the outer
+//! destination (the error is about a packet that left from this address):
+//! - quoted `snat:nat_port -> backend:port`, found in `LB_NAT`: backend side. Translated
+//!   to the client (about `client:cport -> VIP:vport`, from the VIP);
+//! - quoted `VIP:vport -> client:cport` of a nat service with a pinned flow whose
+//!   reverse entry is still its own: client side. Translated to the backend (about
+//!   `backend:port -> snat:nat_port`, from the snat address);
+//! - anything else (dsr services, host traffic) is passed as before (`PASS_NOT_VIP`).
+//!
+//! Path errors (fragmentation needed, packet too big, time exceeded) are translated
+//! from anyone: PMTU discovery must work, and their worst effect is a smaller MTU or a
+//! soft error. Other destination unreachables are fatal to a connection in most stacks,
+//! so they are translated only when the frame comes from the flow's side of the
+//! segment (backend side: the backend's MAC in `LB_BACKENDS`, the backend or its next
+//! hop; client side: the NAT entry's client MAC, the client's previous hop), and port
+//! or protocol unreachables (only ever sent by the quoted packet's destination host)
+//! only when they also come from that host's address. The others are passed and
+//! counted `ICMP_IGNORED`.
+//!
+//! Passive signal (`EVENT_ICMP_UNREACH`, once per flow): a destination unreachable other
+//! than fragmentation needed, on the backend side, believed only when
+//! - the outer source is the flow's backend: its address, and the frame comes from the
+//!   MAC lb sends that backend's packets to;
+//! - the reverse entry belongs to a pinned flow on that backend with that nat port;
+//! - TCP: the flow still waits for its handshake (`FLOW_F_SYN_PENDING`) and the quoted
+//!   segment is that SYN. An unreachable about an established connection says little
+//!   about the server (RFC 1122 makes it a soft error) and is what a forger would send.
+//!
+//! Every other destination unreachable about a nat flow is counted `ICMP_IGNORED`
+//! (side counter); it is still translated when it passes the rules above.
+//! docs/passive-signals.md has the threat model, docs/icmp-nat.md the translation rules.
 
+use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
     FAMILY_V4, IPPROTO_TCP, IPPROTO_UDP,
+    counters::{ICMP_IGNORED, PASS_NOT_VIP, TX_ICMP_NAT},
     events::EVENT_ICMP_UNREACH,
-    maps::{FLOW_F_REPORTED, FlowKey},
+    maps::{
+        FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue, NatValue, SERVICE_F_NAT,
+        ServiceMeta, VipKey,
+    },
 };
 
 use crate::{
+    Verdict,
+    counters::count,
     events, flow,
-    maps::LB_NAT,
+    icmp_nat::{self, Target},
+    maps::{LB_NAT, LB_SERVICES},
     nat::client_key,
-    parse::{ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp},
+    parse::{ETH_SRC, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     pkt::ptr_at,
+    rewrite::retarget_l2,
 };
 
 const ICMP_DEST_UNREACH: u8 = 3;
+const ICMP_TIME_EXCEEDED: u8 = 11;
+const ICMP_PROT_UNREACH: u8 = 2;
+const ICMP_PORT_UNREACH: u8 = 3;
+const ICMP_FRAG_NEEDED: u8 = 4;
 const ICMPV6_DEST_UNREACH: u8 = 1;
+const ICMPV6_PKT_TOOBIG: u8 = 2;
+const ICMPV6_TIME_EXCEED: u8 = 3;
+const ICMPV6_PORT_UNREACH: u8 = 4;
 
-/// Looks at an ICMP message; sends the event when it reports a translated flow.
-#[inline(always)]
-pub fn inspect(icmp: &Icmp, end: usize) {
-    let Some(key) = embedded_reply_key(icmp, end) else {
-        return;
-    };
-    let Some(v) = LB_NAT.get_ptr(&key) else {
-        return;
-    };
-    // SAFETY: as in `nat::reply`.
-    let nat = unsafe { &*v };
-    let Some(f) = flow::lookup(&client_key(nat, key.proto, key.family)) else {
-        return;
-    };
-    // SAFETY: this flow's entry; no LB_FLOWS insert while the reference lives.
-    let f = unsafe { &mut *f };
-    if f.flags & FLOW_F_REPORTED != 0 {
-        return;
-    }
-    f.flags |= FLOW_F_REPORTED;
-    let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
-    events::emit(EVENT_ICMP_UNREACH, nat.backend_id, service_id);
+/// IPv4 fragment offset (without the flags): a quoted non-first fragment has no ports.
+const IPV4_FRAG_OFFSET: u16 = 0x1fffu16.to_be();
+/// Quoted TCP bytes needed to see the flags.
+const TCP_FLAGS_END: usize = 14;
+
+/// What an ICMP error may mean, by type and code.
+#[derive(Clone, Copy)]
+struct Kind {
+    /// Destination unreachable other than fragmentation needed: says the destination
+    /// failed, so a candidate passive signal.
+    unreachable: bool,
+    /// Only the quoted packet's destination host sends it (port or protocol unreachable).
+    end_host: bool,
 }
 
-/// The reply 5-tuple of the TCP/UDP packet embedded in a destination-unreachable.
+/// The packet quoted in an ICMP error.
+pub struct Quote {
+    /// Address of the quoted IP header.
+    pub ip: usize,
+    /// Address of the quoted TCP/UDP header (its ports are bounds-checked).
+    pub l4: usize,
+    /// Bytes of the quoted TCP/UDP header inside the ICMP message (at least 4; the
+    /// frame may carry padding after the message, which is not part of it).
+    pub l4_len: usize,
+    /// The quoted 5-tuple reversed (`key.src` is the quoted destination): the key of
+    /// the answer to the quoted packet, which is how `LB_NAT` (backend side) and
+    /// `LB_FLOWS` (client side) know the flow. One key for both keeps the stack small.
+    pub key: FlowKey,
+}
+
+/// Handles one ICMP message: translates an error about a nat flow (noting a believed
+/// passive signal on the way), passes everything else.
 #[inline(always)]
-fn embedded_reply_key(icmp: &Icmp, end: usize) -> Option<FlowKey> {
-    let hdr = ptr_at::<ICMP_HLEN>(icmp.l4, end)?;
-    let inner = icmp.l4 + ICMP_HLEN;
-    let (src, dst, proto, l4) = if icmp.family == FAMILY_V4 {
-        if hdr.u8::<0>() != ICMP_DEST_UNREACH {
-            return None;
+pub fn handle(icmp: &Icmp, end: usize) -> Verdict {
+    let Some(hdr) = ptr_at::<ICMP_HLEN>(icmp.l4, end) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    let Some(kind) = classify(icmp.family, hdr.u8::<0>(), hdr.u8::<1>()) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    let Some(q) = quote(icmp, end) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    if !same_addr(&q.key.dst, &icmp.dst, icmp.family) {
+        return Verdict::pass(PASS_NOT_VIP);
+    }
+    if let Some(nat) = LB_NAT.get_ptr(&q.key) {
+        // SAFETY: as in `nat::reply`: freed only after an RCU grace period, and nothing
+        // inserts into LB_NAT while the reference lives.
+        return backend_side(icmp, kind, &q, unsafe { &*nat }, end);
+    }
+    let vip = VipKey {
+        addr: q.key.dst,
+        port: q.key.dport,
+        proto: q.key.proto,
+        family: q.key.family,
+    };
+    match LB_SERVICES.get_ptr(&vip) {
+        // SAFETY: hash map values live until an RCU grace period after their removal.
+        Some(svc) if unsafe { (*svc).flags } & SERVICE_F_NAT != 0 => {
+            client_side(icmp, kind, &q, unsafe { &*svc }, end)
         }
+        // dsr: the backend answers the client directly, so lb never carries the
+        // packets an error could be about in that direction; nothing to translate.
+        _ => Verdict::pass(PASS_NOT_VIP),
+    }
+}
+
+#[inline(always)]
+fn classify(family: u8, ty: u8, code: u8) -> Option<Kind> {
+    let path = Kind {
+        unreachable: false,
+        end_host: false,
+    };
+    if family == FAMILY_V4 {
+        match ty {
+            ICMP_DEST_UNREACH => Some(Kind {
+                unreachable: code != ICMP_FRAG_NEEDED,
+                end_host: code == ICMP_PORT_UNREACH || code == ICMP_PROT_UNREACH,
+            }),
+            ICMP_TIME_EXCEEDED => Some(path),
+            _ => None,
+        }
+    } else {
+        match ty {
+            ICMPV6_DEST_UNREACH => Some(Kind {
+                unreachable: true,
+                end_host: code == ICMPV6_PORT_UNREACH,
+            }),
+            ICMPV6_PKT_TOOBIG | ICMPV6_TIME_EXCEED => Some(path),
+            _ => None,
+        }
+    }
+}
+
+/// The quoted TCP/UDP packet, if the message quotes one (first fragment, ports inside
+/// the message).
+#[inline(always)]
+fn quote(icmp: &Icmp, end: usize) -> Option<Quote> {
+    let msg_len = message_len(icmp, end)?;
+    let inner = icmp.l4 + ICMP_HLEN;
+    let (src, dst, proto, hlen) = if icmp.family == FAMILY_V4 {
         let ip = ptr_at::<IPV4_HLEN>(inner, end)?;
         let vihl = ip.u8::<0>();
         let ihl = (vihl & 0x0f) as usize;
-        if vihl >> 4 != 4 || ihl < 5 {
+        if vihl >> 4 != 4 || ihl < 5 || ip.u16::<6>() & IPV4_FRAG_OFFSET != 0 {
             return None;
         }
         (
             [ip.u32::<12>(), 0, 0, 0],
             [ip.u32::<16>(), 0, 0, 0],
             ip.u8::<9>(),
-            inner + ihl * 4,
+            ihl * 4,
         )
     } else {
-        if hdr.u8::<0>() != ICMPV6_DEST_UNREACH {
+        let ip = ptr_at::<IPV6_HLEN>(inner, end)?;
+        if ip.u8::<0>() >> 4 != 6 {
             return None;
         }
-        let ip = ptr_at::<IPV6_HLEN>(inner, end)?;
-        (
-            ip.words4::<8>(),
-            ip.words4::<24>(),
-            ip.u8::<6>(),
-            inner + IPV6_HLEN,
-        )
+        (ip.words4::<8>(), ip.words4::<24>(), ip.u8::<6>(), IPV6_HLEN)
     };
-    if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) || src != icmp.dst {
+    if proto != IPPROTO_TCP && proto != IPPROTO_UDP {
         return None;
     }
-    let ports = ptr_at::<4>(l4, end)?;
-    Some(FlowKey {
-        src: dst,
-        dst: src,
-        sport: ports.u16::<2>(),
-        dport: ports.u16::<0>(),
-        proto,
-        family: icmp.family,
-        _pad: [0; 2],
+    let l4_off = ICMP_HLEN + hlen;
+    if l4_off + 4 > msg_len {
+        return None;
+    }
+    let ports = ptr_at::<4>(inner + hlen, end)?;
+    Some(Quote {
+        ip: inner,
+        l4: ports.addr(),
+        l4_len: msg_len - l4_off,
+        key: FlowKey {
+            src: dst,
+            dst: src,
+            sport: ports.u16::<2>(),
+            dport: ports.u16::<0>(),
+            proto,
+            family: icmp.family,
+            _pad: [0; 2],
+        },
     })
+}
+
+/// Length of the ICMP message per the outer IP header.
+#[inline(always)]
+fn message_len(icmp: &Icmp, end: usize) -> Option<usize> {
+    if icmp.family == FAMILY_V4 {
+        let ip = ptr_at::<IPV4_HLEN>(icmp.l3, end)?;
+        let total = u16::from_be(ip.u16::<2>()) as usize;
+        let hlen = ((ip.u8::<0>() & 0x0f) as usize) * 4;
+        total.checked_sub(hlen)
+    } else {
+        let ip = ptr_at::<IPV6_HLEN>(icmp.l3, end)?;
+        Some(u16::from_be(ip.u16::<4>()) as usize)
+    }
+}
+
+/// An error about a packet lb sent to a backend (`snat:nat_port -> backend:port`).
+#[inline(always)]
+fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) -> Verdict {
+    // From the backend's side of the segment: the MAC lb sends the backend's packets
+    // to (the backend, or the next hop toward it, which relays its path's errors).
+    let (from_side, from_backend) = match flow::any_backend(nat.backend_id) {
+        Some(b) => {
+            let side = from_mac(icmp, &b.mac);
+            (side, side && from_addr(icmp, &b.addr, end))
+        }
+        None => (false, false),
+    };
+    if kind.unreachable {
+        match believed_flow(nat, q, from_backend, end) {
+            Some(f) => {
+                if f.flags & FLOW_F_REPORTED == 0 {
+                    f.flags |= FLOW_F_REPORTED;
+                    let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
+                    events::emit(EVENT_ICMP_UNREACH, nat.backend_id, service_id);
+                }
+            }
+            None => count(ICMP_IGNORED),
+        }
+        if !from_side || (kind.end_host && !from_backend) {
+            return Verdict::pass(PASS_NOT_VIP);
+        }
+    }
+    // About `client:cport -> VIP:vport`, from the VIP to the client.
+    let client = Target {
+        src: &nat.client_addr,
+        sport: nat.client_port,
+        dst: &nat.vip_addr,
+        dport: nat.vip_port,
+    };
+    send(icmp, q, &client, &nat.client_mac, end)
+}
+
+/// An error about a packet lb sent to a client (`VIP:vport -> client:cport`); the
+/// quote reversed is the client's flow key.
+#[inline(always)]
+fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize) -> Verdict {
+    let family = q.key.family;
+    let Some(f) = flow::lookup(&q.key) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    // SAFETY: read at once; a concurrent re-pin at worst sends this error to the
+    // backend the flow just left, which finds no connection for it.
+    let (backend_id, nat_port) = unsafe { ((*f).backend_id, (*f).nat_port) };
+    let Some(b) = flow::any_backend(backend_id) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    if b.family != family {
+        return Verdict::pass(PASS_NOT_VIP);
+    }
+    // About `backend:port -> snat:nat_port`: the flow's reverse entry, which must still
+    // be its own (the port may have gone to another flow).
+    let reverse = FlowKey {
+        src: key_addr(&b.addr, family),
+        dst: key_addr(&svc.snat_addr, family),
+        sport: b.port,
+        dport: nat_port,
+        proto: q.key.proto,
+        family,
+        _pad: [0; 2],
+    };
+    let Some(v) = LB_NAT.get_ptr(&reverse) else {
+        return Verdict::pass(PASS_NOT_VIP);
+    };
+    // SAFETY: as in `handle`.
+    let v = unsafe { &*v };
+    if !owned_by(v, &q.key) {
+        return Verdict::pass(PASS_NOT_VIP);
+    }
+    // From the client's side (the previous hop its packets came from), and a port or
+    // protocol unreachable from the client itself.
+    if kind.unreachable
+        && (!from_mac(icmp, &v.client_mac) || (kind.end_host && !from_addr(icmp, &q.key.src, end)))
+    {
+        count(ICMP_IGNORED);
+        return Verdict::pass(PASS_NOT_VIP);
+    }
+    let backend = Target {
+        src: &b.addr,
+        sport: b.port,
+        dst: &svc.snat_addr,
+        dport: nat_port,
+    };
+    send(icmp, q, &backend, &b.mac, end)
+}
+
+/// Rewrites the message to be about `inner` (from `inner.dst` to `inner.src`) and
+/// transmits it to `mac`.
+#[inline(always)]
+fn send(icmp: &Icmp, q: &Quote, inner: &Target<'_>, mac: &[u8; 6], end: usize) -> Verdict {
+    match icmp_nat::rewrite(icmp, q, inner, end) {
+        Ok(()) => {
+            retarget_l2(icmp.eth, mac);
+            Verdict::new(XDP_TX, TX_ICMP_NAT)
+        }
+        Err(counter) => Verdict::pass(counter),
+    }
+}
+
+/// The flow a destination unreachable is about, if it is believed (see the module doc).
+#[inline(always)]
+fn believed_flow(
+    nat: &NatValue,
+    q: &Quote,
+    from_backend: bool,
+    end: usize,
+) -> Option<&'static mut FlowValue> {
+    if !from_backend {
+        return None;
+    }
+    let f = flow::lookup(&client_key(nat, q.key.proto, q.key.family))?;
+    // SAFETY: this flow's entry; no LB_FLOWS insert while the reference lives.
+    let f = unsafe { &mut *f };
+    if f.backend_id != nat.backend_id || f.nat_port != q.key.dport {
+        return None;
+    }
+    if q.key.proto == IPPROTO_TCP && (f.flags & FLOW_F_SYN_PENDING == 0 || !quotes_syn(q, end)) {
+        return None;
+    }
+    Some(f)
+}
+
+/// Whether the quoted TCP segment is a SYN (its flags must be inside the quote).
+#[inline(always)]
+fn quotes_syn(q: &Quote, end: usize) -> bool {
+    if q.l4_len < TCP_FLAGS_END {
+        return false;
+    }
+    let Some(tcp) = ptr_at::<TCP_FLAGS_END>(q.l4, end) else {
+        return false;
+    };
+    tcp.u8::<13>() & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_SYN
+}
+
+/// Whether the frame comes from `mac`.
+#[inline(always)]
+fn from_mac(icmp: &Icmp, mac: &[u8; 6]) -> bool {
+    let m = icmp.eth.mac::<ETH_SRC>();
+    m[0] == mac[0]
+        && m[1] == mac[1]
+        && m[2] == mac[2]
+        && m[3] == mac[3]
+        && m[4] == mac[4]
+        && m[5] == mac[5]
+}
+
+/// Whether the outer source address is `addr` (read from the header: not kept in
+/// [`Icmp`], to spare stack on the path every packet takes).
+#[inline(always)]
+fn from_addr(icmp: &Icmp, addr: &[u32; 4], end: usize) -> bool {
+    if icmp.family == FAMILY_V4 {
+        ptr_at::<IPV4_HLEN>(icmp.l3, end).is_some_and(|ip| ip.u32::<12>() == addr[0])
+    } else {
+        ptr_at::<IPV6_HLEN>(icmp.l3, end).is_some_and(|ip| {
+            ip.u32::<8>() == addr[0]
+                && ip.u32::<12>() == addr[1]
+                && ip.u32::<16>() == addr[2]
+                && ip.u32::<20>() == addr[3]
+        })
+    }
+}
+
+/// Address equality word by word (a 16-byte comparison would be a `memcmp` call).
+#[inline(always)]
+fn same_addr(a: &[u32; 4], b: &[u32; 4], family: u8) -> bool {
+    if family == FAMILY_V4 {
+        a[0] == b[0]
+    } else {
+        a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
+    }
+}
+
+/// An address as used in keys: IPv4 keeps only word 0.
+#[inline(always)]
+fn key_addr(addr: &[u32; 4], family: u8) -> [u32; 4] {
+    if family == FAMILY_V4 {
+        [addr[0], 0, 0, 0]
+    } else {
+        [addr[0], addr[1], addr[2], addr[3]]
+    }
+}
+
+/// Whether a reverse entry belongs to the client flow `client`.
+#[inline(always)]
+fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
+    v.client_port == client.sport
+        && v.vip_port == client.dport
+        && same_addr(&v.client_addr, &client.src, client.family)
+        && same_addr(&v.vip_addr, &client.dst, client.family)
 }

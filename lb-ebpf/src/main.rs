@@ -3,7 +3,8 @@
 //!
 //! Layout: [`parse`] headers, [`forward`] the VIP path over [`flow`] (flow table and
 //! Maglev), [`dsr`] and [`nat`] the two forwarding modes, [`rewrite`] header and
-//! checksum rewrites, [`icmp`] unreachable detection, [`events`] and [`counters`] the
+//! checksum rewrites, [`icmp`] errors about nat flows (believed signals, translation
+//! by [`icmp_nat`]), [`events`] and [`counters`] the
 //! outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`] bounds-checked packet
 //! access.
 #![no_std]
@@ -19,6 +20,7 @@ mod events;
 mod flow;
 mod forward;
 mod icmp;
+mod icmp_nat;
 mod maps;
 mod nat;
 mod parse;
@@ -30,10 +32,7 @@ use aya_ebpf::{
     macros::xdp,
     programs::XdpContext,
 };
-use lb_common::{
-    counters::PASS_NOT_VIP,
-    maps::VipKey,
-};
+use lb_common::maps::VipKey;
 
 use crate::{
     maps::LB_SERVICES,
@@ -65,8 +64,11 @@ impl Verdict {
     }
 }
 
-/// The load balancer.
+/// The load balancer. Inlined into the entry point the macro generates: called as a
+/// BPF subprogram it receives `data_end` as a 32-bit argument whose zero-extension the
+/// verifier rejects (pointer arithmetic on pkt_end).
 #[xdp]
+#[inline(always)]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
     let verdict = balance(&ctx);
     counters::count(verdict.counter);
@@ -78,10 +80,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
     let end = ctx.data_end();
     match parse::parse(ctx) {
         Parsed::Pass(counter) => Verdict::pass(counter),
-        Parsed::Icmp(icmp) => {
-            icmp::inspect(&icmp, end);
-            Verdict::pass(PASS_NOT_VIP)
-        }
+        Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
         Parsed::Flow(pkt) => {
             let vip = VipKey {
                 addr: pkt.key.dst,

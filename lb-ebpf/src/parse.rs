@@ -70,6 +70,9 @@ pub struct L4 {
 
 /// An ICMP (IPv4) or ICMPv6 message.
 pub struct Icmp {
+    pub eth: Hdr<ETH_HLEN>,
+    /// Address of the outer IPv4 or IPv6 header, per `family` (re-check before use).
+    pub l3: usize,
     /// Address of the ICMP header (not yet bounds-checked).
     pub l4: usize,
     pub family: u8,
@@ -182,7 +185,13 @@ fn transport(
     } else if (family == FAMILY_V4 && proto == IPPROTO_ICMP)
         || (family == FAMILY_V6 && proto == IPPROTO_ICMPV6)
     {
-        Parsed::Icmp(Icmp { l4, family, dst })
+        Parsed::Icmp(Icmp {
+            eth,
+            l3,
+            l4,
+            family,
+            dst,
+        })
     } else {
         Parsed::Pass(PASS_UNSUPPORTED_L4)
     }

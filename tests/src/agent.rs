@@ -22,6 +22,9 @@ pub const RELOADED_LINE: &str = "config reloaded";
 pub const RELOAD_FAILED_LINE: &str = "reload failed";
 /// Where the agent's REST API listens, inside the lb namespace.
 pub const API_LISTEN: &str = "127.0.0.1:9900";
+/// The bearer token the harness's agents accept for changes over TCP (written to
+/// [`token_file`] with mode 0600; [`crate::api::Api`] sends it).
+pub const API_TOKEN: &str = "lb-tests-api-token-0123456789abcdef";
 /// Default wait for `lb-agent ready`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default wait for a reload's answer.
@@ -154,13 +157,42 @@ impl AgentConfig {
         }
     }
 
-    /// The TOML text.
+    /// The TOML text, without files of its own (API socket, token, state file): see
+    /// [`AgentConfig::render_in`].
     pub fn render(&self) -> String {
+        self.render_with(None)
+    }
+
+    /// The TOML text of an agent whose files are in `dir` (the topology's directory, so
+    /// concurrent agents never share them): [`socket_path`], [`token_file`],
+    /// [`state_file`].
+    pub fn render_in(&self, dir: &Path) -> String {
+        self.render_with(Some(dir))
+    }
+
+    fn render_with(&self, dir: Option<&Path>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "[agent]");
         let _ = writeln!(out, "interface = {:?}", HOST_IF);
         let _ = writeln!(out, "api_listen = {:?}", self.api_listen);
         let _ = writeln!(out, "pin_path = {:?}", self.pin_path);
+        if let Some(dir) = dir {
+            let _ = writeln!(
+                out,
+                "api_socket = {:?}",
+                socket_path(dir).display().to_string()
+            );
+            let _ = writeln!(
+                out,
+                "api_token_file = {:?}",
+                token_file(dir).display().to_string()
+            );
+            let _ = writeln!(
+                out,
+                "state_file = {:?}",
+                state_file(dir).display().to_string()
+            );
+        }
         for line in &self.agent_extra {
             let _ = writeln!(out, "{line}");
         }
@@ -279,10 +311,39 @@ impl Agent {
     }
 }
 
+/// The agent's API socket in `dir` (`lb-agent … --socket`).
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("api.sock")
+}
+
+/// The agent's bearer token file in `dir` (holds [`API_TOKEN`]).
+pub fn token_file(dir: &Path) -> PathBuf {
+    dir.join("api.token")
+}
+
+/// The agent's runtime admin state file in `dir` (survives a restart in the same dir).
+pub fn state_file(dir: &Path) -> PathBuf {
+    dir.join("admin-state.json")
+}
+
 fn write_config(path: &Path, config: &AgentConfig) -> Result<(), AgentError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let token = token_file(dir);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&token)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, API_TOKEN.as_bytes()))
+        .map_err(|source| AgentError::WriteConfig {
+            path: token.clone(),
+            source,
+        })?;
     // Write then rename, so a reload never reads half a file.
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, config.render())
+    std::fs::write(&tmp, config.render_in(dir))
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|source| AgentError::WriteConfig {
             path: path.to_owned(),

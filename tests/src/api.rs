@@ -235,9 +235,12 @@ impl Api {
                 .and_then(|()| stream.set_write_timeout(Some(REQUEST_TIMEOUT)))
                 .map_err(io("socket options"))?;
             let body = body.unwrap_or("");
+            // Changes over TCP need the harness agents' bearer token.
             let head = format!(
                 "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+                 Authorization: Bearer {}\r\n\
                  Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                crate::agent::API_TOKEN,
                 body.len()
             );
             stream

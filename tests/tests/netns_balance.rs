@@ -1,12 +1,15 @@
 //! Balance through the real agent: 3 backends weighted 1:1:2, 600 TCP connections from
 //! the client to the VIP; every connection gets a backend's name and each backend's
 //! share is within ±15 % (relative) of its weight's share. In dsr and nat, with the
-//! XDP program attached in native and in generic mode, and over IPv6 (native).
+//! XDP program attached in native and in generic mode, and over IPv6 (native). After
+//! SIGTERM the program stays attached; `lb-agent detach` removes it and the VIP goes
+//! silent.
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Proto, Service},
+    agent::{Proto, Service, locate_binary},
+    api,
     process::STOP_GRACE,
     scenario::{self, SHARE_TOLERANCE, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
@@ -55,19 +58,37 @@ fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
         status.success(),
         "lb-agent should exit 0 on SIGTERM, got {status}"
     );
-    let link = topo
-        .lb()
-        .ns
-        .ip(&["-d", "link", "show", HOST_IF])
-        .expect("ip link show");
+    let xdp = || {
+        topo.lb()
+            .ns
+            .ip(&["-d", "link", "show", HOST_IF])
+            .expect("ip link show")
+    };
+    // A stopped agent leaves its program forwarding (docs/restarts.md); detach removes it.
+    let link = xdp();
+    assert!(
+        link.contains("prog/xdp"),
+        "lb-agent's XDP program should stay attached after SIGTERM:\n{link}"
+    );
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let config = topo.dir().join("lb.toml").display().to_string();
+    api::cli(
+        &topo.lb().ns,
+        &binary,
+        &["detach", "--config", &config],
+        Duration::from_secs(20),
+    )
+    .expect("lb-agent detach");
+    let link = xdp();
     assert!(
         !link.contains("prog/xdp"),
-        "lb-agent should detach its XDP program on exit:\n{link}"
+        "lb-agent detach should remove the XDP program:\n{link}"
     );
     assert_no_answer_after_stop(topo, vip);
 }
 
-/// With the agent gone nothing balances the VIP any more: a connection must fail fast.
+/// With the agent stopped and its program detached nothing balances the VIP any more:
+/// a connection must fail fast.
 fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
     let client = topo.client();
     let after = traffic::tcp_names(&client.ns, client.ipv4.into(), 19_000, vip, 1, DEADLINE)
@@ -75,7 +96,7 @@ fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
     assert_eq!(
         after.answered(),
         0,
-        "no backend should answer the VIP after lb-agent stopped: {after:?}"
+        "no backend should answer the VIP after lb-agent stopped and detach: {after:?}"
     );
 }
 

@@ -58,8 +58,10 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
         .unwrap_or_else(|e| panic!("{mode}: long-lived connection on b1: {e}"));
 
     let b1_addr = b1.addr().to_string();
-    let url = api.url();
-    let drain = ["server", "drain", "web", &b1_addr, "--api", &url];
+    let socket = lb_tests::agent::socket_path(topo.dir())
+        .display()
+        .to_string();
+    let drain = ["server", "drain", "web", &b1_addr, "--socket", &socket];
     let out = api::cli(&topo.lb().ns, &agent_bin, &drain, CLI_TIMEOUT)
         .unwrap_or_else(|e| panic!("{mode}: `lb-agent server drain web {b1_addr}`: {e}"));
     let (view, took) = api
@@ -95,7 +97,7 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
         .check_echo("after the new connections")
         .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1 while it drains: {e}"));
 
-    let undrain = ["server", "undrain", "web", &b1_addr, "--api", &url];
+    let undrain = ["server", "undrain", "web", &b1_addr, "--socket", &socket];
     api::cli(&topo.lb().ns, &agent_bin, &undrain, CLI_TIMEOUT)
         .unwrap_or_else(|e| panic!("{mode}: `lb-agent server undrain web {b1_addr}`: {e}"));
     let (view, took) = api

@@ -160,11 +160,14 @@ fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
         .expect("starting lb-agent");
     let binary = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
     let config_path = topo.dir().join("lb.toml");
+    let socket = lb_tests::agent::socket_path(topo.dir())
+        .display()
+        .to_string();
     let reload = || {
         lb_tests::api::cli(
             &topo.lb().ns,
             &binary,
-            &["reload", "--api", "http://127.0.0.1:9900"],
+            &["reload", "--socket", &socket],
             Duration::from_secs(10),
         )
     };

@@ -1,7 +1,9 @@
-//! Hitless restart: with `pin_path` set, the XDP program and its maps outlive the agent.
-//! A long-lived TCP connection and a steady stream of new connections through the VIP
-//! see zero failures across SIGTERM + restart, SIGKILL + restart, and a reload that adds
-//! and removes servers. In nat (replies translated by pinned NAT state) and in dsr.
+//! Hitless restart with `pin_path` set to a bpffs shared with the host (the optional
+//! pins, docs/restarts.md; restarts adopt through the interface either way, see
+//! netns_restart_netns_exec.rs). A long-lived TCP connection and a steady stream of new
+//! connections through the VIP see zero failures across SIGTERM + restart, SIGKILL +
+//! restart, and a reload that adds and removes servers. In nat (replies translated by
+//! the adopted NAT state) and in dsr.
 
 use std::{
     net::SocketAddr,

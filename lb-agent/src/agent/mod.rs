@@ -6,6 +6,7 @@
 //! the API only sends requests. Time is `tokio::time`, so tests run under paused time
 //! against [`crate::dataplane::memory::MemoryDataplane`].
 
+mod admin_state;
 mod neighbors;
 mod resolve;
 mod server;
@@ -25,6 +26,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
+pub use admin_state::{AdminState, ApplyReport, StateFileError};
 pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
 use server::{Configured, ServerRt};
 
@@ -93,6 +95,10 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     /// computation (`recheck_at`), so `record_names` and `recompute` clear it; the run
     /// loop asks every turn, and a scan of every server each time was O(servers).
     deadline_cache: std::cell::Cell<Option<Option<Instant>>>,
+    /// Runtime admin changes, re-applied at every `apply_config` (`admin_state.rs`).
+    admin_state: AdminState,
+    /// Where `admin_state` is saved; `None`: not kept across restarts.
+    state_file: Option<std::path::PathBuf>,
 }
 
 /// Channels the caller drives the agent with.
@@ -129,6 +135,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             unknown_mac_count: 0,
             discovery: Default::default(),
             deadline_cache: Default::default(),
+            admin_state: AdminState::default(),
+            state_file: None,
         };
         (
             agent,
@@ -167,12 +175,41 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         &mut self.dp
     }
 
+    /// Records the XDP mode shown in status (known once the program is attached).
+    pub fn set_xdp_mode(&mut self, mode: &str) {
+        self.env.xdp_mode = mode.to_string();
+        self.snapshot_dirty = true;
+    }
+
+    /// Keeps runtime admin state in `path` from now on, starting from `state` (what a
+    /// previous run saved); the next `apply_config` re-applies it and logs what it
+    /// restored and dropped. Call before the first `apply_config`.
+    pub fn keep_admin_state(&mut self, path: Option<std::path::PathBuf>, state: AdminState) {
+        self.state_file = path;
+        self.admin_state = state;
+    }
+
+    /// The runtime admin state as it stands (what the state file holds).
+    pub fn admin_state(&self) -> &AdminState {
+        &self.admin_state
+    }
+
     /// Applies a (new or reloaded) configuration: services and servers are matched by
     /// name and address; kept servers keep their health unless their probes changed
     /// (then they restart as after a reload: `persistent` probes skipped if they were
-    /// up). Admin states of kept servers survive; servers added at runtime do not (the
-    /// file is the truth after a reload).
+    /// up). Runtime admin changes (drain, down, weight, spare, servers added at runtime)
+    /// are re-applied on top of the file (docs/admin-state.md); the returned report says
+    /// what was re-applied and what was dropped (and is logged).
     pub async fn apply_config(&mut self, cfg: &Config) -> Result<(), PublishError> {
+        self.apply_config_reporting(cfg).await.map(drop)
+    }
+
+    /// [`Agent::apply_config`], returning what happened to the runtime admin state.
+    pub async fn apply_config_reporting(
+        &mut self,
+        cfg: &Config,
+    ) -> Result<ApplyReport, PublishError> {
+        let mut admin_report = ApplyReport::default();
         let now = Instant::now();
         let mut old: HashMap<String, ServiceRt> = self
             .services
@@ -198,13 +235,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 s
                             }
                             Some(s) => {
-                                let start = if s.health.usable() {
-                                    StartState::ReloadedWasUp
-                                } else if s.health.state() == crate::health::HealthState::Checking {
-                                    StartState::New
-                                } else {
-                                    StartState::ReloadedWasDown
-                                };
+                                let start = restart_state(&s);
                                 let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
                                 fresh.admin = s.admin;
                                 fresh
@@ -213,8 +244,27 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         };
                         servers.insert(addr, server);
                     }
-                    for gone in prev.servers.keys() {
-                        info!(service = svc_cfg.name, server = %gone, "server removed by reload");
+                    for (addr, s) in std::mem::take(&mut prev.servers) {
+                        // Added at runtime: kept, with its health (`admin_state.rs`).
+                        if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
+                        {
+                            let kept = if probes_changed {
+                                let conf = Configured {
+                                    weight: s.weight,
+                                    spare: s.spare,
+                                    backup: s.backup,
+                                };
+                                let start = restart_state(&s);
+                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                fresh.configured = None;
+                                fresh
+                            } else {
+                                s
+                            };
+                            servers.insert(addr, kept);
+                        } else {
+                            info!(service = svc_cfg.name, server = %addr, "server removed by reload");
+                        }
                     }
                     prev.servers = servers;
                     prev.cfg = svc_cfg.clone();
@@ -245,13 +295,39 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                 }
             };
+            let mut admin_state = std::mem::take(&mut self.admin_state);
+            admin_state.apply(
+                svc_cfg,
+                &mut rt.servers,
+                |addr, conf| {
+                    // Restored after a restart: like a configured server, it keeps
+                    // traffic if the previous run's pinned state had it live.
+                    let proto = svc_cfg.protocol.ip_proto();
+                    let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr) {
+                        Some(true) => StartState::ReloadedWasUp,
+                        Some(false) => StartState::ReloadedWasDown,
+                        None => StartState::New,
+                    };
+                    self.new_server(svc_cfg, addr, conf, start, now)
+                },
+                &mut admin_report,
+            );
+            self.admin_state = admin_state;
             rt.outcome = None;
             self.services.push(rt);
+        }
+        self.admin_state.keep_services(
+            cfg.services.iter().map(|s| s.name.as_str()),
+            &mut admin_report,
+        );
+        admin_report.log();
+        if !admin_report.dropped.is_empty() {
+            self.admin_state.save_logged(self.state_file.as_deref());
         }
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
-        Ok(())
+        Ok(admin_report)
     }
 
     fn new_server(
@@ -526,6 +602,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let result = self.admin(&req.service, &req.address, req.change).await;
         // The caller's next GET must see its change: rebuild before answering.
         if result.is_ok() {
+            self.admin_state.save_logged(self.state_file.as_deref());
             self.publish_snapshot();
         }
         let _ = req.reply.send(result);
@@ -551,23 +628,27 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             service: service.to_string(),
             address: address.to_string(),
         };
+        let invalid = |e: crate::config::ServerRuleError| AdminError::Invalid(e.0);
         match change {
             AdminChange::Patch(p) => {
                 let server = self.services[si]
                     .servers
                     .get_mut(&addr)
                     .ok_or_else(no_server)?;
-                if p.weight
-                    .is_some_and(|w| !(1..=crate::config::MAX_WEIGHT).contains(&w))
-                {
-                    return Err(AdminError::Invalid("weight must be at least 1".into()));
+                if let Some(w) = p.weight {
+                    crate::config::check_weight(w).map_err(invalid)?;
                 }
-                if p.spare == Some(true) && server.backup != 0 {
-                    return Err(AdminError::Invalid(
-                        "only primary-group servers (backup 0) can be spares".into(),
-                    ));
+                if let Some(spare) = p.spare {
+                    crate::config::check_backup(server.backup, spare).map_err(invalid)?;
                 }
                 let before = server.state_name();
+                if p.reset == Some(true) {
+                    if let Some(file) = server.configured {
+                        server.weight = file.weight;
+                        server.spare = file.spare;
+                    }
+                    server.admin = Admin::Up;
+                }
                 if let Some(w) = p.weight {
                     server.weight = w;
                 }
@@ -585,6 +666,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     _ => {}
                 }
                 let after = server.state_name();
+                self.admin_state.record_patch(service, server, &p);
                 if before != after {
                     let t = Transition {
                         from: server.health.state(),
@@ -601,21 +683,22 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         new.address
                     )));
                 }
-                if new.address.is_ipv4() != self.services[si].cfg.vip.is_ipv4() {
-                    return Err(AdminError::Invalid(
-                        "server and VIP must be one address family".into(),
-                    ));
+                // The config loader's rules (config::server_rules).
+                crate::config::check_server(
+                    &self.services[si].cfg,
+                    new.address,
+                    new.weight,
+                    new.spare,
+                    new.backup,
+                )
+                .map_err(invalid)?;
+                if self.services[si].servers.len() + 1 >= lb_common::MAX_BACKENDS as usize {
+                    return Err(AdminError::Invalid(format!(
+                        "at most {} servers are supported",
+                        lb_common::MAX_BACKENDS - 1
+                    )));
                 }
-                if self.services[si].cfg.forwarding == Forwarding::Dsr
-                    && new.address.port() != self.services[si].cfg.vip.port()
-                {
-                    return Err(AdminError::Invalid(
-                        "forwarding dsr keeps the destination port: the server port must be the VIP's".into(),
-                    ));
-                }
-                if !(1..=crate::config::MAX_WEIGHT).contains(&new.weight) {
-                    return Err(AdminError::Invalid("weight must be at least 1".into()));
-                }
+                self.admin_state.record_add(service, &new);
                 let cfg = self.services[si].cfg.clone();
                 let conf = Configured {
                     weight: new.weight,
@@ -633,6 +716,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .servers
                     .remove(&addr)
                     .ok_or_else(no_server)?;
+                self.admin_state.record_remove(service, addr);
                 self.record_names(service, address, "-", "removed", "admin");
             }
         }
@@ -749,6 +833,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// The propagation histogram (verdict to maps written).
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
+    }
+}
+
+/// How a server whose probes changed at a reload starts again: `persistent` probes
+/// skipped if it was up, checking again if it never passed.
+fn restart_state(s: &ServerRt) -> StartState {
+    if s.health.usable() {
+        StartState::ReloadedWasUp
+    } else if s.health.state() == crate::health::HealthState::Checking {
+        StartState::New
+    } else {
+        StartState::ReloadedWasDown
     }
 }
 

@@ -1,10 +1,17 @@
-//! The REST API and `/metrics` (DESIGN.md §9), served with axum.
+//! The REST API and `/metrics` (DESIGN.md §9), served with axum on a Unix socket (every
+//! request) and TCP (reads; changes with a bearer token), within [`Limits`]
+//! (docs/api-security.md).
 //!
 //! Handlers only read the latest [`Snapshot`] or hand an [`AdminRequest`] to the agent
 //! loop, which owns all state and answers through a oneshot channel.
 
+mod auth;
+mod counters;
+mod limits;
 mod metrics;
 mod routes;
+mod serve;
+mod socket;
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 
@@ -13,8 +20,13 @@ use tokio::sync::{Mutex, mpsc, oneshot, watch};
 
 use crate::status::{Event, Snapshot};
 
+pub use auth::{Access, MIN_TOKEN_LEN, Token, TokenError, load_token};
+pub use counters::{ApiCounters, Rejection};
+pub use limits::Limits;
 pub use metrics::render as render_metrics;
 pub use routes::router;
+pub use serve::{ListenConfig, ListenError, Listening, app, listen, serve_tcp, serve_unix};
+pub use socket::SocketError;
 
 /// How many transitions `/api/v1/events` keeps.
 pub const EVENT_LOG_LEN: usize = 1000;
@@ -30,11 +42,21 @@ pub struct ApiState {
     pub admin: mpsc::Sender<AdminRequest>,
     /// `POST /api/v1/reload`: re-read the config file, as SIGHUP does.
     pub reload: mpsc::Sender<ReloadRequest>,
+    /// Connections and requests turned away (`/metrics`).
+    pub counters: Arc<ApiCounters>,
 }
 
 /// A reload asked through the API (`lb-agent reload`); the answer says whether the new
-/// config is in force, or why the running one stays.
-pub type ReloadRequest = oneshot::Sender<Result<(), String>>;
+/// config is in force (with notes such as `[agent]` keys that need a restart), or why
+/// the running one stays.
+pub type ReloadRequest = oneshot::Sender<Result<ReloadOutcome, String>>;
+
+/// A reload that was applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadOutcome {
+    /// Things the operator should know, e.g. "[agent] api_listen changed: restart to apply".
+    pub warnings: Vec<String>,
+}
 
 /// A runtime change asked through the API or `lb-agent server`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +77,10 @@ pub struct ServerPatch {
     pub spare: Option<bool>,
     pub drain: Option<bool>,
     pub down: Option<bool>,
+    /// `true`: forget this server's runtime changes (weight, spare, drain, down) and
+    /// return to the file's values; applied before the other fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<bool>,
 }
 
 /// A server added at runtime.

@@ -51,11 +51,9 @@ async fn events(State(st): State<ApiState>) -> Response {
 
 async fn metrics(State(st): State<ApiState>) -> Response {
     let snap = st.snapshot.borrow().clone();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::render_metrics(&snap),
-    )
-        .into_response()
+    let mut text = super::render_metrics(&snap);
+    st.counters.render(&mut text);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 async fn reload(State(st): State<ApiState>) -> Response {
@@ -67,7 +65,7 @@ async fn reload(State(st): State<ApiState>) -> Response {
         );
     }
     match answer.await {
-        Ok(Ok(())) => Json(json!({"ok": true})).into_response(),
+        Ok(Ok(outcome)) => Json(json!({"ok": true, "warnings": outcome.warnings})).into_response(),
         Ok(Err(why)) => (
             StatusCode::UNPROCESSABLE_ENTITY,
             Json(json!({"error": why})),

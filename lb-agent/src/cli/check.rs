@@ -36,6 +36,12 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if let Some(warning) = config::non_loopback_api(&cfg.agent) {
+        println!("warning: {warning}");
+    }
+    if let Err(why) = lb_agent::host::check_snat_ips(&cfg) {
+        println!("warning: {why} (lb-agent run refuses this config on this host)");
+    }
     for warning in config::warnings(&cfg) {
         println!("warning: {warning}");
     }

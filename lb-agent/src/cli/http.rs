@@ -1,35 +1,96 @@
-//! A small HTTP/1.1 client (hyper) for the CLI commands that talk to the agent's API.
+//! A small HTTP/1.1 client (hyper) for the CLI commands that talk to the agent's API:
+//! over the Unix socket by default (every command), or over TCP with `--api URL`
+//! (changes then need `--token-file`).
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, body::Bytes};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-/// Default API address (`agent.api_listen` default).
-pub const DEFAULT_API: &str = "http://127.0.0.1:9900";
+/// Default API socket (`agent.api_socket` default).
+pub const DEFAULT_SOCKET: &str = lb_agent::config::DEFAULT_API_SOCKET;
 
-/// Sends one request to `base` + `path` and returns (status, body).
+/// Where the agent's API is and how to authenticate.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Socket(PathBuf),
+    Tcp { base: String, token: Option<String> },
+}
+
+impl Target {
+    /// `--api URL` wins over `--socket PATH`; the token is read from `token_file`.
+    pub fn new(
+        socket: &Path,
+        api: Option<&str>,
+        token_file: Option<&Path>,
+    ) -> anyhow::Result<Target> {
+        let Some(base) = api else {
+            if token_file.is_some() {
+                bail!("--token-file goes with --api URL (the socket needs no token)");
+            }
+            return Ok(Target::Socket(socket.to_path_buf()));
+        };
+        let token = token_file
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the token file {}", p.display()))
+                    .map(|t| t.trim().to_string())
+            })
+            .transpose()?;
+        Ok(Target::Tcp {
+            base: base.to_string(),
+            token,
+        })
+    }
+}
+
+/// Sends one request to `target` + `path` and returns (status, body).
 pub async fn request(
-    base: &str,
+    target: &Target,
     method: Method,
     path: &str,
     body: Option<String>,
 ) -> anyhow::Result<(u16, String)> {
-    let authority = base
-        .strip_prefix("http://")
-        .context("--api must start with http://")?
-        .trim_end_matches('/');
-    let stream = TcpStream::connect(authority).await.with_context(|| {
-        format!("connecting to the agent API at {base} (is `lb-agent run` up?)")
-    })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    let req = Request::builder()
+    let mut req = Request::builder()
         .method(method)
         .uri(path)
-        .header("host", authority)
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    let (mut sender, host) = match target {
+        Target::Socket(socket) => {
+            let stream = UnixStream::connect(socket).await.with_context(|| {
+                format!(
+                    "connecting to the agent API socket {} (is `lb-agent run` up, and may this \
+                     user open the socket? `--socket PATH` for another agent, `--api URL` for TCP)",
+                    socket.display()
+                )
+            })?;
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            (sender, "localhost".to_string())
+        }
+        Target::Tcp { base, token } => {
+            let authority = base
+                .strip_prefix("http://")
+                .context("--api must start with http://")?
+                .trim_end_matches('/');
+            let stream = TcpStream::connect(authority).await.with_context(|| {
+                format!("connecting to the agent API at {base} (is `lb-agent run` up?)")
+            })?;
+            if let Some(token) = token {
+                req = req.header("authorization", format!("Bearer {token}"));
+            }
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            (sender, authority.to_string())
+        }
+    };
+    let req = req
+        .header("host", host)
         .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
     let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
@@ -39,12 +100,12 @@ pub async fn request(
 
 /// Like [`request`], failing on a non-2xx status with the API's error text.
 pub async fn request_ok(
-    base: &str,
+    target: &Target,
     method: Method,
     path: &str,
     body: Option<String>,
 ) -> anyhow::Result<String> {
-    let (status, text) = request(base, method, path, body).await?;
+    let (status, text) = request(target, method, path, body).await?;
     if !(200..300).contains(&status) {
         let msg = serde_json::from_str::<serde_json::Value>(&text)
             .ok()

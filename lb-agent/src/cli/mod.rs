@@ -1,7 +1,9 @@
 //! Command-line surface of `lb-agent` (DESIGN.md §8).
 
 mod check;
+mod detach;
 mod http;
+mod lifecycle;
 mod run;
 mod server;
 mod status;
@@ -35,15 +37,20 @@ enum Command {
         /// XDP attach mode (overrides `agent.xdp_mode`).
         #[arg(long, value_enum)]
         xdp_mode: Option<XdpModeArg>,
-        /// Forget the state pinned by a previous run (`agent.pin_path`) and start fresh.
+        /// Do not adopt the maps of the lb program running on the interface: replace it
+        /// with fresh state (pinned flows and NAT state are dropped).
         #[arg(long)]
         reset: bool,
     },
-    /// Remove the pinned state of `agent.pin_path`: detaches the XDP program a stopped
-    /// agent left forwarding.
+    /// Remove lb's XDP program, which a stopped agent leaves forwarding, from the
+    /// interface, and the pins of `agent.pin_path`. Refuses while an agent runs. Run it
+    /// in the agent's network namespace.
     Detach {
         #[arg(long, short)]
         config: PathBuf,
+        /// The interface (overrides `agent.interface`).
+        #[arg(long)]
+        interface: Option<String>,
     },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
@@ -53,24 +60,48 @@ enum Command {
     /// Make the running agent re-read its config file (as SIGHUP does); prints why if
     /// the new file is refused (the running config then stays in force).
     Reload {
-        #[arg(long, default_value = http::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
     },
     /// Services, servers, states, weights and spares, read from the agent's API.
     Status {
-        #[arg(long, default_value = http::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Print the API's JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Change a server at runtime (through the agent's API).
     Server {
-        #[arg(long, default_value = http::DEFAULT_API, global = true)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
         #[command(subcommand)]
         action: ServerCommand,
     },
+}
+
+/// Where the agent's API is (docs/api-security.md).
+#[derive(clap::Args, Debug)]
+struct ApiArgs {
+    /// The agent's Unix socket (`agent.api_socket`): every command, no token.
+    #[arg(long, default_value = http::DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    /// Use the TCP API instead, e.g. `http://127.0.0.1:9900` (`agent.api_listen`).
+    #[arg(long, global = true)]
+    api: Option<String>,
+    /// With --api: the bearer token file (`agent.api_token_file`) changes need.
+    #[arg(long, global = true, requires = "api")]
+    token_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    fn target(&self) -> anyhow::Result<http::Target> {
+        http::Target::new(
+            &self.socket,
+            self.api.as_deref(),
+            self.token_file.as_deref(),
+        )
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -105,6 +136,8 @@ enum ServerCommand {
     },
     /// Remove a server.
     Remove { service: String, address: String },
+    /// Forget the server's runtime changes (weight, spare, drain, down): back to the file.
+    Reset { service: String, address: String },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -147,12 +180,21 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             xdp_mode: xdp_mode.map(Into::into),
             reset,
         }),
-        Command::Detach { config } => run::detach(&config),
+        Command::Detach { config, interface } => detach::detach(&config, interface),
         Command::CheckConfig { config } => check::check(&config),
-        Command::Status { api, json } => block_on(status::status(&api, json)),
+        Command::Status { api, json } => block_on(status::status(&api.target()?, json)),
         Command::Reload { api } => block_on(async {
-            http::request_ok(&api, hyper::Method::POST, "/api/v1/reload", None).await?;
+            let answer =
+                http::request_ok(&api.target()?, hyper::Method::POST, "/api/v1/reload", None)
+                    .await?;
             println!("config reloaded");
+            let warnings = serde_json::from_str::<serde_json::Value>(&answer)
+                .ok()
+                .and_then(|v| v.get("warnings").and_then(|w| w.as_array()).cloned())
+                .unwrap_or_default();
+            for w in warnings.iter().filter_map(|w| w.as_str()) {
+                println!("warning: {w}");
+            }
             Ok(ExitCode::SUCCESS)
         }),
         Command::Server { api, action } => {
@@ -184,8 +226,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     },
                 ),
                 ServerCommand::Remove { service, address } => (service, address, A::Remove),
+                ServerCommand::Reset { service, address } => (service, address, A::Reset),
             };
-            block_on(server::server(&api, &service, &address, action))
+            block_on(server::server(&api.target()?, &service, &address, action))
         }
     }
 }

@@ -1,14 +1,16 @@
 //! `lb-agent run`: attach, serve the configured services, probe, and keep the data plane
-//! in step (SIGHUP reloads, SIGINT/SIGTERM detach and exit).
+//! in step (SIGHUP reloads; SIGINT/SIGTERM exit and leave the program attached, see
+//! docs/restarts.md).
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
+use super::lifecycle;
 use anyhow::Context;
 use lb_agent::{
-    agent::{Agent, Environment, KernelNeighbors},
+    agent::{AdminState, Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, BpfDataplane, EventStream, pin::PinDir},
+    dataplane::{AttachMode, EventStream, LinkWatch},
     probe::NetProber,
 };
 use tokio::{
@@ -25,12 +27,15 @@ const MAC_RETRY: Duration = Duration::from_secs(2);
 const STATS_EVERY: Duration = Duration::from_millis(500);
 /// Probe reports handled (and published) together at most.
 const REPORT_BATCH: usize = 256;
+/// How often the agent checks that the interface still runs its XDP program, at least
+/// (link notifications trigger a check at once).
+const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
 
 pub struct RunOptions {
     pub config: PathBuf,
     pub interface: Option<String>,
     pub xdp_mode: Option<AttachMode>,
-    /// Forget pinned state from a previous run and start from scratch.
+    /// Do not adopt the running program's maps: replace it with fresh state.
     pub reset: bool,
 }
 
@@ -51,6 +56,33 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
+    if let Some(warning) = config::non_loopback_api(&cfg.agent) {
+        warn!("!!! {warning} !!!");
+    }
+    if let Err(why) = lb_agent::host::check_snat_ips(&cfg) {
+        eprintln!("lb-agent: {}: {why}", opts.config.display());
+        return Ok(ExitCode::from(2));
+    }
+    let token = match &cfg.agent.api_token_file {
+        Some(path) if cfg.agent.api_listen.is_some() => match api::load_token(path) {
+            Ok(token) => Some(token),
+            Err(err) => {
+                eprintln!("lb-agent: {err}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        _ => None,
+    };
+    let saved = match &cfg.agent.state_file {
+        Some(path) => match AdminState::load(path) {
+            Ok(state) => state,
+            Err(err) => {
+                warn!(error = %err, "the runtime admin state cannot be restored: starting from the file alone");
+                AdminState::default()
+            }
+        },
+        None => AdminState::default(),
+    };
     let interface = opts
         .interface
         .clone()
@@ -65,26 +97,16 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let pins = match &cfg.agent.pin_path {
-        Some(path) => Some(
-            PinDir::prepare(path, opts.reset)
-                .with_context(|| format!("preparing the pin directory {}", path.display()))?,
-        ),
-        None => None,
-    };
-    let pinned = pins.is_some();
-    let mut dp = BpfDataplane::load_with(pins).context("loading the XDP program")?;
-    dp.attach(&interface, mode)
-        .with_context(|| format!("attaching to {interface}"))?;
-    let adopted = if pinned {
-        dp.published_state().context("reading the pinned state")?
-    } else {
-        Default::default()
-    };
+    let lifecycle::Prepared {
+        mut dp,
+        adopted,
+        previous,
+        pin_lock: _pin_lock,
+    } = lifecycle::prepare(&interface, cfg.agent.pin_path.as_deref(), opts.reset)?;
     let mut events = dp.take_events().transpose()?;
     let env = Environment {
         interface: interface.clone(),
-        xdp_mode: dp.mode().name().to_string(),
+        xdp_mode: dp.mode_name().to_string(),
     };
     let neighbors = Arc::new(KernelNeighbors {
         interface: interface.clone(),
@@ -92,58 +114,71 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     });
     let (mut agent, mut handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
     if !adopted.services.is_empty() {
-        info!(
-            services = adopted.services.len(),
-            backends = adopted.backends.len(),
-            "adopting the pinned state of a previous run"
-        );
         agent.adopt(&adopted);
     }
+    if !saved.is_empty()
+        && let Some(path) = &cfg.agent.state_file
+    {
+        info!(path = %path.display(), "restoring the runtime admin state of the previous run");
+    }
+    agent.keep_admin_state(cfg.agent.state_file.clone(), saved);
     agent
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
+    // Attached (or swapped in) only now: the program never runs on unpublished maps.
+    lifecycle::attach(agent.dataplane_mut(), &interface, mode, previous.as_ref())?;
+    drop(previous);
+    let xdp_mode = agent.dataplane().mode_name();
+    agent.set_xdp_mode(xdp_mode);
     agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
     let (reload_tx, mut reload_rx) = mpsc::channel::<api::ReloadRequest>(4);
-    if let Some(listen) = cfg.agent.api_listen {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding the API to {listen}"))?;
-        info!(address = %listener.local_addr()?, "API listening");
-        let state = ApiState {
-            snapshot: handles.snapshot.clone(),
-            events: handles.events.clone(),
-            admin: admin_tx,
-            reload: reload_tx,
-        };
-        tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, api::router(state)).await {
-                warn!(error = %err, "API server stopped");
-            }
-        });
+    let state = ApiState {
+        snapshot: handles.snapshot.clone(),
+        events: handles.events.clone(),
+        admin: admin_tx,
+        reload: reload_tx,
+        counters: Default::default(),
+    };
+    let listen = api::ListenConfig {
+        tcp: cfg.agent.api_listen,
+        socket: cfg.agent.api_socket.clone(),
+        socket_group: cfg.agent.api_socket_group.clone(),
+        token,
+        limits: api::Limits::default(),
+    };
+    let listening = api::listen(state, listen).await?;
+    if let Some(addr) = listening.tcp {
+        info!(address = %addr, changes = if cfg.agent.api_token_file.is_some() { "with the bearer token" } else { "refused (use the socket)" }, "API listening on TCP");
+    }
+    if let Some(socket) = &listening.socket {
+        info!(path = %socket.path().display(), "API listening on the Unix socket");
     }
     info!(
         interface,
-        mode = agent.dataplane().mode().name(),
+        mode = agent.dataplane().mode_name(),
         services = cfg.services.len(),
         "lb-agent ready"
     );
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
+    let mut link_watch = LinkWatch::new(LINK_WATCH_EVERY);
+    let mut reattached = 0;
+    let mut exit = ExitCode::SUCCESS;
     loop {
         let deadline = agent.next_deadline();
         let result = tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sighup.recv() => {
-                let _ = reload(&mut agent, &opts.config).await;
+                let _ = reload(&mut agent, &opts.config, &cfg.agent).await;
                 Ok(())
             }
             Some(reply) = reload_rx.recv() => {
-                let _ = reply.send(reload(&mut agent, &opts.config).await);
+                let _ = reply.send(reload(&mut agent, &opts.config, &cfg.agent).await);
                 Ok(())
             }
             Some(report) = handles.reports.recv() => {
@@ -180,6 +215,17 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            _ = link_watch.due() => {
+                match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
+                    Ok(Some(status)) => agent.set_xdp_mode(&status),
+                    Ok(None) => {}
+                    Err(_) => {
+                        exit = ExitCode::FAILURE;
+                        break;
+                    }
+                }
+                Ok(())
+            }
             _ = agent.resolve_ready() => agent.reresolve().await,
         };
         if let Err(err) = result {
@@ -187,21 +233,20 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         agent.flush_snapshot();
     }
-    match agent.dataplane().pins() {
-        Some(p) => info!(
-            pins = %p.path().display(),
-            "shutting down: XDP stays attached with the last published state; a restart adopts it \
-             (`lb-agent detach` removes it)"
-        ),
-        None => info!("shutting down: detaching XDP"),
-    }
+    lifecycle::log_shutdown(agent.dataplane());
     drop(agent);
-    Ok(ExitCode::SUCCESS)
+    drop(listening);
+    Ok(exit)
 }
 
 /// Re-reads the config and applies it as a diff; an invalid file leaves the running
-/// config in force. Logs `config reloaded` or `reload failed: …`.
-async fn reload<D, P, N>(agent: &mut Agent<D, P, N>, path: &std::path::Path) -> Result<(), String>
+/// config in force. Logs `config reloaded` (with a warning naming `[agent]` keys that
+/// need a restart) or `reload failed: …`. `running` is the `[agent]` table in force.
+async fn reload<D, P, N>(
+    agent: &mut Agent<D, P, N>,
+    path: &std::path::Path,
+    running: &config::AgentConfig,
+) -> Result<api::ReloadOutcome, String>
 where
     D: lb_agent::dataplane::Dataplane,
     P: lb_agent::probe::Prober,
@@ -214,10 +259,30 @@ where
             return Err(err.to_string());
         }
     };
-    match agent.apply_config(&new_cfg).await {
-        Ok(()) => {
-            info!(path = %path.display(), "config reloaded");
-            Ok(())
+    if let Err(why) = lb_agent::host::check_snat_ips(&new_cfg) {
+        warn!(error = %why, "reload failed: the running config stays in force");
+        return Err(format!("{}: {why}", path.display()));
+    }
+    let mut warnings = Vec::new();
+    let restart_only = config::restart_only_changes(running, &new_cfg.agent);
+    if !restart_only.is_empty() {
+        warn!(keys = restart_only.0.join(", "), "{restart_only}");
+        warnings.push(restart_only.to_string());
+    }
+    match agent.apply_config_reporting(&new_cfg).await {
+        Ok(report) => {
+            warnings.extend(
+                report
+                    .dropped
+                    .iter()
+                    .map(|d| format!("runtime admin state dropped: {d}")),
+            );
+            if warnings.is_empty() {
+                info!(path = %path.display(), "config reloaded");
+            } else {
+                info!(path = %path.display(), warnings = warnings.len(), "config reloaded (with warnings)");
+            }
+            Ok(api::ReloadOutcome { warnings })
         }
         Err(err) => {
             warn!(error = %err, "reload failed while publishing");
@@ -240,24 +305,4 @@ async fn next_events(
         Some(stream) => stream.next_batch().await,
         None => std::future::pending().await,
     }
-}
-
-/// `lb-agent detach`: removes the pin directory (the program detaches with its link).
-pub fn detach(config: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let cfg = match config::load(config) {
-        Ok(cfg) => cfg,
-        Err(err) => {
-            eprintln!("lb-agent: {err}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    match cfg.agent.pin_path {
-        Some(path) => {
-            lb_agent::dataplane::pin::remove(&path)
-                .with_context(|| format!("removing {}", path.display()))?;
-            println!("removed {}", path.display());
-        }
-        None => println!("pin_path is empty: nothing is pinned"),
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,4 @@
-//! `lb-agent server {drain|undrain|down|up|set|add|remove}`: runtime changes via the API.
+//! `lb-agent server {drain|undrain|down|up|set|add|remove|reset}`: runtime changes via the API.
 
 use std::process::ExitCode;
 
@@ -23,10 +23,11 @@ pub enum ServerAction {
         backup: u32,
     },
     Remove,
+    Reset,
 }
 
 pub async fn server(
-    api: &str,
+    api: &http::Target,
     service: &str,
     address: &str,
     action: ServerAction,
@@ -64,6 +65,7 @@ pub async fn server(
             json!({"address": address, "weight": weight, "spare": spare, "backup": backup}),
         ),
         ServerAction::Remove => (Method::DELETE, one, json!({})),
+        ServerAction::Reset => (Method::PATCH, one, json!({"reset": true})),
     };
     http::request_ok(api, method, &path, Some(body.to_string())).await?;
     println!("ok");

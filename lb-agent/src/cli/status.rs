@@ -7,7 +7,7 @@ use lb_agent::status::ServiceStatus;
 
 use super::http;
 
-pub async fn status(api: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn status(api: &http::Target, json: bool) -> anyhow::Result<ExitCode> {
     let body = http::request_ok(api, Method::GET, "/api/v1/services", None).await?;
     if json {
         println!("{body}");

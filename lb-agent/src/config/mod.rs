@@ -18,6 +18,10 @@
 //! | `xdp_mode` | `auto`, `native`, `generic` | `auto` | |
 //! | `api_listen` | `"IP:PORT"` | `127.0.0.1:9900` | `""` disables; port 0 = any free port |
 //! | `pin_path` | absolute path | `/sys/fs/bpf/lb` | `""` disables pinning |
+//! | `api_socket` | absolute path | [`DEFAULT_API_SOCKET`] | the Unix-socket API (every request, file permissions decide); `""` disables |
+//! | `api_socket_group` | group name | none | socket `0660` and this group instead of `0600` root |
+//! | `api_token_file` | absolute path | none | bearer token for changes over `api_listen`; without it TCP serves reads only |
+//! | `state_file` | absolute path | [`DEFAULT_STATE_FILE`] | runtime admin state kept across restarts; `""` disables |
 //!
 //! `[[service]]`
 //! | key | type | default | rule |
@@ -83,6 +87,7 @@ mod doc;
 mod error;
 mod probe;
 mod schema;
+mod server_rules;
 mod values;
 
 use std::fmt;
@@ -93,10 +98,20 @@ use std::time::Duration;
 
 pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
+pub use server_rules::{
+    AgentKeyChanges, ServerRuleError, check_backup, check_server, check_server_address,
+    check_weight, non_loopback_api, restart_only_changes,
+};
 
 /// Default `agent.api_listen`.
 pub const DEFAULT_API_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 9900));
+/// Default `agent.api_socket`.
+pub const DEFAULT_API_SOCKET: &str = "/run/lb-agent/lb-agent.sock";
+/// Default `agent.state_file`.
+pub const DEFAULT_STATE_FILE: &str = "/var/lib/lb-agent/admin-state.json";
+/// Largest `server.backup` level (an SRV priority is at most this too).
+pub const MAX_BACKUP_LEVEL: u32 = 65_535;
 /// Default `agent.pin_path`.
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/lb";
 /// Port used for `agent.resolver` when it names only an address.
@@ -136,6 +151,14 @@ pub struct AgentConfig {
     pub api_listen: Option<SocketAddr>,
     /// bpffs directory for pinned maps; `None` when disabled with `""`.
     pub pin_path: Option<PathBuf>,
+    /// Unix-socket API (all requests); `None` when disabled with `""`.
+    pub api_socket: Option<PathBuf>,
+    /// Group that may use the socket (mode 0660); `None`: root only (0600).
+    pub api_socket_group: Option<String>,
+    /// Bearer token file for changes over `api_listen`; `None`: TCP serves reads only.
+    pub api_token_file: Option<PathBuf>,
+    /// Where runtime admin state is kept across restarts; `None` when disabled with `""`.
+    pub state_file: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -146,6 +169,10 @@ impl Default for AgentConfig {
             xdp_mode: XdpMode::Auto,
             api_listen: Some(DEFAULT_API_LISTEN),
             pin_path: Some(PathBuf::from(DEFAULT_PIN_PATH)),
+            api_socket: Some(PathBuf::from(DEFAULT_API_SOCKET)),
+            api_socket_group: None,
+            api_token_file: None,
+            state_file: Some(PathBuf::from(DEFAULT_STATE_FILE)),
         }
     }
 }

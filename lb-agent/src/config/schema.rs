@@ -16,6 +16,10 @@ const AGENT_KEYS: &[&str] = &[
     "xdp_mode",
     "api_listen",
     "pin_path",
+    "api_socket",
+    "api_socket_group",
+    "api_token_file",
+    "state_file",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "name",
@@ -162,13 +166,70 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         })
     })?
     .unwrap_or(d.pin_path);
+    let api_socket = opt(t, "api_socket", |f| {
+        f.parse(|s| optional_path(s, "a socket path, e.g. \"/run/lb-agent/lb-agent.sock\""))
+    })?
+    .unwrap_or(d.api_socket);
+    let api_socket_group = opt(t, "api_socket_group", |f| {
+        f.parse(|s| {
+            let ok = !s.is_empty()
+                && s.len() <= 32
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+            if !ok {
+                return Err(format!(
+                    "{s:?} is not a group name (1..32 letters, digits, '_', '-', '.')"
+                ));
+            }
+            Ok(s.to_string())
+        })
+    })?;
+    let api_token_file = opt(t, "api_token_file", |f| {
+        f.parse(|s| {
+            optional_path(
+                s,
+                "a file holding the token, e.g. \"/etc/lb-agent/api.token\"",
+            )?
+            .ok_or_else(|| {
+                "must be a path; leave the key out to serve only reads over TCP".to_string()
+            })
+        })
+    })?;
+    let state_file = opt(t, "state_file", |f| {
+        f.parse(|s| optional_path(s, "a file, e.g. \"/var/lib/lb-agent/admin-state.json\""))
+    })?
+    .unwrap_or(d.state_file);
+    if api_socket_group.is_some() && api_socket.is_none() {
+        let f = t
+            .get("api_socket_group")
+            .expect("the group came from the field");
+        return Err(f.err("needs api_socket: the group applies to the socket"));
+    }
     Ok(AgentConfig {
         interface,
         resolver,
         xdp_mode,
         api_listen,
         pin_path,
+        api_socket,
+        api_socket_group,
+        api_token_file,
+        state_file,
     })
+}
+
+/// `""` → `None`; otherwise an absolute path (`what` says what to write).
+fn optional_path(s: &str, what: &str) -> Result<Option<PathBuf>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let p = PathBuf::from(s);
+    if !p.is_absolute() {
+        return Err(format!(
+            "{s:?} is not an absolute path: write {what}, or \"\" to disable"
+        ));
+    }
+    Ok(Some(p))
 }
 
 fn service_name(s: &str) -> Result<String, String> {
@@ -411,7 +472,7 @@ fn server(t: &Table<'_>, ctx: &ServiceCtx) -> R<ServerConfig> {
             if let Some(b) = f.as_bool_opt() {
                 BackupLevel::Level(u32::from(b))
             } else if f.as_int_opt().is_some() {
-                BackupLevel::Level(f.int_in(0, u32::MAX.into())? as u32)
+                BackupLevel::Level(f.int_in(0, MAX_BACKUP_LEVEL.into())? as u32)
             } else if f.as_str_opt() == Some("prio") {
                 BackupLevel::Prio
             } else {
@@ -443,17 +504,12 @@ fn server(t: &Table<'_>, ctx: &ServiceCtx) -> R<ServerConfig> {
                     addr_field.str()?
                 )));
             }
-            if sa.is_ipv4() != ctx.vip.is_ipv4() {
-                return Err(addr_field.err(format!(
-                    "an {} server in a service whose VIP is {} ({}); mixed families are not supported",
-                    family(sa.ip()),
-                    family(ctx.vip.ip()),
-                    ctx.vip
-                )));
-            }
-            if sa.port() == 0 {
+            if sa.port() == 0 && sa.is_ipv4() == ctx.vip.is_ipv4() {
                 sa.set_port(ctx.vip.port());
             }
+            // The rules the API applies to servers it adds, too.
+            super::check_server_address(ctx.vip, ctx.forwarding, *sa)
+                .map_err(|e| addr_field.err(e.0))?;
         }
         ServerAddress::Name { port, .. } => {
             if service.is_some() {

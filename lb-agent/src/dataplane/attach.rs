@@ -1,11 +1,14 @@
-//! XDP attach modes and attaching with a clear error naming the interface.
+//! Attaching through netlink (`IFLA_XDP`): a fresh attach that never clobbers another
+//! program, an atomic replacement of lb's previous program, and errors that name what
+//! is in the way.
 
-use aya::programs::{
-    Xdp,
-    xdp::{XdpLinkId, XdpMode},
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::{
+    DataplaneError,
+    netlink::{self, XDP_FLAGS_UPDATE_IF_NOEXIST, XdpAttached},
+    previous::{self, AttachedProgram},
 };
-
-use super::DataplaneError;
 
 /// How the program is attached to the NIC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,8 +19,6 @@ pub enum AttachMode {
     Native,
     /// Generic (skb) mode, works on every interface, slower.
     Generic,
-    /// A pinned link from a previous run was kept (its mode is whatever it was).
-    Kept,
 }
 
 impl AttachMode {
@@ -26,47 +27,114 @@ impl AttachMode {
             AttachMode::Auto => "auto",
             AttachMode::Native => "native",
             AttachMode::Generic => "generic",
-            AttachMode::Kept => "kept",
         }
     }
 }
 
-/// Attaches `prog` to `interface`; returns the mode actually used and the link.
-pub(super) fn attach(
-    prog: &mut Xdp,
-    interface: &str,
-    mode: AttachMode,
-) -> Result<(AttachMode, XdpLinkId), DataplaneError> {
-    if nix_if_index(interface).is_none() {
-        return Err(DataplaneError::NoSuchInterface {
-            interface: interface.to_string(),
-        });
-    }
-    let try_mode = |prog: &mut Xdp, m: AttachMode| {
-        let flags = match m {
-            AttachMode::Generic => XdpMode::Skb,
-            _ => XdpMode::Driver,
-        };
-        prog.attach(interface, flags)
-            .map(|id| (m, id))
-            .map_err(|source| DataplaneError::Attach {
-                interface: interface.to_string(),
-                mode: m.name(),
-                source,
-            })
+/// The index of `interface` in this network namespace.
+pub fn if_index(interface: &str) -> Result<u32, DataplaneError> {
+    let no_such = || DataplaneError::NoSuchInterface {
+        interface: interface.to_string(),
     };
-    match mode {
-        AttachMode::Auto => try_mode(prog, AttachMode::Native).or_else(|native_err| {
-            tracing::warn!(interface, error = %native_err, "native XDP refused, using generic mode");
-            try_mode(prog, AttachMode::Generic)
-        }),
-        m => try_mode(prog, m),
-    }
-}
-
-fn nix_if_index(interface: &str) -> Option<u32> {
-    let name = std::ffi::CString::new(interface).ok()?;
+    let name = std::ffi::CString::new(interface).map_err(|_| no_such())?;
     // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    (index != 0).then_some(index)
+    if index == 0 {
+        return Err(no_such());
+    }
+    Ok(index)
+}
+
+/// Puts `prog` on the interface. With `previous` (lb's program found there), replaces
+/// exactly that program in its mode, atomically (no packet sees no program); else
+/// attaches only if the interface has no program. Returns the mode in use.
+pub(super) fn attach(
+    prog: BorrowedFd<'_>,
+    ifindex: u32,
+    interface: &str,
+    mode: AttachMode,
+    previous: Option<&AttachedProgram>,
+) -> Result<XdpAttached, DataplaneError> {
+    if let Some(old) = previous {
+        if old.mode != XdpAttached::Driver && old.mode != XdpAttached::Generic {
+            return Err(old.in_the_way(interface));
+        }
+        if mode != AttachMode::Auto && mode.name() != old.mode.name() {
+            tracing::warn!(
+                interface,
+                running = old.mode.name(),
+                configured = mode.name(),
+                "the running program is attached in another mode; it is replaced in that mode \
+                 (modes cannot change without a gap: `lb-agent detach`, then start)"
+            );
+        }
+        return netlink::set_xdp(ifindex, Some(prog), Some(old.fd.as_fd()), old.mode.flags())
+            .map(|()| old.mode)
+            .map_err(|source| match source.errno() {
+                Some(libc::EBUSY) => DataplaneError::HeldByLink {
+                    interface: interface.to_string(),
+                    id: old.id,
+                },
+                _ => DataplaneError::Attach {
+                    interface: interface.to_string(),
+                    mode: old.mode.name(),
+                    source,
+                },
+            });
+    }
+    let fresh = |m: XdpAttached| {
+        netlink::set_xdp(
+            ifindex,
+            Some(prog),
+            None,
+            XDP_FLAGS_UPDATE_IF_NOEXIST | m.flags(),
+        )
+        .map(|()| m)
+    };
+    let attempt = match mode {
+        AttachMode::Generic => fresh(XdpAttached::Generic),
+        AttachMode::Native => fresh(XdpAttached::Driver),
+        AttachMode::Auto => fresh(XdpAttached::Driver).or_else(|native| {
+            if is_occupied(native.errno()) {
+                return Err(native);
+            }
+            tracing::warn!(interface, error = %native, "native XDP refused, using generic mode");
+            fresh(XdpAttached::Generic)
+        }),
+    };
+    attempt.map_err(|source| {
+        if is_occupied(source.errno())
+            && let Ok(Some(there)) = previous::attached_program(ifindex, interface)
+        {
+            return there.in_the_way(interface);
+        }
+        DataplaneError::Attach {
+            interface: interface.to_string(),
+            mode: mode.name(),
+            source,
+        }
+    })
+}
+
+/// Removes `program` from the interface, only if it is still the one attached.
+pub fn detach(
+    ifindex: u32,
+    interface: &str,
+    program: &AttachedProgram,
+) -> Result<(), DataplaneError> {
+    netlink::set_xdp(
+        ifindex,
+        None,
+        Some(program.fd.as_fd()),
+        program.mode.flags(),
+    )
+    .map_err(|source| DataplaneError::Netlink {
+        what: format!("removing XDP program id {} from `{interface}`", program.id),
+        source,
+    })
+}
+
+/// `EBUSY`: a program is attached; `EEXIST`: one is attached in the other mode.
+fn is_occupied(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EBUSY) | Some(libc::EEXIST))
 }

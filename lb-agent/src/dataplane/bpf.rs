@@ -1,4 +1,5 @@
-//! [`BpfDataplane`]: loads the embedded XDP object, attaches it, and owns its maps.
+//! [`BpfDataplane`]: loads the embedded XDP object (adopting a previous program's maps),
+//! attaches it through netlink, watches that it stays attached, and owns its maps.
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -10,19 +11,24 @@ use lb_common::{
     maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
 };
 
+use std::os::fd::AsFd;
+
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
     batch::PerCpuBatchReader,
     maglev_table,
+    netlink::{self, XdpAttached},
     pin::{self, PinDir},
+    previous::{self, AdoptedMaps, AttachedProgram},
+    staging::Staging,
 };
 
 /// The loaded and attached XDP program with every map handle.
 pub struct BpfDataplane {
-    /// Keeps the program and its XDP link alive; dropping it detaches.
+    /// Holds the program and its maps; the netlink attachment does not depend on it.
     ebpf: Ebpf,
-    /// Interface and mode once attached.
-    attached: Option<(String, AttachMode)>,
+    /// Where the program is attached, once it is.
+    attached: Option<Attachment>,
     services: HashMap<MapData, VipKey, ServiceMeta>,
     maglev: maglev_table::MaglevTables,
     backends: Array<MapData, Backend>,
@@ -36,19 +42,26 @@ pub struct BpfDataplane {
     pins: Option<PinDir>,
 }
 
-/// Every map of the object (all are pinned when pinning is on).
-const ALL_MAPS: [&str; 10] = [
-    map_names::SERVICES,
-    map_names::MAGLEV,
-    map_names::MAGLEV_GEN,
-    map_names::BACKENDS,
-    map_names::FLOWS,
-    map_names::NAT,
-    map_names::COUNTERS,
-    map_names::SERVICE_STATS,
-    map_names::BACKEND_STATS,
-    map_names::EVENTS,
-];
+/// Every map of the object that holds state (all are pinned when pinning is on).
+const ALL_MAPS: [&str; 10] = previous::ADOPTED_MAPS;
+
+/// Where and how the program is attached.
+#[derive(Clone, Debug)]
+struct Attachment {
+    interface: String,
+    ifindex: u32,
+    mode: XdpAttached,
+    prog_id: u32,
+}
+
+/// What a check of the interface's XDP program found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkCheck {
+    /// Our program is attached.
+    Intact,
+    /// It was gone and has been attached again.
+    Reattached,
+}
 
 /// The maps' published content, as read back.
 #[derive(Clone, Debug, Default)]
@@ -58,33 +71,43 @@ pub struct PublishedState {
 }
 
 impl BpfDataplane {
-    /// Loads the embedded object and attaches `lb_xdp` to `interface`.
+    /// Loads the embedded object and attaches `lb_xdp` to `interface` (which must have
+    /// no XDP program).
     pub fn load_and_attach(interface: &str, mode: AttachMode) -> Result<Self, DataplaneError> {
         let mut dp = Self::load()?;
-        dp.attach(interface, mode)?;
+        dp.attach(interface, mode, None)?;
         Ok(dp)
     }
 
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
     /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]).
     pub fn load() -> Result<Self, DataplaneError> {
-        Self::load_with(None)
+        Self::load_with(None, None)
     }
 
-    /// Loads the embedded object; with `pins`, every map is opened from (or created and
-    /// pinned in) that directory, so a restart finds the published state again.
-    pub fn load_with(pins: Option<PinDir>) -> Result<Self, DataplaneError> {
+    /// Loads the embedded object. With `adopted`, the new program uses those maps of a
+    /// previous program (handed to the loader through a private bpffs, see
+    /// [`super::staging`]); the others are created fresh. With `pins`, every map is also
+    /// pinned in that directory (replacing what an earlier run pinned there).
+    pub fn load_with(
+        adopted: Option<&AdoptedMaps>,
+        pins: Option<PinDir>,
+    ) -> Result<Self, DataplaneError> {
+        let staging = match adopted {
+            Some(a) if !a.maps.is_empty() => Some(Staging::pin(&a.maps)?),
+            _ => None,
+        };
         let mut loader = EbpfLoader::new();
-        let paths: Vec<(&'static str, std::path::PathBuf)> = pins
-            .iter()
-            .flat_map(|p| ALL_MAPS.iter().map(|&name| (name, p.map(name))))
-            .collect();
-        for (name, path) in &paths {
+        for (name, path) in staging.iter().flat_map(|s| s.paths()) {
             loader.map_pin_path(name, path.as_path());
         }
         let mut ebpf = loader
             .load(crate::EBPF_OBJECT)
             .map_err(DataplaneError::Load)?;
+        drop(staging);
+        if let Some(p) = &pins {
+            p.pin_all(&ebpf, &ALL_MAPS)?;
+        }
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
             .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
@@ -116,26 +139,133 @@ impl BpfDataplane {
         })
     }
 
-    /// Attaches the loaded program to `interface` (through the pinned link if there is
-    /// one, swapping the program atomically).
-    pub fn attach(&mut self, interface: &str, mode: AttachMode) -> Result<(), DataplaneError> {
-        let pins = self.pins.clone();
-        let prog = self.program_mut()?;
-        let mode = match &pins {
-            Some(p) => pin::attach_pinned(prog, interface, mode, p)?,
-            None => attach::attach(prog, interface, mode)?.0,
+    /// Attaches the loaded program to `interface` through netlink: it stays attached
+    /// after the agent exits. With `previous` (lb's program found there), replaces it
+    /// atomically; else the interface must have no XDP program.
+    pub fn attach(
+        &mut self,
+        interface: &str,
+        mode: AttachMode,
+        previous: Option<&AttachedProgram>,
+    ) -> Result<(), DataplaneError> {
+        let ifindex = attach::if_index(interface)?;
+        let prog_id = self.program_id()?;
+        let attempt = {
+            let prog = self.program_mut()?;
+            let fd = prog.fd().map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })?;
+            attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
         };
-        tracing::info!(interface, mode = mode.name(), "XDP program attached");
-        self.attached = Some((interface.to_string(), mode));
+        let legacy = self
+            .pins
+            .as_ref()
+            .map(|p| p.legacy_link(interface))
+            .filter(|path| path.exists());
+        let used = match (attempt, legacy, previous) {
+            (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
+                // Upgrading from an agent that attached through a pinned bpf_link:
+                // swap into that link (atomic) rather than interrupt traffic.
+                pin::swap_into_legacy_link(self.program_mut()?, &path)?;
+                tracing::warn!(
+                    interface,
+                    link = %path.display(),
+                    "swapped into the pinned bpf_link an older lb-agent left: restarts stay \
+                     hitless while that pin lives; to move to netlink (which needs no pins), \
+                     stop the agent, `lb-agent detach`, start it (a short interruption)"
+                );
+                old.mode
+            }
+            (attempt, _, _) => attempt?,
+        };
+        tracing::info!(
+            interface,
+            mode = used.name(),
+            program_id = prog_id,
+            replaced = previous.map(|p| p.id),
+            "XDP program attached"
+        );
+        self.attached = Some(Attachment {
+            interface: interface.to_string(),
+            ifindex,
+            mode: used,
+            prog_id,
+        });
         Ok(())
     }
 
-    /// The pin directory, if the state is pinned.
+    /// The kernel id of the loaded program.
+    pub fn program_id(&mut self) -> Result<u32, DataplaneError> {
+        let info = self
+            .program_mut()?
+            .info()
+            .map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })?;
+        Ok(info.id())
+    }
+
+    /// Whether the interface still runs this program; re-attaches it when the interface
+    /// has none (someone ran `ip link set dev IF xdp off`). An error when another program
+    /// took its place or the interface is gone: the agent cannot serve then.
+    pub fn check_attachment(&mut self) -> Result<LinkCheck, DataplaneError> {
+        let Some(att) = self.attached.clone() else {
+            return Ok(LinkCheck::Intact);
+        };
+        let now = match netlink::query_xdp(att.ifindex) {
+            Ok(now) => now,
+            Err(source) if source.errno() == Some(libc::ENODEV) => {
+                return Err(DataplaneError::InterfaceGone {
+                    interface: att.interface,
+                    ifindex: att.ifindex,
+                });
+            }
+            Err(source) => {
+                return Err(DataplaneError::Netlink {
+                    what: format!("reading the XDP program of `{}`", att.interface),
+                    source,
+                });
+            }
+        };
+        match now {
+            Some(p) if p.id == att.prog_id => Ok(LinkCheck::Intact),
+            Some(p) => {
+                let name = previous::attached_program(att.ifindex, &att.interface)
+                    .ok()
+                    .flatten()
+                    .map(|p| p.name)
+                    .unwrap_or_default();
+                Err(DataplaneError::Replaced {
+                    interface: att.interface,
+                    now: format!("program id {} `{name}` ({})", p.id, p.mode.name()),
+                })
+            }
+            None => {
+                let mode = match att.mode {
+                    XdpAttached::Generic => AttachMode::Generic,
+                    _ => AttachMode::Native,
+                };
+                self.attach(&att.interface, mode, None)?;
+                Ok(LinkCheck::Reattached)
+            }
+        }
+    }
+
+    /// Whether the interface runs this program now (for the shutdown log).
+    pub fn still_attached(&self) -> bool {
+        self.attached.as_ref().is_some_and(
+            |att| matches!(netlink::query_xdp(att.ifindex), Ok(Some(p)) if p.id == att.prog_id),
+        )
+    }
+
+    /// The pin directory, if the maps are pinned.
     pub fn pins(&self) -> Option<&PinDir> {
         self.pins.as_ref()
     }
 
-    /// What is published in the maps now (non-empty after a restart on pinned maps).
+    /// What is published in the maps now (non-empty after adopting a previous program).
     pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
         let mut services = Vec::new();
         for item in self.services.iter() {
@@ -168,12 +298,12 @@ impl BpfDataplane {
 
     /// The interface the program is attached to ("" before `attach`).
     pub fn interface(&self) -> &str {
-        self.attached.as_ref().map_or("", |(i, _)| i)
+        self.attached.as_ref().map_or("", |a| &a.interface)
     }
 
-    /// The attach mode in use (never `Auto`; `Auto` before `attach`).
-    pub fn mode(&self) -> AttachMode {
-        self.attached.as_ref().map_or(AttachMode::Auto, |(_, m)| *m)
+    /// The attach mode in use: `native` or `generic` (`detached` before `attach`).
+    pub fn mode_name(&self) -> &'static str {
+        self.attached.as_ref().map_or("detached", |a| a.mode.name())
     }
 
     /// A copy of a service's live Maglev table.

@@ -2,6 +2,8 @@
 
 use std::io;
 
+use super::netlink::NetlinkError;
+
 /// Something the kernel or the object refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
@@ -19,15 +21,58 @@ pub enum DataplaneError {
     },
     #[error("interface `{interface}` does not exist")]
     NoSuchInterface { interface: String },
-    #[error(
-        "attaching XDP to `{interface}` in {mode} mode failed (is that mode supported by its driver?)"
-    )]
+    #[error("attaching XDP to `{interface}` in {mode} mode failed")]
     Attach {
         interface: String,
         mode: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: NetlinkError,
     },
+    #[error(
+        "`{interface}` already runs XDP program id {id} `{name}` ({mode}), which lb-agent did \
+         not load; remove it first (`ip link set dev {interface} {off}`), or use another interface"
+    )]
+    Occupied {
+        interface: String,
+        id: u32,
+        name: String,
+        mode: &'static str,
+        /// The `ip link` keyword that removes it.
+        off: &'static str,
+    },
+    #[error(
+        "`{interface}` runs lb's XDP program id {id} through a bpf_link that is not pinned in \
+         this agent's pin_path (an older lb-agent pins it there as `link_xdp_{interface}`: \
+         give this agent the same pin_path and it swaps into the link), so it cannot be \
+         replaced in place; or stop its holder, run `lb-agent detach` (a short interruption) \
+         and start this agent"
+    )]
+    HeldByLink { interface: String, id: u32 },
+    #[error("{what}")]
+    Netlink {
+        what: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("{what}")]
+    Previous {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "lb-agent lacks {missing}: it needs CAP_BPF (or CAP_SYS_ADMIN) to load the program, \
+         CAP_NET_ADMIN to attach it and CAP_SYS_ADMIN to adopt a running one; run it as root \
+         or grant them (systemd: AmbientCapabilities=CAP_BPF CAP_NET_ADMIN CAP_SYS_ADMIN)"
+    )]
+    MissingCapabilities { missing: String },
+    #[error(
+        "the XDP program of `{interface}` changed behind the agent: now {now}; the agent does \
+         not fight another program for the interface"
+    )]
+    Replaced { interface: String, now: String },
+    #[error("interface `{interface}` (index {ifindex}) is gone")]
+    InterfaceGone { interface: String, ifindex: u32 },
     #[error("map `{name}`")]
     Map {
         name: &'static str,

@@ -3,9 +3,10 @@
 //! per-service generation word saying which one is live.
 //!
 //! Publishing writes the table that is not live (one `memcpy` of 256 KiB through the
-//! mapping, no syscall), then flips the generation with one aligned 32-bit release
-//! store. A packet reads the generation once and then its slot, so it sees the old
-//! table or the new one, never a mix. The table a flip retires is overwritten only by
+//! mapping, no syscall), then flips the generation with one aligned 64-bit `AtomicU64`
+//! Release store, paired with the program's address-dependent read (see `publish`). A
+//! packet reads the generation once and then its slot, so it sees the old table or the
+//! new one, never a mix. The table a flip retires is overwritten only by
 //! the publish after next, and never within [`GRACE`] of the flip, so a packet that read
 //! the old generation just before the flip (a few nanoseconds of XDP work, in softirq
 //! context that cannot sleep) has long finished with it.
@@ -17,7 +18,7 @@
 use std::{
     os::fd::{AsFd, AsRawFd},
     ptr,
-    sync::atomic::{AtomicU64, Ordering, fence},
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -153,7 +154,15 @@ impl MaglevTables {
                 table.len(),
             );
         }
-        fence(Ordering::Release);
+        // The flip: a Release store. Every write of the table above happens-before it
+        // for any reader that observes the new generation. The XDP program's side is a
+        // plain load of the generation whose value forms the address of its slot load
+        // (`maglev_block_index(service_id, generation, slot)` in lb-ebpf's flow.rs): an
+        // address dependency, which every architecture the kernel JITs BPF for orders
+        // like an Acquire/consume load (the kernel's rcu_dereference relies on the same
+        // guarantee). So a packet that sees the new generation reads the new table's
+        // slots, never bytes from before this copy, on arm64 as on x86 (whose TSO would
+        // order even independent loads). docs/restarts.md explains the pairing.
         self.generation(service_id).store(next, Ordering::Release);
         self.last_flip[service_id as usize] = Instant::now();
         Ok(())

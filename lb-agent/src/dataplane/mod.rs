@@ -6,17 +6,25 @@
 mod attach;
 mod batch;
 mod bpf;
+pub mod caps;
 mod error;
 mod events;
+mod link_watch;
 mod maglev_table;
 pub mod memory;
+pub mod netlink;
+pub mod owner;
 pub mod pin;
+pub mod previous;
+mod staging;
+mod sys;
 
-pub use attach::AttachMode;
+pub use attach::{AttachMode, detach, if_index};
 pub use batch::PerCpuBatchReader;
-pub use bpf::{BpfDataplane, PublishedState};
+pub use bpf::{BpfDataplane, LinkCheck, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
+pub use link_watch::LinkWatch;
 
 use lb_common::{
     counters,

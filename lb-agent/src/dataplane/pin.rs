@@ -1,11 +1,10 @@
-//! Pinned data-plane state for hitless restarts and crash safety.
+//! Optional pins of the maps (`agent.pin_path`), for inspection with `bpftool map
+//! pinned` and as the scope of the pin-directory lock.
 //!
-//! With `agent.pin_path` set, every map and the XDP link are pinned in that bpffs
-//! directory. The agent's exit (clean or not) then leaves the program attached and
-//! forwarding with the last published state; a restarted agent opens the same maps,
-//! swaps its (possibly newer) program into the pinned link atomically
-//! (`bpf_link_update`), adopts the published ids and continues. `--reset` removes the
-//! directory first; `lb-agent detach` removes it and so detaches the program.
+//! Restarts do not depend on them (docs/restarts.md): the program is attached through
+//! netlink and a restarted agent finds its maps through the interface. Pins made by an
+//! older agent (maps and the `link_xdp_<interface>` bpf_link) are replaced at start;
+//! `lb-agent detach` removes the directory.
 
 use std::{
     ffi::CString,
@@ -13,13 +12,16 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::programs::{
-    Xdp,
-    links::{FdLink, PinnedLink},
-    xdp::XdpLink,
+use aya::{
+    Ebpf,
+    programs::{
+        Xdp,
+        links::{FdLink, PinnedLink},
+        xdp::XdpLink,
+    },
 };
 
-use super::{AttachMode, DataplaneError, attach};
+use super::DataplaneError;
 
 /// `statfs` magic of bpffs.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -34,16 +36,10 @@ pub struct PinDir {
 
 impl PinDir {
     /// Makes sure bpffs is mounted under `dir` (mounting it at `/sys/fs/bpf` when that
-    /// is where `dir` lives and nothing is mounted yet) and creates `dir`. With `reset`,
-    /// everything pinned there before is removed first.
-    pub fn prepare(dir: &Path, reset: bool) -> Result<Self, DataplaneError> {
+    /// is where `dir` lives and nothing is mounted yet) and creates `dir`. Earlier pins
+    /// stay until [`PinDir::pin_all`] replaces them.
+    pub fn prepare(dir: &Path) -> Result<Self, DataplaneError> {
         ensure_bpffs(dir)?;
-        if reset {
-            remove(dir).map_err(|source| DataplaneError::Io {
-                what: "removing the pinned state (--reset)",
-                source,
-            })?;
-        }
         std::fs::create_dir_all(dir).map_err(|source| DataplaneError::Io {
             what: "creating the pin directory",
             source,
@@ -62,59 +58,65 @@ impl PinDir {
         self.dir.join(name)
     }
 
-    /// Where the XDP link for `interface` is pinned.
-    pub fn link(&self, interface: &str) -> PathBuf {
+    /// Where an older lb-agent pinned the XDP bpf_link for `interface`.
+    pub fn legacy_link(&self, interface: &str) -> PathBuf {
         self.dir.join(format!("link_xdp_{interface}"))
+    }
+
+    /// Pins the maps `names` of `ebpf` here, replacing earlier pins of the same name.
+    pub fn pin_all(&self, ebpf: &Ebpf, names: &[&'static str]) -> Result<(), DataplaneError> {
+        for &name in names {
+            let map = ebpf.map(name).ok_or(DataplaneError::MissingMap { name })?;
+            let path = self.map(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(DataplaneError::Io {
+                        what: "removing an earlier pin in pin_path",
+                        source,
+                    });
+                }
+            }
+            map.pin(&path).map_err(|e| DataplaneError::Io {
+                what: "pinning a map in pin_path",
+                source: io::Error::other(e.to_string()),
+            })?;
+        }
+        Ok(())
     }
 }
 
-/// Removes a pin directory and everything in it (unpinning detaches the program once
-/// no process holds it). A missing directory is fine.
-pub fn remove(dir: &Path) -> io::Result<()> {
+/// Removes a pin directory and everything in it; returns how many pins there were, or
+/// `None` when the directory did not exist. (Removing an older agent's link pin
+/// detaches its program once no process holds the link.)
+pub fn remove(dir: &Path) -> io::Result<Option<usize>> {
     match std::fs::read_dir(dir) {
         Ok(entries) => {
+            let mut n = 0;
             for entry in entries {
                 std::fs::remove_file(entry?.path())?;
+                n += 1;
             }
-            std::fs::remove_dir(dir)
+            std::fs::remove_dir(dir)?;
+            Ok(Some(n))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Attaches through the pinned link when there is one (atomic program swap, no gap in
-/// forwarding), else attaches afresh and pins the new link.
-pub(super) fn attach_pinned(
-    prog: &mut Xdp,
-    interface: &str,
-    mode: AttachMode,
-    pins: &PinDir,
-) -> Result<AttachMode, DataplaneError> {
-    let path = pins.link(interface);
-    if path.exists() {
-        let kept = PinnedLink::from_pin(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|pinned| XdpLink::try_from(FdLink::from(pinned)).map_err(|e| e.to_string()))
-            .and_then(|link| prog.attach_to_link(link).map_err(|e| e.to_string()));
-        match kept {
-            Ok(_) => return Ok(AttachMode::Kept),
-            Err(err) => {
-                // A link whose interface went away (or of another program type).
-                tracing::warn!(path = %path.display(), error = %err, "pinned XDP link unusable; attaching afresh");
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-    let (mode, id) = attach::attach(prog, interface, mode)?;
-    let pin_err = |e: String| DataplaneError::Io {
-        what: "pinning the XDP link",
+/// Replaces the program of the bpf_link pinned at `path` (an older agent's) with `prog`,
+/// atomically (`BPF_LINK_UPDATE`).
+pub(super) fn swap_into_legacy_link(prog: &mut Xdp, path: &Path) -> Result<(), DataplaneError> {
+    let err = |e: String| DataplaneError::Io {
+        what: "swapping the program into the older agent's pinned bpf_link",
         source: io::Error::other(e),
     };
-    let link = prog.take_link(id).map_err(|e| pin_err(e.to_string()))?;
-    let fd_link = FdLink::try_from(link).map_err(|e| pin_err(e.to_string()))?;
-    fd_link.pin(&path).map_err(|e| pin_err(e.to_string()))?;
-    Ok(mode)
+    let pinned = PinnedLink::from_pin(path).map_err(|e| err(e.to_string()))?;
+    let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| err(e.to_string()))?;
+    prog.attach_to_link(link).map_err(|e| err(e.to_string()))?;
+    Ok(())
 }
 
 fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
@@ -144,7 +146,15 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
             )
         };
         if rc == 0 {
-            tracing::info!("mounted bpffs at {BPFFS_ROOT}");
+            if private_mount_namespace() {
+                tracing::warn!(
+                    "mounted bpffs at {BPFFS_ROOT} in this process's own mount namespace (as \
+                     under `ip netns exec`): the pins vanish when the agent exits; restarts do \
+                     not need them"
+                );
+            } else {
+                tracing::info!("mounted bpffs at {BPFFS_ROOT}");
+            }
             return Ok(());
         }
         return Err(DataplaneError::Io {
@@ -166,5 +176,17 @@ fn is_bpffs(path: &Path) -> bool {
     unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
         libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    }
+}
+
+/// Whether this process has a mount namespace of its own (not init's): mounts it makes
+/// vanish with it.
+pub fn private_mount_namespace() -> bool {
+    match (
+        std::fs::read_link("/proc/self/ns/mnt"),
+        std::fs::read_link("/proc/1/ns/mnt"),
+    ) {
+        (Ok(own), Ok(init)) => own != init,
+        _ => false,
     }
 }

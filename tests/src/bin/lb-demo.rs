@@ -17,8 +17,8 @@
 //!    connection opened on it keeps working;
 //! 4. every primary and the spare stop: backup level 1 (b5) takes the traffic, and
 //!    gives it back when they return;
-//! 5. the agent is stopped and started again under traffic (pinned maps keep the XDP
-//!    program forwarding): no connection fails.
+//! 5. the agent is stopped and started again under traffic (the XDP program stays
+//!    attached and forwarding; the new agent adopts its maps): no connection fails.
 //!
 //! Everything is removed at the end, also on error or Ctrl-C. Needs root. `lb-agent`
 //! and `lb-testserver` are looked for next to this executable unless given. `--hold SECS`
@@ -599,8 +599,8 @@ impl Tour<'_> {
         let status = old.stop(Duration::from_secs(10))?;
         let down = Instant::now();
         println!(
-            "  SIGTERM: lb-agent exited ({status}); the XDP program and its maps stay pinned \
-             and keep forwarding"
+            "  SIGTERM: lb-agent exited ({status}); the XDP program stays attached with its \
+             maps and keeps forwarding"
         );
         self.pause(Duration::from_millis(300))?;
         let echo_down = pinned.echo("while no agent runs");
@@ -617,7 +617,7 @@ impl Tour<'_> {
             .process()
             .lines()
             .into_iter()
-            .find(|l| l.contains("adopting the pinned state"));
+            .find(|l| l.contains("adopted the previous state"));
         self.agent = Some(agent);
         self.pause(Duration::from_millis(300))?;
         let attempts = stream.finish()?;
@@ -627,7 +627,7 @@ impl Tour<'_> {
             "  {:.1?} without an agent, then `lb-agent run` again{}",
             up - down,
             adopted
-                .map(|l| format!(": {}", &l[l.find("adopting").unwrap_or(0)..]))
+                .map(|l| format!(": {}", &l[l.find("adopted").unwrap_or(0)..]))
                 .unwrap_or_default()
         );
         let failed: Vec<&Attempt> = attempts.iter().filter(|a| a.result.is_err()).collect();
@@ -664,7 +664,8 @@ impl Tour<'_> {
         Ok(())
     }
 
-    /// Stops the agent, removes its pinned state (`lb-agent detach`), and reports.
+    /// Stops the agent, detaches its program and removes its pins (`lb-agent detach`),
+    /// and reports.
     fn finish(mut self) -> anyhow::Result<Vec<String>> {
         if let Ok(text) = self.api.metrics() {
             let counters: Vec<String> = text
@@ -681,22 +682,20 @@ impl Tour<'_> {
                 println!("lb-demo: lb-agent exited with {status}");
             }
         }
-        if !self.config.pin_path.is_empty() {
-            let config = self.topo.dir().join("lb.toml");
-            let config = config.display().to_string();
-            match api::cli(
-                &self.topo.lb().ns,
-                &self.agent_bin,
-                &["detach", "--config", &config],
-                Duration::from_secs(20),
-            ) {
-                Ok(_) => {
-                    println!("\nlb-demo: `lb-agent detach`: XDP program detached, pins removed")
-                }
-                Err(err) => println!(
-                    "\nlb-demo: lb-agent detach failed ({err}); removing the namespaces anyway"
-                ),
+        let config = self.topo.dir().join("lb.toml");
+        let config = config.display().to_string();
+        match api::cli(
+            &self.topo.lb().ns,
+            &self.agent_bin,
+            &["detach", "--config", &config],
+            Duration::from_secs(20),
+        ) {
+            Ok(_) => {
+                println!("\nlb-demo: `lb-agent detach`: XDP program detached, pins removed")
             }
+            Err(err) => println!(
+                "\nlb-demo: lb-agent detach failed ({err}); removing the namespaces anyway"
+            ),
         }
         Ok(self.problems)
     }

@@ -149,72 +149,7 @@ fn nat_syn_retransmit_and_rst_on_syn_events() {
     assert_eq!(lb.backend_stats(2).conn_ok, 1, "SYN-ACK counts conn_ok");
 }
 
-#[test]
-fn icmp_unreachable_from_a_backend_is_reported_once() {
-    let mut lb = world(&[NAT4_UDP, NAT6_UDP]);
-    for (id, cport) in [(NAT4_UDP, CPORT), (NAT6_UDP, CPORT + 1)] {
-        let s = svc(id);
-        let q = to_vip(id, cport, 0).payload(b"ping");
-        let port = nat_forward(
-            &mut lb,
-            "UDP query",
-            &q,
-            id,
-            &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
-        );
-        let sent = lb.run(&q.bytes()).out; // what the backend received
-        let (ty, code, quoted) = if s.vip.is_ipv4() {
-            (3u8, 3u8, &sent[14..14 + 28])
-        } else {
-            (1, 4, &sent[14..14 + 48])
-        };
-        let icmp = Frame::icmp(s.backend_addr, snat(s.vip), ty, code)
-            .payload(quoted)
-            .macs(backend_mac(s.backend), LB_MAC);
-        check(
-            &mut lb,
-            Fixture {
-                desc: "port unreachable from the backend about a nat flow",
-                input: icmp.bytes(),
-                action: XDP_PASS,
-                output: Out::Unchanged,
-                counters: &[(PASS_NOT_VIP, 1), (EVENTS_SENT, 1)],
-            },
-        );
-        check(
-            &mut lb,
-            Fixture {
-                desc: "a second unreachable for the same flow",
-                input: icmp.bytes(),
-                action: XDP_PASS,
-                output: Out::Unchanged,
-                counters: &[(PASS_NOT_VIP, 1)],
-            },
-        );
-        assert_events(
-            &mut lb,
-            "ICMP unreachable",
-            &[(EVENT_ICMP_UNREACH, s.backend, id)],
-        );
-        let _ = port;
-    }
-    // Unreachable quoting a packet we never translated: no event.
-    let stray = Frame::udp(ip4(10, 0, 0, 2), 1234, ip4(10, 0, 1, 13), 5353).bytes();
-    let icmp = Frame::icmp(ip4(10, 0, 1, 13), ip4(10, 0, 0, 2), 3, 3)
-        .payload(&stray[14..14 + 28])
-        .macs(backend_mac(3), LB_MAC);
-    check(
-        &mut lb,
-        Fixture {
-            desc: "unreachable about an unknown flow",
-            input: icmp.bytes(),
-            action: XDP_PASS,
-            output: Out::Unchanged,
-            counters: &[(PASS_NOT_VIP, 1)],
-        },
-    );
-    assert_events(&mut lb, "unknown flow", &[]);
-}
+// ICMP unreachable: bpf_fixtures/icmp.rs (with its source and state checks).
 
 #[test]
 fn a_full_ring_buffer_drops_events_and_counts_them() {

@@ -69,6 +69,11 @@ impl Running {
             }
             Running::Lb(agent) => {
                 agent.stop(STOP_GRACE)?;
+                // A stopped agent leaves its program forwarding (docs/restarts.md); the
+                // next balancer measured must not run behind it.
+                topo.lb()
+                    .ns
+                    .ip(&["link", "set", "dev", HOST_IF, "xdp", "off"])?;
             }
         }
         Ok(())

@@ -1,0 +1,182 @@
+//! The data plane's life around `lb-agent run` (docs/restarts.md): take the locks, find
+//! and adopt what a previous agent left on the interface, attach after the config is
+//! published, watch the attachment, and say truthfully at exit what stays behind.
+
+use std::path::Path;
+
+use anyhow::Context;
+use lb_agent::dataplane::{
+    AttachMode, BpfDataplane, DataplaneError, LinkCheck, PublishedState, caps, if_index, owner,
+    pin::{self, PinDir},
+    previous::{self, AttachedProgram},
+};
+use tracing::{error, info, warn};
+
+/// The loaded (not yet attached) data plane and what it took over.
+pub struct Prepared {
+    pub dp: BpfDataplane,
+    /// What the maps held when adopted (empty on a fresh start).
+    pub adopted: PublishedState,
+    /// lb's program found on the interface, replaced by [`attach`].
+    pub previous: Option<AttachedProgram>,
+    /// Held for the life of the agent: the pin directory's lock.
+    pub pin_lock: Option<std::fs::File>,
+}
+
+/// Locks the interface (and pin directory), finds what runs on the interface, and loads
+/// the program on the previous program's maps (unless `reset`).
+pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow::Result<Prepared> {
+    if let Some(missing) = caps::missing() {
+        return Err(DataplaneError::MissingCapabilities { missing }.into());
+    }
+    let ifindex = if_index(interface)?;
+    owner::claim_interface(ifindex, interface)?;
+    let (pins, pin_lock) = match pin_path {
+        Some(path) => {
+            let pins = PinDir::prepare(path)
+                .with_context(|| format!("preparing the pin directory {}", path.display()))?;
+            let lock = owner::claim_pin_dir(pins.path())?;
+            if pins.legacy_link(interface).exists() {
+                warn!(
+                    pin = %pins.legacy_link(interface).display(),
+                    "an older lb-agent pinned its XDP bpf_link here; this agent swaps its \
+                     program into that link (docs/restarts.md, migration)"
+                );
+            }
+            (Some(pins), Some(lock))
+        }
+        None => (None, None),
+    };
+    let previous = previous::attached_program(ifindex, interface)?;
+    let maps = match &previous {
+        Some(p) if !p.is_ours() => return Err(p.in_the_way(interface).into()),
+        Some(p) if reset => {
+            warn!(
+                interface,
+                program_id = p.id,
+                "--reset: replacing the running lb program with fresh maps (pinned flows and NAT \
+                 state are dropped)"
+            );
+            None
+        }
+        Some(p) => Some(
+            previous::adopt_maps(p, lb_agent::EBPF_OBJECT)
+                .with_context(|| format!("adopting the maps of program id {}", p.id))?,
+        ),
+        None => None,
+    };
+    let dp = BpfDataplane::load_with(maps.as_ref(), pins).context("loading the XDP program")?;
+    let adopted = if maps.as_ref().is_some_and(|m| !m.maps.is_empty()) {
+        dp.published_state().context("reading the adopted state")?
+    } else {
+        PublishedState::default()
+    };
+    match (&previous, &maps) {
+        (Some(p), Some(m)) => {
+            info!(
+                interface,
+                program_id = p.id,
+                mode = p.mode.name(),
+                services = adopted.services.len(),
+                backends = adopted.backends.len(),
+                flows = m.flows,
+                nat_entries = m.nat_entries,
+                maps_kept = m.maps.len(),
+                maps_fresh = m.fresh.len(),
+                "adopted the previous state: the running program's maps are kept"
+            );
+            for (name, why) in &m.fresh {
+                warn!(map = name, reason = %why, "map not adopted, created fresh");
+            }
+        }
+        (Some(p), None) => info!(
+            interface,
+            program_id = p.id,
+            "starting fresh (--reset): nothing adopted"
+        ),
+        (None, _) => info!(
+            interface,
+            "starting fresh: no lb program on the interface, nothing to adopt"
+        ),
+    }
+    Ok(Prepared {
+        dp,
+        adopted,
+        previous,
+        pin_lock,
+    })
+}
+
+/// Attaches (or swaps in) the program once its maps hold the configured state.
+pub fn attach(
+    dp: &mut BpfDataplane,
+    interface: &str,
+    mode: AttachMode,
+    previous: Option<&AttachedProgram>,
+) -> anyhow::Result<()> {
+    dp.attach(interface, mode, previous)
+        .with_context(|| format!("attaching to {interface}"))?;
+    Ok(())
+}
+
+/// One check of the attachment. After a repair, returns the mode text for status
+/// (`native, re-attached N times after removal`); an error means the agent cannot
+/// serve and must stop.
+pub fn watch(
+    dp: &mut BpfDataplane,
+    reattached: &mut u64,
+) -> Result<Option<String>, DataplaneError> {
+    match dp.check_attachment() {
+        Ok(LinkCheck::Intact) => Ok(None),
+        Ok(LinkCheck::Reattached) => {
+            *reattached += 1;
+            error!(
+                interface = dp.interface(),
+                mode = dp.mode_name(),
+                times = *reattached,
+                "the XDP program was removed from the interface behind the agent (`ip link set \
+                 ... xdp off`?); re-attached it. Use `lb-agent detach` after stopping the agent \
+                 to remove it"
+            );
+            Ok(Some(format!(
+                "{}, re-attached {} times after removal",
+                dp.mode_name(),
+                *reattached
+            )))
+        }
+        Err(err @ DataplaneError::Netlink { .. }) => {
+            // Reading the interface failed (not: it is gone); try again next period.
+            warn!(error = %err, "could not check the XDP attachment");
+            Ok(None)
+        }
+        Err(err) => {
+            error!(error = %err, "the data plane is not ours any more; stopping");
+            Err(err)
+        }
+    }
+}
+
+/// The last log line, saying what actually stays behind.
+pub fn log_shutdown(dp: &BpfDataplane) {
+    if dp.still_attached() {
+        info!(
+            interface = dp.interface(),
+            mode = dp.mode_name(),
+            "shutting down: the XDP program stays attached and forwarding with the last \
+             published state; a restarted agent adopts it (`lb-agent detach` removes it)"
+        );
+    } else {
+        warn!(
+            interface = dp.interface(),
+            "shutting down: the XDP program is NOT attached to the interface"
+        );
+    }
+    if let Some(p) = dp.pins() {
+        let scope = if pin::private_mount_namespace() {
+            " (in this process's own mount namespace: they vanish with it)"
+        } else {
+            ""
+        };
+        info!(pins = %p.path().display(), "maps stay pinned{scope}");
+    }
+}

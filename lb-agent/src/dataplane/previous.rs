@@ -1,0 +1,178 @@
+//! The state a previous agent left on the interface, found without bpffs: the
+//! interface's XDP program (netlink) → its descriptor by id → its map ids → each map by
+//! id, matched to the object's maps by name and checked for the same layout.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use aya::maps::MapData;
+use lb_common::{PROGRAM_NAME, map_names};
+
+use super::{
+    DataplaneError,
+    netlink::{self, XdpAttached, XdpProgram},
+    sys,
+};
+
+/// Kernel object names are cut to 15 bytes.
+const KERNEL_NAME_LEN: usize = 15;
+/// Flow and NAT entries counted for the adoption log at most.
+const COUNT_LIMIT: usize = 1 << 20;
+
+/// Maps a new program takes over from the previous one (the clock cache is not state).
+pub const ADOPTED_MAPS: [&str; 10] = [
+    map_names::SERVICES,
+    map_names::MAGLEV,
+    map_names::MAGLEV_GEN,
+    map_names::BACKENDS,
+    map_names::FLOWS,
+    map_names::NAT,
+    map_names::COUNTERS,
+    map_names::SERVICE_STATS,
+    map_names::BACKEND_STATS,
+    map_names::EVENTS,
+];
+
+/// An XDP program on the interface.
+#[derive(Debug)]
+pub struct AttachedProgram {
+    pub id: u32,
+    /// Kernel name (at most 15 bytes).
+    pub name: String,
+    pub mode: XdpAttached,
+    /// Held to replace exactly this program (`IFLA_XDP_EXPECTED_FD`).
+    pub fd: OwnedFd,
+    map_ids: Vec<u32>,
+}
+
+impl AttachedProgram {
+    /// Whether it is lb's balancer.
+    pub fn is_ours(&self) -> bool {
+        self.name == PROGRAM_NAME
+    }
+
+    /// The refusal for an interface this program occupies: names it and how to remove it.
+    pub fn in_the_way(&self, interface: &str) -> DataplaneError {
+        DataplaneError::Occupied {
+            interface: interface.to_string(),
+            id: self.id,
+            name: self.name.clone(),
+            mode: self.mode.name(),
+            off: match self.mode {
+                XdpAttached::Generic => "xdpgeneric off",
+                XdpAttached::Driver => "xdpdrv off",
+                XdpAttached::Offload => "xdpoffload off",
+                XdpAttached::Multi => "xdp off",
+            },
+        }
+    }
+}
+
+/// The previous program's maps that the new program adopts.
+#[derive(Debug, Default)]
+pub struct AdoptedMaps {
+    /// By object map name; only maps whose layout matches the new object's.
+    pub maps: Vec<(&'static str, MapData)>,
+    /// Maps created fresh instead, with the reason (layout changed or missing).
+    pub fresh: Vec<(&'static str, String)>,
+    /// Pinned flows and NAT entries found (at most [`COUNT_LIMIT`] each).
+    pub flows: usize,
+    pub nat_entries: usize,
+}
+
+/// The program attached to `ifindex`, with a descriptor of it, if any.
+pub fn attached_program(
+    ifindex: u32,
+    interface: &str,
+) -> Result<Option<AttachedProgram>, DataplaneError> {
+    let Some(XdpProgram { id, mode }) =
+        netlink::query_xdp(ifindex).map_err(|source| DataplaneError::Netlink {
+            what: format!("reading the XDP program of `{interface}`"),
+            source,
+        })?
+    else {
+        return Ok(None);
+    };
+    let fd = sys::prog_fd_by_id(id).map_err(|source| DataplaneError::Previous {
+        what: format!(
+            "opening XDP program id {id} of `{interface}` (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN)"
+        ),
+        source,
+    })?;
+    let info = sys::prog_info(fd.as_fd()).map_err(|source| DataplaneError::Previous {
+        what: format!("reading XDP program id {id} of `{interface}`"),
+        source,
+    })?;
+    Ok(Some(AttachedProgram {
+        id,
+        name: info.name,
+        mode,
+        fd,
+        map_ids: info.map_ids,
+    }))
+}
+
+/// Opens the maps of `program` that the object `object` (ELF bytes) can use as they are.
+pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMaps, DataplaneError> {
+    let parsed = aya_obj::Object::parse(object).map_err(|e| DataplaneError::Previous {
+        what: "parsing the embedded XDP object".to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let mut by_name = Vec::new();
+    for &id in &program.map_ids {
+        let map = MapData::from_id(id).map_err(|e| DataplaneError::Previous {
+            what: format!("opening map id {id} of program id {}", program.id),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let info = map.info().map_err(|e| DataplaneError::Previous {
+            what: format!("reading map id {id}"),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let name = String::from_utf8_lossy(info.name()).into_owned();
+        by_name.push((name, info, map));
+    }
+    let mut out = AdoptedMaps::default();
+    for name in ADOPTED_MAPS {
+        let short = &name[..name.len().min(KERNEL_NAME_LEN)];
+        let Some(at) = by_name.iter().position(|(n, _, _)| n == short) else {
+            out.fresh
+                .push((name, "the previous program has no such map".into()));
+            continue;
+        };
+        let (_, info, map) = by_name.swap_remove(at);
+        let Some(want) = parsed.maps.get(name) else {
+            out.fresh.push((name, "not in the new object".into()));
+            continue;
+        };
+        let have = (
+            info.key_size(),
+            info.value_size(),
+            info.max_entries(),
+            info.map_flags(),
+        );
+        let wanted = (
+            want.key_size(),
+            want.value_size(),
+            want.max_entries(),
+            want.map_flags(),
+        );
+        if have != wanted {
+            out.fresh.push((
+                name,
+                format!(
+                    "layout changed (key, value, entries, flags): was {have:?}, now {wanted:?}"
+                ),
+            ));
+            continue;
+        }
+        if name == map_names::FLOWS || name == map_names::NAT {
+            let n = sys::count_keys(map.fd().as_fd(), info.key_size(), COUNT_LIMIT).unwrap_or(0);
+            if name == map_names::FLOWS {
+                out.flows = n;
+            } else {
+                out.nat_entries = n;
+            }
+        }
+        out.maps.push((name, map));
+    }
+    Ok(out)
+}

@@ -1,0 +1,69 @@
+//! Facts about this host that a config depends on: the addresses configured on it
+//! (a nat service's `snat_ip` must be one, or replies could never reach the balancer).
+
+use std::{collections::BTreeSet, net::IpAddr};
+
+use crate::config::{Config, Forwarding};
+
+/// Every address configured on an interface of this network namespace.
+pub fn local_addresses() -> std::io::Result<BTreeSet<IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = BTreeSet::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
+            match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+                libc::AF_INET => {
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    out.insert(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ));
+                }
+                libc::AF_INET6 => {
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    out.insert(IpAddr::from(sin6.sin6_addr.s6_addr));
+                }
+                _ => {}
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// `(service, snat_ip)` of every nat service whose `snat_ip` is not in `local`.
+pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, IpAddr)> {
+    cfg.services
+        .iter()
+        .filter(|s| s.forwarding == Forwarding::Nat)
+        .filter_map(|s| s.snat_ip.map(|ip| (s.name.clone(), ip)))
+        .filter(|(_, ip)| !local.contains(ip))
+        .collect()
+}
+
+/// The refusal for [`foreign_snat_ips`], `None` when every `snat_ip` is local.
+pub fn check_snat_ips(cfg: &Config) -> Result<(), String> {
+    let local = local_addresses().map_err(|e| format!("listing this host's addresses: {e}"))?;
+    let foreign = foreign_snat_ips(cfg, &local);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = foreign
+        .iter()
+        .map(|(svc, ip)| format!("service {svc:?} snat_ip {ip}"))
+        .collect();
+    Err(format!(
+        "{} not configured on this host: replies from the backends to it would never reach \
+         the balancer; add the address (`ip addr add`) or fix snat_ip",
+        list.join(", ")
+    ))
+}

@@ -1,0 +1,876 @@
+//! Restarts that keep state wherever the agent runs (docs/restarts.md): the agent is
+//! started exactly as an operator does, `ip netns exec NS lb-agent run --config FILE`,
+//! with no bpffs shared with the host (no `pin_path`, or the default one, which lands in
+//! the private /sys that `ip netns exec` mounts and dies with the process). Under steady
+//! traffic: SIGTERM + restart, SIGKILL + restart and two SIGHUP reloads lose no request
+//! and each restarted agent says it adopted the previous state. Then the single owner
+//! (a second agent and `detach` refuse, naming the owner), the link watch (`xdp off`
+//! behind the agent's back is repaired) and `detach` after the agent stopped.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Output},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use aya::programs::XdpMode;
+use lb_tests::{
+    agent::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
+    bpffs::PrivateBpffs,
+    pass_prog,
+    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
+    topology::{Forwarding, HOST_IF, Topology},
+    traffic::{EchoConn, Tally, tcp_names},
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const START: Duration = Duration::from_secs(30);
+/// Pause between two new connections of the steady stream.
+const PACE: Duration = Duration::from_millis(5);
+/// Upper bound on the steady stream, whatever happens.
+const STREAM_LIMIT: Duration = Duration::from_secs(90);
+/// The line a restarted agent prints when it took over the running program's maps.
+const ADOPTED: &str = "adopted the previous state";
+/// The line of an agent that found nothing to adopt.
+const FRESH: &str = "starting fresh";
+/// The truthful shutdown line.
+const STAYS: &str = "the XDP program stays attached";
+/// How long the link watch (1 s period) may take to notice and repair.
+const REPAIR: Duration = Duration::from_secs(10);
+
+/// New connections, one every [`PACE`], from the client namespace until told to stop.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    handle: thread::JoinHandle<Tally>,
+}
+
+impl Stream {
+    fn start(topo: &Topology, vip: SocketAddr) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let ns = topo.client().ns.clone();
+        let src = topo.client().ipv4.into();
+        let handle = thread::spawn(move || {
+            let started = Instant::now();
+            let mut total = Tally::default();
+            let mut i: u32 = 0;
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < STREAM_LIMIT {
+                // Fresh source ports: no TIME_WAIT reuse between connections.
+                let port = 30_000 + (i % 30_000) as u16;
+                i += 1;
+                let one = tcp_names(&ns, src, port, vip, 1, Duration::from_secs(5))
+                    .expect("entering the client namespace");
+                total.attempted += one.attempted;
+                total.failures.extend(one.failures);
+                for (name, n) in one.counts {
+                    *total.counts.entry(name).or_default() += n;
+                }
+                thread::sleep(PACE);
+            }
+            total.elapsed = started.elapsed();
+            total
+        });
+        Stream { stop, handle }
+    }
+
+    fn finish(self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().expect("the stream thread")
+    }
+}
+
+/// `ip netns exec <lb ns> lb-agent ARGS…`, to completion.
+fn lb_agent_in(topo: &Topology, binary: &Path, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", topo.lb().ns.name()])
+        .arg(binary)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running lb-agent through ip netns exec")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The id of the XDP program on the lb's `eth0`, if any (`ip -d link show`).
+fn xdp_prog_id(topo: &Topology) -> Option<u32> {
+    let out = topo
+        .lb()
+        .ns
+        .ip(&["-d", "link", "show", "dev", HOST_IF])
+        .expect("ip link show in the lb namespace");
+    let at = out.find("prog/xdp id ")?;
+    out[at + "prog/xdp id ".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The line of `agent`'s log containing `needle`, or a panic quoting its tail.
+fn line_with(agent: &Agent, needle: &str, what: &str) -> String {
+    agent
+        .process()
+        .lines()
+        .into_iter()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: no line with {needle:?}; last lines:\n{}",
+                agent.process().tail(30)
+            )
+        })
+}
+
+/// The line says it adopted one service and its three servers.
+fn assert_adopted(agent: &Agent, what: &str) {
+    let line = line_with(agent, ADOPTED, what);
+    assert!(
+        line.contains("services=1") && line.contains("backends=3"),
+        "{what}: the adoption should name 1 service and 3 backends: {line}"
+    );
+    assert!(
+        line.contains("maps_fresh=0"),
+        "{what}: every map of the same object should be adopted: {line}"
+    );
+    println!("{what}: {line}");
+}
+
+/// SIGTERM, waiting for the shutdown line; returns it with the exit status.
+fn sigterm(agent: Agent, what: &str) -> String {
+    let since = agent.process().cursor();
+    agent
+        .process()
+        .signal(libc::SIGTERM)
+        .expect("signalling the agent");
+    let line = agent
+        .process()
+        .wait_for_line(since, "shutting down", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{what}: no shutdown line: {e}"));
+    let status = agent.stop(Duration::from_secs(10)).expect("stopping");
+    assert!(status.success(), "{what}: SIGTERM should exit 0: {status}");
+    line
+}
+
+fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
+    let mode = forwarding.as_str();
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let mut config = AgentConfig::new(vec![service.clone()]);
+    config.pin_path = pin_path.to_owned();
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let start = |config: &AgentConfig| {
+        let t = Instant::now();
+        let agent = Agent::start(topo, &binary, config, Some("native"), START)
+            .unwrap_or_else(|e| panic!("{mode}: starting lb-agent: {e}"));
+        println!("{mode}: lb-agent ready {:?} after its start", t.elapsed());
+        agent
+    };
+
+    let agent = start(&config);
+    line_with(&agent, FRESH, "first start");
+    let first_id = xdp_prog_id(topo).expect("XDP attached after the first start");
+    let client = topo.client();
+    let mut conn = EchoConn::connect(&client.ns, client.ipv4.into(), vip)
+        .expect("entering the client namespace")
+        .unwrap_or_else(|e| panic!("{mode}: a connection to {vip} should be answered: {e}"));
+    let kept = conn.backend().to_owned();
+    let stream = Stream::start(topo, vip);
+    thread::sleep(Duration::from_millis(300));
+
+    // 1. SIGTERM: the program stays attached (and the log says so), a new agent adopts.
+    let line = sigterm(agent, mode);
+    assert!(line.contains(STAYS), "{mode}: shutdown line: {line}");
+    assert_eq!(
+        xdp_prog_id(topo),
+        Some(first_id),
+        "{mode}: the program should stay attached after SIGTERM"
+    );
+    thread::sleep(Duration::from_millis(300)); // traffic while no agent runs
+    conn.check_echo("after SIGTERM, before restart")
+        .unwrap_or_else(|e| panic!("{mode}: long-lived connection while the agent is down: {e}"));
+    let agent = start(&config);
+    assert_adopted(&agent, "restart after SIGTERM");
+    let second_id = xdp_prog_id(topo).expect("XDP attached after the restart");
+    assert_ne!(
+        second_id, first_id,
+        "{mode}: the restarted agent should have swapped in its own program"
+    );
+    conn.check_echo("after restart")
+        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after restart: {e}"));
+    thread::sleep(Duration::from_millis(300));
+
+    // 2. SIGKILL: no chance to clean up; a new agent adopts.
+    agent
+        .process()
+        .signal(libc::SIGKILL)
+        .expect("killing the agent");
+    drop(agent);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(xdp_prog_id(topo), Some(second_id), "{mode}: after SIGKILL");
+    conn.check_echo("after SIGKILL")
+        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after SIGKILL: {e}"));
+    let agent = start(&config);
+    assert_adopted(&agent, "restart after SIGKILL");
+    thread::sleep(Duration::from_millis(300));
+
+    // 3. Two SIGHUP reloads: one server out, then back under another weight.
+    let removed = topo
+        .backends()
+        .iter()
+        .find(|b| b.role != kept)
+        .expect("a second backend");
+    let removed_addr = SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
+    let mut smaller = config.clone();
+    smaller.services = vec![service.without(removed_addr)];
+    agent
+        .reload(&smaller, RELOAD_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{mode}: reload removing {removed_addr}: {e}"));
+    thread::sleep(Duration::from_millis(300));
+    agent
+        .reload(&config, RELOAD_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{mode}: reload adding {removed_addr} back: {e}"));
+    thread::sleep(Duration::from_millis(300));
+    conn.check_echo("after the reloads")
+        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after reloads: {e}"));
+
+    let tally = stream.finish();
+    println!(
+        "{mode} (pin_path {pin_path:?}, started through ip netns exec): {} new connections \
+         across SIGTERM+restart, SIGKILL+restart and two reloads in {:?}: {} failed; \
+         long-lived connection to {kept} kept",
+        tally.attempted,
+        tally.elapsed,
+        tally.failures.len()
+    );
+    assert!(
+        tally.attempted > 100,
+        "{mode}: the steady stream should have run (got {} attempts)",
+        tally.attempted
+    );
+    assert!(
+        tally.failures.is_empty(),
+        "{mode}: no new connection may fail across restarts and reloads, {} did: {:?}",
+        tally.failures.len(),
+        &tally.failures[..tally.failures.len().min(10)]
+    );
+    sigterm(agent, mode);
+}
+
+#[test]
+fn restart_through_netns_exec_without_pins_nat() {
+    restart_without_bpffs(Forwarding::Nat, 63, "");
+}
+
+/// The default `pin_path`: under `ip netns exec` its bpffs is private to the agent.
+#[test]
+fn restart_through_netns_exec_default_pin_path_dsr() {
+    restart_without_bpffs(Forwarding::Dsr, 64, "/sys/fs/bpf/lb");
+}
+
+/// One owner: a second agent on the interface and on the pin directory refuse, naming
+/// the owner's pid; an interface running another program and missing capabilities are
+/// refused with what is in the way; `detach` refuses while the owner runs; `xdp off` behind the agent's
+/// back is repaired; after the agent stopped `detach` removes the program and says
+/// so, and a second `detach` says there was nothing.
+#[test]
+fn one_owner_link_watch_and_detach() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 65, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    // A bpffs shared by every process (not under /sys, which `ip netns exec` remounts).
+    let bpffs = PrivateBpffs::mount("owner").expect("mounting a bpffs for the pins");
+    let mut config = AgentConfig::new(vec![service.clone()]);
+    config.pin_path = bpffs.pins().display().to_string();
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let owner_pid = format!("pid {}", agent.process().pid());
+    let config_path = topo.dir().join("lb.toml");
+    let config_arg = config_path.display().to_string();
+
+    // A second agent on the same interface.
+    let second = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
+    let said = text(&second);
+    assert!(
+        !second.status.success(),
+        "a second agent must not start:\n{said}"
+    );
+    assert!(
+        said.contains("another lb-agent already runs on interface `eth0`")
+            && said.contains(&owner_pid),
+        "the refusal should name the interface and the owner ({owner_pid}):\n{said}"
+    );
+
+    // A second agent on another interface but the same pin directory.
+    topo.lb()
+        .ns
+        .ip(&[
+            "link",
+            "add",
+            "lbt-other0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "lbt-other1",
+        ])
+        .expect("adding a second interface (a veth pair) in the lb namespace");
+    topo.lb()
+        .ns
+        .ip(&["link", "set", "lbt-other0", "up"])
+        .expect("setting the second interface up");
+    let other = lb_agent_in(
+        topo,
+        &binary,
+        &[
+            "run",
+            "--config",
+            &config_arg,
+            "--interface",
+            "lbt-other0",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    let said = text(&other);
+    assert!(
+        !other.status.success(),
+        "an agent on the same pins must not start:\n{said}"
+    );
+    assert!(
+        said.contains("holds the pin directory") && said.contains(&owner_pid),
+        "the refusal should name the pin directory's owner ({owner_pid}):\n{said}"
+    );
+
+    // Another program on an interface: refused, naming it and how to remove it.
+    let pass = pass_prog::attach(&topo.lb().ns, &["lbt-other0"], XdpMode::Skb)
+        .expect("attaching lb_pass to the second interface");
+    let mut unpinned = config.clone();
+    unpinned.pin_path = String::new();
+    let other_config = topo.dir().join("other.toml");
+    std::fs::write(&other_config, unpinned.render()).expect("writing other.toml");
+    let other_arg = other_config.display().to_string();
+    let occupied = lb_agent_in(
+        topo,
+        &binary,
+        &["run", "--config", &other_arg, "--interface", "lbt-other0"],
+    );
+    let said = text(&occupied);
+    assert!(
+        !occupied.status.success(),
+        "an occupied interface must refuse:\n{said}"
+    );
+    assert!(
+        said.contains("already runs XDP program id")
+            && said.contains("`lb_pass`")
+            && said.contains("ip link set dev lbt-other0"),
+        "the refusal should name the program in the way and how to remove it:\n{said}"
+    );
+    drop(pass);
+
+    // Without the capabilities: refused, naming them.
+    let out = Command::new("ip")
+        .args(["netns", "exec", topo.lb().ns.name()])
+        .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(&binary)
+        .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running lb-agent without capabilities");
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "no capabilities must refuse:\n{said}"
+    );
+    assert!(
+        said.contains("lacks CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
+        "the refusal should name the missing capabilities:\n{said}"
+    );
+
+    // detach while the owner runs.
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    let said = text(&detach);
+    assert!(
+        !detach.status.success(),
+        "detach must refuse while the agent runs:\n{said}"
+    );
+    assert!(
+        said.contains("refusing to detach")
+            && said.contains(&owner_pid)
+            && said.contains("kill -TERM"),
+        "detach should name the owner and how to stop it:\n{said}"
+    );
+    assert!(
+        xdp_prog_id(topo).is_some(),
+        "the refused detach left the program"
+    );
+
+    // The program removed behind the agent's back: repaired within a few watch periods.
+    let before = xdp_prog_id(topo).expect("attached");
+    let since = agent.process().cursor();
+    topo.lb()
+        .ns
+        .ip(&["link", "set", "dev", HOST_IF, "xdp", "off"])
+        .expect("ip link set xdp off");
+    let removed = Instant::now();
+    let line = agent
+        .process()
+        .wait_for_line(since, "re-attached it", REPAIR)
+        .unwrap_or_else(|e| panic!("the agent should notice and repair the removal: {e}"));
+    println!(
+        "xdp off behind the agent: repaired after {:?} (watch period 1 s)",
+        removed.elapsed()
+    );
+    assert!(
+        line.contains("ERROR"),
+        "the repair must be logged loudly: {line}"
+    );
+    assert_eq!(
+        xdp_prog_id(topo),
+        Some(before),
+        "the agent re-attached its own program"
+    );
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        40_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "connections after the repair should be answered: {:?}",
+        tally.failures
+    );
+
+    // Stopped: detach removes the program and the pins and says so; again: nothing.
+    let line = sigterm(agent, "owner");
+    assert!(line.contains(STAYS), "shutdown line: {line}");
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    let said = text(&detach);
+    assert!(
+        detach.status.success(),
+        "detach after the agent stopped:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("detached lb's XDP program (id {before}")),
+        "detach should say what it removed:\n{said}"
+    );
+    assert!(
+        said.contains("pins)"),
+        "detach should remove the pins:\n{said}"
+    );
+    assert_eq!(xdp_prog_id(topo), None, "no XDP program after detach");
+    let again = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    let said = text(&again);
+    assert!(again.status.success(), "a second detach:\n{said}");
+    assert!(
+        said.contains("runs no XDP program: nothing to detach")
+            && said.contains("no pin directory"),
+        "a second detach should say there was nothing:\n{said}"
+    );
+}
+
+/// Loads lb's object with a smaller flow table (as an older or newer build whose
+/// `LB_FLOWS` has another size would have) in the lb namespace; attaches `lb_xdp` to
+/// `eth0` through a bpf_link held by the returned object, or through netlink (then the
+/// object can go: the interface holds the program).
+fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
+    topo.lb()
+        .ns
+        .run(move || {
+            let mut ebpf = aya::EbpfLoader::new()
+                .map_max_entries(lb_common::map_names::FLOWS, 1024)
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let prog: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PROGRAM_NAME)
+                .expect("lb_xdp")
+                .try_into()
+                .expect("an XDP program");
+            prog.load().expect("verifying lb_xdp");
+            if through_link {
+                prog.attach(HOST_IF, XdpMode::Driver)
+                    .expect("attaching through a bpf_link");
+                return Some(ebpf);
+            }
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            let fd = prog.fd().expect("program fd");
+            lb_agent::dataplane::netlink::set_xdp(
+                ifindex,
+                Some(std::os::fd::AsFd::as_fd(fd)),
+                None,
+                lb_agent::dataplane::netlink::XDP_FLAGS_UPDATE_IF_NOEXIST
+                    | lb_agent::dataplane::netlink::XDP_FLAGS_DRV_MODE,
+            )
+            .expect("attaching through netlink");
+            None
+        })
+        .expect("entering the lb namespace")
+}
+
+/// A program of lb whose flow table has another layout: held by a bpf_link (an older
+/// agent's way), the agent refuses with the migration step; attached through netlink,
+/// the agent adopts every map but the flow table, says which, and serves; `--reset`
+/// replaces it with fresh maps.
+#[test]
+fn adoption_across_layout_change_link_and_reset() {
+    let bed = scenario::Testbed::start(Forwarding::Dsr, 66, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service.clone()]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let config_path = topo.dir().join("lb.toml");
+    std::fs::write(&config_path, config.render()).expect("writing lb.toml");
+    let config_arg = config_path.display().to_string();
+
+    // Held by a bpf_link: refused with the one-time migration step.
+    let linked = older_program(topo, true).expect("the link's owner");
+    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "a linked program cannot be replaced:\n{said}"
+    );
+    assert!(
+        said.contains("through a bpf_link") && said.contains("lb-agent detach"),
+        "the refusal should explain the link and the migration:\n{said}"
+    );
+    drop(linked);
+    assert_eq!(xdp_prog_id(topo), None, "the link's owner is gone");
+
+    // Attached through netlink with a smaller flow table: adopted except LB_FLOWS.
+    assert!(older_program(topo, false).is_none());
+    let old_id = xdp_prog_id(topo).expect("attached through netlink");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting over the older program: {e}"));
+    let line = line_with(&agent, ADOPTED, "over a changed layout");
+    assert!(
+        line.contains("maps_kept=9") && line.contains("maps_fresh=1"),
+        "nine maps kept and the flow table fresh: {line}"
+    );
+    let warning = line_with(&agent, "map not adopted, created fresh", "changed layout");
+    assert!(
+        warning.contains("LB_FLOWS") && warning.contains("layout changed"),
+        "the warning should name the map and why: {warning}"
+    );
+    assert_ne!(xdp_prog_id(topo), Some(old_id), "swapped in");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        41_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after adoption: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "adopting");
+
+    // --reset: the running program replaced with fresh maps, said plainly.
+    let running = xdp_prog_id(topo).expect("still attached");
+    let args = [
+        "run",
+        "--config",
+        config_arg.as_str(),
+        "--interface",
+        HOST_IF,
+        "--reset",
+    ];
+    let reset = topo
+        .lb()
+        .spawn("lb-agent --reset", &binary, &args)
+        .expect("starting lb-agent --reset");
+    reset
+        .wait_for_line(0, lb_tests::agent::READY_LINE, START)
+        .unwrap_or_else(|e| panic!("lb-agent --reset should start: {e}"));
+    let lines = reset.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("--reset: replacing the running lb program")),
+        "--reset should say it replaces the running program:\n{}",
+        reset.tail(20)
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(ADOPTED)),
+        "--reset must not adopt:\n{}",
+        reset.tail(20)
+    );
+    assert_ne!(
+        xdp_prog_id(topo),
+        Some(running),
+        "--reset swapped in a new program"
+    );
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        42_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after --reset: {:?}",
+        tally.failures
+    );
+    let status = reset.stop(Duration::from_secs(10)).expect("stopping");
+    assert!(
+        status.success(),
+        "--reset agent exits 0 on SIGTERM: {status}"
+    );
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    assert!(detach.status.success(), "detach:\n{}", text(&detach));
+}
+
+/// Another program swapped in behind the agent (atomically, so no re-attach is
+/// possible without clobbering it): the agent says so and exits with status 1 instead
+/// of reporting servers up while the VIP is not served; a new agent is refused with
+/// that program named.
+#[test]
+fn a_foreign_program_taking_the_interface_stops_the_agent() {
+    let bed = scenario::Testbed::start(Forwarding::Dsr, 67, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let config = AgentConfig::new(vec![scenario::tcp_service(topo, &backends)]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let since = agent.process().cursor();
+    topo.lb()
+        .ns
+        .run(|| {
+            let mut ebpf = aya::EbpfLoader::new()
+                .map_max_entries(lb_common::map_names::FLOWS, 64)
+                .map_max_entries(lb_common::map_names::NAT, 64)
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let pass: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PASS_PROGRAM_NAME)
+                .expect("lb_pass")
+                .try_into()
+                .expect("an XDP program");
+            pass.load().expect("verifying lb_pass");
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
+                .expect("reading eth0")
+                .expect("the agent's program");
+            lb_agent::dataplane::netlink::set_xdp(
+                ifindex,
+                Some(std::os::fd::AsFd::as_fd(pass.fd().expect("fd"))),
+                Some(std::os::fd::AsFd::as_fd(&running.fd)),
+                running.mode.flags(),
+            )
+            .expect("swapping lb_pass in");
+        })
+        .expect("entering the lb namespace");
+    let line = agent
+        .process()
+        .wait_for_line(since, "not ours any more", REPAIR)
+        .unwrap_or_else(|e| panic!("the agent should notice the foreign program: {e}"));
+    assert!(
+        line.contains("ERROR") && line.contains("`lb_pass`"),
+        "the agent should name the program that took the interface: {line}"
+    );
+    let line = agent
+        .process()
+        .wait_for_line(since, "shutting down", REPAIR)
+        .unwrap_or_else(|e| panic!("the agent should stop: {e}"));
+    assert!(
+        line.contains("NOT attached"),
+        "the shutdown line should say the program is not attached: {line}"
+    );
+    let status = agent
+        .stop(Duration::from_secs(10))
+        .expect("reaping the agent");
+    assert_eq!(status.code(), Some(1), "exit status 1: {status}");
+    let config_arg = topo.dir().join("lb.toml").display().to_string();
+    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
+    let said = text(&out);
+    assert!(
+        !out.status.success()
+            && said.contains("already runs XDP program id")
+            && said.contains("`lb_pass`"),
+        "a new agent is refused naming the program:\n{said}"
+    );
+}
+
+/// The replacement is made in the running program's mode: generic (skb) here, and a
+/// restart configured for native keeps generic and says why.
+#[test]
+fn restart_in_generic_mode_replaces_in_that_mode() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 68, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service]);
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("generic"), START)
+        .unwrap_or_else(|e| panic!("starting lb-agent in generic mode: {e}"));
+    let first = xdp_prog_id(topo).expect("attached");
+    let line = sigterm(agent, "generic");
+    assert!(line.contains(STAYS) && line.contains("generic"), "{line}");
+
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("restarting lb-agent: {e}"));
+    assert_adopted(&agent, "generic restart");
+    line_with(&agent, "attached in another mode", "mode change");
+    let attached = line_with(&agent, "XDP program attached", "generic restart");
+    assert!(attached.contains("mode=\"generic\""), "{attached}");
+    assert_ne!(
+        xdp_prog_id(topo),
+        Some(first),
+        "the new program is swapped in"
+    );
+    let out = topo
+        .lb()
+        .ns
+        .ip(&["-d", "link", "show", "dev", HOST_IF])
+        .expect("ip link show");
+    assert!(out.contains("xdpgeneric"), "still generic:\n{out}");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        43_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after the generic restart: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "generic");
+}
+
+/// Upgrading from an agent that attached through a bpf_link pinned in `pin_path`
+/// (`link_xdp_eth0`): the new agent swaps its program into that link (atomically) and
+/// says so; a later restart adopts again through the interface; `detach` removes the
+/// link pin and so the program.
+#[test]
+fn upgrade_from_a_pinned_link_swaps_into_it() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 69, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let bpffs = PrivateBpffs::mount("legacy").expect("mounting a bpffs for the pins");
+    std::fs::create_dir_all(bpffs.pins()).expect("creating the pin directory");
+    let link_pin = bpffs.pins().join(format!("link_xdp_{HOST_IF}"));
+    topo.lb()
+        .ns
+        .run(|| {
+            let mut ebpf = aya::EbpfLoader::new()
+                .load(lb_agent::EBPF_OBJECT)
+                .expect("loading lb's object");
+            let prog: &mut aya::programs::Xdp = ebpf
+                .program_mut(lb_common::PROGRAM_NAME)
+                .expect("lb_xdp")
+                .try_into()
+                .expect("an XDP program");
+            prog.load().expect("verifying lb_xdp");
+            let id = prog
+                .attach(HOST_IF, XdpMode::Driver)
+                .expect("attaching through a bpf_link");
+            let link = prog.take_link(id).expect("the link");
+            let link = aya::programs::links::FdLink::try_from(link).expect("an fd link");
+            link.pin(&link_pin).expect("pinning the link");
+        })
+        .expect("entering the lb namespace");
+    let old_id = xdp_prog_id(topo).expect("the older agent's program stays through its pin");
+
+    let mut config = AgentConfig::new(vec![service.clone()]);
+    config.pin_path = bpffs.pins().display().to_string();
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("starting over a pinned link: {e}"));
+    line_with(&agent, ADOPTED, "over a pinned link");
+    line_with(
+        &agent,
+        "swapped into the pinned bpf_link",
+        "over a pinned link",
+    );
+    let new_id = xdp_prog_id(topo).expect("attached");
+    assert_ne!(new_id, old_id, "the agent's program runs in the link now");
+    let client = topo.client();
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        44_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served through the link: {:?}",
+        tally.failures
+    );
+
+    // A later restart adopts the published state through the interface again.
+    let line = sigterm(agent, "legacy");
+    assert!(line.contains(STAYS), "{line}");
+    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("restarting over the link: {e}"));
+    assert_adopted(&agent, "restart over the link");
+    let tally = tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        45_000,
+        vip,
+        20,
+        Duration::from_secs(10),
+    )
+    .expect("entering the client namespace");
+    assert!(
+        tally.failures.is_empty(),
+        "served after the restart: {:?}",
+        tally.failures
+    );
+    sigterm(agent, "legacy");
+
+    let config_arg = topo.dir().join("lb.toml").display().to_string();
+    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
+    let said = text(&detach);
+    assert!(detach.status.success(), "detach:\n{said}");
+    assert_eq!(
+        xdp_prog_id(topo),
+        None,
+        "removing the link pin detaches:\n{said}"
+    );
+}
