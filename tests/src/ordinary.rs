@@ -1,5 +1,6 @@
 //! Ordinary client traffic, as real users make it: loops that open new TCP connections
-//! back to back from OS-chosen ephemeral ports (as a browser or curl does), each sending
+//! one after the other (with a user's pause, [`ORDINARY_GAP`]) from OS-chosen ephemeral
+//! ports (as a browser or curl does), each sending
 //! one `GET /` and reading the answer until the backend closes; and keep-alive clients
 //! that each hold one connection and send a request every ~100 ms on it (reconnecting
 //! when the backend closes it cleanly after announcing `Connection: close`).
@@ -46,7 +47,7 @@ pub const ORDINARY_GAP: Duration = Duration::from_millis(25);
 pub struct OrdinaryConfig {
     /// The service's address (VIP:port).
     pub vip: SocketAddr,
-    /// Loops opening one new connection per request, back to back.
+    /// Loops opening one new connection per request, one after the other.
     pub new_loops: usize,
     /// Pause between two connections of one loop (0: strictly back to back).
     pub gap: Duration,

@@ -1,5 +1,5 @@
 //! `lb-soak`: the ordinary-traffic scenario (`netns_traffic_ordinary`) held for minutes:
-//! four backends that close first, three loops of new connections back to back, two
+//! four backends that close first, three loops of new connections at a user's pace, two
 //! keep-alive clients, the agent started as operators do with the default passive
 //! settings and one http probe. Prints, per forwarding mode, requests, failures,
 //! transitions, port pressure (the data plane's counters and the backends'
