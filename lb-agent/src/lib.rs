@@ -11,6 +11,7 @@
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
 //! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
+//! - [`hwaddr`]: the attached interface's own MAC (the data plane balances only frames to it);
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
@@ -22,6 +23,7 @@ pub mod dataplane;
 pub mod discovery;
 pub mod health;
 pub mod host;
+pub mod hwaddr;
 pub mod maglev;
 pub mod membership;
 pub mod neighbor;

@@ -87,6 +87,8 @@ pub mod map_names {
     pub const EVENTS: &str = "LB_EVENTS";
     /// The data plane's per-CPU clock cache (not state: never pinned nor read by the agent).
     pub const CLOCK: &str = "LB_CLOCK";
+    /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.
+    pub const CONFIG: &str = "LB_CONFIG";
 }
 
 /// Name of the XDP program function in the eBPF object.

@@ -184,6 +184,21 @@ pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
     }
 }
 
+/// `LB_CONFIG` value (one entry): what the data plane must know about the interface it
+/// is attached to. Written by the agent when it loads and attaches the program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataplaneConfig {
+    /// The interface's MAC address. A frame for a VIP (or a nat reply) whose destination
+    /// MAC differs is passed untouched (`PASS_NOT_FOR_HOST`). All zero: not configured
+    /// (the program is loaded but not attached, or the interface has no MAC): no check.
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+    /// `CONFIG_F_*` bits (none defined yet; 0).
+    pub flags: u32,
+}
+const _: () = assert!(size_of::<DataplaneConfig>() == 12);
+
 /// `LB_BACKEND_STATS` value (per CPU), indexed by backend id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -323,5 +338,6 @@ mod pod {
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}
+    unsafe impl aya::Pod for DataplaneConfig {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}
 }

@@ -13,6 +13,7 @@ use crate::{
     counters::{self, count},
     dsr, events, flow, nat,
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
+    validate,
 };
 
 /// Balances one packet addressed to the service `svc`.
@@ -42,10 +43,16 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
                 Err(v) => return v,
             }
         }
-        None => match open(pkt, svc, use_nat, syn, now, early) {
-            Ok(p) => p,
-            Err(v) => return v,
-        },
+        None => {
+            // The checks a packet must pass before it may open a flow.
+            if let Some(refused) = validate::opening(pkt, l4, end) {
+                return refused;
+            }
+            match open(pkt, svc, use_nat, syn, now, early) {
+                Ok(p) => p,
+                Err(v) => return v,
+            }
+        }
     };
 
     counters::service_packet(sid, pkt.len, new_flow);

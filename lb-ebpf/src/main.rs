@@ -1,12 +1,12 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor).
 //!
-//! Layout: [`parse`] headers, [`forward`] the VIP path over [`flow`] (flow table and
-//! Maglev), [`dsr`] and [`nat`] the two forwarding modes, [`rewrite`] header and
-//! checksum rewrites, [`icmp`] errors about nat flows (believed signals, translation
-//! by [`icmp_nat`]), [`events`] and [`counters`] the
-//! outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`] bounds-checked packet
-//! access.
+//! Layout: [`parse`] headers, [`validate`] what a VIP packet must pass, [`forward`] the
+//! VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
+//! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
+//! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
+//! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`]
+//! bounds-checked packet access.
 #![no_std]
 #![no_main]
 // Map keys and values are passed by reference on purpose: a by-value argument is one
@@ -26,6 +26,7 @@ mod nat;
 mod parse;
 mod pkt;
 mod rewrite;
+mod validate;
 
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
@@ -33,7 +34,6 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::maps::VipKey;
-
 use crate::{
     maps::LB_SERVICES,
     parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
@@ -93,7 +93,10 @@ fn balance(ctx: &XdpContext) -> Verdict {
                     // SAFETY: hash map values live until an RCU grace period after
                     // their removal, longer than this program run.
                     let svc = unsafe { &*svc };
-                    forward::to_service(&pkt, svc, end)
+                    match validate::to_vip(&pkt, end) {
+                        Some(refused) => refused,
+                        None => forward::to_service(&pkt, svc, end),
+                    }
                 }
                 None => nat::reply(&pkt, end),
             }

@@ -9,8 +9,8 @@ use lb_common::{
     MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, counters,
     events::PassiveEvent,
     maps::{
-        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, TickClock,
-        VipKey,
+        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
+        ServiceStats, TickClock, VipKey,
     },
 };
 
@@ -75,3 +75,7 @@ pub static LB_EVENTS: RingBuf<PassiveEvent, { EVENT_RING_BYTES as usize }> = Rin
 /// The flow clock's per-CPU cache (see `clock`).
 #[btf_map]
 pub static LB_CLOCK: PerCpuArray<TickClock, 1> = PerCpuArray::new();
+
+/// The attached interface's MAC (see `DataplaneConfig`), written by the agent at attach.
+#[btf_map]
+pub static LB_CONFIG: Array<DataplaneConfig, 1> = Array::new();

@@ -1,25 +1,36 @@
 //! Header parsing: Ethernet (+ one 802.1Q/802.1AD tag), IPv4/IPv6, then TCP/UDP ports or ICMP.
 //!
-//! Rules (each outcome is one `lb_common::counters` index):
+//! Rules (each outcome is one `lb_common::counters` index; docs/packet-rules.md has the
+//! whole table):
 //! - Ethernet or VLAN header truncated, IP header truncated, wrong IP version, IPv4
-//!   IHL < 5 or options past the end of the frame: `PASS_MALFORMED`;
+//!   IHL < 5, options past the end of the frame, or a total length shorter than the
+//!   header: `PASS_MALFORMED`;
 //! - not IPv4/IPv6 (after at most one VLAN tag): `PASS_NOT_IP`;
 //! - IPv4 fragment (MF set or offset != 0): `PASS_FRAGMENT`;
 //! - IPv4 protocol or IPv6 next header other than TCP/UDP/ICMP(v6) (so every IPv6
 //!   extension header, fragments included): `PASS_UNSUPPORTED_L4`;
+//! - TCP/UDP/ICMP whose destination MAC is a group address, or not the interface's
+//!   (when `LB_CONFIG` holds one): `PASS_NOT_FOR_HOST`;
 //! - TCP/UDP whose ports are cut off: `PASS_MALFORMED` (no VIP can be recognised).
 //!
-//! The rest of the TCP/UDP header is checked by [`Packet::l4`] once the caller knows
-//! whether the packet is for a VIP (truncated: drop) or not (truncated: pass).
+//! The lengths the IP header claims are kept in the [`Packet`]: [`Packet::l4`] checks
+//! them, and the rest of the TCP/UDP header, once the caller knows whether the packet is
+//! for a VIP (invalid: drop) or not (invalid: pass). Bytes after the IP total length are
+//! Ethernet padding: ignored, never read as L4.
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{
     FAMILY_V4, FAMILY_V6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP,
-    counters::{PASS_FRAGMENT, PASS_MALFORMED, PASS_NOT_IP, PASS_UNSUPPORTED_L4},
-    maps::FlowKey,
+    counters::{
+        PASS_FRAGMENT, PASS_MALFORMED, PASS_NOT_FOR_HOST, PASS_NOT_IP, PASS_UNSUPPORTED_L4,
+    },
+    maps::{DataplaneConfig, FlowKey},
 };
 
-use crate::pkt::{Hdr, ptr_at};
+use crate::{
+    maps::LB_CONFIG,
+    pkt::{Hdr, ptr_at},
+};
 
 pub const ETH_HLEN: usize = 14;
 pub const VLAN_HLEN: usize = 4;
@@ -57,6 +68,14 @@ pub struct Packet {
     pub key: FlowKey,
     /// Frame length in bytes (for byte counters).
     pub len: u32,
+    /// Length of the TCP/UDP segment as the IP header states it (IPv4 total length
+    /// minus header length, IPv6 payload length); may exceed `l4_room` (checked by
+    /// [`Packet::l4`]).
+    pub l4_len: u32,
+    /// Bytes of the frame from the TCP/UDP header to the frame's end.
+    pub l4_room: u32,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
 }
 
 /// The complete TCP/UDP header of a [`Packet`].
@@ -87,6 +106,19 @@ pub enum Parsed {
     Pass(u32),
 }
 
+/// What the IP header says about the packet, handed to [`transport`].
+struct Ip {
+    l3: usize,
+    l4: usize,
+    proto: u8,
+    family: u8,
+    ttl: u8,
+    src: [u32; 4],
+    dst: [u32; 4],
+    l4_len: u32,
+    l4_room: u32,
+}
+
 /// Parses the frame up to the L4 ports (or the ICMP header's address).
 #[inline(always)]
 pub fn parse(ctx: &XdpContext) -> Parsed {
@@ -96,34 +128,44 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         return Parsed::Pass(PASS_MALFORMED);
     };
     let mut proto = eth.u16::<12>();
-    let mut l3 = data + ETH_HLEN;
+    let mut l3_off = ETH_HLEN as u32;
     if proto == ETH_P_8021Q || proto == ETH_P_8021AD {
-        let Some(tag) = ptr_at::<VLAN_HLEN>(l3, end) else {
+        let Some(tag) = ptr_at::<VLAN_HLEN>(data + ETH_HLEN, end) else {
             return Parsed::Pass(PASS_MALFORMED);
         };
         proto = tag.u16::<2>();
-        l3 += VLAN_HLEN;
+        l3_off += VLAN_HLEN as u32;
     }
+    let l3 = data + l3_off as usize;
     let len = (end - data) as u32;
-    if proto == ETH_P_IP {
+    let ip = if proto == ETH_P_IP {
         let Some(ip) = ptr_at::<IPV4_HLEN>(l3, end) else {
             return Parsed::Pass(PASS_MALFORMED);
         };
         let vihl = ip.u8::<0>();
-        let ihl = (vihl & 0x0f) as usize;
-        if vihl >> 4 != 4 || ihl < 5 {
+        let hlen = ((vihl & 0x0f) as u32) * 4;
+        let total = u16::from_be(ip.u16::<2>()) as u32;
+        if vihl >> 4 != 4 || hlen < IPV4_HLEN as u32 || total < hlen {
             return Parsed::Pass(PASS_MALFORMED);
         }
-        let l4 = l3 + ihl * 4;
+        let l4 = l3 + hlen as usize;
         if l4 > end {
             return Parsed::Pass(PASS_MALFORMED);
         }
         if ip.u16::<6>() & IPV4_FRAG_MASK != 0 {
             return Parsed::Pass(PASS_FRAGMENT);
         }
-        let src = [ip.u32::<12>(), 0, 0, 0];
-        let dst = [ip.u32::<16>(), 0, 0, 0];
-        transport(eth, l3, l4, end, ip.u8::<9>(), FAMILY_V4, src, dst, len)
+        Ip {
+            l3,
+            l4,
+            proto: ip.u8::<9>(),
+            family: FAMILY_V4,
+            ttl: ip.u8::<8>(),
+            src: [ip.u32::<12>(), 0, 0, 0],
+            dst: [ip.u32::<16>(), 0, 0, 0],
+            l4_len: total - hlen,
+            l4_room: len - l3_off - hlen,
+        }
     } else if proto == ETH_P_IPV6 {
         let Some(ip) = ptr_at::<IPV6_HLEN>(l3, end) else {
             return Parsed::Pass(PASS_MALFORMED);
@@ -131,80 +173,102 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         if ip.u8::<0>() >> 4 != 6 {
             return Parsed::Pass(PASS_MALFORMED);
         }
-        let src = ip.words4::<8>();
-        let dst = ip.words4::<24>();
-        transport(
-            eth,
+        Ip {
             l3,
-            l3 + IPV6_HLEN,
-            end,
-            ip.u8::<6>(),
-            FAMILY_V6,
-            src,
-            dst,
-            len,
-        )
+            l4: l3 + IPV6_HLEN,
+            proto: ip.u8::<6>(),
+            family: FAMILY_V6,
+            ttl: ip.u8::<7>(),
+            src: ip.words4::<8>(),
+            dst: ip.words4::<24>(),
+            l4_len: u16::from_be(ip.u16::<4>()) as u32,
+            l4_room: len - l3_off - IPV6_HLEN as u32,
+        }
     } else {
-        Parsed::Pass(PASS_NOT_IP)
-    }
+        return Parsed::Pass(PASS_NOT_IP);
+    };
+    transport(eth, ip, end, len)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn transport(
-    eth: Hdr<ETH_HLEN>,
-    l3: usize,
-    l4: usize,
-    end: usize,
-    proto: u8,
-    family: u8,
-    src: [u32; 4],
-    dst: [u32; 4],
-    len: u32,
-) -> Parsed {
-    if proto == IPPROTO_TCP || proto == IPPROTO_UDP {
-        let Some(ports) = ptr_at::<4>(l4, end) else {
-            return Parsed::Pass(PASS_MALFORMED);
-        };
-        let key = FlowKey {
-            src,
-            dst,
-            sport: ports.u16::<0>(),
-            dport: ports.u16::<2>(),
-            proto,
-            family,
-            _pad: [0; 2],
-        };
-        Parsed::Flow(Packet {
-            eth,
-            l3,
-            ports,
-            key,
-            len,
-        })
-    } else if (family == FAMILY_V4 && proto == IPPROTO_ICMP)
-        || (family == FAMILY_V6 && proto == IPPROTO_ICMPV6)
-    {
-        Parsed::Icmp(Icmp {
-            eth,
-            l3,
-            l4,
-            family,
-            dst,
-        })
-    } else {
-        Parsed::Pass(PASS_UNSUPPORTED_L4)
+fn transport(eth: Hdr<ETH_HLEN>, ip: Ip, end: usize, len: u32) -> Parsed {
+    let flow = ip.proto == IPPROTO_TCP || ip.proto == IPPROTO_UDP;
+    let icmp = (ip.family == FAMILY_V4 && ip.proto == IPPROTO_ICMP)
+        || (ip.family == FAMILY_V6 && ip.proto == IPPROTO_ICMPV6);
+    if !flow && !icmp {
+        return Parsed::Pass(PASS_UNSUPPORTED_L4);
     }
+    if !for_this_host(eth) {
+        return Parsed::Pass(PASS_NOT_FOR_HOST);
+    }
+    if icmp {
+        return Parsed::Icmp(Icmp {
+            eth,
+            l3: ip.l3,
+            l4: ip.l4,
+            family: ip.family,
+            dst: ip.dst,
+        });
+    }
+    let Some(ports) = ptr_at::<4>(ip.l4, end) else {
+        return Parsed::Pass(PASS_MALFORMED);
+    };
+    let key = FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        sport: ports.u16::<0>(),
+        dport: ports.u16::<2>(),
+        proto: ip.proto,
+        family: ip.family,
+        _pad: [0; 2],
+    };
+    Parsed::Flow(Packet {
+        eth,
+        l3: ip.l3,
+        ports,
+        key,
+        len,
+        l4_len: ip.l4_len,
+        l4_room: ip.l4_room,
+        ttl: ip.ttl,
+    })
+}
+
+/// Whether the frame is addressed to the interface: never for a group (broadcast or
+/// multicast) destination; otherwise the MAC in `LB_CONFIG` must match, unless it is all
+/// zero (not configured). Compared as a 32-bit and a 16-bit word.
+#[inline(always)]
+fn for_this_host(eth: Hdr<ETH_HLEN>) -> bool {
+    if eth.u8::<ETH_DST>() & 1 != 0 {
+        return false;
+    }
+    let Some(cfg) = LB_CONFIG.get(0) else {
+        return true;
+    };
+    let at = (cfg as *const DataplaneConfig).cast::<u8>();
+    // SAFETY: `mac` is the first field of a 4-aligned map value: bytes 0..4 and 4..6
+    // are an aligned u32 and u16 inside it.
+    let (hi, lo) = unsafe { (*at.cast::<u32>(), *at.add(4).cast::<u16>()) };
+    (hi == 0 && lo == 0) || (eth.u32::<ETH_DST>() == hi && eth.u16::<4>() == lo)
 }
 
 impl Packet {
-    /// Checks the complete TCP (20 bytes, data offset >= 5) or UDP (8 bytes) header.
+    /// Checks the TCP/UDP header against the lengths the IP header states: the IP
+    /// packet must fit in the frame; TCP: 20 bytes, data offset >= 5 and within the
+    /// segment; UDP: 8 bytes and a length field equal to the segment's length.
     #[inline(always)]
     pub fn l4(&self, end: usize) -> Option<L4> {
+        if self.l4_len > self.l4_room {
+            return None;
+        }
         let at = self.ports.addr();
         if self.key.proto == IPPROTO_TCP {
+            if self.l4_len < TCP_HLEN as u32 {
+                return None;
+            }
             let tcp = ptr_at::<TCP_HLEN>(at, end)?;
-            if tcp.u8::<12>() >> 4 < 5 {
+            let doff = (tcp.u8::<12>() >> 4) as u32;
+            if doff < 5 || doff * 4 > self.l4_len {
                 return None;
             }
             // SAFETY: bytes 16..18 lie inside the checked 20-byte header.
@@ -214,7 +278,13 @@ impl Packet {
                 tcp_flags: tcp.u8::<13>(),
             })
         } else {
+            if self.l4_len < UDP_HLEN as u32 {
+                return None;
+            }
             let udp = ptr_at::<UDP_HLEN>(at, end)?;
+            if u16::from_be(udp.u16::<4>()) as u32 != self.l4_len {
+                return None;
+            }
             // SAFETY: bytes 6..8 lie inside the checked 8-byte header.
             let csum = unsafe { Hdr::<2>::assume(udp.raw().add(6)) };
             Some(L4 { csum, tcp_flags: 0 })

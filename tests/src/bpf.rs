@@ -15,7 +15,8 @@ use lb_common::{
     events::PassiveEvent,
     maglev_block_index, map_names,
     maps::{
-        Backend, BackendStats, FlowKey, FlowValue, NatValue, ServiceMeta, ServiceStats, VipKey,
+        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
+        ServiceStats, VipKey,
     },
 };
 
@@ -151,6 +152,18 @@ impl Lb {
         })
     }
 
+    /// Sets the interface MAC the program checks destination MACs against (`LB_CONFIG`).
+    pub fn set_interface_mac(&mut self, mac: [u8; 6]) {
+        let mut map: Array<_, DataplaneConfig> =
+            Array::try_from(self.ebpf.map_mut(map_names::CONFIG).expect("LB_CONFIG"))
+                .expect("LB_CONFIG type");
+        let value = DataplaneConfig {
+            mac,
+            ..DataplaneConfig::default()
+        };
+        map.set(0, value, 0).expect("writing LB_CONFIG");
+    }
+
     pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {
         let mut map: HashMap<_, VipKey, ServiceMeta> =
             HashMap::try_from(self.ebpf.map_mut(map_names::SERVICES).expect("LB_SERVICES"))
@@ -279,6 +292,21 @@ impl Lb {
             HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
                 .expect("LB_FLOWS type");
         map.get(key, 0).ok()
+    }
+
+    /// Entries in `LB_FLOWS`.
+    pub fn flow_count(&self) -> usize {
+        let map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.keys().count()
+    }
+
+    /// Entries in `LB_NAT`.
+    pub fn nat_count(&self) -> usize {
+        let map: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
+        map.keys().count()
     }
 
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {

@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
+//! [`hostile`], [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/dsr.rs"]
 mod dsr;
@@ -16,6 +16,8 @@ mod dsr;
 mod fixture;
 #[path = "bpf_fixtures/flows.rs"]
 mod flows;
+#[path = "bpf_fixtures/hostile.rs"]
+mod hostile;
 #[path = "bpf_fixtures/icmp.rs"]
 mod icmp;
 #[path = "bpf_fixtures/malformed.rs"]

@@ -1,4 +1,5 @@
-//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench.
+//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench,
+//! fuzz.
 //!
 //! Every command first makes sure the toolchain is complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
@@ -47,6 +48,17 @@ enum Cmd {
     },
     /// Benchmarks next to their baselines; results printed and written to target/bench.
     Bench,
+    /// The packet-parser fuzz target: mutated frames through BPF_PROG_TEST_RUN, every
+    /// verdict checked against the reference classifier (root; the test suite runs a
+    /// bounded 20,000 frames).
+    Fuzz {
+        /// Frames to feed.
+        #[arg(long, default_value_t = 1_000_000)]
+        frames: u64,
+        /// Seed of the mutator (a failure names the seed and frame to replay).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -113,6 +125,24 @@ fn main() -> anyhow::Result<()> {
                 ])?;
             }
             Ok(())
+        }
+        Cmd::Fuzz { frames, seed } => {
+            setup::run(false)?;
+            require_root("the fuzz target loads the XDP program")?;
+            let (frames, seed) = (frames.to_string(), seed.to_string());
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "lb-tests",
+                "--bin",
+                "lb-fuzz",
+                "--",
+                "--frames",
+                &frames,
+                "--seed",
+                &seed,
+            ])
         }
     }
 }

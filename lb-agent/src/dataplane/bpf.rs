@@ -8,7 +8,7 @@ use aya::{
 };
 use lb_common::{
     MAGLEV_RING_SIZE, PROGRAM_NAME, counters, map_names,
-    maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
+    maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
 use std::os::fd::AsFd;
@@ -148,6 +148,17 @@ impl BpfDataplane {
         mode: AttachMode,
         previous: Option<&AttachedProgram>,
     ) -> Result<(), DataplaneError> {
+        // Before attaching: the program balances only frames addressed to this MAC.
+        let mac = crate::hwaddr::of(interface).map_err(|source| match source.raw_os_error() {
+            Some(libc::ENODEV) => DataplaneError::NoSuchInterface {
+                interface: interface.to_string(),
+            },
+            _ => DataplaneError::Io {
+                what: "reading the interface's MAC address",
+                source,
+            },
+        })?;
+        self.set_interface_mac(mac)?;
         let ifindex = attach::if_index(interface)?;
         let prog_id = self.program_id()?;
         let attempt = {
@@ -258,6 +269,21 @@ impl BpfDataplane {
         self.attached.as_ref().is_some_and(
             |att| matches!(netlink::query_xdp(att.ifindex), Ok(Some(p)) if p.id == att.prog_id),
         )
+    }
+
+    /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
+    pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let value = DataplaneConfig {
+            mac,
+            ..DataplaneConfig::default()
+        };
+        config.set(0, value, 0).map_err(map_err(name))
     }
 
     /// The pin directory, if the maps are pinned.

@@ -55,6 +55,9 @@ fn main() -> anyhow::Result<()> {
     let mut dp = BpfDataplane::load().context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
     let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp)?;
+    // As when attached: the program compares destination MACs with the interface's.
+    let frame_dst_mac = Frame::tcp(dsr_vip.ip(), 1, dsr_vip.ip(), 1, 0).dst_mac;
+    dp.set_interface_mac(frame_dst_mac)?;
 
     let mut reflect_obj = aya::Ebpf::load(lb_agent::EBPF_OBJECT)?;
     let reflect: &mut Xdp = reflect_obj

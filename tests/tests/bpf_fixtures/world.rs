@@ -178,10 +178,12 @@ pub fn backend(addr: IpAddr, port: u16, id: u32, service_id: u32) -> Backend {
     }
 }
 
-/// Loads the object and configures every service of [`services`]; only the services in
-/// `tables` get a Maglev table (all slots on their backend), to keep setup fast.
+/// Loads the object, gives it the interface MAC [`LB_MAC`] and configures every service
+/// of [`services`]; only the services in `tables` get a Maglev table (all slots on their
+/// backend), to keep setup fast.
 pub fn world(tables: &[u32]) -> Lb {
     let mut lb = Lb::load();
+    lb.set_interface_mac(LB_MAC);
     for s in services() {
         let meta = ServiceMeta {
             service_id: s.id,

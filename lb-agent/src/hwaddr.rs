@@ -1,0 +1,58 @@
+//! The hardware (MAC) address of a network interface, read with `SIOCGIFHWADDR` in the
+//! calling thread's network namespace (the one the XDP program is attached in).
+
+use std::io;
+
+/// `ARPHRD_ETHER`: the hardware type of an Ethernet interface.
+const ARPHRD_ETHER: u16 = 1;
+
+/// The MAC of `interface`; all zero when it is not an Ethernet interface (no MAC to
+/// check frames against). `ENODEV` when there is no such interface.
+pub fn of(interface: &str) -> io::Result<[u8; 6]> {
+    let name = interface.as_bytes();
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.is_empty() || name.len() >= req.ifr_name.len() || name.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    for (dst, &src) in req.ifr_name.iter_mut().zip(name) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: plain socket(2); the descriptor is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFHWADDR reads the name and fills `ifr_hwaddr` of our ifreq.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) };
+    let err = io::Error::last_os_error();
+    // SAFETY: our descriptor, closed once.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(err);
+    }
+    // SAFETY: SIOCGIFHWADDR succeeded, so the union holds `ifru_hwaddr`.
+    let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if addr.sa_family != ARPHRD_ETHER {
+        return Ok([0; 6]);
+    }
+    let mut mac = [0u8; 6];
+    for (dst, &src) in mac.iter_mut().zip(&addr.sa_data) {
+        *dst = src as u8;
+    }
+    Ok(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_has_no_ethernet_mac_and_unknown_names_fail() {
+        assert_eq!(of("lo").expect("lo exists"), [0; 6]);
+        let err = of("no-such-if0").expect_err("no such interface");
+        assert_eq!(err.raw_os_error(), Some(libc::ENODEV));
+        assert!(of("").is_err());
+        assert!(of("a-name-longer-than-ifnamsiz").is_err());
+    }
+}
