@@ -45,7 +45,7 @@ pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, 
     cfg.services
         .iter()
         .filter(|s| s.forwarding == Forwarding::Nat)
-        .filter_map(|s| s.snat_ip.map(|ip| (s.name.clone(), ip)))
+        .flat_map(|s| s.snat_ips.iter().map(|ip| (s.name.clone(), *ip)))
         .filter(|(_, ip)| !local.contains(ip))
         .collect()
 }

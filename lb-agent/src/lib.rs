@@ -13,6 +13,7 @@
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`hwaddr`]: the attached interface's own MAC (the data plane balances only frames to it);
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
+//! - [`rlimit`]: the file-descriptor limit, raised at start;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -29,6 +30,7 @@ pub mod membership;
 pub mod neighbor;
 pub mod probe;
 pub mod publish;
+pub mod rlimit;
 pub mod status;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.

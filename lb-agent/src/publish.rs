@@ -19,7 +19,10 @@ use std::{
 
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, MAX_BACKENDS, MAX_SERVICES,
-    maps::{BACKEND_F_LIVE, Backend, SERVICE_F_NAT, ServiceMeta, VipKey},
+    maps::{
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, MAX_SNAT_ADDRS, SERVICE_F_NAT, ServiceMeta,
+        VipKey,
+    },
 };
 
 use crate::{
@@ -27,15 +30,31 @@ use crate::{
     maglev::{self, MaglevBackend},
 };
 
-/// What a backend does in the data plane.
+/// What a backend does in the data plane, and the flags its entry carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// In the Maglev table: receives new flows and keeps its pinned flows.
+    /// In the Maglev table: receives new flows and keeps its pinned flows
+    /// (`BACKEND_F_LIVE | BACKEND_F_SERVING`).
     Active,
-    /// Not in the table, but keeps the flows already pinned to it (draining, retired spare).
+    /// Not in the table, but its established TCP flows stay until they end; a SYN reusing
+    /// a pinned 5-tuple re-hashes, pinned UDP flows move (`BACKEND_F_LIVE`): left traffic
+    /// for a health or membership reason (unhealthy, unavailable, draining, idle spare,
+    /// inactive backup level, removed from the config during its grace period).
     Sticky,
-    /// Out: not in the table, and its pinned flows are re-hashed (failed, down, MAC unknown).
+    /// Out: not in the table, and its pinned flows are re-hashed (no flag): admin down,
+    /// MAC unknown, never in traffic.
     Removed,
+}
+
+impl Role {
+    /// The `Backend::flags` of a backend in this role (`mac_known`: selectable at all).
+    pub fn flags(self, mac_known: bool) -> u8 {
+        match (self, mac_known) {
+            (_, false) | (Role::Removed, _) => 0,
+            (Role::Sticky, true) => BACKEND_F_LIVE,
+            (Role::Active, true) => BACKEND_F_LIVE | BACKEND_F_SERVING,
+        }
+    }
 }
 
 /// One backend as the agent wants it.
@@ -51,8 +70,14 @@ pub struct DesiredBackend {
 /// nat parameters of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NatSpec {
-    pub snat_ip: IpAddr,
+    /// Source addresses toward the backends (1..=`MAX_SNAT_ADDRS`, the VIP's family);
+    /// flows are spread over (address, port).
+    pub snat_ips: Vec<IpAddr>,
     pub ports: RangeInclusive<u16>,
+    /// New nat flows per second one client address may open on average; 0 = no limit.
+    pub source_rate: u32,
+    /// New nat flows one client address may open at once.
+    pub source_burst: u32,
 }
 
 /// One virtual service as the agent wants it.
@@ -173,6 +198,9 @@ pub struct Publisher {
     adopted: HashMap<VipKey, AdoptedService>,
     /// Backend ids of a previous run that belong to no service; freed on first apply.
     orphans: Vec<u32>,
+    /// Some adopted backend carries `BACKEND_F_SERVING`: the previous run knew the flag.
+    /// Pinned maps of a version before it mark a backend in traffic with LIVE alone.
+    adopted_serving_known: bool,
 }
 
 impl Default for Publisher {
@@ -180,6 +208,7 @@ impl Default for Publisher {
         Self {
             adopted: HashMap::new(),
             orphans: Vec::new(),
+            adopted_serving_known: false,
             services: BTreeMap::new(),
             service_ids: IdPool::new(0, MAX_SERVICES),
             backend_ids: IdPool::new(1, MAX_BACKENDS),
@@ -205,6 +234,7 @@ impl Publisher {
         }
         for (id, b) in &state.backends {
             self.backend_ids.reserve(*id);
+            self.adopted_serving_known |= b.flags & BACKEND_F_SERVING != 0;
             let addr = SocketAddr::new(words_addr(b.addr, b.family), u16::from_be(b.port));
             match self.adopted.values_mut().find(|s| s.id == b.service_id) {
                 Some(svc) => {
@@ -217,12 +247,21 @@ impl Publisher {
         }
     }
 
-    /// Whether a backend was carrying traffic (live) when a previous run stopped;
-    /// `None` if it was not published then.
+    /// Whether a backend was taking new flows (`BACKEND_F_SERVING`) when a previous run
+    /// stopped; `None` if it was not published then. A backend that only kept its pinned
+    /// flows (`BACKEND_F_LIVE` alone: unhealthy, draining, idle spare) does not count —
+    /// unless no adopted backend has `SERVING` at all: maps pinned by a version before
+    /// that flag meant "in traffic" by `LIVE` alone, and an upgrade must not take every
+    /// server out of traffic.
     pub fn adopted_live(&self, vip: SocketAddr, proto: u8, addr: SocketAddr) -> Option<bool> {
         let svc = self.adopted.get(&vip_key(vip, proto))?;
         let (_, b) = svc.backends.get(&addr)?;
-        Some(b.flags & BACKEND_F_LIVE != 0)
+        let in_traffic = if self.adopted_serving_known {
+            BACKEND_F_SERVING
+        } else {
+            BACKEND_F_LIVE
+        };
+        Some(b.flags & in_traffic != 0)
     }
 
     /// Data-plane id of a service.
@@ -238,6 +277,14 @@ impl Publisher {
     /// Data-plane id of a backend of a service.
     pub fn backend_id(&self, service: &str, addr: &SocketAddr) -> Option<u32> {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
+    }
+
+    /// Addresses of the backends published for a service.
+    pub fn backend_addrs(&self, service: &str) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.services
+            .get(service)
+            .into_iter()
+            .flat_map(|s| s.backends.keys().copied())
     }
 
     /// The service and address of a data-plane backend id.
@@ -396,10 +443,10 @@ impl Publisher {
             };
             let entry = backend_entry(b, svc.id);
             if published.entry != Some(entry) {
-                let was_live = published
-                    .entry
-                    .is_some_and(|e| e.flags & BACKEND_F_LIVE != 0);
-                if was_live && entry.flags & BACKEND_F_LIVE == 0 {
+                let had = published.entry.map_or(0, |e| e.flags);
+                // A flag taken away (LIVE or SERVING) waits for the table; one given is
+                // written before the table can point at it.
+                if had & !entry.flags != 0 {
                     after_table.push((published.id, entry));
                 } else {
                     dp.set_backend(published.id, &entry)?;
@@ -470,7 +517,7 @@ fn live_table(home: &[u32], active: &[u32]) -> Vec<u32> {
 }
 
 fn retired(mut entry: Backend) -> Backend {
-    entry.flags &= !BACKEND_F_LIVE;
+    entry.flags &= !(BACKEND_F_LIVE | BACKEND_F_SERVING);
     entry
 }
 
@@ -515,27 +562,40 @@ pub fn vip_key(vip: SocketAddr, proto: u8) -> VipKey {
 
 fn backend_entry(b: &DesiredBackend, service_id: u32) -> Backend {
     let (addr, family) = addr_words(b.addr.ip());
-    let live = b.role != Role::Removed && b.mac.is_some();
     Backend {
         addr,
         port: b.addr.port().to_be(),
         family,
-        flags: if live { BACKEND_F_LIVE } else { 0 },
+        flags: b.role.flags(b.mac.is_some()),
         mac: b.mac.unwrap_or_default(),
         _pad: [0; 2],
         service_id,
     }
 }
 
+/// The GCRA interval of a per-source rate (flows per second); 0 = no limit.
+fn source_interval_ns(rate: u32) -> u32 {
+    1_000_000_000u32.checked_div(rate).map_or(0, |ns| ns.max(1))
+}
+
 fn service_meta(id: u32, want: &DesiredService) -> ServiceMeta {
     match &want.nat {
-        Some(nat) => ServiceMeta {
-            service_id: id,
-            flags: SERVICE_F_NAT,
-            snat_addr: addr_words(nat.snat_ip).0,
-            nat_port_min: *nat.ports.start(),
-            nat_port_max: *nat.ports.end(),
-        },
+        Some(nat) => {
+            let mut snat_addrs = [[0u32; 4]; MAX_SNAT_ADDRS];
+            for (slot, ip) in snat_addrs.iter_mut().zip(&nat.snat_ips) {
+                *slot = addr_words(*ip).0;
+            }
+            ServiceMeta {
+                service_id: id,
+                flags: SERVICE_F_NAT,
+                snat_addrs,
+                snat_count: nat.snat_ips.len().clamp(1, MAX_SNAT_ADDRS) as u32,
+                nat_port_min: *nat.ports.start(),
+                nat_port_max: *nat.ports.end(),
+                source_interval_ns: source_interval_ns(nat.source_rate),
+                source_burst: nat.source_burst.max(1),
+            }
+        }
         None => ServiceMeta {
             service_id: id,
             ..ServiceMeta::default()
@@ -567,8 +627,10 @@ mod tests {
             vip: "10.0.0.100:80".parse().unwrap(),
             proto: IPPROTO_TCP,
             nat: Some(NatSpec {
-                snat_ip: "10.0.0.2".parse().unwrap(),
+                snat_ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.3".parse().unwrap()],
                 ports: 20000..=29999,
+                source_rate: 250,
+                source_burst: 500,
             }),
             backends,
         }
@@ -601,7 +663,28 @@ mod tests {
         let meta = dp.service(&vip).expect("VIP published");
         assert_eq!(meta.flags, SERVICE_F_NAT);
         assert_eq!((meta.nat_port_min, meta.nat_port_max), (20000, 29999));
+        assert_eq!(meta.snat_count, 2, "both snat addresses");
+        assert_eq!(
+            &meta.snat_addrs[..2],
+            &[
+                addr_words("10.0.0.2".parse().unwrap()).0,
+                addr_words("10.0.0.3".parse().unwrap()).0
+            ]
+        );
+        assert_eq!(meta.snat_addrs[2], [0; 4], "unused slots stay zero");
+        assert_eq!(
+            (meta.source_interval_ns, meta.source_burst),
+            (4_000_000, 500),
+            "250 flows/s is one every 4 ms"
+        );
         assert!(dp.tables[&0].iter().all(|&s| s == 1 || s == 2));
+        for id in [1, 2] {
+            assert_eq!(
+                dp.backends[&id].flags,
+                BACKEND_F_LIVE | BACKEND_F_SERVING,
+                "an active backend is live and serving"
+            );
+        }
     }
 
     #[test]
@@ -644,7 +727,10 @@ mod tests {
             0,
             "sticky backend must leave the table"
         );
-        assert_eq!(dp.backends[&2].flags & BACKEND_F_LIVE, BACKEND_F_LIVE);
+        assert_eq!(
+            dp.backends[&2].flags, BACKEND_F_LIVE,
+            "sticky: live (keeps its TCP connections), not serving"
+        );
     }
 
     #[test]
@@ -808,6 +894,115 @@ mod tests {
             Some(&Write::Backend(3)),
             "a new backend is written before the table points at it: {:?}",
             dp.log
+        );
+    }
+
+    #[test]
+    fn roles_map_to_flags() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let mut no_mac = backend("10.0.1.4:80", 1, Role::Active);
+        no_mac.mac = None;
+        p.apply(
+            &[web(vec![
+                backend("10.0.1.1:80", 1, Role::Active),
+                backend("10.0.1.2:80", 1, Role::Sticky),
+                backend("10.0.1.3:80", 1, Role::Removed),
+                no_mac,
+            ])],
+            &mut dp,
+        )
+        .unwrap();
+        let flags: Vec<u8> = (1..=4).map(|id| dp.backends[&id].flags).collect();
+        assert_eq!(
+            flags,
+            vec![BACKEND_F_LIVE | BACKEND_F_SERVING, BACKEND_F_LIVE, 0, 0],
+            "Active = LIVE|SERVING, Sticky = LIVE, Removed and MAC unknown = none"
+        );
+    }
+
+    #[test]
+    fn leaving_traffic_clears_serving_after_the_table_and_keeps_live() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::default();
+        let all = vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Active),
+        ];
+        p.apply(&[web(all.clone())], &mut dp).unwrap();
+        dp.log.clear();
+        let mut sticky = all.clone();
+        sticky[1].role = Role::Sticky;
+        p.apply(&[web(sticky)], &mut dp).unwrap();
+        assert_eq!(
+            dp.log,
+            vec![Write::Table(0), Write::Backend(2)],
+            "table first, then the backend loses SERVING"
+        );
+        assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE);
+        assert_eq!(slots_of(&dp, 0, 2), 0);
+        dp.log.clear();
+        p.apply(&[web(all)], &mut dp).unwrap();
+        assert_eq!(
+            dp.log,
+            vec![Write::Backend(2), Write::Table(0)],
+            "SERVING is given before the table points at the backend again"
+        );
+        assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE | BACKEND_F_SERVING);
+    }
+
+    #[test]
+    fn adoption_counts_only_serving_backends_as_up() {
+        let mut dp = MemoryDataplane::default();
+        let mut first = Publisher::default();
+        let svc = web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Sticky),
+        ]);
+        first.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let state = PublishedState {
+            services: dp.services.values().copied().collect(),
+            backends: dp.backends.iter().map(|(id, b)| (*id, *b)).collect(),
+        };
+        let mut second = Publisher::default();
+        second.adopt(&state);
+        let up = |a: &str| second.adopted_live(svc.vip, IPPROTO_TCP, a.parse().unwrap());
+        assert_eq!(up("10.0.1.1:80"), Some(true));
+        assert_eq!(
+            up("10.0.1.2:80"),
+            Some(false),
+            "a sticky backend (LIVE without SERVING) was not taking traffic"
+        );
+    }
+
+    #[test]
+    fn adoption_of_maps_pinned_before_serving_existed_reads_live_as_in_traffic() {
+        let mut dp = MemoryDataplane::default();
+        let mut first = Publisher::default();
+        let svc = web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Removed),
+        ]);
+        first.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        // What the previous version pinned: LIVE alone for a backend in traffic.
+        let state = PublishedState {
+            services: dp.services.values().copied().collect(),
+            backends: dp
+                .backends
+                .iter()
+                .map(|(id, b)| {
+                    let mut b = *b;
+                    b.flags &= !BACKEND_F_SERVING;
+                    (*id, b)
+                })
+                .collect(),
+        };
+        let mut second = Publisher::default();
+        second.adopt(&state);
+        let up = |a: &str| second.adopted_live(svc.vip, IPPROTO_TCP, a.parse().unwrap());
+        assert_eq!(
+            (up("10.0.1.1:80"), up("10.0.1.2:80")),
+            (Some(true), Some(false))
         );
     }
 

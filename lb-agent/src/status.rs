@@ -19,6 +19,24 @@ pub struct Snapshot {
     pub transitions: u64,
     /// Passive events received, by kind.
     pub passive_events: BTreeMap<String, u64>,
+    /// Probes that could not run for a local reason (docs/local-faults.md).
+    #[serde(default)]
+    pub local_faults: LocalFaultStatus,
+}
+
+/// Local faults of the agent's host seen by probes: never counted against a server.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LocalFaultStatus {
+    /// Probe runs without a verdict because of a local fault, so far.
+    pub total: u64,
+    /// The last one is at most 30 s old: verdicts are frozen by a local problem.
+    pub active: bool,
+    /// When the last one happened (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub last: Option<String>,
+    /// e.g. "local fault: out of file descriptors (EMFILE): connect: ...".
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub last_detail: Option<String>,
 }
 
 /// One virtual service.
@@ -38,6 +56,13 @@ pub struct ServiceStatus {
     pub active_backup_level: u32,
     /// Every server unusable and traffic spread over all of them.
     pub fail_open: bool,
+    /// 0 = not failing open; 1 = over suspect servers (passive, held by the cap,
+    /// drained); 2 = over every server not down, probe-failing ones included.
+    #[serde(default)]
+    pub fail_open_tier: u8,
+    /// Probe runs of this service without a verdict because the agent's host failed.
+    #[serde(default)]
+    pub local_faults: LocalFaultStatus,
     pub stats: Stats,
     pub servers: Vec<ServerStatus>,
 }
@@ -95,6 +120,9 @@ pub struct ProbeStatus {
     /// `passed`, `failed: <reason>`, or `none`.
     pub last_result: String,
     pub last_duration_ms: f64,
+    /// Runs without a verdict because of a local fault (not in `count`).
+    #[serde(default)]
+    pub local_faults: u64,
 }
 
 /// Packet counters.

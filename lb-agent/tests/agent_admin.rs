@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use agent_util::{Harness, LearnedNeighbors, MAC, sa, secs, servers, web};
 use lb_agent::api::{AdminChange, AdminError, NewServer, ServerPatch};
+use lb_common::maps::BackendStats;
 
 fn config() -> String {
     web(
@@ -203,14 +204,17 @@ async fn added_server_is_probed_and_can_fail() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn removed_server_is_not_live() {
+async fn removed_server_takes_no_new_flow_but_keeps_its_established_ones() {
     let mut h = running().await;
     let [a, b, c] = three();
     h.admin("web", "10.0.1.2:80", AdminChange::Remove)
         .await
         .expect("removing a server must be accepted");
     assert_eq!(h.slots("web", b), 0);
-    assert!(!h.live("web", b), "a removed server's flows re-hash");
+    assert!(
+        h.live("web", b) && !h.serving("web", b),
+        "a removed server's established flows stay (LIVE without SERVING)"
+    );
     assert!(
         !h.service_status("web")
             .servers
@@ -226,6 +230,73 @@ async fn removed_server_is_not_live() {
         h.prober.calls_to(b, since).is_empty(),
         "a removed server is no longer probed"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_server_id_is_freed_once_its_flows_are_idle() {
+    let mut h = running().await;
+    let b = three()[1];
+    let id = h.backend_ids("web", b)[0];
+    h.admin("web", "10.0.1.2:80", AdminChange::Remove)
+        .await
+        .expect("remove");
+    // Its pinned flows keep forwarding packets for 20 minutes.
+    for minute in 1..=20u64 {
+        h.agent.dataplane_mut().backend_stats.insert(
+            id,
+            BackendStats {
+                packets: minute * 100,
+                ..Default::default()
+            },
+        );
+        h.run_for(secs(60)).await;
+    }
+    assert!(
+        h.live("web", b),
+        "still forwarding after 20 minutes: established flows stay"
+    );
+    // Then silence (the last new packets were seen about 60 s ago): freed after 900 s
+    // without a packet.
+    h.run_for(secs(800)).await;
+    assert!(h.live("web", b), "idle for about 860 s: not yet");
+    h.run_for(secs(100)).await;
+    assert!(
+        !h.live("web", b),
+        "idle for 900 s: the id is freed, flows re-hash"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_added_back_while_its_flows_run_keeps_its_id() {
+    let mut h = running().await;
+    let b = three()[1];
+    let id = h.backend_ids("web", b)[0];
+    h.admin("web", "10.0.1.2:80", AdminChange::Remove)
+        .await
+        .expect("remove");
+    h.run_for(secs(30)).await;
+    h.admin(
+        "web",
+        "10.0.1.2:80",
+        AdminChange::Add(NewServer {
+            address: b,
+            weight: 1,
+            spare: false,
+            backup: 0,
+        }),
+    )
+    .await
+    .expect("add back");
+    assert_eq!(
+        h.backend_ids("web", b),
+        vec![id],
+        "the same id: flows pinned to it continue"
+    );
+    h.run_until(secs(5), |h| h.serving("web", b))
+        .await
+        .expect("back in traffic");
+    h.run_for(secs(1000)).await;
+    assert!(h.live("web", b), "no longer departing: never freed");
 }
 
 #[tokio::test(start_paused = true)]

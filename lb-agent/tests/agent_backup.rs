@@ -70,7 +70,10 @@ async fn all_primaries_failing_moves_the_table_to_backup_level_1() {
     assert_eq!(h.slots("web", b2()), 0, "level 2 is not needed");
     assert!(h.live("web", b2()));
     for p in primaries() {
-        assert!(!h.live("web", p), "failed primary {p} is not LIVE");
+        assert!(
+            h.live("web", p) && !h.serving("web", p),
+            "failed primary {p} takes no new flow but keeps its established ones"
+        );
     }
     assert!(!h.service_status("web").fail_open);
 }
@@ -104,7 +107,7 @@ async fn failing_backup_level_1_moves_to_level_2() {
     .await
     .expect("level 2 takes over when level 1 fails");
     assert_eq!(h.slots("web", b2()), h.table("web").len());
-    assert!(!h.live("web", b1()));
+    assert!(h.live("web", b1()) && !h.serving("web", b1()));
 }
 
 #[tokio::test(start_paused = true)]

@@ -52,7 +52,7 @@ async fn half_cap_removes_two_of_four_and_keeps_the_latest_failure() {
             0,
             "{gone} failed first: one of the 2 (50% of 4) health may remove"
         );
-        assert!(!h.live("web", gone));
+        assert!(h.live("web", gone) && !h.serving("web", gone));
     }
     for kept in [c, d] {
         assert!(
@@ -81,5 +81,5 @@ async fn held_server_is_removed_once_an_earlier_failure_recovers() {
         0,
         "with 2 unhealthy of 4 the cap no longer holds {c}"
     );
-    assert!(!h.live("web", c));
+    assert!(h.live("web", c) && !h.serving("web", c));
 }

@@ -6,7 +6,7 @@ mod agent_util;
 
 use std::net::SocketAddr;
 
-use agent_util::{Harness, sa, secs, servers, web};
+use agent_util::{Harness, Verdict, sa, secs, servers, web};
 use lb_common::events::{EVENT_RST_ON_SYN, EVENT_SYN_RETRANSMIT, PassiveEvent};
 use lb_common::maps::BackendStats;
 use tokio::time::Instant;
@@ -63,7 +63,7 @@ async fn max_fails_within_fail_timeout_make_a_server_unavailable_until_it_elapse
         0,
         "an unavailable server leaves the table"
     );
-    assert!(!h.live("web", a()));
+    assert!(h.live("web", a()) && !h.serving("web", a()));
     assert_eq!(h.snapshot().passive_events["syn_retransmit"], 3);
 
     let took = h
@@ -168,7 +168,7 @@ async fn a_successful_connection_resets_the_failure_count() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_unavailable_one_more_failure_within_fail_timeout_removes_it_again() {
+async fn after_unavailable_one_spurious_failure_does_not_eject_it_again() {
     let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
     send(&mut h, &[e, e, e]);
@@ -178,8 +178,77 @@ async fn after_unavailable_one_more_failure_within_fail_timeout_removes_it_again
     send(&mut h, &[e]);
     assert_eq!(
         h.state("web", a()),
-        "unavailable",
-        "on probation after unavailable: one failure within fail_timeout is enough"
+        "up",
+        "back with the full max_fails tolerance: one signal does not flap it"
     );
-    assert_eq!(h.slots("web", a()), 0);
+    send(&mut h, &[e, e]);
+    assert_eq!(h.state("web", a()), "unavailable", "3 fresh failures do");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_max_fails_tolerates_one_spurious_signal() {
+    let mut h = Harness::start(&config("")).await;
+    let e = event(&h, EVENT_RST_ON_SYN, a());
+    send(&mut h, &[e]);
+    h.run_for(secs(1)).await;
+    assert_eq!(h.state("web", a()), "up", "defaults: max_fails = 3");
+    assert!(h.serving("web", a()));
+}
+
+/// `config` with an `onfail` tcp probe (every 6s, 2 passes) confirming passive removals.
+fn with_onfail_probe(extra: &str) -> String {
+    config(extra)
+        + "[[service.probe]]\nname = \"confirm\"\ntype = \"tcp\"\nmode = \"onfail\"\n\
+           interval = \"6s\"\ntimeout = \"500ms\"\nfails = 2\npasses = 2\n"
+}
+
+#[tokio::test(start_paused = true)]
+async fn passive_removal_ends_only_when_the_onfail_probe_confirms() {
+    let mut h = Harness::start(&with_onfail_probe("max_fails = 1\nfail_timeout = \"5s\"")).await;
+    h.run_for(secs(9)).await;
+    let removed = Instant::now();
+    assert!(
+        h.prober.calls_to(a(), removed - secs(9)).is_empty(),
+        "setup: an onfail probe does not run while the server is up"
+    );
+    let e = event(&h, EVENT_RST_ON_SYN, a());
+    send(&mut h, &[e]);
+    assert_eq!(h.state("web", a()), "unavailable");
+    // Two passes 6s apart cannot both come within fail_timeout (5s).
+    h.run_for(secs(5) + agent_util::ms(500)).await;
+    assert_eq!(
+        h.state("web", a()),
+        "unavailable",
+        "fail_timeout is over but the probe has not confirmed yet"
+    );
+    assert!(!h.serving("web", a()));
+    h.run_until(secs(13), |h| h.state("web", a()) == "up")
+        .await
+        .expect("the second pass of the onfail probe brings it back");
+    let calls = h.prober.calls_to(a(), removed);
+    assert_eq!(
+        calls.len(),
+        2,
+        "exactly the two confirming probes: {calls:?}"
+    );
+    assert!(h.serving("web", a()));
+    let cause = h.handles.events.lock().await.back().unwrap().cause.clone();
+    assert_eq!(cause, "passive: all probes passed after fail_timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn passive_removal_does_not_end_on_fail_timeout_while_the_probe_fails() {
+    let mut h = Harness::start(&with_onfail_probe("max_fails = 1\nfail_timeout = \"5s\"")).await;
+    h.run_for(secs(2)).await;
+    h.set(a(), Verdict::Refuse);
+    let e = event(&h, EVENT_RST_ON_SYN, a());
+    send(&mut h, &[e]);
+    h.run_for(secs(20)).await;
+    assert_eq!(
+        h.state("web", a()),
+        "unhealthy",
+        "the confirming probe failed: passive detected, probe confirmed the failure"
+    );
+    assert!(!h.serving("web", a()));
+    assert!(h.live("web", a()), "established flows stay");
 }

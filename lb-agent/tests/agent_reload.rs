@@ -92,7 +92,10 @@ async fn reload_keeps_unchanged_servers_state_removes_and_adds() {
         "an unchanged unhealthy server stays unhealthy (not a fresh `checking`)"
     );
     assert_eq!(h.slots("web", b()), 0);
-    assert!(!h.live("web", c()), "a server removed by reload loses LIVE");
+    assert!(
+        h.live("web", c()) && !h.serving("web", c()),
+        "a server removed by reload takes no new flow; its established flows stay"
+    );
     assert_eq!(h.slots("web", c()), 0);
     assert_eq!(
         h.state("web", d()),
@@ -218,6 +221,10 @@ async fn changed_non_persistent_essential_probe_checks_up_servers_again() {
             "without persistent an essential probe must pass again after a change"
         );
         assert_eq!(h.slots("web", x), 0);
+        assert!(
+            h.live("web", x) && !h.serving("web", x),
+            "{x} was up: while checking again it keeps its established flows"
+        );
     }
     h.run_until(secs(2), |h| {
         h.slots("web", a()) > 0 && h.slots("web", b()) > 0
@@ -242,6 +249,10 @@ async fn changed_probe_keeps_a_checking_server_checking() {
         h.state("web", c()),
         "checking",
         "a server still checking before the reload must be checking after it"
+    );
+    assert!(
+        !h.live("web", c()),
+        "never in traffic: nothing to keep (Removed, no flag)"
     );
 }
 

@@ -151,7 +151,10 @@ async fn a_failed_running_spare_is_replaced_by_a_healthy_one() {
         .await
         .expect("the running spare fails");
     assert_eq!(h.slots("web", f.s2), 0, "a failed spare leaves the table");
-    assert!(!h.live("web", f.s2), "a failed spare is not LIVE");
+    assert!(
+        h.live("web", f.s2) && !h.serving("web", f.s2),
+        "a failed spare keeps its established flows"
+    );
     assert_eq!(
         spare_status(&h, f.s1),
         "running",

@@ -388,6 +388,49 @@ fn nat_needs_snat_ip_of_the_vip_family() {
 }
 
 #[test]
+fn snat_ips_rules() {
+    let many = |list: &str| {
+        service("", "").replace("snat_ip = \"10.0.0.2\"", &format!("snat_ips = {list}"))
+    };
+    check(
+        &many("[\"10.0.0.2\", \"fd00::2\"] # here"),
+        "# here",
+        "service[0].snat_ips[1]",
+        &["must be of the VIP's family (IPv4 for 10.0.0.100:80), got fd00::2"],
+    );
+    check(
+        &many("[\"10.0.0.2\", \"10.0.0.2\"] # here"),
+        "# here",
+        "service[0].snat_ips[1]",
+        &["10.0.0.2 is listed twice"],
+    );
+    check(
+        &many("[] # here"),
+        "# here",
+        "service[0].snat_ips",
+        &["must list 1 to 4 addresses (got 0)"],
+    );
+    check(
+        &many("[\"10.0.0.2\", \"10.0.0.3\", \"10.0.0.4\", \"10.0.0.5\", \"10.0.0.6\"] # here"),
+        "# here",
+        "service[0].snat_ips",
+        &["must list 1 to 4 addresses (got 5)"],
+    );
+    check(
+        &service("snat_ips = [\"10.0.0.3\"] # here", ""),
+        "# here",
+        "service[0].snat_ips",
+        &["snat_ip and snat_ips both given"],
+    );
+    check(
+        &service("source_burst = 0 # here", ""),
+        "# here",
+        "service[0].source_burst",
+        &["at least 1"],
+    );
+}
+
+#[test]
 fn snat_ports_rules() {
     check(
         &service("snat_ports = \"29999-20000\" # here", ""),
@@ -439,6 +482,18 @@ fn dsr_rules() {
         &dsr("snat_ip = \"10.0.0.2\" # here", "\"10.0.1.11\""),
         "# here",
         "service[0].snat_ip",
+        &["forwarding = \"nat\" only"],
+    );
+    check(
+        &dsr("snat_ips = [\"10.0.0.2\"] # here", "\"10.0.1.11\""),
+        "# here",
+        "service[0].snat_ips",
+        &["forwarding = \"nat\" only"],
+    );
+    check(
+        &dsr("source_rate = 10 # here", "\"10.0.1.11\""),
+        "# here",
+        "service[0].source_rate",
         &["forwarding = \"nat\" only"],
     );
     check(

@@ -99,8 +99,18 @@ fn design_example_parses() {
     assert_eq!(s.vip, sa("10.0.0.100:80"));
     assert_eq!(s.protocol, Protocol::Tcp);
     assert_eq!(s.forwarding, Forwarding::Nat);
-    assert_eq!(s.snat_ip, Some("10.0.0.2".parse().unwrap()));
+    assert_eq!(
+        s.snat_ips,
+        vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(s.snat_ports, 20000..=29999);
+    assert_eq!(
+        (s.source_rate, s.source_burst),
+        (
+            lb_agent::config::DEFAULT_SOURCE_RATE,
+            lb_agent::config::DEFAULT_SOURCE_BURST
+        )
+    );
     assert_eq!(s.max_fails, 1);
     assert_eq!(s.fail_timeout, Duration::from_secs(10));
     assert_eq!(s.max_unhealthy_percent, 100);
@@ -214,7 +224,7 @@ fn service_defaults() {
     assert_eq!(s.forwarding, Forwarding::Nat);
     assert_eq!(s.snat_ports, DEFAULT_SNAT_PORTS);
     assert_eq!(s.snat_ports, 20000..=29999);
-    assert_eq!(s.max_fails, 1);
+    assert_eq!(s.max_fails, 3);
     assert_eq!(s.fail_timeout, Duration::from_secs(10));
     assert_eq!(s.max_unhealthy_percent, 100);
     assert!(s.fail_open);
@@ -236,6 +246,25 @@ fn server_defaults() {
     assert_eq!(s.backup, BackupLevel::Level(0));
     assert!(!s.resolve);
     assert_eq!(s.service, None);
+}
+
+#[test]
+fn several_snat_addresses_and_the_source_limit() {
+    let c = parse(
+        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\n\
+         snat_ips = [\"10.0.0.2\", \"10.0.0.3\", \"10.0.0.4\"]\n\
+         source_rate = 50\nsource_burst = 75\n\
+         [[service.server]]\naddress = \"10.0.1.11:8080\"\n",
+    );
+    let s = &c.services[0];
+    let ips: Vec<std::net::IpAddr> = ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(s.snat_ips, ips);
+    assert_eq!((s.source_rate, s.source_burst), (50, 75));
+    let off = one_service("source_rate = 0", "");
+    assert_eq!(off.services[0].source_rate, 0, "0 turns the limit off");
 }
 
 #[test]
@@ -288,7 +317,7 @@ fn dsr_service() {
     );
     let s = &c.services[0];
     assert_eq!(s.forwarding, Forwarding::Dsr);
-    assert_eq!(s.snat_ip, None);
+    assert!(s.snat_ips.is_empty());
     assert_eq!(
         s.servers[0].address,
         ServerAddress::Socket(sa("10.0.1.1:53"))
@@ -601,6 +630,37 @@ fn detection_bounds_follow_tr7() {
         "jitter never shortens a wait"
     );
     assert_eq!(b.recover_max, Duration::from_secs(18));
+}
+
+#[test]
+fn max_fails_with_nothing_to_count_is_warned() {
+    let w = warnings(&one_service("protocol = \"udp\"", ""));
+    assert!(
+        w.iter().any(|w| w.starts_with(
+            "service[0] (\"web\"): max_fails = 3 has nothing to count: a udp service produces no passive signal"
+        )),
+        "{w:#?}"
+    );
+    let w = warnings(&one_service("protocol = \"udp\"\nmax_fails = 0", ""));
+    assert!(
+        !w.iter().any(|w| w.contains("has nothing to count")),
+        "max_fails = 0 asks for nothing: {w:#?}"
+    );
+    let dsr = parse(
+        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n\
+         [[service.server]]\naddress = \"10.0.1.11:80\"\n",
+    );
+    let w = warnings(&dsr);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("only client SYN retransmissions count")),
+        "{w:#?}"
+    );
+    let w = warnings(&one_service("", ""));
+    assert!(
+        !w.iter().any(|w| w.contains("max_fails")),
+        "tcp nat sees every passive signal: {w:#?}"
+    );
 }
 
 #[test]

@@ -22,7 +22,7 @@ use lb_agent::{
     publish::{addr_words, vip_key},
     status::ServerStatus,
 };
-use lb_common::NO_BACKEND;
+use lb_common::{NO_BACKEND, maps::BACKEND_F_LIVE};
 
 const SRV_NAME: &str = "_http._tcp.backends.example.";
 const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -221,6 +221,19 @@ async fn a_changed_answer_adds_and_removes_backends_when_the_ttl_expires() {
         slots.get(&sa("10.0.1.2:8080")).copied().unwrap_or(0),
         0,
         "the removed primary has no slots left: {slots:?}"
+    );
+    let (words, _) = addr_words("10.0.1.2".parse().unwrap());
+    let gone: Vec<u8> = agent
+        .dataplane()
+        .backends
+        .values()
+        .filter(|b| b.addr == words)
+        .map(|b| b.flags)
+        .collect();
+    assert_eq!(
+        gone,
+        vec![BACKEND_F_LIVE],
+        "gone from DNS: no new flow, established flows kept (LIVE without SERVING)"
     );
     let status = servers(&handles);
     assert!(!status.contains_key("10.0.1.2:8080"), "removed from status");

@@ -63,6 +63,15 @@ pub const TX_ICMP_NAT: u32 = 23;
 /// flow's backend, or the embedded packet does not match the flow's state (side
 /// counter, not an outcome).
 pub const ICMP_IGNORED: u32 = 24;
+/// nat port allocation: the first (address, port) tried was free (side counter).
+pub const NAT_PORT_FIRST: u32 = 25;
+/// nat port allocation: a free (address, port) found after one or more taken ones
+/// (side counter; rising share = port pressure).
+pub const NAT_PORT_RETRIED: u32 = 26;
+/// nat port allocation: no candidate was free, and a reclaimable one (its connection
+/// closed or idle long enough, docs/nat-ports.md) was taken over (side counter).
+/// Failures are `DROP_NAT_PORTS`.
+pub const NAT_PORT_RECLAIMED: u32 = 27;
 
 /// The counters of which every packet increments exactly one.
 pub const OUTCOMES: [u32; 18] = [
@@ -93,7 +102,7 @@ pub fn fill_rx(counters: &mut [u64; COUNT as usize]) {
 }
 
 /// Number of counters (size of `LB_COUNTERS`).
-pub const COUNT: u32 = 25;
+pub const COUNT: u32 = 28;
 
 /// Counter names, indexed like the constants above; used for metrics and status.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -122,4 +131,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "drop_source_limit",
     "tx_icmp_nat",
     "icmp_ignored",
+    "nat_port_first",
+    "nat_port_retried",
+    "nat_port_reclaimed",
 ];

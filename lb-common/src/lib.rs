@@ -53,6 +53,8 @@ pub const NO_BACKEND: u32 = 0;
 pub const FLOW_TABLE_SIZE: u32 = 262_144;
 /// Entries of the NAT reverse table (LRU; shared by all CPUs so replies find it).
 pub const NAT_TABLE_SIZE: u32 = 262_144;
+/// Entries of the per-source fairness table (LRU; nat new-flow buckets per client).
+pub const SOURCE_TABLE_SIZE: u32 = 65_536;
 /// Bytes of the passive-event ring buffer (a power of two, multiple of the page size).
 pub const EVENT_RING_BYTES: u32 = 256 * 1024;
 /// How many source ports the NAT path tries for a new flow before it gives up.
@@ -85,6 +87,8 @@ pub mod map_names {
     pub const SERVICE_STATS: &str = "LB_SERVICE_STATS";
     pub const BACKEND_STATS: &str = "LB_BACKEND_STATS";
     pub const EVENTS: &str = "LB_EVENTS";
+    /// nat per-source fairness buckets (not state worth keeping: never pinned).
+    pub const SOURCES: &str = "LB_SOURCES";
     /// The data plane's per-CPU clock cache (not state: never pinned nor read by the agent).
     pub const CLOCK: &str = "LB_CLOCK";
     /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.

@@ -32,14 +32,58 @@ pub struct ServiceMeta {
     pub service_id: u32,
     /// `SERVICE_F_*` bits.
     pub flags: u32,
-    /// nat: source address toward the backends, network order, same family as the VIP.
-    pub snat_addr: [u32; 4],
+    /// nat: source addresses toward the backends, network order, same family as the VIP;
+    /// the first `snat_count` are used.
+    pub snat_addrs: [[u32; 4]; MAX_SNAT_ADDRS],
+    /// nat: how many of `snat_addrs` are in use (1..=`MAX_SNAT_ADDRS`).
+    pub snat_count: u32,
     /// nat: first source port to allocate, host order.
     pub nat_port_min: u16,
     /// nat: last source port to allocate (inclusive), host order.
     pub nat_port_max: u16,
+    /// nat: one client address may open a new flow every this many nanoseconds on
+    /// average (`1e9 / rate`); 0 = no per-source limit. See [`SourceBucket`].
+    pub source_interval_ns: u32,
+    /// nat: how many new flows a client address may open at once (at least 1).
+    pub source_burst: u32,
 }
-const _: () = assert!(size_of::<ServiceMeta>() == 28);
+const _: () = assert!(size_of::<ServiceMeta>() == 88);
+
+/// Source addresses a nat service can allocate (address, port) pairs from.
+pub const MAX_SNAT_ADDRS: usize = 4;
+
+/// `LB_SOURCES` key: one client address of one service (per-source fairness).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SourceKey {
+    /// Client address, network order (IPv4: word 0).
+    pub addr: [u32; 4],
+    pub service_id: u32,
+}
+const _: () = assert!(size_of::<SourceKey>() == 20);
+
+/// `LB_SOURCES` value: a GCRA token bucket (the "virtual scheduling" form). A new nat
+/// flow from the source at `now` is allowed when `tat_ns <= now + interval * (burst - 1)`;
+/// it then advances `tat_ns` to `max(tat_ns, now) + interval`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceBucket {
+    /// Theoretical arrival time of the next flow (CLOCK_MONOTONIC ns).
+    pub tat_ns: u64,
+}
+const _: () = assert!(size_of::<SourceBucket>() == 8);
+
+/// Whether a GCRA bucket with theoretical arrival time `tat` admits one more flow at
+/// `now`, and the bucket's next `tat` if it does.
+#[inline(always)]
+pub const fn source_admit(tat: u64, now: u64, interval: u32, burst: u32) -> Option<u64> {
+    let tolerance = interval as u64 * burst.saturating_sub(1) as u64;
+    if tat > now + tolerance {
+        return None;
+    }
+    let base = if tat > now { tat } else { now };
+    Some(base + interval as u64)
+}
 
 /// Backend flag: the backend may keep its pinned TCP flows (it exists and was not set
 /// `down` by the operator). Cleared only when it is removed outright; pinned flows then
@@ -91,10 +135,16 @@ pub struct FlowKey {
 }
 const _: () = assert!(size_of::<FlowKey>() == 40);
 
-/// Flow flag: a TCP SYN was forwarded and the handshake has not been seen to complete.
+/// Flow flag: a TCP SYN was forwarded and the backend has not been seen to answer it
+/// (nat: no packet from the backend; dsr: the client's ACK not seen yet).
 pub const FLOW_F_SYN_PENDING: u32 = 1 << 0;
 /// Flow flag: a passive-failure event was already sent for this flow.
 pub const FLOW_F_REPORTED: u32 = 1 << 1;
+/// Flow flag (nat): the next client packet must be noted in the reverse entry (TCP: the
+/// backend sent its SYN-ACK and the client's ACK is awaited; UDP: the backend replied
+/// and the client's next packet makes the entry assured). Only that packet pays a
+/// lookup in `LB_NAT` for it.
+pub const FLOW_F_NAT_AWAIT: u32 = 1 << 2;
 
 /// `LB_FLOWS` value: where an established client flow goes.
 #[repr(C)]
@@ -106,12 +156,15 @@ pub struct FlowValue {
     pub flags: u32,
     /// nat: source port allocated toward the backend, network order (0 in dsr).
     pub nat_port: u16,
-    pub _pad: [u8; 2],
+    /// nat: index into the service's `snat_addrs` of the flow's source address.
+    pub nat_addr: u8,
+    pub _pad: u8,
     /// nat: the tick (low 32 bits of `jiffies`) in which the flow's reverse entry in
     /// `LB_NAT` was last verified; later packets of the same tick skip the check.
     pub nat_tick: u32,
     /// CLOCK_MONOTONIC nanoseconds (good to one tick, see `TickClock`) when the flow was
-    /// last refreshed (at most once a second).
+    /// last refreshed (at most once a second). While `FLOW_F_SYN_PENDING` is set it is
+    /// the time of the SYN that started the wait (refreshes then skip it).
     pub last_seen_ns: u64,
 }
 const _: () = assert!(size_of::<FlowValue>() == 24);
@@ -142,23 +195,53 @@ pub struct NatValue {
 }
 const _: () = assert!(size_of::<NatValue>() == 56);
 
-/// NAT state: the client sent FIN.
+/// NAT state (TCP): the client sent FIN.
 pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;
-/// NAT state: the backend sent FIN.
+/// NAT state (TCP): the backend sent FIN.
 pub const NAT_S_FIN_BACKEND: u8 = 1 << 1;
-/// NAT state: either side sent RST.
+/// NAT state (TCP): either side sent RST, and not after a completed backend-first close
+/// (the backend may then still hold TIME_WAIT, see [`nat_reclaimable`]).
 pub const NAT_S_RST: u8 = 1 << 2;
-/// NAT state: the backend answered the SYN (SYN-ACK seen).
+/// NAT state (TCP): the backend answered the SYN (SYN-ACK seen).
 pub const NAT_S_ESTABLISHED: u8 = 1 << 3;
-/// A closed TCP entry's source port may be taken by a new flow this long after its last
-/// packet (in [`nat_seconds`]): long enough for the last ACK and retransmissions; a
-/// backend still in TIME_WAIT accepts the new SYN when its sequence or timestamp is newer
-/// (RFC 6191), else the client's retransmission gets through once TIME_WAIT is reset.
+/// NAT state (TCP): the client acknowledged the SYN-ACK (first client ACK after it).
+pub const NAT_S_ACKED: u8 = 1 << 4;
+/// NAT state (TCP): the backend's FIN came before the client's (the backend closed
+/// first, so it holds the 4-tuple in TIME_WAIT once the client's FIN reached it).
+pub const NAT_S_BACKEND_FIRST: u8 = 1 << 5;
+/// NAT state (UDP): the backend replied.
+pub const NAT_S_REPLIED: u8 = 1 << 6;
+/// NAT state (UDP): the client sent again after a reply (a stream, conntrack's assured).
+pub const NAT_S_ASSURED: u8 = 1 << 7;
+
+/// TCP: a connection closed both ways with the client first, or reset, may give its
+/// source port to a new flow this long after its last packet (in [`nat_seconds`], about
+/// 2.1 s): the last ACK and its retransmissions are through, and the backend holds no
+/// TIME_WAIT (the client, which closed first, does; its 4-tuple toward the VIP is not
+/// the one the backend sees).
 pub const NAT_CLOSED_REUSE: u32 = 2;
-/// An open TCP entry idle this long may be reclaimed (IPVS's established timeout).
+/// TCP: a SYN the backend never answered frees its port this long after the client's
+/// last SYN (about 4.3 s; the client's retransmissions at 1 s and 3 s keep it).
+pub const NAT_UNANSWERED_REUSE: u32 = 4;
+/// TCP: half-open (SYN-ACK sent, the client never acknowledged it): the port comes back
+/// this long after the client's last packet (about 8.6 s). The backend's SYN-ACK
+/// retransmissions do not refresh it: a spoofed SYN cannot hold a port for the minute
+/// the backend keeps retrying.
+pub const NAT_HALF_OPEN_REUSE: u32 = 8;
+/// Linux's `TCP_TIMEWAIT_LEN`: a socket that closed first holds its 4-tuple this long.
+pub const TCP_TIMEWAIT_SECS: u32 = 60;
+/// TCP, backend closed first: the port comes back only after the backend's TIME_WAIT
+/// ended: [`TCP_TIMEWAIT_SECS`] plus a margin for clock granularity and the last
+/// ACK's flight, in [`nat_seconds`] (64 = 68.7 s).
+pub const NAT_TIME_WAIT_REUSE: u32 = 64;
+/// TCP: an established entry idle this long may be reclaimed (IPVS's established timeout).
 pub const NAT_TCP_IDLE_REUSE: u32 = 900;
-/// A UDP entry idle this long may be reclaimed (IPVS's UDP timeout).
-pub const NAT_UDP_IDLE_REUSE: u32 = 300;
+/// UDP, not assured (no reply, or no client packet after the reply): about 10.7 s, the
+/// short end of conntrack's unreplied timeout (30 s): a request/response exchange (DNS)
+/// is over by then, and one source's one-datagram flows cannot pile up.
+pub const NAT_UDP_REUSE: u32 = 10;
+/// UDP, assured: conntrack's stream timeout (120 s; 112 [`nat_seconds`] = 120.3 s).
+pub const NAT_UDP_ASSURED_REUSE: u32 = 112;
 
 /// Coarse seconds (2^30 ns, about 1.07 s) of a `CLOCK_MONOTONIC` reading, for NAT ages.
 #[inline(always)]
@@ -166,22 +249,42 @@ pub const fn nat_seconds(ns: u64) -> u32 {
     (ns >> 30) as u32
 }
 
+/// How long a NAT entry in `state` must sit without packets before its source port may
+/// be given to a new flow (in [`nat_seconds`]). The port lifecycle: docs/nat-ports.md.
+#[inline(always)]
+pub const fn nat_reuse_after(state: u8, proto: u8) -> u32 {
+    if proto != crate::IPPROTO_TCP {
+        return if state & NAT_S_ASSURED != 0 {
+            NAT_UDP_ASSURED_REUSE
+        } else {
+            NAT_UDP_REUSE
+        };
+    }
+    if state & NAT_S_RST != 0 {
+        return NAT_CLOSED_REUSE;
+    }
+    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    if state & fins == fins {
+        return if state & NAT_S_BACKEND_FIRST != 0 {
+            NAT_TIME_WAIT_REUSE
+        } else {
+            NAT_CLOSED_REUSE
+        };
+    }
+    if state & NAT_S_ESTABLISHED == 0 {
+        return NAT_UNANSWERED_REUSE;
+    }
+    if state & NAT_S_ACKED == 0 {
+        return NAT_HALF_OPEN_REUSE;
+    }
+    NAT_TCP_IDLE_REUSE
+}
+
 /// Whether a NAT entry's source port may be given to a new flow at `now` (see
-/// [`nat_seconds`]): a closed TCP connection, or one whose SYN was never answered, after
-/// [`NAT_CLOSED_REUSE`] without packets (a client still retrying keeps it fresh); any
-/// entry idle past its protocol's timeout.
+/// [`nat_seconds`] and [`nat_reuse_after`]).
 #[inline(always)]
 pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
-    let idle = now.wrapping_sub(v.last_seen);
-    let closed = v.state & NAT_S_RST != 0
-        || v.state & NAT_S_ESTABLISHED == 0
-        || v.state & (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND)
-            == (NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND);
-    if proto == crate::IPPROTO_TCP {
-        (closed && idle >= NAT_CLOSED_REUSE) || idle >= NAT_TCP_IDLE_REUSE
-    } else {
-        idle >= NAT_UDP_IDLE_REUSE
-    }
+    now.wrapping_sub(v.last_seen) >= nat_reuse_after(v.state, proto)
 }
 
 /// `LB_CONFIG` value (one entry): what the data plane must know about the interface it
@@ -273,56 +376,132 @@ const _: () = assert!(size_of::<TickClock>() == 16);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{IPPROTO_TCP as TCP, IPPROTO_UDP as UDP};
+
+    /// Every row of the port lifecycle (docs/nat-ports.md): the state, the protocol and
+    /// how long the port is held after the entry's last packet.
+    const LIFECYCLE: [(&str, u8, u8, u32); 14] = [
+        ("tcp: SYN never answered", TCP, 0, NAT_UNANSWERED_REUSE),
+        (
+            "tcp: half-open (SYN-ACK, no client ACK)",
+            TCP,
+            NAT_S_ESTABLISHED,
+            NAT_HALF_OPEN_REUSE,
+        ),
+        (
+            "tcp: established",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED,
+            NAT_TCP_IDLE_REUSE,
+        ),
+        (
+            "tcp: client half-closed",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_CLIENT,
+            NAT_TCP_IDLE_REUSE,
+        ),
+        (
+            "tcp: backend half-closed",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_BACKEND | NAT_S_BACKEND_FIRST,
+            NAT_TCP_IDLE_REUSE,
+        ),
+        (
+            "tcp: closed, client first",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            NAT_CLOSED_REUSE,
+        ),
+        (
+            "tcp: closed, backend first (backend in TIME_WAIT)",
+            TCP,
+            NAT_S_ESTABLISHED
+                | NAT_S_ACKED
+                | NAT_S_FIN_CLIENT
+                | NAT_S_FIN_BACKEND
+                | NAT_S_BACKEND_FIRST,
+            NAT_TIME_WAIT_REUSE,
+        ),
+        (
+            "tcp: reset before the handshake",
+            TCP,
+            NAT_S_RST,
+            NAT_CLOSED_REUSE,
+        ),
+        (
+            "tcp: reset while established",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_RST,
+            NAT_CLOSED_REUSE,
+        ),
+        (
+            "tcp: reset after the backend's FIN, before the client's",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_BACKEND | NAT_S_BACKEND_FIRST | NAT_S_RST,
+            NAT_CLOSED_REUSE,
+        ),
+        (
+            "tcp: reset on a half-open entry",
+            TCP,
+            NAT_S_ESTABLISHED | NAT_S_RST,
+            NAT_CLOSED_REUSE,
+        ),
+        ("udp: no reply", UDP, 0, NAT_UDP_REUSE),
+        (
+            "udp: replied, client silent since",
+            UDP,
+            NAT_S_REPLIED,
+            NAT_UDP_REUSE,
+        ),
+        (
+            "udp: assured",
+            UDP,
+            NAT_S_REPLIED | NAT_S_ASSURED,
+            NAT_UDP_ASSURED_REUSE,
+        ),
+    ];
 
     #[test]
-    fn nat_entries_become_reclaimable_by_protocol_and_state() {
-        let open = NatValue {
-            last_seen: 100,
-            state: NAT_S_ESTABLISHED,
-            ..NatValue::default()
-        };
-        let unanswered = NatValue { state: 0, ..open };
-        assert!(!nat_reclaimable(
-            &unanswered,
-            crate::IPPROTO_TCP,
-            100 + NAT_CLOSED_REUSE - 1
-        ));
-        assert!(nat_reclaimable(
-            &unanswered,
-            crate::IPPROTO_TCP,
-            100 + NAT_CLOSED_REUSE
-        ));
-        let tcp = crate::IPPROTO_TCP;
-        assert!(!nat_reclaimable(&open, tcp, 101));
-        assert!(!nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE - 1));
-        assert!(nat_reclaimable(&open, tcp, 100 + NAT_TCP_IDLE_REUSE));
-        let half = NatValue {
-            state: NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT,
-            ..open
-        };
-        assert!(
-            !nat_reclaimable(&half, tcp, 100 + NAT_CLOSED_REUSE),
-            "half-closed"
+    fn nat_port_lifecycle_table() {
+        for (row, proto, state, after) in LIFECYCLE {
+            assert_eq!(nat_reuse_after(state, proto), after, "{row}");
+            for last_seen in [100u32, u32::MAX - 3] {
+                let v = NatValue {
+                    state,
+                    last_seen,
+                    ..NatValue::default()
+                };
+                let at = |idle: u32| nat_reclaimable(&v, proto, last_seen.wrapping_add(idle));
+                assert!(!at(0), "{row}: not reclaimable right after a packet");
+                assert!(!at(after - 1), "{row}: held {} s", after - 1);
+                assert!(at(after), "{row}: reclaimable after {after}");
+            }
+        }
+    }
+
+    #[test]
+    fn time_wait_margin_covers_linux_time_wait() {
+        let held_ns = u64::from(NAT_TIME_WAIT_REUSE - 1) << 30;
+        assert!(held_ns > u64::from(TCP_TIMEWAIT_SECS) * 1_000_000_000 + 5_000_000_000);
+    }
+
+    #[test]
+    fn source_bucket_allows_the_burst_then_the_rate() {
+        let interval = 10_000_000; // 100 flows/s
+        let burst = 5;
+        let now = 1_000_000_000_000;
+        let mut tat = 0;
+        let mut admitted = 0;
+        while let Some(next) = source_admit(tat, now, interval, burst) {
+            tat = next;
+            admitted += 1;
+        }
+        assert_eq!(admitted, burst, "the whole burst at one instant, no more");
+        assert_eq!(
+            source_admit(tat, now + u64::from(interval) - 1, interval, burst),
+            None
         );
-        let closed = NatValue {
-            state: NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
-            ..open
-        };
-        assert!(!nat_reclaimable(&closed, tcp, 100 + NAT_CLOSED_REUSE - 1));
-        assert!(nat_reclaimable(&closed, tcp, 100 + NAT_CLOSED_REUSE));
-        let reset = NatValue {
-            state: NAT_S_RST,
-            ..open
-        };
-        assert!(nat_reclaimable(&reset, tcp, 100 + NAT_CLOSED_REUSE));
-        let udp = crate::IPPROTO_UDP;
-        assert!(!nat_reclaimable(&open, udp, 100 + NAT_UDP_IDLE_REUSE - 1));
-        assert!(nat_reclaimable(&open, udp, 100 + NAT_UDP_IDLE_REUSE));
-        assert!(nat_reclaimable(
-            &open,
-            udp,
-            99u32.wrapping_add(NAT_UDP_IDLE_REUSE + 1)
-        ));
+        assert!(source_admit(tat, now + u64::from(interval), interval, burst).is_some());
     }
 }
 
@@ -339,5 +518,7 @@ mod pod {
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}
     unsafe impl aya::Pod for DataplaneConfig {}
+    unsafe impl aya::Pod for SourceKey {}
+    unsafe impl aya::Pod for SourceBucket {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}
 }

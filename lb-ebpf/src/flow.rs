@@ -1,10 +1,13 @@
 //! The flow table and backend choice: pinned flows, Maglev slot lookup, liveness.
 //!
-//! Rule for a pinned backend that lost `BACKEND_F_LIVE` (removed for failure or from the
-//! configuration): the flow is re-hashed through the service's current Maglev table and
-//! re-pinned; if that table offers no live backend the packet is dropped
-//! (`DROP_NO_BACKEND`) and the flow entry is kept, so it returns to its backend if that
-//! one comes back before the entry ages out.
+//! Rules for a pinned backend (`forward::keeps`): one in traffic (`BACKEND_F_SERVING`)
+//! keeps every flow; one that left traffic for a health or membership reason
+//! (`BACKEND_F_LIVE` only) keeps its TCP connections, while a SYN and UDP flows re-hash;
+//! without `BACKEND_F_LIVE` (down, removed, MAC unknown) every flow re-hashes through the
+//! service's current Maglev table and is re-pinned. If that table offers no live backend
+//! the packet is dropped (`DROP_NO_BACKEND`) and the flow entry is kept, so it returns
+//! to its backend if that one comes back before the entry ages out. A table slot's
+//! backend is taken as serving (the agent puts only serving backends in the table).
 
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, NO_BACKEND,
@@ -33,25 +36,14 @@ pub fn insert(key: &FlowKey, value: &FlowValue) {
     let _ = LB_FLOWS.insert(key, value, 0);
 }
 
-/// Backend `id` if it exists and is live.
+/// Backend `id` whatever its flags (the caller checks them).
 ///
 /// Array slots are preallocated and never freed, so the reference stays valid; the
 /// agent may rewrite a slot concurrently, which at worst sends this one packet by the
 /// old or new values (they are read field by field, not copied: BPF stack is scarce).
 #[inline(always)]
-pub fn live_backend(id: u32) -> Option<&'static Backend> {
-    let b = any_backend(id)?;
-    if b.flags & BACKEND_F_LIVE != 0 {
-        Some(b)
-    } else {
-        None
-    }
-}
-
-/// Backend `id` whatever its flags (for cleanup and event attribution).
-#[inline(always)]
 pub fn any_backend(id: u32) -> Option<&'static Backend> {
-    // SAFETY: see `live_backend`.
+    // SAFETY: see above.
     LB_BACKENDS.get_ptr(id).map(|b| unsafe { &*b })
 }
 

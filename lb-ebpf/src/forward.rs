@@ -2,19 +2,38 @@
 //! the TCP handshake for passive signals, then hand the packet to dsr or nat.
 
 use lb_common::{
-    counters::{DROP_BAD_BACKEND, DROP_MALFORMED, DROP_NAT_PORTS, FLOW_HIT, FLOW_NEW, FLOW_REHASH},
+    counters::{
+        DROP_BAD_BACKEND, DROP_MALFORMED, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW,
+        FLOW_REHASH,
+    },
     events::EVENT_SYN_RETRANSMIT,
-    maps::{Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowValue, SERVICE_F_NAT, ServiceMeta},
+    maps::{
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED,
+        FLOW_F_SYN_PENDING, FlowValue, NAT_S_ACKED, NAT_S_ASSURED, NAT_S_ESTABLISHED,
+        SERVICE_F_NAT, ServiceMeta,
+    },
 };
 
 use crate::{
     Verdict,
     clock::{self, Now},
     counters::{self, count},
-    dsr, events, flow, nat,
+    dsr, events, flow,
+    nat::{self, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
-    validate,
+    source, validate,
 };
+
+/// A client's SYN on a flow still waiting for its handshake counts as a retransmission
+/// (`EVENT_SYN_RETRANSMIT`) only this long after the SYN that started the wait.
+///
+/// Linux, the BSDs/macOS and Windows wait at least 1 s before the first SYN
+/// retransmission (RFC 6298's initial RTO; Linux `TCP_TIMEOUT_INIT`). 800 ms leaves
+/// room for the flow clock (up to one tick late) and early timer slack, and stays far
+/// above the resends that follow an answer lb could not see as one: the client's RST and
+/// new SYN ~10 ms after a backend's TIME_WAIT socket answered with an ACK (nat sees that
+/// ACK; dsr does not see replies at all), or an application retrying at once.
+pub const SYN_RESEND_MIN_NS: u64 = 800_000_000;
 
 /// Balances one packet addressed to the service `svc`.
 #[inline(always)]
@@ -34,40 +53,84 @@ pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
         None
     };
 
-    let (backend_id, backend, nat_port, new_flow) = match flow::lookup(&pkt.key) {
+    let flow = flow::lookup(&pkt.key);
+    let plan = match flow {
         Some(f) => {
             // SAFETY: this packet's flow entry; LB_FLOWS is not written while it lives.
             let f = unsafe { &mut *f };
-            match pinned(pkt, svc, f, use_nat, syn, l4, now) {
-                Ok(p) => p,
-                Err(v) => return v,
-            }
+            pinned(pkt, svc, f, use_nat, syn, l4, now)
         }
         None => {
             // The checks a packet must pass before it may open a flow.
             if let Some(refused) = validate::opening(pkt, l4, end) {
                 return refused;
             }
-            match open(pkt, svc, use_nat, syn, now, early) {
-                Ok(p) => p,
-                Err(v) => return v,
-            }
+            open(pkt, svc, use_nat, now, early)
         }
     };
+    let (backend_id, backend, mut src, new_flow) = match plan {
+        Ok(p) => p,
+        Err(v) => return v,
+    };
+    if use_nat && src.port == NEEDS_SOURCE.port {
+        // The one place a source is allocated (see `nat::allocate`).
+        let mac = pkt.eth.mac::<ETH_SRC>();
+        src = match nat::allocate(&pkt.key, svc, backend, backend_id, mac) {
+            Some(s) => s,
+            None => return Verdict::drop(DROP_NAT_PORTS),
+        };
+        match flow {
+            Some(f) => {
+                // SAFETY: as above.
+                let f = unsafe { &mut *f };
+                f.nat_port = src.port;
+                f.nat_addr = src.addr;
+            }
+            None => pin(pkt, backend_id, syn, src, now),
+        }
+    } else if flow.is_none() {
+        pin(pkt, backend_id, syn, src, now);
+    }
 
     counters::service_packet(sid, pkt.len, new_flow);
     counters::backend_packet(backend_id, pkt.len, new_flow);
     if use_nat {
-        nat::forward(pkt, l4, svc, backend, nat_port, end)
+        nat::forward(pkt, l4, svc, backend, src, end)
     } else {
         dsr::forward(pkt, backend)
     }
 }
 
-/// (backend id, backend, nat port, whether the flow is new)
-type Choice = (u32, &'static Backend, u16, bool);
+/// (backend id, backend, nat source or [`NEEDS_SOURCE`], whether the flow is new)
+type Choice = (u32, &'static Backend, Source, bool);
 
-/// A packet of a pinned flow: keep its backend while it is live, else re-hash.
+/// dsr: no source.
+const NO_SOURCE: Source = Source { addr: 0, port: 0 };
+/// nat: the flow needs a source allocated (port 0 is in no port range, which start at
+/// 1; a flow left with it by a failed allocation gets one with its next packet).
+const NEEDS_SOURCE: Source = Source { addr: 0, port: 0 };
+
+/// The pinned backend if the packet may stay with it: a backend in traffic
+/// (`BACKEND_F_SERVING`) keeps all its flows; one that left traffic for a health or
+/// membership reason (`BACKEND_F_LIVE` only) keeps its TCP connections, but a SYN (a
+/// new connection reusing the 5-tuple, or a handshake it never answered) and UDP move;
+/// without `BACKEND_F_LIVE` everything moves.
+#[inline(always)]
+fn keeps(id: u32, pkt: &Packet, syn: bool) -> Option<&'static Backend> {
+    let b = flow::any_backend(id)?;
+    let flags = b.flags;
+    if flags & BACKEND_F_LIVE == 0 {
+        return None;
+    }
+    if flags & BACKEND_F_SERVING != 0 || (pkt.is_tcp() && !syn) {
+        Some(b)
+    } else {
+        None
+    }
+}
+
+/// A packet of a pinned flow: keep its backend while it may (see [`keeps`]), else
+/// re-hash.
 #[inline(always)]
 fn pinned(
     pkt: &Packet,
@@ -79,77 +142,129 @@ fn pinned(
     now: Now,
 ) -> Result<Choice, Verdict> {
     let id = f.backend_id;
-    if let Some(b) = flow::live_backend(id) {
+    let tcp = pkt.is_tcp();
+    if let Some(b) = keeps(id, pkt, syn) {
         count(FLOW_HIT);
+        // Before `touch`: the handshake rules read when the wait started.
+        let restarted = tcp && handshake_forward(f, svc.service_id, use_nat, syn, l4, now);
         flow::touch(f, now.ns);
-        if pkt.is_tcp() {
-            handshake_forward(f, svc.service_id, use_nat, syn, l4.tcp_flags);
+        if !use_nat {
+            return Ok((id, b, NO_SOURCE, false));
         }
-        let mut port = 0;
-        if use_nat {
-            port = f.nat_port;
-            if pkt.is_tcp() && l4.tcp_flags & (TCP_FIN | TCP_RST) != 0 {
-                nat::client_closing(&pkt.key, svc, b, port, l4.tcp_flags);
-            }
-            // The reverse entry is verified once per tick (see `nat::ensure`).
-            if f.nat_tick != now.tick {
-                let mac = pkt.eth.mac::<ETH_SRC>();
-                port = nat::ensure(&pkt.key, svc, b, id, port, mac)
-                    .ok_or(Verdict::drop(DROP_NAT_PORTS))?;
-                if port != f.nat_port {
-                    f.nat_port = port;
-                }
-                f.nat_tick = now.tick;
-            }
+        let src = Source {
+            addr: f.nat_addr,
+            port: f.nat_port,
+        };
+        let mac = pkt.eth.mac::<ETH_SRC>();
+        let mut kept = src.port != NEEDS_SOURCE.port;
+        if !kept {
+            // A re-hash whose allocation failed: nothing to note or verify.
+        } else if restarted {
+            kept = nat::restart(&pkt.key, svc, b, id, src, mac);
+            f.flags &= !FLOW_F_NAT_AWAIT;
+            f.nat_tick = now.tick;
+        } else {
+            note_client(pkt, svc, f, b, src, l4);
         }
-        return Ok((id, b, port, false));
+        // The reverse entry is verified once per tick (see `nat::ensure`).
+        if kept && f.nat_tick != now.tick {
+            let state = if tcp && f.flags & FLOW_F_SYN_PENDING == 0 {
+                NAT_S_ESTABLISHED | NAT_S_ACKED
+            } else {
+                0
+            };
+            kept = nat::ensure(&pkt.key, svc, b, id, src, state, mac);
+            f.nat_tick = now.tick;
+        }
+        return Ok((id, b, if kept { src } else { NEEDS_SOURCE }, false));
     }
 
     let (new_id, b) = choose(pkt, svc, use_nat, None)?;
-    let mut port = 0;
     if use_nat {
         if let Some(old) = flow::any_backend(id) {
-            nat::release(&pkt.key, svc, old, f.nat_port);
+            let old_src = Source {
+                addr: f.nat_addr,
+                port: f.nat_port,
+            };
+            nat::release(&pkt.key, svc, old, old_src);
         }
-        port = allocate(pkt, svc, b, new_id)?;
     }
     count(FLOW_REHASH);
     f.backend_id = new_id;
     f.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
-    f.nat_port = port;
+    f.nat_port = 0;
+    f.nat_addr = 0;
     f.nat_tick = now.tick;
     f.last_seen_ns = now.ns;
-    Ok((new_id, b, port, true))
+    let src = if use_nat { NEEDS_SOURCE } else { NO_SOURCE };
+    Ok((new_id, b, src, true))
 }
 
-/// A packet without a flow entry: choose through Maglev and pin.
+/// nat: what a client packet of a pinned flow tells the reverse entry: FIN/RST, the
+/// ACK of the SYN-ACK (TCP) or the packet after a reply (UDP) when the flow awaits one
+/// (`FLOW_F_NAT_AWAIT`). Other packets cost no lookup here.
+#[inline(always)]
+fn note_client(
+    pkt: &Packet,
+    svc: &ServiceMeta,
+    f: &mut FlowValue,
+    b: &Backend,
+    src: Source,
+    l4: L4,
+) {
+    let tcp = pkt.is_tcp();
+    let flags = if tcp { l4.tcp_flags } else { 0 };
+    let mut bits = 0;
+    if f.flags & FLOW_F_NAT_AWAIT != 0 {
+        if !tcp {
+            bits = NAT_S_ASSURED;
+        } else if flags & (TCP_SYN | TCP_ACK) == TCP_ACK {
+            bits = NAT_S_ACKED;
+        }
+        if bits != 0 {
+            f.flags &= !FLOW_F_NAT_AWAIT;
+        }
+    }
+    if bits != 0 || flags & (TCP_FIN | TCP_RST) != 0 {
+        nat::client_note(&pkt.key, svc, b, src, flags, bits);
+    }
+}
+
+/// A packet without a flow entry: choose through Maglev (the caller allocates a nat
+/// source and pins).
 #[inline(always)]
 fn open(
     pkt: &Packet,
     svc: &ServiceMeta,
     use_nat: bool,
-    syn: bool,
     now: Now,
     early: Option<Result<u32, u32>>,
 ) -> Result<Choice, Verdict> {
     let (id, b) = choose(pkt, svc, use_nat, early)?;
-    let port = if use_nat {
-        allocate(pkt, svc, b, id)?
-    } else {
-        0
-    };
+    if !use_nat {
+        return Ok((id, b, NO_SOURCE, true));
+    }
+    if !source::admit(&pkt.key.src, pkt.key.family, svc, now.ns) {
+        return Err(Verdict::drop(DROP_SOURCE_LIMIT));
+    }
+    Ok((id, b, NEEDS_SOURCE, true))
+}
+
+/// Pins a new flow to `backend_id` (nat: from `src`).
+#[inline(always)]
+fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now) {
     // Zeroed whole, then filled: an aligned 24-byte clear, not a call to `memset`
     // for the unaligned padding.
     // SAFETY: FlowValue is plain integers; all-zero is a valid value.
     let mut value: FlowValue = unsafe { core::mem::zeroed() };
-    value.backend_id = id;
+    value.backend_id = backend_id;
     value.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
-    value.nat_port = port;
+    value.nat_port = src.port;
+    value.nat_addr = src.addr;
     value.nat_tick = now.tick;
     value.last_seen_ns = now.ns;
     flow::insert(&pkt.key, &value);
     count(FLOW_NEW);
-    Ok((id, b, port, true))
 }
 
 /// The Maglev choice (from the slot read `early`, if it was); nat needs a backend of
@@ -175,34 +290,42 @@ fn choose(
     Ok((id, b))
 }
 
-#[inline(always)]
-fn allocate(pkt: &Packet, svc: &ServiceMeta, b: &Backend, id: u32) -> Result<u16, Verdict> {
-    let mac = pkt.eth.mac::<ETH_SRC>();
-    nat::allocate(&pkt.key, svc, b, id, mac).ok_or(Verdict::drop(DROP_NAT_PORTS))
-}
-
-/// Client-side handshake tracking on a pinned TCP flow.
+/// Client-side handshake tracking on a pinned TCP flow; `true` when a SYN starts a new
+/// connection on a settled flow (nat: its reverse entry must start over).
 ///
-/// A SYN while the flow still waits for its handshake is a retransmission: the backend
-/// did not answer in time (`EVENT_SYN_RETRANSMIT`, once per flow). A SYN on a settled
-/// flow is a new connection reusing the 5-tuple and waits again. In dsr the replies
-/// bypass us, so the client's first ACK completes the handshake (`conn_ok`); in nat the
-/// backend's SYN-ACK does (see `nat::reply`).
+/// A SYN while the flow still waits for its handshake is a retransmission worth
+/// reporting (`EVENT_SYN_RETRANSMIT`, once per flow) only when the backend said nothing
+/// (nat: any backend packet ends the wait, see `nat::reply`) and it came at least
+/// [`SYN_RESEND_MIN_NS`] after the SYN that started the wait (`last_seen_ns`, read
+/// before `flow::touch`). A SYN on a settled flow is a new connection reusing the
+/// 5-tuple and waits again. In dsr the replies bypass us, so the client's first ACK
+/// completes the handshake (`conn_ok`); in nat the backend's SYN-ACK does.
 #[inline(always)]
-fn handshake_forward(f: &mut FlowValue, service_id: u32, use_nat: bool, syn: bool, flags: u8) {
+fn handshake_forward(
+    f: &mut FlowValue,
+    service_id: u32,
+    use_nat: bool,
+    syn: bool,
+    l4: L4,
+    now: Now,
+) -> bool {
     if f.flags & FLOW_F_SYN_PENDING == 0 {
         if syn {
             f.flags |= FLOW_F_SYN_PENDING;
+            f.last_seen_ns = now.ns;
+            return true;
         }
-        return;
+        return false;
     }
     if syn {
-        if f.flags & FLOW_F_REPORTED == 0 {
+        let waited = now.ns.wrapping_sub(f.last_seen_ns) as i64;
+        if f.flags & FLOW_F_REPORTED == 0 && waited >= SYN_RESEND_MIN_NS as i64 {
             f.flags |= FLOW_F_REPORTED;
             events::emit(EVENT_SYN_RETRANSMIT, f.backend_id, service_id);
         }
-    } else if !use_nat && flags & (TCP_SYN | TCP_ACK) == TCP_ACK {
+    } else if !use_nat && l4.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_ACK {
         f.flags &= !FLOW_F_SYN_PENDING;
         counters::backend_conn_ok(f.backend_id);
     }
+    false
 }

@@ -274,7 +274,15 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     };
     // SAFETY: read at once; a concurrent re-pin at worst sends this error to the
     // backend the flow just left, which finds no connection for it.
-    let (backend_id, nat_port) = unsafe { ((*f).backend_id, (*f).nat_port) };
+    let (backend_id, nat_port, nat_addr) =
+        unsafe { ((*f).backend_id, (*f).nat_port, (*f).nat_addr) };
+    let snat = crate::nat::snat_addr(
+        svc,
+        crate::nat::Source {
+            addr: nat_addr,
+            port: nat_port,
+        },
+    );
     let Some(b) = flow::any_backend(backend_id) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
@@ -285,7 +293,7 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     // be its own (the port may have gone to another flow).
     let reverse = FlowKey {
         src: key_addr(&b.addr, family),
-        dst: key_addr(&svc.snat_addr, family),
+        dst: key_addr(snat, family),
         sport: b.port,
         dport: nat_port,
         proto: q.key.proto,
@@ -311,7 +319,7 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     let backend = Target {
         src: &b.addr,
         sport: b.port,
-        dst: &svc.snat_addr,
+        dst: snat,
         dport: nat_port,
     };
     send(icmp, q, &backend, &b.mac, end)

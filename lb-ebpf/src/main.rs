@@ -27,6 +27,7 @@ mod parse;
 mod pkt;
 mod rewrite;
 mod validate;
+mod source;
 
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},

@@ -6,11 +6,11 @@ use aya_ebpf::{
 };
 use lb_common::{
     BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAGLEV_BLOCKS,
-    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, counters,
+    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, SOURCE_TABLE_SIZE, counters,
     events::PassiveEvent,
     maps::{
         Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
-        ServiceStats, TickClock, VipKey,
+        ServiceStats, SourceBucket, SourceKey, TickClock, VipKey,
     },
 };
 
@@ -52,6 +52,17 @@ pub static LB_FLOWS: LruHashMap<
 /// One shared LRU list, so a reply handled on another CPU finds the entry.
 #[btf_map]
 pub static LB_NAT: LruHashMap<FlowKey, NatValue, { NAT_TABLE_SIZE as usize }> = LruHashMap::new();
+
+/// nat: per-source fairness buckets ((client address, service) -> next allowed time).
+/// Per-CPU LRU lists: no global lock on insert; a source evicted under pressure
+/// comes back with a full bucket.
+#[btf_map]
+pub static LB_SOURCES: LruHashMap<
+    SourceKey,
+    SourceBucket,
+    { SOURCE_TABLE_SIZE as usize },
+    { BPF_F_NO_COMMON_LRU as usize },
+> = LruHashMap::new();
 
 /// Global outcome counters, indexed by `lb_common::counters::*`.
 #[btf_map]

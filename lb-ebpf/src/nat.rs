@@ -1,23 +1,27 @@
-//! Full NAT: source-port allocation, the reverse (reply) entries in `LB_NAT`, and the
-//! translation of both directions.
+//! Full NAT: (address, port) allocation, the reverse (reply) entries in `LB_NAT`, their
+//! port lifecycle, and the translation of both directions.
 //!
 //! Forward: `client:cport -> VIP:vport` becomes `snat:nat_port -> backend:port`.
 //! Reply:   `backend:port -> snat:nat_port` becomes `VIP:vport -> client:cport`.
 //! The reverse entry is keyed by the reply's 5-tuple; claiming it with `BPF_NOEXIST`
-//! is what makes a source port belong to one flow. Ports come back without waiting for
-//! LRU eviction: an entry whose TCP connection closed (FIN both ways, or RST) a couple of
-//! seconds ago, or that sat idle past its protocol's timeout, may be taken over by a new
-//! flow (`lb_common::maps::nat_reclaimable`).
+//! is what makes a source (address, port) belong to one flow. The entry's `NAT_S_*`
+//! bits follow the connection (who answered, who closed first, resets; UDP replies and
+//! assurance) and say when its port may go to a new flow without waiting for LRU
+//! eviction (`lb_common::maps::nat_reuse_after`, table in docs/nat-ports.md).
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
     FAMILY_V4, NAT_PORT_ATTEMPTS,
-    counters::{DROP_MALFORMED, PASS_MALFORMED, PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY},
+    counters::{
+        DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED, PASS_MALFORMED,
+        PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
+    },
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
     maps::{
-        Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NAT_S_ESTABLISHED,
-        NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable,
+        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey,
+        MAX_SNAT_ADDRS, NAT_S_ACKED, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND,
+        NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable,
         nat_seconds,
     },
 };
@@ -32,28 +36,56 @@ use crate::{
 /// `bpf_map_update_elem` flag: fail if the key exists.
 const BPF_NOEXIST: u64 = 1;
 
+/// A flow's source toward its backend: index into the service's `snat_addrs`, and the
+/// port (network order).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub addr: u8,
+    pub port: u16,
+}
+
 /// An address as used in keys: IPv4 keeps only word 0.
 #[inline(always)]
 fn key_addr(addr: &[u32; 4], family: u8) -> [u32; 4] {
     if family == FAMILY_V4 {
         [addr[0], 0, 0, 0]
     } else {
-        *addr
+        words(addr)
     }
 }
 
-/// The reply 5-tuple of a flow translated to `backend` from `snat:nat_port`.
+/// How many SNAT addresses the service allocates from (1..=`MAX_SNAT_ADDRS`).
 #[inline(always)]
-fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, nat_port: u16) -> FlowKey {
+fn snat_count(svc: &ServiceMeta) -> u32 {
+    let n = svc.snat_count;
+    if n == 0 {
+        1
+    } else if n > MAX_SNAT_ADDRS as u32 {
+        MAX_SNAT_ADDRS as u32
+    } else {
+        n
+    }
+}
+
+/// The reply 5-tuple of a flow translated to `backend` from `src`.
+#[inline(always)]
+fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) -> FlowKey {
+    let snat = &svc.snat_addrs[src.addr as usize & (MAX_SNAT_ADDRS - 1)];
     FlowKey {
         src: key_addr(&backend.addr, client.family),
-        dst: key_addr(&svc.snat_addr, client.family),
+        dst: key_addr(snat, client.family),
         sport: backend.port,
-        dport: nat_port,
+        dport: src.port,
         proto: client.proto,
         family: client.family,
         _pad: [0; 2],
     }
+}
+
+/// The SNAT address of `src`, for the forward rewrite.
+#[inline(always)]
+pub fn snat_addr(svc: &ServiceMeta, src: Source) -> &[u32; 4] {
+    &svc.snat_addrs[src.addr as usize & (MAX_SNAT_ADDRS - 1)]
 }
 
 /// The client's 5-tuple, rebuilt from a reverse entry.
@@ -78,7 +110,13 @@ fn words(a: &[u32; 4]) -> [u32; 4] {
 }
 
 #[inline(always)]
-fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6], now_s: u32) -> NatValue {
+fn reverse_value(
+    client: &FlowKey,
+    backend_id: u32,
+    client_mac: [u8; 6],
+    state: u8,
+    now_s: u32,
+) -> NatValue {
     NatValue {
         client_addr: client.src,
         vip_addr: client.dst,
@@ -86,7 +124,7 @@ fn reverse_value(client: &FlowKey, backend_id: u32, client_mac: [u8; 6], now_s: 
         vip_port: client.dport,
         backend_id,
         client_mac,
-        state: 0,
+        state,
         _pad: 0,
         last_seen: now_s,
         _pad2: 0,
@@ -101,17 +139,35 @@ fn touch(v: &mut NatValue, now_s: u32) {
     }
 }
 
-/// Allocates a source port (network order) for a new flow and claims its reverse entry.
+/// The `n`-th candidate (address, port) of a flow: candidates walk the combined space of
+/// `count` addresses x `range` ports from `h % total` in strides of
+/// `1 + (h >> 16) % (total - 1)`.
+#[inline(always)]
+fn candidate(min: u32, range: u32, off: u32) -> Source {
+    Source {
+        addr: (off / range) as u8,
+        port: ((min + off % range) as u16).to_be(),
+    }
+}
+
+/// Allocates a source (address, port) for a new flow and claims its reverse entry.
 ///
-/// Tries `NAT_PORT_ATTEMPTS` ports of `[nat_port_min, nat_port_max]`: the first at
-/// `h % range` with `h = flow_hash(client, SEED_NAT_PORT)`, each next one a stride of
-/// `1 + (h >> 16) % (range - 1)` further (wrapping). `None` when all were taken.
+/// `NAT_PORT_ATTEMPTS` candidates of the service's addresses x `[nat_port_min,
+/// nat_port_max]`: the first at `h % total` with `h = flow_hash(client, SEED_NAT_PORT)`,
+/// each next one a stride of `1 + (h >> 16) % (total - 1)` further (wrapping). Every
+/// candidate is first tried as a fresh entry (`BPF_NOEXIST`); only when all are taken is
+/// the first reclaimable one (its connection closed or idle long enough, see
+/// `nat_reclaimable`) taken over. `None` when none was.
 ///
 /// Not consecutive ports: consecutive probes run into the clusters that earlier
 /// allocations formed (linear probing), so attempts and failures grow faster with
 /// utilisation than the `u^8` of independent probes. Filling 3 backends x 40 000 ports
 /// to 83 % with 100 000 new flows, consecutive probing dropped 6.1 % of them, strided
 /// probing 2.4 %.
+///
+/// Called from one place only (`forward::to_service`): its two probe loops are large,
+/// and a copy per caller would push the program past what LLVM inlines into the XDP
+/// entry point (a BPF subprogram instead would not fit the 512-byte stack).
 #[inline(always)]
 pub fn allocate(
     client: &FlowKey,
@@ -119,45 +175,71 @@ pub fn allocate(
     backend: &Backend,
     backend_id: u32,
     client_mac: [u8; 6],
-) -> Option<u16> {
+) -> Option<Source> {
     let min = svc.nat_port_min as u32;
     let max = svc.nat_port_max as u32;
     if max < min {
         return None;
     }
     let range = max - min + 1;
+    let total = range * snat_count(svc);
     let h = flow_hash(client, SEED_NAT_PORT);
-    let mut off = h % range;
-    let stride = if range > 1 {
-        1 + (h >> 16) % (range - 1)
+    let first = h % total;
+    let stride = if total > 1 {
+        1 + (h >> 16) % (total - 1)
     } else {
         0
     };
     let now_s = nat_seconds(clock::now().ns);
-    let value = reverse_value(client, backend_id, client_mac, now_s);
-    let mut key = reply_key(client, svc, backend, 0);
+    let value = reverse_value(client, backend_id, client_mac, 0, now_s);
+    let mut key = reply_key(client, svc, backend, Source { addr: 0, port: 0 });
+    let family = client.family;
+
+    // Fresh (address, port) pairs first: a reclaimed one may still have state on the
+    // backend (a TIME_WAIT the lifecycle did not know of, a half-open SYN_RECV).
+    let mut off = first;
     let mut i = 0;
     while i < NAT_PORT_ATTEMPTS {
-        let port = ((min + off) as u16).to_be();
-        key.dport = port;
+        let src = candidate(min, range, off);
+        key.dst = key_addr(snat_addr(svc, src), family);
+        key.dport = src.port;
         if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
-            return Some(port);
+            counters::count(if i == 0 {
+                NAT_PORT_FIRST
+            } else {
+                NAT_PORT_RETRIED
+            });
+            return Some(src);
         }
-        // Taken: by a connection that closed (or went idle) long enough ago, the port
-        // is ours. Written in place, so the entry never goes missing in between.
+        // off < total and stride < total: one subtraction wraps.
+        off += stride;
+        if off >= total {
+            off -= total;
+        }
+        i += 1;
+    }
+
+    // All taken: the first whose connection closed (or went idle) long enough is ours.
+    // Written in place, so the entry never goes missing in between.
+    let mut off = first;
+    let mut i = 0;
+    while i < NAT_PORT_ATTEMPTS {
+        let src = candidate(min, range, off);
+        key.dst = key_addr(snat_addr(svc, src), family);
+        key.dport = src.port;
         if let Some(v) = LB_NAT.get_ptr_mut(&key) {
             // SAFETY: a preallocated LRU value; a concurrent writer can only be another
             // new flow claiming the same port in the same instant (documented race).
             let v = unsafe { &mut *v };
             if nat_reclaimable(v, client.proto, now_s) {
                 *v = value;
-                return Some(port);
+                counters::count(NAT_PORT_RECLAIMED);
+                return Some(src);
             }
         }
-        // off < range and stride < range: one subtraction wraps.
         off += stride;
-        if off >= range {
-            off -= range;
+        if off >= total {
+            off -= total;
         }
         i += 1;
     }
@@ -166,8 +248,11 @@ pub fn allocate(
 
 /// For a pinned flow: makes sure its reverse entry still exists and is its own.
 ///
-/// An entry evicted from the LRU is re-inserted; if another flow claimed the port
-/// meanwhile, a new port is allocated. Returns the port to use.
+/// An entry evicted from the LRU is re-inserted with `state` (what the flow table knows
+/// of the connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose handshake
+/// was answered and whose client sends again), and an existing entry gains those bits.
+/// `false` when another flow claimed the port meanwhile: the flow needs a new source
+/// (`allocate`).
 ///
 /// Called for the first packet of a flow in each tick (`FlowValue::nat_tick`), not for
 /// every packet: the lookup is a third hash-map lookup, about 40 ns. An entry can only
@@ -180,27 +265,68 @@ pub fn ensure(
     svc: &ServiceMeta,
     backend: &Backend,
     backend_id: u32,
-    nat_port: u16,
+    src: Source,
+    state: u8,
     client_mac: [u8; 6],
-) -> Option<u16> {
-    let key = reply_key(client, svc, backend, nat_port);
+) -> bool {
+    let key = reply_key(client, svc, backend, src);
     let now_s = nat_seconds(clock::now().ns);
     match LB_NAT.get_ptr_mut(&key) {
         // SAFETY: read right after the lookup; a stale read only costs a re-allocation.
         Some(v) if unsafe { owned_by(&*v, client) } => {
             // SAFETY: as above; the age is a hint, a lost update costs nothing.
-            touch(unsafe { &mut *v }, now_s);
-            return Some(nat_port);
-        }
-        Some(_) => {}
-        None => {
-            let value = reverse_value(client, backend_id, client_mac, now_s);
-            if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
-                return Some(nat_port);
+            let v = unsafe { &mut *v };
+            // What the flow knows and the entry missed (an entry written by an older
+            // program without `NAT_S_ACKED`, a lost update): noted, so an answered
+            // connection whose client keeps sending is never taken for half-open.
+            if v.state & state != state {
+                v.state |= state;
             }
+            touch(v, now_s);
+            true
+        }
+        Some(_) => false,
+        None => {
+            let value = reverse_value(client, backend_id, client_mac, state, now_s);
+            LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok()
         }
     }
-    allocate(client, svc, backend, backend_id, client_mac)
+}
+
+/// A new connection (a SYN on a settled pinned flow) reusing the client's 5-tuple: its
+/// reverse entry starts over (`state` 0), unless the backend may still hold the old
+/// connection in TIME_WAIT (it closed first): then the old entry keeps the old source
+/// until TIME_WAIT is over and `false` says the flow needs a new one (`allocate`).
+#[inline(always)]
+pub fn restart(
+    client: &FlowKey,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    backend_id: u32,
+    src: Source,
+    client_mac: [u8; 6],
+) -> bool {
+    let key = reply_key(client, svc, backend, src);
+    if let Some(v) = LB_NAT.get_ptr_mut(&key) {
+        // SAFETY: as in `ensure`.
+        let v = unsafe { &mut *v };
+        if owned_by(v, client) {
+            if backend_time_wait(v.state) {
+                return false;
+            }
+            v.state = 0;
+            touch(v, nat_seconds(clock::now().ns));
+            return true;
+        }
+    }
+    ensure(client, svc, backend, backend_id, src, 0, client_mac)
+}
+
+/// The backend closed first and both FINs were seen: it holds the 4-tuple in TIME_WAIT.
+#[inline(always)]
+fn backend_time_wait(state: u8) -> bool {
+    let closed = NAT_S_BACKEND_FIRST | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    state & (closed | NAT_S_RST) == closed
 }
 
 #[inline(always)]
@@ -211,47 +337,59 @@ fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
         && v.vip_addr == client.dst
 }
 
-/// Notes the client's FIN or RST on a translated TCP flow (its port can come back once
-/// both sides closed).
+/// Notes in the reverse entry what a client packet of a pinned flow changed: TCP FIN or
+/// RST (`tcp_flags`), and `bits` (`NAT_S_ACKED`, `NAT_S_ASSURED`).
 #[inline(always)]
-pub fn client_closing(
+pub fn client_note(
     client: &FlowKey,
     svc: &ServiceMeta,
     backend: &Backend,
-    nat_port: u16,
-    flags: u8,
+    src: Source,
+    tcp_flags: u8,
+    bits: u8,
 ) {
-    let key = reply_key(client, svc, backend, nat_port);
+    let key = reply_key(client, svc, backend, src);
     if let Some(v) = LB_NAT.get_ptr_mut(&key) {
         // SAFETY: as in `ensure`.
         let v = unsafe { &mut *v };
         if owned_by(v, client) {
-            v.state |= close_bits(flags, NAT_S_FIN_CLIENT);
+            let state = v.state | bits | close_bits(v.state, tcp_flags, NAT_S_FIN_CLIENT);
+            if state != v.state {
+                v.state = state;
+            }
             touch(v, nat_seconds(clock::now().ns));
         }
     }
 }
 
-/// The `NAT_S_*` bits a TCP segment with `flags` adds (`fin` for the sender's FIN).
+/// The `NAT_S_*` bits a TCP segment with `flags` adds to an entry in `state` (`fin` for
+/// the sender's FIN). The backend's FIN before the client's marks `NAT_S_BACKEND_FIRST`;
+/// an RST after a completed backend-first close is not noted (the backend may keep its
+/// TIME_WAIT: Linux ignores out-of-window resets, and with `tcp_rfc1337` all of them).
 #[inline(always)]
-fn close_bits(flags: u8, fin: u8) -> u8 {
+fn close_bits(state: u8, flags: u8, fin: u8) -> u8 {
     let mut bits = 0;
     if flags & TCP_FIN != 0 {
         bits |= fin;
+        if fin == NAT_S_FIN_BACKEND && state & NAT_S_FIN_CLIENT == 0 {
+            bits |= NAT_S_BACKEND_FIRST;
+        }
     }
-    if flags & TCP_RST != 0 {
+    if flags & TCP_RST != 0 && !backend_time_wait(state | bits) {
         bits |= NAT_S_RST;
     }
     bits
 }
 
-/// Drops the reverse entry of a flow that leaves `backend` (re-hash).
+/// Drops the reverse entry of a flow that leaves `backend` (re-hash), unless the backend
+/// holds the connection in TIME_WAIT: that entry keeps its port until it is over.
 #[inline(always)]
-pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, nat_port: u16) {
-    let key = reply_key(client, svc, backend, nat_port);
+pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) {
+    let key = reply_key(client, svc, backend, src);
     if let Some(v) = LB_NAT.get_ptr(&key) {
         // SAFETY: as in `ensure`.
-        if unsafe { owned_by(&*v, client) } {
+        let v = unsafe { &*v };
+        if owned_by(v, client) && !backend_time_wait(v.state) {
             let _ = LB_NAT.remove(&key);
         }
     }
@@ -264,14 +402,14 @@ pub fn forward(
     l4: L4,
     svc: &ServiceMeta,
     backend: &Backend,
-    nat_port: u16,
+    src: Source,
     end: usize,
 ) -> Verdict {
     let translated = translate(
         pkt,
         l4,
-        &svc.snat_addr,
-        nat_port,
+        snat_addr(svc, src),
+        src.port,
         &backend.addr,
         backend.port,
         end,
@@ -296,19 +434,33 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     // SAFETY: LRU entries are freed after an RCU grace period; nothing inserts into
     // LB_NAT while this reference lives. Writes are single fields (state, age).
     let nat = unsafe { &mut *v };
+    let state = nat.state;
     if pkt.is_tcp() {
-        if l4.tcp_flags & (TCP_RST | TCP_SYN) != 0 {
-            handshake_reply(nat, pkt.key.proto, pkt.key.family, l4.tcp_flags);
+        let flags = l4.tcp_flags;
+        // Until the SYN-ACK is seen, any backend packet answers the handshake (a bare
+        // ACK too: a TIME_WAIT socket's answer to a SYN it rejected).
+        if state & NAT_S_ESTABLISHED == 0 || flags & (TCP_RST | TCP_SYN) != 0 {
+            handshake_reply(nat, pkt.key.proto, pkt.key.family, flags);
         }
-        let mut bits = close_bits(l4.tcp_flags, NAT_S_FIN_BACKEND);
-        if l4.tcp_flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
+        let mut bits = close_bits(state, flags, NAT_S_FIN_BACKEND);
+        if flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
             bits |= NAT_S_ESTABLISHED;
         }
-        if bits != 0 {
-            nat.state |= bits;
+        if state | bits != state {
+            nat.state = state | bits;
         }
+        // Only client packets keep a half-open entry: the backend's SYN-ACK
+        // retransmissions toward a client that never acknowledged do not.
+        if state & NAT_S_ACKED != 0 {
+            touch(nat, nat_seconds(clock::now().ns));
+        }
+    } else {
+        if state & NAT_S_REPLIED == 0 {
+            nat.state = state | NAT_S_REPLIED;
+            await_client(nat, pkt.key.proto, pkt.key.family);
+        }
+        touch(nat, nat_seconds(clock::now().ns));
     }
-    touch(nat, nat_seconds(clock::now().ns));
     let translated = translate(
         pkt,
         l4,
@@ -325,8 +477,21 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     Verdict::new(XDP_TX, TX_NAT_REPLY)
 }
 
-/// Passive signals on the reply path of a flow waiting for its handshake: a SYN-ACK
-/// completes it (`conn_ok`), an RST refuses it (`EVENT_RST_ON_SYN`, once per flow).
+/// UDP: the first reply of a flow; the client's next packet makes the entry assured.
+#[inline(always)]
+fn await_client(nat: &NatValue, proto: u8, family: u8) {
+    if let Some(f) = flow::lookup(&client_key(nat, proto, family)) {
+        // SAFETY: as in `handshake_reply`.
+        let f = unsafe { &mut *f };
+        f.flags |= FLOW_F_NAT_AWAIT;
+    }
+}
+
+/// Passive signals on the reply path of a flow waiting for its handshake: any backend
+/// packet answers it. A SYN-ACK completes it (`conn_ok`; the client's ACK is then
+/// awaited, `FLOW_F_NAT_AWAIT`), an RST refuses it (`EVENT_RST_ON_SYN`, once per flow),
+/// anything else (a bare ACK from a TIME_WAIT socket) only ends the wait: the client's
+/// immediate SYN resend is then no retransmission.
 #[inline(always)]
 fn handshake_reply(nat: &NatValue, proto: u8, family: u8, flags: u8) {
     let key = client_key(nat, proto, family);
@@ -339,15 +504,15 @@ fn handshake_reply(nat: &NatValue, proto: u8, family: u8, flags: u8) {
     if f.flags & FLOW_F_SYN_PENDING == 0 {
         return;
     }
+    f.flags &= !FLOW_F_SYN_PENDING;
     if flags & TCP_RST != 0 {
-        f.flags &= !FLOW_F_SYN_PENDING;
         if f.flags & FLOW_F_REPORTED == 0 {
             f.flags |= FLOW_F_REPORTED;
             let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
             events::emit(EVENT_RST_ON_SYN, nat.backend_id, service_id);
         }
     } else if flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
-        f.flags &= !FLOW_F_SYN_PENDING;
+        f.flags |= FLOW_F_NAT_AWAIT;
         counters::backend_conn_ok(nat.backend_id);
     }
 }

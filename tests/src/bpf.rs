@@ -309,6 +309,14 @@ impl Lb {
         map.keys().count()
     }
 
+    /// Writes a flow entry (fixtures age one by moving `last_seen_ns` back).
+    pub fn set_flow(&mut self, key: &FlowKey, value: FlowValue) {
+        let mut map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.insert(key, value, 0).expect("writing into LB_FLOWS");
+    }
+
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
         let map: HashMap<_, FlowKey, NatValue> =
             HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");

@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, fmt::Write as _, net::IpAddr};
 use lb_common::{
     IPPROTO_TCP, IPPROTO_UDP,
     counters::{self, OUTCOMES},
-    maps::{BACKEND_F_LIVE, Backend, ServiceMeta},
+    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, ServiceMeta},
 };
 
 use crate::{
@@ -78,7 +78,7 @@ pub fn load_world() -> Lb {
                     addr: addr_words(a),
                     port: port.to_be(),
                     family: family(a),
-                    flags: BACKEND_F_LIVE,
+                    flags: BACKEND_F_LIVE | BACKEND_F_SERVING,
                     mac: backend_mac(backend),
                     _pad: [0; 2],
                     service_id: id,

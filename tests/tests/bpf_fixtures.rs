@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`hostile`], [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/dsr.rs"]
 mod dsr;
@@ -24,6 +24,8 @@ mod icmp;
 mod malformed;
 #[path = "bpf_fixtures/nat.rs"]
 mod nat;
+#[path = "bpf_fixtures/nat_ports.rs"]
+mod nat_ports;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
 #[path = "bpf_fixtures/world.rs"]
@@ -39,8 +41,8 @@ mod prelude {
         counters::*,
         events::{EVENT_ICMP_UNREACH, EVENT_RST_ON_SYN, EVENT_SYN_RETRANSMIT, event_name},
         maps::{
-            BACKEND_F_LIVE, Backend, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, NatValue,
-            SERVICE_F_NAT, ServiceMeta,
+            BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED,
+            FLOW_F_SYN_PENDING, FlowKey, NatValue, SERVICE_F_NAT, ServiceMeta,
         },
     };
     pub use lb_tests::{

@@ -2,8 +2,8 @@
 //! client traffic, through the real agent and data plane:
 //! - nat: b2's port refuses; the data plane sees the RST answering each forwarded SYN
 //!   (`rst_on_syn`), three of them make b2 `unavailable`, new connections avoid it, and
-//!   after `fail_timeout` it is tried again (one more refusal on probation puts it
-//!   back); once its server runs, the next try succeeds and it stays `up`.
+//!   after `fail_timeout` it is tried again (with a fresh count: `max_fails` more
+//!   refusals put it back); once its server runs, the next try succeeds and it stays `up`.
 //! - dsr: the backend's RST goes straight to the client, so a refusing port is invisible
 //!   to the balancer (shown, not asserted as a feature); a backend that goes silent is
 //!   seen through the client's SYN retransmission (`syn_retransmit`, ~1 s after the SYN),
@@ -137,7 +137,7 @@ fn is_failure(a: &Attempt) -> bool {
     !matches!(a.outcome, Outcome::Answered(_))
 }
 
-/// The unavailable / retry / probation / recovery cycle of b2, common to nat and dsr.
+/// The unavailable / retry / unavailable again / recovery cycle of b2, common to nat and dsr.
 /// `hits` tells an attempt that reached the broken b2; `repair` makes b2 work again and
 /// returns the wall time it did.
 fn cycle(

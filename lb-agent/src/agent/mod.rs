@@ -7,6 +7,8 @@
 //! against [`crate::dataplane::memory::MemoryDataplane`].
 
 mod admin_state;
+mod departing;
+mod local_faults;
 mod neighbors;
 mod resolve;
 mod server;
@@ -54,6 +56,10 @@ struct ServiceRt {
     membership: ServiceMembership,
     servers: BTreeMap<SocketAddr, ServerRt>,
     outcome: Option<Outcome>,
+    /// Servers removed from the configuration whose established flows may still run.
+    departing: BTreeMap<SocketAddr, departing::Departing>,
+    /// Probe runs of this service without a verdict because of a local fault.
+    local_faults: local_faults::LocalFaults,
 }
 
 /// What the agent is running on (shown in status).
@@ -82,6 +88,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     transitions: u64,
     passive: BTreeMap<String, u64>,
+    /// Probes that could not run for a local reason (never held against a server).
+    local_faults: local_faults::LocalFaults,
     /// State changed since the last snapshot (built off the verdict path).
     snapshot_dirty: bool,
     /// When the snapshot was last built (rebuilds are at most every SNAPSHOT_EVERY).
@@ -130,6 +138,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             propagation: Histogram::default(),
             transitions: 0,
             passive: BTreeMap::new(),
+            local_faults: Default::default(),
             snapshot_dirty: true,
             snapshot_built: None,
             unknown_mac_count: 0,
@@ -292,6 +301,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         membership: ServiceMembership::new(),
                         servers,
                         outcome: None,
+                        departing: BTreeMap::new(),
+                        local_faults: Default::default(),
                     }
                 }
             };
@@ -324,6 +335,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         if !admin_report.dropped.is_empty() {
             self.admin_state.save_logged(self.state_file.as_deref());
         }
+        self.sync_departing(now);
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
@@ -460,6 +472,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let Some(server) = svc.servers.get_mut(&report.server.addr) else {
                 continue;
             };
+            if report.outcome.local {
+                svc.local_faults.note(&report.outcome.detail, report.at);
+                self.local_faults.record(
+                    &svc.cfg.name,
+                    &server.addr.to_string(),
+                    &report.outcome.detail,
+                    report.at,
+                );
+                self.snapshot_dirty = true;
+            }
             if let Some(t) = server
                 .health
                 .on_probe(report.probe, &report.outcome, report.at)
@@ -541,7 +563,33 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                 }
             }
+            for (addr, d) in &mut svc.departing {
+                let Some(id) = self.publisher.backend_id(&svc.cfg.name, addr) else {
+                    continue;
+                };
+                if let Some(stats) = all.get(id as usize) {
+                    d.saw_packets(stats.packets, now);
+                }
+            }
         }
+    }
+
+    /// Keeps `departing` in step with the servers: a published backend no longer among a
+    /// service's servers starts departing; a departing address added again stops. Called
+    /// where servers are added or removed (config, API, DNS), not per verdict.
+    fn sync_departing(&mut self, now: Instant) {
+        for svc in &mut self.services {
+            let servers = &svc.servers;
+            svc.departing.retain(|a, _| !servers.contains_key(a));
+            for addr in self.publisher.backend_addrs(&svc.cfg.name) {
+                if !svc.servers.contains_key(&addr) {
+                    svc.departing
+                        .entry(addr)
+                        .or_insert_with(|| departing::Departing::new(now));
+                }
+            }
+        }
+        self.deadline_cache.set(None);
     }
 
     /// The next instant something time-driven is due (health expiry, membership recheck).
@@ -562,6 +610,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .values()
                     .filter_map(|v| v.health.next_deadline())
                     .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
+                    .chain(s.departing.values().map(departing::Departing::deadline))
             })
             .min()
     }
@@ -569,6 +618,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Runs what is due at `now`.
     pub fn on_tick(&mut self, now: Instant) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
+        // A due deadline may end without a transition (an `unavailable` server waiting
+        // for its probes' confirmation): the cached deadline must not stay in the past.
+        self.deadline_cache.set(None);
         let mut changed = false;
         let mut records = Vec::new();
         for svc in &mut self.services {
@@ -587,6 +639,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             {
                 changed = true;
             }
+            let departing = svc.departing.len();
+            svc.departing.retain(|_, d| d.deadline() > now);
+            changed |= svc.departing.len() != departing;
         }
         for (s, a, t) in records {
             self.record(&s, &a, &t);
@@ -717,9 +772,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .remove(&addr)
                     .ok_or_else(no_server)?;
                 self.admin_state.record_remove(service, addr);
-                self.record_names(service, address, "-", "removed", "admin");
+                self.record_names(
+                    service,
+                    address,
+                    "-",
+                    "removed",
+                    "admin (established flows kept until idle)",
+                );
             }
         }
+        self.sync_departing(now);
         self.recompute(now, started)
             .map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
     }
@@ -862,9 +924,11 @@ fn desired_service(
             Protocol::Udp => IPPROTO_UDP,
         },
         nat: match svc.cfg.forwarding {
-            Forwarding::Nat => svc.cfg.snat_ip.map(|snat_ip| NatSpec {
-                snat_ip,
+            Forwarding::Nat => (!svc.cfg.snat_ips.is_empty()).then(|| NatSpec {
+                snat_ips: svc.cfg.snat_ips.clone(),
                 ports: svc.cfg.snat_ports.clone(),
+                source_rate: svc.cfg.source_rate,
+                source_burst: svc.cfg.source_burst,
             }),
             Forwarding::Dsr => None,
         },
@@ -882,6 +946,13 @@ fn desired_service(
                     role,
                 }
             })
+            // Removed from the config: out of the home table (weight 0), flows kept.
+            .chain(svc.departing.keys().map(|&addr| DesiredBackend {
+                addr,
+                weight: 0,
+                mac: macs.get(&addr.ip()).copied(),
+                role: crate::publish::Role::Sticky,
+            }))
             .collect(),
     }
 }

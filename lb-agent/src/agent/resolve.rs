@@ -130,6 +130,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         if !changed {
             return Ok(());
         }
+        self.sync_departing(now);
         self.refresh_macs().await;
         self.recompute(now, started)
     }

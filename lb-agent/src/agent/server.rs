@@ -7,7 +7,7 @@ use lb_common::maps::BackendStats;
 use tokio::time::Instant;
 
 use crate::{
-    health::ServerHealth,
+    health::{HealthState, ServerHealth},
     membership::{Admin, MemberHealth, MemberInput},
     probe::{ProbeTask, SharedSignals},
 };
@@ -43,25 +43,23 @@ pub(super) struct Configured {
 
 impl ServerRt {
     pub fn member_input(&self) -> MemberInput {
+        let since = self.health.state_since();
         MemberInput {
             key: self.addr,
             weight: self.weight,
             spare: self.spare,
             backup: self.backup,
-            health: if self.health.usable() {
-                MemberHealth::Usable
-            } else {
-                MemberHealth::Unusable {
-                    since: self.health.state_since(),
-                }
-            },
             // A server that never passed its essential probes was never in traffic:
-            // neither fail-open nor the removal cap may put it there.
-            admin: if self.health.state() == crate::health::HealthState::Checking {
-                Admin::Down
-            } else {
-                self.admin
+            // neither fail-open nor the removal cap may put it there (membership rule 2, 5).
+            health: match self.health.state() {
+                HealthState::Up => MemberHealth::Usable,
+                HealthState::Unavailable => MemberHealth::Passive { since },
+                HealthState::Unhealthy => MemberHealth::Failing { since },
+                HealthState::Checking => MemberHealth::Checking {
+                    was_up: self.health.was_up_before(),
+                },
             },
+            admin: self.admin,
         }
     }
 

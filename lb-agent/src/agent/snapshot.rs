@@ -85,6 +85,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                                     last_duration_ms: p
                                         .last_duration
                                         .map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                                    local_faults: p.local_faults,
                                 },
                             )
                         })
@@ -132,6 +133,8 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 spare_num: outcome.map_or(0, |o| o.spare_num),
                 active_backup_level: outcome.map_or(0, |o| o.active_backup_level),
                 fail_open: outcome.is_some_and(|o| o.fail_open),
+                fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
+                local_faults: svc.local_faults.status(now, at),
                 stats,
                 servers,
             }
@@ -146,5 +149,6 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         propagation: agent.propagation.clone(),
         transitions: agent.transitions,
         passive_events: agent.passive.clone(),
+        local_faults: agent.local_faults.status(now, at),
     }
 }

@@ -56,6 +56,31 @@ pub fn render(snap: &Snapshot) -> String {
     );
     line(o, "lb_transitions_total", &[], snap.transitions as f64);
 
+    header(
+        o,
+        "lb_agent_local_faults_total",
+        "counter",
+        "probe runs without a verdict because this host failed (never counted against a server)",
+    );
+    line(
+        o,
+        "lb_agent_local_faults_total",
+        &[],
+        snap.local_faults.total as f64,
+    );
+    header(
+        o,
+        "lb_agent_local_fault",
+        "gauge",
+        "1 while a local fault is at most 30 s old: verdicts are frozen",
+    );
+    line(
+        o,
+        "lb_agent_local_fault",
+        &[],
+        u8::from(snap.local_faults.active) as f64,
+    );
+
     histogram(
         o,
         "lb_propagation_seconds",
@@ -68,7 +93,7 @@ pub fn render(snap: &Snapshot) -> String {
         &'static str,
         fn(&crate::status::ServiceStatus) -> f64,
     );
-    let service_gauges: [SvcGauge; 8] = [
+    let service_gauges: [SvcGauge; 9] = [
         (
             "lb_service_main_weight",
             "total weight of the primary group",
@@ -91,6 +116,11 @@ pub fn render(snap: &Snapshot) -> String {
             "lb_service_fail_open",
             "1 while every server is unusable and traffic spreads over all",
             |s| u8::from(s.fail_open) as f64,
+        ),
+        (
+            "lb_service_fail_open_tier",
+            "0; 1 = fail-open over suspect servers; 2 = over every server not down",
+            |s| f64::from(s.fail_open_tier),
         ),
         ("lb_service_packets_total", "packets to the service", |s| {
             s.stats.packets as f64

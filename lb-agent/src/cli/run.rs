@@ -56,6 +56,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
+    lb_agent::rlimit::raise_nofile_logged();
     if let Some(warning) = config::non_loopback_api(&cfg.agent) {
         warn!("!!! {warning} !!!");
     }

@@ -34,8 +34,20 @@ pub fn render(services: &[ServiceStatus]) -> String {
             s.main_weight,
             s.spare_num,
             s.active_backup_level,
-            if s.fail_open { "  FAIL-OPEN" } else { "" }
+            match (s.fail_open, s.fail_open_tier) {
+                (false, _) => String::new(),
+                (true, 0) => "  FAIL-OPEN".to_string(),
+                (true, tier) => format!("  FAIL-OPEN (tier {tier})"),
+            }
         );
+        if s.local_faults.active {
+            let _ = writeln!(
+                out,
+                "  LOCAL FAULT: probes cannot run on this host, verdicts kept ({} so far; last: {})",
+                s.local_faults.total,
+                s.local_faults.last_detail.as_deref().unwrap_or("-")
+            );
+        }
         let _ = writeln!(
             out,
             "  {:<24} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8}  note",
@@ -62,4 +74,33 @@ pub fn render(services: &[ServiceStatus]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_agent::status::LocalFaultStatus;
+
+    use super::*;
+
+    #[test]
+    fn the_table_says_the_fail_open_tier_and_a_local_fault() {
+        let s = ServiceStatus {
+            name: "web".into(),
+            fail_open: true,
+            fail_open_tier: 1,
+            local_faults: LocalFaultStatus {
+                total: 7,
+                active: true,
+                last: None,
+                last_detail: Some("local fault: out of file descriptors (EMFILE)".into()),
+            },
+            ..Default::default()
+        };
+        let out = render(&[s]);
+        assert!(out.contains("FAIL-OPEN (tier 1)"), "{out}");
+        assert!(
+            out.contains("LOCAL FAULT: probes cannot run on this host, verdicts kept (7 so far"),
+            "{out}"
+        );
+    }
 }

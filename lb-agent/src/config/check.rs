@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
+use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode, Protocol};
 
 /// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
 /// counting propagation (< 1 ms).
@@ -53,6 +53,21 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 "{at}: every probe is mode = \"onfail\" and max_fails = 0: nothing notices a server failing"
             ));
         }
+        if s.max_fails > 0 {
+            match (s.protocol, s.forwarding) {
+                (Protocol::Udp, _) => out.push(format!(
+                    "{at}: max_fails = {} has nothing to count: a udp service produces no passive \
+                     signal (no handshake, and ICMP errors do not reach the agent); use probes",
+                    s.max_fails
+                )),
+                (Protocol::Tcp, Forwarding::Dsr) => out.push(format!(
+                    "{at}: max_fails = {} sees almost nothing with forwarding = \"dsr\": replies \
+                     bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)",
+                    s.max_fails
+                )),
+                (Protocol::Tcp, Forwarding::Nat) => {}
+            }
+        }
         if s.max_unhealthy_percent == 0 {
             out.push(format!(
                 "{at}: max_unhealthy_percent = 0: health checks can never remove a server"
@@ -77,7 +92,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         for (oi, o) in cfg.services.iter().enumerate().skip(si + 1) {
             if s.forwarding == Forwarding::Nat
                 && o.forwarding == Forwarding::Nat
-                && s.snat_ip == o.snat_ip
+                && s.snat_ips.iter().any(|ip| o.snat_ips.contains(ip))
                 && s.protocol == o.protocol
                 && s.snat_ports.start() <= o.snat_ports.end()
                 && o.snat_ports.start() <= s.snat_ports.end()
@@ -85,7 +100,11 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 out.push(format!(
                     "{at}: shares snat_ip {} and overlapping snat_ports with service[{oi}] ({:?}); \
                      flows to a server both services use may collide",
-                    s.snat_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                    s.snat_ips
+                        .iter()
+                        .find(|ip| o.snat_ips.contains(ip))
+                        .map(|ip| ip.to_string())
+                        .unwrap_or_default(),
                     o.name
                 ));
             }

@@ -30,9 +30,12 @@
 //! | `vip` | `"IP:PORT"` | required | port required (1..65535); unique with `protocol`; not unspecified/multicast |
 //! | `protocol` | `tcp`, `udp` | `tcp` | |
 //! | `forwarding` | `nat`, `dsr` | `nat` | |
-//! | `snat_ip` | IP | required with `nat` | the VIP's family; not allowed with `dsr` |
+//! | `snat_ip` | IP | required with `nat` (or `snat_ips`) | the VIP's family; not allowed with `dsr` |
+//! | `snat_ips` | array of IP | instead of `snat_ip` | 1..=4 distinct addresses of the VIP's family; flows spread over (address, port) |
 //! | `snat_ports` | `"LOW-HIGH"` | `"20000-29999"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
-//! | `max_fails` | integer >= 0 | 1 | passive failures within `fail_timeout` that make a server `unavailable`; 0 = off |
+//! | `source_rate` | integer >= 0 | 1000 | nat: new flows per second one client address may open on average; 0 = no limit |
+//! | `source_burst` | integer >= 1 | 2000 | nat: new flows one client address may open at once |
+//! | `max_fails` | integer >= 0 | 3 | passive failures within `fail_timeout` that make a server `unavailable` (with probes it returns when they all pass again); 0 = off |
 //! | `fail_timeout` | duration | `10s` | > 0 when `max_fails` > 0 |
 //! | `max_unhealthy_percent` | 0..=100 | 100 | |
 //! | `fail_open` | bool | true | |
@@ -118,8 +121,14 @@ pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/lb";
 pub const DEFAULT_RESOLVER_PORT: u16 = 53;
 /// Default `service.snat_ports`.
 pub const DEFAULT_SNAT_PORTS: RangeInclusive<u16> = 20000..=29999;
+/// Default `service.source_rate` (see docs/nat-ports.md for the reasoning).
+pub const DEFAULT_SOURCE_RATE: u32 = 1000;
+/// Default `service.source_burst`.
+pub const DEFAULT_SOURCE_BURST: u32 = 2000;
+/// Most `snat_ips` a service can have (the data plane's `MAX_SNAT_ADDRS`).
+pub const MAX_SNAT_ADDRS: usize = lb_common::maps::MAX_SNAT_ADDRS;
 /// Default `service.max_fails`.
-pub const DEFAULT_MAX_FAILS: u32 = 1;
+pub const DEFAULT_MAX_FAILS: u32 = 3;
 /// Default `service.fail_timeout`.
 pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest `server.weight`: a 65537-slot Maglev table cannot express finer ratios.
@@ -234,10 +243,15 @@ pub struct ServiceConfig {
     pub vip: SocketAddr,
     pub protocol: Protocol,
     pub forwarding: Forwarding,
-    /// Source address toward backends; `Some` exactly when `forwarding` is `Nat`.
-    pub snat_ip: Option<IpAddr>,
+    /// Source addresses toward backends (1..=`MAX_SNAT_ADDRS`); empty exactly when
+    /// `forwarding` is `Dsr`.
+    pub snat_ips: Vec<IpAddr>,
     /// NAT source ports (ignored, left at the default, for `Dsr`).
     pub snat_ports: RangeInclusive<u16>,
+    /// nat: new flows per second one client address may open on average; 0 = no limit.
+    pub source_rate: u32,
+    /// nat: new flows one client address may open at once.
+    pub source_burst: u32,
     /// Passive failures within `fail_timeout` that make a server unavailable; 0 = off.
     pub max_fails: u32,
     pub fail_timeout: Duration,

@@ -27,7 +27,10 @@ const SERVICE_KEYS: &[&str] = &[
     "protocol",
     "forwarding",
     "snat_ip",
+    "snat_ips",
     "snat_ports",
+    "source_rate",
+    "source_burst",
     "max_fails",
     "fail_timeout",
     "max_unhealthy_percent",
@@ -294,39 +297,7 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
     let protocol = opt(t, "protocol", |f| f.choice(PROTOCOLS))?.unwrap_or_default();
     let forwarding = opt(t, "forwarding", |f| f.choice(FORWARDINGS))?.unwrap_or_default();
 
-    let snat_ip = match (forwarding, t.get("snat_ip")) {
-        (Forwarding::Nat, None) => {
-            return Err(t.err_key(
-                "snat_ip",
-                format!(
-                    "forwarding = \"nat\" needs snat_ip: an {} address of this host toward the backends",
-                    family(vip.ip())
-                ),
-            ));
-        }
-        (Forwarding::Nat, Some(f)) => {
-            let ip = f.parse(|s| {
-                s.parse::<IpAddr>()
-                    .map_err(|_| format!("{s:?} is not an IP address (no port), e.g. \"10.0.0.2\""))
-            })?;
-            if ip.is_ipv4() != vip.ip().is_ipv4() {
-                return Err(f.err(format!(
-                    "must be of the VIP's family ({} for {vip}), got {ip}",
-                    family(vip.ip())
-                )));
-            }
-            if ip.is_unspecified() || ip.is_multicast() {
-                return Err(f.err(format!("{ip} is not a unicast address")));
-            }
-            Some(ip)
-        }
-        (Forwarding::Dsr, Some(f)) => {
-            return Err(f.err(
-                "applies to forwarding = \"nat\" only (dsr keeps the client's source address)",
-            ));
-        }
-        (Forwarding::Dsr, None) => None,
-    };
+    let snat_ips = snat_ips(t, forwarding, vip)?;
     let snat_ports = match (forwarding, t.get("snat_ports")) {
         (Forwarding::Dsr, Some(f)) => {
             return Err(
@@ -336,6 +307,15 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         (_, Some(f)) => f.parse(values::port_range)?,
         (_, None) => DEFAULT_SNAT_PORTS,
     };
+
+    let source_rate = nat_only(t, forwarding, "source_rate")?
+        .map(|f| f.int_in(0, 1_000_000_000))
+        .transpose()?
+        .map_or(DEFAULT_SOURCE_RATE, |n| n as u32);
+    let source_burst = nat_only(t, forwarding, "source_burst")?
+        .map(|f| f.int_in(1, u32::MAX.into()))
+        .transpose()?
+        .map_or(DEFAULT_SOURCE_BURST, |n| n as u32);
 
     let max_fails = opt(t, "max_fails", |f| f.int_in(0, u32::MAX.into()))?
         .map_or(DEFAULT_MAX_FAILS, |n| n as u32);
@@ -414,8 +394,10 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         vip,
         protocol,
         forwarding,
-        snat_ip,
+        snat_ips,
         snat_ports,
+        source_rate,
+        source_burst,
         max_fails,
         fail_timeout,
         max_unhealthy_percent,
@@ -424,6 +406,77 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         servers,
         probes,
     })
+}
+
+/// A key that applies to nat services only.
+fn nat_only<'a>(t: &Table<'a>, forwarding: Forwarding, key: &str) -> R<Option<Field<'a>>> {
+    match (forwarding, t.get(key)) {
+        (Forwarding::Dsr, Some(f)) => {
+            Err(f.err("applies to forwarding = \"nat\" only (dsr allocates no source ports)"))
+        }
+        (_, f) => Ok(f),
+    }
+}
+
+/// `snat_ip = "IP"` or `snat_ips = ["IP", ...]` (one of them, required with nat).
+fn snat_ips(t: &Table<'_>, forwarding: Forwarding, vip: SocketAddr) -> R<Vec<IpAddr>> {
+    let fields = match (forwarding, t.get("snat_ip"), t.get("snat_ips")) {
+        (Forwarding::Dsr, one, many) => {
+            if let Some(f) = one.or(many) {
+                return Err(f.err(
+                    "applies to forwarding = \"nat\" only (dsr keeps the client's source address)",
+                ));
+            }
+            return Ok(Vec::new());
+        }
+        (Forwarding::Nat, None, None) => {
+            return Err(t.err_key(
+                "snat_ip",
+                format!(
+                    "forwarding = \"nat\" needs snat_ip: an {} address of this host toward the backends \
+                     (or snat_ips = [...] for several)",
+                    family(vip.ip())
+                ),
+            ));
+        }
+        (Forwarding::Nat, Some(_), Some(many)) => {
+            return Err(many.err(
+                "snat_ip and snat_ips both given: use snat_ips = [...] alone for several addresses",
+            ));
+        }
+        (Forwarding::Nat, Some(one), None) => vec![one],
+        (Forwarding::Nat, None, Some(many)) => {
+            let items = many.array()?;
+            if items.is_empty() || items.len() > MAX_SNAT_ADDRS {
+                return Err(many.err(format!(
+                    "must list 1 to {MAX_SNAT_ADDRS} addresses (got {})",
+                    items.len()
+                )));
+            }
+            items
+        }
+    };
+    let mut ips: Vec<IpAddr> = Vec::with_capacity(fields.len());
+    for f in fields {
+        let ip = f.parse(|s| {
+            s.parse::<IpAddr>()
+                .map_err(|_| format!("{s:?} is not an IP address (no port), e.g. \"10.0.0.2\""))
+        })?;
+        if ip.is_ipv4() != vip.ip().is_ipv4() {
+            return Err(f.err(format!(
+                "must be of the VIP's family ({} for {vip}), got {ip}",
+                family(vip.ip())
+            )));
+        }
+        if ip.is_unspecified() || ip.is_multicast() {
+            return Err(f.err(format!("{ip} is not a unicast address")));
+        }
+        if ips.contains(&ip) {
+            return Err(f.err(format!("{ip} is listed twice")));
+        }
+        ips.push(ip);
+    }
+    Ok(ips)
 }
 
 fn backup_switch(f: &Field<'_>) -> R<BackupSwitch> {

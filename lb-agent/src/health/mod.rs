@@ -7,8 +7,12 @@
 //! - `up`: usable;
 //! - `unhealthy`: a probe reached its `fails`; back to `up` when every probe has reached
 //!   its `passes`;
-//! - `unavailable`: passive failures reached `max_fails` within `fail_timeout`; usable
-//!   again once `fail_timeout` has elapsed ([`ServerHealth::tick`]).
+//! - `unavailable`: passive failures reached `max_fails` within `fail_timeout`. Without
+//!   probes it is usable again once `fail_timeout` has elapsed ([`ServerHealth::tick`]);
+//!   with probes (Angie: a server returns only when all its probes pass) it returns once
+//!   `fail_timeout` has elapsed **and** every probe has reached its `passes` afresh since
+//!   the removal — an `onfail`/`idle` probe starts running at the removal, an `always`
+//!   one must pass again. A probe reaching its `fails` meanwhile makes it `unhealthy`.
 //!
 //! Each probe has its own verdict, Angie-style: it turns *failed* at `fails` consecutive
 //! failures and *passed* at `passes` consecutive successes, and keeps it in between.
@@ -17,10 +21,15 @@
 //! - a probe that only runs while the server is not up (`onfail`, `idle`) loses its
 //!   *passed* verdict when the server turns unhealthy: its last pass may be old, so it must
 //!   reach `passes` afresh before the server returns;
-//! - after `unavailable` ends the server is on probation, as in nginx: one more passive
-//!   failure within `fail_timeout` makes it unavailable again, one success clears the count;
+//! - after `unavailable` ends the passive count starts afresh (full `max_fails`
+//!   tolerance; nginx keeps the server on probation, one failure re-ejecting it). A server
+//!   that is really dead produces `max_fails` signals again within moments of client
+//!   traffic; probation only made one spurious signal flap a healthy server;
 //! - a server kept across a reload that was down before it starts `unhealthy` (all probes
 //!   must pass) instead of getting traffic it just failed;
+//! - a probe result marked local (the agent's host failed: descriptors, buffers, no
+//!   route, a starved runtime) counts neither as a pass nor as a failure: every verdict
+//!   and counter stays as it was (docs/local-faults.md);
 //! - `downtime`/`downstart` count every state but `up` (Angie counts `checking` too), and
 //!   `fails` counts failed probes and passive failures.
 
@@ -128,6 +137,8 @@ pub struct ProbeStats {
     /// The last result's detail ("status 200", "timeout"…).
     pub last_detail: String,
     pub last_duration: Option<Duration>,
+    /// Runs that could not reach a verdict for a local reason (not counted above).
+    pub local_faults: u64,
 }
 
 /// A probe's own verdict.
@@ -169,6 +180,9 @@ pub struct ServerHealth {
     downstart: Option<Instant>,
     /// When the current state began (membership's removal cap orders failures by it).
     since: Instant,
+    /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
+    /// `checking` it may still hold established flows.
+    was_up_before: bool,
 }
 
 impl ServerHealth {
@@ -215,6 +229,7 @@ impl ServerHealth {
             downtime: Duration::ZERO,
             downstart: state.is_down().then_some(now),
             since: now,
+            was_up_before: start == StartState::ReloadedWasUp,
         }
     }
 
@@ -225,6 +240,12 @@ impl ServerHealth {
     /// When the current state began (creation, for the initial state).
     pub fn state_since(&self) -> Instant {
         self.since
+    }
+
+    /// It was in traffic before this state machine started (a reload or restart kept it
+    /// up), so it may hold established flows while `checking`.
+    pub fn was_up_before(&self) -> bool {
+        self.was_up_before
     }
 
     /// May get client traffic (health only; admin states are applied elsewhere).
@@ -241,6 +262,11 @@ impl ServerHealth {
     ) -> Option<Transition> {
         let track = self.probes.get_mut(idx)?;
         let s = &mut track.stats;
+        if outcome.local {
+            // The agent's own host failed, not the server: the last verdict stays.
+            s.local_faults += 1;
+            return None;
+        }
         s.count += 1;
         s.last = Some(now);
         s.last_result = Some(outcome.ok);
@@ -273,6 +299,11 @@ impl ServerHealth {
         }
         let p = self.passive.policy();
         self.unavailable_until = Some(now + p.fail_timeout);
+        // The return needs every probe to pass afresh (Angie: all probes must pass).
+        for t in &mut self.probes {
+            t.verdict = Verdict::Unknown;
+            t.stats.passes = 0;
+        }
         let cause = format!(
             "passive: {} within {:?}",
             plural(p.max_fails, "failure"),
@@ -286,22 +317,28 @@ impl ServerHealth {
         self.passive.success();
     }
 
-    /// Ends `unavailable` once its `fail_timeout` has elapsed. Call it at
-    /// [`next_deadline`](Self::next_deadline) (or often).
+    /// Ends `unavailable` once its `fail_timeout` has elapsed — at once without probes,
+    /// else when every probe has passed since the removal (then, if they have not yet,
+    /// the next probe result ends it). Call it at [`next_deadline`](Self::next_deadline)
+    /// (or often).
     pub fn tick(&mut self, now: Instant) -> Option<Transition> {
         let until = self.unavailable_until?;
         if self.state != HealthState::Unavailable || now < until {
             return None;
         }
         self.unavailable_until = None;
-        // On probation, as nginx: one more failure within fail_timeout makes it
-        // unavailable again, one success clears the count.
-        self.passive.probation(now);
-        let cause = format!(
-            "passive: fail_timeout {:?} elapsed",
-            self.passive.policy().fail_timeout
-        );
-        self.go(HealthState::Up, cause, now)
+        let timeout = self.passive.policy().fail_timeout;
+        if self.probes.is_empty() {
+            return self
+                .return_from_passive(format!("passive: fail_timeout {timeout:?} elapsed"), now);
+        }
+        if self.all_passed() {
+            return self.return_from_passive(
+                format!("passive: fail_timeout {timeout:?} elapsed and all probes passed"),
+                now,
+            );
+        }
+        None
     }
 
     /// When [`tick`](Self::tick) has something to do.
@@ -359,9 +396,21 @@ impl ServerHealth {
                 }
             }
             HealthState::Up | HealthState::Unavailable => {
-                let cause = self.failed_cause()?;
-                self.unavailable_until = None;
-                self.go(HealthState::Unhealthy, cause, now)
+                if let Some(cause) = self.failed_cause() {
+                    self.unavailable_until = None;
+                    return self.go(HealthState::Unhealthy, cause, now);
+                }
+                // Unavailable past its fail_timeout, waiting for the probes' confirmation.
+                if self.state == HealthState::Unavailable
+                    && self.unavailable_until.is_none()
+                    && self.all_passed()
+                {
+                    return self.return_from_passive(
+                        "passive: all probes passed after fail_timeout".into(),
+                        now,
+                    );
+                }
+                None
             }
             HealthState::Unhealthy => {
                 if self.probes.iter().any(|t| t.verdict != Verdict::Passed) {
@@ -372,6 +421,16 @@ impl ServerHealth {
                 self.go(HealthState::Up, "all probes passed".into(), now)
             }
         }
+    }
+
+    fn all_passed(&self) -> bool {
+        self.probes.iter().all(|t| t.verdict == Verdict::Passed)
+    }
+
+    /// Back to `up` from `unavailable`, with the full `max_fails` tolerance.
+    fn return_from_passive(&mut self, cause: String, now: Instant) -> Option<Transition> {
+        self.passive.success();
+        self.go(HealthState::Up, cause, now)
     }
 
     /// "probe NAME: N consecutive failures (DETAIL)" for the first failed probe.

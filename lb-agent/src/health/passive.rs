@@ -51,10 +51,4 @@ impl PassiveWindow {
     pub(super) fn success(&mut self) {
         self.failures.clear();
     }
-
-    /// After an unavailable period: one failure short of `max_fails`, as of `now`.
-    pub(super) fn probation(&mut self, now: Instant) {
-        let keep = (self.policy.max_fails as usize).saturating_sub(1);
-        self.failures = std::iter::repeat_n(now, keep).collect();
-    }
 }

@@ -330,17 +330,91 @@ fn unavailable_ends_after_fail_timeout() {
 }
 
 #[test]
-fn failure_right_after_unavailable_makes_it_unavailable_again() {
+fn after_unavailable_the_passive_count_starts_afresh() {
     let t0 = Instant::now();
     let mut h = up_server(&[], passive(3), t0);
     for _ in 0..3 {
         h.on_passive_failure(t0);
     }
     h.tick(t0 + secs(10)).expect("back up");
+    assert_eq!(
+        h.on_passive_failure(t0 + secs(11)),
+        None,
+        "one spurious signal after the return must not eject it again"
+    );
+    assert_eq!(h.on_passive_failure(t0 + secs(12)), None, "2 of 3");
     let tr = h
-        .on_passive_failure(t0 + secs(11))
-        .expect("on probation: one failure is enough");
+        .on_passive_failure(t0 + secs(13))
+        .expect("max_fails fresh failures eject it again");
     assert_eq!(tr.to, HealthState::Unavailable);
+}
+
+#[test]
+fn passive_removal_with_probes_ends_only_when_every_probe_passed_afresh() {
+    let t0 = Instant::now();
+    // An always probe (passes 2) and an onfail one: both must confirm.
+    let mut onfail = probe("confirm", 1, 1);
+    onfail.mode = ProbeMode::Onfail;
+    let probes = [probe("health", 1, 2), onfail];
+    let mut h = up_server(&probes, passive(1), t0);
+    h.on_passive_failure(t0).expect("max_fails = 1");
+    assert_eq!(h.state(), HealthState::Unavailable);
+    // The always probe passes twice before fail_timeout; the onfail one has not run.
+    assert_eq!(h.on_probe(0, &ok(), t0 + secs(2)), None);
+    assert_eq!(h.on_probe(0, &ok(), t0 + secs(4)), None);
+    assert_eq!(
+        h.tick(t0 + secs(10)),
+        None,
+        "fail_timeout over, but the onfail probe has not confirmed"
+    );
+    assert_eq!(h.state(), HealthState::Unavailable);
+    assert_eq!(
+        h.next_deadline(),
+        None,
+        "nothing time-driven left to wait for"
+    );
+    let tr = h
+        .on_probe(1, &ok(), t0 + secs(11))
+        .expect("every probe passed since the removal");
+    assert_eq!(
+        (tr.from, tr.to, tr.cause.as_str()),
+        (
+            HealthState::Unavailable,
+            HealthState::Up,
+            "passive: all probes passed after fail_timeout"
+        )
+    );
+}
+
+#[test]
+fn passive_removal_confirmed_before_fail_timeout_ends_at_fail_timeout() {
+    let t0 = Instant::now();
+    let probes = [probe("health", 1, 1)];
+    let mut h = up_server(&probes, passive(1), t0);
+    h.on_passive_failure(t0).expect("max_fails = 1");
+    assert_eq!(
+        h.on_probe(0, &ok(), t0 + secs(1)),
+        None,
+        "fail_timeout is the shortest removal"
+    );
+    let tr = h
+        .tick(t0 + secs(10))
+        .expect("confirmed and fail_timeout over");
+    assert_eq!(
+        tr.cause,
+        "passive: fail_timeout 10s elapsed and all probes passed"
+    );
+}
+
+#[test]
+fn a_probe_pass_from_before_the_passive_removal_does_not_confirm() {
+    let t0 = Instant::now();
+    let probes = [probe("health", 1, 1)];
+    // The probe passed at t0 (up_server); the removal comes later.
+    let mut h = up_server(&probes, passive(1), t0);
+    h.on_passive_failure(t0 + secs(1)).expect("max_fails = 1");
+    assert_eq!(h.tick(t0 + secs(11)), None, "no pass since the removal");
+    assert_eq!(h.state(), HealthState::Unavailable);
 }
 
 #[test]
@@ -358,14 +432,10 @@ fn one_success_resets_passive_count() {
     assert_eq!(h.on_passive_failure(t0 + secs(4)), None, "2 of 3");
     assert!(h.on_passive_failure(t0 + secs(5)).is_some(), "3 of 3");
 
-    // After an unavailable period too: one success ends the probation.
+    // After an unavailable period the count is fresh too.
     h.tick(t0 + secs(15)).expect("back up");
     h.on_passive_success(t0 + secs(16));
-    assert_eq!(
-        h.on_passive_failure(t0 + secs(17)),
-        None,
-        "probation ended by the success"
-    );
+    assert_eq!(h.on_passive_failure(t0 + secs(17)), None, "count restarted");
 }
 
 #[test]
@@ -448,4 +518,33 @@ fn probe_stats_follow_results() {
     assert_eq!(s.last_duration, Some(Duration::from_millis(2)));
     assert_eq!(h.probes().map(|(n, _)| n).collect::<Vec<_>>(), ["health"]);
     assert_eq!(h.on_probe(7, &bad(), t0), None, "unknown index ignored");
+}
+
+#[test]
+fn a_local_fault_keeps_every_verdict_and_counter() {
+    let t0 = Instant::now();
+    let probes = [probe("health", 1, 1)];
+    let mut h = up_server(&probes, NO_PASSIVE, t0);
+    let emfile = ProbeOutcome::local_fault(
+        Duration::ZERO,
+        "local fault: out of file descriptors (EMFILE)",
+    );
+    for i in 0..5 {
+        assert_eq!(h.on_probe(0, &emfile, t0 + secs(i)), None, "no transition");
+    }
+    assert_eq!(h.state(), HealthState::Up);
+    let s = h.probe_stats(0).unwrap();
+    assert_eq!(
+        (s.count, s.fails, s.failures),
+        (1, 0, 0),
+        "not counted: {s:?}"
+    );
+    assert_eq!(s.local_faults, 5);
+    assert_eq!(s.last_result, Some(true), "the last verdict stays");
+
+    // Unhealthy stays unhealthy too: a local fault is no pass either.
+    h.on_probe(0, &bad(), t0 + secs(10)).expect("unhealthy");
+    assert_eq!(h.on_probe(0, &emfile, t0 + secs(11)), None);
+    assert_eq!(h.state(), HealthState::Unhealthy);
+    assert_eq!(h.probe_stats(0).unwrap().fails, 1);
 }

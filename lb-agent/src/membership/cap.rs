@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, net::SocketAddr};
 
 use tokio::time::Instant;
 
-use super::{Admin, MemberHealth, MemberInput};
+use super::{Admin, MemberInput};
 
 /// A group where the cap holds unhealthy servers in traffic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,10 +26,14 @@ pub(super) struct Capped {
 pub(super) fn apply(servers: &[MemberInput], pct: u8) -> Vec<Capped> {
     let pct = u64::from(pct.min(100));
     let mut groups: BTreeMap<u32, (usize, Vec<(Instant, SocketAddr)>)> = BTreeMap::new();
-    for s in servers.iter().filter(|s| s.admin == Admin::Up) {
+    // A `checking` server was never let in by health: neither in `n` nor removable.
+    for s in servers
+        .iter()
+        .filter(|s| s.admin == Admin::Up && !s.health.is_checking())
+    {
         let (n, unhealthy) = groups.entry(s.backup).or_default();
         *n += 1;
-        if let MemberHealth::Unusable { since } = s.health {
+        if let Some(since) = s.health.unusable_since() {
             unhealthy.push((since, s.key));
         }
     }

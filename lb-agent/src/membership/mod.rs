@@ -5,41 +5,52 @@
 //!
 //! # Rules, in the order they are applied
 //!
-//! 1. **Usable.** A server is usable when its health is [`MemberHealth::Usable`] and its
-//!    admin state is [`Admin::Up`] (or the removal cap holds it, step 2). Admin `drain` makes
-//!    a server [`Role::Sticky`] (no new flows, pinned flows continue) while it is healthy,
-//!    [`Role::Removed`] once it is not; admin `down` is always `Removed`. Admin states
-//!    are honoured whatever the cap, the spares or the backup levels say; only fail-open
-//!    (step 5) makes a drained server take new flows again.
+//! Roles: [`Role::Active`] takes new flows and keeps its pinned ones; [`Role::Sticky`] takes
+//! no new flow but keeps its established TCP flows until they end (pinned UDP flows and a
+//! SYN reusing a pinned 5-tuple move); [`Role::Removed`] is out, its flows re-hash.
+//! **Health never breaks a working TCP connection:** every exit for a health or
+//! membership reason (unhealthy, unavailable, checking after having been up, drained,
+//! idle or retired spare, inactive backup level) is `Sticky`; only admin `down`, a
+//! server that was never in traffic (`checking` from new) and, in the publisher, an
+//! unknown MAC are `Removed`.
+//!
+//! 1. **Healthy.** A server is *healthy* when its health is [`MemberHealth::Usable`] and
+//!    its admin state is [`Admin::Up`]. Only healthy servers count for the decisions
+//!    below (spares, backup levels, fail-open). Admin `drain` makes a server `Sticky`
+//!    whatever its health; admin `down` is always `Removed`. Admin states are honoured
+//!    whatever the cap, the spares or the backup levels say; only fail-open (step 5) makes
+//!    a drained server take new flows again.
 //! 2. **Removal cap** (Azure `WEBSITE_HEALTHCHECK_MAXUNHEALTHYWORKERPERCENT`, our
 //!    `max_unhealthy_percent`, default 100). Per group (the primary group with its spares,
-//!    and each backup level), with `n` = the group's servers whose admin state is `up`,
-//!    health may remove at most `floor(n × pct / 100)` of them at once. When more are
-//!    unhealthy, the ones that became unhealthy first (earliest `since`; equal `since`:
-//!    lower address first) are removed and the rest — the most recent failures — are held
-//!    in traffic: they count as usable for every step below, and a note says so. Drained
-//!    and down servers are neither in `n` nor in the count: an operator's decision never
-//!    uses up health's budget. Example: 4 servers at 50% → at most 2 removed; with 3
-//!    unhealthy, the latest to fail stays in.
+//!    and each backup level), with `n` = the group's servers whose admin state is `up`
+//!    (and not `checking`), health may remove at most `floor(n × pct / 100)` of them at
+//!    once. When more are unusable, the ones that became unusable first (earliest
+//!    `since`; equal `since`: lower address first) are removed and the rest — the most
+//!    recent failures — are *held*: they stay `Active` while their group is the active
+//!    level, and a note says so. A held server is **not healthy**: it never makes its
+//!    group usable, never covers missing weight for spares and never keeps fail-open
+//!    from starting. Drained and down servers are neither in `n` nor in the count: an
+//!    operator's decision never uses up health's budget. Example: 4 servers at 50% → at
+//!    most 2 removed; with 3 unusable, the latest to fail stays in.
 //! 3. **Spares** (`spare = true`, primary group only; a `spare` flag on a backup server is
 //!    ignored — config validation rejects it). `main_weight` is the total weight of the
 //!    primary group's non-spare servers, whatever their state (so a spare also covers a
 //!    primary drained or downed for maintenance); `active_weight` the total weight of the
-//!    usable ones. While `active_weight < main_weight`, the fewest usable spares whose
-//!    weights cover the deficit run; when they cannot cover it, every usable spare runs.
-//!    From one computation to the next: spares that became unusable stop at once; while
+//!    healthy ones. While `active_weight < main_weight`, the fewest healthy spares whose
+//!    weights cover the deficit run; when they cannot cover it, every healthy spare runs.
+//!    From one computation to the next: spares that became unhealthy stop at once; while
 //!    the running ones fall short, the idle spare with the largest weight joins first; then
 //!    running spares no longer needed retire, smallest weight first, as long as the rest
 //!    still cover the deficit. If health changes leave more spares running than the fewest
 //!    that could cover the deficit (a larger spare came back), the running set is chosen
 //!    afresh, largest first. Ties between equal weights go by address: the lower address
 //!    joins first and retires last. A spare of weight 0 never runs. An idle (or retired)
-//!    usable spare is `Sticky`: flows already pinned to it stay while it is healthy. A
-//!    primary group with no non-spare server has `main_weight` 0 and never runs its spares.
-//! 4. **Backup levels.** The primary group (level 0: its usable primaries plus running
-//!    spares) and each backup level `1..` are *usable* when one of their servers is usable
-//!    and has a weight above 0. One level is active; servers of other levels are `Sticky`
-//!    when usable, `Removed` when not. Which level, per [`BackupSwitch`]:
+//!    spare is `Sticky`: flows already pinned to it stay. A primary group with no
+//!    non-spare server has `main_weight` 0 and never runs its spares.
+//! 4. **Backup levels.** The primary group (level 0: its healthy primaries plus running
+//!    spares) and each backup level `1..` are *usable* when one of their servers is
+//!    healthy and has a weight above 0 (servers the cap holds do not count). One level is
+//!    active; servers of other levels are `Sticky`. Which level, per [`BackupSwitch`]:
 //!    - `TryPrimaryEachFlow` (default): the lowest usable level, re-evaluated at every
 //!      computation — back to the primaries as soon as one is usable.
 //!    - `RetryAfter(d)`: stay on the active level while it is usable; lower levels (the
@@ -54,14 +65,20 @@
 //!      backup level: the search is cyclic).
 //!
 //!    While no level is usable the active level is left unchanged.
-//! 5. **Fail-open.** When no level is usable: with `fail_open = true` (default) every
-//!    server whose admin state is not `down` is `Active` — traffic spreads over them all
-//!    rather than being black-holed — and [`Outcome::fail_open`] is set; with
-//!    `fail_open = false` no server is `Active` (the data plane drops and counts).
+//! 5. **Fail-open, in tiers.** When no level is usable (no healthy server anywhere):
+//!    - with `fail_open = true` (default), tier 1: every server not `down` and not
+//!      `checking` that is only *suspect* — out for passive checks only (`unavailable`),
+//!      held by the cap, or healthy but drained — is `Active`, over every level;
+//!      tier 2, only when tier 1 is empty: every server not `down` and not `checking`,
+//!      probe-failing (`unhealthy`) ones included. [`Outcome::fail_open_tier`] says which;
+//!      the others are `Sticky`. No server at all: as `fail_open = false`.
+//!    - with `fail_open = false`, no level takes new flows, except that the servers the
+//!      cap holds in the active level stay `Active` (the cap's promise: at most `pct`%
+//!      of the group removed by health); with none held, the data plane drops and counts.
 //!
 //! [`Outcome::changes`] holds a human-readable note for every transition (a spare starting
-//! or stopping, a level switch, the cap holding or releasing a server, fail-open starting
-//! or ending); a computation that changes nothing adds none.
+//! or stopping, a level switch, the cap holding or releasing a server, fail-open starting,
+//! changing tier or ending); a computation that changes nothing adds none.
 
 use std::{collections::BTreeSet, fmt, net::SocketAddr, time::Duration};
 
@@ -81,9 +98,27 @@ mod tests;
 pub enum MemberHealth {
     /// Up: may take traffic.
     Usable,
-    /// Checking, unhealthy or unavailable, since `since` (the removal cap keeps the most
-    /// recent failures in traffic).
-    Unusable { since: Instant },
+    /// Out for passive checks only (`unavailable`) since `since`: suspect, not proven dead.
+    Passive { since: Instant },
+    /// Failing an active probe (`unhealthy`) since `since`.
+    Failing { since: Instant },
+    /// Has not passed its essential probes yet (`checking`). `was_up`: it was in traffic
+    /// before (a reload changed its probes, a restart adopted it), so it may hold flows.
+    Checking { was_up: bool },
+}
+
+impl MemberHealth {
+    /// When it became unusable (`Passive`, `Failing`): the cap orders failures by it.
+    fn unusable_since(self) -> Option<Instant> {
+        match self {
+            MemberHealth::Passive { since } | MemberHealth::Failing { since } => Some(since),
+            _ => None,
+        }
+    }
+
+    fn is_checking(self) -> bool {
+        matches!(self, MemberHealth::Checking { .. })
+    }
 }
 
 /// Operator's state of a server, separate from health.
@@ -91,7 +126,7 @@ pub enum MemberHealth {
 pub enum Admin {
     #[default]
     Up,
-    /// No new flows; pinned flows continue while the server is healthy.
+    /// No new flows; established TCP flows continue (healthy or not).
     Drain,
     /// Out, pinned flows re-hash.
     Down,
@@ -152,14 +187,17 @@ pub struct Outcome {
     pub spares: Vec<(SocketAddr, SpareStatus)>,
     /// Total weight of the primary group's non-spare servers.
     pub main_weight: u32,
-    /// Total weight of the primary group's usable non-spare servers (held ones included).
+    /// Total weight of the primary group's healthy non-spare servers (held ones excluded).
     pub active_weight: u32,
     /// Running spares.
     pub spare_num: usize,
     /// 0 = the primary group.
     pub active_backup_level: u32,
-    /// No level is usable and `fail_open` spreads traffic over every server not down.
+    /// No level is usable and `fail_open` spreads traffic over suspect or all servers.
     pub fail_open: bool,
+    /// 0: not failing open; 1: over suspect servers (passive, held, drained); 2: over
+    /// every server not down, probe-failing ones included.
+    pub fail_open_tier: u8,
     /// Unusable servers the removal cap keeps in traffic, in input order.
     pub held_by_cap: Vec<SocketAddr>,
     /// Compute again at this instant even if no input changes (a `RetryAfter` try is due).
@@ -186,7 +224,9 @@ enum Blackout {
     /// Some level is usable.
     #[default]
     No,
-    FailOpen,
+    /// Fail-open over tier 1 (suspect servers) or tier 2 (every server not down).
+    FailOpen(u8),
+    /// No new flows (except to servers the cap holds in the active level).
     Drop,
 }
 
@@ -251,29 +291,28 @@ impl ServiceMembership {
         for k in self.held.difference(&held) {
             changes.push(format!("removal cap: {k} no longer held in traffic"));
         }
-        let usable = |s: &MemberInput| {
-            s.admin == Admin::Up && (s.health == MemberHealth::Usable || held.contains(&s.key))
-        };
+        // 1. Only healthy servers decide (held ones do not).
+        let healthy = |s: &MemberInput| s.admin == Admin::Up && s.health == MemberHealth::Usable;
 
         // 3. Spares.
         let primaries = || servers.iter().filter(|s| s.backup == 0 && !s.is_spare());
         let main_weight = primaries().fold(0u32, |a, s| a.saturating_add(s.weight));
         let active_weight = primaries()
-            .filter(|s| usable(s))
+            .filter(|s| healthy(s))
             .fold(0u32, |a, s| a.saturating_add(s.weight));
         let deficit = main_weight.saturating_sub(active_weight);
         let candidates: Vec<(SocketAddr, u32)> = servers
             .iter()
-            .filter(|s| s.is_spare() && usable(s) && s.weight > 0)
+            .filter(|s| s.is_spare() && healthy(s) && s.weight > 0)
             .map(|s| (s.key, s.weight))
             .collect();
         let mut running = spares::select(&candidates, &self.running_spares, deficit);
 
         // 4. Backup levels.
-        let primary_usable = primaries().any(|s| usable(s) && s.weight > 0) || !running.is_empty();
+        let primary_usable = primaries().any(|s| healthy(s) && s.weight > 0) || !running.is_empty();
         let mut usable_levels: BTreeSet<u32> = servers
             .iter()
-            .filter(|s| s.backup > 0 && usable(s) && s.weight > 0)
+            .filter(|s| s.backup > 0 && healthy(s) && s.weight > 0)
             .map(|s| s.backup)
             .collect();
         if primary_usable {
@@ -309,32 +348,63 @@ impl ServiceMembership {
         self.primary_usable = primary_usable;
         let active = self.levels.level;
 
-        // 5. Fail-open.
-        let blackout = match (usable_levels.is_empty(), policy.fail_open) {
-            (false, _) => Blackout::No,
-            (true, true) if servers.iter().any(|s| s.admin != Admin::Down) => Blackout::FailOpen,
-            (true, _) => Blackout::Drop,
+        // 5. Fail-open, in tiers.
+        let eligible = |s: &MemberInput, tier: u8| {
+            s.admin != Admin::Down
+                && !s.health.is_checking()
+                && (tier >= 2
+                    || matches!(
+                        s.health,
+                        MemberHealth::Usable | MemberHealth::Passive { .. }
+                    )
+                    || held.contains(&s.key))
         };
+        let blackout = if !usable_levels.is_empty() {
+            Blackout::No
+        } else if !policy.fail_open {
+            Blackout::Drop
+        } else if servers.iter().any(|s| eligible(s, 1)) {
+            Blackout::FailOpen(1)
+        } else if servers.iter().any(|s| eligible(s, 2)) {
+            Blackout::FailOpen(2)
+        } else {
+            Blackout::Drop
+        };
+        let held_active = servers
+            .iter()
+            .filter(|s| s.backup == active && !s.is_spare() && held.contains(&s.key))
+            .count();
         if blackout != self.blackout {
-            match self.blackout {
-                Blackout::No => {}
-                Blackout::FailOpen => changes.push(format!(
+            match (self.blackout, blackout) {
+                (Blackout::FailOpen(_), Blackout::No) => changes.push(format!(
                     "fail-open ended: {} has a usable server",
                     Level(active)
                 )),
-                Blackout::Drop => changes.push(format!(
+                (Blackout::Drop, Blackout::No) => changes.push(format!(
                     "usable server again: {} takes new flows",
                     Level(active)
                 )),
+                _ => {}
             }
             match blackout {
                 Blackout::No => {}
-                Blackout::FailOpen => changes.push(
-                    "fail-open: every server unusable, spreading over all servers not down"
+                Blackout::FailOpen(1) => changes.push(
+                    "fail-open tier 1: no healthy server; spreading over the servers out only \
+                     for passive checks, held by the removal cap or drained"
                         .to_string(),
                 ),
+                Blackout::FailOpen(_) => changes.push(
+                    "fail-open tier 2: no healthy or suspect server left; spreading over every \
+                     server not down, probe-failing ones included"
+                        .to_string(),
+                ),
+                Blackout::Drop if held_active > 0 => changes.push(format!(
+                    "no healthy server: new flows go only to the {held_active} server(s) the \
+                     removal cap holds in {} (fail_open = false)",
+                    Level(active)
+                )),
                 Blackout::Drop => changes.push(
-                    "no usable server: new flows are dropped (fail_open = false)".to_string(),
+                    "no healthy server: new flows are dropped (fail_open = false)".to_string(),
                 ),
             }
         }
@@ -374,24 +444,20 @@ impl ServiceMembership {
         let roles = servers
             .iter()
             .map(|s| {
-                let role = if blackout == Blackout::FailOpen {
-                    if s.admin == Admin::Down {
-                        Role::Removed
-                    } else {
-                        Role::Active
-                    }
-                } else {
-                    match s.admin {
-                        Admin::Down => Role::Removed,
-                        Admin::Drain if s.health == MemberHealth::Usable => Role::Sticky,
-                        Admin::Drain => Role::Removed,
-                        Admin::Up if !usable(s) => Role::Removed,
-                        Admin::Up if blackout == Blackout::Drop || s.backup != active => {
-                            Role::Sticky
-                        }
-                        Admin::Up if s.is_spare() && !running.contains(&s.key) => Role::Sticky,
-                        Admin::Up => Role::Active,
-                    }
+                let role = match (s.admin, s.health, blackout) {
+                    (Admin::Down, _, _) => Role::Removed,
+                    // Never in traffic: nothing pinned to keep.
+                    (_, MemberHealth::Checking { was_up: false }, _) => Role::Removed,
+                    (_, MemberHealth::Checking { was_up: true }, _) => Role::Sticky,
+                    (_, _, Blackout::FailOpen(tier)) if eligible(s, tier) => Role::Active,
+                    (_, _, Blackout::FailOpen(_)) => Role::Sticky,
+                    (Admin::Drain, _, _) => Role::Sticky,
+                    _ if !healthy(s) && !held.contains(&s.key) => Role::Sticky,
+                    _ if s.backup != active => Role::Sticky,
+                    // fail_open = false with no healthy server: only the cap's promise.
+                    (_, _, Blackout::Drop) if !held.contains(&s.key) => Role::Sticky,
+                    _ if s.is_spare() && !running.contains(&s.key) => Role::Sticky,
+                    _ => Role::Active,
                 };
                 (s.key, role)
             })
@@ -417,6 +483,10 @@ impl ServiceMembership {
         let spare_num = running.len();
         self.running_spares = running;
         self.held = held;
+        let fail_open_tier = match blackout {
+            Blackout::FailOpen(t) => t,
+            _ => 0,
+        };
         Outcome {
             roles,
             spares,
@@ -424,7 +494,8 @@ impl ServiceMembership {
             active_weight,
             spare_num,
             active_backup_level: active,
-            fail_open: blackout == Blackout::FailOpen,
+            fail_open: fail_open_tier > 0,
+            fail_open_tier,
             held_by_cap,
             recheck_at: self.levels.recheck_at(policy.backup_switch),
             changes,

@@ -12,6 +12,7 @@
 mod datagram;
 mod http;
 mod icmp;
+mod local;
 mod schedule;
 mod stream;
 mod tls;
@@ -23,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::config::{ProbeConfig, ProbeKind};
 
+pub use local::STARVED_MIN_LATE;
 pub use schedule::{
     NetProber, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals, SharedSignals,
     first_run_offset, spawn, spawn_with,
@@ -42,6 +44,9 @@ pub struct ProbeOutcome {
     /// the failure is known at once, which is what makes a refusing server leave traffic
     /// faster than a silent one (DESIGN.md §5, detection bound). Always false when `ok`.
     pub immediate: bool,
+    /// It failed for a local reason (descriptors, buffers, memory, ports, no route, a
+    /// starved agent): no verdict about the server ([`local`](self) module).
+    pub local: bool,
 }
 
 impl ProbeOutcome {
@@ -52,6 +57,7 @@ impl ProbeOutcome {
             duration,
             detail: detail.into(),
             immediate: false,
+            local: false,
         }
     }
 
@@ -62,6 +68,18 @@ impl ProbeOutcome {
             duration,
             detail: detail.into(),
             immediate: true,
+            local: false,
+        }
+    }
+
+    /// No verdict: the probe could not run properly for a local reason.
+    pub fn local_fault(duration: Duration, detail: impl Into<String>) -> Self {
+        ProbeOutcome {
+            ok: false,
+            duration,
+            detail: detail.into(),
+            immediate: true,
+            local: true,
         }
     }
 
@@ -72,6 +90,7 @@ impl ProbeOutcome {
             duration: timeout,
             detail: "timeout".into(),
             immediate: false,
+            local: false,
         }
     }
 }
@@ -127,6 +146,19 @@ pub(crate) enum ProbeError {
 }
 
 impl ProbeError {
+    /// Why this error is a local fault (the agent's host, not the server), if it is.
+    fn local_cause(&self, target: SocketAddr) -> Option<String> {
+        let io = match self {
+            ProbeError::Connect { source }
+            | ProbeError::Io { source, .. }
+            | ProbeError::Tls { source }
+            | ProbeError::Icmp { source } => source,
+            ProbeError::Http { source } => std::error::Error::source(source)?.downcast_ref()?,
+            _ => return None,
+        };
+        local::cause(io, target)
+    }
+
     /// Maps a connect error: a refusal is its own, common, verdict.
     fn connect(source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -155,13 +187,26 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     };
     match tokio::time::timeout(cfg.timeout, run).await {
         Ok(Ok(detail)) => ProbeOutcome::pass(start.elapsed(), detail),
-        Ok(Err(e)) => ProbeOutcome::fail(start.elapsed(), e.to_string()),
+        Ok(Err(e)) => match e.local_cause(addr) {
+            Some(cause) => ProbeOutcome::local_fault(start.elapsed(), format!("{cause}: {e}")),
+            None => ProbeOutcome::fail(start.elapsed(), e.to_string()),
+        },
         // udp: silence is the answer when no reply is expected (only an ICMP
         // port-unreachable would have failed it).
         Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() => {
             ProbeOutcome::pass(cfg.timeout, "no reply (none expected)")
         }
-        Err(_) => ProbeOutcome::timed_out(cfg.timeout),
+        Err(_) => {
+            let late = start.elapsed().saturating_sub(cfg.timeout);
+            if local::starved(cfg.timeout, late) {
+                ProbeOutcome::local_fault(
+                    start.elapsed(),
+                    format!("local fault: timeout fired {late:?} late (agent starved)"),
+                )
+            } else {
+                ProbeOutcome::timed_out(cfg.timeout)
+            }
+        }
     }
 }
 

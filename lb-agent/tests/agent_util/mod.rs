@@ -16,7 +16,7 @@ use lb_agent::dataplane::memory::MemoryDataplane;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
 use lb_agent::status::{ServerStatus, ServiceStatus, Snapshot};
-use lb_common::maps::BACKEND_F_LIVE;
+use lb_common::maps::{BACKEND_F_LIVE, BACKEND_F_SERVING};
 use lb_common::{MAGLEV_RING_SIZE, NO_BACKEND};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval, sleep, sleep_until};
@@ -50,6 +50,8 @@ pub enum Verdict {
     Refuse,
     /// Never answers: the probe fails when its timeout elapses.
     Silent,
+    /// Cannot run on this host (out of file descriptors): no verdict at all.
+    LocalFault,
 }
 
 /// One probe execution as the scripted prober saw it.
@@ -133,6 +135,10 @@ impl Prober for Scripted {
                 sleep(cfg.timeout).await;
                 ProbeOutcome::timed_out(cfg.timeout)
             }
+            Verdict::LocalFault => ProbeOutcome::local_fault(
+                Duration::ZERO,
+                "local fault: out of file descriptors (EMFILE): connect: Too many open files",
+            ),
         }
     }
 }
@@ -403,6 +409,14 @@ impl<N: Neighbors> Harness<N> {
         self.backend_ids(service, addr)
             .iter()
             .any(|id| dp.backends[id].flags & BACKEND_F_LIVE != 0)
+    }
+
+    /// Takes new flows (`BACKEND_F_SERVING`); `live` without it: keeps established flows.
+    pub fn serving(&self, service: &str, addr: SocketAddr) -> bool {
+        let dp = self.agent.dataplane();
+        self.backend_ids(service, addr)
+            .iter()
+            .any(|id| dp.backends[id].flags & BACKEND_F_SERVING != 0)
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {

@@ -332,8 +332,10 @@ fn publish(
             vip: nat_vip,
             proto: IPPROTO_TCP,
             nat: Some(NatSpec {
-                snat_ip: snat,
+                snat_ips: vec![snat],
                 ports: 20_000..=59_999,
+                source_rate: 0,
+                source_burst: 1,
             }),
             backends: backends(8080),
         },

@@ -119,6 +119,6 @@ fn ipv4_options_are_skipped_by_ihl() {
         "nat: IPv4 with options translated, checksums valid",
         &syn,
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
 }

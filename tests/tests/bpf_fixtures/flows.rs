@@ -84,7 +84,7 @@ fn nat_flow_rehash_moves_the_reverse_entry() {
         "nat: flow on backend 2",
         &syn,
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     lb.set_maglev_all(NAT4, 12);
     let mut b2 = lb.backend(2);
@@ -98,7 +98,7 @@ fn nat_flow_rehash_moves_the_reverse_entry() {
             input: ack.bytes(),
             action: XDP_TX,
             output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_REHASH, 1)],
+            counters: &[(TX_NAT_FORWARD, 1), (FLOW_REHASH, 1), (NAT_PORT_FIRST, 1)],
         },
     );
     let new_port = out_sport(&ack, &run.out);
@@ -203,4 +203,94 @@ fn maglev_slot_is_the_flow_hash_modulo_the_ring() {
             counters: &[(TX_DSR, 1), (FLOW_NEW, 1)],
         },
     );
+}
+
+#[test]
+fn a_backend_out_of_traffic_keeps_tcp_connections_but_not_new_syns_nor_udp() {
+    let mut lb = world(&[DSR4, DSR4_UDP, NAT4]);
+    lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, DSR4));
+    lb.set_backend(12, backend(ip4(10, 0, 1, 22), 8080, 12, NAT4));
+    let syn = to_vip(DSR4, CPORT, TCP_SYN);
+    lb.run(&syn.bytes());
+    let q = to_vip(DSR4_UDP, CPORT, 0);
+    lb.run(&q.bytes());
+    let nat_port = nat_forward(
+        &mut lb,
+        "nat flow on backend 2",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    nat_reply(
+        &mut lb,
+        "SYN-ACK",
+        &backend_reply(NAT4, nat_port, TCP_SYN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    // Health takes backends 1 and 2 out of traffic: live, not serving; the tables
+    // move to 9 and 12.
+    lb.set_maglev_all(DSR4, 9);
+    lb.set_maglev_all(DSR4_UDP, 9);
+    lb.set_maglev_all(NAT4, 12);
+    for id in [1, 2] {
+        let mut b = lb.backend(id);
+        b.flags = BACKEND_F_LIVE;
+        lb.set_backend(id, b);
+    }
+    let ack = to_vip(DSR4, CPORT, TCP_ACK);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "dsr: the established TCP connection stays on backend 1",
+            input: ack.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&ack, 1)),
+            counters: &[(TX_DSR, 1), (FLOW_HIT, 1)],
+        },
+    );
+    let again = nat_forward(
+        &mut lb,
+        "nat: the established connection stays on backend 2, same port",
+        &to_vip(NAT4, CPORT, TCP_ACK),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    assert_eq!(again, nat_port);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "dsr: a SYN reusing the 5-tuple is a new connection: re-hashed to 9",
+            input: syn.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&syn, 9)),
+            counters: &[(TX_DSR, 1), (FLOW_REHASH, 1)],
+        },
+    );
+    check(
+        &mut lb,
+        Fixture {
+            desc: "UDP flows move: re-hashed to 9",
+            input: q.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&q, 9)),
+            counters: &[(TX_DSR, 1), (FLOW_REHASH, 1)],
+        },
+    );
+    // Removed outright (no LIVE): the TCP connection moves too.
+    let mut b = lb.backend(2);
+    b.flags = 0;
+    lb.set_backend(2, b);
+    let run = check(
+        &mut lb,
+        Fixture {
+            desc: "nat: backend 2 not live: even the connection re-hashes",
+            input: to_vip(NAT4, CPORT, TCP_ACK).bytes(),
+            action: XDP_TX,
+            output: Out::Any,
+            counters: &[(TX_NAT_FORWARD, 1), (FLOW_REHASH, 1), (NAT_PORT_FIRST, 1)],
+        },
+    );
+    assert_eq!(run.out[5], backend_mac(12)[5], "toward backend 12");
 }

@@ -126,7 +126,7 @@ fn frames_for_other_macs_pass_untouched() {
         "nat SYN to our MAC",
         &to_vip(NAT4, CPORT, TCP_SYN),
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let entry = lb.nat_entry(&reply_key(NAT4, port)).expect("reverse entry");
     let reply = backend_reply(NAT4, port, TCP_SYN | TCP_ACK);
@@ -248,7 +248,7 @@ fn ip_lengths_must_agree_with_the_frame() {
             input,
             action: XDP_TX,
             output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
         },
     );
     let s = svc(NAT4);
@@ -365,7 +365,7 @@ fn tcp_data_offset_and_udp_length_must_fit_the_segment() {
         "nat UDP query",
         &to_vip(NAT4_UDP, CPORT, 0).payload(b"q"),
         NAT4_UDP,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let reply = backend_reply(NAT4_UDP, port, 0).payload(b"answer");
     refused(

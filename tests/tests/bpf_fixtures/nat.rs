@@ -12,7 +12,7 @@ fn nat_ipv4_tcp_forward_and_reply() {
         "nat: SYN to 10.0.0.101:80 becomes 10.0.0.2:port -> 10.0.1.12:8080",
         &syn,
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let flow = lb.flow(&client_key(NAT4, CPORT)).expect("nat flow entry");
     assert_eq!(flow.backend_id, 2, "pinned to backend 2");
@@ -106,7 +106,7 @@ fn nat_ipv4_udp_checksums() {
         "nat: UDP 10.0.0.101:53 becomes 10.0.0.2:port -> 10.0.1.13:5353",
         &q,
         NAT4_UDP,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let r = backend_reply(NAT4_UDP, port, 0).payload(b"answer");
     nat_reply(
@@ -130,7 +130,7 @@ fn nat_ipv4_udp_checksums() {
         "nat: UDP/IPv4 with checksum 0 keeps checksum 0",
         &q0,
         NAT4_UDP,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
 
     // A payload chosen so that the translated checksum computes to 0: it must be sent
@@ -177,7 +177,7 @@ fn nat_ipv6_tcp_and_udp() {
         "nat: IPv6 SYN to [fd00::101]:443 becomes [fd00::2]:port -> [fd00::12]:8443",
         &syn,
         NAT6,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let synack = backend_reply(NAT6, port, TCP_SYN | TCP_ACK);
     nat_reply(
@@ -200,7 +200,7 @@ fn nat_ipv6_tcp_and_udp() {
         "nat: IPv6 UDP translated",
         &q,
         NAT6_UDP,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let r = backend_reply(NAT6_UDP, uport, 0).payload(b"v6 answer");
     nat_reply(
@@ -222,7 +222,7 @@ fn nat_reinserts_an_evicted_reverse_entry() {
         "nat: first packet",
         &syn,
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     lb.remove_nat(&reply_key(NAT4, port));
     // A pinned flow verifies its reverse entry once per kernel tick (1/CONFIG_HZ s, at
@@ -244,7 +244,7 @@ fn nat_reinserts_an_evicted_reverse_entry() {
 }
 
 /// `lb_common::maps::nat_seconds` of CLOCK_MONOTONIC now (the clock of bpf_ktime_get_ns).
-fn now_nat_seconds() -> u32 {
+pub fn now_nat_seconds() -> u32 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -254,25 +254,32 @@ fn now_nat_seconds() -> u32 {
     lb_common::maps::nat_seconds(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
-/// A service with a single source port (30000) toward one backend, plus the key of that
-/// port's reverse entry.
+/// A TCP service with a single source port (30000) toward one backend, plus the key of
+/// that port's reverse entry.
 fn one_port_service(lb: &mut Lb) -> (std::net::IpAddr, FlowKey) {
+    one_port_service_of(lb, IPPROTO_TCP)
+}
+
+/// [`one_port_service`] of protocol `proto`.
+pub fn one_port_service_of(lb: &mut Lb, proto: u8) -> (std::net::IpAddr, FlowKey) {
     let vip = ip4(10, 0, 0, 103);
     lb.add_service(
         vip,
         80,
-        IPPROTO_TCP,
+        proto,
         ServiceMeta {
             service_id: 9,
             flags: SERVICE_F_NAT,
-            snat_addr: addr_words(ip4(10, 0, 0, 2)),
+            snat_addrs: [addr_words(ip4(10, 0, 0, 2)), [0; 4], [0; 4], [0; 4]],
+            snat_count: 1,
             nat_port_min: 30000,
             nat_port_max: 30000,
+            ..ServiceMeta::default()
         },
     );
     lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, 9));
     lb.set_maglev_all(9, 9);
-    let key = flow_key(ip4(10, 0, 1, 19), 80, ip4(10, 0, 0, 2), 30000, IPPROTO_TCP);
+    let key = flow_key(ip4(10, 0, 1, 19), 80, ip4(10, 0, 0, 2), 30000, proto);
     (vip, key)
 }
 
@@ -308,104 +315,15 @@ fn nat_drops_when_every_port_is_taken() {
 }
 
 #[test]
-fn nat_reclaims_the_port_of_a_closed_or_idle_connection() {
-    use lb_common::maps::{
-        NAT_CLOSED_REUSE, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_TCP_IDLE_REUSE,
-    };
-    let cases = [
-        (
-            "closed both ways, NAT_CLOSED_REUSE ago",
-            NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
-            NAT_CLOSED_REUSE + 1,
-            true,
-        ),
-        (
-            "closed both ways, just now",
-            NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
-            0,
-            false,
-        ),
-        (
-            "half closed, a while ago",
-            NAT_S_FIN_CLIENT,
-            NAT_CLOSED_REUSE + 1,
-            false,
-        ),
-        (
-            "open, idle past the TCP timeout",
-            0,
-            NAT_TCP_IDLE_REUSE + 1,
-            true,
-        ),
-    ];
-    // A SYN never answered (no SYN-ACK seen) frees its port as soon as a closed one does.
-    let mut lb = world(&[]);
-    let (vip, taken) = one_port_service(&mut lb);
-    lb.insert_nat(
-        taken,
-        NatValue {
-            last_seen: now_nat_seconds().wrapping_sub(NAT_CLOSED_REUSE + 1),
-            ..NatValue::default()
-        },
-    );
-    let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
-    check(
-        &mut lb,
-        Fixture {
-            desc: "unanswered SYN, a while ago: port reclaimed",
-            input: syn.bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
-        },
-    );
-    for (what, state, age, reclaimed) in cases {
-        let mut lb = world(&[]);
-        let (vip, taken) = one_port_service(&mut lb);
-        lb.insert_nat(
-            taken,
-            NatValue {
-                state: state | NAT_S_ESTABLISHED,
-                last_seen: now_nat_seconds().wrapping_sub(age),
-                ..NatValue::default()
-            },
-        );
-        let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
-        let (action, counters): (u32, &[(u32, u64)]) = if reclaimed {
-            (XDP_TX, &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)])
-        } else {
-            (XDP_DROP, &[(DROP_NAT_PORTS, 1)])
-        };
-        check(
-            &mut lb,
-            Fixture {
-                desc: what,
-                input: syn.bytes(),
-                action,
-                output: Out::Any,
-                counters,
-            },
-        );
-        let owner = lb.nat_entry(&taken).expect("the entry stays");
-        assert_eq!(
-            owner.client_port == CPORT.to_be(),
-            reclaimed,
-            "{what}: the port {} to the new flow",
-            if reclaimed { "must go" } else { "must not go" }
-        );
-    }
-}
-
-#[test]
 fn nat_notes_fin_and_rst_on_both_sides() {
-    use lb_common::maps::{NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
+    use lb_common::maps::{NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
     let mut lb = world(&[NAT4]);
     let port = nat_forward(
         &mut lb,
         "nat: SYN",
         &to_vip(NAT4, CPORT, TCP_SYN),
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let key = reply_key(NAT4, port);
     assert_eq!(lb.nat_entry(&key).unwrap().state, 0);
@@ -431,8 +349,8 @@ fn nat_notes_fin_and_rst_on_both_sides() {
     );
     assert_eq!(
         lb.nat_entry(&key).unwrap().state,
-        NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT,
-        "client FIN noted"
+        NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_CLIENT,
+        "the client's FIN, which also acknowledges the SYN-ACK, noted"
     );
     nat_reply(
         &mut lb,
@@ -444,8 +362,8 @@ fn nat_notes_fin_and_rst_on_both_sides() {
     );
     assert_eq!(
         lb.nat_entry(&key).unwrap().state,
-        NAT_S_ESTABLISHED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
-        "backend FIN noted"
+        NAT_S_ESTABLISHED | NAT_S_ACKED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+        "backend FIN noted (second: no NAT_S_BACKEND_FIRST)"
     );
     nat_reply(
         &mut lb,
@@ -471,7 +389,7 @@ fn nat_keeps_the_vlan_tag() {
         "nat: VLAN-tagged SYN translated behind its tag",
         &syn,
         NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1)],
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     let synack = backend_reply(NAT4, port, TCP_SYN | TCP_ACK).vlan(42);
     nat_reply(

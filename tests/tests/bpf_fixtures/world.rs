@@ -171,7 +171,7 @@ pub fn backend(addr: IpAddr, port: u16, id: u32, service_id: u32) -> Backend {
         addr: addr_words(addr),
         port: port.to_be(),
         family: family(addr),
-        flags: BACKEND_F_LIVE,
+        flags: BACKEND_F_LIVE | BACKEND_F_SERVING,
         mac: backend_mac(id),
         _pad: [0; 2],
         service_id,
@@ -188,13 +188,15 @@ pub fn world(tables: &[u32]) -> Lb {
         let meta = ServiceMeta {
             service_id: s.id,
             flags: if s.nat { SERVICE_F_NAT } else { 0 },
-            snat_addr: if s.nat {
-                addr_words(snat(s.vip))
+            snat_addrs: if s.nat {
+                [addr_words(snat(s.vip)), [0; 4], [0; 4], [0; 4]]
             } else {
-                [0; 4]
+                [[0; 4]; 4]
             },
+            snat_count: 1,
             nat_port_min: NAT_PORT_MIN,
             nat_port_max: NAT_PORT_MAX,
+            ..ServiceMeta::default()
         };
         lb.add_service(s.vip, s.port, s.proto, meta);
         if s.backend != 0 {

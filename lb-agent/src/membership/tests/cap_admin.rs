@@ -20,11 +20,14 @@ fn removal_cap_four_at_fifty_percent_removes_two_and_keeps_the_most_recent() {
     let o = svc.compute_at(t0 + s(3));
     assert_eq!(
         [role(&o, 1), role(&o, 2), role(&o, 3), role(&o, 4)],
-        [Role::Active, Role::Removed, Role::Removed, Role::Active],
-        "4 servers at 50%: at most 2 removed, the latest failure kept"
+        [Role::Active, Role::Sticky, Role::Sticky, Role::Active],
+        "4 servers at 50%: at most 2 removed (sticky: their flows stay), the latest failure kept"
     );
     assert_eq!(o.held_by_cap, vec![a(1)]);
-    assert_eq!(o.active_weight, 2, "a held server counts as usable");
+    assert_eq!(
+        o.active_weight, 1,
+        "a held server is in traffic but not healthy: it does not count"
+    );
     assert_note(
         &o,
         "removal cap: 3 of 4 servers of primary group unusable, at most 2 may be removed",
@@ -34,7 +37,7 @@ fn removal_cap_four_at_fifty_percent_removes_two_and_keeps_the_most_recent() {
     // One of the removed ones recovers: now only 2 unhealthy, both removed.
     svc.heal(2);
     let o = svc.compute_at(t0 + s(4));
-    assert_eq!((role(&o, 1), role(&o, 3)), (Role::Removed, Role::Removed));
+    assert_eq!((role(&o, 1), role(&o, 3)), (Role::Sticky, Role::Sticky));
     assert!(o.held_by_cap.is_empty());
     assert_note(&o, "removal cap: 10.0.1.1:80 no longer held in traffic");
 }
@@ -52,7 +55,7 @@ fn removal_cap_rounds_down_and_counts_each_group_alone() {
     // Primary group: floor(5 × 50 / 100) = 2 removed, server 3 held.
     assert_eq!(o.held_by_cap, vec![a(3)]);
     // Level 1: floor(2 × 50 / 100) = 1: server 21 may be removed.
-    assert_eq!(role(&o, 21), Role::Removed);
+    assert_eq!(role(&o, 21), Role::Sticky);
 }
 
 #[tokio::test(start_paused = true)]
@@ -68,7 +71,7 @@ async fn admin_down_is_removed_and_not_counted_by_the_cap() {
         "down is honoured"
     );
     // n = 2 servers up, floor(2 × 50 / 100) = 1: the two downs did not use the budget.
-    assert_eq!(role(&o, 3), Role::Removed);
+    assert_eq!(role(&o, 3), Role::Sticky);
     assert!(o.held_by_cap.is_empty(), "nothing held: {o:?}");
 
     // A second failure exceeds the budget of 1 (n = 2, not 4): the later one is held.
@@ -76,7 +79,7 @@ async fn admin_down_is_removed_and_not_counted_by_the_cap() {
     svc.fail(4);
     let o = svc.compute();
     assert_eq!(o.held_by_cap, vec![a(4)]);
-    assert_eq!((role(&o, 3), role(&o, 4)), (Role::Removed, Role::Active));
+    assert_eq!((role(&o, 3), role(&o, 4)), (Role::Sticky, Role::Active));
 
     // With a cap of 0, health removes nothing, but down is still out.
     let o = svc.with(capped(0)).compute();
@@ -102,8 +105,8 @@ async fn drain_is_sticky_and_a_spare_covers_it() {
     let o = svc.compute();
     assert_eq!(
         role(&o, 1),
-        Role::Removed,
-        "a drained server that fails loses its flows"
+        Role::Sticky,
+        "a drained server that fails keeps its established flows"
     );
 }
 
@@ -146,17 +149,14 @@ async fn fail_open_spreads_over_every_server_not_down() {
             Role::Active
         ],
     );
-    assert_note(
-        &o,
-        "fail-open: every server unusable, spreading over all servers not down",
-    );
+    assert_note(&o, "fail-open tier 2: no healthy or suspect server left");
 
     svc.heal(21);
     let o = svc.compute();
     assert!(!o.fail_open);
     assert_eq!(
         (o.active_backup_level, role(&o, 21), role(&o, 1)),
-        (1, Role::Active, Role::Removed)
+        (1, Role::Active, Role::Sticky)
     );
     assert_note(&o, "fail-open ended: backup level 1 has a usable server");
 }
@@ -176,6 +176,6 @@ async fn fail_closed_leaves_nothing_active() {
     );
     assert_note(
         &o,
-        "no usable server: new flows are dropped (fail_open = false)",
+        "no healthy server: new flows are dropped (fail_open = false)",
     );
 }

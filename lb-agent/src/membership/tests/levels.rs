@@ -22,7 +22,7 @@ async fn default_backup_switch_returns_to_primaries_at_once() {
     svc.fail(1);
     let o = svc.compute();
     assert_eq!(o.active_backup_level, 1);
-    assert_eq!((role(&o, 1), role(&o, 21)), (Role::Removed, Role::Active));
+    assert_eq!((role(&o, 1), role(&o, 21)), (Role::Sticky, Role::Active));
     assert_note(
         &o,
         "backup level 1 active: primary group has no usable server",
@@ -60,7 +60,7 @@ async fn lowest_usable_backup_level_takes_over_and_inactive_levels_are_sticky_or
         "level 1 has no usable server, level 2 none at all"
     );
     assert_eq!(role(&o, 31), Role::Active);
-    assert_eq!(role(&o, 32), Role::Removed);
+    assert_eq!(role(&o, 32), Role::Sticky);
     assert_eq!(
         role(&o, 41),
         Role::Sticky,
@@ -68,10 +68,10 @@ async fn lowest_usable_backup_level_takes_over_and_inactive_levels_are_sticky_or
     );
     assert_eq!(
         role(&o, 21),
-        Role::Removed,
-        "unusable server of an inactive level"
+        Role::Sticky,
+        "unusable server of an inactive level keeps its established flows"
     );
-    assert_eq!(role(&o, 10), Role::Removed);
+    assert_eq!(role(&o, 10), Role::Sticky);
     assert!(!o.fail_open);
 }
 

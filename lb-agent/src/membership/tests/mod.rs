@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::*;
 
 mod cap_admin;
+mod combined;
 mod levels;
 mod spares;
 
@@ -80,8 +81,21 @@ impl Svc {
         self.fail_since(last, Instant::now());
     }
 
+    /// Failing an active probe (`unhealthy`) since `since`.
     fn fail_since(&mut self, last: u8, since: Instant) {
-        self.server(last).health = MemberHealth::Unusable { since };
+        self.server(last).health = MemberHealth::Failing { since };
+    }
+
+    /// Out for passive checks only (`unavailable`) since now.
+    fn suspect(&mut self, last: u8) {
+        self.server(last).health = MemberHealth::Passive {
+            since: Instant::now(),
+        };
+    }
+
+    /// `checking`; `was_up`: it was in traffic before.
+    fn checking(&mut self, last: u8, was_up: bool) {
+        self.server(last).health = MemberHealth::Checking { was_up };
     }
 
     fn heal(&mut self, last: u8) {

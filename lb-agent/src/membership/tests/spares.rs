@@ -41,7 +41,7 @@ async fn spare_with_largest_weight_runs_first_on_one_failure() {
         Role::Sticky,
         "an idle spare takes no new flows"
     );
-    assert_eq!(role(&o, 1), Role::Removed);
+    assert_eq!(role(&o, 1), Role::Sticky);
     assert_note(
         &o,
         "spare 10.0.1.11:80 running (weight 2): spares cover 1 of 1 missing weight",
@@ -182,7 +182,7 @@ async fn unhealthy_spare_never_runs() {
         vec![a(10)],
         "the unhealthy weight-2 spare must be skipped"
     );
-    assert_eq!(role(&o, 11), Role::Removed);
+    assert_eq!(role(&o, 11), Role::Sticky);
     assert_eq!(o.spare_status(a(11)), Some(SpareStatus::Idle));
     assert_note(&o, "spares cover 1 of 2 missing weight");
 
@@ -195,7 +195,7 @@ async fn unhealthy_spare_never_runs() {
     svc.fail(11);
     let o = svc.compute();
     assert_eq!(running(&o), vec![a(10)]);
-    assert_eq!(role(&o, 11), Role::Removed);
+    assert_eq!(role(&o, 11), Role::Sticky);
     assert_note(&o, "spare 10.0.1.11:80 idle: unusable");
 }
 
@@ -217,8 +217,8 @@ async fn retired_spare_is_sticky_while_healthy() {
     let o = svc.compute();
     assert_eq!(
         role(&o, 10),
-        Role::Removed,
-        "an unhealthy retired spare loses its flows"
+        Role::Sticky,
+        "an unhealthy retired spare keeps its established flows"
     );
 }
 

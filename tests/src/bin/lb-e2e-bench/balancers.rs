@@ -105,7 +105,9 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
         }
         Kind::Lb => {
             let backends = scenario::weighted(topo, &WEIGHTS);
-            let service = scenario::tcp_service(topo, &backends);
+            let mut service = scenario::tcp_service(topo, &backends);
+            // One client opening thousands of connections a second: no per-source limit.
+            service.extra.push("source_rate = 0".into());
             Running::Lb(scenario::start_agent(topo, vec![service], Some("native"))?)
         }
     };

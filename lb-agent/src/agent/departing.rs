@@ -1,0 +1,72 @@
+//! Servers removed from the configuration (reload, API delete, DNS/SRV re-resolution):
+//! the least harmful removal keeps the backend id `Sticky` (LIVE without SERVING) while
+//! its established flows still carry traffic, so a removal takes no new flow but breaks
+//! no connection. The id is freed once no packet was forwarded to it for
+//! [`REMOVED_IDLE`] (a nat TCP entry's own idle timeout), or after [`REMOVED_MAX`] at
+//! most; its flows then re-hash. Re-adding the address meanwhile keeps the same id, so its
+//! pinned flows simply continue (docs/membership.md, "Removal from the configuration").
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A removed server's id is freed after this long without a forwarded packet.
+pub const REMOVED_IDLE: Duration = Duration::from_secs(900);
+/// ... and after this long at most, busy or not (ids are a bounded resource).
+pub const REMOVED_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// A server removed from the configuration whose flows may still run.
+#[derive(Debug, Clone)]
+pub(super) struct Departing {
+    since: Instant,
+    last_traffic: Instant,
+    /// Forwarded packets at the last poll; `None` before the first.
+    packets: Option<u64>,
+}
+
+impl Departing {
+    pub fn new(now: Instant) -> Self {
+        Departing {
+            since: now,
+            last_traffic: now,
+            packets: None,
+        }
+    }
+
+    /// The backend's forwarded-packet counter at `now`; more packets = flows still run.
+    pub fn saw_packets(&mut self, packets: u64, now: Instant) {
+        if self.packets.is_some_and(|p| packets > p) {
+            self.last_traffic = now;
+        }
+        self.packets = Some(packets);
+    }
+
+    /// When its id is freed.
+    pub fn deadline(&self) -> Instant {
+        (self.last_traffic + REMOVED_IDLE).min(self.since + REMOVED_MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_postpones_the_end_up_to_the_maximum() {
+        let t0 = Instant::now();
+        let mut d = Departing::new(t0);
+        assert_eq!(d.deadline(), t0 + REMOVED_IDLE);
+        d.saw_packets(10, t0 + Duration::from_secs(1));
+        assert_eq!(
+            d.deadline(),
+            t0 + REMOVED_IDLE,
+            "the first poll is a baseline"
+        );
+        d.saw_packets(10, t0 + Duration::from_secs(100));
+        assert_eq!(d.deadline(), t0 + REMOVED_IDLE, "no new packet");
+        d.saw_packets(11, t0 + Duration::from_secs(200));
+        assert_eq!(d.deadline(), t0 + Duration::from_secs(200) + REMOVED_IDLE);
+        d.saw_packets(12, t0 + REMOVED_MAX);
+        assert_eq!(d.deadline(), t0 + REMOVED_MAX, "never beyond the maximum");
+    }
+}
