@@ -243,18 +243,40 @@ impl Agent {
         xdp_mode: Option<&str>,
         timeout: Duration,
     ) -> Result<Agent, AgentError> {
+        let mut flags = vec!["--interface".to_owned(), HOST_IF.to_owned()];
+        if let Some(mode) = xdp_mode {
+            flags.extend(["--xdp-mode".to_owned(), mode.to_owned()]);
+        }
+        Self::launch(topo, binary, config, &flags, timeout)
+    }
+
+    /// Starts the agent exactly as an operator does: `ip netns exec <lb ns> lb-agent run
+    /// --config FILE`, no other flag (the interface comes from the file, the XDP mode is
+    /// the default `auto`); waits for [`READY_LINE`].
+    pub fn start_as_operator(
+        topo: &Topology,
+        binary: &Path,
+        config: &AgentConfig,
+        timeout: Duration,
+    ) -> Result<Agent, AgentError> {
+        Self::launch(topo, binary, config, &[], timeout)
+    }
+
+    fn launch(
+        topo: &Topology,
+        binary: &Path,
+        config: &AgentConfig,
+        flags: &[String],
+        timeout: Duration,
+    ) -> Result<Agent, AgentError> {
         let config_path = topo.dir().join("lb.toml");
         write_config(&config_path, config)?;
         let mut args = vec![
             "run".to_owned(),
             "--config".to_owned(),
             config_path.display().to_string(),
-            "--interface".to_owned(),
-            HOST_IF.to_owned(),
         ];
-        if let Some(mode) = xdp_mode {
-            args.extend(["--xdp-mode".to_owned(), mode.to_owned()]);
-        }
+        args.extend(flags.iter().cloned());
         let process = topo.lb().spawn("lb-agent", binary, &args)?;
         process.wait_for_line(0, READY_LINE, timeout)?;
         Ok(Agent {
@@ -281,6 +303,11 @@ impl Agent {
     /// The agent process (log, signals).
     pub fn process(&self) -> &NsProcess {
         &self.process
+    }
+
+    /// The config file the agent reads.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
     }
 
     /// SIGTERM and wait (SIGKILL after `grace`); a clean agent exits 0.

@@ -109,8 +109,9 @@ fn main() -> anyhow::Result<()> {
             cargo(&["build", "--release", "--workspace", "--bins"])?;
             // XDP ns/packet next to the reflector floor, and verdict -> maps written;
             // end to end next to nftables and HAProxy (~1 min); probe scale: agent CPU
-            // and memory at thousands of tcp targets (~5 min).
-            for bench in ["lb-bench", "lb-e2e-bench", "lb-probe-bench"] {
+            // and memory at thousands of tcp targets (~5 min); the ordinary-traffic soak,
+            // 10 min per forwarding mode (~21 min).
+            for bench in ["lb-bench", "lb-e2e-bench", "lb-probe-bench", "lb-soak"] {
                 cargo(&[
                     "run",
                     "--release",

@@ -1,7 +1,7 @@
 //! `lb-testserver`: the backend server of the namespace scenarios.
 //!
 //! ```text
-//! lb-testserver --name b1 [--tcp PORT]... [--udp PORT]... [--http PORT]...
+//! lb-testserver --name b1 [--tcp PORT]... [--udp PORT]... [--http PORT]... [--web PORT]...
 //!               [--http-path PATH] [--http-answer SPEC] [--udp-answer SPEC]
 //!               [--control FILE] [--max-conns N] [--idle-timeout SECS]
 //! ```
@@ -18,6 +18,14 @@
 //! - `hang`: reads the request and never answers (until the client closes);
 //! - `endless`: a `200` head, then a chunked body of `x` that never ends;
 //! - `garbage`: random bytes that are no HTTP at all, without end.
+//!
+//! Web (`--web PORT`, the service port of the realistic-traffic scenarios): HTTP/1.1 that
+//! answers every `GET` (any path) with `200` and the body `<name>\n`, whatever the
+//! control file says (that one drives the health endpoint). Like a real backend it closes
+//! the connection itself right after the response (`Connection: close`: the *backend*
+//! closes first) unless the request asks `Connection: keep-alive`; a kept-alive connection
+//! serves up to 100 requests, the last one answered with `Connection: close` before the
+//! server closes.
 //!
 //! UDP answers, as `SPEC`: `name` (the default), `reply TEXT`, or `silent` (read, never
 //! answer).
@@ -55,12 +63,15 @@ const MAX_HEAD: usize = 8192;
 const MAX_ENDLESS: u64 = 1 << 30;
 /// Bytes a `hang` connection reads (and drops) at most before it closes.
 const MAX_HANG_READ: u64 = 1 << 20;
+/// Requests a kept-alive web connection serves before the server closes it.
+const WEB_KEEPALIVE_MAX: usize = 100;
 
 struct Args {
     name: String,
     tcp: Vec<u16>,
     udp: Vec<u16>,
     http: Vec<u16>,
+    web: Vec<u16>,
     http_path: String,
     defaults: Behaviour,
     control: Option<PathBuf>,
@@ -193,6 +204,7 @@ fn parse_args() -> anyhow::Result<Args> {
         tcp: Vec::new(),
         udp: Vec::new(),
         http: Vec::new(),
+        web: Vec::new(),
         http_path: "/health".to_owned(),
         defaults: Behaviour {
             http: HttpAnswer::Respond {
@@ -214,6 +226,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--tcp" => args.tcp.push(parse_port(&value()?)?),
             "--udp" => args.udp.push(parse_port(&value()?)?),
             "--http" => args.http.push(parse_port(&value()?)?),
+            "--web" => args.web.push(parse_port(&value()?)?),
             "--http-path" => args.http_path = value()?,
             "--http-answer" => http_spec = value()?,
             "--udp-answer" => udp_spec = value()?,
@@ -225,7 +238,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "usage: lb-testserver --name NAME [--tcp PORT]... [--udp PORT]... \
-                     [--http PORT]... [--http-path PATH] [--http-answer SPEC] \
+                     [--http PORT]... [--web PORT]... [--http-path PATH] [--http-answer SPEC] \
                      [--udp-answer SPEC] [--control FILE] [--max-conns N] \
                      [--idle-timeout SECS]\n\
                      http SPEC: CODE [BODY] | hang | endless | garbage; \
@@ -239,8 +252,8 @@ fn parse_args() -> anyhow::Result<Args> {
     if args.name.is_empty() || args.name.contains(['\n', '\r']) {
         bail!("--name NAME is required (one line)");
     }
-    if args.tcp.is_empty() && args.udp.is_empty() && args.http.is_empty() {
-        bail!("give at least one --tcp PORT, --udp PORT or --http PORT");
+    if args.tcp.is_empty() && args.udp.is_empty() && args.http.is_empty() && args.web.is_empty() {
+        bail!("give at least one --tcp PORT, --udp PORT, --http PORT or --web PORT");
     }
     if !args.http_path.starts_with('/') {
         bail!("--http-path {:?} must start with '/'", args.http_path);
@@ -306,6 +319,16 @@ fn run() -> anyhow::Result<()> {
             })
         }));
     }
+    for port in &args.web {
+        let listener = bind_tcp(*port)?;
+        let name = Arc::clone(&name);
+        let limits = limits.clone();
+        threads.push(thread::spawn(move || {
+            accept_loop(listener, limits, move |stream, idle| {
+                serve_web(stream, &name, idle)
+            })
+        }));
+    }
     for port in &args.udp {
         for socket in bind_udp(*port)? {
             let control = Arc::clone(&control);
@@ -315,8 +338,8 @@ fn run() -> anyhow::Result<()> {
     // Report the starting answers once, so the log shows them before any change.
     let _ = control.current();
     eprintln!(
-        "lb-testserver {name} ready tcp={:?} udp={:?} http={:?}",
-        args.tcp, args.udp, args.http
+        "lb-testserver {name} ready tcp={:?} udp={:?} http={:?} web={:?}",
+        args.tcp, args.udp, args.http, args.web
     );
     for t in threads {
         let _ = t.join();
@@ -514,6 +537,59 @@ fn serve_http(
             }
             Ok(())
         }
+    }
+}
+
+/// The web service: `200 <name>\n` to every request; closes after the response unless
+/// the request asked for keep-alive (then after [`WEB_KEEPALIVE_MAX`] requests).
+fn serve_web(mut stream: TcpStream, name: &str, idle: Duration) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(idle))?;
+    stream.set_write_timeout(Some(idle))?;
+    stream.set_nodelay(true)?;
+    let body = format!("{name}\n");
+    let mut carry = Vec::new();
+    for served in 1..=WEB_KEEPALIVE_MAX {
+        let Some(head) = read_head(&mut stream, &mut carry)? else {
+            return Ok(()); // the client closed (between requests: normal), or a head too long
+        };
+        let keep_alive = head.lines().skip(1).any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.starts_with("connection:") && l.contains("keep-alive")
+        }) && served < WEB_KEEPALIVE_MAX;
+        let text = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             Connection: {}\r\n\r\n{body}",
+            body.len(),
+            if keep_alive { "keep-alive" } else { "close" }
+        );
+        stream.write_all(text.as_bytes())?;
+        if !keep_alive {
+            break;
+        }
+    }
+    // Dropping the stream closes it: the server sends the first FIN.
+    Ok(())
+}
+
+/// Reads one request head from `stream`, starting with the bytes in `carry` and leaving
+/// in it whatever followed the head (a pipelined request); `None` when the client closed
+/// first or the head is longer than [`MAX_HEAD`].
+fn read_head(stream: &mut TcpStream, carry: &mut Vec<u8>) -> std::io::Result<Option<String>> {
+    let mut buf = [0u8; 1024];
+    loop {
+        if let Some(end) = carry.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&carry[..end]).into_owned();
+            carry.drain(..end + 4);
+            return Ok(Some(head));
+        }
+        if carry.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        carry.extend_from_slice(&buf[..n]);
     }
 }
 

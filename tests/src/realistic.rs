@@ -1,0 +1,505 @@
+//! The test bed of the realistic-traffic scenarios (`netns_traffic_*`, `lb-soak`): backends
+//! that serve HTTP as real ones do (closing first, or keep-alive) next to an http health
+//! endpoint switchable through a control file, a web service with the default passive
+//! settings and one http probe, the agent started as an operator starts it, and the
+//! readings a scenario judges by: transitions from the API, the probe's `check-config`
+//! bounds, data-plane counters, `TcpExtPAWSTimewait` of the backends, agent RSS.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use crate::{
+    agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service},
+    api::{self, Api, ApiError, EventView},
+    health::{self, HEALTH_PATH, HTTP_PORT, Probe},
+    netns::{NetNs, NetnsError},
+    pacer::wall_now,
+    process::{NsProcess, ProcessError, STOP_GRACE},
+    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT, SERVER_START},
+    topology::{Forwarding, Topology},
+};
+
+/// The service's name in the config and the API.
+pub const SERVICE: &str = "web";
+/// The UDP service of [`Bed::start_with`].
+pub const UDP_SERVICE: &str = "dns";
+/// Wait for the baseline (every server up and probed once): the probe's first round is
+/// spread over one interval (2 s), twice that plus a margin for a loaded machine.
+pub const BASELINE_WAIT: Duration = Duration::from_secs(20);
+
+/// The one http probe of the scenarios: `GET /health` every 2 s, 1 s timeout, 2 fails,
+/// 2 passes; `check-config` bound 2 × (2 s + 1 s) = 6 s for a dead server, 4 s for a
+/// wrong status, recovery within 4 s. The timeout leaves room for a loaded machine: a
+/// probe that times out on a healthy server would be a transition the scenarios forbid.
+pub fn http_probe() -> Probe {
+    Probe::http(Duration::from_secs(2), Duration::from_secs(1), 2, 2)
+}
+
+/// One server of the service by its role; `backend` indexes the topology's `b1..bN`.
+#[derive(Clone, Copy, Debug)]
+pub struct Role {
+    /// What the scenario calls it (`b1`, `p1`, `s1`…); its web service answers with it.
+    pub name: &'static str,
+    pub backend: usize,
+    pub weight: u32,
+    pub spare: bool,
+    /// Backup level; 0 = primary group.
+    pub backup: u32,
+}
+
+impl Role {
+    pub fn primary(name: &'static str, backend: usize) -> Role {
+        Role {
+            name,
+            backend,
+            weight: 1,
+            spare: false,
+            backup: 0,
+        }
+    }
+
+    pub fn spare(name: &'static str, backend: usize) -> Role {
+        Role {
+            spare: true,
+            ..Role::primary(name, backend)
+        }
+    }
+
+    pub fn backup(name: &'static str, backend: usize, level: u32) -> Role {
+        Role {
+            backup: level,
+            ..Role::primary(name, backend)
+        }
+    }
+
+    /// `n` primaries `b1..bn` of weight 1 on the backends of the same names.
+    pub fn primaries(n: usize) -> Vec<Role> {
+        const NAMES: [&str; 8] = ["b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8"];
+        (0..n).map(|i| Role::primary(NAMES[i], i)).collect()
+    }
+}
+
+/// The web service on the topology's IPv4 VIP (80 in nat, 8080 in dsr) over `roles`
+/// on port 8080, with `probe` and the default passive settings (nothing about
+/// `max_fails` or `fail_timeout` is written).
+pub fn web_service(topo: &Topology, roles: &[Role], probe: &Probe) -> Service {
+    let port = scenario::vip_port(topo.forwarding(), BACKEND_TCP_PORT, 80);
+    let mut svc = Service::on(
+        topo,
+        SERVICE,
+        Proto::Tcp,
+        false,
+        port,
+        &[],
+        BACKEND_TCP_PORT,
+    );
+    for r in roles {
+        let host = &topo.backends()[r.backend];
+        svc.extra.push(String::new());
+        svc.extra.push("[[service.server]]".into());
+        svc.extra
+            .push(format!("address = \"{}:{BACKEND_TCP_PORT}\"", host.ipv4));
+        svc.extra.push(format!("weight = {}", r.weight));
+        if r.spare {
+            svc.extra.push("spare = true".into());
+        }
+        if r.backup > 0 {
+            svc.extra.push(format!("backup = {}", r.backup));
+        }
+    }
+    health::with_health(svc, &[], std::slice::from_ref(probe))
+}
+
+/// One lb-testserver per role: `--web 8080` (the service), `--http 8000` (`/health`,
+/// switchable through a control file), `--udp 8081`; killable and restartable by name.
+pub struct WebServers {
+    binary: PathBuf,
+    dir: PathBuf,
+    hosts: BTreeMap<&'static str, NetNs>,
+    running: BTreeMap<&'static str, NsProcess>,
+}
+
+impl WebServers {
+    /// Starts a server for every role and waits until each has bound its ports.
+    pub fn start(topo: &Topology, binary: &Path, roles: &[Role]) -> Result<Self, ProcessError> {
+        let mut s = WebServers {
+            binary: binary.to_owned(),
+            dir: topo.dir().to_owned(),
+            hosts: roles
+                .iter()
+                .map(|r| (r.name, topo.backends()[r.backend].ns.clone()))
+                .collect(),
+            running: BTreeMap::new(),
+        };
+        for r in roles {
+            s.restart(r.name)?;
+        }
+        Ok(s)
+    }
+
+    /// Replaces `name`'s control file (atomically): `"http 500"` makes its health
+    /// endpoint answer 500 (the web service keeps answering); `""` restores it. Returns
+    /// the wall time from which it is in force.
+    pub fn control(&self, name: &str, text: &str) -> f64 {
+        let path = self.dir.join(format!("control-{name}"));
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        wall_now()
+    }
+
+    /// Starts `name`'s server (no-op while it runs); returns the wall time before.
+    pub fn restart(&mut self, name: &'static str) -> Result<f64, ProcessError> {
+        let before = wall_now();
+        if self.running.contains_key(name) {
+            return Ok(before);
+        }
+        let ns = self
+            .hosts
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not a server of this scenario"));
+        let control = self.dir.join(format!("control-{name}"));
+        let (web, udp, http) = (
+            BACKEND_TCP_PORT.to_string(),
+            BACKEND_UDP_PORT.to_string(),
+            HTTP_PORT.to_string(),
+        );
+        let control = control.display().to_string();
+        let args = [
+            "--name",
+            name,
+            "--web",
+            &web,
+            "--udp",
+            &udp,
+            "--http",
+            &http,
+            "--http-path",
+            HEALTH_PATH,
+            "--control",
+            &control,
+            "--max-conns",
+            "4096",
+        ];
+        let p = NsProcess::spawn(ns, &format!("web {name}"), &self.binary, &args, &[])?;
+        p.wait_for_line(0, "ready", SERVER_START)?;
+        self.running.insert(name, p);
+        Ok(before)
+    }
+
+    /// SIGKILLs `name`'s server (all its ports close: new connections are refused,
+    /// established ones reset); returns the wall time just before the signal.
+    pub fn kill(&mut self, name: &str) -> Result<f64, ProcessError> {
+        let p = self
+            .running
+            .remove(name)
+            .unwrap_or_else(|| panic!("{name}'s server is not running"));
+        let at = wall_now();
+        p.signal(libc::SIGKILL)?;
+        p.stop(STOP_GRACE)?;
+        Ok(at)
+    }
+}
+
+/// A running bed: topology, servers, agent (started as an operator does), its API, and
+/// the probe's `check-config` bounds. Drops the agent, then the servers, then the
+/// namespaces.
+pub struct Bed {
+    pub agent: Agent,
+    pub servers: WebServers,
+    pub api: Api,
+    pub vip: SocketAddr,
+    pub roles: Vec<Role>,
+    /// What `lb-agent check-config` prints for the probe.
+    pub bounds: lb_agent::config::Bounds,
+    /// Wall time at which every server was up and probed (the baseline).
+    pub baseline: f64,
+    pub topo: Topology,
+}
+
+impl Bed {
+    /// Builds a topology of `roles.len()` backends for `forwarding` on subnet `subnet`,
+    /// starts the servers and the agent, and waits for the baseline. Panics naming the
+    /// step that failed: it is for tests and the soak.
+    pub fn start(forwarding: Forwarding, subnet: u8, roles: &[Role], testserver: &Path) -> Bed {
+        Bed::start_with(forwarding, subnet, roles, testserver, false)
+    }
+
+    /// [`start`](Self::start), with `udp`: also the UDP service [`UDP_SERVICE`] (VIP port
+    /// 53 in nat, 8081 in dsr) over the same servers' port 8081, without a probe, default
+    /// passive settings.
+    pub fn start_with(
+        forwarding: Forwarding,
+        subnet: u8,
+        roles: &[Role],
+        testserver: &Path,
+        udp: bool,
+    ) -> Bed {
+        let backends = roles.iter().map(|r| r.backend + 1).max().unwrap_or(1);
+        let topo = Topology::builder()
+            .backends(backends)
+            .forwarding(forwarding)
+            .subnet(subnet)
+            .build()
+            .expect("building the topology");
+        let servers =
+            WebServers::start(&topo, testserver, roles).expect("starting a web server per role");
+        let service = web_service(&topo, roles, &http_probe());
+        let vip = service.vip;
+        let mut services = vec![service];
+        if udp {
+            let backends: Vec<_> = roles
+                .iter()
+                .map(|r| (&topo.backends()[r.backend], r.weight))
+                .collect();
+            let mut dns = scenario::udp_service(&topo, &backends);
+            dns.name = UDP_SERVICE.to_owned();
+            services.push(dns);
+        }
+        let binary = crate::agent::locate_binary("lb-agent").expect("finding lb-agent");
+        let agent =
+            Agent::start_as_operator(&topo, &binary, &AgentConfig::new(services), START_TIMEOUT)
+                .expect("starting lb-agent run --config in the lb namespace");
+        let bounds = probe_bounds(agent.config_path());
+        let api = Api::new(&topo.lb().ns);
+        let addrs: Vec<SocketAddr> = roles.iter().map(|r| addr_of(&topo, r)).collect();
+        health::wait_all_probed_up(&api, SERVICE, &addrs, BASELINE_WAIT)
+            .expect("every server up and probed once before traffic");
+        Bed {
+            agent,
+            servers,
+            api,
+            vip,
+            roles: roles.to_vec(),
+            bounds,
+            baseline: wall_now(),
+            topo,
+        }
+    }
+
+    /// The service address of the role named `name`.
+    pub fn addr(&self, name: &str) -> SocketAddr {
+        let r = self
+            .roles
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no role {name}"));
+        addr_of(&self.topo, r)
+    }
+
+    /// The role name of a server address (the address itself when none).
+    pub fn name_of(&self, server: &str) -> String {
+        self.roles
+            .iter()
+            .find(|r| addr_of(&self.topo, r).to_string() == server)
+            .map_or_else(|| server.to_owned(), |r| r.name.to_owned())
+    }
+
+    /// Transitions (server state changes) and membership notes (`server` = `-`) the API
+    /// lists from wall time `after` on.
+    pub fn events_since(&self, after: f64) -> Result<Vec<EventView>, ApiError> {
+        Ok(self
+            .api
+            .events()?
+            .into_iter()
+            .filter(|e| health::event_time(e) >= after - 0.005)
+            .collect())
+    }
+
+    /// One line per event, with role names and times relative to `t0`.
+    pub fn describe_events(&self, events: &[EventView], t0: f64) -> String {
+        let mut out = String::new();
+        for e in events {
+            let _ = writeln!(
+                out,
+                "  +{:.2} s {} {} -> {} ({})",
+                health::event_time(e) - t0,
+                self.name_of(&e.server),
+                e.from,
+                e.to,
+                e.cause
+            );
+        }
+        if out.is_empty() {
+            out.push_str("  (none)\n");
+        }
+        out
+    }
+
+    /// The data-plane counters that show port pressure and flow churn, from `/metrics`.
+    pub fn counters(&self) -> Result<BTreeMap<&'static str, u64>, ApiError> {
+        let text = self.api.metrics()?;
+        Ok(PRESSURE_COUNTERS
+            .iter()
+            .map(|c| {
+                let v = api::metric(&text, "lb_dataplane_packets_total", &[("counter", c)]);
+                (*c, v.unwrap_or(0.0) as u64)
+            })
+            .collect())
+    }
+
+    /// `TcpExtPAWSTimewait` summed over the backends (SYNs a backend's TIME_WAIT
+    /// socket dropped because their timestamp went backwards: a reused 5-tuple).
+    pub fn paws_timewait(&self) -> Result<u64, NetnsError> {
+        let mut sum = 0;
+        for b in self.topo.backends() {
+            sum += tcp_ext(&b.ns, "PAWSTimewait")?.unwrap_or(0);
+        }
+        Ok(sum)
+    }
+
+    /// The agent's resident memory in KiB.
+    pub fn agent_rss_kib(&self) -> Option<u64> {
+        health::rss_kib(self.agent.process().pid())
+    }
+}
+
+/// Counters reported as port pressure and churn.
+pub const PRESSURE_COUNTERS: [&str; 8] = [
+    "flow_new",
+    "flow_rehash",
+    "tx_nat_forward",
+    "drop_nat_ports",
+    "drop_no_backend",
+    "drop_bad_source",
+    "drop_source_limit",
+    "events_lost",
+];
+
+fn addr_of(topo: &Topology, r: &Role) -> SocketAddr {
+    SocketAddr::new(topo.backends()[r.backend].ipv4.into(), BACKEND_TCP_PORT)
+}
+
+/// The bounds `lb-agent check-config` prints for the (one) probe of the file, computed
+/// by the same library function.
+pub fn probe_bounds(config: &Path) -> lb_agent::config::Bounds {
+    let cfg = lb_agent::config::load(config)
+        .unwrap_or_else(|e| panic!("the agent's own config does not load: {e}"));
+    let probe = cfg
+        .services
+        .first()
+        .and_then(|s| s.probes.first())
+        .expect("the service has a probe");
+    lb_agent::config::detection_bounds(probe)
+}
+
+/// The `TcpExt` counter `name` of namespace `ns` (`/proc/net/netstat` as the namespace
+/// sees it).
+pub fn tcp_ext(ns: &NetNs, name: &str) -> Result<Option<u64>, NetnsError> {
+    let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))?;
+    Ok(text.ok().and_then(|t| netstat_value(&t, "TcpExt:", name)))
+}
+
+/// The value of `name` in the `prefix` section (`TcpExt:`) of a `/proc/net/netstat`
+/// text: a line of names followed by a line of values.
+fn netstat_value(text: &str, prefix: &str, name: &str) -> Option<u64> {
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
+    let [names, values] = lines.as_slice() else {
+        return None;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netstat_values_by_name() {
+        let text = "TcpExt: SyncookiesSent PAWSTimewait Other\nTcpExt: 0 529 7\n\
+                    IpExt: InNoRoutes PAWSTimewait\nIpExt: 1 99\n";
+        assert_eq!(netstat_value(text, "TcpExt:", "PAWSTimewait"), Some(529));
+        assert_eq!(netstat_value(text, "TcpExt:", "Missing"), None);
+        assert_eq!(netstat_value(text, "IpExt:", "PAWSTimewait"), Some(99));
+        assert_eq!(netstat_value("", "TcpExt:", "PAWSTimewait"), None);
+    }
+
+    #[test]
+    fn http_probe_has_the_documented_bound() {
+        let text = http_probe().render().join("\n");
+        assert!(text.contains("interval = \"2000ms\""), "{text}");
+        assert!(text.contains("fails = 2"), "{text}");
+        assert_eq!(
+            http_probe().detection_bound(),
+            std::time::Duration::from_secs(6)
+        );
+    }
+}
+
+/// What a scenario measured besides the requests: for the "before/after" figures.
+#[derive(Clone, Debug, Default)]
+pub struct Readings {
+    /// Server state changes since the baseline.
+    pub transitions: usize,
+    /// Membership notes (spares, levels, fail-open) since the baseline.
+    pub notes: usize,
+    /// `TcpExtPAWSTimewait` over the backends during the run.
+    pub paws_timewait: u64,
+    /// Data-plane counters' growth during the run.
+    pub counters: BTreeMap<&'static str, u64>,
+    pub agent_rss_kib: Option<u64>,
+}
+
+/// Counters and PAWS drops at the start of a run, to take differences at its end.
+pub struct Start {
+    paws: u64,
+    counters: BTreeMap<&'static str, u64>,
+}
+
+impl Bed {
+    /// Readings now, for [`finish_readings`](Self::finish_readings) at the end.
+    pub fn start_readings(&self) -> Start {
+        Start {
+            paws: self.paws_timewait().expect("reading the backends' TcpExt"),
+            counters: self.counters().expect("reading /metrics"),
+        }
+    }
+
+    /// The readings since `start` (events since the baseline).
+    pub fn finish_readings(&self, start: &Start, events: &[EventView]) -> Readings {
+        let now = self.counters().expect("reading /metrics");
+        Readings {
+            transitions: events.iter().filter(|e| e.server != "-").count(),
+            notes: events.iter().filter(|e| e.server == "-").count(),
+            paws_timewait: self
+                .paws_timewait()
+                .expect("reading the backends' TcpExt")
+                .saturating_sub(start.paws),
+            counters: now
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        *k,
+                        v.saturating_sub(start.counters.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+            agent_rss_kib: self.agent_rss_kib(),
+        }
+    }
+}
+
+impl Readings {
+    /// One line.
+    pub fn line(&self) -> String {
+        format!(
+            "transitions {}, membership notes {}, TcpExtPAWSTimewait {}, agent RSS {} KiB, counters {:?}",
+            self.transitions,
+            self.notes,
+            self.paws_timewait,
+            self.agent_rss_kib
+                .map_or_else(|| "?".to_owned(), |k| k.to_string()),
+            self.counters
+        )
+    }
+}

@@ -1,0 +1,73 @@
+//! Ordinary traffic must not move health (issue 8): four healthy backends serving HTTP
+//! that close the connection first, three loops opening new connections one after the
+//! other (25 ms apart, about 115 a second) from ephemeral ports, two keep-alive clients at 100 ms, the agent started as
+//! operators start it with the default passive settings and one http probe. For 60 s,
+//! in nat and in dsr: zero transitions, zero failed requests, every backend answering.
+
+use std::time::Duration;
+
+use lb_tests::{
+    ordinary::{Ordinary, OrdinaryConfig},
+    realistic::{Bed, Role},
+    topology::Forwarding,
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+/// As long as the issue asks.
+const DURATION: Duration = Duration::from_secs(60);
+
+fn ordinary_traffic(forwarding: Forwarding, subnet: u8) {
+    let label = forwarding.as_str();
+    let bed = Bed::start(
+        forwarding,
+        subnet,
+        &Role::primaries(4),
+        std::path::Path::new(TESTSERVER),
+    );
+    let start = bed.start_readings();
+    let cfg = OrdinaryConfig::new(bed.vip, DURATION);
+    let report = Ordinary::start(&bed.topo.client().ns, &cfg).finish(false);
+    let events = bed.events_since(bed.baseline).expect("reading the events");
+    let readings = bed.finish_readings(&start, &events);
+    println!(
+        "ordinary {label}: {}  {}\n  events since the baseline:\n{}",
+        report.summary(),
+        readings.line(),
+        bed.describe_events(&events, bed.baseline)
+    );
+
+    assert!(
+        events.is_empty(),
+        "{label}: ordinary traffic to healthy backends must not change any state; events:\n{}",
+        bed.describe_events(&events, bed.baseline)
+    );
+    assert_eq!(
+        report.failures().count(),
+        0,
+        "{label}: no request to a healthy backend may fail:\n{}",
+        report.summary()
+    );
+    let per = report.per_backend();
+    for r in &bed.roles {
+        assert!(
+            per.get(r.name).copied().unwrap_or(0) > 0,
+            "{label}: {} answered nothing: {per:?}",
+            r.name
+        );
+    }
+    assert!(
+        report.requests.len() > 1000,
+        "{label}: too little traffic to mean anything: {}",
+        report.summary()
+    );
+}
+
+#[test]
+fn ordinary_traffic_moves_no_health_nat() {
+    ordinary_traffic(Forwarding::Nat, 161);
+}
+
+#[test]
+fn ordinary_traffic_moves_no_health_dsr() {
+    ordinary_traffic(Forwarding::Dsr, 162);
+}
