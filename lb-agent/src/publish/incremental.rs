@@ -94,6 +94,7 @@ impl Publisher {
             let live = live_table(&svc.home, &active);
             dp.publish_table(svc.id, &live)?;
             svc.live = live;
+            svc.live_version += 1;
             svc.live_slots = Default::default();
             svc.active = active;
             report.tables_published += 1;
