@@ -8,33 +8,25 @@
 //! behind the agent's back is repaired) and `detach` after the agent stopped.
 
 use std::{
-    net::SocketAddr,
     path::Path,
     process::{Command, Output},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     thread,
     time::{Duration, Instant},
 };
 
 use aya::programs::XdpMode;
 use lb_tests::{
-    agent::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
+    agent::{Agent, AgentConfig, Service, locate_binary},
     bpffs::PrivateBpffs,
     pass_prog,
-    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
+    restart::{Stream, assert_served, assert_stream_clean, reload_out_and_back},
+    scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
-    traffic::{EchoConn, Tally, tcp_names},
+    traffic::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const START: Duration = Duration::from_secs(30);
-/// Pause between two new connections of the steady stream.
-const PACE: Duration = Duration::from_millis(5);
-/// Upper bound on the steady stream, whatever happens.
-const STREAM_LIMIT: Duration = Duration::from_secs(90);
 /// The line a restarted agent prints when it took over the running program's maps.
 const ADOPTED: &str = "adopted the previous state";
 /// The line of an agent that found nothing to adopt.
@@ -44,45 +36,18 @@ const STAYS: &str = "the XDP program stays attached";
 /// How long the link watch (1 s period) may take to notice and repair.
 const REPAIR: Duration = Duration::from_secs(10);
 
-/// New connections, one every [`PACE`], from the client namespace until told to stop.
-struct Stream {
-    stop: Arc<AtomicBool>,
-    handle: thread::JoinHandle<Tally>,
+/// The test bed with three `lb-testserver`s and the weighted TCP service over them.
+fn web_bed(forwarding: Forwarding, subnet: u8) -> (scenario::Testbed, Service) {
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let backends = scenario::weighted(&bed.topo, &WEIGHTS);
+    let service = scenario::tcp_service(&bed.topo, &backends);
+    (bed, service)
 }
 
-impl Stream {
-    fn start(topo: &Topology, vip: SocketAddr) -> Stream {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let ns = topo.client().ns.clone();
-        let src = topo.client().ipv4.into();
-        let handle = thread::spawn(move || {
-            let started = Instant::now();
-            let mut total = Tally::default();
-            let mut i: u32 = 0;
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < STREAM_LIMIT {
-                // Fresh source ports: no TIME_WAIT reuse between connections.
-                let port = 30_000 + (i % 30_000) as u16;
-                i += 1;
-                let one = tcp_names(&ns, src, port, vip, 1, Duration::from_secs(5))
-                    .expect("entering the client namespace");
-                total.attempted += one.attempted;
-                total.failures.extend(one.failures);
-                for (name, n) in one.counts {
-                    *total.counts.entry(name).or_default() += n;
-                }
-                thread::sleep(PACE);
-            }
-            total.elapsed = started.elapsed();
-            total
-        });
-        Stream { stop, handle }
-    }
-
-    fn finish(self) -> Tally {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().expect("the stream thread")
-    }
+/// `lb-agent` started in native XDP mode, or a panic `"{what}: {error}"`.
+fn start_native(topo: &Topology, binary: &Path, config: &AgentConfig, what: &str) -> Agent {
+    Agent::start(topo, binary, config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// `ip netns exec <lb ns> lb-agent ARGS…`, to completion.
@@ -166,10 +131,8 @@ fn sigterm(agent: Agent, what: &str) -> String {
 
 fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
     let mode = forwarding.as_str();
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(forwarding, subnet);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = pin_path.to_owned();
@@ -230,24 +193,7 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
     thread::sleep(Duration::from_millis(300));
 
     // 3. Two SIGHUP reloads: one server out, then back under another weight.
-    let removed = topo
-        .backends()
-        .iter()
-        .find(|b| b.role != kept)
-        .expect("a second backend");
-    let removed_addr = SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
-    let mut smaller = config.clone();
-    smaller.services = vec![service.without(removed_addr)];
-    agent
-        .reload(&smaller, RELOAD_TIMEOUT)
-        .unwrap_or_else(|e| panic!("{mode}: reload removing {removed_addr}: {e}"));
-    thread::sleep(Duration::from_millis(300));
-    agent
-        .reload(&config, RELOAD_TIMEOUT)
-        .unwrap_or_else(|e| panic!("{mode}: reload adding {removed_addr} back: {e}"));
-    thread::sleep(Duration::from_millis(300));
-    conn.check_echo("after the reloads")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after reloads: {e}"));
+    reload_out_and_back(&agent, topo, (&config, &service), &kept, &mut conn, mode);
 
     let tally = stream.finish();
     println!(
@@ -258,17 +204,7 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         tally.elapsed,
         tally.failures.len()
     );
-    assert!(
-        tally.attempted > 100,
-        "{mode}: the steady stream should have run (got {} attempts)",
-        tally.attempted
-    );
-    assert!(
-        tally.failures.is_empty(),
-        "{mode}: no new connection may fail across restarts and reloads, {} did: {:?}",
-        tally.failures.len(),
-        &tally.failures[..tally.failures.len().min(10)]
-    );
+    assert_stream_clean(&tally, mode);
     sigterm(agent, mode);
 }
 
@@ -290,18 +226,15 @@ fn restart_through_netns_exec_default_pin_path_dsr() {
 /// so, and a second `detach` says there was nothing.
 #[test]
 fn one_owner_link_watch_and_detach() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 65, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 65);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     // A bpffs shared by every process (not under /sys, which `ip netns exec` remounts).
     let bpffs = PrivateBpffs::mount("owner").expect("mounting a bpffs for the pins");
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = bpffs.pins().display().to_string();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting lb-agent");
     let owner_pid = format!("pid {}", agent.process().pid());
     let config_path = topo.dir().join("lb.toml");
     let config_arg = config_path.display().to_string();
@@ -448,20 +381,11 @@ fn one_owner_link_watch_and_detach() {
         Some(before),
         "the agent re-attached its own program"
     );
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        40_000,
+    assert_served(
+        topo,
         vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "connections after the repair should be answered: {:?}",
-        tally.failures
+        40_000,
+        "connections after the repair should be answered",
     );
 
     // Stopped: detach removes the program and the pins and says so; again: nothing.
@@ -536,10 +460,8 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
 /// replaces it with fresh maps.
 #[test]
 fn adoption_across_layout_change_link_and_reset() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 66, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Dsr, 66);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let config = AgentConfig::new(vec![service.clone()]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
@@ -565,8 +487,7 @@ fn adoption_across_layout_change_link_and_reset() {
     // Attached through netlink with a smaller flow table: adopted except LB_FLOWS.
     assert!(older_program(topo, false).is_none());
     let old_id = xdp_prog_id(topo).expect("attached through netlink");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting over the older program: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting over the older program");
     let line = line_with(&agent, ADOPTED, "over a changed layout");
     assert!(
         line.contains("maps_kept=9") && line.contains("maps_fresh=1"),
@@ -578,21 +499,7 @@ fn adoption_across_layout_change_link_and_reset() {
         "the warning should name the map and why: {warning}"
     );
     assert_ne!(xdp_prog_id(topo), Some(old_id), "swapped in");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        41_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after adoption: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 41_000, "served after adoption");
     sigterm(agent, "adopting");
 
     // --reset: the running program replaced with fresh maps, said plainly.
@@ -630,20 +537,7 @@ fn adoption_across_layout_change_link_and_reset() {
         Some(running),
         "--reset swapped in a new program"
     );
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        42_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after --reset: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 42_000, "served after --reset");
     let status = reset.stop(Duration::from_secs(10)).expect("stopping");
     assert!(
         status.success(),
@@ -659,13 +553,11 @@ fn adoption_across_layout_change_link_and_reset() {
 /// that program named.
 #[test]
 fn a_foreign_program_taking_the_interface_stops_the_agent() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 67, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Dsr, 67);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let config = AgentConfig::new(vec![scenario::tcp_service(topo, &backends)]);
+    let config = AgentConfig::new(vec![service]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting lb-agent");
     let since = agent.process().cursor();
     topo.lb()
         .ns
@@ -729,10 +621,8 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
 /// restart configured for native keeps generic and says why.
 #[test]
 fn restart_in_generic_mode_replaces_in_that_mode() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 68, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 68);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let config = AgentConfig::new(vec![service]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
@@ -742,8 +632,7 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
     let line = sigterm(agent, "generic");
     assert!(line.contains(STAYS) && line.contains("generic"), "{line}");
 
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("restarting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "restarting lb-agent");
     assert_adopted(&agent, "generic restart");
     line_with(&agent, "attached in another mode", "mode change");
     let attached = line_with(&agent, "XDP program attached", "generic restart");
@@ -759,21 +648,7 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
         .ip(&["-d", "link", "show", "dev", HOST_IF])
         .expect("ip link show");
     assert!(out.contains("xdpgeneric"), "still generic:\n{out}");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        43_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after the generic restart: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 43_000, "served after the generic restart");
     sigterm(agent, "generic");
 }
 
@@ -783,10 +658,8 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
 /// link pin and so the program.
 #[test]
 fn upgrade_from_a_pinned_link_swaps_into_it() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 69, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 69);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let bpffs = PrivateBpffs::mount("legacy").expect("mounting a bpffs for the pins");
     std::fs::create_dir_all(bpffs.pins()).expect("creating the pin directory");
@@ -816,8 +689,7 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = bpffs.pins().display().to_string();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting over a pinned link: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting over a pinned link");
     line_with(&agent, ADOPTED, "over a pinned link");
     line_with(
         &agent,
@@ -826,42 +698,14 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     );
     let new_id = xdp_prog_id(topo).expect("attached");
     assert_ne!(new_id, old_id, "the agent's program runs in the link now");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        44_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served through the link: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 44_000, "served through the link");
 
     // A later restart adopts the published state through the interface again.
     let line = sigterm(agent, "legacy");
     assert!(line.contains(STAYS), "{line}");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("restarting over the link: {e}"));
+    let agent = start_native(topo, &binary, &config, "restarting over the link");
     assert_adopted(&agent, "restart over the link");
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        45_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after the restart: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 45_000, "served after the restart");
     sigterm(agent, "legacy");
 
     let config_arg = topo.dir().join("lb.toml").display().to_string();
