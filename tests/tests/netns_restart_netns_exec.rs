@@ -69,6 +69,20 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// `out` failed: its output, or a panic `"{what}:\n{output}"`.
+fn refusal(out: Output, what: &str) -> String {
+    let said = text(&out);
+    assert!(!out.status.success(), "{what}:\n{said}");
+    said
+}
+
+/// `out` succeeded: its output, or a panic `"{what}:\n{output}"`.
+fn success(out: Output, what: &str) -> String {
+    let said = text(&out);
+    assert!(out.status.success(), "{what}:\n{said}");
+    said
+}
+
 /// The id of the XDP program on the lb's `eth0`, if any (`ip -d link show`).
 fn xdp_prog_id(topo: &Topology) -> Option<u32> {
     let out = topo
@@ -240,11 +254,9 @@ fn one_owner_link_watch_and_detach() {
     let config_arg = config_path.display().to_string();
 
     // A second agent on the same interface.
-    let second = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
-    let said = text(&second);
-    assert!(
-        !second.status.success(),
-        "a second agent must not start:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["run", "--config", &config_arg]),
+        "a second agent must not start",
     );
     assert!(
         said.contains("another lb-agent already runs on interface `eth0`")
@@ -270,23 +282,21 @@ fn one_owner_link_watch_and_detach() {
         .ns
         .ip(&["link", "set", "lbt-other0", "up"])
         .expect("setting the second interface up");
-    let other = lb_agent_in(
-        topo,
-        &binary,
-        &[
-            "run",
-            "--config",
-            &config_arg,
-            "--interface",
-            "lbt-other0",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
-    let said = text(&other);
-    assert!(
-        !other.status.success(),
-        "an agent on the same pins must not start:\n{said}"
+    let said = refusal(
+        lb_agent_in(
+            topo,
+            &binary,
+            &[
+                "run",
+                "--config",
+                &config_arg,
+                "--interface",
+                "lbt-other0",
+                "--xdp-mode",
+                "generic",
+            ],
+        ),
+        "an agent on the same pins must not start",
     );
     assert!(
         said.contains("holds the pin directory") && said.contains(&owner_pid),
@@ -301,15 +311,13 @@ fn one_owner_link_watch_and_detach() {
     let other_config = topo.dir().join("other.toml");
     std::fs::write(&other_config, unpinned.render()).expect("writing other.toml");
     let other_arg = other_config.display().to_string();
-    let occupied = lb_agent_in(
-        topo,
-        &binary,
-        &["run", "--config", &other_arg, "--interface", "lbt-other0"],
-    );
-    let said = text(&occupied);
-    assert!(
-        !occupied.status.success(),
-        "an occupied interface must refuse:\n{said}"
+    let said = refusal(
+        lb_agent_in(
+            topo,
+            &binary,
+            &["run", "--config", &other_arg, "--interface", "lbt-other0"],
+        ),
+        "an occupied interface must refuse",
     );
     assert!(
         said.contains("already runs XDP program id")
@@ -320,18 +328,16 @@ fn one_owner_link_watch_and_detach() {
     drop(pass);
 
     // Without the capabilities: refused, naming them.
-    let out = Command::new("ip")
-        .args(["netns", "exec", topo.lb().ns.name()])
-        .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(&binary)
-        .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("running lb-agent without capabilities");
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "no capabilities must refuse:\n{said}"
+    let said = refusal(
+        Command::new("ip")
+            .args(["netns", "exec", topo.lb().ns.name()])
+            .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
+            .arg(&binary)
+            .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("running lb-agent without capabilities"),
+        "no capabilities must refuse",
     );
     assert!(
         said.contains("lacks CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
@@ -339,11 +345,9 @@ fn one_owner_link_watch_and_detach() {
     );
 
     // detach while the owner runs.
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(
-        !detach.status.success(),
-        "detach must refuse while the agent runs:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach must refuse while the agent runs",
     );
     assert!(
         said.contains("refusing to detach")
@@ -391,11 +395,9 @@ fn one_owner_link_watch_and_detach() {
     // Stopped: detach removes the program and the pins and says so; again: nothing.
     let line = sigterm(agent, "owner");
     assert!(line.contains(STAYS), "shutdown line: {line}");
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(
-        detach.status.success(),
-        "detach after the agent stopped:\n{said}"
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach after the agent stopped",
     );
     assert!(
         said.contains(&format!("detached lb's XDP program (id {before}")),
@@ -406,14 +408,39 @@ fn one_owner_link_watch_and_detach() {
         "detach should remove the pins:\n{said}"
     );
     assert_eq!(xdp_prog_id(topo), None, "no XDP program after detach");
-    let again = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&again);
-    assert!(again.status.success(), "a second detach:\n{said}");
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "a second detach",
+    );
     assert!(
         said.contains("runs no XDP program: nothing to detach")
             && said.contains("no pin directory"),
         "a second detach should say there was nothing:\n{said}"
     );
+}
+
+/// lb's object loaded (in the calling thread's namespace), with `sizes` as the
+/// `max_entries` of the maps they name.
+fn lb_object(sizes: &[(&str, u32)]) -> aya::Ebpf {
+    let mut loader = aya::EbpfLoader::new();
+    for (map, entries) in sizes {
+        loader.map_max_entries(map, *entries);
+    }
+    loader
+        .load(lb_agent::EBPF_OBJECT)
+        .expect("loading lb's object")
+}
+
+/// The XDP program `name` of `ebpf`, loaded into the kernel (verified).
+fn loaded_xdp<'e>(ebpf: &'e mut aya::Ebpf, name: &str) -> &'e mut aya::programs::Xdp {
+    let prog: &mut aya::programs::Xdp = ebpf
+        .program_mut(name)
+        .expect(name)
+        .try_into()
+        .expect("an XDP program");
+    prog.load()
+        .unwrap_or_else(|e| panic!("verifying {name}: {e}"));
+    prog
 }
 
 /// Loads lb's object with a smaller flow table (as an older or newer build whose
@@ -424,16 +451,8 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
     topo.lb()
         .ns
         .run(move || {
-            let mut ebpf = aya::EbpfLoader::new()
-                .map_max_entries(lb_common::map_names::FLOWS, 1024)
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let prog: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PROGRAM_NAME)
-                .expect("lb_xdp")
-                .try_into()
-                .expect("an XDP program");
-            prog.load().expect("verifying lb_xdp");
+            let mut ebpf = lb_object(&[(lb_common::map_names::FLOWS, 1024)]);
+            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
             if through_link {
                 prog.attach(HOST_IF, XdpMode::Driver)
                     .expect("attaching through a bpf_link");
@@ -471,11 +490,9 @@ fn adoption_across_layout_change_link_and_reset() {
 
     // Held by a bpf_link: refused with the one-time migration step.
     let linked = older_program(topo, true).expect("the link's owner");
-    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "a linked program cannot be replaced:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["run", "--config", &config_arg]),
+        "a linked program cannot be replaced",
     );
     assert!(
         said.contains("through a bpf_link") && said.contains("lb-agent detach"),
@@ -562,17 +579,11 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
     topo.lb()
         .ns
         .run(|| {
-            let mut ebpf = aya::EbpfLoader::new()
-                .map_max_entries(lb_common::map_names::FLOWS, 64)
-                .map_max_entries(lb_common::map_names::NAT, 64)
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let pass: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PASS_PROGRAM_NAME)
-                .expect("lb_pass")
-                .try_into()
-                .expect("an XDP program");
-            pass.load().expect("verifying lb_pass");
+            let mut ebpf = lb_object(&[
+                (lb_common::map_names::FLOWS, 64),
+                (lb_common::map_names::NAT, 64),
+            ]);
+            let pass = loaded_xdp(&mut ebpf, lb_common::PASS_PROGRAM_NAME);
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
                 .expect("reading eth0")
@@ -667,15 +678,8 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     topo.lb()
         .ns
         .run(|| {
-            let mut ebpf = aya::EbpfLoader::new()
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let prog: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PROGRAM_NAME)
-                .expect("lb_xdp")
-                .try_into()
-                .expect("an XDP program");
-            prog.load().expect("verifying lb_xdp");
+            let mut ebpf = lb_object(&[]);
+            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
             let id = prog
                 .attach(HOST_IF, XdpMode::Driver)
                 .expect("attaching through a bpf_link");
@@ -709,9 +713,10 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     sigterm(agent, "legacy");
 
     let config_arg = topo.dir().join("lb.toml").display().to_string();
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(detach.status.success(), "detach:\n{said}");
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach",
+    );
     assert_eq!(
         xdp_prog_id(topo),
         None,
