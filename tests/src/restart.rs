@@ -101,8 +101,23 @@ pub fn reload_out_and_back(
         .reload(config, RELOAD_TIMEOUT)
         .unwrap_or_else(|e| panic!("{mode}: reload adding {removed_addr} back: {e}"));
     thread::sleep(Duration::from_millis(300));
-    conn.check_echo("after the reloads")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after reloads: {e}"));
+    echoes(conn, "after the reloads", mode, "after reloads");
+}
+
+/// `conn` still echoes `step`, or a panic `"{mode}: long-lived connection {when}: {e}"`.
+pub fn echoes(conn: &mut EchoConn, step: &str, mode: &str, when: &str) {
+    conn.check_echo(step)
+        .unwrap_or_else(|e| panic!("{mode}: long-lived connection {when}: {e}"));
+}
+
+/// SIGKILL (no chance to clean up), then 300 ms of traffic with no agent.
+pub fn sigkill(agent: Agent) {
+    agent
+        .process()
+        .signal(libc::SIGKILL)
+        .expect("killing the agent");
+    drop(agent);
+    thread::sleep(Duration::from_millis(300));
 }
 
 /// The steady stream ran (more than 100 attempts) and no connection of it failed.

@@ -10,7 +10,7 @@ use std::{path::Path, thread, time::Duration};
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
     bpffs::PrivateBpffs,
-    restart::{Stream, assert_stream_clean, reload_out_and_back},
+    restart::{Stream, assert_stream_clean, echoes, reload_out_and_back, sigkill},
     scenario::{self, WEIGHTS},
     topology::Forwarding,
     traffic::EchoConn,
@@ -53,22 +53,19 @@ fn hitless(forwarding: Forwarding, subnet: u8) {
         "{mode}: SIGTERM should exit 0, got {status}"
     );
     thread::sleep(Duration::from_millis(300)); // traffic while no agent runs
-    conn.check_echo("after SIGTERM, before restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection while the agent is down: {e}"));
+    echoes(
+        &mut conn,
+        "after SIGTERM, before restart",
+        mode,
+        "while the agent is down",
+    );
     let agent = start(&config);
-    conn.check_echo("after restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after restart: {e}"));
+    echoes(&mut conn, "after restart", mode, "after restart");
     thread::sleep(Duration::from_millis(300));
 
     // 2. SIGKILL (no chance to clean up), then a new agent.
-    agent
-        .process()
-        .signal(libc::SIGKILL)
-        .expect("killing the agent");
-    drop(agent);
-    thread::sleep(Duration::from_millis(300));
-    conn.check_echo("after SIGKILL")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after SIGKILL: {e}"));
+    sigkill(agent);
+    echoes(&mut conn, "after SIGKILL", mode, "after SIGKILL");
     let agent = start(&config);
     thread::sleep(Duration::from_millis(300));
 

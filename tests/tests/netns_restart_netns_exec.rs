@@ -19,7 +19,7 @@ use lb_tests::{
     agent::{Agent, AgentConfig, Service, locate_binary},
     bpffs::PrivateBpffs,
     pass_prog,
-    restart::{Stream, assert_served, assert_stream_clean, reload_out_and_back},
+    restart::{Stream, assert_served, assert_stream_clean, echoes, reload_out_and_back, sigkill},
     scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
     traffic::EchoConn,
@@ -179,8 +179,12 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         "{mode}: the program should stay attached after SIGTERM"
     );
     thread::sleep(Duration::from_millis(300)); // traffic while no agent runs
-    conn.check_echo("after SIGTERM, before restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection while the agent is down: {e}"));
+    echoes(
+        &mut conn,
+        "after SIGTERM, before restart",
+        mode,
+        "while the agent is down",
+    );
     let agent = start(&config);
     assert_adopted(&agent, "restart after SIGTERM");
     let second_id = xdp_prog_id(topo).expect("XDP attached after the restart");
@@ -188,20 +192,13 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         second_id, first_id,
         "{mode}: the restarted agent should have swapped in its own program"
     );
-    conn.check_echo("after restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after restart: {e}"));
+    echoes(&mut conn, "after restart", mode, "after restart");
     thread::sleep(Duration::from_millis(300));
 
     // 2. SIGKILL: no chance to clean up; a new agent adopts.
-    agent
-        .process()
-        .signal(libc::SIGKILL)
-        .expect("killing the agent");
-    drop(agent);
-    thread::sleep(Duration::from_millis(300));
+    sigkill(agent);
     assert_eq!(xdp_prog_id(topo), Some(second_id), "{mode}: after SIGKILL");
-    conn.check_echo("after SIGKILL")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after SIGKILL: {e}"));
+    echoes(&mut conn, "after SIGKILL", mode, "after SIGKILL");
     let agent = start(&config);
     assert_adopted(&agent, "restart after SIGKILL");
     thread::sleep(Duration::from_millis(300));
