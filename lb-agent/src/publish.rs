@@ -747,6 +747,17 @@ mod tests {
         (dp, p)
     }
 
+    /// Applies `services` and returns what that apply wrote, in order.
+    fn writes(
+        p: &mut Publisher,
+        dp: &mut MemoryDataplane,
+        services: &[DesiredService],
+    ) -> Vec<Write> {
+        dp.log.clear();
+        p.apply(services, dp).unwrap();
+        dp.log.clone()
+    }
+
     /// Two active backends, 10.0.1.1:80 and 10.0.1.2:80, weight 1.
     fn two_active() -> Vec<DesiredBackend> {
         vec![
@@ -989,23 +1000,17 @@ mod tests {
     fn liveness_is_taken_away_only_after_the_table_stops_pointing_at_it() {
         let all = two_active();
         let (mut dp, mut p) = applied(&[web(all.clone())]);
-        dp.log.clear();
-        p.apply(&[web(with_role(&all, 1, Role::Removed))], &mut dp)
-            .unwrap();
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Removed))]),
             vec![Write::Table(0), Write::Backend(2)],
             "table first, then the backend loses LIVE"
         );
-        dp.log.clear();
-        p.apply(&[web(all[..1].to_vec())], &mut dp).unwrap();
-        dp.log.clear();
-        p.apply(&[web(all)], &mut dp).unwrap();
+        writes(&mut p, &mut dp, &[web(all[..1].to_vec())]);
+        let log = writes(&mut p, &mut dp, &[web(all)]);
         assert_eq!(
-            dp.log.first(),
+            log.first(),
             Some(&Write::Backend(3)),
-            "a new backend is written before the table points at it: {:?}",
-            dp.log
+            "a new backend is written before the table points at it: {log:?}"
         );
     }
 
@@ -1031,20 +1036,15 @@ mod tests {
     fn leaving_traffic_clears_serving_after_the_table_and_keeps_live() {
         let all = two_active();
         let (mut dp, mut p) = applied(&[web(all.clone())]);
-        dp.log.clear();
-        p.apply(&[web(with_role(&all, 1, Role::Sticky))], &mut dp)
-            .unwrap();
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Sticky))]),
             vec![Write::Table(0), Write::Backend(2)],
             "table first, then the backend loses SERVING"
         );
         assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE);
         assert_eq!(slots_of(&dp, 0, 2), 0);
-        dp.log.clear();
-        p.apply(&[web(all)], &mut dp).unwrap();
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(all)]),
             vec![Write::Backend(2), Write::Table(0)],
             "SERVING is given before the table points at the backend again"
         );
