@@ -739,15 +739,52 @@ mod tests {
         dp.tables[&service].iter().filter(|&&s| s == id).count()
     }
 
-    #[test]
-    fn new_service_writes_backends_then_table_then_vip() {
+    /// A fresh dataplane and publisher after one apply of `services`.
+    fn applied(services: &[DesiredService]) -> (MemoryDataplane, Publisher) {
         let mut dp = MemoryDataplane::default();
         let mut p = Publisher::default();
-        let svc = web(vec![
+        p.apply(services, &mut dp).unwrap();
+        (dp, p)
+    }
+
+    /// Applies `services` and returns what that apply wrote, in order.
+    fn writes(
+        p: &mut Publisher,
+        dp: &mut MemoryDataplane,
+        services: &[DesiredService],
+    ) -> Vec<Write> {
+        dp.log.clear();
+        p.apply(services, dp).unwrap();
+        dp.log.clone()
+    }
+
+    /// Two active backends, 10.0.1.1:80 and 10.0.1.2:80, weight 1.
+    fn two_active() -> Vec<DesiredBackend> {
+        vec![
             backend("10.0.1.1:80", 1, Role::Active),
             backend("10.0.1.2:80", 1, Role::Active),
-        ]);
-        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        ]
+    }
+
+    /// `all` with backend `i` in `role`.
+    fn with_role(all: &[DesiredBackend], i: usize, role: Role) -> Vec<DesiredBackend> {
+        let mut out = all.to_vec();
+        out[i].role = role;
+        out
+    }
+
+    /// What a restarted agent reads back from the maps `dp` holds.
+    fn state_of(dp: &MemoryDataplane) -> PublishedState {
+        PublishedState {
+            services: dp.services.values().copied().collect(),
+            backends: dp.backends.iter().map(|(id, b)| (*id, *b)).collect(),
+        }
+    }
+
+    #[test]
+    fn new_service_writes_backends_then_table_then_vip() {
+        let svc = web(two_active());
+        let (dp, _) = applied(std::slice::from_ref(&svc));
         let vip = vip_key(svc.vip, IPPROTO_TCP);
         assert_eq!(
             dp.log,
@@ -788,10 +825,8 @@ mod tests {
 
     #[test]
     fn unchanged_apply_writes_nothing() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
         let svc = web(vec![backend("10.0.1.1:80", 1, Role::Active)]);
-        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let (mut dp, mut p) = applied(std::slice::from_ref(&svc));
         let before = dp.log.len();
         let report = p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
         assert_eq!(
@@ -803,24 +838,9 @@ mod tests {
 
     #[test]
     fn sticky_backend_leaves_table_but_stays_live() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
-        p.apply(
-            &[web(vec![
-                backend("10.0.1.1:80", 1, Role::Active),
-                backend("10.0.1.2:80", 1, Role::Active),
-            ])],
-            &mut dp,
-        )
-        .unwrap();
-        p.apply(
-            &[web(vec![
-                backend("10.0.1.1:80", 1, Role::Active),
-                backend("10.0.1.2:80", 1, Role::Sticky),
-            ])],
-            &mut dp,
-        )
-        .unwrap();
+        let (mut dp, mut p) = applied(&[web(two_active())]);
+        p.apply(&[web(with_role(&two_active(), 1, Role::Sticky))], &mut dp)
+            .unwrap();
         assert_eq!(
             slots_of(&dp, 0, 2),
             0,
@@ -868,16 +888,7 @@ mod tests {
 
     #[test]
     fn removed_backend_loses_live_flag_and_id_is_reused_last() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
-        p.apply(
-            &[web(vec![
-                backend("10.0.1.1:80", 1, Role::Active),
-                backend("10.0.1.2:80", 1, Role::Active),
-            ])],
-            &mut dp,
-        )
-        .unwrap();
+        let (mut dp, mut p) = applied(&[web(two_active())]);
         p.apply(
             &[web(vec![backend("10.0.1.1:80", 1, Role::Active)])],
             &mut dp,
@@ -902,21 +913,17 @@ mod tests {
 
     #[test]
     fn unknown_mac_is_not_selectable() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
         let mut b = backend("10.0.1.1:80", 1, Role::Active);
         b.mac = None;
-        p.apply(&[web(vec![b])], &mut dp).unwrap();
+        let (dp, _) = applied(&[web(vec![b])]);
         assert!(dp.tables[&0].iter().all(|&s| s == NO_BACKEND));
         assert_eq!(dp.backends[&1].flags & BACKEND_F_LIVE, 0);
     }
 
     #[test]
     fn removed_service_loses_vip_and_backends() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
         let svc = web(vec![backend("10.0.1.1:80", 1, Role::Active)]);
-        p.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let (mut dp, mut p) = applied(std::slice::from_ref(&svc));
         p.apply(&[], &mut dp).unwrap();
         assert!(dp.service(&vip_key(svc.vip, IPPROTO_TCP)).is_none());
         assert_eq!(dp.backends[&1].flags & BACKEND_F_LIVE, 0);
@@ -925,16 +932,13 @@ mod tests {
 
     #[test]
     fn a_health_change_moves_only_that_backends_slots() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
         let all: Vec<DesiredBackend> = (1..=10)
             .map(|i| backend(&format!("10.0.1.{i}:80"), 1, Role::Active))
             .collect();
-        p.apply(&[web(all.clone())], &mut dp).unwrap();
+        let (mut dp, mut p) = applied(&[web(all.clone())]);
         let before = dp.tables[&0].clone();
-        let mut one_down = all.clone();
-        one_down[2].role = Role::Removed;
-        p.apply(&[web(one_down)], &mut dp).unwrap();
+        p.apply(&[web(with_role(&all, 2, Role::Removed))], &mut dp)
+            .unwrap();
         let after = dp.tables[&0].clone();
         let id = p.backend_id("web", &all[2].addr).unwrap();
         let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
@@ -949,23 +953,15 @@ mod tests {
 
     #[test]
     fn adoption_keeps_ids_and_rewrites_nothing_that_is_unchanged() {
-        let mut dp = MemoryDataplane::default();
-        let mut first = Publisher::default();
-        let svc = web(vec![
-            backend("10.0.1.1:80", 1, Role::Active),
-            backend("10.0.1.2:80", 1, Role::Removed),
-        ]);
+        let svc = web(with_role(&two_active(), 1, Role::Removed));
         let gone = DesiredService {
             name: "old".into(),
             vip: "10.0.0.101:80".parse().unwrap(),
             nat: None,
             ..web(vec![backend("10.0.2.1:80", 1, Role::Active)])
         };
-        first.apply(&[svc.clone(), gone.clone()], &mut dp).unwrap();
-        let state = PublishedState {
-            services: dp.services.values().copied().collect(),
-            backends: dp.backends.iter().map(|(id, b)| (*id, *b)).collect(),
-        };
+        let (mut dp, first) = applied(&[svc.clone(), gone.clone()]);
+        let state = state_of(&dp);
 
         let mut second = Publisher::default();
         second.adopt(&state);
@@ -1002,50 +998,32 @@ mod tests {
 
     #[test]
     fn liveness_is_taken_away_only_after_the_table_stops_pointing_at_it() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
-        let all = vec![
-            backend("10.0.1.1:80", 1, Role::Active),
-            backend("10.0.1.2:80", 1, Role::Active),
-        ];
-        p.apply(&[web(all.clone())], &mut dp).unwrap();
-        dp.log.clear();
-        let mut down = all.clone();
-        down[1].role = Role::Removed;
-        p.apply(&[web(down)], &mut dp).unwrap();
+        let all = two_active();
+        let (mut dp, mut p) = applied(&[web(all.clone())]);
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Removed))]),
             vec![Write::Table(0), Write::Backend(2)],
             "table first, then the backend loses LIVE"
         );
-        dp.log.clear();
-        p.apply(&[web(all[..1].to_vec())], &mut dp).unwrap();
-        dp.log.clear();
-        p.apply(&[web(all)], &mut dp).unwrap();
+        writes(&mut p, &mut dp, &[web(all[..1].to_vec())]);
+        let log = writes(&mut p, &mut dp, &[web(all)]);
         assert_eq!(
-            dp.log.first(),
+            log.first(),
             Some(&Write::Backend(3)),
-            "a new backend is written before the table points at it: {:?}",
-            dp.log
+            "a new backend is written before the table points at it: {log:?}"
         );
     }
 
     #[test]
     fn roles_map_to_flags() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
         let mut no_mac = backend("10.0.1.4:80", 1, Role::Active);
         no_mac.mac = None;
-        p.apply(
-            &[web(vec![
-                backend("10.0.1.1:80", 1, Role::Active),
-                backend("10.0.1.2:80", 1, Role::Sticky),
-                backend("10.0.1.3:80", 1, Role::Removed),
-                no_mac,
-            ])],
-            &mut dp,
-        )
-        .unwrap();
+        let (dp, _) = applied(&[web(vec![
+            backend("10.0.1.1:80", 1, Role::Active),
+            backend("10.0.1.2:80", 1, Role::Sticky),
+            backend("10.0.1.3:80", 1, Role::Removed),
+            no_mac,
+        ])]);
         let flags: Vec<u8> = (1..=4).map(|id| dp.backends[&id].flags).collect();
         assert_eq!(
             flags,
@@ -1056,28 +1034,17 @@ mod tests {
 
     #[test]
     fn leaving_traffic_clears_serving_after_the_table_and_keeps_live() {
-        let mut dp = MemoryDataplane::default();
-        let mut p = Publisher::default();
-        let all = vec![
-            backend("10.0.1.1:80", 1, Role::Active),
-            backend("10.0.1.2:80", 1, Role::Active),
-        ];
-        p.apply(&[web(all.clone())], &mut dp).unwrap();
-        dp.log.clear();
-        let mut sticky = all.clone();
-        sticky[1].role = Role::Sticky;
-        p.apply(&[web(sticky)], &mut dp).unwrap();
+        let all = two_active();
+        let (mut dp, mut p) = applied(&[web(all.clone())]);
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Sticky))]),
             vec![Write::Table(0), Write::Backend(2)],
             "table first, then the backend loses SERVING"
         );
         assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE);
         assert_eq!(slots_of(&dp, 0, 2), 0);
-        dp.log.clear();
-        p.apply(&[web(all)], &mut dp).unwrap();
         assert_eq!(
-            dp.log,
+            writes(&mut p, &mut dp, &[web(all)]),
             vec![Write::Backend(2), Write::Table(0)],
             "SERVING is given before the table points at the backend again"
         );
@@ -1086,17 +1053,9 @@ mod tests {
 
     #[test]
     fn adoption_counts_only_serving_backends_as_up() {
-        let mut dp = MemoryDataplane::default();
-        let mut first = Publisher::default();
-        let svc = web(vec![
-            backend("10.0.1.1:80", 1, Role::Active),
-            backend("10.0.1.2:80", 1, Role::Sticky),
-        ]);
-        first.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
-        let state = PublishedState {
-            services: dp.services.values().copied().collect(),
-            backends: dp.backends.iter().map(|(id, b)| (*id, *b)).collect(),
-        };
+        let svc = web(with_role(&two_active(), 1, Role::Sticky));
+        let (dp, _) = applied(std::slice::from_ref(&svc));
+        let state = state_of(&dp);
         let mut second = Publisher::default();
         second.adopt(&state);
         let up = |a: &str| second.adopted_live(svc.vip, IPPROTO_TCP, a.parse().unwrap());
@@ -1110,26 +1069,13 @@ mod tests {
 
     #[test]
     fn adoption_of_maps_pinned_before_serving_existed_reads_live_as_in_traffic() {
-        let mut dp = MemoryDataplane::default();
-        let mut first = Publisher::default();
-        let svc = web(vec![
-            backend("10.0.1.1:80", 1, Role::Active),
-            backend("10.0.1.2:80", 1, Role::Removed),
-        ]);
-        first.apply(std::slice::from_ref(&svc), &mut dp).unwrap();
+        let svc = web(with_role(&two_active(), 1, Role::Removed));
+        let (dp, _) = applied(std::slice::from_ref(&svc));
         // What the previous version pinned: LIVE alone for a backend in traffic.
-        let state = PublishedState {
-            services: dp.services.values().copied().collect(),
-            backends: dp
-                .backends
-                .iter()
-                .map(|(id, b)| {
-                    let mut b = *b;
-                    b.flags &= !BACKEND_F_SERVING;
-                    (*id, b)
-                })
-                .collect(),
-        };
+        let mut state = state_of(&dp);
+        for (_, b) in &mut state.backends {
+            b.flags &= !BACKEND_F_SERVING;
+        }
         let mut second = Publisher::default();
         second.adopt(&state);
         let up = |a: &str| second.adopted_live(svc.vip, IPPROTO_TCP, a.parse().unwrap());

@@ -27,6 +27,7 @@ pub mod pmtu;
 pub mod process;
 pub mod realistic;
 pub mod redundancy;
+pub mod restart;
 pub mod scenario;
 pub mod topology;
 pub mod traffic;

@@ -10,14 +10,16 @@ use std::{
     fmt::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
+    thread,
     time::Duration,
 };
 
 use crate::{
     agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service},
-    api::{self, Api, ApiError, EventView},
-    health::{self, HEALTH_PATH, HTTP_PORT, Probe},
+    api::{self, Api, ApiError, EventView, ServiceView},
+    health::{self, HEALTH_PATH, HTTP_PORT, MARGIN, Probe},
     netns::{NetNs, NetnsError},
+    ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
     pacer::wall_now,
     process::{NsProcess, ProcessError, STOP_GRACE},
     scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT, SERVER_START},
@@ -501,5 +503,152 @@ impl Readings {
                 .map_or_else(|| "?".to_owned(), |k| k.to_string()),
             self.counters
         )
+    }
+}
+
+/// What the API must show at one step of a [`Takeover`], and what a timeout means.
+pub struct Expect<'a> {
+    /// What is waited for (in the API error).
+    pub what: &'a str,
+    pub cond: &'a dyn Fn(&ServiceView) -> bool,
+    /// The failure's message before `": {error}"`.
+    pub failed: String,
+}
+
+/// A take-over under ordinary traffic: the health endpoints of `failing` answer 500 for
+/// a while, then heal; a keep-alive connection is held on the first of them.
+pub struct Takeover<'a> {
+    pub label: &'a str,
+    /// Traffic before the failure, after the wait for `out` and after the wait for `back`.
+    pub phase: Duration,
+    pub failing: &'a [&'static str],
+    /// Within `detect_fast` (plus margins) of the 500s.
+    pub out: Expect<'a>,
+    /// Within `recover_max` (plus margins) of the healing.
+    pub back: Expect<'a>,
+    /// The only servers that may change state.
+    pub changing: &'a [SocketAddr],
+    /// The message when another server changed state (before `":\n{events}"`).
+    pub others_changed: String,
+    /// The first line of the printed figures, from the seconds to `out` and to `back`.
+    pub headline: &'a dyn Fn(f64, f64) -> String,
+}
+
+/// What a [`Takeover`] saw, for the scenario's own checks; wall-clock times in seconds.
+pub struct TakeoverRun {
+    pub report: ordinary::Report,
+    pub events: Vec<EventView>,
+    /// When the 500s began and when the API showed `out`.
+    pub failing: f64,
+    pub out_at: f64,
+    /// When the endpoints healed and when the API showed `back`.
+    pub healed: f64,
+    pub back_at: f64,
+}
+
+impl Bed {
+    /// Runs `t` and checks what every take-over must keep: both waits met, the held
+    /// connection answered throughout, only `changing` servers changed state, nothing
+    /// failed open and no request failed. Prints the figures first.
+    pub fn takeover(&self, t: &Takeover) -> TakeoverRun {
+        let label = t.label;
+        let held_on = t.failing[0];
+        let start = self.start_readings();
+        // Long enough for three phases and both verdicts; stopped at the end.
+        let traffic = Ordinary::start(
+            &self.topo.client().ns,
+            &OrdinaryConfig::new(self.vip, t.phase * 3 + Duration::from_secs(40)),
+        );
+        let mut held = PinnedConn::open_on(&self.topo.client().ns, self.vip, held_on, 64)
+            .unwrap_or_else(|e| panic!("{label}: a keep-alive connection on {held_on}: {e}"));
+        thread::sleep(t.phase);
+
+        let failing = self.control_all(t.failing, "http 500\n");
+        let wait = self.bounds.detect_fast + MARGIN * 2;
+        // A wait that fails is reported after the traffic's figures, at the end.
+        let went_out = self
+            .api
+            .wait_service(SERVICE, t.out.what, wait, t.out.cond)
+            .map_err(|e| format!("{}: {e}", t.out.failed));
+        let out_at = failing + went_out.as_ref().map_or(f64::NAN, |(_, t)| t.as_secs_f64());
+        // The connection held keeps working while its server is out (30 requests, under
+        // the server's keep-alive cap of 100).
+        let held_answers = held.requests_for(t.phase, t.phase / 30);
+
+        let healed = self.control_all(t.failing, "");
+        let wait = self.bounds.recover_max + MARGIN * 2;
+        let came_back = self
+            .api
+            .wait_service(SERVICE, t.back.what, wait, t.back.cond)
+            .map_err(|e| format!("{}: {e}", t.back.failed));
+        let back_at = healed
+            + came_back
+                .as_ref()
+                .map_or(f64::NAN, |(_, t)| t.as_secs_f64());
+        thread::sleep(t.phase);
+        let report = traffic.finish(true);
+        let events = self
+            .events_since(self.baseline)
+            .expect("reading the events");
+        let readings = self.finish_readings(&start, &events);
+        println!(
+            "{}\n  {}  {}\n  events since the baseline:\n{}",
+            (t.headline)(out_at - failing, back_at - healed),
+            report.summary(),
+            readings.line(),
+            self.describe_events(&events, failing)
+        );
+
+        println!(
+            "{label}: the connection held on {held_on} while it was out: {}",
+            ordinary::held_summary(&held_answers, held_on)
+        );
+        if let Err(e) = went_out.and(came_back) {
+            panic!("{e}");
+        }
+        assert!(
+            held_answers.iter().all(|a| a.as_deref() == Ok(held_on)),
+            "{label}: a working keep-alive connection to {held_on} must keep answering while \
+             {held_on} is out of the table: {}",
+            ordinary::held_summary(&held_answers, held_on)
+        );
+        let others: Vec<_> = events
+            .iter()
+            .filter(|e| e.server != "-" && !t.changing.iter().any(|a| e.server == a.to_string()))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{}:\n{}",
+            t.others_changed,
+            self.describe_events(&events, failing)
+        );
+        assert!(
+            !events.iter().any(|e| e.cause.contains("fail-open")),
+            "{label}: nothing may fail open:\n{}",
+            self.describe_events(&events, failing)
+        );
+        assert_eq!(
+            report.failures().count(),
+            0,
+            "{label}: every backend's web service answered throughout; no request may fail:\n{}",
+            report.summary()
+        );
+        TakeoverRun {
+            report,
+            events,
+            failing,
+            out_at,
+            healed,
+            back_at,
+        }
+    }
+
+    /// Writes `text` to the control files of `names`; the time of the first write.
+    fn control_all(&self, names: &[&str], text: &str) -> f64 {
+        let at = self.servers.control(names[0], text);
+        for name in &names[1..] {
+            self.servers.control(name, text);
+        }
+        at
     }
 }

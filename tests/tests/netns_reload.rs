@@ -6,6 +6,7 @@ use std::{path::Path, time::Duration};
 
 use lb_tests::{
     agent::{AgentConfig, RELOAD_TIMEOUT},
+    restart::other_backend,
     scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
     topology::{Forwarding, Topology},
     traffic::{EchoConn, Tally},
@@ -38,12 +39,7 @@ fn removal_keeps_other_flows(forwarding: Forwarding, subnet: u8) {
     }
 
     // Remove a backend other than the one serving the long-lived connection.
-    let removed = topo
-        .backends()
-        .iter()
-        .find(|b| b.role != kept)
-        .expect("a second backend");
-    let removed_addr = std::net::SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
+    let (removed, removed_addr) = other_backend(topo, &kept);
     let config = AgentConfig::new(vec![service.without(removed_addr)]);
     let line = agent.reload(&config, RELOAD_TIMEOUT).unwrap_or_else(|e| {
         panic!(

@@ -8,33 +8,25 @@
 //! behind the agent's back is repaired) and `detach` after the agent stopped.
 
 use std::{
-    net::SocketAddr,
     path::Path,
     process::{Command, Output},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     thread,
     time::{Duration, Instant},
 };
 
 use aya::programs::XdpMode;
 use lb_tests::{
-    agent::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
+    agent::{Agent, AgentConfig, Service, locate_binary},
     bpffs::PrivateBpffs,
     pass_prog,
-    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
+    restart::{Stream, assert_served, assert_stream_clean, echoes, reload_out_and_back, sigkill},
+    scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
-    traffic::{EchoConn, Tally, tcp_names},
+    traffic::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const START: Duration = Duration::from_secs(30);
-/// Pause between two new connections of the steady stream.
-const PACE: Duration = Duration::from_millis(5);
-/// Upper bound on the steady stream, whatever happens.
-const STREAM_LIMIT: Duration = Duration::from_secs(90);
 /// The line a restarted agent prints when it took over the running program's maps.
 const ADOPTED: &str = "adopted the previous state";
 /// The line of an agent that found nothing to adopt.
@@ -44,45 +36,18 @@ const STAYS: &str = "the XDP program stays attached";
 /// How long the link watch (1 s period) may take to notice and repair.
 const REPAIR: Duration = Duration::from_secs(10);
 
-/// New connections, one every [`PACE`], from the client namespace until told to stop.
-struct Stream {
-    stop: Arc<AtomicBool>,
-    handle: thread::JoinHandle<Tally>,
+/// The test bed with three `lb-testserver`s and the weighted TCP service over them.
+fn web_bed(forwarding: Forwarding, subnet: u8) -> (scenario::Testbed, Service) {
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let backends = scenario::weighted(&bed.topo, &WEIGHTS);
+    let service = scenario::tcp_service(&bed.topo, &backends);
+    (bed, service)
 }
 
-impl Stream {
-    fn start(topo: &Topology, vip: SocketAddr) -> Stream {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let ns = topo.client().ns.clone();
-        let src = topo.client().ipv4.into();
-        let handle = thread::spawn(move || {
-            let started = Instant::now();
-            let mut total = Tally::default();
-            let mut i: u32 = 0;
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < STREAM_LIMIT {
-                // Fresh source ports: no TIME_WAIT reuse between connections.
-                let port = 30_000 + (i % 30_000) as u16;
-                i += 1;
-                let one = tcp_names(&ns, src, port, vip, 1, Duration::from_secs(5))
-                    .expect("entering the client namespace");
-                total.attempted += one.attempted;
-                total.failures.extend(one.failures);
-                for (name, n) in one.counts {
-                    *total.counts.entry(name).or_default() += n;
-                }
-                thread::sleep(PACE);
-            }
-            total.elapsed = started.elapsed();
-            total
-        });
-        Stream { stop, handle }
-    }
-
-    fn finish(self) -> Tally {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().expect("the stream thread")
-    }
+/// `lb-agent` started in native XDP mode, or a panic `"{what}: {error}"`.
+fn start_native(topo: &Topology, binary: &Path, config: &AgentConfig, what: &str) -> Agent {
+    Agent::start(topo, binary, config, Some("native"), START)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// `ip netns exec <lb ns> lb-agent ARGS…`, to completion.
@@ -102,6 +67,20 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// `out` failed: its output, or a panic `"{what}:\n{output}"`.
+fn refusal(out: Output, what: &str) -> String {
+    let said = text(&out);
+    assert!(!out.status.success(), "{what}:\n{said}");
+    said
+}
+
+/// `out` succeeded: its output, or a panic `"{what}:\n{output}"`.
+fn success(out: Output, what: &str) -> String {
+    let said = text(&out);
+    assert!(out.status.success(), "{what}:\n{said}");
+    said
 }
 
 /// The id of the XDP program on the lb's `eth0`, if any (`ip -d link show`).
@@ -166,10 +145,8 @@ fn sigterm(agent: Agent, what: &str) -> String {
 
 fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
     let mode = forwarding.as_str();
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(forwarding, subnet);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = pin_path.to_owned();
@@ -202,8 +179,12 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         "{mode}: the program should stay attached after SIGTERM"
     );
     thread::sleep(Duration::from_millis(300)); // traffic while no agent runs
-    conn.check_echo("after SIGTERM, before restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection while the agent is down: {e}"));
+    echoes(
+        &mut conn,
+        "after SIGTERM, before restart",
+        mode,
+        "while the agent is down",
+    );
     let agent = start(&config);
     assert_adopted(&agent, "restart after SIGTERM");
     let second_id = xdp_prog_id(topo).expect("XDP attached after the restart");
@@ -211,43 +192,19 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         second_id, first_id,
         "{mode}: the restarted agent should have swapped in its own program"
     );
-    conn.check_echo("after restart")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after restart: {e}"));
+    echoes(&mut conn, "after restart", mode, "after restart");
     thread::sleep(Duration::from_millis(300));
 
     // 2. SIGKILL: no chance to clean up; a new agent adopts.
-    agent
-        .process()
-        .signal(libc::SIGKILL)
-        .expect("killing the agent");
-    drop(agent);
-    thread::sleep(Duration::from_millis(300));
+    sigkill(agent);
     assert_eq!(xdp_prog_id(topo), Some(second_id), "{mode}: after SIGKILL");
-    conn.check_echo("after SIGKILL")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after SIGKILL: {e}"));
+    echoes(&mut conn, "after SIGKILL", mode, "after SIGKILL");
     let agent = start(&config);
     assert_adopted(&agent, "restart after SIGKILL");
     thread::sleep(Duration::from_millis(300));
 
     // 3. Two SIGHUP reloads: one server out, then back under another weight.
-    let removed = topo
-        .backends()
-        .iter()
-        .find(|b| b.role != kept)
-        .expect("a second backend");
-    let removed_addr = SocketAddr::new(removed.ipv4.into(), BACKEND_TCP_PORT);
-    let mut smaller = config.clone();
-    smaller.services = vec![service.without(removed_addr)];
-    agent
-        .reload(&smaller, RELOAD_TIMEOUT)
-        .unwrap_or_else(|e| panic!("{mode}: reload removing {removed_addr}: {e}"));
-    thread::sleep(Duration::from_millis(300));
-    agent
-        .reload(&config, RELOAD_TIMEOUT)
-        .unwrap_or_else(|e| panic!("{mode}: reload adding {removed_addr} back: {e}"));
-    thread::sleep(Duration::from_millis(300));
-    conn.check_echo("after the reloads")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection after reloads: {e}"));
+    reload_out_and_back(&agent, topo, (&config, &service), &kept, &mut conn, mode);
 
     let tally = stream.finish();
     println!(
@@ -258,17 +215,7 @@ fn restart_without_bpffs(forwarding: Forwarding, subnet: u8, pin_path: &str) {
         tally.elapsed,
         tally.failures.len()
     );
-    assert!(
-        tally.attempted > 100,
-        "{mode}: the steady stream should have run (got {} attempts)",
-        tally.attempted
-    );
-    assert!(
-        tally.failures.is_empty(),
-        "{mode}: no new connection may fail across restarts and reloads, {} did: {:?}",
-        tally.failures.len(),
-        &tally.failures[..tally.failures.len().min(10)]
-    );
+    assert_stream_clean(&tally, mode);
     sigterm(agent, mode);
 }
 
@@ -290,28 +237,23 @@ fn restart_through_netns_exec_default_pin_path_dsr() {
 /// so, and a second `detach` says there was nothing.
 #[test]
 fn one_owner_link_watch_and_detach() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 65, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 65);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     // A bpffs shared by every process (not under /sys, which `ip netns exec` remounts).
     let bpffs = PrivateBpffs::mount("owner").expect("mounting a bpffs for the pins");
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = bpffs.pins().display().to_string();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting lb-agent");
     let owner_pid = format!("pid {}", agent.process().pid());
     let config_path = topo.dir().join("lb.toml");
     let config_arg = config_path.display().to_string();
 
     // A second agent on the same interface.
-    let second = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
-    let said = text(&second);
-    assert!(
-        !second.status.success(),
-        "a second agent must not start:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["run", "--config", &config_arg]),
+        "a second agent must not start",
     );
     assert!(
         said.contains("another lb-agent already runs on interface `eth0`")
@@ -337,23 +279,21 @@ fn one_owner_link_watch_and_detach() {
         .ns
         .ip(&["link", "set", "lbt-other0", "up"])
         .expect("setting the second interface up");
-    let other = lb_agent_in(
-        topo,
-        &binary,
-        &[
-            "run",
-            "--config",
-            &config_arg,
-            "--interface",
-            "lbt-other0",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
-    let said = text(&other);
-    assert!(
-        !other.status.success(),
-        "an agent on the same pins must not start:\n{said}"
+    let said = refusal(
+        lb_agent_in(
+            topo,
+            &binary,
+            &[
+                "run",
+                "--config",
+                &config_arg,
+                "--interface",
+                "lbt-other0",
+                "--xdp-mode",
+                "generic",
+            ],
+        ),
+        "an agent on the same pins must not start",
     );
     assert!(
         said.contains("holds the pin directory") && said.contains(&owner_pid),
@@ -368,15 +308,13 @@ fn one_owner_link_watch_and_detach() {
     let other_config = topo.dir().join("other.toml");
     std::fs::write(&other_config, unpinned.render()).expect("writing other.toml");
     let other_arg = other_config.display().to_string();
-    let occupied = lb_agent_in(
-        topo,
-        &binary,
-        &["run", "--config", &other_arg, "--interface", "lbt-other0"],
-    );
-    let said = text(&occupied);
-    assert!(
-        !occupied.status.success(),
-        "an occupied interface must refuse:\n{said}"
+    let said = refusal(
+        lb_agent_in(
+            topo,
+            &binary,
+            &["run", "--config", &other_arg, "--interface", "lbt-other0"],
+        ),
+        "an occupied interface must refuse",
     );
     assert!(
         said.contains("already runs XDP program id")
@@ -387,18 +325,16 @@ fn one_owner_link_watch_and_detach() {
     drop(pass);
 
     // Without the capabilities: refused, naming them.
-    let out = Command::new("ip")
-        .args(["netns", "exec", topo.lb().ns.name()])
-        .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(&binary)
-        .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("running lb-agent without capabilities");
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "no capabilities must refuse:\n{said}"
+    let said = refusal(
+        Command::new("ip")
+            .args(["netns", "exec", topo.lb().ns.name()])
+            .args(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"])
+            .arg(&binary)
+            .args(["run", "--config", &other_arg, "--interface", "lbt-other0"])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("running lb-agent without capabilities"),
+        "no capabilities must refuse",
     );
     assert!(
         said.contains("lacks CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
@@ -406,11 +342,9 @@ fn one_owner_link_watch_and_detach() {
     );
 
     // detach while the owner runs.
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(
-        !detach.status.success(),
-        "detach must refuse while the agent runs:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach must refuse while the agent runs",
     );
     assert!(
         said.contains("refusing to detach")
@@ -448,30 +382,19 @@ fn one_owner_link_watch_and_detach() {
         Some(before),
         "the agent re-attached its own program"
     );
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        40_000,
+    assert_served(
+        topo,
         vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "connections after the repair should be answered: {:?}",
-        tally.failures
+        40_000,
+        "connections after the repair should be answered",
     );
 
     // Stopped: detach removes the program and the pins and says so; again: nothing.
     let line = sigterm(agent, "owner");
     assert!(line.contains(STAYS), "shutdown line: {line}");
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(
-        detach.status.success(),
-        "detach after the agent stopped:\n{said}"
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach after the agent stopped",
     );
     assert!(
         said.contains(&format!("detached lb's XDP program (id {before}")),
@@ -482,14 +405,39 @@ fn one_owner_link_watch_and_detach() {
         "detach should remove the pins:\n{said}"
     );
     assert_eq!(xdp_prog_id(topo), None, "no XDP program after detach");
-    let again = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&again);
-    assert!(again.status.success(), "a second detach:\n{said}");
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "a second detach",
+    );
     assert!(
         said.contains("runs no XDP program: nothing to detach")
             && said.contains("no pin directory"),
         "a second detach should say there was nothing:\n{said}"
     );
+}
+
+/// lb's object loaded (in the calling thread's namespace), with `sizes` as the
+/// `max_entries` of the maps they name.
+fn lb_object(sizes: &[(&str, u32)]) -> aya::Ebpf {
+    let mut loader = aya::EbpfLoader::new();
+    for (map, entries) in sizes {
+        loader.map_max_entries(map, *entries);
+    }
+    loader
+        .load(lb_agent::EBPF_OBJECT)
+        .expect("loading lb's object")
+}
+
+/// The XDP program `name` of `ebpf`, loaded into the kernel (verified).
+fn loaded_xdp<'e>(ebpf: &'e mut aya::Ebpf, name: &str) -> &'e mut aya::programs::Xdp {
+    let prog: &mut aya::programs::Xdp = ebpf
+        .program_mut(name)
+        .expect(name)
+        .try_into()
+        .expect("an XDP program");
+    prog.load()
+        .unwrap_or_else(|e| panic!("verifying {name}: {e}"));
+    prog
 }
 
 /// Loads lb's object with a smaller flow table (as an older or newer build whose
@@ -500,16 +448,8 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
     topo.lb()
         .ns
         .run(move || {
-            let mut ebpf = aya::EbpfLoader::new()
-                .map_max_entries(lb_common::map_names::FLOWS, 1024)
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let prog: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PROGRAM_NAME)
-                .expect("lb_xdp")
-                .try_into()
-                .expect("an XDP program");
-            prog.load().expect("verifying lb_xdp");
+            let mut ebpf = lb_object(&[(lb_common::map_names::FLOWS, 1024)]);
+            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
             if through_link {
                 prog.attach(HOST_IF, XdpMode::Driver)
                     .expect("attaching through a bpf_link");
@@ -536,10 +476,8 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
 /// replaces it with fresh maps.
 #[test]
 fn adoption_across_layout_change_link_and_reset() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 66, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Dsr, 66);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let config = AgentConfig::new(vec![service.clone()]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
@@ -549,11 +487,9 @@ fn adoption_across_layout_change_link_and_reset() {
 
     // Held by a bpf_link: refused with the one-time migration step.
     let linked = older_program(topo, true).expect("the link's owner");
-    let out = lb_agent_in(topo, &binary, &["run", "--config", &config_arg]);
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "a linked program cannot be replaced:\n{said}"
+    let said = refusal(
+        lb_agent_in(topo, &binary, &["run", "--config", &config_arg]),
+        "a linked program cannot be replaced",
     );
     assert!(
         said.contains("through a bpf_link") && said.contains("lb-agent detach"),
@@ -565,8 +501,7 @@ fn adoption_across_layout_change_link_and_reset() {
     // Attached through netlink with a smaller flow table: adopted except LB_FLOWS.
     assert!(older_program(topo, false).is_none());
     let old_id = xdp_prog_id(topo).expect("attached through netlink");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting over the older program: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting over the older program");
     let line = line_with(&agent, ADOPTED, "over a changed layout");
     assert!(
         line.contains("maps_kept=9") && line.contains("maps_fresh=1"),
@@ -578,21 +513,7 @@ fn adoption_across_layout_change_link_and_reset() {
         "the warning should name the map and why: {warning}"
     );
     assert_ne!(xdp_prog_id(topo), Some(old_id), "swapped in");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        41_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after adoption: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 41_000, "served after adoption");
     sigterm(agent, "adopting");
 
     // --reset: the running program replaced with fresh maps, said plainly.
@@ -630,20 +551,7 @@ fn adoption_across_layout_change_link_and_reset() {
         Some(running),
         "--reset swapped in a new program"
     );
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        42_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after --reset: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 42_000, "served after --reset");
     let status = reset.stop(Duration::from_secs(10)).expect("stopping");
     assert!(
         status.success(),
@@ -659,28 +567,20 @@ fn adoption_across_layout_change_link_and_reset() {
 /// that program named.
 #[test]
 fn a_foreign_program_taking_the_interface_stops_the_agent() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 67, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Dsr, 67);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let config = AgentConfig::new(vec![scenario::tcp_service(topo, &backends)]);
+    let config = AgentConfig::new(vec![service]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting lb-agent");
     let since = agent.process().cursor();
     topo.lb()
         .ns
         .run(|| {
-            let mut ebpf = aya::EbpfLoader::new()
-                .map_max_entries(lb_common::map_names::FLOWS, 64)
-                .map_max_entries(lb_common::map_names::NAT, 64)
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let pass: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PASS_PROGRAM_NAME)
-                .expect("lb_pass")
-                .try_into()
-                .expect("an XDP program");
-            pass.load().expect("verifying lb_pass");
+            let mut ebpf = lb_object(&[
+                (lb_common::map_names::FLOWS, 64),
+                (lb_common::map_names::NAT, 64),
+            ]);
+            let pass = loaded_xdp(&mut ebpf, lb_common::PASS_PROGRAM_NAME);
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
                 .expect("reading eth0")
@@ -729,10 +629,8 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
 /// restart configured for native keeps generic and says why.
 #[test]
 fn restart_in_generic_mode_replaces_in_that_mode() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 68, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 68);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let config = AgentConfig::new(vec![service]);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
@@ -742,8 +640,7 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
     let line = sigterm(agent, "generic");
     assert!(line.contains(STAYS) && line.contains("generic"), "{line}");
 
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("restarting lb-agent: {e}"));
+    let agent = start_native(topo, &binary, &config, "restarting lb-agent");
     assert_adopted(&agent, "generic restart");
     line_with(&agent, "attached in another mode", "mode change");
     let attached = line_with(&agent, "XDP program attached", "generic restart");
@@ -759,21 +656,7 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
         .ip(&["-d", "link", "show", "dev", HOST_IF])
         .expect("ip link show");
     assert!(out.contains("xdpgeneric"), "still generic:\n{out}");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        43_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after the generic restart: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 43_000, "served after the generic restart");
     sigterm(agent, "generic");
 }
 
@@ -783,10 +666,8 @@ fn restart_in_generic_mode_replaces_in_that_mode() {
 /// link pin and so the program.
 #[test]
 fn upgrade_from_a_pinned_link_swaps_into_it() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 69, false, Path::new(TESTSERVER));
+    let (bed, service) = web_bed(Forwarding::Nat, 69);
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
     let bpffs = PrivateBpffs::mount("legacy").expect("mounting a bpffs for the pins");
     std::fs::create_dir_all(bpffs.pins()).expect("creating the pin directory");
@@ -794,15 +675,8 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     topo.lb()
         .ns
         .run(|| {
-            let mut ebpf = aya::EbpfLoader::new()
-                .load(lb_agent::EBPF_OBJECT)
-                .expect("loading lb's object");
-            let prog: &mut aya::programs::Xdp = ebpf
-                .program_mut(lb_common::PROGRAM_NAME)
-                .expect("lb_xdp")
-                .try_into()
-                .expect("an XDP program");
-            prog.load().expect("verifying lb_xdp");
+            let mut ebpf = lb_object(&[]);
+            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
             let id = prog
                 .attach(HOST_IF, XdpMode::Driver)
                 .expect("attaching through a bpf_link");
@@ -816,8 +690,7 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     let mut config = AgentConfig::new(vec![service.clone()]);
     config.pin_path = bpffs.pins().display().to_string();
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("starting over a pinned link: {e}"));
+    let agent = start_native(topo, &binary, &config, "starting over a pinned link");
     line_with(&agent, ADOPTED, "over a pinned link");
     line_with(
         &agent,
@@ -826,48 +699,21 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
     );
     let new_id = xdp_prog_id(topo).expect("attached");
     assert_ne!(new_id, old_id, "the agent's program runs in the link now");
-    let client = topo.client();
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        44_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served through the link: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 44_000, "served through the link");
 
     // A later restart adopts the published state through the interface again.
     let line = sigterm(agent, "legacy");
     assert!(line.contains(STAYS), "{line}");
-    let agent = Agent::start(topo, &binary, &config, Some("native"), START)
-        .unwrap_or_else(|e| panic!("restarting over the link: {e}"));
+    let agent = start_native(topo, &binary, &config, "restarting over the link");
     assert_adopted(&agent, "restart over the link");
-    let tally = tcp_names(
-        &client.ns,
-        client.ipv4.into(),
-        45_000,
-        vip,
-        20,
-        Duration::from_secs(10),
-    )
-    .expect("entering the client namespace");
-    assert!(
-        tally.failures.is_empty(),
-        "served after the restart: {:?}",
-        tally.failures
-    );
+    assert_served(topo, vip, 45_000, "served after the restart");
     sigterm(agent, "legacy");
 
     let config_arg = topo.dir().join("lb.toml").display().to_string();
-    let detach = lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]);
-    let said = text(&detach);
-    assert!(detach.status.success(), "detach:\n{said}");
+    let said = success(
+        lb_agent_in(topo, &binary, &["detach", "--config", &config_arg]),
+        "detach",
+    );
     assert_eq!(
         xdp_prog_id(topo),
         None,

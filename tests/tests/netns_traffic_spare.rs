@@ -6,13 +6,12 @@
 //! not one request fails (every web service answers throughout), and a keep-alive
 //! connection held on p1 keeps answering while p1 is out.
 
-use std::{path::Path, thread, time::Duration};
+use std::{path::Path, time::Duration};
 
 use lb_tests::{
     api::ServiceView,
-    health::{self, MARGIN},
-    ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
-    realistic::{Bed, Role, SERVICE},
+    health,
+    realistic::{Bed, Expect, Role, Takeover, TakeoverRun},
     topology::Forwarding,
 };
 
@@ -30,92 +29,44 @@ fn spare_takes_over(forwarding: Forwarding, subnet: u8) {
     ];
     let bed = Bed::start(forwarding, subnet, &roles, Path::new(TESTSERVER));
     let (p1, s1) = (bed.addr("p1"), bed.addr("s1"));
-    let start = bed.start_readings();
-    // Long enough for three phases and both verdicts; stopped at the end.
-    let traffic = Ordinary::start(
-        &bed.topo.client().ns,
-        &OrdinaryConfig::new(bed.vip, PHASE * 3 + Duration::from_secs(40)),
-    );
-    let mut held = PinnedConn::open_on(&bed.topo.client().ns, bed.vip, "p1", 64)
-        .unwrap_or_else(|e| panic!("{label}: a keep-alive connection on p1: {e}"));
-    thread::sleep(PHASE);
-
-    let failing = bed.servers.control("p1", "http 500\n");
-    let wait = bed.bounds.detect_fast + MARGIN * 2;
-    // A wait that fails is reported after the traffic's figures, at the end.
-    let went_out = bed
-        .api
-        .wait_service(SERVICE, "p1 out, s1 running", wait, |s: &ServiceView| {
-            s.server(p1).is_some_and(|v| !v.active)
-                && s.server(s1)
-                    .is_some_and(|v| v.active && v.spare.as_deref() == Some("running"))
-        })
-        .map_err(|e| format!("{label}: p1 answering 500 should make s1 run: {e}"));
-    let out_at = failing + went_out.as_ref().map_or(f64::NAN, |(_, t)| t.as_secs_f64());
-    // The connection held on p1 keeps working while p1 is out (30 requests, under the
-    // server's keep-alive cap of 100).
-    let held_answers = held.requests_for(PHASE, PHASE / 30);
-
-    let healed = bed.servers.control("p1", "");
-    let wait = bed.bounds.recover_max + MARGIN * 2;
-    let came_back = bed
-        .api
-        .wait_service(SERVICE, "p1 back, s1 idle", wait, |s: &ServiceView| {
-            s.server(p1).is_some_and(|v| v.active && v.state == "up")
-                && s.server(s1)
-                    .is_some_and(|v| !v.active && v.spare.as_deref() == Some("idle"))
-        })
-        .map_err(|e| format!("{label}: p1 healed should retire s1: {e}"));
-    let back_at = healed
-        + came_back
-            .as_ref()
-            .map_or(f64::NAN, |(_, t)| t.as_secs_f64());
-    thread::sleep(PHASE);
-    let report = traffic.finish(true);
-    let events = bed.events_since(bed.baseline).expect("reading the events");
-    let readings = bed.finish_readings(&start, &events);
-    println!(
-        "spare {label}: p1 out {:.2} s after its 500s, back {:.2} s after healing\n  {}  {}\n  events since the baseline:\n{}",
-        out_at - failing,
-        back_at - healed,
-        report.summary(),
-        readings.line(),
-        bed.describe_events(&events, failing)
-    );
-
-    println!(
-        "{label}: the connection held on p1 while it was out: {}",
-        ordinary::held_summary(&held_answers, "p1")
-    );
-    if let Err(e) = went_out.and(came_back) {
-        panic!("{e}");
-    }
-    assert!(
-        held_answers.iter().all(|a| a.as_deref() == Ok("p1")),
-        "{label}: a working keep-alive connection to p1 must keep answering while p1 is \
-         out of the table: {}",
-        ordinary::held_summary(&held_answers, "p1")
-    );
-    let others: Vec<_> = events
-        .iter()
-        .filter(|e| e.server != "-" && e.server != p1.to_string())
-        .collect();
-    assert!(
-        others.is_empty(),
-        "{label}: only p1 may change state (no healthy server ejected):\n{}",
-        bed.describe_events(&events, failing)
-    );
-    assert!(
-        !events.iter().any(|e| e.cause.contains("fail-open")),
-        "{label}: nothing may fail open:\n{}",
-        bed.describe_events(&events, failing)
-    );
-    assert_eq!(
-        report.failures().count(),
-        0,
-        "{label}: every backend's web service answered throughout; no request may fail:\n{}",
-        report.summary()
-    );
+    let run = bed.takeover(&Takeover {
+        label,
+        phase: PHASE,
+        failing: &["p1"],
+        out: Expect {
+            what: "p1 out, s1 running",
+            cond: &|s: &ServiceView| {
+                s.server(p1).is_some_and(|v| !v.active)
+                    && s.server(s1)
+                        .is_some_and(|v| v.active && v.spare.as_deref() == Some("running"))
+            },
+            failed: format!("{label}: p1 answering 500 should make s1 run"),
+        },
+        back: Expect {
+            what: "p1 back, s1 idle",
+            cond: &|s: &ServiceView| {
+                s.server(p1).is_some_and(|v| v.active && v.state == "up")
+                    && s.server(s1)
+                        .is_some_and(|v| !v.active && v.spare.as_deref() == Some("idle"))
+            },
+            failed: format!("{label}: p1 healed should retire s1"),
+        },
+        changing: &[p1],
+        others_changed: format!("{label}: only p1 may change state (no healthy server ejected)"),
+        headline: &|out, back| {
+            format!(
+                "spare {label}: p1 out {out:.2} s after its 500s, back {back:.2} s after healing"
+            )
+        },
+    });
+    let TakeoverRun {
+        report,
+        events,
+        out_at,
+        healed,
+        back_at,
+        ..
+    } = run;
     // The window in which p1 was out: from when the API showed it out (after the flip)
     // to p1's transition back to `up` (the API's snapshot lags the flip by up to its
     // refresh period, so the end is taken from the event, which is written first).

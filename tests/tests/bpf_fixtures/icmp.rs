@@ -211,6 +211,22 @@ fn to_client_expected(
     f.bytes()
 }
 
+/// The client-side error `(ty, code)` about the reply quoted in `quote` as the backend
+/// must receive it: from the snat address, TTL one less.
+fn to_backend_expected(s: &Svc, (ty, code): (u8, u8), rest: [u8; 4], quote: &[u8]) -> Vec<u8> {
+    let mut f = icmp_error(snat(s.vip), LB_MAC, s.backend_addr, (ty, code), rest, quote)
+        .macs(LB_MAC, backend_mac(s.backend));
+    f.ttl = 63;
+    f.bytes()
+}
+
+/// The backend's `data` through lb (translated, XDP_TX): the IP packet sent to the client.
+fn reply_through(lb: &mut Lb, data: &Frame) -> Vec<u8> {
+    let run = lb.run(&data.bytes());
+    assert_eq!(run.action, XDP_TX, "reply translated");
+    run.out[14..].to_vec()
+}
+
 #[test]
 fn icmp_backend_side_errors_are_translated_to_the_client() {
     let mut lb = world(&[NAT4, NAT6, NAT4_UDP, NAT6_UDP]);
@@ -319,9 +335,7 @@ fn icmp_client_side_errors_are_translated_to_the_backend() {
         let (port, _) = open_flow(&mut lb, id, &syn);
         // The backend's big segment, and what lb sent on toward the client.
         let data = backend_reply(id, port, TCP_ACK | TCP_PSH).payload(&[0xa5; 200]);
-        let run = lb.run(&data.bytes());
-        assert_eq!(run.action, XDP_TX, "reply translated");
-        let to_client = run.out[14..].to_vec();
+        let to_client = reply_through(&mut lb, &data);
         let (ty, rest) = too_big(v4);
         let hlen = if v4 { 20 } else { 40 };
         for len in [to_client.len(), hlen + 8] {
@@ -333,21 +347,12 @@ fn icmp_client_side_errors_are_translated_to_the_backend() {
                 rest,
                 &to_client[..len],
             );
-            let mut want = icmp_error(
-                snat(s.vip),
-                LB_MAC,
-                s.backend_addr,
-                ty,
-                rest,
-                &data.ip_bytes()[..len],
-            )
-            .macs(LB_MAC, backend_mac(s.backend));
-            want.ttl = 63;
+            let want = to_backend_expected(&s, ty, rest, &data.ip_bytes()[..len]);
             translated(
                 &mut lb,
                 &format!("service {id}: too big on the client's path, quoting {len} bytes"),
                 &err,
-                want.bytes(),
+                want,
                 &[],
             );
         }
@@ -374,21 +379,12 @@ fn icmp_client_side_errors_are_translated_to_the_backend() {
             [0; 4],
             &to_client,
         );
-        let mut want = icmp_error(
-            snat(s.vip),
-            LB_MAC,
-            s.backend_addr,
-            port_unreachable(v4),
-            [0; 4],
-            &data.ip_bytes(),
-        )
-        .macs(LB_MAC, backend_mac(s.backend));
-        want.ttl = 63;
+        let want = to_backend_expected(&s, port_unreachable(v4), [0; 4], &data.ip_bytes());
         translated(
             &mut lb,
             &format!("service {id}: port unreachable from the client"),
             &err,
-            want.bytes(),
+            want,
             &[],
         );
         // About a client port without a flow: nothing to translate.
@@ -732,9 +728,7 @@ fn icmp_unreachables_are_translated_only_from_the_flows_side() {
         );
 
         let data = backend_reply(id, port, TCP_ACK).payload(b"data");
-        let run = lb.run(&data.bytes());
-        assert_eq!(run.action, XDP_TX, "reply translated");
-        let to_client = run.out[14..].to_vec();
+        let to_client = reply_through(&mut lb, &data);
         let from_client_side = icmp_error(
             client_router(v4),
             CLIENT_MAC,
@@ -743,21 +737,12 @@ fn icmp_unreachables_are_translated_only_from_the_flows_side() {
             [0; 4],
             &to_client,
         );
-        let mut want = icmp_error(
-            snat(s.vip),
-            LB_MAC,
-            s.backend_addr,
-            host_unreach,
-            [0; 4],
-            &data.ip_bytes(),
-        )
-        .macs(LB_MAC, backend_mac(s.backend));
-        want.ttl = 63;
+        let want = to_backend_expected(&s, host_unreach, [0; 4], &data.ip_bytes());
         translated(
             &mut lb,
             &format!("service {id}: host unreachable from the client's previous hop"),
             &from_client_side,
-            want.bytes(),
+            want,
             &[],
         );
         let off_side = icmp_error(

@@ -473,6 +473,28 @@ fn syn_from(client: IpAddr, sport: u16, vip: IpAddr) -> Frame {
     Frame::tcp(client, sport, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC)
 }
 
+/// [`check`]s a SYN from `client` to `vip`:80 for `action` and `counters`, output not
+/// compared.
+fn check_syn(
+    lb: &mut Lb,
+    desc: &str,
+    client: (IpAddr, u16),
+    vip: IpAddr,
+    action: u32,
+    counters: &[(u32, u64)],
+) -> Run {
+    check(
+        lb,
+        Fixture {
+            desc,
+            input: syn_from(client.0, client.1, vip).bytes(),
+            action,
+            output: Out::Any,
+            counters,
+        },
+    )
+}
+
 #[test]
 fn allocation_takes_a_fresh_port_before_a_reclaimable_one() {
     let mut lb = world(&[]);
@@ -489,15 +511,13 @@ fn allocation_takes_a_fresh_port_before_a_reclaimable_one() {
         ..NatValue::default()
     };
     lb.insert_nat(key(first), closed);
-    let run = check(
+    let run = check_syn(
         &mut lb,
-        Fixture {
-            desc: "first candidate reclaimable, second free: the free one",
-            input: syn_from(client4(), CPORT, vip).bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_RETRIED, 1)],
-        },
+        "first candidate reclaimable, second free: the free one",
+        (client4(), CPORT),
+        vip,
+        XDP_TX,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_RETRIED, 1)],
     );
     let f = syn_from(client4(), CPORT, vip);
     assert_eq!(out_sport(&f, &run.out), other);
@@ -506,25 +526,21 @@ fn allocation_takes_a_fresh_port_before_a_reclaimable_one() {
         1234u16.to_be(),
         "the reclaimable entry is left alone"
     );
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "nothing free: now the reclaimable one",
-            input: syn_from(client4(), CPORT + 1, vip).bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_RECLAIMED, 1)],
-        },
+        "nothing free: now the reclaimable one",
+        (client4(), CPORT + 1),
+        vip,
+        XDP_TX,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_RECLAIMED, 1)],
     );
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "nothing free nor reclaimable",
-            input: syn_from(client4(), CPORT + 2, vip).bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_NAT_PORTS, 1)],
-        },
+        "nothing free nor reclaimable",
+        (client4(), CPORT + 2),
+        vip,
+        XDP_DROP,
+        &[(DROP_NAT_PORTS, 1)],
     );
 }
 
@@ -601,15 +617,13 @@ fn flows_spread_over_several_snat_addresses() {
             },
         );
     }
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "both pairs taken",
-            input: syn_from(client4(), CPORT + 2, vip).bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_NAT_PORTS, 1)],
-        },
+        "both pairs taken",
+        (client4(), CPORT + 2),
+        vip,
+        XDP_DROP,
+        &[(DROP_NAT_PORTS, 1)],
     );
 }
 
@@ -625,26 +639,22 @@ fn one_source_cannot_open_more_than_its_bucket() {
         3,
     );
     for i in 0..3 {
-        check(
+        check_syn(
             &mut lb,
-            Fixture {
-                desc: "within the burst",
-                input: syn_from(client4(), CPORT + i, vip).bytes(),
-                action: XDP_TX,
-                output: Out::Any,
-                counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
-            },
+            "within the burst",
+            (client4(), CPORT + i),
+            vip,
+            XDP_TX,
+            &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
         );
     }
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "the fourth new flow at once: refused",
-            input: syn_from(client4(), CPORT + 3, vip).bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_SOURCE_LIMIT, 1)],
-        },
+        "the fourth new flow at once: refused",
+        (client4(), CPORT + 3),
+        vip,
+        XDP_DROP,
+        &[(DROP_SOURCE_LIMIT, 1)],
     );
     assert!(
         lb.flow(&flow_key(client4(), CPORT + 3, vip, 80, IPPROTO_TCP))
@@ -663,36 +673,30 @@ fn one_source_cannot_open_more_than_its_bucket() {
             counters: &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
         },
     );
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "another source has its own bucket",
-            input: syn_from(ip4(10, 0, 0, 9), CPORT, vip).bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
-        },
+        "another source has its own bucket",
+        (ip4(10, 0, 0, 9), CPORT),
+        vip,
+        XDP_TX,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
     std::thread::sleep(std::time::Duration::from_millis(1_050));
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "a second later: one more",
-            input: syn_from(client4(), CPORT + 4, vip).bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
-        },
+        "a second later: one more",
+        (client4(), CPORT + 4),
+        vip,
+        XDP_TX,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
     );
-    check(
+    check_syn(
         &mut lb,
-        Fixture {
-            desc: "and no more",
-            input: syn_from(client4(), CPORT + 5, vip).bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_SOURCE_LIMIT, 1)],
-        },
+        "and no more",
+        (client4(), CPORT + 5),
+        vip,
+        XDP_DROP,
+        &[(DROP_SOURCE_LIMIT, 1)],
     );
 }
 
