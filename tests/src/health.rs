@@ -168,28 +168,47 @@ pub fn with_health(mut svc: Service, settings: &[&str], probes: &[Probe]) -> Ser
     svc
 }
 
-/// One lb-testserver per backend host (`--tcp 8080 --udp 8081 --http 8000`), each with
-/// a control file for switching its answers, killable and restartable by role (`b1`…).
+/// One lb-testserver per backend host (`--tcp 8080 --udp 8081 --http 8000`, or with
+/// `--web` for the realistic-traffic beds), each with a control file for switching its
+/// answers, killable and restartable by role (`b1`…).
 pub struct HealthServers {
     binary: PathBuf,
     dir: PathBuf,
     hosts: BTreeMap<String, NetNs>,
     running: BTreeMap<String, NsProcess>,
+    /// What each server serves on the service port: `--tcp 8080` (echo) or `--web 8080`
+    /// (HTTP that closes first or keeps alive), plus any extra flags.
+    service: Vec<String>,
 }
 
 impl HealthServers {
-    /// Knows every backend of `topo`; starts those named in `start` and waits until each
-    /// has bound its ports.
+    /// Knows every backend of `topo`; starts those named in `start` (TCP echo servers)
+    /// and waits until each has bound its ports.
     pub fn start(topo: &Topology, binary: &Path, start: &[&str]) -> Result<Self, ProcessError> {
+        let hosts = topo
+            .backends()
+            .iter()
+            .map(|b| (b.role.clone(), b.ns.clone()))
+            .collect();
+        let service = vec!["--tcp".to_owned(), BACKEND_TCP_PORT.to_string()];
+        Self::start_on(topo.dir(), binary, hosts, service, start)
+    }
+
+    /// Servers on `hosts` (name → namespace) serving `service` on the service port,
+    /// their control files in `dir`; starts those named in `start`.
+    pub fn start_on(
+        dir: &Path,
+        binary: &Path,
+        hosts: BTreeMap<String, NetNs>,
+        service: Vec<String>,
+        start: &[&str],
+    ) -> Result<Self, ProcessError> {
         let mut s = HealthServers {
             binary: binary.to_owned(),
-            dir: topo.dir().to_owned(),
-            hosts: topo
-                .backends()
-                .iter()
-                .map(|b| (b.role.clone(), b.ns.clone()))
-                .collect(),
+            dir: dir.to_owned(),
+            hosts,
             running: BTreeMap::new(),
+            service,
         };
         for role in start {
             s.restart(role)?;
@@ -225,16 +244,10 @@ impl HealthServers {
             .get(role)
             .unwrap_or_else(|| panic!("{role} is not a backend of this topology"));
         let control = self.control_path(role).display().to_string();
-        let (tcp, udp, http) = (
-            BACKEND_TCP_PORT.to_string(),
-            BACKEND_UDP_PORT.to_string(),
-            HTTP_PORT.to_string(),
-        );
-        let args = [
-            "--name",
-            role,
-            "--tcp",
-            &tcp,
+        let (udp, http) = (BACKEND_UDP_PORT.to_string(), HTTP_PORT.to_string());
+        let mut args = vec!["--name", role];
+        args.extend(self.service.iter().map(String::as_str));
+        args.extend([
             "--udp",
             &udp,
             "--http",
@@ -243,7 +256,7 @@ impl HealthServers {
             HEALTH_PATH,
             "--control",
             &control,
-        ];
+        ]);
         let p = NsProcess::spawn(ns, &format!("testserver {role}"), &self.binary, &args, &[])?;
         p.wait_for_line(0, "ready", SERVER_START)?;
         self.running.insert(role.to_owned(), p);

@@ -6,23 +6,18 @@
 //! bounds, data-plane counters, `TcpExtPAWSTimewait` of the backends, agent RSS.
 
 use std::{
-    collections::BTreeMap,
-    fmt::Write as _,
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    thread,
-    time::Duration,
+    collections::BTreeMap, fmt::Write as _, net::SocketAddr, path::Path, thread, time::Duration,
 };
 
 use crate::{
     agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service},
     api::{self, Api, ApiError, EventView, ServiceView},
-    health::{self, HEALTH_PATH, HTTP_PORT, MARGIN, Probe},
+    health::{self, HealthServers, MARGIN, Probe},
     netns::{NetNs, NetnsError},
     ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
     pacer::wall_now,
-    process::{NsProcess, ProcessError, STOP_GRACE},
-    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT, SERVER_START},
+    process::ProcessError,
+    scenario::{self, BACKEND_TCP_PORT},
     topology::{Forwarding, Topology},
 };
 
@@ -118,95 +113,31 @@ pub fn web_service(topo: &Topology, roles: &[Role], probe: &Probe) -> Service {
 }
 
 /// One lb-testserver per role: `--web 8080` (the service), `--http 8000` (`/health`,
-/// switchable through a control file), `--udp 8081`; killable and restartable by name.
-pub struct WebServers {
-    binary: PathBuf,
-    dir: PathBuf,
-    hosts: BTreeMap<&'static str, NetNs>,
-    running: BTreeMap<&'static str, NsProcess>,
-}
+/// switchable through a control file: `"http 500"` makes it answer 500 while the web
+/// service keeps answering, `""` restores it), `--udp 8081`; killable and restartable by
+/// name.
+pub type WebServers = HealthServers;
 
-impl WebServers {
-    /// Starts a server for every role and waits until each has bound its ports.
-    pub fn start(topo: &Topology, binary: &Path, roles: &[Role]) -> Result<Self, ProcessError> {
-        let mut s = WebServers {
-            binary: binary.to_owned(),
-            dir: topo.dir().to_owned(),
-            hosts: roles
-                .iter()
-                .map(|r| (r.name, topo.backends()[r.backend].ns.clone()))
-                .collect(),
-            running: BTreeMap::new(),
-        };
-        for r in roles {
-            s.restart(r.name)?;
-        }
-        Ok(s)
-    }
-
-    /// Replaces `name`'s control file (atomically): `"http 500"` makes its health
-    /// endpoint answer 500 (the web service keeps answering); `""` restores it. Returns
-    /// the wall time from which it is in force.
-    pub fn control(&self, name: &str, text: &str) -> f64 {
-        let path = self.dir.join(format!("control-{name}"));
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        wall_now()
-    }
-
-    /// Starts `name`'s server (no-op while it runs); returns the wall time before.
-    pub fn restart(&mut self, name: &'static str) -> Result<f64, ProcessError> {
-        let before = wall_now();
-        if self.running.contains_key(name) {
-            return Ok(before);
-        }
-        let ns = self
-            .hosts
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} is not a server of this scenario"));
-        let control = self.dir.join(format!("control-{name}"));
-        let (web, udp, http) = (
-            BACKEND_TCP_PORT.to_string(),
-            BACKEND_UDP_PORT.to_string(),
-            HTTP_PORT.to_string(),
-        );
-        let control = control.display().to_string();
-        let args = [
-            "--name",
-            name,
-            "--web",
-            &web,
-            "--udp",
-            &udp,
-            "--http",
-            &http,
-            "--http-path",
-            HEALTH_PATH,
-            "--control",
-            &control,
-            "--max-conns",
-            "4096",
-        ];
-        let p = NsProcess::spawn(ns, &format!("web {name}"), &self.binary, &args, &[])?;
-        p.wait_for_line(0, "ready", SERVER_START)?;
-        self.running.insert(name, p);
-        Ok(before)
-    }
-
-    /// SIGKILLs `name`'s server (all its ports close: new connections are refused,
-    /// established ones reset); returns the wall time just before the signal.
-    pub fn kill(&mut self, name: &str) -> Result<f64, ProcessError> {
-        let p = self
-            .running
-            .remove(name)
-            .unwrap_or_else(|| panic!("{name}'s server is not running"));
-        let at = wall_now();
-        p.signal(libc::SIGKILL)?;
-        p.stop(STOP_GRACE)?;
-        Ok(at)
-    }
+/// Starts a [`WebServers`] server for every role and waits until each has bound its ports.
+pub fn web_servers(
+    topo: &Topology,
+    binary: &Path,
+    roles: &[Role],
+) -> Result<WebServers, ProcessError> {
+    let hosts = roles
+        .iter()
+        .map(|r| (r.name.to_owned(), topo.backends()[r.backend].ns.clone()))
+        .collect();
+    let service = [
+        "--web",
+        &BACKEND_TCP_PORT.to_string(),
+        "--max-conns",
+        "4096",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let names: Vec<&str> = roles.iter().map(|r| r.name).collect();
+    HealthServers::start_on(topo.dir(), binary, hosts, service, &names)
 }
 
 /// A running bed: topology, servers, agent (started as an operator does), its API, and
@@ -251,7 +182,7 @@ impl Bed {
             .build()
             .expect("building the topology");
         let servers =
-            WebServers::start(&topo, testserver, roles).expect("starting a web server per role");
+            web_servers(&topo, testserver, roles).expect("starting a web server per role");
         let service = web_service(&topo, roles, &http_probe());
         let vip = service.vip;
         let mut services = vec![service];

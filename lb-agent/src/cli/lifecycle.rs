@@ -79,8 +79,6 @@ pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow:
                 mode = p.mode.name(),
                 services = adopted.services.len(),
                 backends = adopted.backends.len(),
-                flows = m.flows,
-                nat_entries = m.nat_entries,
                 maps_kept = m.maps.len(),
                 maps_fresh = m.fresh.len(),
                 "adopted the previous state: the running program's maps are kept"

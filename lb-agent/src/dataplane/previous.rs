@@ -15,8 +15,6 @@ use super::{
 
 /// Kernel object names are cut to 15 bytes.
 const KERNEL_NAME_LEN: usize = 15;
-/// Flow and NAT entries counted for the adoption log at most.
-const COUNT_LIMIT: usize = 1 << 20;
 
 /// Maps a new program takes over from the previous one (the clock cache is not state).
 pub const ADOPTED_MAPS: [&str; 10] = [
@@ -74,9 +72,6 @@ pub struct AdoptedMaps {
     pub maps: Vec<(&'static str, MapData)>,
     /// Maps created fresh instead, with the reason (layout changed or missing).
     pub fresh: Vec<(&'static str, String)>,
-    /// Pinned flows and NAT entries found (at most [`COUNT_LIMIT`] each).
-    pub flows: usize,
-    pub nat_entries: usize,
 }
 
 /// The program attached to `ifindex`, with a descriptor of it, if any.
@@ -163,14 +158,6 @@ pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMap
                 ),
             ));
             continue;
-        }
-        if name == map_names::FLOWS || name == map_names::NAT {
-            let n = sys::count_keys(map.fd().as_fd(), info.key_size(), COUNT_LIMIT).unwrap_or(0);
-            if name == map_names::FLOWS {
-                out.flows = n;
-            } else {
-                out.nat_entries = n;
-            }
         }
         out.maps.push((name, map));
     }

@@ -1,13 +1,12 @@
-//! The few `bpf(2)` commands aya 0.14 keeps private: a program by id
-//! (`BPF_PROG_GET_FD_BY_ID`), its name and map ids (`BPF_OBJ_GET_INFO_BY_FD`), and
-//! counting a hash map's entries (`BPF_MAP_GET_NEXT_KEY`).
+//! A program by id (`BPF_PROG_GET_FD_BY_ID`) with its name and map ids
+//! (`BPF_OBJ_GET_INFO_BY_FD`). aya 0.14 reaches a program by id only through
+//! `loaded_programs()`, which opens and queries every program on the host to find it.
 
 use std::{
     io,
     os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
 };
 
-const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 
@@ -25,15 +24,6 @@ struct GetInfo {
     bpf_fd: u32,
     info_len: u32,
     info: u64,
-}
-
-/// `bpf_attr` for `BPF_MAP_GET_NEXT_KEY`.
-#[repr(C)]
-struct NextKey {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    next_key: u64,
 }
 
 /// The head of `struct bpf_prog_info` up to `name`; the kernel fills what fits.
@@ -119,30 +109,4 @@ fn get_info(fd: BorrowedFd<'_>, head: &mut ProgInfoHead) -> io::Result<()> {
         info: (head as *mut ProgInfoHead) as u64,
     };
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(|_| ())
-}
-
-/// Number of keys in a hash map, counting at most `limit`.
-pub fn count_keys(map: BorrowedFd<'_>, key_size: u32, limit: usize) -> io::Result<usize> {
-    let mut key = vec![0u8; key_size as usize];
-    let mut next = vec![0u8; key_size as usize];
-    let mut count = 0;
-    let mut first = true;
-    while count < limit {
-        let mut attr = NextKey {
-            map_fd: map.as_raw_fd() as u32,
-            _pad: 0,
-            // A null key asks for the first key.
-            key: if first { 0 } else { key.as_ptr() as u64 },
-            next_key: next.as_mut_ptr() as u64,
-        };
-        match bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
-            Err(e) => return Err(e),
-        }
-        first = false;
-        std::mem::swap(&mut key, &mut next);
-        count += 1;
-    }
-    Ok(count)
 }
