@@ -119,6 +119,26 @@ pub(super) fn swap_into_legacy_link(prog: &mut Xdp, path: &Path) -> Result<(), D
     Ok(())
 }
 
+/// Mounts a bpffs on `dir` (in this process's mount namespace).
+pub(super) fn mount_bpffs(dir: &Path) -> io::Result<()> {
+    let target = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    let fstype = CString::new("bpf").expect("no NUL");
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
     let mut probe = dir.to_path_buf();
     while !probe.exists() {
@@ -133,19 +153,8 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
         && Path::new(BPFFS_ROOT).exists()
         && !is_bpffs(Path::new(BPFFS_ROOT))
     {
-        let target = CString::new(BPFFS_ROOT).expect("no NUL");
-        let fstype = CString::new("bpf").expect("no NUL");
-        // SAFETY: valid NUL-terminated strings; no data argument.
-        let rc = unsafe {
-            libc::mount(
-                fstype.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        if rc == 0 {
+        let mounted = mount_bpffs(Path::new(BPFFS_ROOT));
+        if mounted.is_ok() {
             if private_mount_namespace() {
                 tracing::warn!(
                     "mounted bpffs at {BPFFS_ROOT} in this process's own mount namespace (as \
@@ -159,7 +168,7 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
         }
         return Err(DataplaneError::Io {
             what: "mounting bpffs at /sys/fs/bpf (needed for pin_path)",
-            source: io::Error::last_os_error(),
+            source: mounted.unwrap_err(),
         });
     }
     Err(DataplaneError::Io {

@@ -13,7 +13,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::DataplaneError;
+use super::{DataplaneError, pin::mount_bpffs};
 
 /// A mounted private bpffs with adopted maps pinned by object name; unmounted on drop.
 pub struct Staging {
@@ -108,23 +108,4 @@ fn mkdtemp(base: &Path) -> io::Result<PathBuf> {
     Ok(PathBuf::from(unsafe {
         std::ffi::OsString::from_encoded_bytes_unchecked(template)
     }))
-}
-
-fn mount_bpffs(dir: &Path) -> io::Result<()> {
-    let target = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
-    let fstype = CString::new("bpf").expect("no NUL");
-    // SAFETY: valid NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            fstype.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
