@@ -327,16 +327,20 @@ impl Publisher {
     }
 
     /// The live table of a service as published, with a number that changes whenever
-    /// the table does, and its backends' addresses by id.
-    pub fn live_table(&self, service: &str) -> Option<(&[u32], u64, HashMap<u32, SocketAddr>)> {
+    /// the table does (addresses of its ids: [`Publisher::backend_addr`]).
+    pub fn live_table(&self, service: &str) -> Option<(&[u32], u64)> {
         let svc = self.services.get(service)?;
-        let addrs = svc.backends.iter().map(|(a, b)| (b.id, *a)).collect();
-        Some((&svc.live, svc.live_version, addrs))
+        Some((&svc.live, svc.live_version))
     }
 
     /// The service and address of a data-plane backend id.
     pub fn backend_by_id(&self, id: u32) -> Option<(String, SocketAddr)> {
         self.owners.get(&id).cloned()
+    }
+
+    /// The address of a data-plane backend id.
+    pub fn backend_addr(&self, id: u32) -> Option<SocketAddr> {
+        self.owners.get(&id).map(|(_, addr)| *addr)
     }
 
     /// Makes the data plane match `desired`, writing only what changed.

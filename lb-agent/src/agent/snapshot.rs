@@ -183,7 +183,7 @@ fn table_fingerprint<D: Dataplane, P: Prober, N: Neighbors>(
     agent: &Agent<D, P, N>,
     service: &str,
 ) -> String {
-    let Some((table, version, addrs)) = agent.publisher.live_table(service) else {
+    let Some((table, version)) = agent.publisher.live_table(service) else {
         return String::new();
     };
     let mut cache = agent.fingerprints.borrow_mut();
@@ -192,7 +192,8 @@ fn table_fingerprint<D: Dataplane, P: Prober, N: Neighbors>(
     {
         return fp.clone();
     }
-    let fp = crate::announce::fingerprint::fingerprint(table, |id| addrs.get(&id).copied());
+    let fp =
+        crate::announce::fingerprint::fingerprint(table, |id| agent.publisher.backend_addr(id));
     cache.insert(service.to_string(), (version, fp.clone()));
     fp
 }
