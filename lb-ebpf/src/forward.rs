@@ -244,7 +244,7 @@ fn open(
     if !use_nat {
         return Ok((id, b, NO_SOURCE, true));
     }
-    if !source::admit(&pkt.key.src, pkt.key.family, svc, now.ns) {
+    if !source::admit(&pkt.key.src, svc, now.ns) {
         return Err(Verdict::drop(DROP_SOURCE_LIMIT));
     }
     Ok((id, b, NEEDS_SOURCE, true))

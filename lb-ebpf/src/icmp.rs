@@ -232,19 +232,18 @@ fn message_len(icmp: &Icmp, end: usize) -> Option<usize> {
 fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) -> Verdict {
     // From the backend's side of the segment: the MAC lb sends the backend's packets
     // to (the backend, or the next hop toward it, which relays its path's errors).
-    let (from_side, from_backend) = match flow::any_backend(nat.backend_id) {
+    let (from_side, from_backend, service_id) = match flow::any_backend(nat.backend_id) {
         Some(b) => {
             let side = from_mac(icmp, &b.mac);
-            (side, side && from_addr(icmp, &b.addr, end))
+            (side, side && from_addr(icmp, &b.addr, end), b.service_id)
         }
-        None => (false, false),
+        None => (false, false, 0),
     };
     if kind.unreachable {
         match believed_flow(nat, q, from_backend, end) {
             Some(f) => {
                 if f.flags & FLOW_F_REPORTED == 0 {
                     f.flags |= FLOW_F_REPORTED;
-                    let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
                     events::emit(EVENT_ICMP_UNREACH, nat.backend_id, service_id);
                 }
             }
@@ -276,13 +275,11 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     // backend the flow just left, which finds no connection for it.
     let (backend_id, nat_port, nat_addr) =
         unsafe { ((*f).backend_id, (*f).nat_port, (*f).nat_addr) };
-    let snat = crate::nat::snat_addr(
-        svc,
-        crate::nat::Source {
-            addr: nat_addr,
-            port: nat_port,
-        },
-    );
+    let src = crate::nat::Source {
+        addr: nat_addr,
+        port: nat_port,
+    };
+    let snat = crate::nat::snat_addr(svc, src);
     let Some(b) = flow::any_backend(backend_id) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
@@ -291,21 +288,13 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     }
     // About `backend:port -> snat:nat_port`: the flow's reverse entry, which must still
     // be its own (the port may have gone to another flow).
-    let reverse = FlowKey {
-        src: key_addr(&b.addr, family),
-        dst: key_addr(snat, family),
-        sport: b.port,
-        dport: nat_port,
-        proto: q.key.proto,
-        family,
-        _pad: [0; 2],
-    };
+    let reverse = crate::nat::reply_key(&q.key, svc, b, src);
     let Some(v) = LB_NAT.get_ptr(&reverse) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
     // SAFETY: as in `handle`.
     let v = unsafe { &*v };
-    if !owned_by(v, &q.key) {
+    if !crate::nat::owned_by(v, &q.key) {
         return Verdict::pass(PASS_NOT_VIP);
     }
     // From the client's side (the previous hop its packets came from), and a port or
@@ -409,23 +398,4 @@ fn same_addr(a: &[u32; 4], b: &[u32; 4], family: u8) -> bool {
     } else {
         a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
     }
-}
-
-/// An address as used in keys: IPv4 keeps only word 0.
-#[inline(always)]
-fn key_addr(addr: &[u32; 4], family: u8) -> [u32; 4] {
-    if family == FAMILY_V4 {
-        [addr[0], 0, 0, 0]
-    } else {
-        [addr[0], addr[1], addr[2], addr[3]]
-    }
-}
-
-/// Whether a reverse entry belongs to the client flow `client`.
-#[inline(always)]
-fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
-    v.client_port == client.sport
-        && v.vip_port == client.dport
-        && same_addr(&v.client_addr, &client.src, client.family)
-        && same_addr(&v.vip_addr, &client.dst, client.family)
 }

@@ -69,11 +69,10 @@ fn snat_count(svc: &ServiceMeta) -> u32 {
 
 /// The reply 5-tuple of a flow translated to `backend` from `src`.
 #[inline(always)]
-fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) -> FlowKey {
-    let snat = &svc.snat_addrs[src.addr as usize & (MAX_SNAT_ADDRS - 1)];
+pub(crate) fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) -> FlowKey {
     FlowKey {
         src: key_addr(&backend.addr, client.family),
-        dst: key_addr(snat, client.family),
+        dst: key_addr(snat_addr(svc, src), client.family),
         sport: backend.port,
         dport: src.port,
         proto: client.proto,
@@ -329,8 +328,9 @@ fn backend_time_wait(state: u8) -> bool {
     state & (closed | NAT_S_RST) == closed
 }
 
+/// Whether a reverse entry belongs to the client flow `client`.
 #[inline(always)]
-fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
+pub(crate) fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
     v.client_port == client.sport
         && v.vip_port == client.dport
         && v.client_addr == client.src
