@@ -35,12 +35,10 @@ use crate::{
 /// ACK; dsr does not see replies at all), or an application retrying at once.
 pub const SYN_RESEND_MIN_NS: u64 = 800_000_000;
 
-/// Balances one packet addressed to the service `svc`.
+/// Balances one packet addressed to the service `svc`, whose TCP/UDP header `l4`
+/// passed `validate::to_vip`.
 #[inline(always)]
-pub fn to_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
-    let Some(l4) = pkt.l4(end) else {
-        return Verdict::drop(DROP_MALFORMED);
-    };
+pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);

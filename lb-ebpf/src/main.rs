@@ -95,8 +95,8 @@ fn balance(ctx: &XdpContext) -> Verdict {
                     // their removal, longer than this program run.
                     let svc = unsafe { &*svc };
                     match validate::to_vip(&pkt, end) {
-                        Some(refused) => refused,
-                        None => forward::to_service(&pkt, svc, end),
+                        Ok(l4) => forward::to_service(&pkt, l4, svc, end),
+                        Err(refused) => refused,
                     }
                 }
                 None => nat::reply(&pkt, end),

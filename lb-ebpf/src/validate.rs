@@ -5,16 +5,17 @@
 //!
 //! 1. TCP/UDP lengths against the IP header ([`Packet::l4`]): `DROP_MALFORMED`;
 //! 2. TTL / hop limit <= 1: `PASS_TTL_EXPIRED` (the kernel sends time-exceeded);
-//! 3. a source that cannot be a client (the VIP itself, unspecified/"this network",
-//!    loopback, multicast, limited broadcast): `DROP_BAD_SOURCE`;
-//! 4. TCP flags that no client sends to its server: SYN with FIN, RST or ACK, or none
+//! 3. TCP flags that no client sends to its server: SYN with FIN, RST or ACK, or none
 //!    of SYN/ACK/RST (null, FIN-only, "Xmas" scans): `DROP_BAD_FLAGS`;
 //!
-//! and for a packet without a pinned flow, before it opens one ([`opening`]):
+//! and for a packet without a pinned flow, before it opens one ([`opening`]) — these
+//! depend only on what opened the flow, so a pinned flow has passed them already and
+//! the established path does not pay for them:
 //!
+//! 4. a source that cannot be a client (the VIP itself, unspecified/"this network",
+//!    loopback, multicast, limited broadcast): `DROP_BAD_SOURCE`;
 //! 5. the IPv4 header checksum: `DROP_MALFORMED` (a packet of a pinned flow takes no
-//!    new state, and its backend verifies the checksum; this keeps the sum off the
-//!    established path);
+//!    new state, and its backend verifies the checksum);
 //! 6. an RST: `DROP_BAD_FLAGS` (it cannot open a connection).
 
 use lb_common::{
@@ -32,16 +33,25 @@ use crate::{
 /// Longest IPv4 options: 40 bytes, ten 32-bit words.
 const IPV4_OPTION_WORDS: usize = 10;
 
-/// The verdict for a VIP packet that must not be balanced, or `None` to balance it.
+/// The TCP/UDP header of a VIP packet that may be balanced, or the verdict for one
+/// that must not be.
 #[inline(always)]
-pub fn to_vip(pkt: &Packet, end: usize) -> Option<Verdict> {
-    let l4 = match pkt.l4(end) {
-        Some(l4) => l4,
-        None => return Some(Verdict::drop(DROP_MALFORMED)),
+pub fn to_vip(pkt: &Packet, end: usize) -> Result<L4, Verdict> {
+    let Some(l4) = pkt.l4(end) else {
+        return Err(Verdict::drop(DROP_MALFORMED));
     };
     if pkt.ttl <= 1 {
-        return Some(Verdict::pass(PASS_TTL_EXPIRED));
+        return Err(Verdict::pass(PASS_TTL_EXPIRED));
     }
+    if pkt.is_tcp() && !flags_ok(l4.tcp_flags) {
+        return Err(Verdict::drop(DROP_BAD_FLAGS));
+    }
+    Ok(l4)
+}
+
+/// The verdict for a VIP packet without a pinned flow that must not open one, or `None`.
+#[inline(always)]
+pub fn opening(pkt: &Packet, l4: L4, end: usize) -> Option<Verdict> {
     let bad_source = if pkt.key.family == FAMILY_V4 {
         bad_source_v4(pkt.key.src[0])
     } else {
@@ -50,15 +60,6 @@ pub fn to_vip(pkt: &Packet, end: usize) -> Option<Verdict> {
     if bad_source || pkt.key.src == pkt.key.dst {
         return Some(Verdict::drop(DROP_BAD_SOURCE));
     }
-    if pkt.is_tcp() && !flags_ok(l4.tcp_flags) {
-        return Some(Verdict::drop(DROP_BAD_FLAGS));
-    }
-    None
-}
-
-/// The verdict for a VIP packet without a pinned flow that must not open one, or `None`.
-#[inline(always)]
-pub fn opening(pkt: &Packet, l4: L4, end: usize) -> Option<Verdict> {
     if pkt.key.family == FAMILY_V4 && !ipv4_checksum_ok(pkt.l3, end) {
         return Some(Verdict::drop(DROP_MALFORMED));
     }

@@ -266,18 +266,18 @@ fn vip_checks(f: &[u8], ip: &Ip, l4_ok: bool) -> Option<Verdict> {
     if ip.ttl <= 1 {
         return Some(Verdict::pass(PASS_TTL_EXPIRED));
     }
-    if bad_source(ip.src) || ip.src == ip.dst {
-        return Some(Verdict::drop(DROP_BAD_SOURCE));
-    }
     if ip.proto == IPPROTO_TCP && !tcp_flags_ok(f[ip.l4 + 13]) {
         return Some(Verdict::drop(DROP_BAD_FLAGS));
     }
     None
 }
 
-/// The checks before a packet without a pinned flow opens one: IPv4 header checksum,
-/// then "an RST opens nothing".
+/// The checks before a packet without a pinned flow opens one: a source that cannot be
+/// a client, the IPv4 header checksum, then "an RST opens nothing".
 fn opening_checks(f: &[u8], ip: &Ip) -> Option<Verdict> {
+    if bad_source(ip.src) || ip.src == ip.dst {
+        return Some(Verdict::drop(DROP_BAD_SOURCE));
+    }
     if ip.v4 {
         let hlen = usize::from(f[ip.l3] & 0x0f) * 4;
         if checksum(&f[ip.l3..ip.l3 + hlen]) != 0 {
