@@ -53,7 +53,12 @@ pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, 
 /// The refusal for [`foreign_snat_ips`], `None` when every `snat_ip` is local.
 pub fn check_snat_ips(cfg: &Config) -> Result<(), String> {
     let local = local_addresses().map_err(|e| format!("listing this host's addresses: {e}"))?;
-    let foreign = foreign_snat_ips(cfg, &local);
+    snat_ips_refusal(cfg, &local)
+}
+
+/// The refusal for [`foreign_snat_ips`] against `local`, `Ok` when every `snat_ip` is in it.
+pub fn snat_ips_refusal(cfg: &Config, local: &BTreeSet<IpAddr>) -> Result<(), String> {
+    let foreign = foreign_snat_ips(cfg, local);
     if foreign.is_empty() {
         return Ok(());
     }

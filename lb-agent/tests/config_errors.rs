@@ -322,7 +322,7 @@ fn vip_rules() {
         &with_vip("\"10.0.0.100:65536\""),
         "# here",
         "service[0].vip",
-        &["is not an address"],
+        &["port 65536 is out of range (ports are 1..65535)"],
     );
     check(
         &with_vip("\"0.0.0.0:80\""),

@@ -637,13 +637,24 @@ fn max_fails_with_nothing_to_count_is_warned() {
     let w = warnings(&one_service("protocol = \"udp\"", ""));
     assert!(
         w.iter().any(|w| w.starts_with(
-            "service[0] (\"web\"): max_fails = 3 has nothing to count: a udp service produces no passive signal"
+            "service[0] (\"web\"): max_fails = 3 counts only ICMP unreachables from the server"
         )),
-        "{w:#?}"
+        "udp + nat sees the server's ICMP unreachables, nothing else: {w:#?}"
+    );
+    let udp_dsr = parse(
+        "[[service]]\nname = \"dns\"\nvip = \"10.0.0.100:53\"\nprotocol = \"udp\"\n\
+         forwarding = \"dsr\"\n[[service.server]]\naddress = \"10.0.1.11:53\"\n",
+    );
+    assert!(
+        warnings(&udp_dsr).iter().any(|w| w.starts_with(
+            "service[0] (\"dns\"): max_fails = 3 has nothing to count: a udp service with forwarding = \"dsr\""
+        )),
+        "{:#?}",
+        warnings(&udp_dsr)
     );
     let w = warnings(&one_service("protocol = \"udp\"\nmax_fails = 0", ""));
     assert!(
-        !w.iter().any(|w| w.contains("has nothing to count")),
+        !w.iter().any(|w| w.contains("max_fails = 3")),
         "max_fails = 0 asks for nothing: {w:#?}"
     );
     let dsr = parse(

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode, Protocol};
+use super::passive::{PassiveCoverage, passive_coverage};
+use super::report::human;
+use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 
 /// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
 /// counting propagation (< 1 ms).
@@ -54,18 +56,24 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             ));
         }
         if s.max_fails > 0 {
-            match (s.protocol, s.forwarding) {
-                (Protocol::Udp, _) => out.push(format!(
-                    "{at}: max_fails = {} has nothing to count: a udp service produces no passive \
-                     signal (no handshake, and ICMP errors do not reach the agent); use probes",
+            match passive_coverage(s.protocol, s.forwarding) {
+                PassiveCoverage::None => out.push(format!(
+                    "{at}: max_fails = {} has nothing to count: a udp service with forwarding = \"dsr\" \
+                     produces no passive signal (no handshake, and the servers' ICMP errors go straight \
+                     to the client); use probes",
                     s.max_fails
                 )),
-                (Protocol::Tcp, Forwarding::Dsr) => out.push(format!(
+                PassiveCoverage::IcmpOnly => out.push(format!(
+                    "{at}: max_fails = {} counts only ICMP unreachables from the server: a udp server \
+                     that goes silent is never counted; use probes",
+                    s.max_fails
+                )),
+                PassiveCoverage::SynResendOnly => out.push(format!(
                     "{at}: max_fails = {} sees almost nothing with forwarding = \"dsr\": replies \
                      bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)",
                     s.max_fails
                 )),
-                (Protocol::Tcp, Forwarding::Nat) => {}
+                PassiveCoverage::Full => {}
             }
         }
         if s.max_unhealthy_percent == 0 {
@@ -113,15 +121,17 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             let at = format!("service[{si}].probe[{pi}] ({:?})", p.name);
             if p.timeout >= p.interval {
                 out.push(format!(
-                    "{at}: timeout {:?} >= interval {:?}: a server that stops answering is probed less often than \
+                    "{at}: timeout {} >= interval {}: a server that stops answering is probed less often than \
                      every interval (a probe never overlaps the previous one)",
-                    p.timeout, p.interval
+                    human(p.timeout),
+                    human(p.interval)
                 ));
             }
             if p.jitter >= p.interval {
                 out.push(format!(
-                    "{at}: jitter {:?} >= interval {:?}: probes may come up to twice as far apart",
-                    p.jitter, p.interval
+                    "{at}: jitter {} >= interval {}: probes may come up to twice as far apart",
+                    human(p.jitter),
+                    human(p.interval)
                 ));
             }
             if p.kind == ProbeKind::Icmp && p.port.is_some() {

@@ -90,7 +90,9 @@
 mod check;
 mod doc;
 mod error;
+mod passive;
 mod probe;
+mod report;
 mod schema;
 mod server_rules;
 mod values;
@@ -103,6 +105,8 @@ use std::time::Duration;
 
 pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
+pub use passive::{PassiveCoverage, passive_coverage};
+pub use report::{HostFacts, human, render};
 pub use server_rules::{
     AgentKeyChanges, ServerRuleError, check_backup, check_server, check_server_address,
     check_weight, non_loopback_api, restart_only_changes,

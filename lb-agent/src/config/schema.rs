@@ -137,7 +137,11 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
             let sa = s
                 .parse::<SocketAddr>()
                 .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, DEFAULT_RESOLVER_PORT)))
-                .map_err(|_| format!("{s:?} is not an address: write \"IP\" or \"IP:PORT\", e.g. \"10.0.0.53:53\""))?;
+                .map_err(|_| {
+                    values::port_out_of_range(s).unwrap_or_else(|| {
+                        format!("{s:?} is not an address: write \"IP\" or \"IP:PORT\", e.g. \"10.0.0.53:53\"")
+                    })
+                })?;
             if sa.port() == 0 {
                 return Err("port 0 is not allowed (ports are 1..65535)".into());
             }
@@ -151,7 +155,9 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
                 return Ok(None);
             }
             s.parse::<SocketAddr>().map(Some).map_err(|_| {
-                format!("{s:?} is not an address: write \"IP:PORT\", e.g. \"127.0.0.1:9900\", or \"\" to disable the API")
+                values::port_out_of_range(s).unwrap_or_else(|| {
+                    format!("{s:?} is not an address: write \"IP:PORT\", e.g. \"127.0.0.1:9900\", or \"\" to disable the API")
+                })
             })
         })
     })?
@@ -288,9 +294,9 @@ fn vip(s: &str) -> Result<SocketAddr, String> {
             ));
         }
         Err(_) => {
-            return Err(format!(
-                "{s:?} is not an address: write \"IP:PORT\" or \"[IPv6]:PORT\""
-            ));
+            return Err(values::port_out_of_range(s).unwrap_or_else(|| {
+                format!("{s:?} is not an address: write \"IP:PORT\" or \"[IPv6]:PORT\"")
+            }));
         }
     };
     if sa.port() == 0 {

@@ -206,6 +206,24 @@ fn utf8_len(first: u8) -> usize {
     }
 }
 
+/// For an `"IP:PORT"` text that failed to parse only because its port is out of range
+/// (`"10.0.0.1:70000"`, `"[::1]:0x50"`), the error that says exactly that; `None` otherwise.
+pub(crate) fn port_out_of_range(s: &str) -> Option<String> {
+    let (host, port) = s.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.parse::<IpAddr>().ok()?;
+    match port.parse::<u64>() {
+        Ok(n) if (1..=65535).contains(&n) => None,
+        Ok(n) => Some(format!(
+            "{s:?}: port {n} is out of range (ports are 1..65535)"
+        )),
+        Err(_) => Some(format!("{s:?}: {port:?} is not a port (1..65535)")),
+    }
+}
+
 /// A server `address`: `"10.0.1.11:8080"`, `"[::1]:80"`, `"10.0.1.11"`, `"host"` or `"host:80"`.
 ///
 /// Ports are 1..=65535. A name keeps `port: None` when it has none; the caller fills it in.
@@ -393,6 +411,25 @@ mod tests {
         assert!(unescape(r"\x0").unwrap_err().contains("two hex digits"));
         assert!(unescape(r"\xzz").is_err());
         assert!(unescape("end\\").unwrap_err().contains("lone backslash"));
+    }
+
+    #[test]
+    fn out_of_range_ports_are_named() {
+        assert_eq!(
+            port_out_of_range("10.0.0.1:70000").as_deref(),
+            Some("\"10.0.0.1:70000\": port 70000 is out of range (ports are 1..65535)")
+        );
+        assert_eq!(
+            port_out_of_range("[::1]:65536").as_deref(),
+            Some("\"[::1]:65536\": port 65536 is out of range (ports are 1..65535)")
+        );
+        assert_eq!(
+            port_out_of_range("10.0.0.1:http").as_deref(),
+            Some("\"10.0.0.1:http\": \"http\" is not a port (1..65535)")
+        );
+        assert_eq!(port_out_of_range("10.0.0.1:80"), None);
+        assert_eq!(port_out_of_range("10.0.0.300:80"), None);
+        assert_eq!(port_out_of_range("web"), None);
     }
 
     #[test]

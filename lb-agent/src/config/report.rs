@@ -1,0 +1,323 @@
+//! The text `lb-agent check-config` prints for a valid config: each service with its
+//! probes' TR7 bounds, its passive checks and its combined bound, then every warning
+//! (docs/check-config.md). Facts about the host are passed in ([`HostFacts`]) so that the
+//! same config always gives the same text (the golden tests in `examples/` rely on it).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::time::Duration;
+
+use super::check::{Bounds, detection_bounds, warnings};
+use super::passive::{PassiveCoverage, passive_coverage};
+use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig};
+
+/// What `check-config` needs to know about the host it runs on.
+#[derive(Debug, Clone, Default)]
+pub struct HostFacts {
+    /// This host's addresses; `Err` says why they could not be listed.
+    pub local_addresses: Option<Result<BTreeSet<IpAddr>, String>>,
+    /// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`), if readable.
+    pub ephemeral_ports: Option<RangeInclusive<u16>>,
+}
+
+/// The lines `check-config` prints for `cfg`, loaded from `path`.
+pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
+    let mut out = vec![format!(
+        "{}: valid, {}",
+        path.display(),
+        count(cfg.services.len(), "service", "services")
+    )];
+    for svc in &cfg.services {
+        service_lines(svc, &mut out);
+    }
+    if let Some(warning) = super::non_loopback_api(&cfg.agent) {
+        out.push(format!("warning: {warning}"));
+    }
+    match &host.local_addresses {
+        Some(Ok(local)) => {
+            if let Err(why) = crate::host::snat_ips_refusal(cfg, local) {
+                out.push(format!(
+                    "warning: {why} (lb-agent run refuses this config on this host)"
+                ));
+            }
+        }
+        Some(Err(why)) => out.push(format!(
+            "warning: listing this host's addresses: {why} (snat_ip not checked)"
+        )),
+        None => {}
+    }
+    out.extend(warnings(cfg).into_iter().map(|w| format!("warning: {w}")));
+    if let Some(range) = &host.ephemeral_ports {
+        out.extend(
+            crate::host::snat_port_overlaps(cfg, range)
+                .into_iter()
+                .map(|w| format!("warning: {w}")),
+        );
+    }
+    out
+}
+
+fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
+    let spares = svc.servers.iter().filter(|s| s.spare).count();
+    let backups = svc
+        .servers
+        .iter()
+        .filter(|s| s.backup != BackupLevel::Level(0))
+        .count();
+    let mut roles = Vec::new();
+    if spares > 0 {
+        roles.push(format!("{spares} spare"));
+    }
+    if backups > 0 {
+        roles.push(format!("{backups} on backup levels"));
+    }
+    let roles = if roles.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", roles.join(", "))
+    };
+    out.push(format!(
+        "service {:?}: {} {}, forwarding {}: {}{roles}, {}",
+        svc.name,
+        svc.protocol,
+        svc.vip,
+        svc.forwarding,
+        count(svc.servers.len(), "server", "servers"),
+        count(svc.probes.len(), "probe", "probes"),
+    ));
+    for probe in &svc.probes {
+        out.push(format!("  {}", probe_line(probe)));
+    }
+    out.push(format!("  {}", passive_line(svc)));
+    out.push(format!("  {}", service_bound_line(svc)));
+}
+
+/// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`.
+fn probe_line(p: &ProbeConfig) -> String {
+    let b = detection_bounds(p);
+    let mut head = format!(
+        "probe {:?} ({} every {}, timeout {}, fails {}, passes {}",
+        p.name,
+        p.kind,
+        human(p.interval),
+        human(p.timeout),
+        p.fails,
+        p.passes
+    );
+    if !p.jitter.is_zero() {
+        let _ = write!(head, ", jitter {}", human(p.jitter));
+    }
+    if p.essential {
+        head.push_str(if p.persistent {
+            ", essential, persistent"
+        } else {
+            ", essential"
+        });
+    }
+    head.push_str(match p.mode {
+        ProbeMode::Always => ")",
+        ProbeMode::Idle => ", mode idle)",
+        ProbeMode::Onfail => ", mode onfail)",
+    });
+    let recovery = format!("a failed server returns {}", recovery(&b));
+    match p.mode {
+        ProbeMode::Always => format!("{head}: {}; {recovery}", detection(p, &b)),
+        ProbeMode::Idle => format!(
+            "{head}: runs only while the server had no client traffic for {} or is out; then {}; \
+             under traffic only passive checks notice a failure; {recovery}",
+            human(p.interval),
+            detection(p, &b)
+        ),
+        ProbeMode::Onfail => format!(
+            "{head}: runs only while the server is out (unhealthy or unavailable), so it detects \
+             nothing (no detection bound); {recovery}"
+        ),
+    }
+}
+
+/// The dead-server bound and, where one exists, the fast-fail bound of one probe.
+fn detection(p: &ProbeConfig, b: &Bounds) -> String {
+    let dead = format!(
+        "a server that stops answering leaves traffic within {}",
+        human(b.detect_worst)
+    );
+    match fast_fail(p.kind) {
+        Some(what) => format!("{dead}, {what} within {}", human(b.detect_fast)),
+        None => dead,
+    }
+}
+
+/// What makes a probe of `kind` fail without waiting for its timeout.
+fn fast_fail(kind: ProbeKind) -> Option<&'static str> {
+    match kind {
+        ProbeKind::Http => Some("one that refuses the connection or answers wrongly"),
+        ProbeKind::Tcp => Some("one that refuses the connection or answers wrongly"),
+        ProbeKind::Udp => Some("one that answers with ICMP port unreachable or wrongly"),
+        ProbeKind::Icmp => None,
+    }
+}
+
+fn recovery(b: &Bounds) -> String {
+    if b.recover_min.is_zero() {
+        format!("within {} of recovering", human(b.recover_max))
+    } else {
+        format!(
+            "{} to {} after it recovers",
+            human(b.recover_min),
+            human(b.recover_max)
+        )
+    }
+}
+
+/// What passive checks count for this service, and what they do.
+fn passive_line(svc: &ServiceConfig) -> String {
+    if svc.max_fails == 0 {
+        return "passive checks: off (max_fails = 0)".to_string();
+    }
+    let rule = format!(
+        "{} within {} make a server unavailable; it returns {}",
+        count(svc.max_fails as usize, "failure", "failures"),
+        human(svc.fail_timeout),
+        if svc.probes.is_empty() {
+            format!("after {}", human(svc.fail_timeout))
+        } else {
+            format!(
+                "after {} once every probe has passed again",
+                human(svc.fail_timeout)
+            )
+        }
+    );
+    match passive_coverage(svc.protocol, svc.forwarding) {
+        PassiveCoverage::Full => format!(
+            "passive checks: {rule}; counted: RST answering a SYN, ICMP unreachable from the \
+             server about a SYN, SYN resent after the server stayed silent"
+        ),
+        PassiveCoverage::SynResendOnly => format!(
+            "passive checks: {rule}; counted: only a SYN resent after the server stayed silent \
+             (dsr: replies bypass lb)"
+        ),
+        PassiveCoverage::IcmpOnly => format!(
+            "passive checks: {rule}; counted: only ICMP unreachables from the server (udp has \
+             no handshake: a server that goes silent is not counted)"
+        ),
+        PassiveCoverage::None => format!(
+            "passive checks: unavailable (udp with dsr: no handshake, and the server's ICMP \
+             errors go straight to the client); max_fails = {} counts nothing",
+            svc.max_fails
+        ),
+    }
+}
+
+/// The service's combined bound: the fastest probe that runs while a server is up, or
+/// passive checks alone; and the slowest recovery, since every probe must pass again.
+fn service_bound_line(svc: &ServiceConfig) -> String {
+    let passive = svc.max_fails > 0 && passive_coverage(svc.protocol, svc.forwarding).any();
+    let always: Vec<(&ProbeConfig, Bounds)> = svc
+        .probes
+        .iter()
+        .filter(|p| p.mode == ProbeMode::Always)
+        .map(|p| (p, detection_bounds(p)))
+        .collect();
+    let mut parts = Vec::new();
+    match always.iter().min_by_key(|(_, b)| b.detect_worst) {
+        Some((p, b)) => {
+            let mut s = format!(
+                "a server that stops answering leaves traffic within {} (probe {:?})",
+                human(b.detect_worst),
+                p.name
+            );
+            if let Some((fp, fb)) = always
+                .iter()
+                .filter(|(p, _)| fast_fail(p.kind).is_some())
+                .min_by_key(|(_, b)| b.detect_fast)
+            {
+                let _ = write!(
+                    s,
+                    ", one that refuses within {} (probe {:?})",
+                    human(fb.detect_fast),
+                    fp.name
+                );
+            }
+            if passive {
+                s.push_str(", sooner when passive checks count enough failures first");
+            }
+            parts.push(s);
+        }
+        None if passive => parts.push(
+            "no probe runs while a server is up: only passive checks notice a failure, \
+             and only under client traffic (no time bound)"
+                .to_string(),
+        ),
+        None => parts.push("nothing notices a failing server (no detection bound)".to_string()),
+    }
+    if let Some(slowest) = svc
+        .probes
+        .iter()
+        .map(detection_bounds)
+        .max_by_key(|b| b.recover_max)
+    {
+        parts.push(format!(
+            "a failed server returns within {} of recovering (every probe must pass)",
+            human(slowest.recover_max)
+        ));
+    }
+    format!("service bound: {}; + propagation (< 1ms)", parts.join("; "))
+}
+
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A duration as the config file writes it: `0s`, `250ms`, `1.5s`, `6s`, `1m30s`, `2h`.
+pub fn human(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".to_string();
+    }
+    let nanos = d.subsec_nanos();
+    let secs = d.as_secs();
+    if secs == 0 {
+        return if nanos.is_multiple_of(1_000_000) {
+            format!("{}ms", nanos / 1_000_000)
+        } else if nanos.is_multiple_of(1_000) {
+            format!("{}us", nanos / 1_000)
+        } else {
+            format!("{nanos}ns")
+        };
+    }
+    if nanos != 0 {
+        let frac = format!("{:09}", nanos);
+        return format!("{secs}.{}s", frac.trim_end_matches('0'));
+    }
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        let _ = write!(out, "{h}h");
+    }
+    if m > 0 {
+        let _ = write!(out, "{m}m");
+    }
+    if s > 0 {
+        let _ = write!(out, "{s}s");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_the_config_writes_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(ms(250)), "250ms");
+        assert_eq!(human(ms(1500)), "1.5s");
+        assert_eq!(human(ms(6000)), "6s");
+        assert_eq!(human(ms(90_000)), "1m30s");
+        assert_eq!(human(ms(7_200_000)), "2h");
+        assert_eq!(human(Duration::from_micros(1500)), "1500us");
+    }
+}
