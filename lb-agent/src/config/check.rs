@@ -46,17 +46,30 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
     }
     for (si, s) in cfg.services.iter().enumerate() {
         let at = format!("service[{si}] ({:?})", s.name);
-        if s.probes.is_empty() && s.max_fails == 0 {
-            out.push(format!(
-                "{at}: no probe and max_fails = 0: nothing checks the servers' health"
-            ));
-        } else if s.max_fails == 0 && s.probes.iter().all(|p| p.mode == ProbeMode::Onfail) {
-            out.push(format!(
-                "{at}: every probe is mode = \"onfail\" and max_fails = 0: nothing notices a server failing"
-            ));
+        let coverage = passive_coverage(s.protocol, s.forwarding);
+        let no_passive = if s.max_fails == 0 {
+            Some("max_fails = 0".to_string())
+        } else if !coverage.any() {
+            Some(format!(
+                "passive checks see nothing ({} with forwarding = \"{}\")",
+                s.protocol, s.forwarding
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = no_passive {
+            if s.probes.is_empty() {
+                out.push(format!(
+                    "{at}: no probe and {why}: nothing checks the servers' health"
+                ));
+            } else if s.probes.iter().all(|p| p.mode == ProbeMode::Onfail) {
+                out.push(format!(
+                    "{at}: every probe is mode = \"onfail\" and {why}: nothing notices a server failing"
+                ));
+            }
         }
         if s.max_fails > 0 {
-            match passive_coverage(s.protocol, s.forwarding) {
+            match coverage {
                 PassiveCoverage::None => out.push(format!(
                     "{at}: max_fails = {} has nothing to count: a udp service with forwarding = \"dsr\" \
                      produces no passive signal (no handshake, and the servers' ICMP errors go straight \

@@ -236,13 +236,14 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
             {
                 let _ = write!(
                     s,
-                    ", one that refuses within {} (probe {:?})",
+                    ", one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
                     human(fb.detect_fast),
                     fp.name
                 );
             }
+            s.push_str(", + propagation (< 1ms)");
             if passive {
-                s.push_str(", sooner when passive checks count enough failures first");
+                s.push_str("; sooner when passive checks count enough failures first");
             }
             parts.push(s);
         }
@@ -264,7 +265,7 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
             human(slowest.recover_max)
         ));
     }
-    format!("service bound: {}; + propagation (< 1ms)", parts.join("; "))
+    format!("service bound: {}", parts.join("; "))
 }
 
 fn count(n: usize, one: &str, many: &str) -> String {

@@ -1,0 +1,152 @@
+//! `check-config`'s text for every config in `examples/` against its checked-in
+//! `examples/expected/NAME.out` (docs/check-config.md). `LB_BLESS=1` rewrites the `.out`
+//! files instead of comparing; review the diff. The real binary is also run on the
+//! examples whose text cannot depend on the host.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lb_agent::config::{self, HostFacts};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("lb-agent sits in the workspace")
+        .to_path_buf()
+}
+
+/// `examples/*.toml`, sorted.
+fn examples() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(repo().join("examples"))
+        .expect("examples/ exists")
+        .map(|e| e.expect("readable examples/").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    out.sort();
+    assert!(out.len() >= 10, "the example set went missing: {out:?}");
+    out
+}
+
+/// Fixed host facts, so that the text is the same on every machine.
+fn host() -> HostFacts {
+    let local: BTreeSet<IpAddr> = ["10.0.0.2", "10.0.0.3", "fd00::2"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    HostFacts {
+        local_addresses: Some(Ok(local)),
+        ephemeral_ports: Some(32768..=60999),
+    }
+}
+
+/// The path as `check-config` is shown it: relative to the repository.
+fn shown(path: &Path) -> PathBuf {
+    path.strip_prefix(repo()).unwrap().to_path_buf()
+}
+
+/// What `check-config --config examples/NAME.toml` prints, run from the repository root:
+/// stdout for a valid file, the error (its stderr, exit status 2) for a refused one.
+fn text(path: &Path) -> (String, bool) {
+    let body = std::fs::read_to_string(path).unwrap();
+    match config::parse(&body, &shown(path)) {
+        Ok(cfg) => {
+            let mut t = config::render(&cfg, &shown(path), &host()).join("\n");
+            t.push('\n');
+            (t, true)
+        }
+        Err(e) => (format!("{e}\n"), false),
+    }
+}
+
+fn expected_path(path: &Path) -> PathBuf {
+    let stem = path.file_stem().unwrap().to_str().unwrap();
+    repo().join("examples/expected").join(format!("{stem}.out"))
+}
+
+#[test]
+fn check_config_text_matches_the_golden_files() {
+    let bless = std::env::var_os("LB_BLESS").is_some_and(|v| v == "1");
+    let mut wrong = Vec::new();
+    for path in examples() {
+        let (got, _) = text(&path);
+        let want_path = expected_path(&path);
+        if bless {
+            std::fs::write(&want_path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&want_path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; create it with LB_BLESS=1 cargo test -p lb-agent --test check_config_golden",
+                want_path.display()
+            )
+        });
+        if got != want {
+            wrong.push(format!(
+                "{}:\n--- expected ({})\n{want}--- got\n{got}",
+                shown(&path).display(),
+                shown(&want_path).display()
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "check-config text changed (LB_BLESS=1 regenerates, then review `git diff examples/expected`):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_golden_file_has_its_example() {
+    let stems: BTreeSet<String> = examples()
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for entry in std::fs::read_dir(repo().join("examples/expected")).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        assert!(
+            stems.contains(&stem),
+            "{} has no examples/{stem}.toml: remove it",
+            path.display()
+        );
+    }
+}
+
+/// Does the text of this example depend on the host? Only nat services (snat addresses,
+/// ephemeral ports) make it so.
+fn host_independent(path: &Path) -> bool {
+    let body = std::fs::read_to_string(path).unwrap();
+    match config::parse(&body, path) {
+        Ok(cfg) => cfg
+            .services
+            .iter()
+            .all(|s| s.forwarding == config::Forwarding::Dsr),
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn the_binary_prints_the_golden_text() {
+    let mut ran = 0;
+    for path in examples().into_iter().filter(|p| host_independent(p)) {
+        let out = Command::new(env!("CARGO_BIN_EXE_lb-agent"))
+            .current_dir(repo())
+            .arg("check-config")
+            .arg("--config")
+            .arg(shown(&path))
+            .output()
+            .unwrap();
+        let (want, valid) = text(&path);
+        let (stream, code) = if valid {
+            (&out.stdout, 0)
+        } else {
+            (&out.stderr, 2)
+        };
+        assert_eq!(out.status.code(), Some(code), "{}: {out:?}", path.display());
+        assert_eq!(String::from_utf8_lossy(stream), want, "{}", path.display());
+        ran += 1;
+    }
+    assert!(ran >= 4, "too few host-independent examples ran: {ran}");
+}
