@@ -91,6 +91,11 @@ pub struct ServiceStatus {
     pub active_backup_level: u32,
     /// Every server unusable and traffic spread over all of them.
     pub fail_open: bool,
+    /// The passive signals this service's protocol and forwarding can produce
+    /// (`rst_on_syn`, `icmp_unreachable`, `syn_retransmit`); empty: passive checks are
+    /// unavailable (udp with dsr), whatever `max_fails` says (docs/passive-signals.md).
+    #[serde(default)]
+    pub passive_signals: Vec<String>,
     /// 0 = not failing open; 1 = over suspect servers (passive, held by the cap,
     /// drained); 2 = over every server not down, probe-failing ones included.
     #[serde(default)]

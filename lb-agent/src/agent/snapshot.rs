@@ -150,6 +150,14 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 spare_num: outcome.map_or(0, |o| o.spare_num),
                 active_backup_level: outcome.map_or(0, |o| o.active_backup_level),
                 fail_open: outcome.is_some_and(|o| o.fail_open),
+                passive_signals: crate::config::passive_coverage(
+                    svc.cfg.protocol,
+                    svc.cfg.forwarding,
+                )
+                .signals()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
                 fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
                 local_faults: svc.local_faults.status(now, at),
                 table_fingerprint: table_fingerprint(agent, &svc.cfg.name),

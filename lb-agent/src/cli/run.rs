@@ -168,6 +168,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         services = cfg.services.len(),
         "lb-agent ready"
     );
+    log_passive_gaps(&cfg);
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
@@ -249,6 +250,17 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     Ok(exit)
 }
 
+/// Says, once per service, where `max_fails` is set but passive checks see little or
+/// nothing (udp, dsr: docs/passive-signals.md), so that `max_fails = 1` is not taken for
+/// protection.
+fn log_passive_gaps(cfg: &config::Config) {
+    for svc in &cfg.services {
+        if let Some(gap) = config::passive_gap(svc) {
+            warn!(service = %svc.name, "passive checks: {gap}");
+        }
+    }
+}
+
 /// Re-reads the config and applies it as a diff; an invalid file leaves the running
 /// config in force. Logs `config reloaded` (with a warning naming `[agent]` keys that
 /// need a restart) or `reload failed: …`. `running` is the `[agent]` table in force.
@@ -287,6 +299,7 @@ where
                     .iter()
                     .map(|d| format!("runtime admin state dropped: {d}")),
             );
+            log_passive_gaps(&new_cfg);
             if warnings.is_empty() {
                 info!(path = %path.display(), "config reloaded");
             } else {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::passive::{PassiveCoverage, passive_coverage};
+use super::passive::{passive_coverage, passive_gap};
 use super::report::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 
@@ -68,26 +68,8 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 ));
             }
         }
-        if s.max_fails > 0 {
-            match coverage {
-                PassiveCoverage::None => out.push(format!(
-                    "{at}: max_fails = {} has nothing to count: a udp service with forwarding = \"dsr\" \
-                     produces no passive signal (no handshake, and the servers' ICMP errors go straight \
-                     to the client); use probes",
-                    s.max_fails
-                )),
-                PassiveCoverage::IcmpOnly => out.push(format!(
-                    "{at}: max_fails = {} counts only ICMP unreachables from the server: a udp server \
-                     that goes silent is never counted; use probes",
-                    s.max_fails
-                )),
-                PassiveCoverage::SynResendOnly => out.push(format!(
-                    "{at}: max_fails = {} sees almost nothing with forwarding = \"dsr\": replies \
-                     bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)",
-                    s.max_fails
-                )),
-                PassiveCoverage::Full => {}
-            }
+        if let Some(gap) = passive_gap(s) {
+            out.push(format!("{at}: {gap}"));
         }
         if s.max_unhealthy_percent == 0 {
             out.push(format!(

@@ -105,7 +105,7 @@ use std::time::Duration;
 
 pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
-pub use passive::{PassiveCoverage, passive_coverage};
+pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
 pub use report::{HostFacts, human, render};
 pub use server_rules::{
     AgentKeyChanges, ServerRuleError, check_backup, check_server, check_server_address,

@@ -2,7 +2,7 @@
 //! forwarding mode (docs/passive-signals.md, "What each mode cannot see"). `check-config`,
 //! `run`'s log and the API's `passive_signals` field say it where an operator looks.
 
-use super::{Forwarding, Protocol};
+use super::{Forwarding, Protocol, ServiceConfig};
 
 /// The passive failure signals a service can see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,5 +41,46 @@ pub fn passive_coverage(protocol: Protocol, forwarding: Forwarding) -> PassiveCo
         (Protocol::Tcp, Forwarding::Dsr) => PassiveCoverage::SynResendOnly,
         (Protocol::Udp, Forwarding::Nat) => PassiveCoverage::IcmpOnly,
         (Protocol::Udp, Forwarding::Dsr) => PassiveCoverage::None,
+    }
+}
+
+/// Why `svc`'s passive checks are weaker than they look, when `max_fails` is set where
+/// they see little or nothing; `None` when they see every signal or are off.
+pub fn passive_gap(svc: &ServiceConfig) -> Option<String> {
+    if svc.max_fails == 0 {
+        return None;
+    }
+    let n = svc.max_fails;
+    match passive_coverage(svc.protocol, svc.forwarding) {
+        PassiveCoverage::Full => None,
+        PassiveCoverage::None => Some(format!(
+            "max_fails = {n} has nothing to count: a udp service with forwarding = \"dsr\" \
+             produces no passive signal (no handshake, and the servers' ICMP errors go straight \
+             to the client); use probes"
+        )),
+        PassiveCoverage::IcmpOnly => Some(format!(
+            "max_fails = {n} counts only ICMP unreachables from the server: a udp server \
+             that goes silent is never counted; use probes"
+        )),
+        PassiveCoverage::SynResendOnly => Some(format!(
+            "max_fails = {n} sees almost nothing with forwarding = \"dsr\": replies \
+             bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_tcp_nat_sees_every_signal() {
+        use Forwarding::*;
+        use Protocol::*;
+        assert_eq!(passive_coverage(Tcp, Nat).signals().len(), 3);
+        assert_eq!(passive_coverage(Tcp, Dsr).signals(), ["syn_retransmit"]);
+        assert_eq!(passive_coverage(Udp, Nat).signals(), ["icmp_unreachable"]);
+        assert!(!passive_coverage(Udp, Dsr).any());
+        assert!(passive_coverage(Udp, Dsr).signals().is_empty());
     }
 }

@@ -103,13 +103,11 @@ pub fn expand(
 /// The backup level of an SRV record of priority `priority`, `priorities` being every
 /// distinct priority of the answer.
 ///
-/// Angie (reference/angie-spare-and-backup): with `backup=prio` "значение приоритета
-/// priority=n из SRV-записи будет использовано в качестве уровня резервной группы
-/// backup=n"; otherwise `backup=n` is the base level: "Сервер с наименьшим значением
-/// priority получит уровень backup=3, следующий за ним — backup=4, и так далее", and with
-/// no `backup` "сервер с наименьшим значением priority получит backup=0 и станет
-/// основным". So relative levels count distinct priorities (10, 20, 50 → N, N+1, N+2),
-/// not their differences.
+/// Angie's rule, restated in docs/references.md ("SRV priorities as levels"): with
+/// `backup = "prio"` the record's priority is the level; otherwise `backup = N` is the
+/// base level that the lowest priority gets, the next distinct priority N + 1, and so on,
+/// and with no `backup` the lowest priority is the primary group (level 0). So relative
+/// levels count distinct priorities (10, 20, 50 → N, N+1, N+2), not their differences.
 pub fn srv_level(backup: BackupLevel, priority: u16, priorities: &BTreeSet<u16>) -> u32 {
     match backup {
         BackupLevel::Prio => u32::from(priority),
