@@ -1,5 +1,5 @@
 //! The TOML configuration (DESIGN.md §5–§7): typed model, loading, validation and the
-//! `check-config` helpers ([`detection_bounds`], [`warnings`]).
+//! `check-config` helpers ([`detection_bounds`], [`warnings`], [`render`]).
 //!
 //! Every error is a [`ConfigError`] naming the file, the 1-based line, the key path and
 //! what is allowed, e.g. `lb.toml:12: service[0].server[1].weight: must be at least 1 (got 0)`.
