@@ -140,14 +140,24 @@ fn probe_line(p: &ProbeConfig) -> String {
 
 /// The dead-server bound and, where one exists, the fast-fail bound of one probe.
 fn detection(p: &ProbeConfig, b: &Bounds) -> String {
-    let dead = format!(
-        "a server that stops answering leaves traffic within {}",
-        human(b.detect_worst)
-    );
+    let dead = if detects_silence(p) {
+        format!(
+            "a server that stops answering leaves traffic within {}",
+            human(b.detect_worst)
+        )
+    } else {
+        "a server that stops answering is not noticed (without expect, silence passes)".to_string()
+    };
     match fast_fail(p.kind) {
         Some(what) => format!("{dead}, {what} within {}", human(b.detect_fast)),
         None => dead,
     }
+}
+
+/// Does a probe fail when the server says nothing? A udp probe without `expect` passes
+/// on silence.
+fn detects_silence(p: &ProbeConfig) -> bool {
+    !(p.kind == ProbeKind::Udp && p.expect.is_none())
 }
 
 /// What makes a probe of `kind` fail without waiting for its timeout.
@@ -221,19 +231,31 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
         .filter(|p| p.mode == ProbeMode::Always)
         .map(|p| (p, detection_bounds(p)))
         .collect();
+    let dead = always
+        .iter()
+        .filter(|(p, _)| detects_silence(p))
+        .min_by_key(|(_, b)| b.detect_worst);
+    let fast = always
+        .iter()
+        .filter(|(p, _)| fast_fail(p.kind).is_some())
+        .min_by_key(|(_, b)| b.detect_fast);
+    let idle = svc.probes.iter().any(|p| p.mode == ProbeMode::Idle);
+    let unwatched = if svc.probes.is_empty() {
+        "no probe"
+    } else if idle {
+        "no probe runs while a server is up and carries client traffic"
+    } else {
+        "no probe runs while a server is up"
+    };
     let mut parts = Vec::new();
-    match always.iter().min_by_key(|(_, b)| b.detect_worst) {
-        Some((p, b)) => {
+    let detection = match (dead, fast) {
+        (Some((dp, db)), fast) => {
             let mut s = format!(
                 "a server that stops answering leaves traffic within {} (probe {:?})",
-                human(b.detect_worst),
-                p.name
+                human(db.detect_worst),
+                dp.name
             );
-            if let Some((fp, fb)) = always
-                .iter()
-                .filter(|(p, _)| fast_fail(p.kind).is_some())
-                .min_by_key(|(_, b)| b.detect_fast)
-            {
+            if let Some((fp, fb)) = fast {
                 let _ = write!(
                     s,
                     ", one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
@@ -245,15 +267,28 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
             if passive {
                 s.push_str("; sooner when passive checks count enough failures first");
             }
-            parts.push(s);
+            s
         }
-        None if passive => parts.push(
-            "no probe runs while a server is up: only passive checks notice a failure, \
-             and only under client traffic (no time bound)"
-                .to_string(),
+        (None, Some((fp, fb))) => format!(
+            "a server that refuses or answers wrongly leaves traffic within {} (probe {:?}), \
+             + propagation (< 1ms); one that goes silent {}",
+            human(fb.detect_fast),
+            fp.name,
+            if passive {
+                "only when passive checks count enough failures under client traffic (no time bound)"
+            } else {
+                "is never noticed"
+            }
         ),
-        None => parts.push("nothing notices a failing server (no detection bound)".to_string()),
-    }
+        (None, None) if passive => format!(
+            "{unwatched}: only passive checks notice a failure, and only under client traffic \
+             (no time bound)"
+        ),
+        (None, None) => {
+            format!("{unwatched}: nothing notices a failing server (no detection bound)")
+        }
+    };
+    parts.push(detection);
     if let Some(slowest) = svc
         .probes
         .iter()
