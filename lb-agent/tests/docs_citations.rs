@@ -1,8 +1,9 @@
 //! Every citation of the repository's own documents resolves: `DESIGN.md §N` (and
 //! `§N.M`, `§N–§M`) and `BENCHMARKS.md §N` name a section that exists, `docs/NAME.md`
 //! names a file that exists, a Markdown link in README/DESIGN/docs points at a file that
-//! exists, and nothing cites the outside reference texts (`reference/…`), which a reader
-//! of the repository does not have: their content is restated in docs/.
+//! exists, nothing cites the outside reference texts (`reference/…`), which a reader
+//! of the repository does not have (their content is restated in docs/), and README.md
+//! links every page of docs/.
 
 use std::path::{Path, PathBuf};
 
@@ -168,6 +169,25 @@ fn markdown_links(text: &str) -> Vec<String> {
         })
         .filter(|t| !t.contains(' '))
         .collect()
+}
+
+/// README.md is the entry point: every page of docs/ is reachable from it.
+#[test]
+fn readme_links_every_docs_page() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let links = markdown_links(&readme);
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            let name = format!("docs/{}", p.file_name().unwrap().to_string_lossy());
+            assert!(
+                links
+                    .iter()
+                    .any(|l| l.split('#').next() == Some(name.as_str())),
+                "README.md does not link {name}"
+            );
+        }
+    }
 }
 
 #[test]
