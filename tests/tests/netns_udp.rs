@@ -1,6 +1,7 @@
 //! A UDP service through the real agent (nat, and dsr): every datagram is answered by a backend,
 //! through the VIP (the client's socket is connected to it), with shares following the
-//! weights, and one flow keeps its backend.
+//! weights, and one flow keeps its backend; the agent's start-up log says what passive
+//! checks can see for the service.
 
 use std::{
     net::{SocketAddr, UdpSocket},
@@ -25,8 +26,22 @@ fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     let backends = scenario::weighted(topo, &WEIGHTS);
     let service = scenario::udp_service(topo, &backends);
     let vip = service.vip;
-    let _agent =
+    let agent =
         scenario::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
+    // Passive checks see only the servers' ICMP unreachables in nat and nothing in dsr:
+    // the agent says so at start (docs/passive-signals.md), max_fails being set.
+    let said = match forwarding {
+        Forwarding::Nat => "counts only ICMP unreachables from the server",
+        Forwarding::Dsr => "has nothing to count",
+    };
+    let lines = agent.process().lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("passive checks: max_fails") && l.contains(said)),
+        "udp {mode}: the start-up log should say passive checks {said:?}:\n{}",
+        agent.process().tail(30)
+    );
 
     let client = topo.client();
     let tally = traffic::udp_names(&client.ns, client.ipv4.into(), 10_000, vip, FLOWS, DEADLINE)

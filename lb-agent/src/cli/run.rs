@@ -162,13 +162,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &listening.socket {
         info!(path = %socket.path().display(), "API listening on the Unix socket");
     }
+    log_passive_gaps(&cfg);
     info!(
         interface,
         mode = agent.dataplane().mode_name(),
         services = cfg.services.len(),
         "lb-agent ready"
     );
-    log_passive_gaps(&cfg);
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     let mut stats = tokio::time::interval(STATS_EVERY);
