@@ -71,6 +71,7 @@ fn check_config_text_matches_the_golden_files() {
     let mut wrong = Vec::new();
     for path in examples() {
         let (got, _) = text(&path);
+        assert_plain(&path, &got);
         let want_path = expected_path(&path);
         if bless {
             std::fs::write(&want_path, &got).unwrap();
@@ -95,6 +96,28 @@ fn check_config_text_matches_the_golden_files() {
         "check-config text changed (LB_BLESS=1 regenerates, then review `git diff examples/expected`):\n{}",
         wrong.join("\n")
     );
+}
+
+/// The text speaks the config's language: no Rust type names (`Tcp Nat`, `Onfail`) and
+/// no Debug durations (`0ns`, `1.5s` is fine).
+fn assert_plain(path: &Path, text: &str) {
+    const TYPE_NAMES: &[&str] = &[
+        "Tcp", "Udp", "Nat", "Dsr", "Http", "Icmp", "Always", "Idle", "Onfail", "None",
+    ];
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        assert!(
+            !TYPE_NAMES.contains(&word),
+            "{}: internal name {word:?} in:\n{text}",
+            path.display()
+        );
+    }
+    for debug in ["Level(", "Some(", "0ns", "µs"] {
+        assert!(
+            !text.contains(debug),
+            "{}: Debug output {debug:?} in:\n{text}",
+            path.display()
+        );
+    }
 }
 
 #[test]
