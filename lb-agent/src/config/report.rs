@@ -62,17 +62,24 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
 
 fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
     let spares = svc.servers.iter().filter(|s| s.spare).count();
+    let srv = svc.servers.iter().filter(|s| s.service.is_some()).count();
     let backups = svc
         .servers
         .iter()
-        .filter(|s| s.backup != BackupLevel::Level(0))
+        .filter(|s| s.service.is_none() && s.backup != BackupLevel::Level(0))
         .count();
     let mut roles = Vec::new();
     if spares > 0 {
         roles.push(format!("{spares} spare"));
     }
     if backups > 0 {
-        roles.push(format!("{backups} on backup levels"));
+        roles.push(format!("{backups} backup"));
+    }
+    if srv > 0 {
+        roles.push(format!(
+            "{} with levels from priorities",
+            count(srv, "SRV name", "SRV names")
+        ));
     }
     let roles = if roles.is_empty() {
         String::new()
