@@ -327,7 +327,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     let mut servers = BTreeMap::new();
                     for (addr, conf) in addrs {
                         let server = match prev.servers.remove(&addr) {
-                            Some(mut s) if !probes_changed => {
+                            Some(mut s) if !probes_changed && !rechecked(svc_cfg, &s) => {
                                 s.weight = conf.weight;
                                 s.spare = conf.spare;
                                 s.backup = conf.backup;
@@ -340,7 +340,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 fresh.admin = s.admin;
                                 fresh
                             }
-                            None => self.new_server(svc_cfg, addr, conf, StartState::New, now),
+                            // Added to a running service: held back until every probe passes.
+                            None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
                         };
                         servers.insert(addr, server);
                     }
@@ -348,7 +349,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
                         if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
                         {
-                            let kept = if probes_changed {
+                            let kept = if probes_changed || rechecked(svc_cfg, &s) {
                                 let conf = Configured {
                                     weight: s.weight,
                                     spare: s.spare,
@@ -860,7 +861,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     spare: new.spare && new.backup == 0,
                     backup: new.backup,
                 };
-                let mut server = self.new_server(&cfg, new.address, conf, StartState::New, now);
+                let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
                 self.record_names(service, address, "-", "added", "admin");
@@ -1003,6 +1004,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
     }
+}
+
+/// A server kept by a reload with its probes unchanged still starts its health again
+/// when it is up and its service has an essential probe that is not `persistent`: that
+/// probe must pass again before the server takes new flows (Angie; docs/probes.md).
+fn rechecked(svc: &ServiceConfig, s: &ServerRt) -> bool {
+    s.health.usable() && svc.probes.iter().any(|p| p.essential && !p.persistent)
 }
 
 /// How a server whose probes changed at a reload starts again: `persistent` probes
