@@ -188,6 +188,8 @@ pub struct ServerHealth {
     /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
     /// `checking` it may still hold established flows.
     was_up_before: bool,
+    /// Started as [`StartState::Added`]: every probe gates `checking`.
+    added_at_runtime: bool,
 }
 
 impl ServerHealth {
@@ -235,6 +237,7 @@ impl ServerHealth {
             downstart: state.is_down().then_some(now),
             since: now,
             was_up_before: start == StartState::ReloadedWasUp,
+            added_at_runtime: start == StartState::Added,
         }
     }
 
@@ -397,7 +400,14 @@ impl ServerHealth {
                         format!("essential probes passed, but {cause}"),
                         now,
                     ),
-                    None => self.go(HealthState::Up, "all essential probes passed".into(), now),
+                    None => {
+                        let cause = if self.added_at_runtime {
+                            "added at runtime: all probes passed"
+                        } else {
+                            "all essential probes passed"
+                        };
+                        self.go(HealthState::Up, cause.into(), now)
+                    }
                 }
             }
             HealthState::Up | HealthState::Unavailable => {

@@ -571,6 +571,7 @@ fn server_added_at_runtime_waits_for_every_probe_essential_or_not() {
         .on_probe(0, &ok(), t0 + secs(2))
         .expect("every probe reached its passes");
     assert_eq!(tr.to, HealthState::Up);
+    assert_eq!(tr.cause, "added at runtime: all probes passed");
 }
 
 #[test]
