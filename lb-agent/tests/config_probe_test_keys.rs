@@ -121,18 +121,35 @@ fn http_method_and_body() {
     );
 }
 
-/// A file under the test's own temporary directory holding `content`.
-fn secret_file(name: &str, content: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("lb-config-secret-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, content).expect("write the secret file");
-    path
+/// A temporary directory of one test, removed when dropped (also on failure).
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("lb-config-secret-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Scratch(dir)
+    }
+
+    /// A file `name` holding `content`.
+    fn file(&self, name: &str, content: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, content).expect("write the secret file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
 fn header_value_from_a_file_is_read_and_never_printed() {
-    let path = secret_file("token", "s3cr3t-from-file\n");
+    let scratch = Scratch::new("file");
+    let path = scratch.file("token", "s3cr3t-from-file\n");
     let p = one_probe(&format!(
         "type = \"http\"\nheaders = {{ \"X-Plain\" = \"p\", \"X-Health-Key\" = {{ file = \"{}\" }} }}",
         path.display()
@@ -212,7 +229,8 @@ fn missing_or_bad_secret_sources_are_config_errors_naming_them() {
         "service[0].probe[0].headers.X-Key.path",
         &["file", "env"],
     );
-    let path = secret_file("crlf", "line1\nline2-secret\n");
+    let scratch = Scratch::new("bad");
+    let path = scratch.file("crlf", "line1\nline2-secret\n");
     let e = error(&probe(&format!(
         "type = \"http\"\nheaders = {{ X-Key = {{ file = \"{}\" }} }}",
         path.display()
@@ -222,13 +240,13 @@ fn missing_or_bad_secret_sources_are_config_errors_naming_them() {
         !e.to_string().contains("line2-secret"),
         "the value is never in an error: {e}"
     );
-    let empty = secret_file("empty", "\n");
+    let empty = scratch.file("empty", "\n");
     let e = error(&probe(&format!(
         "type = \"http\"\nheaders = {{ X-Key = {{ file = \"{}\" }} }}",
         empty.display()
     )));
     assert!(e.message.contains("is empty"), "{e}");
-    let dup = secret_file("dup", "v");
+    let dup = scratch.file("dup", "v");
     check(
         &probe(&format!(
             "type = \"http\"\nheaders = {{ X-Key = \"a\", x-key = {{ file = \"{}\" }} }} # here",
@@ -238,4 +256,44 @@ fn missing_or_bad_secret_sources_are_config_errors_naming_them() {
         "service[0].probe[0].headers.x-key",
         &["set twice"],
     );
+}
+
+#[test]
+fn check_config_reads_the_secret_sources_and_never_prints_the_values() {
+    let scratch = Scratch::new("check");
+    let key = scratch.file("check-key", "file-secret-4711\n");
+    let text = probe(&format!(
+        "type = \"http\"\nheaders = {{ X-File = {{ file = \"{}\" }}, X-Env = {{ env = \"LB_TEST_CHECK_KEY_7\" }} }}",
+        key.display()
+    ));
+    let cfg = scratch.file("lb-check.toml", &text);
+    let bin = env!("CARGO_BIN_EXE_lb-agent");
+    let run = |env: Option<&str>| {
+        let mut c = std::process::Command::new(bin);
+        c.args(["check-config", "--config"]).arg(&cfg);
+        match env {
+            Some(v) => c.env("LB_TEST_CHECK_KEY_7", v),
+            None => c.env_remove("LB_TEST_CHECK_KEY_7"),
+        };
+        let out = c.output().expect("running lb-agent check-config");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, out) = run(Some("env-secret-0815"));
+    assert!(ok, "a config with readable secrets checks fine: {out}");
+    assert!(
+        !out.contains("file-secret-4711") && !out.contains("env-secret-0815"),
+        "check-config must not print a secret: {out}"
+    );
+    let (ok, out) = run(None);
+    assert!(!ok, "an unset variable is a config error: {out}");
+    assert!(
+        out.contains("headers.X-Env.env") && out.contains("LB_TEST_CHECK_KEY_7 is not set"),
+        "the error names the key and the variable: {out}"
+    );
+    assert!(!out.contains("file-secret-4711"), "{out}");
 }
