@@ -401,3 +401,38 @@ async fn plain_reload_keeps_up_servers_whose_essential_probe_is_persistent() {
     );
     assert!(h.slots("web", a()) > 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_server_a_reload_adds_waits_for_its_plain_probe() {
+    let mut h = Harness::start(&config("", &ABC[..2], "")).await;
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "at start a plain probe does not gate"
+    );
+    h.run_for(secs(2)).await;
+    h.set(d(), Verdict::Refuse);
+    h.reload(&config(
+        "",
+        &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.4:80"],
+        "",
+    ))
+    .await;
+    assert_eq!(
+        h.state("web", d()),
+        "checking",
+        "added by the reload: held back"
+    );
+    assert_eq!(h.slots("web", d()), 0);
+    let ever = h.run_until(secs(3), |h| h.slots("web", d()) > 0).await;
+    assert_eq!(ever, None, "no slot while its probe fails");
+    h.set(d(), Verdict::Pass);
+    h.run_until(secs(2), |h| h.slots("web", d()) > 0)
+        .await
+        .expect("slots with its first pass");
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "the kept servers were never touched"
+    );
+}
