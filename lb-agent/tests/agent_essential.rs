@@ -187,14 +187,18 @@ async fn server_added_at_runtime_is_held_back_until_a_plain_probe_passes() {
     let c = sa("10.0.1.3:80");
     h.set(c, Verdict::Refuse);
     add(&mut h, "10.0.1.3:80").await;
+    let added = tokio::time::Instant::now();
     assert_eq!(h.state("web", c), "checking", "added at runtime: held back");
     assert_eq!(h.slots("web", c), 0);
     assert!(!h.live("web", c), "no flow at all before a pass");
     let ever = h.run_until(secs(12), |h| h.slots("web", c) > 0).await;
     assert_eq!(ever, None, "a failing added server never gets a slot");
+    let first = h.prober.calls().into_iter().find(|call| call.target == c);
     assert!(
-        h.prober.calls().iter().any(|call| call.target == c),
-        "its probe ran (and failed)"
+        first
+            .as_ref()
+            .is_some_and(|call| call.started - added < lb_agent::probe::PROMPT_SPREAD),
+        "its first probe ran (and failed) promptly: {first:?}"
     );
 
     h.set(c, Verdict::Pass);

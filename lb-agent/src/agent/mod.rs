@@ -38,7 +38,7 @@ use crate::{
     dataplane::Dataplane,
     health::{PassivePolicy, ServerHealth, StartState, Transition},
     membership::{Admin, Outcome, Policy, ServiceMembership},
-    probe::{ProbeReport, Prober, ServerKey, SharedSignals, spawn_with},
+    probe::{PROMPT_SPREAD, ProbeReport, Prober, ServerKey, SharedSignals, spawn_spread},
     publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher},
     status::{Event, Histogram, Snapshot},
 };
@@ -451,18 +451,24 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             service: incarnation,
             addr,
         };
+        // Out of traffic until its probes pass although the pool wants it (added at
+        // runtime, or in traffic before and checked again): first probes come promptly.
+        let waiting = start == StartState::Added
+            || (start == StartState::ReloadedWasUp
+                && health.state() == crate::health::HealthState::Checking);
         let tasks = svc
             .probes
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                spawn_with(
+                spawn_spread(
                     self.prober.clone(),
                     key,
                     i,
                     Arc::new(p.clone()),
                     signals.clone(),
                     self.reports_tx.clone(),
+                    if waiting { PROMPT_SPREAD } else { p.interval },
                 )
             })
             .collect();

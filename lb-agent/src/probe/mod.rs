@@ -27,8 +27,8 @@ use crate::config::{ProbeConfig, ProbeKind};
 
 pub use local::STARVED_MIN_LATE;
 pub use schedule::{
-    NetProber, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals, SharedSignals,
-    first_run_offset, spawn, spawn_with,
+    NetProber, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
+    SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
 };
 
 /// The verdict of one probe execution.
