@@ -1,8 +1,9 @@
-//! The http probe: one HTTP/1.1 request over hyper's client connection, `Connection: close`.
+//! The http probe: one HTTP/1.1 request (`method`, `headers`, `body`) over hyper's client
+//! connection, `Connection: close`.
 //!
 //! A response passes when it is complete — head with a status in `expect_status`, body
 //! read to its end within the probe's timeout — and `expect_body`, if set, matches its
-//! first `max_body` bytes. At most `max_body` bytes are kept (the rest is read and
+//! first `max_body` bytes; with a `test`, when the complete response meets it instead. At most `max_body` bytes are kept (the rest is read and
 //! discarded), so memory stays bounded; an endless body, one cut short by the peer, or
 //! one that trickles slower than the timeout fails.
 
@@ -26,7 +27,6 @@ const MAX_BUF: usize = 64 * 1024;
 pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
     let h = &cfg.http;
     let request = build_request(h, addr)?;
-    let judge = Judge { http: h, cfg };
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(ProbeError::connect)?;
@@ -35,17 +35,10 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
     if h.tls {
         let name = tls::server_name(h.sni.as_deref(), h.host.as_deref(), addr)?;
         let stream = tls::connect(tcp, name, h.verify).await?;
-        exchange(TokioIo::new(stream), request, judge).await
+        exchange(TokioIo::new(stream), request, cfg).await
     } else {
-        exchange(TokioIo::new(tcp), request, judge).await
+        exchange(TokioIo::new(tcp), request, cfg).await
     }
-}
-
-/// What the response is judged by.
-#[derive(Clone, Copy)]
-struct Judge<'a> {
-    http: &'a HttpProbe,
-    cfg: &'a ProbeConfig,
 }
 
 fn build_request(h: &HttpProbe, addr: SocketAddr) -> Result<Request<Full<Bytes>>, ProbeError> {
@@ -107,7 +100,7 @@ fn default_host(addr: SocketAddr, tls: bool) -> String {
 
 /// Sends `req` and judges the response, driving the connection in this task (nothing is
 /// spawned, so the caller's timeout drops everything).
-async fn exchange<T>(io: T, req: Request<Full<Bytes>>, j: Judge<'_>) -> Verdict
+async fn exchange<T>(io: T, req: Request<Full<Bytes>>, cfg: &ProbeConfig) -> Verdict
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -121,7 +114,7 @@ where
             .send_request(req)
             .await
             .map_err(|source| ProbeError::Http { source })?;
-        judge(resp, j).await
+        judge(resp, cfg).await
     };
     tokio::pin!(conn);
     tokio::pin!(work);
@@ -136,10 +129,10 @@ where
     }
 }
 
-async fn judge(resp: Response<Incoming>, j: Judge<'_>) -> Verdict {
-    let h = j.http;
+async fn judge(resp: Response<Incoming>, cfg: &ProbeConfig) -> Verdict {
+    let h = &cfg.http;
     let code = resp.status().as_u16();
-    if let Some(test) = &j.cfg.test {
+    if let Some(test) = &cfg.test {
         let headers: Vec<(String, Vec<u8>)> = resp
             .headers()
             .iter()
