@@ -864,7 +864,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let cfg = self.services[si].cfg.clone();
                 let conf = Configured {
                     weight: new.weight,
-                    spare: new.spare && new.backup == 0,
+                    spare: new.spare, // with a backup level refused above (check_server)
                     backup: new.backup,
                 };
                 let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
