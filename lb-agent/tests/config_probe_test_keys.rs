@@ -297,3 +297,18 @@ fn check_config_reads_the_secret_sources_and_never_prints_the_values() {
     );
     assert!(!out.contains("file-secret-4711"), "{out}");
 }
+
+#[test]
+fn a_udp_probe_with_a_test_is_not_warned_about_passing_on_silence() {
+    let warned = |lines: &str| {
+        let cfg = parse(&probe(lines), Path::new("lb.toml")).unwrap_or_else(|e| panic!("{e}"));
+        lb_agent::config::warnings(&cfg)
+            .iter()
+            .any(|w| w.contains("passes on silence"))
+    };
+    assert!(warned("type = \"udp\""), "setup: the warning exists");
+    assert!(
+        !warned("type = \"udp\"\ntest = '$upstream_probe_response'"),
+        "a test needs a reply: silence fails it"
+    );
+}
