@@ -149,7 +149,14 @@ async fn added_server_gets_slots_once_its_mac_resolves() {
     )
     .await
     .expect("adding a server must be accepted");
-    assert_eq!(h.state("web", d), "up", "no essential probe: up at once");
+    assert_eq!(
+        h.state("web", d),
+        "checking",
+        "added at runtime: held back until its probe passes (docs/probes.md)"
+    );
+    h.run_until(secs(2), |h| h.state("web", d) == "up")
+        .await
+        .expect("its first probe passes within the 1s interval");
     assert_eq!(h.slots("web", d), 0, "no MAC yet: not selectable");
     assert!(!h.live("web", d));
     let st = h.server_status("web", d);
@@ -186,7 +193,7 @@ async fn added_server_gets_slots_once_its_mac_resolves() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn added_server_is_probed_and_can_fail() {
+async fn added_server_is_probed_and_held_back_while_it_fails() {
     let mut h = running().await;
     let d = sa("10.0.1.4:80");
     h.set(d, agent_util::Verdict::Refuse);
@@ -202,14 +209,19 @@ async fn added_server_is_probed_and_can_fail() {
     )
     .await
     .expect("adding a server must be accepted");
-    assert!(
-        h.slots("web", d) > 0,
-        "up at once without an essential probe"
+    assert_eq!(
+        h.slots("web", d),
+        0,
+        "held back although the probe is not essential"
     );
-    h.run_until(secs(5), |h| h.slots("web", d) == 0)
-        .await
-        .expect("an added server is probed like the others");
-    assert_eq!(h.state("web", d), "unhealthy");
+    let added = tokio::time::Instant::now();
+    let ever = h.run_until(secs(5), |h| h.slots("web", d) > 0).await;
+    assert_eq!(ever, None, "a failing added server never gets a slot");
+    assert!(
+        h.prober.calls_to(d, added).len() >= 3,
+        "an added server is probed like the others"
+    );
+    assert_eq!(h.state("web", d), "checking");
 }
 
 #[tokio::test(start_paused = true)]

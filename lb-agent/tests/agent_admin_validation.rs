@@ -50,14 +50,14 @@ const CASES: &[(&str, &str, u32, bool, u32, &str)] = &[
         4_000_000_000,
         "(got 4000000000)",
     ),
-    ("weight 0", "10.0.1.5:80", 0, false, 0, "(got 0)"),
+    ("weight 0", "10.0.1.5:80", 0, false, 0, "at least 1 (got 0)"),
     (
         "weight above the maximum",
         "10.0.1.5:80",
         10_001,
         false,
         0,
-        "(got 10001)",
+        "at most 10000 (got 10001)",
     ),
     (
         "spare on a backup level",
@@ -128,7 +128,16 @@ async fn a_patch_meets_the_same_weight_and_spare_rules() {
                 weight: Some(0),
                 ..Default::default()
             },
-            "(got 0)",
+            "at least 1 (got 0)",
+        ),
+        (
+            "weight above the maximum",
+            "10.0.1.1:80",
+            ServerPatch {
+                weight: Some(10_001),
+                ..Default::default()
+            },
+            "at most 10000 (got 10001)",
         ),
         (
             "spare on a backup level",

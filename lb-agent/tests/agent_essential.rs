@@ -168,3 +168,42 @@ async fn removal_cap_does_not_hold_a_checking_server_in_traffic() {
         "a checking server must get no slot, whatever max_unhealthy_percent says"
     );
 }
+
+/// `web` with servers .1 and .2 and one plain (not essential) probe.
+const PLAIN: &str = "[[service.probe]]\nname = \"plain\"\ntype = \"http\"\ninterval = \"5s\"\n";
+
+#[tokio::test(start_paused = true)]
+async fn server_added_at_runtime_is_held_back_until_a_plain_probe_passes() {
+    let text = web(
+        "",
+        &(servers(&[("10.0.1.1:80", ""), ("10.0.1.2:80", "")]) + PLAIN),
+    );
+    let mut h = Harness::start(&text).await;
+    assert_eq!(
+        h.state("web", sa("10.0.1.1:80")),
+        "up",
+        "at start a plain probe does not gate (Angie)"
+    );
+    let c = sa("10.0.1.3:80");
+    h.set(c, Verdict::Refuse);
+    add(&mut h, "10.0.1.3:80").await;
+    let added = tokio::time::Instant::now();
+    assert_eq!(h.state("web", c), "checking", "added at runtime: held back");
+    assert_eq!(h.slots("web", c), 0);
+    assert!(!h.live("web", c), "no flow at all before a pass");
+    let ever = h.run_until(secs(12), |h| h.slots("web", c) > 0).await;
+    assert_eq!(ever, None, "a failing added server never gets a slot");
+    let first = h.prober.calls().into_iter().find(|call| call.target == c);
+    assert!(
+        first
+            .as_ref()
+            .is_some_and(|call| call.started - added < lb_agent::probe::PROMPT_SPREAD),
+        "its first probe ran (and failed) promptly: {first:?}"
+    );
+
+    h.set(c, Verdict::Pass);
+    h.run_until(secs(6), |h| h.slots("web", c) > 0)
+        .await
+        .expect("slots come with its first pass");
+    assert_eq!(h.state("web", c), "up");
+}

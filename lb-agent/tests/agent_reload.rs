@@ -1,6 +1,8 @@
 //! Reloads through `Agent::apply_config` (what SIGHUP does): kept servers keep their
-//! state, removed ones leave, added ones join; a changed probe config restarts health,
-//! skipping `persistent` essential probes for servers that were up.
+//! state, removed ones leave, added ones join (held back until every probe passes); a
+//! changed probe config restarts health, skipping `persistent` essential probes for
+//! servers that were up; an unchanged one re-runs a non-persistent essential probe on up
+//! servers (Angie), the servers keeping their established flows meanwhile.
 
 mod agent_util;
 
@@ -8,6 +10,7 @@ use std::net::SocketAddr;
 
 use agent_util::{Harness, Verdict, sa, secs, servers, web};
 use lb_agent::api::{AdminChange, ServerPatch};
+use lb_agent::probe::PROMPT_SPREAD;
 use tokio::time::Instant;
 
 /// `web` with the given servers and one probe `ready` (`probe` lines appended).
@@ -67,7 +70,9 @@ fn event_count(h: &Harness) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn reload_keeps_unchanged_servers_state_removes_and_adds() {
-    let essential = "essential = true\n";
+    // persistent: an up server keeps traffic across the reload (without it, see
+    // `plain_reload_checks_up_servers_again_on_a_non_persistent_essential_probe`).
+    let essential = "essential = true\npersistent = true\n";
     let mut h = b_failed("", essential).await;
     let before = event_count(&h);
     let a_count = h.server_status("web", a()).health.probes["ready"].count;
@@ -259,8 +264,9 @@ async fn changed_probe_keeps_a_checking_server_checking() {
 #[tokio::test(start_paused = true)]
 async fn runtime_added_server_written_into_the_file_keeps_its_health() {
     // The usual flow: add a server through the API, then write it into the file and
-    // reload. Probes did not change, so it is a kept server: its health stays.
-    let probe = "essential = true\n";
+    // reload. Probes did not change (and the essential one is persistent), so it is a
+    // kept server: its health stays.
+    let probe = "essential = true\npersistent = true\n";
     let mut h = Harness::start(&config("", &ABC[..2], probe)).await;
     h.run_for(secs(2)).await;
     h.admin(
@@ -344,5 +350,93 @@ async fn reports_of_replaced_probes_do_not_count_against_the_new_probes() {
         st.health.probes["new"].failures, 0,
         "probe `new` never failed: {:?}",
         st.health.probes["new"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn plain_reload_checks_up_servers_again_on_a_non_persistent_essential_probe() {
+    let probe = "essential = true\n";
+    let mut h = Harness::start(&config("", &ABC[..2], probe)).await;
+    h.run_for(secs(2)).await;
+    assert_eq!(h.state("web", a()), "up", "setup: a passed");
+    h.set(a(), Verdict::Refuse);
+
+    // The same file again: nothing changed, yet the essential probe must pass again.
+    h.reload(&config("", &ABC[..2], probe)).await;
+    let reloaded = Instant::now();
+    assert_eq!(
+        h.state("web", a()),
+        "checking",
+        "without persistent an essential probe gates an up server after any reload"
+    );
+    assert_eq!(h.slots("web", a()), 0, "no new flows until it passes again");
+    assert!(
+        h.live("web", a()),
+        "it was in traffic: its established flows stay while it is checked"
+    );
+    let ever = h.run_until(secs(5), |h| h.slots("web", a()) > 0).await;
+    assert_eq!(ever, None, "a refusing server never gets its slots back");
+    let calls = h.prober.calls_to(a(), reloaded);
+    assert!(
+        calls
+            .first()
+            .is_some_and(|c| c.started - reloaded < PROMPT_SPREAD),
+        "the essential probe ran again promptly after the reload: {calls:?}"
+    );
+
+    h.set(a(), Verdict::Pass);
+    h.run_until(secs(3), |h| h.slots("web", a()) > 0)
+        .await
+        .expect("slots come back with the first pass after the reload");
+    assert_eq!(h.state("web", a()), "up");
+}
+
+#[tokio::test(start_paused = true)]
+async fn plain_reload_keeps_up_servers_whose_essential_probe_is_persistent() {
+    let probe = "essential = true\npersistent = true\n";
+    let mut h = Harness::start(&config("", &ABC[..2], probe)).await;
+    h.run_for(secs(2)).await;
+    h.set(a(), Verdict::Refuse);
+    h.reload(&config("", &ABC[..2], probe)).await;
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "persistent: no re-check at reload"
+    );
+    assert!(h.slots("web", a()) > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_a_reload_adds_waits_for_its_plain_probe() {
+    let mut h = Harness::start(&config("", &ABC[..2], "")).await;
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "at start a plain probe does not gate"
+    );
+    h.run_for(secs(2)).await;
+    h.set(d(), Verdict::Refuse);
+    h.reload(&config(
+        "",
+        &["10.0.1.1:80", "10.0.1.2:80", "10.0.1.4:80"],
+        "",
+    ))
+    .await;
+    assert_eq!(
+        h.state("web", d()),
+        "checking",
+        "added by the reload: held back"
+    );
+    assert_eq!(h.slots("web", d()), 0);
+    let ever = h.run_until(secs(3), |h| h.slots("web", d()) > 0).await;
+    assert_eq!(ever, None, "no slot while its probe fails");
+    h.set(d(), Verdict::Pass);
+    h.run_until(secs(2), |h| h.slots("web", d()) > 0)
+        .await
+        .expect("slots with its first pass");
+    assert_eq!(
+        h.state("web", a()),
+        "up",
+        "the kept servers were never touched"
     );
 }

@@ -155,7 +155,7 @@ fn wrong_types() {
         &probe("type = \"http\"\nheaders = \"X: y\" # here"),
         "# here",
         "service[0].probe[0].headers",
-        &["table of strings"],
+        &["must be a table"],
     );
     check(
         &probe("type = \"http\"\nheaders = { X-A = 1 } # here"),

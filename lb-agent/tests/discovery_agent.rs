@@ -306,3 +306,49 @@ async fn dns_failures_keep_the_backends() {
         );
     }
 }
+
+/// docs/probes.md: a server added at runtime — here by re-resolution — waits in
+/// `checking` for its probes, even a plain one; the servers resolved at start did not.
+#[tokio::test]
+async fn a_backend_added_by_re_resolution_is_held_back_until_its_probes_pass() {
+    let dns = TestDns::start(records(0, &["10.0.1.1", "10.0.1.2"])).await;
+    let cfg = config(
+        dns.addr,
+        "10.0.0.100:80",
+        false,
+        // A long interval: no probe result arrives during the test (and this harness
+        // does not feed results to the agent anyway), so every state is the start state.
+        "[[service.server]]\naddress = \"backends.example\"\nservice = \"_http._tcp\"\nresolve = true\nbackup = \"prio\"\n\
+         [[service.probe]]\ntype = \"tcp\"\ninterval = \"1h\"\n",
+    );
+    let (mut agent, handles) = start(&cfg).await;
+    let status = servers(&handles);
+    assert_eq!(
+        status["10.0.1.2:8080"].state, "up",
+        "at start a plain probe does not gate (Angie)"
+    );
+
+    dns.set(records(0, &["10.0.1.1", "10.0.1.3"]));
+    resolve_until(
+        &mut agent,
+        &handles,
+        Duration::from_secs(5),
+        "10.0.1.3 is added",
+        |_, h| servers(h).contains_key("10.0.1.3:8080"),
+    )
+    .await;
+    let status = servers(&handles);
+    assert_eq!(
+        status["10.0.1.3:8080"].state, "checking",
+        "added by re-resolution: held back until its probe passes"
+    );
+    assert_eq!(
+        slots(&agent, &cfg)
+            .get(&sa("10.0.1.3:8080"))
+            .copied()
+            .unwrap_or(0),
+        0,
+        "no slot before a pass"
+    );
+    assert_eq!(status["10.0.1.1:8080"].state, "up", "the kept one stays up");
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 use lb_agent::config::{ProbeConfig, ProbeKind, ProbeMode};
 use lb_agent::health::{HealthState, PassivePolicy, ServerHealth, StartState};
 use lb_agent::probe::{
-    ProbeOutcome, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals, SharedSignals,
-    first_run_offset, spawn_with,
+    PROMPT_SPREAD, ProbeOutcome, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
+    SharedSignals, first_run_offset, spawn_spread, spawn_with,
 };
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
@@ -435,5 +435,44 @@ async fn recovery_takes_between_passes_minus_one_and_passes_intervals() {
             (low..=high).contains(&back),
             "phase {phase}: recovery in {back:?}, outside [(passes − 1) × interval, passes × interval]"
         );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_spread_puts_every_first_run_in_its_window_then_the_interval_applies() {
+    let interval = secs(10.0);
+    let t0 = Instant::now();
+    let fake = Fake::new(Answer::Pass(Duration::ZERO));
+    let (tx, mut rx) = mpsc::channel(256);
+    let p = Arc::new(cfg(interval, secs(1.0)));
+    let tasks: Vec<_> = (0..40)
+        .map(|n| {
+            spawn_spread(
+                fake.clone(),
+                key(n),
+                0,
+                p.clone(),
+                up(),
+                tx.clone(),
+                PROMPT_SPREAD,
+            )
+        })
+        .collect();
+    let mut runs: std::collections::BTreeMap<ServerKey, Vec<Instant>> = Default::default();
+    while runs.values().filter(|v| v.len() >= 2).count() < tasks.len() {
+        let r = rx.recv().await.unwrap();
+        runs.entry(r.server).or_default().push(r.at);
+    }
+    let firsts: Vec<Duration> = runs.values().map(|v| v[0] - t0).collect();
+    assert!(
+        firsts.iter().all(|d| *d < PROMPT_SPREAD),
+        "every first run within {PROMPT_SPREAD:?}: {firsts:?}"
+    );
+    assert!(
+        firsts.iter().any(|d| *d >= PROMPT_SPREAD / 2),
+        "spread over the window, not all at once: {firsts:?}"
+    );
+    for v in runs.values() {
+        assert_eq!(v[1] - v[0], interval, "then every interval");
     }
 }

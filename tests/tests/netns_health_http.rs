@@ -1,8 +1,8 @@
 //! Http probes through the real agent, under steady client traffic (one new connection
 //! every 20 ms): a killed backend leaves traffic within TR7's `fails × (interval +
 //! timeout)` and returns within `passes × interval`; a backend that answers 500 leaves
-//! without waiting for the timeout; a server added at runtime behind an essential probe
-//! gets no connection before its first passing probe. Each bound gets [`MARGIN`] (1 s).
+//! without waiting for the timeout; a server added at runtime, behind an essential probe
+//! or a plain one, gets no connection before its probe passes. Each bound gets [`MARGIN`] (1 s).
 
 use std::{
     net::SocketAddr,
@@ -349,7 +349,23 @@ fn health_http_500_leaves_without_waiting_for_the_timeout() {
 #[test]
 fn health_http_essential_added_server_waits_for_its_probe() {
     let probe = Probe::http(Duration::from_secs(1), Duration::from_millis(500), 2, 2).essential();
-    let s = setup(Forwarding::Nat, 64, 4, 3, &probe);
+    added_server_waits_for_its_probe(&probe, 64, "essential probe");
+}
+
+/// Azure and TR7 hold a new instance back until it passes: lb does so for every server
+/// added at runtime, whether or not its probe is essential (docs/probes.md).
+#[test]
+fn health_http_plain_probe_holds_back_a_server_added_at_runtime() {
+    let probe = Probe::http(Duration::from_secs(1), Duration::from_millis(500), 2, 2);
+    added_server_waits_for_its_probe(&probe, 67, "plain probe");
+}
+
+/// b4 is added through the API while its health answers 503: it stays `checking` and
+/// gets no connection; once it answers 200 it is up within `passes × interval` (+ 1 s)
+/// and gets connections only after its `checking -> up` transition.
+fn added_server_waits_for_its_probe(probe: &Probe, subnet: u8, what: &str) {
+    let probe = probe.clone();
+    let s = setup(Forwarding::Nat, subnet, 4, 3, &probe);
     let b4 = s.addrs[3];
     s.servers.control("b4", "http 503 warming up");
     let pacer = s.pacer(10_000);
@@ -361,18 +377,18 @@ fn health_http_essential_added_server_waits_for_its_probe() {
         .request_ok("POST", "/api/v1/services/web/servers", Some(&body))
         .expect("POST /api/v1/services/web/servers adding b4");
     health::wait_state(&s.api, "web", b4, "checking", Duration::from_secs(1))
-        .expect("a server added behind an essential probe starts checking");
+        .unwrap_or_else(|e| panic!("{what}: a server added at runtime starts checking: {e}"));
 
     thread::sleep(Duration::from_secs(3));
     let (state, probes) = health::server_health(&s.api, "web", b4).expect("b4's status");
     let early = pacer.attempts();
     assert_eq!(
         state, "checking",
-        "b4 failing its essential probe (503) should stay checking: {probes:?}"
+        "{what}: b4 failing its probe (503) should stay checking: {probes:?}"
     );
     assert!(
         !early.iter().any(|a| a.answered_by("b4")),
-        "b4 should get no connection while its essential probe fails: {}",
+        "{what}: b4 should get no connection while its probe fails: {}",
         summary(&early)
     );
 
@@ -392,7 +408,7 @@ fn health_http_essential_added_server_waits_for_its_probe() {
         .collect();
     let checking_window = in_window(&attempts, t_add, t_up);
     println!(
-        "essential probe, b4 added at runtime: {} connections while b4 was checking, none to \
+        "{what}, b4 added at runtime: {} connections while b4 was checking, none to \
          b4; b4 up {} after its health turned 200 ({}; bound {} = 2 × 1 s + 1 s); first \
          connection answered by b4 started {} after the transition ({} after it was \
          answered); {}",

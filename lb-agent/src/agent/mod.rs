@@ -38,7 +38,7 @@ use crate::{
     dataplane::Dataplane,
     health::{PassivePolicy, ServerHealth, StartState, Transition},
     membership::{Admin, Outcome, Policy, ServiceMembership},
-    probe::{ProbeReport, Prober, ServerKey, SharedSignals, spawn_with},
+    probe::{PROMPT_SPREAD, ProbeReport, Prober, ServerKey, SharedSignals, spawn_spread},
     publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher},
     status::{Event, Histogram, Snapshot},
 };
@@ -327,7 +327,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     let mut servers = BTreeMap::new();
                     for (addr, conf) in addrs {
                         let server = match prev.servers.remove(&addr) {
-                            Some(mut s) if !probes_changed => {
+                            Some(mut s) if !probes_changed && !rechecked(svc_cfg, &s) => {
                                 s.weight = conf.weight;
                                 s.spare = conf.spare;
                                 s.backup = conf.backup;
@@ -340,7 +340,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 fresh.admin = s.admin;
                                 fresh
                             }
-                            None => self.new_server(svc_cfg, addr, conf, StartState::New, now),
+                            // Added to a running service: held back until every probe passes.
+                            None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
                         };
                         servers.insert(addr, server);
                     }
@@ -348,7 +349,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
                         if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
                         {
-                            let kept = if probes_changed {
+                            let kept = if probes_changed || rechecked(svc_cfg, &s) {
                                 let conf = Configured {
                                     weight: s.weight,
                                     spare: s.spare,
@@ -450,18 +451,24 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             service: incarnation,
             addr,
         };
+        // Out of traffic until its probes pass although the pool wants it (added at
+        // runtime, or in traffic before and checked again): first probes come promptly.
+        let waiting = start == StartState::Added
+            || (start == StartState::ReloadedWasUp
+                && health.state() == crate::health::HealthState::Checking);
         let tasks = svc
             .probes
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                spawn_with(
+                spawn_spread(
                     self.prober.clone(),
                     key,
                     i,
                     Arc::new(p.clone()),
                     signals.clone(),
                     self.reports_tx.clone(),
+                    if waiting { PROMPT_SPREAD } else { p.interval },
                 )
             })
             .collect();
@@ -857,10 +864,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let cfg = self.services[si].cfg.clone();
                 let conf = Configured {
                     weight: new.weight,
-                    spare: new.spare && new.backup == 0,
+                    spare: new.spare, // with a backup level refused above (check_server)
                     backup: new.backup,
                 };
-                let mut server = self.new_server(&cfg, new.address, conf, StartState::New, now);
+                let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
                 self.record_names(service, address, "-", "added", "admin");
@@ -1003,6 +1010,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
     }
+}
+
+/// A server kept by a reload with its probes unchanged still starts its health again
+/// when it is up and its service has an essential probe that is not `persistent`: that
+/// probe must pass again before the server takes new flows (Angie; docs/probes.md).
+fn rechecked(svc: &ServiceConfig, s: &ServerRt) -> bool {
+    s.health.usable() && svc.probes.iter().any(|p| p.essential && !p.persistent)
 }
 
 /// How a server whose probes changed at a reload starts again: `persistent` probes

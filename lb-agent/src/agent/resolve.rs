@@ -68,7 +68,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             for e in &wanted {
                 if !svc.servers.contains_key(&e.addr) {
                     let server =
-                        self.new_server(&svc.cfg, e.addr, configured(e), StartState::New, now);
+                        self.new_server(&svc.cfg, e.addr, configured(e), StartState::Added, now);
                     fresh.push(server);
                 }
             }

@@ -135,7 +135,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             if p.kind == ProbeKind::Http && !p.http.tls && p.http.sni.is_some() {
                 out.push(format!("{at}: sni is ignored without tls = true"));
             }
-            if p.kind == ProbeKind::Udp && p.expect.is_none() {
+            if p.kind == ProbeKind::Udp && p.expect.is_none() && p.test.is_none() {
                 out.push(format!(
                     "{at}: a udp probe without expect passes on silence: only an ICMP port-unreachable fails it"
                 ));

@@ -73,14 +73,16 @@
 //! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
 //! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
 //! | `method` | string | `GET` | http only; an HTTP token |
-//! | `headers` | table of strings | none | http only; `{ "X-Name" = "value" }`, no `Host` (use `host`) |
+//! | `headers` | table | none | http only; `{ "X-Name" = "value" }`, or a value read at load and reload from `{ file = "/abs/path" }` (one trailing newline dropped) or `{ env = "NAME" }` (never printed); no `Host` (use `host`) |
+//! | `body` | string | none | http only; the request body, sent with `Content-Length` |
 //! | `host` | string | the server address | http only |
 //! | `tls`, `verify` | bool | false, true | http only |
 //! | `sni` | string | the server name/address | http only; a DNS name |
 //! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
 //! | `expect_body` | regex | none | http only; needs `max_body` > 0 |
 //! | `max_body` | size | `256k` | http only |
-//! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`) |
+//! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`); Angie's `data:` prefix is dropped |
+//! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
 //! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
 //! | `max_response` | size | `256k` | tcp/udp only; 0 = don't wait for a reply |
 //!
@@ -94,6 +96,7 @@ mod passive;
 mod probe;
 mod report;
 mod schema;
+mod secret;
 mod server_rules;
 mod values;
 
@@ -107,6 +110,7 @@ pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
 pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
 pub use report::{HostFacts, human, render};
+pub use secret::Secret;
 pub use server_rules::{
     AgentKeyChanges, ServerRuleError, check_backup, check_server, check_server_address,
     check_weight, non_loopback_api, restart_only_changes,
@@ -396,6 +400,9 @@ pub struct ProbeConfig {
     /// 0 = don't wait for a reply.
     pub max_response: usize,
     pub jitter: Duration,
+    /// `test`: the condition a response must meet (http, tcp, udp); it replaces
+    /// `expect_status`/`expect_body`/`expect`, which cannot be set with it.
+    pub test: Option<crate::probe::condition::Condition>,
 }
 
 impl ProbeConfig {
@@ -417,6 +424,7 @@ impl ProbeConfig {
             expect: None,
             max_response: DEFAULT_MAX_READ,
             jitter: Duration::ZERO,
+            test: None,
         }
     }
 }
@@ -445,6 +453,7 @@ impl PartialEq for ProbeConfig {
             expect,
             max_response,
             jitter,
+            test,
         } = self;
         *name == o.name
             && *kind == o.kind
@@ -461,6 +470,7 @@ impl PartialEq for ProbeConfig {
             && same_regex(expect, &o.expect)
             && *max_response == o.max_response
             && *jitter == o.jitter
+            && *test == o.test
     }
 }
 
@@ -471,6 +481,10 @@ pub struct HttpProbe {
     pub method: String,
     /// In file order.
     pub headers: Vec<(String, String)>,
+    /// Headers whose value comes from a file or an environment variable, in file order.
+    pub secret_headers: Vec<(String, Secret)>,
+    /// The request body (`Content-Length` set); `None`: no body.
+    pub body: Option<Vec<u8>>,
     /// `Host:` header; `None`: the server address.
     pub host: Option<String>,
     pub tls: bool,
@@ -489,6 +503,8 @@ impl Default for HttpProbe {
             uri: "/".into(),
             method: "GET".into(),
             headers: Vec::new(),
+            secret_headers: Vec::new(),
+            body: None,
             host: None,
             tls: false,
             sni: None,
@@ -506,6 +522,8 @@ impl PartialEq for HttpProbe {
             uri,
             method,
             headers,
+            secret_headers,
+            body,
             host,
             tls,
             sni,
@@ -517,6 +535,8 @@ impl PartialEq for HttpProbe {
         *uri == o.uri
             && *method == o.method
             && *headers == o.headers
+            && *secret_headers == o.secret_headers
+            && *body == o.body
             && *host == o.host
             && *tls == o.tls
             && *sni == o.sni

@@ -3,8 +3,10 @@
 
 use super::doc::{Field, Table};
 use super::schema::{R, duration, opt, positive_duration};
+use super::secret;
 use super::values;
 use super::*;
+use crate::probe::condition::{Condition, Scope};
 
 const PROBE_COMMON_KEYS: &[&str] = &[
     "name",
@@ -18,11 +20,13 @@ const PROBE_COMMON_KEYS: &[&str] = &[
     "persistent",
     "mode",
     "jitter",
+    "test",
 ];
 const PROBE_HTTP_KEYS: &[&str] = &[
     "uri",
     "method",
     "headers",
+    "body",
     "host",
     "tls",
     "sni",
@@ -77,6 +81,11 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
         .require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?
         .choice(PROBE_KINDS)?;
     for (key, f) in t.entries() {
+        if key == "test" && kind == ProbeKind::Icmp {
+            return Err(f.err(
+                "applies to http, tcp and udp probes only (an icmp probe passes on an echo reply)",
+            ));
+        }
         let wrong = match kind {
             ProbeKind::Http => PROBE_STREAM_KEYS.contains(&key).then_some("tcp and udp"),
             ProbeKind::Tcp | ProbeKind::Udp => PROBE_HTTP_KEYS.contains(&key).then_some("http"),
@@ -130,7 +139,10 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
     match kind {
         ProbeKind::Http => http(t, &mut p.http)?,
         ProbeKind::Tcp | ProbeKind::Udp => {
-            p.send = opt(t, "send", |f| f.parse(values::unescape))?;
+            // Angie's form `send=data:…`: the prefix names the encoding, it is not sent.
+            p.send = opt(t, "send", |f| {
+                f.parse(|s| values::unescape(s.strip_prefix("data:").unwrap_or(s)))
+            })?;
             p.expect = opt(t, "expect", regex)?;
             if let Some(n) = opt(t, "max_response", size)? {
                 p.max_response = n;
@@ -144,7 +156,67 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
         }
         ProbeKind::Icmp => {}
     }
+    if let Some(f) = t.get("test") {
+        let scope = if kind == ProbeKind::Http {
+            Scope::Http
+        } else {
+            Scope::Stream
+        };
+        p.test = Some(f.parse(|s| {
+            Condition::parse(s, scope).map_err(|e| format!("is not a valid test: {e}"))
+        })?);
+        let replaced: &[&str] = if kind == ProbeKind::Http {
+            &["expect_status", "expect_body"]
+        } else {
+            &["expect"]
+        };
+        if let Some(key) = replaced.iter().find(|k| t.get(k).is_some()) {
+            return Err(f.err(format!(
+                "replaces {key}: write that check into the test, e.g. {}",
+                match *key {
+                    "expect_status" => "$upstream_status ~ ^2",
+                    _ => "$upstream_probe_response ~ \"^OK\"",
+                }
+            )));
+        }
+        let (size_key, size) = if kind == ProbeKind::Http {
+            ("max_body", p.http.max_body)
+        } else {
+            ("max_response", p.max_response)
+        };
+        if size == 0 {
+            let why = "must be more than 0 when test is set (the test reads the response)";
+            return Err(match t.get(size_key) {
+                Some(f) => f.err(why),
+                None => t.err_key(size_key, why),
+            });
+        }
+    }
     Ok(p)
+}
+
+/// A header value: a string, or `{ file = "/path" }` / `{ env = "NAME" }` read now.
+fn header_value(v: &Field<'_>) -> R<HeaderValue> {
+    if let Some(value) = v.as_str_opt() {
+        if !values::http_text(value) {
+            return Err(v.err("a header value cannot contain control characters (CR, LF, ...)"));
+        }
+        return Ok(HeaderValue::Plain(value.to_string()));
+    }
+    let shape = "must be a string, { file = \"/path\" } or { env = \"NAME\" }";
+    let table = v.table().map_err(|_| v.err(shape))?;
+    table.check_keys(&["file", "env"])?;
+    let read = match (table.get("file"), table.get("env")) {
+        (Some(f), None) => f.parse(secret::from_file)?,
+        (None, Some(e)) => e.parse(secret::from_env)?,
+        _ => return Err(v.err(format!("{shape}: exactly one of file, env"))),
+    };
+    Ok(HeaderValue::Secret(read))
+}
+
+enum HeaderValue {
+    Plain(String),
+    Secret(Secret),
 }
 
 fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
@@ -170,7 +242,7 @@ fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
     }
     if let Some(f) = t.get("headers") {
         let table = f.table().map_err(|_| {
-            f.err("must be a table of strings, e.g. headers = { \"X-Probe\" = \"lb\" }")
+            f.err("must be a table, e.g. headers = { \"X-Probe\" = \"lb\", \"X-Key\" = { env = \"PROBE_KEY\" } }")
         })?;
         for (name, v) in table.entries() {
             if !values::http_token(name) {
@@ -182,13 +254,20 @@ fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
             if let Some((prev, _)) = h.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
                 return Err(v.err(format!("header {name:?} is set twice (also {prev:?})")));
             }
-            let value = v.str()?;
-            if !values::http_text(value) {
-                return Err(v.err("a header value cannot contain control characters (CR, LF, ...)"));
+            if let Some((prev, _)) = h
+                .secret_headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            {
+                return Err(v.err(format!("header {name:?} is set twice (also {prev:?})")));
             }
-            h.headers.push((name.to_string(), value.to_string()));
+            match header_value(&v)? {
+                HeaderValue::Plain(value) => h.headers.push((name.to_string(), value)),
+                HeaderValue::Secret(value) => h.secret_headers.push((name.to_string(), value)),
+            }
         }
     }
+    h.body = opt(t, "body", |f| f.str().map(|s| s.as_bytes().to_vec()))?;
     h.host = opt(t, "host", |f| {
         f.parse(|s| {
             if s.is_empty() || s.contains(|c: char| c.is_whitespace() || c.is_control()) {

@@ -57,11 +57,17 @@ pub fn check_server_address(
     Ok(())
 }
 
-/// `weight`: 1..=[`MAX_WEIGHT`].
+/// `weight`: 1..=[`MAX_WEIGHT`], said as the config loader says it ("must be at least 1",
+/// "must be at most 10000").
 pub fn check_weight(weight: u32) -> Result<(), ServerRuleError> {
-    if !(1..=MAX_WEIGHT).contains(&weight) {
+    if weight < 1 {
         return Err(ServerRuleError(format!(
-            "weight must be 1..={MAX_WEIGHT} (got {weight})"
+            "weight must be at least 1 (got {weight})"
+        )));
+    }
+    if weight > MAX_WEIGHT {
+        return Err(ServerRuleError(format!(
+            "weight must be at most {MAX_WEIGHT} (got {weight})"
         )));
     }
     Ok(())

@@ -3,7 +3,8 @@
 //! passed in. Admin states (`drain`, `down`) are not here; membership keeps them apart.
 //!
 //! States:
-//! - `checking`: a new server with essential probes, waiting for all of them to pass;
+//! - `checking`: a new server with essential probes, waiting for all of them to pass
+//!   (a server added at runtime waits for every probe, [`StartState::Added`]);
 //! - `up`: usable;
 //! - `unhealthy`: a probe reached its `fails`; back to `up` when every probe has reached
 //!   its `passes`;
@@ -89,6 +90,10 @@ pub enum StartState {
     /// `unhealthy` until every probe has reached its `passes`, rather than getting
     /// traffic it failed a moment ago. Still in `checking` before the reload: as `New`.
     ReloadedWasDown,
+    /// Added to a running service (API, SRV re-resolution, a reload adding it): held
+    /// back in `checking` until **every** probe has passed, essential or not (Azure and
+    /// TR7 hold new instances back; docs/probes.md). Without probes: up at once.
+    Added,
 }
 
 /// The passive-check parameters of a service.
@@ -155,7 +160,7 @@ struct ProbeTrack {
     name: String,
     fails: u32,
     passes: u32,
-    /// Gates `checking`.
+    /// Gates `checking`: an essential probe, or any probe of a server added at runtime.
     essential: bool,
     /// Only runs while the server is not up (`onfail`, `idle`): its pass is stale once
     /// the server turns unhealthy.
@@ -183,6 +188,8 @@ pub struct ServerHealth {
     /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
     /// `checking` it may still hold established flows.
     was_up_before: bool,
+    /// Started as [`StartState::Added`]: every probe gates `checking`.
+    added_at_runtime: bool,
 }
 
 impl ServerHealth {
@@ -199,7 +206,7 @@ impl ServerHealth {
                 name: p.name.clone(),
                 fails: p.fails.max(1),
                 passes: p.passes.max(1),
-                essential: p.essential,
+                essential: p.essential || start == StartState::Added,
                 gated: p.mode != ProbeMode::Always,
                 verdict: Verdict::Unknown,
                 stats: ProbeStats::default(),
@@ -230,6 +237,7 @@ impl ServerHealth {
             downstart: state.is_down().then_some(now),
             since: now,
             was_up_before: start == StartState::ReloadedWasUp,
+            added_at_runtime: start == StartState::Added,
         }
     }
 
@@ -392,7 +400,14 @@ impl ServerHealth {
                         format!("essential probes passed, but {cause}"),
                         now,
                     ),
-                    None => self.go(HealthState::Up, "all essential probes passed".into(), now),
+                    None => {
+                        let cause = if self.added_at_runtime {
+                            "added at runtime: all probes passed"
+                        } else {
+                            "all essential probes passed"
+                        };
+                        self.go(HealthState::Up, cause.into(), now)
+                    }
                 }
             }
             HealthState::Up | HealthState::Unavailable => {

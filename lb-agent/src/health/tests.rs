@@ -548,3 +548,44 @@ fn a_local_fault_keeps_every_verdict_and_counter() {
     assert_eq!(h.state(), HealthState::Unhealthy);
     assert_eq!(h.probe_stats(0).unwrap().fails, 1);
 }
+
+#[test]
+fn server_added_at_runtime_waits_for_every_probe_essential_or_not() {
+    let t0 = Instant::now();
+    let probes = [probe("plain", 1, 2), essential(probe("ready", 1, 1))];
+    let mut h = ServerHealth::new(&probes, NO_PASSIVE, StartState::Added, t0);
+    assert_eq!(
+        h.state(),
+        HealthState::Checking,
+        "held back although only one probe is essential"
+    );
+    assert!(!h.usable());
+    assert!(!h.was_up_before(), "it never had traffic to keep");
+    assert_eq!(h.on_probe(1, &ok(), t0 + secs(1)), None, "ready passed");
+    assert_eq!(
+        h.on_probe(0, &ok(), t0 + secs(1)),
+        None,
+        "plain: 1 of 2 passes"
+    );
+    let tr = h
+        .on_probe(0, &ok(), t0 + secs(2))
+        .expect("every probe reached its passes");
+    assert_eq!(tr.to, HealthState::Up);
+    assert_eq!(tr.cause, "added at runtime: all probes passed");
+}
+
+#[test]
+fn server_added_at_runtime_that_fails_a_plain_probe_never_gets_up() {
+    let t0 = Instant::now();
+    let mut h = ServerHealth::new(&[probe("plain", 2, 1)], NO_PASSIVE, StartState::Added, t0);
+    for i in 1..=5 {
+        assert_eq!(h.on_probe(0, &bad(), t0 + secs(i)), None);
+        assert_eq!(h.state(), HealthState::Checking);
+    }
+}
+
+#[test]
+fn server_added_at_runtime_without_probes_is_up_at_once() {
+    let h = ServerHealth::new(&[], NO_PASSIVE, StartState::Added, Instant::now());
+    assert_eq!(h.state(), HealthState::Up);
+}

@@ -1,13 +1,14 @@
 //! The udp probe: send `send` (or an empty datagram) on a connected socket and wait for a
 //! reply matching `expect`. The socket is connected so that an ICMP port-unreachable
 //! comes back as ECONNREFUSED and fails the probe at once. Silence is handled by the
-//! caller's timeout (a pass only when no `expect` is set).
+//! caller's timeout (a pass only when neither `expect` nor `test` is set).
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::net::UdpSocket;
 
+use super::condition::Response as Observed;
 use super::{ProbeError, Verdict, bytes_regex};
 use crate::config::ProbeConfig;
 
@@ -31,8 +32,21 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
     let re = cfg.expect.as_ref().map(bytes_regex).transpose()?;
     let mut buf = vec![0u8; cfg.max_response.min(MAX_DATAGRAM)];
     let n = sock.recv(&mut buf).await.map_err(io("receive"))?;
+    let reply = &buf[..n];
+    if let Some(test) = &cfg.test {
+        return if test.holds(&Observed {
+            body: reply,
+            ..Observed::default()
+        }) {
+            Ok(format!("test passed ({n} bytes)"))
+        } else {
+            Err(ProbeError::TestFailed {
+                got: format!("{n} bytes"),
+            })
+        };
+    }
     match re {
-        Some(re) if re.is_match(&buf[..n]) => Ok(format!("reply matched ({n} bytes)")),
+        Some(re) if re.is_match(reply) => Ok(format!("reply matched ({n} bytes)")),
         Some(_) => Err(ProbeError::ReplyMismatch),
         None => Ok(format!("reply ({n} bytes)")),
     }

@@ -1,20 +1,22 @@
-//! The http probe: one HTTP/1.1 request over hyper's client connection, `Connection: close`.
+//! The http probe: one HTTP/1.1 request (`method`, `headers`, `body`) over hyper's client
+//! connection, `Connection: close`.
 //!
 //! A response passes when it is complete — head with a status in `expect_status`, body
 //! read to its end within the probe's timeout — and `expect_body`, if set, matches its
-//! first `max_body` bytes. At most `max_body` bytes are kept (the rest is read and
+//! first `max_body` bytes; with a `test`, when the complete response meets it instead. At most `max_body` bytes are kept (the rest is read and
 //! discarded), so memory stays bounded; an endless body, one cut short by the peer, or
 //! one that trickles slower than the timeout fails.
 
 use std::net::SocketAddr;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONNECTION, HOST, HeaderName, HeaderValue, USER_AGENT};
 use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::condition::Response as Observed;
 use super::{ProbeError, Verdict, bytes_regex, tls};
 use crate::config::{HttpProbe, ProbeConfig};
 
@@ -33,13 +35,13 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
     if h.tls {
         let name = tls::server_name(h.sni.as_deref(), h.host.as_deref(), addr)?;
         let stream = tls::connect(tcp, name, h.verify).await?;
-        exchange(TokioIo::new(stream), request, h).await
+        exchange(TokioIo::new(stream), request, cfg).await
     } else {
-        exchange(TokioIo::new(tcp), request, h).await
+        exchange(TokioIo::new(tcp), request, cfg).await
     }
 }
 
-fn build_request(h: &HttpProbe, addr: SocketAddr) -> Result<Request<Empty<Bytes>>, ProbeError> {
+fn build_request(h: &HttpProbe, addr: SocketAddr) -> Result<Request<Full<Bytes>>, ProbeError> {
     let bad = |reason: String| ProbeError::Request { reason };
     let method =
         Method::from_bytes(h.method.as_bytes()).map_err(|e| bad(format!("method: {e}")))?;
@@ -54,7 +56,7 @@ fn build_request(h: &HttpProbe, addr: SocketAddr) -> Result<Request<Empty<Bytes>
     let mut req = Request::builder()
         .method(method)
         .uri(uri)
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(Bytes::from(h.body.clone().unwrap_or_default())))
         .map_err(|e| bad(e.to_string()))?;
     let headers = req.headers_mut();
     headers.insert(
@@ -65,10 +67,15 @@ fn build_request(h: &HttpProbe, addr: SocketAddr) -> Result<Request<Empty<Bytes>
         USER_AGENT,
         HeaderValue::from_static("lb-agent health probe"),
     );
-    for (name, value) in &h.headers {
+    let plain = h.headers.iter().map(|(n, v)| (n, v.as_str(), false));
+    let secret = h.secret_headers.iter().map(|(n, v)| (n, v.expose(), true));
+    for (name, value, sensitive) in plain.chain(secret) {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|e| bad(format!("header {name:?}: {e}")))?;
-        let value = HeaderValue::from_str(value).map_err(|e| bad(format!("header {name}: {e}")))?;
+        // The value never appears in the message (it may be a secret).
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| bad(format!("header {name}: invalid value")))?;
+        value.set_sensitive(sensitive);
         // A configured Host or User-Agent replaces ours; other names may repeat.
         if name == HOST || name == USER_AGENT {
             headers.insert(name, value);
@@ -93,13 +100,13 @@ fn default_host(addr: SocketAddr, tls: bool) -> String {
 
 /// Sends `req` and judges the response, driving the connection in this task (nothing is
 /// spawned, so the caller's timeout drops everything).
-async fn exchange<T>(io: T, req: Request<Empty<Bytes>>, h: &HttpProbe) -> Verdict
+async fn exchange<T>(io: T, req: Request<Full<Bytes>>, cfg: &ProbeConfig) -> Verdict
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_BUF)
-        .handshake::<_, Empty<Bytes>>(io)
+        .handshake::<_, Full<Bytes>>(io)
         .await
         .map_err(|source| ProbeError::Http { source })?;
     let work = async move {
@@ -107,7 +114,7 @@ where
             .send_request(req)
             .await
             .map_err(|source| ProbeError::Http { source })?;
-        judge(resp, h).await
+        judge(resp, cfg).await
     };
     tokio::pin!(conn);
     tokio::pin!(work);
@@ -122,8 +129,29 @@ where
     }
 }
 
-async fn judge(resp: Response<Incoming>, h: &HttpProbe) -> Verdict {
+async fn judge(resp: Response<Incoming>, cfg: &ProbeConfig) -> Verdict {
+    let h = &cfg.http;
     let code = resp.status().as_u16();
+    if let Some(test) = &cfg.test {
+        let headers: Vec<(String, Vec<u8>)> = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
+        let (body, _) = read_body(resp.into_body(), h.max_body).await?;
+        let observed = Observed {
+            status: Some(code),
+            headers: &headers,
+            body: &body,
+        };
+        return if test.holds(&observed) {
+            Ok(format!("status {code}, test passed"))
+        } else {
+            Err(ProbeError::TestFailed {
+                got: format!("status {code}"),
+            })
+        };
+    }
     if !h.expect_status.iter().any(|r| r.contains(&code)) {
         return Err(ProbeError::Status { code });
     }

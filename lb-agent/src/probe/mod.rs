@@ -9,6 +9,7 @@
 //! Layout: [`http`] (HTTP/1.1 over hyper, optionally TLS through [`tls`]), [`stream`]
 //! (tcp), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
 
+pub mod condition;
 mod datagram;
 mod http;
 mod icmp;
@@ -26,8 +27,8 @@ use crate::config::{ProbeConfig, ProbeKind};
 
 pub use local::STARVED_MIN_LATE;
 pub use schedule::{
-    NetProber, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals, SharedSignals,
-    first_run_offset, spawn, spawn_with,
+    NetProber, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
+    SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
 };
 
 /// The verdict of one probe execution.
@@ -131,6 +132,8 @@ pub(crate) enum ProbeError {
     ResponseMismatch { got: usize, why: &'static str },
     #[error("reply did not match")]
     ReplyMismatch,
+    #[error("test failed ({got})")]
+    TestFailed { got: String },
     #[error("port unreachable")]
     PortUnreachable,
     #[error("icmp: {source}")]
@@ -193,7 +196,7 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
         },
         // udp: silence is the answer when no reply is expected (only an ICMP
         // port-unreachable would have failed it).
-        Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() => {
+        Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() && cfg.test.is_none() => {
             ProbeOutcome::pass(cfg.timeout, "no reply (none expected)")
         }
         Err(_) => {

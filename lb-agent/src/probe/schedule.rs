@@ -164,6 +164,26 @@ pub fn spawn_with<P: Prober>(
     signals: Arc<dyn ServerSignals>,
     reports: mpsc::Sender<ProbeReport>,
 ) -> ProbeTask {
+    let spread = cfg.interval;
+    spawn_spread(prober, server, probe, cfg, signals, reports, spread)
+}
+
+/// How soon the first probes of a server waiting to be (re)admitted run: a server added
+/// at runtime, or one a reload put back to `checking`, is out of traffic until they pass,
+/// so they run within this window (spread over it) rather than over a whole interval.
+pub const PROMPT_SPREAD: Duration = Duration::from_millis(250);
+
+/// [`spawn_with`] whose first run falls in `[0, min(spread, interval))` (stable per server
+/// and probe, as [`first_run_offset`]).
+pub fn spawn_spread<P: Prober>(
+    prober: Arc<P>,
+    server: ServerKey,
+    probe: usize,
+    cfg: Arc<ProbeConfig>,
+    signals: Arc<dyn ServerSignals>,
+    reports: mpsc::Sender<ProbeReport>,
+    spread: Duration,
+) -> ProbeTask {
     let task = Task {
         prober,
         server,
@@ -171,6 +191,7 @@ pub fn spawn_with<P: Prober>(
         cfg,
         signals,
         reports,
+        spread,
     };
     ProbeTask {
         handle: tokio::spawn(task.run()),
@@ -194,6 +215,8 @@ pub fn first_run_offset(server: ServerKey, probe: usize, interval: Duration) -> 
 }
 
 struct Task<P> {
+    /// The first run falls within this (at most the interval).
+    spread: Duration,
     prober: Arc<P>,
     server: ServerKey,
     probe: usize,
@@ -206,7 +229,8 @@ impl<P: Prober> Task<P> {
     async fn run(self) {
         let interval = self.cfg.interval.max(MIN_INTERVAL);
         let mut jitter = Jitter::new(self.cfg.jitter);
-        let mut next = Instant::now() + first_run_offset(self.server, self.probe, interval);
+        let spread = self.spread.clamp(MIN_INTERVAL, interval);
+        let mut next = Instant::now() + first_run_offset(self.server, self.probe, spread);
         loop {
             tokio::time::sleep_until(next).await;
             if self.wanted(Instant::now(), interval) {

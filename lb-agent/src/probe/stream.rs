@@ -1,4 +1,5 @@
-//! The tcp probe: connect, optionally `send`, optionally read until `expect` matches.
+//! The tcp probe: connect, optionally `send`, optionally read until `expect` matches or
+//! `test` holds (evaluated on the reply so far after every read, and at the close).
 //!
 //! The connection is always closed with a reset (`SO_LINGER` 0), as HAProxy closes its
 //! checks: no FIN exchange and no `TIME_WAIT` socket per probe, which at thousands of
@@ -9,6 +10,7 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::condition::Response as Observed;
 use super::{ProbeError, Verdict, bytes_regex};
 use crate::config::ProbeConfig;
 
@@ -28,13 +30,21 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
             source,
         })?;
     }
-    let Some(expect) = &cfg.expect else {
-        return Ok("connected".into());
+    let re = match (&cfg.expect, &cfg.test) {
+        (None, None) => return Ok("connected".into()),
+        _ if cfg.max_response == 0 => return Ok("connected (no reply awaited)".into()),
+        (Some(expect), _) => Some(bytes_regex(expect)?),
+        (None, Some(_)) => None,
     };
-    if cfg.max_response == 0 {
-        return Ok("connected (no reply awaited)".into());
-    }
-    let re = bytes_regex(expect)?;
+    // The reply so far meets `expect` or `test`.
+    let matched = |buf: &[u8]| match (&re, &cfg.test) {
+        (Some(re), _) => re.is_match(buf),
+        (None, Some(test)) => test.holds(&Observed {
+            body: buf,
+            ..Observed::default()
+        }),
+        (None, None) => true,
+    };
     let mut buf = Vec::with_capacity(cfg.max_response.min(CHUNK));
     let mut chunk = vec![0u8; cfg.max_response.min(CHUNK)];
     loop {
@@ -47,6 +57,10 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
                 source,
             })?;
         if n == 0 {
+            // A test may hold on what came before the close (or on nothing at all).
+            if cfg.test.is_some() && matched(&buf) {
+                return Ok(format!("test passed ({} bytes, closed)", buf.len()));
+            }
             return Err(ProbeError::ResponseMismatch {
                 got: buf.len(),
                 why: "closed",
@@ -54,7 +68,7 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
         }
         buf.extend_from_slice(&chunk[..n]);
         // Matching from the start each time: a pattern may span reads.
-        if re.is_match(&buf) {
+        if matched(&buf) {
             return Ok(format!("response matched ({} bytes)", buf.len()));
         }
         if buf.len() >= cfg.max_response {

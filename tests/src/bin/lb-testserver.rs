@@ -12,8 +12,12 @@
 //! address it was sent to (one socket per local address, so a DSR VIP on `lo` answers as
 //! the VIP).
 //!
-//! HTTP/1.1 (for http probes): reads one request head; `GET <http-path>` (default
-//! `/health`) gets the current answer, any other path `404`. Answers, as `SPEC`:
+//! HTTP/1.1 (for http probes): reads one request head and its body (`Content-Length`, at
+//! most 4 KiB); a request for `<http-path>` (default `/health`), whatever its method,
+//! gets the current answer, any other path `404`. Every response says what was asked:
+//! `X-Request-Method: <method>` and `X-Request-Body: <body>` (printable ASCII up to 256
+//! bytes, else `<N bytes>`), so that a probe's method and body can be checked. Answers,
+//! as `SPEC`:
 //! - `CODE [BODY…]`: status `CODE` with `BODY` (default `<name> ok`), `Connection: close`;
 //! - `hang`: reads the request and never answers (until the client closes);
 //! - `endless`: a `200` head, then a chunked body of `x` that never ends;
@@ -32,7 +36,8 @@
 //!
 //! Switching at runtime: with `--control FILE`, the file is read on every HTTP request
 //! and every datagram; its lines `http SPEC` and `udp SPEC` override the flags (a missing
-//! file or line means the flag's answer; `#` starts a comment). Write it atomically
+//! file or line means the flag's answer; `#` starts a comment), and each line
+//! `header NAME: VALUE` adds a header to every `CODE [BODY]` answer. Write it atomically
 //! (write another file, rename it over).
 //!
 //! Bounded: at most `--max-conns` TCP connections at once (more are closed at once),
@@ -61,6 +66,10 @@ const MAX_LINE: u64 = 4096;
 const MAX_HEAD: usize = 8192;
 /// Bytes an `endless` or `garbage` answer sends at most.
 const MAX_ENDLESS: u64 = 1 << 30;
+/// Longest HTTP request body read; a longer one is read this far and answered.
+const MAX_BODY: usize = 4096;
+/// Longest request body echoed in `X-Request-Body`.
+const MAX_ECHO: usize = 256;
 /// Bytes a `hang` connection reads (and drops) at most before it closes.
 const MAX_HANG_READ: u64 = 1 << 20;
 /// Requests a kept-alive web connection serves before the server closes it.
@@ -100,6 +109,8 @@ enum UdpAnswer {
 struct Behaviour {
     http: HttpAnswer,
     udp: UdpAnswer,
+    /// Extra `NAME: VALUE` headers of `CODE [BODY]` answers.
+    headers: Vec<String>,
 }
 
 impl HttpAnswer {
@@ -186,7 +197,18 @@ impl Control {
             let parsed = match key {
                 "http" => HttpAnswer::parse(spec, &self.name).map(|a| b.http = a),
                 "udp" => UdpAnswer::parse(spec, &self.name).map(|a| b.udp = a),
-                other => Err(anyhow::anyhow!("unknown key {other:?} (http, udp)")),
+                "header" => match spec.split_once(':') {
+                    Some((n, v))
+                        if !n.trim().is_empty()
+                            && !n.contains(char::is_whitespace)
+                            && !v.contains(char::is_control) =>
+                    {
+                        b.headers.push(format!("{}: {}", n.trim(), v.trim()));
+                        Ok(())
+                    }
+                    _ => Err(anyhow::anyhow!("header: expected NAME: VALUE")),
+                },
+                other => Err(anyhow::anyhow!("unknown key {other:?} (http, udp, header)")),
             };
             if let Err(err) = parsed {
                 eprintln!(
@@ -212,6 +234,7 @@ fn parse_args() -> anyhow::Result<Args> {
                 body: String::new(),
             },
             udp: UdpAnswer::Reply(String::new()),
+            headers: Vec::new(),
         },
         control: None,
         max_conns: 512,
@@ -261,6 +284,7 @@ fn parse_args() -> anyhow::Result<Args> {
     args.defaults = Behaviour {
         http: HttpAnswer::parse(&http_spec, &args.name).context("--http-answer")?,
         udp: UdpAnswer::parse(&udp_spec, &args.name).context("--udp-answer")?,
+        headers: Vec::new(),
     };
     Ok(args)
 }
@@ -488,14 +512,21 @@ fn serve_http(
     stream.set_read_timeout(Some(idle))?;
     stream.set_write_timeout(Some(idle))?;
     stream.set_nodelay(true)?;
-    let Some(target) = read_request_target(&mut stream)? else {
+    let Some(request) = read_request(&mut stream)? else {
         return Ok(()); // closed early, or a head that is too long
     };
-    let answer = control.current().http;
-    let on_path = target.split('?').next() == Some(path);
-    match answer {
-        _ if !on_path => respond(&mut stream, 404, "not found"),
-        HttpAnswer::Respond { status, body } => respond(&mut stream, status, &body),
+    let behaviour = control.current();
+    let on_path = request.target.split('?').next() == Some(path);
+    let mut headers = vec![
+        format!("X-Request-Method: {}", request.method),
+        format!("X-Request-Body: {}", echo(&request.body)),
+    ];
+    match behaviour.http {
+        _ if !on_path => respond(&mut stream, 404, "not found", &headers),
+        HttpAnswer::Respond { status, body } => {
+            headers.extend(behaviour.headers);
+            respond(&mut stream, status, &body, &headers)
+        }
         HttpAnswer::Hang => {
             // Never answer; return when the client gives up (or the idle timeout passes).
             let _ = std::io::copy(&mut (&stream).take(MAX_HANG_READ), &mut std::io::sink());
@@ -593,33 +624,64 @@ fn read_head(stream: &mut TcpStream, carry: &mut Vec<u8>) -> std::io::Result<Opt
     }
 }
 
-/// Reads a request head (up to the empty line, at most [`MAX_HEAD`] bytes) and returns the
-/// request target of its first line; `None` when the client closed first or the head is
-/// too long.
-fn read_request_target(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        if head.len() > MAX_HEAD {
-            return Ok(None);
-        }
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&head);
-    let target = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap_or("")
-        .to_owned();
-    Ok(Some(target))
+/// One request: its method, target and body.
+struct Request {
+    method: String,
+    target: String,
+    body: Vec<u8>,
 }
 
-fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+/// Reads a request head (up to the empty line, at most [`MAX_HEAD`] bytes) and its body
+/// (`Content-Length`, at most [`MAX_BODY`] bytes kept and read); `None` when the client
+/// closed before the head ended or the head is too long.
+fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<Request>> {
+    let mut carry = Vec::new();
+    let Some(head) = read_head(stream, &mut carry)? else {
+        return Ok(None);
+    };
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    let method = first.next().unwrap_or("").to_owned();
+    let target = first.next().unwrap_or("").to_owned();
+    let length = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(MAX_BODY);
+    let mut body = carry;
+    let mut buf = [0u8; 1024];
+    while body.len() < length {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    body.truncate(length);
+    Ok(Some(Request {
+        method,
+        target,
+        body,
+    }))
+}
+
+/// The body as `X-Request-Body` shows it.
+fn echo(body: &[u8]) -> String {
+    if body.len() <= MAX_ECHO && body.iter().all(|b| (0x20..0x7f).contains(b)) {
+        String::from_utf8_lossy(body).into_owned()
+    } else {
+        format!("<{} bytes>", body.len())
+    }
+}
+
+fn respond(
+    stream: &mut TcpStream,
+    status: u16,
+    body: &str,
+    headers: &[String],
+) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         404 => "Not Found",
@@ -627,9 +689,10 @@ fn respond(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<(
         503 => "Service Unavailable",
         _ => "Status",
     };
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     let text = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
+         {extra}Connection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(text.as_bytes())?;

@@ -1,0 +1,139 @@
+//! Splits a `test` condition into tokens: variables, values, operators, each with the
+//! column it starts at.
+
+use std::fmt;
+
+use super::ConditionError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Tok {
+    Var(String),
+    Value(String),
+    Op(&'static str),
+}
+
+impl fmt::Display for Tok {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tok::Var(v) => write!(f, "`${v}`"),
+            Tok::Value(v) => write!(f, "{v:?}"),
+            Tok::Op(o) => write!(f, "`{o}`"),
+        }
+    }
+}
+
+pub(super) struct Spanned {
+    pub(super) tok: Tok,
+    pub(super) column: usize,
+}
+
+impl Spanned {
+    pub(super) fn error(&self, message: String) -> ConditionError {
+        ConditionError {
+            column: self.column,
+            message,
+        }
+    }
+}
+
+/// Longest first, so that `!~*` is not read as `!` `~*`.
+const OPS: &[&str] = &[
+    "!~*", "&&", "||", "==", "!=", "!~", "~*", "!", "~", "=", "(", ")",
+];
+
+/// A bare word runs to a space, a parenthesis, a quote, `&` or `|`.
+fn word_char(c: char) -> bool {
+    !c.is_whitespace() && !matches!(c, '(' | ')' | '"' | '&' | '|')
+}
+
+/// A bare word cannot start like a variable or an operator.
+fn word_start(c: char) -> bool {
+    word_char(c) && !matches!(c, '$' | '!' | '~' | '=')
+}
+
+pub(super) fn lex(s: &str) -> Result<Vec<Spanned>, ConditionError> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let column = i + 1;
+        let err = |message: String| ConditionError { column, message };
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        if c == '$' {
+            let start = i + 1;
+            i = start;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            if i == start {
+                return Err(err("`$` must start a variable name".into()));
+            }
+            out.push(Spanned {
+                tok: Tok::Var(chars[start..i].iter().collect()),
+                column,
+            });
+            continue;
+        }
+        if c == '"' {
+            let mut text = String::new();
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return Err(err("the quoted string is not closed".into())),
+                    Some('"') => break,
+                    Some('\\') => {
+                        match chars.get(i + 1) {
+                            Some(e @ ('"' | '\\')) => text.push(*e),
+                            _ => {
+                                return Err(ConditionError {
+                                    column: i + 1,
+                                    message: "in a quoted string only \\\" and \\\\ are escapes (a regex escape such as \\d needs \\\\d)".into(),
+                                });
+                            }
+                        }
+                        i += 2;
+                    }
+                    Some(&c) => {
+                        text.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            i += 1;
+            out.push(Spanned {
+                tok: Tok::Value(text),
+                column,
+            });
+            continue;
+        }
+        if let Some(op) = OPS.iter().find(|op| {
+            op.chars()
+                .enumerate()
+                .all(|(k, o)| chars.get(i + k) == Some(&o))
+        }) {
+            i += op.chars().count();
+            out.push(Spanned {
+                tok: Tok::Op(op),
+                column,
+            });
+            continue;
+        }
+        if word_start(c) {
+            let start = i;
+            while i < chars.len() && word_char(chars[i]) {
+                i += 1;
+            }
+            out.push(Spanned {
+                tok: Tok::Value(chars[start..i].iter().collect()),
+                column,
+            });
+            continue;
+        }
+        return Err(err(format!("unexpected {c:?}")));
+    }
+    Ok(out)
+}
