@@ -1,0 +1,150 @@
+//! The flood benchmark's output: one line per run (human and `run\t` machine-readable)
+//! and the markdown table of medians over the rounds.
+
+use std::fmt::Write as _;
+
+use crate::{FEW_FLOWS, MANY_FLOWS, Opts, Run, balancers::Kind};
+
+/// Share of the offered frames lost on the way into the lb host (its queue full) above
+/// which the lb side, not the sender, is taken as the limit.
+const LB_LIMIT_LOSS: f64 = 0.01;
+/// NAPI thread on-CPU share above which the lb core counts as busy.
+const LB_LIMIT_BUSY: f64 = 0.9;
+
+pub fn print_run(round: usize, run: &Run) {
+    let m = &run.m;
+    let per_backend: Vec<String> = m.per_backend.iter().map(u64::to_string).collect();
+    println!(
+        "round {round}: {:<14} {:>4} flows: sent {} (+{} refused) in {:.2} s, lb received {}, \
+         {} lost into lb, delivered {} [{}]; {:.2} Mpps, lb core {:.0} % busy, \
+         {:.2} M packets per lb core-second",
+        run.kind.name(),
+        run.flows,
+        m.sent.sent,
+        m.sent.refused,
+        m.sent.elapsed.as_secs_f64(),
+        m.lb_rx,
+        m.into_lb_dropped,
+        m.delivered(),
+        per_backend.join(" "),
+        m.delivered_per_s() / 1e6,
+        m.busy() * 100.0,
+        m.per_core_second() / 1e6,
+    );
+    println!(
+        "run\t{round}\t{}\t{}\tsent={}\trefused={}\tlb_rx={}\tinto_lb_dropped={}\tdelivered={}\tper_backend={}\tnapi_us={}\tprocess_us={}\telapsed_us={}",
+        run.kind.key(),
+        run.flows,
+        m.sent.sent,
+        m.sent.refused,
+        m.lb_rx,
+        m.into_lb_dropped,
+        m.delivered(),
+        per_backend.join(","),
+        m.napi.as_micros(),
+        m.process.as_micros(),
+        m.sent.elapsed.as_micros(),
+    );
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn spread(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
+/// Which side ran out first: the lb core (its queue overflowed or its thread was on the
+/// CPU nearly all the time) or the sender side.
+fn limit(runs: &[&Run]) -> &'static str {
+    let lost: u64 = runs.iter().map(|r| r.m.into_lb_dropped).sum();
+    let offered: u64 = runs.iter().map(|r| r.m.sent.sent).sum();
+    let busy = median(runs.iter().map(|r| r.m.busy()).collect());
+    if lost as f64 > offered as f64 * LB_LIMIT_LOSS || busy > LB_LIMIT_BUSY {
+        "lb core"
+    } else {
+        "sender side"
+    }
+}
+
+pub fn table(runs: &[Run], opts: &Opts) -> String {
+    let mode = match opts.trickle {
+        Some(n) => format!("{n} paced packets per run (smoke mode, no figures)"),
+        None => format!(
+            "{} s floods (after {} ms of warm-up flood)",
+            opts.seconds,
+            crate::WARMUP.as_millis()
+        ),
+    };
+    let mut md = format!(
+        "# Saturation: UDP flood through one lb core\n\n\
+         {mode}, {} rounds with the balancers alternating; medians over the rounds \
+         (min–max in brackets). 60-byte frames from one sender thread; backends weighted \
+         1:1:2 count and drop in XDP.\n\n\
+         | balancer | flows | offered (Mpps) | forwarded (Mpps) | lost | lb core busy | \
+         forwarded per lb core-second (M) | vs nftables | limit |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        opts.rounds
+    );
+    for flows in [MANY_FLOWS, FEW_FLOWS] {
+        let of = |kind: Kind| -> Vec<&Run> {
+            runs.iter()
+                .filter(|r| r.kind == kind && r.flows == flows)
+                .collect()
+        };
+        let per_core =
+            |rs: &[&Run]| -> Vec<f64> { rs.iter().map(|r| r.m.per_core_second() / 1e6).collect() };
+        let baseline = median(per_core(&of(Kind::Nftables)));
+        for kind in Kind::ALL {
+            let rs = of(kind);
+            if rs.is_empty() {
+                continue;
+            }
+            let pc = per_core(&rs);
+            let (lo, hi) = spread(&pc);
+            let pcm = median(pc);
+            let offered = median(rs.iter().map(|r| r.m.offered_per_s() / 1e6).collect());
+            let fwd: Vec<f64> = rs.iter().map(|r| r.m.delivered_per_s() / 1e6).collect();
+            let (flo, fhi) = spread(&fwd);
+            let sent: u64 = rs.iter().map(|r| r.m.sent.sent + r.m.sent.refused).sum();
+            let delivered: u64 = rs.iter().map(|r| r.m.delivered()).sum();
+            let lost = 1.0 - delivered as f64 / sent.max(1) as f64;
+            let busy = median(rs.iter().map(|r| r.m.busy() * 100.0).collect());
+            let ratio = if baseline.is_finite() && baseline > 0.0 {
+                format!("{:.2}×", pcm / baseline)
+            } else {
+                "–".to_owned()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {flows} | {offered:.2} | {:.2} ({flo:.2}–{fhi:.2}) | {:.1} % | {busy:.0} % | \
+                 **{pcm:.2}** ({lo:.2}–{hi:.2}) | {ratio} | {} |",
+                kind.name(),
+                median(fwd.clone()),
+                lost * 100.0,
+                limit(&rs),
+            );
+        }
+    }
+    md.push_str(
+        "\nMethod: one topology (client, lb, b1..b3 on a bridge, as the namespace tests); \
+         the balancers set up in turn in the lb host. The client floods prebuilt UDP \
+         frames to the VIP from one thread (AF_PACKET, PACKET_QDISC_BYPASS, sendmmsg of \
+         64), cycling over the flows' source ports. The lb host's eth0 receives in a \
+         threaded NAPI kernel thread pinned to CPU 0 (XDP for lb; GRO, conntrack, NAT and \
+         forwarding for nftables); everything else (the sender, the switch's bridge, the \
+         switch-side NAPI thread of p-lb, the backends' XDP, the agent) runs on CPU 1. \
+         Forwarded = frames counted by the backends' XDP programs; lost = offered minus \
+         forwarded (queues full anywhere on the way); lb core busy = the NAPI thread's \
+         on-CPU time (/proc/PID/schedstat) over the flood's wall time; forwarded per lb \
+         core-second = forwarded / that on-CPU time. Limit: `lb core` when more than 1 % \
+         of the frames were lost on the way into the lb host or its thread was busy over \
+         90 % of the time, else `sender side` (CPU 1 ran out first, and the per-core \
+         figure is from a core that was not saturated).\n",
+    );
+    md
+}
