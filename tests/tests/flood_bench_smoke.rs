@@ -1,8 +1,9 @@
 //! `lb-flood-bench` in its trickle mode (a few thousand paced packets per run instead of
 //! a flood), so the benchmark's machinery — the AF_PACKET sender, the counting XDP
-//! sinks on the backends, the lb host's threaded NAPI thread, nftables and lb in nat and
-//! dsr — keeps working on a fresh machine: the packets reach the backends, the counts
-//! add up, lb spreads the many flows by weight, and the namespaces are gone afterwards.
+//! sinks (on the backends, or on the lb's switch port), the lb host's threaded NAPI
+//! thread, nftables and lb in nat and dsr — keeps working on a fresh machine: the
+//! packets reach the sinks, the counts add up, lb spreads the many flows by weight, and
+//! the namespaces are gone afterwards.
 //! Speed is not asserted. Needs the lb-agent binary built (`cargo build --workspace
 //! --bins`); nftables is measured only where `nft` is installed.
 
@@ -17,6 +18,9 @@ const MANY_FLOWS: &str = "4096";
 /// lb's backends are weighted 1:1:2.
 const WEIGHTS: [f64; 3] = [1.0, 1.0, 2.0];
 const SHARE_TOLERANCE: f64 = 0.15;
+/// The benchmark's test beds: through the bridge to the backends' sinks, and the
+/// generator and sink on the lb's switch port.
+const SETUPS: [&str; 2] = ["e2e", "wire"];
 
 /// One `run\t` line: balancer, flows, and its `key=value` fields.
 #[derive(Debug)]
@@ -99,11 +103,16 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
         kinds.push("nftables");
     }
     for kind in &kinds {
-        assert_eq!(
-            rows.iter().filter(|r| r.kind == *kind).count(),
-            2,
-            "{kind}: one run per flow variant expected:\n{stdout}"
-        );
+        for setup in SETUPS {
+            assert_eq!(
+                rows.iter()
+                    .filter(|r| r.kind == *kind
+                        && r.fields.get("setup").map(String::as_str) == Some(setup))
+                    .count(),
+                2,
+                "{kind}, {setup}: one run per flow variant expected:\n{stdout}"
+            );
+        }
     }
     for r in &rows {
         let (sent, delivered) = (r.get("sent"), r.get("delivered"));
@@ -127,7 +136,14 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
             r.get("napi_us") > 0,
             "the lb host's NAPI thread did the receiving: {r:?}"
         );
-        if r.kind != "nftables" && r.flows == MANY_FLOWS {
+        let setup = r.fields.get("setup").map(String::as_str);
+        let sinks = if setup == Some("wire") {
+            1
+        } else {
+            WEIGHTS.len()
+        };
+        assert_eq!(r.per_backend().len(), sinks, "one count per sink: {r:?}");
+        if r.kind != "nftables" && r.flows == MANY_FLOWS && setup == Some("e2e") {
             let per = r.per_backend();
             let total: f64 = WEIGHTS.iter().sum();
             for (i, (&got, w)) in per.iter().zip(WEIGHTS).enumerate() {

@@ -14,22 +14,17 @@ mod balancers;
 mod flood;
 mod measure;
 mod report;
+mod setup;
 
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
 use balancers::Kind;
 use flood::Bounds;
-use lb_tests::{
-    cpu, drop_prog, link,
-    scenario::WEIGHTS,
-    topology::{Forwarding, HOST_IF, Topology},
-};
-use measure::{Measured, Probe};
+use lb_tests::cpu;
+use measure::Measured;
+use setup::{Bed, OTHER_CPU, Setup};
 
-/// CPU of the lb host's receive side; everything else runs on the other one.
-const LB_CPU: usize = 0;
-const OTHER_CPU: usize = 1;
 /// Flows of the two variants, and the client ports they start at (distinct, so each
 /// variant's flows are its own).
 pub const MANY_FLOWS: u16 = 4096;
@@ -40,9 +35,10 @@ const FEW_FIRST_PORT: u16 = 30_000;
 const CHECK_FIRST_PORT: u16 = 40_000;
 const CHECK_PACKETS: u64 = 64;
 /// Flood before every measured run (flows, conntrack entries, caches warm).
-const WARMUP: Duration = Duration::from_millis(500);
+pub const WARMUP: Duration = Duration::from_millis(500);
 const USAGE: &str = "usage: lb-flood-bench [--out DIR] [--seconds S] [--rounds R] \
-                     [--max-packets N] [--only nftables,nat,dsr] [--trickle N]";
+                     [--max-packets N] [--only nftables,nat,dsr] [--setup e2e,wire] \
+                     [--trickle N]";
 
 pub struct Opts {
     out: PathBuf,
@@ -50,12 +46,14 @@ pub struct Opts {
     rounds: usize,
     max_packets: u64,
     kinds: Vec<Kind>,
+    setups: Vec<Setup>,
     /// Paced packets per run instead of a flood.
     trickle: Option<u64>,
 }
 
 /// One measured flood of one balancer.
 pub struct Run {
+    pub setup: Setup,
     pub kind: Kind,
     pub flows: u16,
     pub m: Measured,
@@ -69,29 +67,26 @@ fn main() -> anyhow::Result<()> {
         println!("nft is not installed: nftables is left out (cargo xtask bench installs it)");
         opts.kinds.retain(|k| *k != Kind::Nftables);
     }
+    let mut runs = Vec::new();
+    for &setup in &opts.setups {
+        let bed = Bed::build(setup)?;
+        measure_bed(&bed, &opts, &mut runs).with_context(|| setup.describe())?;
+    }
+    let md = report::table(&runs, &opts);
+    println!("\n{md}");
+    std::fs::create_dir_all(&opts.out)?;
+    let path = opts.out.join("flood.md");
+    std::fs::write(&path, &md)?;
+    println!("written {}", path.display());
+    Ok(())
+}
 
-    let topo = Topology::builder()
-        .backends(WEIGHTS.len())
-        .forwarding(Forwarding::Nat)
-        .build()
-        .context("building the topology (as root?)")?;
-    let sinks = topo
-        .backends()
-        .iter()
-        .map(|b| drop_prog::attach(&b.ns, HOST_IF, balancers::PORT))
-        .collect::<Result<Vec<_>, _>>()?;
-    balancers::prepare_lb_host(&topo)?;
-    // The lb host receives in its own NAPI thread on LB_CPU; what it sends is received
-    // by the switch's p-lb in another thread on OTHER_CPU (the sender's veth hands its
-    // frames to the switch in the sender's own softirq).
-    // A veth hands TSO senders' packets around NAPI: the switch side that sends to the
-    // lb host gets TSO off (the hosts' eth0 have it off already).
-    link::set_threaded_napi(&topo.lb().ns, HOST_IF)?;
-    link::set_tso(topo.switch(), "p-lb", false)?;
-    link::set_threaded_napi(topo.switch(), "p-lb")?;
-
+/// Every round: every balancer started in turn, checked, flooded with both flow
+/// variants, stopped.
+fn measure_bed(bed: &Bed, opts: &Opts, runs: &mut Vec<Run>) -> anyhow::Result<()> {
+    let topo = &bed.topo;
     let client = topo.client();
-    let vip = balancers::vip(&topo);
+    let vip = balancers::vip(topo);
     let frames_for = |first_port: u16, flows: u16| {
         flood::frames(
             client.mac,
@@ -108,22 +103,20 @@ fn main() -> anyhow::Result<()> {
         (FEW_FLOWS, frames_for(FEW_FIRST_PORT, FEW_FLOWS)),
     ];
     let check = frames_for(CHECK_FIRST_PORT, CHECK_PACKETS as u16);
-
-    let mut runs = Vec::new();
     for round in 1..=opts.rounds {
         for &kind in &opts.kinds {
-            let running = balancers::start(kind, &topo)?;
+            let running = balancers::start(kind, topo)?;
             let result = (|| -> anyhow::Result<()> {
                 if let Some(pid) = running.pid() {
                     // The agent is not on the data path; keep it off the lb's CPU.
                     cpu::pin(pid, OTHER_CPU)?;
                 }
-                let probe = probe(&topo, &sinks, running.pid())?;
+                let probe = bed.probe(running.pid())?;
                 let checked = probe.flood(&check, trickle(CHECK_PACKETS))?;
-                // A trickle, but CPU 0 is shared: a starved receive thread may lose a few.
+                // A trickle, but CPUs are shared: a starved thread may lose a few.
                 if checked.delivered() < CHECK_PACKETS / 2 {
                     bail!(
-                        "{} forwards: {} of {CHECK_PACKETS} paced packets reached the backends \
+                        "{} forwards: {} of {CHECK_PACKETS} paced packets reached the sinks \
                          ({:?}; the lb host received {})",
                         kind.name(),
                         checked.delivered(),
@@ -141,6 +134,7 @@ fn main() -> anyhow::Result<()> {
                     };
                     let m = probe.flood(frames, bounds)?;
                     let run = Run {
+                        setup: bed.setup,
                         kind,
                         flows: *flows,
                         m,
@@ -150,50 +144,12 @@ fn main() -> anyhow::Result<()> {
                 }
                 Ok(())
             })();
-            let stopped = running.stop(&topo);
+            let stopped = running.stop(topo);
             result.with_context(|| format!("round {round}, {}", kind.name()))?;
             stopped?;
         }
     }
-    drop(sinks);
-    drop(topo);
-
-    let md = report::table(&runs, &opts);
-    println!("\n{md}");
-    std::fs::create_dir_all(&opts.out)?;
-    let path = opts.out.join("flood.md");
-    std::fs::write(&path, &md)?;
-    println!("written {}", path.display());
     Ok(())
-}
-
-/// The lb host's NAPI threads, pinned: attaching or detaching XDP re-creates them, so
-/// they are looked up after each balancer started.
-fn probe<'a>(
-    topo: &'a Topology,
-    sinks: &'a [drop_prog::DropCounter],
-    pid: Option<u32>,
-) -> anyhow::Result<Probe<'a>> {
-    let napi_threads = cpu::napi_threads(HOST_IF);
-    if napi_threads.is_empty() {
-        bail!("no NAPI thread for the lb host's {HOST_IF}");
-    }
-    for &t in &napi_threads {
-        cpu::pin(t, LB_CPU)?;
-    }
-    let switch_napi = cpu::napi_threads("p-lb");
-    if switch_napi.is_empty() {
-        bail!("no NAPI thread for the switch's p-lb");
-    }
-    for t in switch_napi {
-        cpu::pin(t, OTHER_CPU)?;
-    }
-    Ok(Probe {
-        topo,
-        sinks,
-        napi_threads,
-        pid,
-    })
 }
 
 fn flood_bounds(seconds: f64, max_packets: u64) -> Bounds {
@@ -222,6 +178,7 @@ fn parse_args() -> anyhow::Result<Opts> {
         rounds: 3,
         max_packets: 100_000_000,
         kinds: Kind::ALL.to_vec(),
+        setups: Setup::ALL.to_vec(),
         trickle: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -234,6 +191,18 @@ fn parse_args() -> anyhow::Result<Opts> {
             "--rounds" => opts.rounds = value()?.parse().context(USAGE)?,
             "--max-packets" => opts.max_packets = value()?.parse().context(USAGE)?,
             "--trickle" => opts.trickle = Some(value()?.parse().context(USAGE)?),
+            "--setup" => {
+                let list = value()?;
+                opts.setups = list
+                    .split(',')
+                    .map(|k| {
+                        Setup::ALL
+                            .into_iter()
+                            .find(|s| s.key() == k)
+                            .with_context(|| format!("unknown setup {k:?}; {USAGE}"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+            }
             "--only" => {
                 let list = value()?;
                 opts.kinds = list

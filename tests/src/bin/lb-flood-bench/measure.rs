@@ -18,6 +18,7 @@ const DRAIN_QUIET: Duration = Duration::from_millis(200);
 struct Snapshot {
     sinks: Vec<u64>,
     napi: Duration,
+    switch_napi: Duration,
     process: Duration,
     /// The lb host's `eth0`: frames received.
     lb_rx: u64,
@@ -37,6 +38,8 @@ pub struct Measured {
     pub into_lb_dropped: u64,
     /// On-CPU time of the lb host's NAPI thread(s) over the flood and the drain.
     pub napi: Duration,
+    /// On-CPU time of the switch's NAPI threads (from the sender, from the lb host).
+    pub switch_napi: Duration,
     /// On-CPU time of the balancer's process (the agent: control plane), if it has one.
     pub process: Duration,
 }
@@ -61,6 +64,17 @@ impl Measured {
         self.delivered() as f64 / self.napi.as_secs_f64().max(1e-9)
     }
 
+    /// Share of the flood's wall time the sending thread was on a CPU.
+    pub fn sender_busy(&self) -> f64 {
+        self.sent.cpu.as_secs_f64() / self.sent.elapsed.as_secs_f64()
+    }
+
+    /// Share of the flood's wall time the sender's CPU spent on the flood: the sending
+    /// thread and the switch's NAPI threads.
+    pub fn sender_side_busy(&self) -> f64 {
+        (self.sent.cpu + self.switch_napi).as_secs_f64() / self.sent.elapsed.as_secs_f64()
+    }
+
     /// Share of the flood's wall time the lb host's NAPI thread was on a CPU.
     pub fn busy(&self) -> f64 {
         self.napi.as_secs_f64() / self.sent.elapsed.as_secs_f64()
@@ -72,6 +86,10 @@ pub struct Probe<'a> {
     pub topo: &'a Topology,
     pub sinks: &'a [DropCounter],
     pub napi_threads: Vec<u32>,
+    /// The switch's NAPI threads, on the sender's CPU.
+    pub switch_threads: Vec<u32>,
+    /// Where the sender puts its frames: a namespace and an interface.
+    pub sender: (&'a NetNs, &'static str),
     /// The balancer's process, if it has one.
     pub pid: Option<u32>,
 }
@@ -81,7 +99,7 @@ impl Probe<'_> {
     /// sinks' total stopped moving.
     pub fn flood(&self, frames: &[Vec<u8>], bounds: Bounds) -> anyhow::Result<Measured> {
         let before = self.snapshot()?;
-        let sent = flood::send(&self.topo.client().ns, frames, bounds)?;
+        let sent = flood::send(self.sender.0, self.sender.1, frames, bounds)?;
         self.drain(before.sinks.iter().sum::<u64>() + sent.sent)?;
         let after = self.snapshot()?;
         Ok(Measured {
@@ -95,6 +113,7 @@ impl Probe<'_> {
             lb_rx: after.lb_rx - before.lb_rx,
             into_lb_dropped: after.into_lb_dropped - before.into_lb_dropped,
             napi: after.napi.saturating_sub(before.napi),
+            switch_napi: after.switch_napi.saturating_sub(before.switch_napi),
             process: after.process.saturating_sub(before.process),
         })
     }
@@ -134,6 +153,7 @@ impl Probe<'_> {
         Ok(Snapshot {
             sinks,
             napi: cpu::on_cpu(&self.napi_threads),
+            switch_napi: cpu::on_cpu(&self.switch_threads),
             process: self.pid.map_or(Duration::ZERO, cpu::process_on_cpu),
             lb_rx: link_stat(&self.topo.lb().ns, "eth0", "rx_packets")?,
             into_lb_dropped: link_stat(self.topo.switch(), "p-lb", "tx_dropped")?,

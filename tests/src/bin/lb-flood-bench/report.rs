@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{FEW_FLOWS, MANY_FLOWS, Opts, Run, balancers::Kind};
+use crate::{FEW_FLOWS, MANY_FLOWS, Opts, Run, balancers::Kind, setup::Setup};
 
 /// Share of the offered frames lost on the way into the lb host (its queue full) above
 /// which the lb side, not the sender, is taken as the limit.
@@ -15,9 +15,10 @@ pub fn print_run(round: usize, run: &Run) {
     let m = &run.m;
     let per_backend: Vec<String> = m.per_backend.iter().map(u64::to_string).collect();
     println!(
-        "round {round}: {:<14} {:>4} flows: sent {} (+{} refused) in {:.2} s, lb received {}, \
-         {} lost into lb, delivered {} [{}]; {:.2} Mpps, lb core {:.0} % busy, \
+        "round {round}, {}: {:<14} {:>4} flows: sent {} (+{} refused) in {:.2} s, lb received {}, \
+         {} lost into lb, delivered {} [{}]; {:.2} Mpps, sender {:.0} % + switch {:.0} % busy, lb core {:.0} % busy, \
          {:.2} M packets per lb core-second",
+        run.setup.key(),
         run.kind.name(),
         run.flows,
         m.sent.sent,
@@ -28,13 +29,16 @@ pub fn print_run(round: usize, run: &Run) {
         m.delivered(),
         per_backend.join(" "),
         m.delivered_per_s() / 1e6,
+        m.sender_busy() * 100.0,
+        m.switch_napi.as_secs_f64() / m.sent.elapsed.as_secs_f64() * 100.0,
         m.busy() * 100.0,
         m.per_core_second() / 1e6,
     );
     println!(
-        "run\t{round}\t{}\t{}\tsent={}\trefused={}\tlb_rx={}\tinto_lb_dropped={}\tdelivered={}\tper_backend={}\tnapi_us={}\tprocess_us={}\telapsed_us={}",
+        "run\t{round}\t{}\t{}\tsetup={}\tsent={}\trefused={}\tlb_rx={}\tinto_lb_dropped={}\tdelivered={}\tper_backend={}\tnapi_us={}\tprocess_us={}\tsender_us={}\tswitch_us={}\telapsed_us={}",
         run.kind.key(),
         run.flows,
+        run.setup.key(),
         m.sent.sent,
         m.sent.refused,
         m.lb_rx,
@@ -43,6 +47,8 @@ pub fn print_run(round: usize, run: &Run) {
         per_backend.join(","),
         m.napi.as_micros(),
         m.process.as_micros(),
+        m.sent.cpu.as_micros(),
+        m.switch_napi.as_micros(),
         m.sent.elapsed.as_micros(),
     );
 }
@@ -85,15 +91,18 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
          {mode}, {} rounds with the balancers alternating; medians over the rounds \
          (min–max in brackets). 60-byte frames from one sender thread; backends weighted \
          1:1:2 count and drop in XDP.\n\n\
-         | balancer | flows | offered (Mpps) | forwarded (Mpps) | lost | lb core busy | \
+         | setup | balancer | flows | offered (Mpps) | forwarded (Mpps) | lost | lb core busy | \
          forwarded per lb core-second (M) | vs nftables | limit |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
         opts.rounds
     );
-    for flows in [MANY_FLOWS, FEW_FLOWS] {
+    for (setup, flows) in Setup::ALL
+        .into_iter()
+        .flat_map(|s| [(s, MANY_FLOWS), (s, FEW_FLOWS)])
+    {
         let of = |kind: Kind| -> Vec<&Run> {
             runs.iter()
-                .filter(|r| r.kind == kind && r.flows == flows)
+                .filter(|r| r.setup == setup && r.kind == kind && r.flows == flows)
                 .collect()
         };
         let per_core =
@@ -121,8 +130,9 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
             };
             let _ = writeln!(
                 md,
-                "| {} | {flows} | {offered:.2} | {:.2} ({flo:.2}–{fhi:.2}) | {:.1} % | {busy:.0} % | \
+                "| {} | {} | {flows} | {offered:.2} | {:.2} ({flo:.2}–{fhi:.2}) | {:.1} % | {busy:.0} % | \
                  **{pcm:.2}** ({lo:.2}–{hi:.2}) | {ratio} | {} |",
+                setup.key(),
                 kind.name(),
                 median(fwd.clone()),
                 lost * 100.0,
