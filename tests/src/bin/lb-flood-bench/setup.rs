@@ -105,20 +105,14 @@ impl Bed {
     /// What a measurement reads, with the NAPI threads pinned and prioritised: attaching
     /// or detaching XDP re-creates them, so this follows every balancer's start.
     pub fn probe(&self, pid: Option<u32>) -> anyhow::Result<Probe<'_>> {
-        let napi_threads = cpu::napi_threads(HOST_IF);
-        if napi_threads.is_empty() {
-            bail!("no NAPI thread for the lb host's {HOST_IF}");
-        }
+        let napi_threads = one_napi_thread(HOST_IF)?;
         for &t in &napi_threads {
             cpu::pin(t, LB_CPU)?;
             realtime(t)?;
         }
         let mut switch_threads = Vec::new();
         for port in SWITCH_NAPI {
-            let threads = cpu::napi_threads(port);
-            if threads.is_empty() {
-                bail!("no NAPI thread for the switch's {port}");
-            }
+            let threads = one_napi_thread(port)?;
             for &t in &threads {
                 cpu::pin(t, OTHER_CPU)?;
                 realtime(t)?;
@@ -133,6 +127,22 @@ impl Bed {
             sender: self.sender(),
             pid,
         })
+    }
+}
+
+/// The NAPI thread of our interface `ifname` (a veth has one receive queue). Threads are
+/// found by name, across namespaces: another test bed with a threaded interface of the
+/// same name (another benchmark running) would mix its CPU time into ours, so that is
+/// refused.
+fn one_napi_thread(ifname: &str) -> anyhow::Result<Vec<u32>> {
+    let threads = cpu::napi_threads(ifname);
+    match threads.len() {
+        1 => Ok(threads),
+        0 => bail!("no NAPI thread for {ifname}"),
+        n => bail!(
+            "{n} NAPI threads named after {ifname}: another benchmark with threaded NAPI on \
+             an interface of that name is running; run one at a time"
+        ),
     }
 }
 
