@@ -1,5 +1,5 @@
-//! The sender: prebuilt UDP frames to the VIP put on the client's `eth0` by one thread
-//! through an `AF_PACKET` socket with `PACKET_QDISC_BYPASS`, `sendmmsg` batches cycling
+//! The sender: prebuilt UDP frames to the VIP put on an interface's wire (the client's
+//! `eth0`, or the switch's port facing the lb) by one thread through an `AF_PACKET` socket with `PACKET_QDISC_BYPASS`, `sendmmsg` batches cycling
 //! over the flows' frames, bounded by a packet count and a deadline.
 
 use std::{
@@ -60,8 +60,8 @@ pub struct Bounds {
 pub struct Sent {
     /// Frames the kernel took.
     pub sent: u64,
-    /// Frames refused because the next hop's queue was full (`ENOBUFS`): dropped at the
-    /// sender's own veth.
+    /// Frames refused because the receive queue behind the sender's veth was full
+    /// (`ENOBUFS`): dropped there.
     pub refused: u64,
     pub elapsed: Duration,
     /// On-CPU time of the sending thread (with the softirq work its sends caused).
@@ -101,37 +101,7 @@ pub fn send(ns: &NetNs, ifname: &str, frames: &[Vec<u8>], bounds: Bounds) -> any
                 .with_context(|| format!("if_nametoindex({ifname})"));
         }
         if bounds.pause.is_zero() {
-            // The machine is shared, and CFS shares a CPU between sessions (autogroups)
-            // whatever a thread's nice value: the flooding thread takes its CPU as a
-            // real-time task for the flood's bounded time, below the NAPI threads there
-            // (the kernel's RT throttling leaves other work 5 %).
-            let param = libc::sched_param {
-                sched_priority: SENDER_PRIORITY,
-            };
-            // SAFETY: a plain syscall on the calling thread with a struct we own.
-            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-            if rc != 0 {
-                return Err(io::Error::last_os_error()).context("SCHED_FIFO for the sender");
-            }
-        }
-        if bounds.pause.is_zero() {
-            // Frames waiting in the next hop's queue are charged to the socket: with the
-            // default buffer the sender sleeps until the receiver drained some, and both
-            // sides then spend their time waking each other. A buffer far beyond the
-            // queue keeps the sender sending; a full queue refuses frames instead.
-            // SAFETY: an int option of the size given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_SNDBUFFORCE,
-                    (&SEND_BUFFER as *const libc::c_int).cast(),
-                    size_of::<libc::c_int>() as u32,
-                )
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error()).context("SO_SNDBUFFORCE");
-            }
+            flood_mode(fd)?;
         }
         let cpu_before = thread_on_cpu();
         let mut result = flood(fd, index, frames, bounds);
@@ -141,6 +111,37 @@ pub fn send(ns: &NetNs, ifname: &str, frames: &[Vec<u8>], bounds: Bounds) -> any
         drop(sock);
         result
     })?
+}
+
+/// Before a flood: the machine is shared, and CFS shares a CPU between sessions
+/// (autogroups) whatever a thread's nice value, so the flooding thread takes its CPU as
+/// a real-time task for the flood's bounded time, below the NAPI threads there (the
+/// kernel's RT throttling leaves other work 5 %). Frames still queued at the receiver
+/// are charged to the socket: a buffer far beyond any queue means the sender never waits
+/// for buffer space, and a full queue refuses frames instead (counted).
+fn flood_mode(fd: i32) -> anyhow::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: SENDER_PRIORITY,
+    };
+    // SAFETY: a plain syscall on the calling thread with a struct we own.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error()).context("SCHED_FIFO for the sender");
+    }
+    // SAFETY: an int option of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            (&SEND_BUFFER as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error()).context("SO_SNDBUFFORCE");
+    }
+    Ok(())
 }
 
 /// The calling thread's on-CPU time (`/proc/thread-self/schedstat`).

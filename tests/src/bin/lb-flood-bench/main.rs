@@ -1,13 +1,15 @@
 //! `cargo xtask bench` (saturation): how many packets per second one lb core forwards,
 //! next to an nftables DNAT balancer on the same topology (BENCHMARKS.md §6). A UDP
-//! flood from the client to the VIP, through the lb host, to backends whose XDP
-//! programs count and drop it; reported as forwarded packets per CPU-second of the lb
-//! host's receive side (its threaded NAPI kernel thread, pinned to CPU 0 as in §4) and
-//! the ratio to nftables. Results: stdout and `target/bench/flood.md`.
+//! flood to the VIP through the lb host into XDP programs that count and drop it — on
+//! the backends behind the bridge (setup `e2e`), or on the switch port facing the lb,
+//! where the generator sits too (setup `wire`, which can saturate the lb core) —
+//! reported as forwarded packets per CPU-second of the lb host's receive side (its
+//! threaded NAPI kernel thread, pinned to CPU 0 as in §4) and the ratio to nftables,
+//! with which side's CPU ran out. Results: stdout and `target/bench/flood.md`.
 //!
 //! Run as root: `cargo run --release -p lb-tests --bin lb-flood-bench -- --out
 //! target/bench`. `--trickle N` sends N paced packets per run instead of a flood (the
-//! smoke test's mode: every packet should arrive). Machine-readable lines start with
+//! smoke test's mode: the packets should arrive). Machine-readable lines start with
 //! `run\t`.
 
 mod balancers;
