@@ -7,6 +7,7 @@ pub mod browser;
 pub mod classify;
 pub mod cmd;
 pub mod cpu;
+pub mod drop_prog;
 pub mod forward;
 pub mod fuzz;
 pub mod health;

@@ -133,6 +133,7 @@ pub struct TopologyBuilder {
     ipv6: bool,
     static_neighbours: bool,
     pass_mode: XdpMode,
+    no_pass: Vec<String>,
 }
 
 impl TopologyBuilder {
@@ -170,6 +171,14 @@ impl TopologyBuilder {
     /// native `XDP_TX` on the hosts' `eth0` work).
     pub fn pass_mode(mut self, mode: XdpMode) -> Self {
         self.pass_mode = mode;
+        self
+    }
+
+    /// Leaves `lb_pass` off the switch port `p-ROLE` (e.g. `lb`), for a caller that
+    /// attaches an XDP program of its own there (one is needed for native `XDP_TX` from
+    /// that host).
+    pub fn without_pass_on(mut self, role: &str) -> Self {
+        self.no_pass.push(format!("p-{role}"));
         self
     }
 
@@ -247,7 +256,11 @@ impl TopologyBuilder {
             ipv6: self.ipv6,
         };
         topo.configure_hosts(self.static_neighbours)?;
-        let ports: Vec<String> = topo.hosts().map(|h| format!("p-{}", h.role)).collect();
+        let ports: Vec<String> = topo
+            .hosts()
+            .map(|h| format!("p-{}", h.role))
+            .filter(|p| !self.no_pass.contains(p))
+            .collect();
         let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
         topo.pass = Some(pass_prog::attach(&topo.switch, &ports, self.pass_mode)?);
         Ok(topo)
@@ -281,6 +294,7 @@ impl Topology {
             ipv6: false,
             static_neighbours: true,
             pass_mode: XdpMode::Driver,
+            no_pass: Vec::new(),
         }
     }
 

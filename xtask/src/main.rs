@@ -108,10 +108,17 @@ fn main() -> anyhow::Result<()> {
             // The end-to-end benchmark runs lb-agent and lb-testserver from target/release.
             cargo(&["build", "--release", "--workspace", "--bins"])?;
             // XDP ns/packet next to the reflector floor, and verdict -> maps written;
-            // end to end next to nftables and HAProxy (~1 min); probe scale: agent CPU
+            // end to end next to nftables and HAProxy (~1 min); saturation: a UDP flood
+            // through one lb core next to nftables (~5 min); probe scale: agent CPU
             // and memory at thousands of tcp targets (~5 min); the ordinary-traffic soak,
             // 10 min per forwarding mode (~21 min).
-            for bench in ["lb-bench", "lb-e2e-bench", "lb-probe-bench", "lb-soak"] {
+            for bench in [
+                "lb-bench",
+                "lb-e2e-bench",
+                "lb-flood-bench",
+                "lb-probe-bench",
+                "lb-soak",
+            ] {
                 cargo(&[
                     "run",
                     "--release",
