@@ -247,6 +247,13 @@ fn container_start_reload_stop_restart() {
 
     let c = run(topo, &config_path, &volume);
     line_with(&c.runtime, FRESH, "first container");
+    // The default pin_path lands in the container's own /sys: the agent must not
+    // pretend the pins outlive it.
+    line_with(
+        &c.runtime,
+        "the pins vanish when the agent exits",
+        "pins in a container",
+    );
     let said = c.exec(&["status"]);
     assert!(
         said.contains(&service.name),
