@@ -1,6 +1,6 @@
 //! The agent run as `docker run` / `podman run` runs it (docs/deployment.md):
 //! `docker run --read-only --tmpfs /run -v lb-state:/var/lib/lb-agent --cap-add BPF
-//! --cap-add NET_ADMIN --cap-add SYS_ADMIN --network <the lb namespace> … lb-agent run`.
+//! --cap-add PERFMON --cap-add NET_ADMIN --cap-add SYS_ADMIN --network <the lb namespace> … lb-agent run`.
 //!
 //! Emulated: its own network namespace (joined with setns), mount, PID, UTS and IPC
 //! namespaces (`unshare --pid --fork --mount-proc`), the agent as PID 1 of its PID
@@ -38,7 +38,7 @@ use lb_tests::{
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const START: Duration = Duration::from_secs(30);
 /// What docs/deployment.md tells operators to add with `--cap-add`.
-const CAP_ADD: [&str; 3] = ["CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN"];
+const CAP_ADD: [&str; 4] = ["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "CAP_SYS_ADMIN"];
 const HOSTNAME: &str = "lb-container";
 
 /// A started container: the `unshare` process the test holds and the agent, its PID 1.
@@ -47,16 +47,35 @@ struct Container {
     init: u32,
 }
 
-fn capabilities() -> Vec<String> {
+fn capabilities(cap_add: &[&str]) -> Vec<String> {
     DOCKER_DEFAULT_CAPS
         .iter()
-        .chain(CAP_ADD.iter())
+        .chain(cap_add.iter())
         .map(|c| c.to_string())
         .collect()
 }
 
 /// `docker run …`: the agent as PID 1, until it says it is ready.
 fn run(topo: &Topology, config: &Path, volume: &Path) -> Container {
+    let runtime = spawn(topo, config, volume, &CAP_ADD);
+    let t = Instant::now();
+    runtime
+        .wait_for_line(0, READY_LINE, START)
+        .unwrap_or_else(|e| panic!("the containerized agent should start: {e}"));
+    println!(
+        "container: lb-agent ready {:?} after docker run",
+        t.elapsed()
+    );
+    let init = match children(runtime.pid()).as_slice() {
+        [one] => *one,
+        other => panic!("unshare should have one child, the container's init: {other:?}"),
+    };
+    Container { runtime, init }
+}
+
+/// `docker run --cap-add …` for each of `cap_add`: the `unshare` process whose child,
+/// PID 1 of the container, is the agent.
+fn spawn(topo: &Topology, config: &Path, volume: &Path, cap_add: &[&str]) -> NsProcess {
     let mut script = Script::default();
     script
         .line(format!("hostname {HOSTNAME}"))
@@ -79,7 +98,7 @@ fn run(topo: &Topology, config: &Path, volume: &Path) -> Container {
     ];
     // Docker applies no limits of its own by default: the daemon's are inherited.
     command.extend(confine::privileges(
-        &capabilities(),
+        &capabilities(cap_add),
         false,
         false,
         &[],
@@ -100,21 +119,8 @@ fn run(topo: &Topology, config: &Path, volume: &Path) -> Container {
         "--",
     ])
     .args(["sh", "-c", &script.exec(&command)]);
-    let t = Instant::now();
-    let runtime = NsProcess::spawn_command(&topo.lb().ns, "container", cmd)
-        .unwrap_or_else(|e| panic!("docker run: {e}"));
-    runtime
-        .wait_for_line(0, READY_LINE, START)
-        .unwrap_or_else(|e| panic!("the containerized agent should start: {e}"));
-    println!(
-        "container: lb-agent ready {:?} after docker run",
-        t.elapsed()
-    );
-    let init = match children(runtime.pid()).as_slice() {
-        [one] => *one,
-        other => panic!("unshare should have one child, the container's init: {other:?}"),
-    };
-    Container { runtime, init }
+    NsProcess::spawn_command(&topo.lb().ns, "container", cmd)
+        .unwrap_or_else(|e| panic!("docker run: {e}"))
 }
 
 impl Container {
@@ -194,7 +200,7 @@ fn assert_containerized(c: &Container) {
         Some(&1),
         "the agent is PID 1 of its namespace: {pids:?}"
     );
-    let want = cap_mask(&capabilities());
+    let want = cap_mask(&capabilities(&CAP_ADD));
     for field in ["CapEff", "CapBnd"] {
         let got = status_field(pid, field).expect(field);
         assert_eq!(
@@ -310,4 +316,51 @@ fn container_start_reload_stop_restart() {
     assert_stream_clean(&tally, "container");
     assert_containerized(&c);
     c.stop();
+}
+
+/// Without `--cap-add SYS_ADMIN` the agent starts fresh, but a second container cannot
+/// adopt the running program (opening it by id needs CAP_SYS_ADMIN): it must refuse,
+/// naming the capability and how to start fresh, and leave the running program serving.
+#[test]
+fn container_without_sys_admin_cannot_adopt_and_says_so() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 187, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service: Service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let mut config = AgentConfig::new(vec![service]);
+    config.api_listen = String::new();
+    let config_path = topo.dir().join("lb.toml");
+    write_operator_config(&config_path, &config);
+    let volume: PathBuf = topo.dir().join("lb-state");
+    std::fs::create_dir(&volume).expect("creating the volume");
+    let cap_add = ["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"];
+
+    let first = spawn(topo, &config_path, &volume, &cap_add);
+    first
+        .wait_for_line(0, READY_LINE, START)
+        .unwrap_or_else(|e| panic!("a fresh start needs no CAP_SYS_ADMIN: {e}"));
+    let init = children(first.pid())[0];
+    let c = Container {
+        runtime: first,
+        init,
+    };
+    assert_served(topo, vip, 40_000, "served without CAP_SYS_ADMIN");
+    c.stop();
+
+    let mut second = spawn(topo, &config_path, &volume, &cap_add);
+    let status = wait_exit(&mut second, START)
+        .unwrap_or_else(|| panic!("the second container should refuse:\n{}", second.tail(20)));
+    thread::sleep(Duration::from_millis(100));
+    let said = second.lines().join("\n");
+    println!("container without SYS_ADMIN, second run: {status}\n{said}");
+    assert!(
+        !status.success(),
+        "adoption without CAP_SYS_ADMIN must fail:\n{said}"
+    );
+    assert!(
+        said.contains("CAP_SYS_ADMIN") && said.contains("ip link set dev eth0 xdp off"),
+        "the refusal should name CAP_SYS_ADMIN and how to start fresh:\n{said}"
+    );
+    assert_served(topo, vip, 41_000, "the running program still serves");
 }
