@@ -24,7 +24,8 @@ pub fn missing() -> Option<String> {
 fn missing_from(eff: u64) -> Option<String> {
     let has = |cap: u32| eff & (1u64 << cap) != 0;
     let mut missing = Vec::new();
-    if !has(CAP_SYS_ADMIN) && !(has(CAP_BPF) && has(CAP_PERFMON)) {
+    let loads = has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+    if !loads {
         missing.push("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)");
     }
     if !has(CAP_NET_ADMIN) {
