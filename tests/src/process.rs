@@ -99,8 +99,15 @@ impl NsProcess {
         cmd.args(["netns", "exec", ns.name()])
             .arg(program)
             .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
+            .envs(env.iter().copied());
+        Self::spawn_command(ns, label, cmd)
+    }
+
+    /// Starts `cmd`, which enters `ns` itself (e.g. through `nsenter --net=…`), with
+    /// the same capture, process group and parent-death signal as [`NsProcess::spawn`].
+    pub fn spawn_command(ns: &NetNs, label: &str, mut cmd: Command) -> Result<Self, ProcessError> {
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -115,7 +122,7 @@ impl NsProcess {
         }
         let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
             label: label.to_owned(),
-            program: program.display().to_string(),
+            program,
             ns: ns.name().to_owned(),
             source,
         })?;

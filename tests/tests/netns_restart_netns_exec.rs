@@ -337,7 +337,7 @@ fn one_owner_link_watch_and_detach() {
         "no capabilities must refuse",
     );
     assert!(
-        said.contains("lacks CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
+        said.contains("lacks CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and CAP_NET_ADMIN"),
         "the refusal should name the missing capabilities:\n{said}"
     );
 

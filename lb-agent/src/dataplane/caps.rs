@@ -4,11 +4,14 @@
 
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// The missing capabilities as `"CAP_A and CAP_B"`, or `None` when the agent has what
-/// it needs: CAP_NET_ADMIN, and CAP_BPF or CAP_SYS_ADMIN. (Adopting a running program
-/// also needs CAP_SYS_ADMIN; its refusal says so.)
+/// it needs: CAP_NET_ADMIN, and CAP_BPF with CAP_PERFMON or CAP_SYS_ADMIN (without
+/// CAP_PERFMON the verifier refuses the program's packet-pointer arithmetic, "pointer
+/// -= pointer prohibited"). Adopting a running program also needs CAP_SYS_ADMIN; its
+/// refusal says so.
 pub fn missing() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let eff = status
@@ -21,8 +24,9 @@ pub fn missing() -> Option<String> {
 fn missing_from(eff: u64) -> Option<String> {
     let has = |cap: u32| eff & (1u64 << cap) != 0;
     let mut missing = Vec::new();
-    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
-        missing.push("CAP_BPF (or CAP_SYS_ADMIN)");
+    let loads = has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON));
+    if !loads {
+        missing.push("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)");
     }
     if !has(CAP_NET_ADMIN) {
         missing.push("CAP_NET_ADMIN");
@@ -39,9 +43,14 @@ mod tests {
         assert_eq!(missing_from(u64::MAX), None);
         assert_eq!(
             missing_from(0).as_deref(),
-            Some("CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN")
+            Some("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and CAP_NET_ADMIN")
         );
-        let bpf_only = 1u64 << CAP_BPF;
+        let bpf_net = (1u64 << CAP_BPF) | (1u64 << CAP_NET_ADMIN);
+        assert_eq!(
+            missing_from(bpf_net).as_deref(),
+            Some("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)")
+        );
+        let bpf_only = (1u64 << CAP_BPF) | (1u64 << CAP_PERFMON);
         assert_eq!(missing_from(bpf_only).as_deref(), Some("CAP_NET_ADMIN"));
         let admin = (1u64 << CAP_SYS_ADMIN) | (1u64 << CAP_NET_ADMIN);
         assert_eq!(missing_from(admin), None);

@@ -61,9 +61,11 @@ pub enum DataplaneError {
         source: io::Error,
     },
     #[error(
-        "lb-agent lacks {missing}: it needs CAP_BPF (or CAP_SYS_ADMIN) to load the program, \
-         CAP_NET_ADMIN to attach it and CAP_SYS_ADMIN to adopt a running one; run it as root \
-         or grant them (systemd: AmbientCapabilities=CAP_BPF CAP_NET_ADMIN CAP_SYS_ADMIN)"
+        "lb-agent lacks {missing}: it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) to \
+         load the program, CAP_NET_ADMIN to attach it and CAP_SYS_ADMIN to adopt a running \
+         one; run it as root or grant them (systemd: AmbientCapabilities=CAP_BPF CAP_PERFMON \
+         CAP_NET_ADMIN CAP_NET_RAW CAP_SYS_ADMIN; docker: --cap-add BPF --cap-add PERFMON \
+         --cap-add NET_ADMIN --cap-add SYS_ADMIN)"
     )]
     MissingCapabilities { missing: String },
     #[error(

@@ -189,8 +189,12 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Whether this process has a mount namespace of its own (not init's): mounts it makes
-/// vanish with it.
+/// vanish with it. A process that is PID 1 of its PID namespace is a container's init
+/// (its /proc/1 is itself): its mount namespace is the container's, gone with it.
 pub fn private_mount_namespace() -> bool {
+    if std::process::id() == 1 {
+        return true;
+    }
     match (
         std::fs::read_link("/proc/self/ns/mnt"),
         std::fs::read_link("/proc/1/ns/mnt"),

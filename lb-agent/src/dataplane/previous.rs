@@ -89,7 +89,10 @@ pub fn attached_program(
     };
     let fd = sys::prog_fd_by_id(id).map_err(|source| DataplaneError::Previous {
         what: format!(
-            "opening XDP program id {id} of `{interface}` (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN)"
+            "opening XDP program id {id} of `{interface}` (BPF_PROG_GET_FD_BY_ID needs \
+             CAP_SYS_ADMIN: grant it, e.g. `docker run --cap-add SYS_ADMIN`, to adopt the \
+             running program; or remove that program first, `ip link set dev {interface} \
+             xdp off`, and start fresh, dropping its flows)"
         ),
         source,
     })?;
