@@ -1,8 +1,13 @@
-//! Builds the XDP program (`lb-ebpf`) with the nightly toolchain and bpf-linker, and
-//! tells the crate where the object is (`LB_EBPF_OBJ_PATH`) so the binary embeds it.
+//! Builds the XDP program (`lb-ebpf`) with the nightly pinned in
+//! `lb-ebpf/rust-toolchain.toml` and the bpf-linker built against its LLVM, and tells the
+//! crate where the object is (`LB_EBPF_OBJ_PATH`) so the binary embeds it.
 //!
 //! Set `LB_EBPF_OBJ=/path/to/object` to embed a prebuilt object instead.
-//! `cargo xtask setup` installs what this needs (nightly rust-src, bpf-linker).
+//! `cargo xtask setup` installs what this needs (the nightly with rust-src, bpf-linker).
+
+#[path = "../xtask/src/pins.rs"]
+#[allow(dead_code)] // the userspace half is for xtask
+mod pins;
 
 use std::{
     env, fs,
@@ -50,6 +55,7 @@ fn main() -> anyhow::Result<()> {
         ebpf_dir.join("src"),
         ebpf_dir.join("Cargo.toml"),
         workspace.join("lb-common/src"),
+        workspace.join(pins::EBPF_FILE),
     ] {
         println!("cargo:rerun-if-changed={}", watched.display());
     }
@@ -62,7 +68,7 @@ fn main() -> anyhow::Result<()> {
             .map(PathBuf::from)
             .unwrap_or_else(|| workspace.join("target"))
             .join("ebpf");
-        build_ebpf(&ebpf_dir, &target_dir)?;
+        build_ebpf(workspace, &target_dir)?;
         let built = target_dir.join("bpfel-unknown-none/release/lb-ebpf");
         fs::copy(&built, &out).with_context(|| format!("copying {}", built.display()))?;
     }
@@ -70,18 +76,33 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build_ebpf(ebpf_dir: &Path, target_dir: &Path) -> anyhow::Result<()> {
+fn build_ebpf(workspace: &Path, target_dir: &Path) -> anyhow::Result<()> {
+    let channel = pins::Pin::read(workspace, pins::EBPF_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel;
+    let linker = pins::bpf_linker(&channel);
+    if !linker.exists() {
+        bail!(
+            "{} is missing: the XDP program links with a bpf-linker built against \
+             {channel}'s LLVM. `cargo xtask setup` builds it.",
+            linker.display()
+        );
+    }
+    // rustc runs the linker by name: the pinned nightly's bpf-linker goes first on PATH.
+    let mut path = vec![linker.parent().expect("bin/bpf-linker").to_path_buf()];
+    path.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
     let mut cmd = Command::new("rustup");
     cmd.args([
         "run",
-        "nightly",
+        &channel,
         "cargo",
         "build",
         "--release",
         "--target-dir",
     ])
     .arg(target_dir)
-    .current_dir(ebpf_dir);
+    .env("PATH", env::join_paths(path)?)
+    .current_dir(workspace.join("lb-ebpf"));
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy();
         if SCRUBBED.contains(&key.as_ref())
@@ -95,11 +116,11 @@ fn build_ebpf(ebpf_dir: &Path, target_dir: &Path) -> anyhow::Result<()> {
     }
     let status = cmd
         .status()
-        .context("running `rustup run nightly cargo build` for lb-ebpf")?;
+        .with_context(|| format!("running `rustup run {channel} cargo build` for lb-ebpf"))?;
     if !status.success() {
         bail!(
             "building the XDP program (lb-ebpf) failed: {status}. \
-             It needs the nightly toolchain with rust-src and bpf-linker; \
+             It needs {channel} with rust-src and its bpf-linker; \
              `cargo xtask setup` installs them."
         );
     }

@@ -161,7 +161,7 @@ impl Lb {
             mac,
             ..DataplaneConfig::default()
         };
-        map.set(0, value, 0).expect("writing LB_CONFIG");
+        map.set(0, &value, 0).expect("writing LB_CONFIG");
     }
 
     pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {
@@ -174,14 +174,14 @@ impl Lb {
             proto,
             family: family(vip),
         };
-        map.insert(key, meta, 0).expect("inserting a service");
+        map.insert(&key, &meta, 0).expect("inserting a service");
     }
 
     pub fn set_backend(&mut self, id: u32, backend: Backend) {
         let mut map: Array<_, Backend> =
             Array::try_from(self.ebpf.map_mut(map_names::BACKENDS).expect("LB_BACKENDS"))
                 .expect("LB_BACKENDS type");
-        map.set(id, backend, 0).expect("writing a backend");
+        map.set(id, &backend, 0).expect("writing a backend");
     }
 
     pub fn backend(&self, id: u32) -> Backend {
@@ -211,7 +211,7 @@ impl Lb {
                 block[..chunk.len()].copy_from_slice(chunk);
                 let slot = i as u32 * MAGLEV_BLOCK_SLOTS;
                 tables
-                    .set(maglev_block_index(service_id, next, slot), block, 0)
+                    .set(maglev_block_index(service_id, next, slot), &block, 0)
                     .expect("filling a Maglev table");
             }
         }
@@ -221,7 +221,7 @@ impl Lb {
                 .expect("LB_MAGLEV_GEN"),
         )
         .expect("LB_MAGLEV_GEN type");
-        gens.set(service_id, next, 0)
+        gens.set(service_id, &next, 0)
             .expect("flipping the generation");
     }
 
@@ -314,7 +314,7 @@ impl Lb {
         let mut map: HashMap<_, FlowKey, FlowValue> =
             HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
                 .expect("LB_FLOWS type");
-        map.insert(key, value, 0).expect("writing into LB_FLOWS");
+        map.insert(key, &value, 0).expect("writing into LB_FLOWS");
     }
 
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
@@ -327,7 +327,7 @@ impl Lb {
         let mut map: HashMap<_, FlowKey, NatValue> =
             HashMap::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT"))
                 .expect("LB_NAT type");
-        map.insert(key, value, 0).expect("inserting into LB_NAT");
+        map.insert(&key, &value, 0).expect("inserting into LB_NAT");
     }
 
     pub fn remove_nat(&mut self, key: &FlowKey) {

@@ -1,6 +1,8 @@
 //! The pass-through XDP program (`lb_pass`) on the switch side of every veth pair, which
 //! native-mode `XDP_TX` on a veth needs on the peer (DESIGN.md §2, "veth caveat").
 
+use std::ffi::CString;
+
 use aya::{
     Ebpf, EbpfLoader,
     programs::{ProgramError, Xdp, XdpMode},
@@ -62,8 +64,14 @@ pub fn attach(ns: &NetNs, ifnames: &[&str], mode: XdpMode) -> Result<PassProgram
             .map_err(|e| PassError::NotXdp(Box::new(e)))?;
         program.load().map_err(|e| PassError::Verify(Box::new(e)))?;
         for ifname in ifnames {
+            let name = CString::new(*ifname).map_err(|e| PassError::Attach {
+                ifname: (*ifname).to_owned(),
+                ns: ns.name().to_owned(),
+                mode,
+                source: Box::new(ProgramError::IOError(e.into())),
+            })?;
             program
-                .attach(ifname, mode)
+                .attach(name.as_c_str(), mode)
                 .map_err(|source| PassError::Attach {
                     ifname: (*ifname).to_owned(),
                     ns: ns.name().to_owned(),

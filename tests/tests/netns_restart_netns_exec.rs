@@ -450,12 +450,12 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
         .run(move || {
             let mut ebpf = lb_object(&[(lb_common::map_names::FLOWS, 1024)]);
             let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             if through_link {
-                prog.attach(HOST_IF, XdpMode::Driver)
+                prog.attach(ifindex, XdpMode::Driver)
                     .expect("attaching through a bpf_link");
                 return Some(ebpf);
             }
-            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             let fd = prog.fd().expect("program fd");
             lb_agent::dataplane::netlink::set_xdp(
                 ifindex,
@@ -677,8 +677,9 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
         .run(|| {
             let mut ebpf = lb_object(&[]);
             let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             let id = prog
-                .attach(HOST_IF, XdpMode::Driver)
+                .attach(ifindex, XdpMode::Driver)
                 .expect("attaching through a bpf_link");
             let link = prog.take_link(id).expect("the link");
             let link = aya::programs::links::FdLink::try_from(link).expect("an fd link");

@@ -5,6 +5,7 @@
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
 //! manual step.
 
+mod pins;
 mod setup;
 
 use std::{
@@ -24,9 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what a fresh machine lacks: nightly rust-src, bpf-linker, Debian packages.
+    /// Install what a fresh machine lacks: the pinned toolchains, bpf-linker, Debian packages.
     Setup,
-    /// Build the XDP object (lb-ebpf) with nightly + bpf-linker.
+    /// Build the XDP object (lb-ebpf) with the pinned nightly + bpf-linker.
     BuildEbpf,
     /// Build everything (release).
     Build,
@@ -66,21 +67,21 @@ fn main() -> anyhow::Result<()> {
     let root = workspace_root();
     std::env::set_current_dir(&root)?;
     match cli.command {
-        Cmd::Setup => setup::run(true),
+        Cmd::Setup => setup::run(&root, true),
         Cmd::BuildEbpf => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             build_ebpf(&root)
         }
         Cmd::Build => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             cargo(&["build", "--release", "--workspace", "--bins"])
         }
         Cmd::Test { args } => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             test(&args)
         }
         Cmd::Run { config, args } => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             cargo(&["build", "--release", "--workspace", "--bins"])?;
             let bin = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
@@ -102,7 +103,7 @@ fn main() -> anyhow::Result<()> {
             status(&mut cmd)
         }
         Cmd::Bench => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             setup::bench_packages()?;
             require_root("benchmarks load XDP programs")?;
             // The end-to-end benchmark runs lb-agent and lb-testserver from target/release.
@@ -134,7 +135,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Fuzz { frames, seed } => {
-            setup::run(false)?;
+            setup::run(&root, false)?;
             require_root("the fuzz target loads the XDP program")?;
             let (frames, seed) = (frames.to_string(), seed.to_string());
             cargo(&[
@@ -169,16 +170,28 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
 }
 
 fn build_ebpf(root: &Path) -> anyhow::Result<()> {
+    let channel = pins::Pin::read(root, pins::EBPF_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel;
+    let linker_dir = pins::prefix(&channel).join("bin");
+    let mut path = vec![linker_dir];
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     let mut cmd = Command::new("rustup");
     cmd.args([
         "run",
-        "nightly",
+        &channel,
         "cargo",
         "build",
         "--release",
         "--target-dir",
     ])
     .arg(root.join("target/ebpf"))
+    .env("PATH", std::env::join_paths(path)?)
+    .env_remove("RUSTUP_TOOLCHAIN")
+    .env_remove("CARGO")
+    .env_remove("RUSTC")
     .current_dir(root.join("lb-ebpf"));
     status(&mut cmd)?;
     println!(

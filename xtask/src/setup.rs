@@ -1,9 +1,14 @@
 //! `cargo xtask setup`: make a fresh machine able to build and test lb, idempotently.
 //!
-//! - nightly toolchain with `rust-src` (the eBPF crate builds `core` itself);
-//! - bpf-linker built against the nightly's own libLLVM (no system LLVM of that version
-//!   exists here): the library is linked into a private prefix and bpf-linker is built
-//!   with `LLVM_PREFIX` pointing at it (DESIGN.md §2);
+//! - the userspace toolchain pinned in `rust-toolchain.toml` with its components
+//!   (rustup installs it on the first `cargo` run in the workspace; this adds a component
+//!   that an earlier install left out);
+//! - the dated nightly pinned in `lb-ebpf/rust-toolchain.toml` with `rust-src` (the eBPF
+//!   crate builds `core` itself);
+//! - bpf-linker built against that nightly's own libLLVM (no system LLVM of that version
+//!   exists here), in a prefix named after the nightly (`pins::prefix`): the library is
+//!   linked into the prefix and bpf-linker built with `LLVM_PREFIX` pointing at it
+//!   (DESIGN.md §2, docs/toolchain.md);
 //! - the Debian packages the tests and benchmarks use.
 
 use std::{
@@ -12,6 +17,11 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+
+use crate::pins::{self, Pin};
+
+/// The bpf-linker release built for the pinned nightly (0.13 supports LLVM 21 to 23).
+const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests and benchmarks need, with a command that proves each
 /// (`chromium`: the status page's browser test; `bird2`: the multi-node scenarios run
@@ -24,9 +34,12 @@ const PACKAGES: &[(&str, &str)] = &[
 /// What only `cargo xtask bench` needs: the end-to-end benchmark's baselines.
 const BENCH_PACKAGES: &[(&str, &str)] = &[("nftables", "nft"), ("haproxy", "haproxy")];
 
-pub fn run(verbose: bool) -> anyhow::Result<()> {
-    ensure_nightly_rust_src(verbose)?;
-    ensure_bpf_linker(verbose)?;
+pub fn run(root: &Path, verbose: bool) -> anyhow::Result<()> {
+    let userspace = Pin::read(root, pins::USERSPACE_FILE).map_err(anyhow::Error::msg)?;
+    let ebpf = Pin::read(root, pins::EBPF_FILE).map_err(anyhow::Error::msg)?;
+    ensure_toolchain(&userspace, verbose)?;
+    ensure_toolchain(&ebpf, verbose)?;
+    ensure_bpf_linker(&ebpf.channel, verbose)?;
     ensure_packages(PACKAGES, verbose)?;
     if verbose {
         println!("setup: everything is in place");
@@ -34,77 +47,82 @@ pub fn run(verbose: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ensure_nightly_rust_src(verbose: bool) -> anyhow::Result<()> {
+/// `pin.channel` installed with every component of `pin.components`.
+fn ensure_toolchain(pin: &Pin, verbose: bool) -> anyhow::Result<()> {
+    let channel = pin.channel.as_str();
     let installed = output(
         "rustup",
-        &["component", "list", "--toolchain", "nightly", "--installed"],
+        &["component", "list", "--toolchain", channel, "--installed"],
     );
-    match installed {
-        Some(list) if list.lines().any(|l| l.starts_with("rust-src")) => {
-            if verbose {
-                println!("setup: nightly rust-src present");
-            }
-            Ok(())
+    let Some(list) = installed else {
+        println!("setup: installing the {channel} toolchain");
+        let mut cmd = Command::new("rustup");
+        cmd.args(["toolchain", "install", channel, "--profile", "minimal"]);
+        for component in &pin.components {
+            cmd.args(["--component", component]);
         }
-        Some(_) => {
-            println!("setup: adding rust-src to the nightly toolchain");
-            run_cmd(Command::new("rustup").args([
-                "component",
-                "add",
-                "rust-src",
-                "--toolchain",
-                "nightly",
-            ]))
-        }
-        None => {
-            println!("setup: installing the nightly toolchain with rust-src");
-            run_cmd(Command::new("rustup").args([
-                "toolchain",
-                "install",
-                "nightly",
-                "--profile",
-                "minimal",
-                "--component",
-                "rust-src",
-            ]))
-        }
-    }
-}
-
-fn ensure_bpf_linker(verbose: bool) -> anyhow::Result<()> {
-    if Command::new("bpf-linker")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-    {
+        return run_cmd(&mut cmd);
+    };
+    // `rustup component list --installed` names most components with the host triple
+    // (`clippy-x86_64-unknown-linux-gnu`) but `rust-src` without.
+    let missing: Vec<&str> = pin
+        .components
+        .iter()
+        .map(String::as_str)
+        .filter(|c| {
+            !list
+                .lines()
+                .any(|l| l == *c || l.strip_prefix(c).is_some_and(|t| t.starts_with('-')))
+        })
+        .collect();
+    if missing.is_empty() {
         if verbose {
-            println!("setup: bpf-linker present");
+            println!(
+                "setup: {channel} present with {}",
+                pin.components.join(", ")
+            );
         }
         return Ok(());
     }
-    println!("setup: building bpf-linker against the nightly toolchain's libLLVM (about a minute)");
-    let sysroot = output("rustc", &["+nightly", "--print", "sysroot"])
-        .context("rustc +nightly --print sysroot")?;
-    let lib_dir = PathBuf::from(sysroot.trim()).join("lib");
-    let llvm = std::fs::read_dir(&lib_dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
-        })
-        .with_context(|| format!("no libLLVM.so.*-rust-* in {}", lib_dir.display()))?;
-    let major = llvm_major(&llvm)?;
-    let prefix = cargo_home().join("lb-llvm");
+    println!("setup: adding {} to {channel}", missing.join(", "));
+    run_cmd(
+        Command::new("rustup")
+            .args(["component", "add", "--toolchain", channel])
+            .args(&missing),
+    )
+}
+
+/// The bpf-linker in `pins::prefix(channel)`, built against `channel`'s libLLVM: kept when
+/// it is the pinned release and its libLLVM resolves to that nightly's, rebuilt otherwise.
+fn ensure_bpf_linker(channel: &str, verbose: bool) -> anyhow::Result<()> {
+    let llvm = nightly_llvm(channel)?;
+    let llvm_name = llvm
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a libLLVM file name")
+        .to_owned();
+    let linker = pins::bpf_linker(channel);
+    match bpf_linker_state(&linker, &llvm_name) {
+        LinkerState::Ready => {
+            if verbose {
+                println!("setup: bpf-linker {BPF_LINKER_VERSION} for {llvm_name} present");
+            }
+            return Ok(());
+        }
+        LinkerState::Missing => println!(
+            "setup: building bpf-linker {BPF_LINKER_VERSION} against {channel}'s libLLVM \
+             (one to a few minutes)"
+        ),
+        LinkerState::Stale(why) => println!(
+            "setup: rebuilding {} ({why}) against {channel}'s libLLVM",
+            linker.display()
+        ),
+    }
+    let major = llvm_major(&llvm_name)?;
+    let prefix = pins::prefix(channel);
     let prefix_lib = prefix.join("lib");
     std::fs::create_dir_all(&prefix_lib)?;
-    for name in [
-        PathBuf::from("libLLVM.so"),
-        PathBuf::from(llvm.file_name().expect("has a file name")),
-    ] {
+    for name in ["libLLVM.so", llvm_name.as_str()] {
         let link = prefix_lib.join(name);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&llvm, &link)
@@ -112,25 +130,83 @@ fn ensure_bpf_linker(verbose: bool) -> anyhow::Result<()> {
     }
     run_cmd(
         Command::new("cargo")
+            .arg(format!("+{channel}"))
             .args([
-                "+nightly",
                 "install",
                 "bpf-linker",
+                "--version",
+                &format!("={BPF_LINKER_VERSION}"),
                 "--locked",
+                "--force",
                 "--no-default-features",
                 "--features",
                 &format!("llvm-{major}"),
+                "--root",
             ])
+            .arg(&prefix)
             .env("LLVM_PREFIX", &prefix)
             .env_remove("RUSTUP_TOOLCHAIN")
             .env_remove("CARGO")
             .env_remove("RUSTC"),
-    )
+    )?;
+    match bpf_linker_state(&linker, &llvm_name) {
+        LinkerState::Ready => Ok(()),
+        LinkerState::Missing => bail!("{} was not installed", linker.display()),
+        LinkerState::Stale(why) => bail!("the new {}: {why}", linker.display()),
+    }
 }
 
-/// `libLLVM.so.22.1-rust-1.97.0-nightly` -> 22.
-fn llvm_major(lib: &Path) -> anyhow::Result<u32> {
-    let name = lib.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+enum LinkerState {
+    Ready,
+    Missing,
+    Stale(String),
+}
+
+/// Whether `linker` runs, is the pinned release and loads `llvm_name` (checked with
+/// `ldd`, which names each needed library and where it resolved).
+fn bpf_linker_state(linker: &Path, llvm_name: &str) -> LinkerState {
+    if !linker.exists() {
+        return LinkerState::Missing;
+    }
+    let version = output(&linker.to_string_lossy(), &["--version"]);
+    let expected = format!("bpf-linker {BPF_LINKER_VERSION}");
+    match version.as_deref().map(str::trim) {
+        Some(v) if v == expected => {}
+        Some(v) => return LinkerState::Stale(format!("{v}, not {BPF_LINKER_VERSION}")),
+        None => return LinkerState::Stale("it does not run".into()),
+    }
+    let libs = output("ldd", &[&linker.to_string_lossy()]).unwrap_or_default();
+    let llvm_line = libs
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("libLLVM"));
+    match llvm_line {
+        Some(line) if line.starts_with(llvm_name) && !line.contains("not found") => {
+            LinkerState::Ready
+        }
+        Some(line) => LinkerState::Stale(format!("it loads {line}, not {llvm_name}")),
+        None => LinkerState::Stale("it loads no libLLVM".into()),
+    }
+}
+
+/// The nightly's own `libLLVM.so.<major>.<minor>-rust-<version>` in its sysroot.
+fn nightly_llvm(channel: &str) -> anyhow::Result<PathBuf> {
+    let sysroot = output("rustc", &[&format!("+{channel}"), "--print", "sysroot"])
+        .with_context(|| format!("rustc +{channel} --print sysroot"))?;
+    let lib_dir = PathBuf::from(sysroot.trim()).join("lib");
+    std::fs::read_dir(&lib_dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
+        })
+        .with_context(|| format!("no libLLVM.so.*-rust-* in {}", lib_dir.display()))
+}
+
+/// `libLLVM.so.23.1-rust-1.101.0-nightly` -> 23.
+fn llvm_major(name: &str) -> anyhow::Result<u32> {
     name.strip_prefix("libLLVM.so.")
         .and_then(|rest| rest.split('.').next())
         .and_then(|m| m.parse().ok())
@@ -168,13 +244,6 @@ fn ensure_packages(packages: &[(&str, &str)], verbose: bool) -> anyhow::Result<(
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
-}
-
-fn cargo_home() -> PathBuf {
-    std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cargo"))
 }
 
 fn output(program: &str, args: &[&str]) -> Option<String> {

@@ -509,6 +509,8 @@ impl Default for HttpProbe {
             tls: false,
             sni: None,
             verify: true,
+            // One range of accepted statuses (not the statuses 200 to 299 as a list).
+            #[allow(clippy::single_range_in_vec_init)]
             expect_status: vec![200..=299],
             expect_body: None,
             max_body: DEFAULT_MAX_READ,

@@ -22,7 +22,7 @@ impl PerCpuBatchReader {
     /// A reader of `map` (a per-CPU array).
     pub fn new(map: &MapData) -> io::Result<Self> {
         let fd = map.fd().as_fd().try_clone_to_owned()?;
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?.get() as usize;
         Ok(Self { fd, cpus })
     }
 

@@ -283,7 +283,7 @@ impl BpfDataplane {
             mac,
             ..DataplaneConfig::default()
         };
-        config.set(0, value, 0).map_err(map_err(name))
+        config.set(0, &value, 0).map_err(map_err(name))
     }
 
     /// The pin directory, if the maps are pinned.

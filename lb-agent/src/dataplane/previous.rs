@@ -149,7 +149,7 @@ pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMap
         );
         let wanted = (
             want.key_size(),
-            want.value_size(),
+            created_value_size(want),
             want.max_entries(),
             want.map_flags(),
         );
@@ -165,4 +165,15 @@ pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMap
         out.maps.push((name, map));
     }
     Ok(out)
+}
+
+/// The value size the kernel reports for a map created from `def`: a ring buffer's BTF
+/// definition carries its event type (aya-ebpf 0.3), but aya creates it with value size 0,
+/// as the kernel requires.
+fn created_value_size(def: &aya_obj::maps::Map) -> u32 {
+    if def.map_type() == aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32 {
+        0
+    } else {
+        def.value_size()
+    }
 }
