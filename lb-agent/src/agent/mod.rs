@@ -60,6 +60,9 @@ struct ServiceRt {
     departing: BTreeMap<SocketAddr, departing::Departing>,
     /// Probe runs of this service without a verdict because of a local fault.
     local_faults: local_faults::LocalFaults,
+    /// Something only this service's membership depends on changed (a verdict, a due
+    /// recheck, an admin patch): [`Agent::recompute_marked`] recomputes it.
+    marked: bool,
 }
 
 /// What the agent is running on (shown in status).
@@ -86,6 +89,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     events: EventLog,
     propagation: Histogram,
+    /// What the last publish did (tests and benchmarks check its scope).
+    last_publish: crate::publish::ApplyReport,
     transitions: u64,
     passive: BTreeMap<String, u64>,
     /// Probes that could not run for a local reason (never held against a server).
@@ -143,6 +148,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             snapshot_tx,
             events: events.clone(),
             propagation: Histogram::default(),
+            last_publish: Default::default(),
             transitions: 0,
             passive: BTreeMap::new(),
             local_faults: Default::default(),
@@ -394,6 +400,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         outcome: None,
                         departing: BTreeMap::new(),
                         local_faults: Default::default(),
+                        marked: false,
                     }
                 }
             };
@@ -579,6 +586,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             {
                 server.signals.set_healthy(server.health.usable());
                 records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+                svc.marked = true;
                 earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));
                 latest = Some(latest.map_or(report.at, |l| l.max(report.at)));
             }
@@ -592,7 +600,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let started = std::time::Instant::now()
                 .checked_sub(earliest.elapsed())
                 .unwrap_or_else(std::time::Instant::now);
-            self.recompute(latest, started)?;
+            self.recompute_marked(latest, started)?;
         }
         Ok(())
     }
@@ -620,12 +628,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             if let Some(mut t) = server.health.on_passive_failure(now) {
                 server.signals.set_healthy(server.health.usable());
                 t.cause = format!("{} ({})", t.cause, event_name(e.kind));
+                self.services[si].marked = true;
                 self.record(&service, &addr.to_string(), &t);
                 changed = true;
             }
         }
         if changed {
-            self.recompute(now, started)?;
+            self.recompute_marked(now, started)?;
         }
         Ok(())
     }
@@ -724,7 +733,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 if let Some(t) = server.health.tick(now) {
                     server.signals.set_healthy(server.health.usable());
                     records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
-                    changed = true;
+                    svc.marked = true;
                 }
             }
             if svc
@@ -733,17 +742,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 .and_then(|o| o.recheck_at)
                 .is_some_and(|at| at <= now)
             {
-                changed = true;
+                svc.marked = true;
             }
             let departing = svc.departing.len();
             svc.departing.retain(|_, d| d.deadline() > now);
-            changed |= svc.departing.len() != departing;
+            svc.marked |= svc.departing.len() != departing;
+            changed |= svc.marked;
         }
         for (s, a, t) in records {
             self.record(&s, &a, &t);
         }
         if changed {
-            self.recompute(now, started)?;
+            self.recompute_marked(now, started)?;
         }
         Ok(())
     }
@@ -784,6 +794,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             address: address.to_string(),
         };
         let invalid = |e: crate::config::ServerRuleError| AdminError::Invalid(e.0);
+        let change_kind = match &change {
+            AdminChange::Add(_) => ChangeKind::Add,
+            _ => ChangeKind::Other,
+        };
         match change {
             AdminChange::Patch(p) => {
                 let server = self.services[si]
@@ -887,8 +901,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
         }
         self.sync_departing(now);
-        self.recompute(now, started)
-            .map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
+        // An added server may have brought MACs that other services' servers share.
+        let published = if matches!(change_kind, ChangeKind::Add) {
+            self.recompute(now, started)
+        } else {
+            self.services[si].marked = true;
+            self.recompute_marked(now, started)
+        };
+        published.map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
     }
 
     fn record(&mut self, service: &str, server: &str, t: &Transition) {
@@ -938,12 +958,44 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 
     /// Recomputes membership of every service and publishes what changed; `started` is
-    /// when the verdict that triggered this was taken (propagation is measured from it).
+    /// when the event that triggered this was taken (propagation is measured from it).
     fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
-        self.deadline_cache.set(None);
-        let mut desired = Vec::with_capacity(self.services.len());
-        let mut notes = Vec::new();
         for svc in &mut self.services {
+            svc.marked = true;
+        }
+        self.recompute_services(now, started, true)
+    }
+
+    /// Recomputes and publishes only the [marked](ServiceRt::marked) services: a verdict
+    /// about one server costs its service's membership, not every service's.
+    fn recompute_marked(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+    ) -> Result<(), PublishError> {
+        self.recompute_services(now, started, false)
+    }
+
+    /// `all`: every service is marked and the publisher also removes what is no longer
+    /// wanted; otherwise the others stay as published.
+    fn recompute_services(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+        all: bool,
+    ) -> Result<(), PublishError> {
+        self.deadline_cache.set(None);
+        let mut desired = Vec::new();
+        let mut notes = Vec::new();
+        let mut recomputed = Vec::new();
+        for (si, svc) in self
+            .services
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.marked)
+        {
+            svc.marked = false;
+            recomputed.push(si);
             let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
             let policy = Policy {
                 backup_switch: svc.cfg.backup_switch,
@@ -960,7 +1012,22 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for (service, note) in notes {
             self.record_note(&service, &note);
         }
-        let report = self.publisher.apply(&desired, &mut self.dp)?;
+        let applied = if all {
+            self.publisher.apply(&desired, &mut self.dp)
+        } else {
+            self.publisher.apply_some(&desired, &mut self.dp)
+        };
+        let report = match applied {
+            Ok(report) => report,
+            Err(e) => {
+                // Not published: the next recompute must take these services again.
+                for si in recomputed {
+                    self.services[si].marked = true;
+                }
+                return Err(e);
+            }
+        };
+        self.last_publish = report;
         // After the tables: a VIP is announced only once the node can forward it.
         self.announce();
         if report.tables_published + report.backends_written + report.services_written > 0 {
@@ -999,10 +1066,21 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         })
     }
 
+    /// What the last publish did: how many services it was given, what it wrote.
+    pub fn last_publish(&self) -> crate::publish::ApplyReport {
+        self.last_publish
+    }
+
     /// The propagation histogram (verdict to maps written).
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
     }
+}
+
+/// Which kind of admin change (decides how much is recomputed).
+enum ChangeKind {
+    Add,
+    Other,
 }
 
 /// How a server whose probes changed at a reload starts again: `persistent` probes
