@@ -280,6 +280,14 @@ impl Propagation {
     }
 }
 
+/// Untimed pause before each verdict. The data plane does not rewrite a table within
+/// 100 µs of its last flip (`GRACE` in lb-agent's `dataplane/maglev_table.rs`: packets
+/// that read the old generation must be done with it) and spins out the rest of that
+/// time; verdicts fed back to back to one service would measure that spin, not the
+/// agent. Real verdicts about one service are rarely that close, and a burst of them is
+/// one batch, one publish.
+const VERDICT_GAP: Duration = Duration::from_micros(250);
+
 /// A prober that never answers: the benchmark feeds verdicts itself.
 struct SilentProber;
 
@@ -359,6 +367,7 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
                     at: tokio::time::Instant::now(),
                 };
                 let before = agent.propagation().count;
+                std::thread::sleep(VERDICT_GAP);
                 let t = std::time::Instant::now();
                 agent.on_probe_report(report)?;
                 let spent = t.elapsed();

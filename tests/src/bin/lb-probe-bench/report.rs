@@ -14,6 +14,8 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
         sc(Kind::Memory, ISSUE_TARGETS, Net::Veth),
         sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback),
         sc(Kind::Bpf, largest, Net::Loopback),
+        sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth),
+        sc(Kind::Memory, SCALE_TARGETS, Net::Veth),
     ];
     let mut results = Vec::new();
     for Scenario { kind, targets, net } in runs {
