@@ -12,15 +12,21 @@ use lb_agent::{
 
 /// `services` nat services `s0`, `s1`, … with `per` servers each (`10.0.<s>.<i+1>:80`),
 /// one tcp probe every second. `membership`: the first server of each service is a spare
-/// and the second a backup, and the removal cap is on, so membership has work beyond
-/// health.
+/// and the second a backup (retried after 3 s), and the removal cap is on, so membership
+/// has work beyond health, some of it due by time alone.
 fn config(services: usize, per: usize, membership: bool) -> String {
     let mut text = String::new();
     for s in 0..services {
         text += &format!(
             "[[service]]\nname = \"s{s}\"\nvip = \"10.0.200.{s}:80\"\nsnat_ip = \"10.0.0.2\"\n\
-             max_unhealthy_percent = {}\n",
-            if membership { 50 } else { 100 }
+             {}\n",
+            if membership {
+                // A backup level retried after 3 s: a membership recheck (on_tick)
+                // without any new verdict.
+                "max_unhealthy_percent = 50\nbackup_switch = { permanent = \"3s\" }"
+            } else {
+                "max_unhealthy_percent = 100"
+            }
         );
         for i in 0..per {
             let extra = match i {
