@@ -102,6 +102,9 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     /// What the last publish did (tests and benchmarks check its scope).
     last_publish: crate::publish::ApplyReport,
+    /// A publish of every service failed: the next recompute publishes every service
+    /// again (only a full publish removes what the configuration no longer has).
+    full_publish_due: bool,
     transitions: u64,
     passive: BTreeMap<String, u64>,
     /// Probes that could not run for a local reason (never held against a server).
@@ -162,6 +165,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             events: events.clone(),
             propagation: Histogram::default(),
             last_publish: Default::default(),
+            full_publish_due: false,
             transitions: 0,
             passive: BTreeMap::new(),
             local_faults: Default::default(),
@@ -987,6 +991,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         now: Instant,
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
+        if self.full_publish_due {
+            return self.recompute(now, started);
+        }
         self.recompute_services(now, started, false)
     }
 
@@ -1038,9 +1045,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 for si in recomputed {
                     self.services[si].marked = true;
                 }
+                self.full_publish_due |= all;
                 return Err(e);
             }
         };
+        self.full_publish_due &= !all;
         self.last_publish = report;
         // After the tables: a VIP is announced only once the node can forward it.
         self.announce();
