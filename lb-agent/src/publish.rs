@@ -122,6 +122,8 @@ pub struct ApplyReport {
     /// Backends whose entry was computed and compared: every backend of a service on the
     /// full path, only the changed ones on the incremental path.
     pub backends_examined: usize,
+    /// Wanted services the caller described (all of them, or those a change concerns).
+    pub services_given: usize,
     /// Wall time from the start of `apply` until the last map write.
     pub elapsed: Duration,
 }
@@ -373,25 +375,7 @@ impl Publisher {
             self.service_ids.give_back(svc.id);
         }
 
-        for want in desired {
-            if let Some(changed) = self
-                .services
-                .get(&want.name)
-                .and_then(|s| s.changes_since_last(want))
-            {
-                if changed.is_empty() {
-                    continue;
-                }
-                if self.incremental {
-                    self.apply_changes(want, &changed, dp, &mut report)?;
-                    continue;
-                }
-            }
-            self.apply_service(want, dp, &mut report)?;
-            if let Some(svc) = self.services.get_mut(&want.name) {
-                svc.last_want = Some(want.clone());
-            }
-        }
+        self.apply_each(desired, dp, &mut report)?;
         // What a previous run published that the configuration no longer has.
         for (vip, svc) in std::mem::take(&mut self.adopted) {
             dp.remove_service(&vip, svc.id)?;
@@ -407,6 +391,50 @@ impl Publisher {
         }
         report.elapsed = start.elapsed();
         Ok(report)
+    }
+
+    /// Makes the data plane match `desired` for these services only, writing only what
+    /// changed; services not named stay as published (nothing is removed). For a change
+    /// that concerns some services (a verdict): the work is theirs, not every service's.
+    pub fn apply_some<D: Dataplane>(
+        &mut self,
+        desired: &[DesiredService],
+        dp: &mut D,
+    ) -> Result<ApplyReport, PublishError> {
+        let start = Instant::now();
+        let mut report = ApplyReport::default();
+        self.apply_each(desired, dp, &mut report)?;
+        report.elapsed = start.elapsed();
+        Ok(report)
+    }
+
+    fn apply_each<D: Dataplane>(
+        &mut self,
+        desired: &[DesiredService],
+        dp: &mut D,
+        report: &mut ApplyReport,
+    ) -> Result<(), PublishError> {
+        report.services_given += desired.len();
+        for want in desired {
+            if let Some(changed) = self
+                .services
+                .get(&want.name)
+                .and_then(|s| s.changes_since_last(want))
+            {
+                if changed.is_empty() {
+                    continue;
+                }
+                if self.incremental {
+                    self.apply_changes(want, &changed, dp, report)?;
+                    continue;
+                }
+            }
+            self.apply_service(want, dp, report)?;
+            if let Some(svc) = self.services.get_mut(&want.name) {
+                svc.last_want = Some(want.clone());
+            }
+        }
+        Ok(())
     }
 
     fn apply_service<D: Dataplane>(

@@ -49,6 +49,17 @@ const REPORTS: usize = 4096;
 const MAC_LOOKUPS: usize = 32;
 /// Shortest time between two snapshot rebuilds (a rebuild walks every server).
 pub const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Deferred and periodic snapshot rebuilds are spaced by at least this many times the
+/// last rebuild's cost, so they take at most 1/SNAPSHOT_DUTY of the agent's thread however
+/// many servers there are (a rebuild is linear in them: ~14 ms at 10,000, ~0.6 s at
+/// 100,000 on a loaded machine, which rebuilt every 100 ms would starve the loop).
+pub const SNAPSHOT_DUTY: u32 = 10;
+
+/// Shortest time between two deferred or periodic snapshot rebuilds, given what the last
+/// one cost: [`SNAPSHOT_EVERY`], or [`SNAPSHOT_DUTY`] times the cost if that is longer.
+pub fn snapshot_interval(last_cost: std::time::Duration) -> std::time::Duration {
+    SNAPSHOT_EVERY.max(last_cost.saturating_mul(SNAPSHOT_DUTY))
+}
 
 /// A virtual service at runtime.
 struct ServiceRt {
@@ -60,6 +71,9 @@ struct ServiceRt {
     departing: BTreeMap<SocketAddr, departing::Departing>,
     /// Probe runs of this service without a verdict because of a local fault.
     local_faults: local_faults::LocalFaults,
+    /// Something only this service's membership depends on changed (a verdict, a due
+    /// recheck, an admin patch): [`Agent::recompute_marked`] recomputes it.
+    marked: bool,
 }
 
 /// What the agent is running on (shown in status).
@@ -86,14 +100,21 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     events: EventLog,
     propagation: Histogram,
+    /// What the last publish did (tests and benchmarks check its scope).
+    last_publish: crate::publish::ApplyReport,
+    /// A publish of every service failed: the next recompute publishes every service
+    /// again (only a full publish removes what the configuration no longer has).
+    full_publish_due: bool,
     transitions: u64,
     passive: BTreeMap<String, u64>,
     /// Probes that could not run for a local reason (never held against a server).
     local_faults: local_faults::LocalFaults,
     /// State changed since the last snapshot (built off the verdict path).
     snapshot_dirty: bool,
-    /// When the snapshot was last built (rebuilds are at most every SNAPSHOT_EVERY).
+    /// When the snapshot was last built (rebuilds are at most every `snapshot_interval`).
     snapshot_built: Option<Instant>,
+    /// What the last rebuild cost (wall time).
+    snapshot_cost: std::time::Duration,
     /// Backend addresses whose MAC is unknown, as of the last resolution round.
     unknown_mac_count: usize,
     /// DNS answers of `resolve = true` servers and their re-resolution (`resolve.rs`).
@@ -143,11 +164,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             snapshot_tx,
             events: events.clone(),
             propagation: Histogram::default(),
+            last_publish: Default::default(),
+            full_publish_due: false,
             transitions: 0,
             passive: BTreeMap::new(),
             local_faults: Default::default(),
             snapshot_dirty: true,
             snapshot_built: None,
+            snapshot_cost: std::time::Duration::ZERO,
             unknown_mac_count: 0,
             discovery: Default::default(),
             deadline_cache: Default::default(),
@@ -395,6 +419,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         outcome: None,
                         departing: BTreeMap::new(),
                         local_faults: Default::default(),
+                        marked: false,
                     }
                 }
             };
@@ -586,6 +611,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             {
                 server.signals.set_healthy(server.health.usable());
                 records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+                svc.marked = true;
                 earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));
                 latest = Some(latest.map_or(report.at, |l| l.max(report.at)));
             }
@@ -599,7 +625,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let started = std::time::Instant::now()
                 .checked_sub(earliest.elapsed())
                 .unwrap_or_else(std::time::Instant::now);
-            self.recompute(latest, started)?;
+            self.recompute_marked(latest, started)?;
         }
         Ok(())
     }
@@ -627,12 +653,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             if let Some(mut t) = server.health.on_passive_failure(now) {
                 server.signals.set_healthy(server.health.usable());
                 t.cause = format!("{} ({})", t.cause, event_name(e.kind));
+                self.services[si].marked = true;
                 self.record(&service, &addr.to_string(), &t);
                 changed = true;
             }
         }
         if changed {
-            self.recompute(now, started)?;
+            self.recompute_marked(now, started)?;
         }
         Ok(())
     }
@@ -731,7 +758,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 if let Some(t) = server.health.tick(now) {
                     server.signals.set_healthy(server.health.usable());
                     records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
-                    changed = true;
+                    svc.marked = true;
                 }
             }
             if svc
@@ -740,17 +767,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 .and_then(|o| o.recheck_at)
                 .is_some_and(|at| at <= now)
             {
-                changed = true;
+                svc.marked = true;
             }
             let departing = svc.departing.len();
             svc.departing.retain(|_, d| d.deadline() > now);
-            changed |= svc.departing.len() != departing;
+            svc.marked |= svc.departing.len() != departing;
+            changed |= svc.marked;
         }
         for (s, a, t) in records {
             self.record(&s, &a, &t);
         }
         if changed {
-            self.recompute(now, started)?;
+            self.recompute_marked(now, started)?;
         }
         Ok(())
     }
@@ -791,6 +819,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             address: address.to_string(),
         };
         let invalid = |e: crate::config::ServerRuleError| AdminError::Invalid(e.0);
+        let change_kind = match &change {
+            AdminChange::Add(_) => ChangeKind::Add,
+            _ => ChangeKind::Other,
+        };
         match change {
             AdminChange::Patch(p) => {
                 let server = self.services[si]
@@ -894,8 +926,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
         }
         self.sync_departing(now);
-        self.recompute(now, started)
-            .map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
+        // An added server may have brought MACs that other services' servers share.
+        let published = if matches!(change_kind, ChangeKind::Add) {
+            self.recompute(now, started)
+        } else {
+            self.services[si].marked = true;
+            self.recompute_marked(now, started)
+        };
+        published.map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
     }
 
     fn record(&mut self, service: &str, server: &str, t: &Transition) {
@@ -945,12 +983,47 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 
     /// Recomputes membership of every service and publishes what changed; `started` is
-    /// when the verdict that triggered this was taken (propagation is measured from it).
+    /// when the event that triggered this was taken (propagation is measured from it).
     fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
-        self.deadline_cache.set(None);
-        let mut desired = Vec::with_capacity(self.services.len());
-        let mut notes = Vec::new();
         for svc in &mut self.services {
+            svc.marked = true;
+        }
+        self.recompute_services(now, started, true)
+    }
+
+    /// Recomputes and publishes only the [marked](ServiceRt::marked) services: a verdict
+    /// about one server costs its service's membership, not every service's.
+    fn recompute_marked(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+    ) -> Result<(), PublishError> {
+        if self.full_publish_due {
+            return self.recompute(now, started);
+        }
+        self.recompute_services(now, started, false)
+    }
+
+    /// `all`: every service is marked and the publisher also removes what is no longer
+    /// wanted; otherwise the others stay as published.
+    fn recompute_services(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+        all: bool,
+    ) -> Result<(), PublishError> {
+        self.deadline_cache.set(None);
+        let mut desired = Vec::new();
+        let mut notes = Vec::new();
+        let mut recomputed = Vec::new();
+        for (si, svc) in self
+            .services
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.marked)
+        {
+            svc.marked = false;
+            recomputed.push(si);
             let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
             let policy = Policy {
                 backup_switch: svc.cfg.backup_switch,
@@ -967,7 +1040,24 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for (service, note) in notes {
             self.record_note(&service, &note);
         }
-        let report = self.publisher.apply(&desired, &mut self.dp)?;
+        let applied = if all {
+            self.publisher.apply(&desired, &mut self.dp)
+        } else {
+            self.publisher.apply_some(&desired, &mut self.dp)
+        };
+        let report = match applied {
+            Ok(report) => report,
+            Err(e) => {
+                // Not published: the next recompute must take these services again.
+                for si in recomputed {
+                    self.services[si].marked = true;
+                }
+                self.full_publish_due |= all;
+                return Err(e);
+            }
+        };
+        self.full_publish_due &= !all;
+        self.last_publish = report;
         // After the tables: a VIP is announced only once the node can forward it.
         self.announce();
         if report.tables_published + report.backends_written + report.services_written > 0 {
@@ -979,15 +1069,25 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 
     /// Rebuilds the operator's snapshot (call it periodically for fresh counters).
     pub fn publish_snapshot(&mut self) {
+        let started = std::time::Instant::now();
         self.flush_events();
         let snap = snapshot::build(self);
         let _ = self.snapshot_tx.send(Arc::new(snap));
         self.snapshot_dirty = false;
         self.snapshot_built = Some(Instant::now());
+        self.snapshot_cost = started.elapsed();
+    }
+
+    /// For the periodic counters tick: rebuilds the snapshot unless the last rebuild was
+    /// too recent for its cost ([`snapshot_interval`]); then it is due at
+    /// [`Agent::snapshot_deadline`].
+    pub fn refresh_snapshot(&mut self) {
+        self.snapshot_dirty = true;
+        self.flush_snapshot();
     }
 
     /// Rebuilds the snapshot if state changed and the last one is at least
-    /// [`SNAPSHOT_EVERY`] old (call it after each event, off the verdict-to-maps path;
+    /// [`snapshot_interval`] old (call it after each event, off the verdict-to-maps path;
     /// [`Agent::snapshot_deadline`] says when a deferred rebuild is due).
     pub fn flush_snapshot(&mut self) {
         if self
@@ -1001,9 +1101,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// When a deferred snapshot rebuild is due (`None`: the snapshot is current).
     pub fn snapshot_deadline(&self) -> Option<Instant> {
         self.snapshot_dirty.then(|| {
-            self.snapshot_built
-                .map_or_else(Instant::now, |built| built + SNAPSHOT_EVERY)
+            self.snapshot_built.map_or_else(Instant::now, |built| {
+                built + snapshot_interval(self.snapshot_cost)
+            })
         })
+    }
+
+    /// What the last publish did: how many services it was given, what it wrote.
+    pub fn last_publish(&self) -> crate::publish::ApplyReport {
+        self.last_publish
     }
 
     /// The propagation histogram (verdict to maps written).
@@ -1017,6 +1123,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 /// probe must pass again before the server takes new flows (Angie; docs/probes.md).
 fn rechecked(svc: &ServiceConfig, s: &ServerRt) -> bool {
     s.health.usable() && svc.probes.iter().any(|p| p.essential && !p.persistent)
+}
+
+/// Which kind of admin change (decides how much is recomputed).
+enum ChangeKind {
+    Add,
+    Other,
 }
 
 /// How a server whose probes changed at a reload starts again: `persistent` probes
@@ -1090,4 +1202,24 @@ async fn expand_servers(
         .iter()
         .map(|e| (e.addr, resolve::configured(e)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn snapshot_rebuilds_take_at_most_a_tenth_of_the_time() {
+        assert_eq!(snapshot_interval(Duration::ZERO), SNAPSHOT_EVERY);
+        assert_eq!(snapshot_interval(Duration::from_millis(9)), SNAPSHOT_EVERY);
+        assert_eq!(
+            snapshot_interval(Duration::from_millis(14)),
+            Duration::from_millis(140)
+        );
+        assert_eq!(
+            snapshot_interval(Duration::from_millis(650)),
+            Duration::from_millis(6_500)
+        );
+    }
 }

@@ -218,7 +218,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             }
             _ = stats.tick() => {
                 agent.poll_stats();
-                agent.publish_snapshot();
+                agent.refresh_snapshot();
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,

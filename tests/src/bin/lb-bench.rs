@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
-    api::{AdminChange, AdminRequest, NewServer},
+    api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
     dataplane::{BpfDataplane, Dataplane},
     probe::{ProbeOutcome, ProbeReport, Prober},
@@ -187,7 +187,8 @@ fn main() -> anyhow::Result<()> {
 /// Verdict -> maps written, through the real agent on the real maps: `servers` nat
 /// servers spread over `services` services; each round one server's probe fails and
 /// then passes again (two transitions, two publishes), rotating over every service.
-/// Then admin changes: a server added to and removed from the first service.
+/// Then admin changes: a server added to the first service, its weight changed, and
+/// removed again.
 struct Scale {
     servers: usize,
     services: usize,
@@ -210,10 +211,16 @@ struct Propagation {
     scale_servers: usize,
     scale_services: usize,
     samples: Vec<Duration>,
-    /// Admin add/remove: until the maps are written (the agent's propagation
+    /// The machine's floor for the same number of samples: the live-table failover pass
+    /// alone (pure CPU, no agent, no syscall), what every table-changing verdict pays.
+    /// Its spread is scheduling noise, not the agent.
+    floor: Vec<Duration>,
+    /// Admin add/weight/remove: until the maps are written (the agent's propagation
     /// histogram) and until the request is answered (status snapshot rebuilt too).
     admin_maps: Vec<Duration>,
     admin_answered: Vec<Duration>,
+    /// A weighted Maglev build of the first service's home table alone (median of 3).
+    maglev_build: Duration,
 }
 
 fn quantile(samples: &[Duration], q: f64) -> Duration {
@@ -230,21 +237,56 @@ impl Propagation {
     fn line(&self) -> String {
         format!(
             "propagation, {} servers in {} services, {} verdicts: p50 {:?}  p99 {:?}  max {:?}; \
-             admin add/remove ({}): maps p50 {:?} max {:?}, answered p50 {:?} max {:?}",
+             floor (failover pass alone) p50 {:?} p99 {:?}; \
+             admin add/weight/remove ({}): maps p50 {:?} max {:?}, answered p50 {:?} max {:?}; \
+             maglev build {:?}",
             self.scale_servers,
             self.scale_services,
             self.samples.len(),
             self.quantile(0.5),
             self.quantile(0.99),
             self.quantile(1.0),
+            quantile(&self.floor, 0.5),
+            quantile(&self.floor, 0.99),
             self.admin_maps.len(),
             quantile(&self.admin_maps, 0.5),
             quantile(&self.admin_maps, 1.0),
             quantile(&self.admin_answered, 0.5),
             quantile(&self.admin_answered, 1.0),
+            self.maglev_build,
+        )
+    }
+
+    /// The issue's table: header and one row (µs for verdicts, ms for admin changes).
+    fn table(&self) -> String {
+        let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+        format!(
+            "| servers | services | p50 | p99 | max | floor p50 / p99 | admin → maps p50 (max) \
+             | answered p50 | Maglev build |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+             | {} | {} | {} | {} | {} | {} / {} | {} ({}) | {} | {} |",
+            self.scale_servers,
+            self.scale_services,
+            us(self.quantile(0.5)),
+            us(self.quantile(0.99)),
+            us(self.quantile(1.0)),
+            us(quantile(&self.floor, 0.5)),
+            us(quantile(&self.floor, 0.99)),
+            ms(quantile(&self.admin_maps, 0.5)),
+            ms(quantile(&self.admin_maps, 1.0)),
+            ms(quantile(&self.admin_answered, 0.5)),
+            ms(self.maglev_build),
         )
     }
 }
+
+/// Untimed pause before each verdict. The data plane does not rewrite a table within
+/// 100 µs of its last flip (`GRACE` in lb-agent's `dataplane/maglev_table.rs`: packets
+/// that read the old generation must be done with it) and spins out the rest of that
+/// time; verdicts fed back to back to one service would measure that spin, not the
+/// agent. Real verdicts about one service are rarely that close, and a burst of them is
+/// one batch, one publish.
+const VERDICT_GAP: Duration = Duration::from_micros(250);
 
 /// A prober that never answers: the benchmark feeds verdicts itself.
 struct SilentProber;
@@ -325,6 +367,7 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
                     at: tokio::time::Instant::now(),
                 };
                 let before = agent.propagation().count;
+                std::thread::sleep(VERDICT_GAP);
                 let t = std::time::Instant::now();
                 agent.on_probe_report(report)?;
                 let spent = t.elapsed();
@@ -343,6 +386,8 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
             h.sum / h.count as f64 * 1e6
         );
 
+        let (floor, maglev_build) = floor_and_build(&cfg, samples.len())?;
+
         let mut admin_maps = Vec::new();
         let mut admin_answered = Vec::new();
         let service = cfg.services[0].name.clone();
@@ -354,6 +399,10 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
                     weight: 1,
                     spare: false,
                     backup: 0,
+                }),
+                AdminChange::Patch(ServerPatch {
+                    weight: Some(2),
+                    ..ServerPatch::default()
                 }),
                 AdminChange::Remove,
             ] {
@@ -380,12 +429,54 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
             scale_servers: scale.servers,
             scale_services: scale.services,
             samples,
+            floor,
             admin_maps,
             admin_answered,
+            maglev_build,
         };
         println!("{}", p.line());
+        println!("{}", p.table());
         Ok(p)
     })
+}
+
+/// The first service's home table built as the publisher builds it (weighted Maglev over
+/// every server), timed (median of 3); then `n` failover passes over it, each with one
+/// server out in turn, timed one by one: the floor of a table-changing verdict.
+fn floor_and_build(
+    cfg: &lb_agent::config::Config,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    use lb_agent::maglev::{MaglevBackend, build_table, failover_table, stable_key};
+    let mut members = Vec::new();
+    for (i, server) in cfg.services[0].servers.iter().enumerate() {
+        let lb_agent::config::ServerAddress::Socket(addr) = server.address.clone() else {
+            bail!("bench servers are addresses");
+        };
+        members.push(MaglevBackend {
+            id: i as u32 + 1,
+            key: stable_key(&addr),
+            weight: 1,
+        });
+    }
+    let mut builds = Vec::new();
+    let mut home = Vec::new();
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        home = build_table(&members, lb_common::MAGLEV_RING_SIZE);
+        builds.push(t.elapsed());
+    }
+    let floor = (0..n)
+        .map(|i| {
+            let out = (i % members.len()) as u32 + 1;
+            let t = std::time::Instant::now();
+            let live = failover_table(&home, |id| id != out);
+            let spent = t.elapsed();
+            std::hint::black_box(live);
+            spent
+        })
+        .collect();
+    Ok((floor, quantile(&builds, 0.5)))
 }
 
 struct Args {
@@ -568,7 +659,7 @@ fn write_report(
             m.program_ns / m.floor_ns
         );
     }
-    let _ = writeln!(md, "\n{}", propagation.line());
+    let _ = writeln!(md, "\n{}\n\n{}", propagation.line(), propagation.table());
     std::fs::write(dir.join("xdp.md"), &md)?;
     println!("\nwritten {}", dir.join("xdp.md").display());
     Ok(())

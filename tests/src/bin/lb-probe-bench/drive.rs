@@ -214,9 +214,13 @@ where
                 let t = std::time::Instant::now();
                 agent.poll_stats();
                 costs.poll_stats.add(t.elapsed());
+                // As `lb-agent run`: rebuilt unless the last rebuild is too recent for
+                // its cost (`snapshot_interval`); only rebuilds are counted.
                 let t = std::time::Instant::now();
-                agent.publish_snapshot();
-                costs.publish_snapshot.add(t.elapsed());
+                agent.refresh_snapshot();
+                if agent.snapshot_deadline().is_none() {
+                    costs.publish_snapshot.add(t.elapsed());
+                }
                 handles.snapshot.borrow_and_update();
                 Ok(())
             }

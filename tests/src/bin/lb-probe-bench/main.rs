@@ -60,14 +60,29 @@ use tokio::{
     time::Instant,
 };
 
-/// Services the targets are split over.
+/// Services the targets are split over (at least; see [`services_for`]).
 const SERVICES: usize = 3;
+/// Servers per service at most in the split: the configuration takes at most
+/// `MAX_BACKENDS - 1` servers per service.
+const PER_SERVICE: usize = 10_000;
+
+/// Services `targets` targets are split over: [`SERVICES`], or more so that none has
+/// more than [`PER_SERVICE`].
+fn services_for(targets: usize) -> usize {
+    SERVICES.max(targets.div_ceil(PER_SERVICE))
+}
 /// The issue's scale.
 const ISSUE_TARGETS: usize = 10_000;
+/// Issue 15's scale: ten times as many targets (agent rows over `MemoryDataplane`, see
+/// the report's notes on `MAX_BACKENDS`).
+const SCALE_TARGETS: usize = 100_000;
 /// Every n-th target is closed in the failure window.
 const CLOSE_EVERY: usize = 10;
 /// File descriptors wanted by both processes (N listeners, or up to N probe sockets).
-const NOFILE: u64 = 65_536;
+const NOFILE: u64 = 262_144;
+/// Descriptors the prober asks for at most: this machine's hard RLIMIT_NOFILE is 20,000
+/// and cannot be raised (no CAP_SYS_RESOURCE in its container).
+const PROBE_FDS: usize = 16_384;
 /// Descriptors needed beyond one per target.
 const FD_SLACK: usize = 1_024;
 /// The issue's targets.
@@ -132,7 +147,7 @@ fn main() -> anyhow::Result<()> {
             _ => Net::Loopback,
         };
         target_net::select(net)?;
-        return serve(n);
+        return serve(n, net);
     }
     let opts = parse_args(&args)?;
     match opts.single {
@@ -241,7 +256,10 @@ fn raise_nofile(need: usize) -> anyhow::Result<()> {
 
 fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     let Scenario { kind, targets, net } = sc;
-    raise_nofile(targets + FD_SLACK)?;
+    // One descriptor per probe in flight: at most one per target, and far fewer in
+    // practice (a 1 s interval, connects done in milliseconds). Beyond PROBE_FDS probes in
+    // flight, a probe fails locally (EMFILE: counted, never held against the target).
+    raise_nofile(targets.min(PROBE_FDS) + FD_SLACK)?;
     target_net::select(net)?;
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
     let target_net = match net {
@@ -259,9 +277,10 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         .build()?;
     rt.block_on(async {
         println!(
-            "== {} data plane, {targets} tcp targets ({}) over {SERVICES} services",
+            "== {} data plane, {targets} tcp targets ({}) over {} services",
             kind.name(),
-            net.name()
+            net.name(),
+            services_for(targets)
         );
         let started = Instant::now();
         let mut children = Targets::start(targets, target_net.as_ref()).await?;
@@ -310,7 +329,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         f.insert("dataplane".into(), kind.name().into());
         f.insert("targets".into(), targets.to_string());
         f.insert("net".into(), net.name().into());
-        f.insert("services".into(), SERVICES.to_string());
+        f.insert("services".into(), services_for(targets).to_string());
         let probe = ProbeConfig::new("p", ProbeKind::Tcp);
         let fut = lb_agent::probe::execute(&probe, target_addr(0));
         f.insert(
@@ -321,11 +340,12 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     })
 }
 
-/// `targets` servers split over [`SERVICES`] nat services, one tcp probe each.
+/// `targets` servers split over [`services_for`] nat services, one tcp probe each.
 fn config_text(targets: usize) -> String {
-    let per = targets.div_ceil(SERVICES);
+    let services = services_for(targets);
+    let per = targets.div_ceil(services);
     let mut text = String::new();
-    for s in 0..SERVICES {
+    for s in 0..services {
         let range = s * per..((s + 1) * per).min(targets);
         if range.is_empty() {
             continue;

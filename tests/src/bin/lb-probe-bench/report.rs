@@ -14,6 +14,8 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
         sc(Kind::Memory, ISSUE_TARGETS, Net::Veth),
         sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback),
         sc(Kind::Bpf, largest, Net::Loopback),
+        sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth),
+        sc(Kind::Memory, SCALE_TARGETS, Net::Veth),
     ];
     let mut results = Vec::new();
     for Scenario { kind, targets, net } in runs {
@@ -190,15 +192,19 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          the real `Agent` over `BpfDataplane::load()` (the XDP object and its maps loaded, \
          nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (real tcp \
          connects), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
-         targets are split over {SERVICES} nat services with one `tcp` probe \
+         targets are split over {SERVICES} nat services (more beyond {PER_SERVICE} per \
+         service) with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
          is {future} bytes.\n\
          - The loop is `lb-agent run`'s (`cli/run.rs`): select over up to {BATCH} queued \
          probe reports (one publish for all), passive events, health deadlines, the \
-         {STATS_EVERY:?} stats tick (`poll_stats` + `publish_snapshot`) and MAC retries, then \
+         {STATS_EVERY:?} stats tick (`poll_stats` + `refresh_snapshot`: rebuilt unless the \
+         last rebuild is too recent for its cost) and MAC retries, then \
          `flush_snapshot`.\n\
          - The targets are a child process (`--serve N`: N listeners on ports {BASE_PORT}.. of \
-         one address per {PORTS_PER_IP}; it accepts and closes each connection), so its CPU \
+         one address per {PORTS_PER_IP}; beyond {PORTS_PER_IP} targets on `veth`, one \
+         wildcard listener per port serves every address; it accepts and closes each \
+         connection), so its CPU \
          is not in the agent's figures; its share is shown separately. Targets on `veth`: \
          the child runs in a namespace of its own behind a veth pair whose receiving end \
          has a threaded NAPI (GRO on, `threaded` = 1), so the targets' kernel work runs in \

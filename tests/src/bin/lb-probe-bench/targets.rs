@@ -6,15 +6,27 @@ use super::*;
 /// `--serve N`: listen on N targets, accept and close every connection; on stdin,
 /// `close K` drops the listeners of every K-th target and answers `closed <count>`.
 /// Exits when stdin closes.
-pub(super) fn serve(n: usize) -> anyhow::Result<()> {
-    raise_nofile(n + FD_SLACK)?;
+///
+/// In `veth` mode beyond [`PORTS_PER_IP`] targets, one listener per port on the wildcard
+/// address serves that port on every target address (they are all in this process's
+/// namespace, which nothing else uses): [`PORTS_PER_IP`] descriptors instead of one per
+/// target, since this machine's hard RLIMIT_NOFILE (20,000 here) cannot be raised.
+/// Closing port `j` closes targets `k·PORTS_PER_IP + j`, every K-th target exactly when
+/// K divides [`PORTS_PER_IP`].
+pub(super) fn serve(n: usize, net: Net) -> anyhow::Result<()> {
+    let wildcard = net == Net::Veth && n > PORTS_PER_IP;
+    let listeners = if wildcard { PORTS_PER_IP } else { n };
+    raise_nofile(listeners + FD_SLACK)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut tasks = Vec::with_capacity(n);
-        for i in 0..n {
-            let addr = target_addr(i);
+        let mut tasks = Vec::with_capacity(listeners);
+        for i in 0..listeners {
+            let mut addr = target_addr(i);
+            if wildcard {
+                addr.set_ip(std::net::Ipv4Addr::UNSPECIFIED.into());
+            }
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("target {i}: binding {addr}"))?;
@@ -28,6 +40,9 @@ pub(super) fn serve(n: usize) -> anyhow::Result<()> {
                 bail!("unknown command {line:?}");
             };
             let every: usize = every.parse()?;
+            if wildcard && !PORTS_PER_IP.is_multiple_of(every) {
+                bail!("close {every}: with wildcard listeners K must divide {PORTS_PER_IP}");
+            }
             let mut count = 0;
             for (i, task) in tasks.iter_mut().enumerate() {
                 if i.is_multiple_of(every)
@@ -36,7 +51,12 @@ pub(super) fn serve(n: usize) -> anyhow::Result<()> {
                     t.abort();
                     // Dropped (listener closed) once the cancelled task is joined.
                     let _ = t.await;
-                    count += 1;
+                    // The targets this listener served.
+                    count += if wildcard {
+                        (i..n).step_by(PORTS_PER_IP).count()
+                    } else {
+                        1
+                    };
                 }
             }
             println!("closed {count}");
