@@ -44,7 +44,7 @@ pub const fn maglev_block_index(service_id: u32, generation: u64, slot: u32) -> 
 }
 
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
-pub const MAX_SERVICES: u32 = 64;
+pub const MAX_SERVICES: u32 = 128;
 /// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
 pub const MAX_BACKENDS: u32 = 16384;
 /// Backend id stored in a Maglev slot when the service has nothing to send to.
