@@ -1,6 +1,7 @@
-//! The flow hash: Maglev slot choice and NAT source-port choice (murmur3-style mixing).
+//! The flow hash (Maglev slot choice, NAT source-port choice) and the VIP index hash
+//! (murmur3-style mixing).
 
-use crate::maps::FlowKey;
+use crate::maps::{FlowKey, VipKey};
 
 /// Seed for the Maglev slot hash.
 pub const SEED_MAGLEV: u32 = 0x9747_b28c;
@@ -40,6 +41,22 @@ pub fn flow_hash(key: &FlowKey, seed: u32) -> u32 {
     }
     h = mix(h, ((key.sport as u32) << 16) | key.dport as u32);
     h = mix(h, ((key.proto as u32) << 8) | key.family as u32);
+    finish(h)
+}
+
+/// Hash of a VIP key with the `LB_VIP_INDEX` table's seed.
+#[inline(always)]
+pub fn vip_hash(key: &VipKey, seed: u32) -> u32 {
+    let mut h = seed;
+    let mut i = 0;
+    while i < 4 {
+        h = mix(h, key.addr[i]);
+        i += 1;
+    }
+    h = mix(
+        h,
+        ((key.port as u32) << 16) | ((key.proto as u32) << 8) | key.family as u32,
+    );
     finish(h)
 }
 

@@ -43,6 +43,24 @@ pub const fn maglev_block_index(service_id: u32, generation: u64, slot: u32) -> 
         + slot / MAGLEV_BLOCK_SLOTS
 }
 
+/// Buckets of one `LB_VIP_INDEX` table (a power of two).
+pub const VIP_INDEX_BUCKETS: u32 = 1024;
+/// Ways (slots) per bucket: a key lives in one of the ways of bucket
+/// `vip_hash(key, seed) % VIP_INDEX_BUCKETS`.
+pub const VIP_INDEX_WAYS: u32 = 4;
+/// Slots of one `LB_VIP_INDEX` table.
+pub const VIP_INDEX_SLOTS: u32 = VIP_INDEX_BUCKETS * VIP_INDEX_WAYS;
+/// Tables in `LB_VIP_INDEX`: the live one and the one the agent writes next
+/// (`LB_VIP_GEN` says which is live, as for Maglev).
+pub const VIP_INDEX_TABLES: u32 = 2;
+
+/// Index in `LB_VIP_INDEX` of way 0 of the bucket `hash` falls in, in table
+/// `generation` (bit 0 is used).
+#[inline(always)]
+pub const fn vip_bucket_index(generation: u64, hash: u32) -> u32 {
+    (generation & 1) as u32 * VIP_INDEX_SLOTS + (hash & (VIP_INDEX_BUCKETS - 1)) * VIP_INDEX_WAYS
+}
+
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
 pub const MAX_SERVICES: u32 = 128;
 /// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
@@ -77,7 +95,12 @@ pub const FAMILY_V6: u8 = 6;
 
 /// Names of the maps in the eBPF object; the agent opens them by these names.
 pub mod map_names {
-    pub const SERVICES: &str = "LB_SERVICES";
+    /// Services and nat source addresses (two tables of hashed buckets, mmapable).
+    pub const VIP_INDEX: &str = "LB_VIP_INDEX";
+    /// Which `LB_VIP_INDEX` table is live (bit 0 of its one `u64`, mmapable).
+    pub const VIP_GEN: &str = "LB_VIP_GEN";
+    /// Each `LB_VIP_INDEX` table's seed and nat port range (mmapable).
+    pub const VIP_HDR: &str = "LB_VIP_HDR";
     pub const MAGLEV: &str = "LB_MAGLEV";
     pub const MAGLEV_GEN: &str = "LB_MAGLEV_GEN";
     pub const BACKENDS: &str = "LB_BACKENDS";

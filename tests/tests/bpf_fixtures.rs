@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`] (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/dsr.rs"]
 mod dsr;
@@ -28,6 +28,8 @@ mod nat;
 mod nat_ports;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
+#[path = "bpf_fixtures/vips.rs"]
+mod vips;
 #[path = "bpf_fixtures/world.rs"]
 mod world;
 
