@@ -69,6 +69,8 @@ pub const MAX_BACKENDS: u32 = 16384;
 pub const NO_BACKEND: u32 = 0;
 /// Entries of the connection table (LRU; per-CPU LRU lists).
 pub const FLOW_TABLE_SIZE: u32 = 262_144;
+/// Slots of each CPU's flow cache (`LB_FLOW_CACHE`, direct-mapped, a power of two).
+pub const FLOW_CACHE_SLOTS: u32 = 4096;
 /// Entries of the NAT reverse table (LRU; shared by all CPUs so replies find it).
 pub const NAT_TABLE_SIZE: u32 = 262_144;
 /// Entries of the per-source fairness table (LRU; nat new-flow buckets per client).
@@ -112,6 +114,8 @@ pub mod map_names {
     pub const EVENTS: &str = "LB_EVENTS";
     /// nat per-source fairness buckets (not state worth keeping: never pinned).
     pub const SOURCES: &str = "LB_SOURCES";
+    /// Each CPU's cache of settled flows (not state: never pinned nor read by the agent).
+    pub const FLOW_CACHE: &str = "LB_FLOW_CACHE";
     /// The data plane's per-CPU clock cache (not state: never pinned nor read by the agent).
     pub const CLOCK: &str = "LB_CLOCK";
     /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.

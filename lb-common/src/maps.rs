@@ -229,6 +229,25 @@ pub struct FlowValue {
 }
 const _: () = assert!(size_of::<FlowValue>() == 24);
 
+/// `LB_FLOW_CACHE` value (per CPU): a settled flow as this CPU last saw it in
+/// `LB_FLOWS`, valid only during tick `tick` (see lb-ebpf's `cache`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowCacheEntry {
+    pub key: FlowKey,
+    /// The pinned backend; `NO_BACKEND` (0): the slot holds nothing.
+    pub backend_id: u32,
+    /// The tick (low 32 bits of `jiffies`) in which this CPU read or wrote the flow's
+    /// `LB_FLOWS` entry.
+    pub tick: u32,
+    /// nat: the flow's source port (network order) and address index, as in `FlowValue`.
+    pub nat_port: u16,
+    pub nat_addr: u8,
+    pub _pad: u8,
+    pub _pad2: u32,
+}
+const _: () = assert!(size_of::<FlowCacheEntry>() == 56);
+
 /// `LB_NAT` value, keyed by the reply's 5-tuple (`backend:port -> snat:nat_port`):
 /// what to write back so the client sees the VIP.
 #[repr(C)]
@@ -579,6 +598,7 @@ mod pod {
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}
+    unsafe impl aya::Pod for FlowCacheEntry {}
     unsafe impl aya::Pod for DataplaneConfig {}
     unsafe impl aya::Pod for SourceKey {}
     unsafe impl aya::Pod for SourceBucket {}

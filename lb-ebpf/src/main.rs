@@ -13,6 +13,7 @@
 // more copy on a 512-byte BPF stack.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod cache;
 mod clock;
 mod counters;
 mod dsr;
@@ -30,15 +31,15 @@ mod source;
 mod validate;
 mod vip;
 
-use aya_ebpf::{
-    bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
-    macros::xdp,
-    programs::XdpContext,
-};
 use crate::{
     parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
     pkt::ptr_at,
     vip::Dest,
+};
+use aya_ebpf::{
+    bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
+    macros::xdp,
+    programs::XdpContext,
 };
 use lb_common::counters::{PASS_MALFORMED, PASS_NOT_VIP};
 

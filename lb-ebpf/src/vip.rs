@@ -8,8 +8,8 @@ use lb_common::{
     VIP_INDEX_WAYS,
     hash::vip_hash,
     maps::{
-        FlowKey, ServiceMeta, VIP_SLOT_EMPTY, VIP_SLOT_SERVICE, VIP_SLOT_SNAT, VipKey,
-        VipSlot, same_vip, snat_key,
+        FlowKey, ServiceMeta, VIP_SLOT_EMPTY, VIP_SLOT_SERVICE, VIP_SLOT_SNAT, VipKey, VipSlot,
+        same_vip, snat_key,
     },
     vip_bucket_index,
 };
@@ -52,7 +52,12 @@ pub fn dest(key: &FlowKey) -> Dest {
     if port < hdr.nat_port_min || port > hdr.nat_port_max {
         return Dest::Other;
     }
-    match probe(generation, hdr.seed, &snat_key(key.dst, key.family), VIP_SLOT_SNAT) {
+    match probe(
+        generation,
+        hdr.seed,
+        &snat_key(key.dst, key.family),
+        VIP_SLOT_SNAT,
+    ) {
         Some(_) => Dest::NatCandidate,
         None => Dest::Other,
     }

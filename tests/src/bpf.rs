@@ -7,17 +7,18 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_agent::dataplane::vip_index;
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, MaglevBlock, counters,
     events::PassiveEvent,
+    hash::flow_cache_slot,
     maglev_block_index, map_names,
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
-        ServiceStats, VipIndexHeader, VipKey, VipSlot,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
+        ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
 };
 
@@ -348,6 +349,52 @@ impl Lb {
             HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
                 .expect("LB_FLOWS type");
         map.insert(key, value, 0).expect("writing into LB_FLOWS");
+        // As for any writer of LB_FLOWS outside the program: the CPUs' cached copies of
+        // the flow must go (their slot is emptied on every CPU).
+        self.clear_cache_slot(key);
+    }
+
+    /// Removes a flow entry behind the flow caches' back (an eviction).
+    pub fn remove_flow(&mut self, key: &FlowKey) {
+        let mut map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.remove(key).expect("removing from LB_FLOWS");
+    }
+
+    /// Empties `key`'s slot of `LB_FLOW_CACHE` on every CPU.
+    pub fn clear_cache_slot(&mut self, key: &FlowKey) {
+        let mut map: PerCpuArray<_, FlowCacheEntry> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut(map_names::FLOW_CACHE)
+                .expect("LB_FLOW_CACHE"),
+        )
+        .expect("LB_FLOW_CACHE type");
+        let cpus = aya::util::nr_cpus().expect("number of CPUs");
+        let empty =
+            PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus]).expect("per-CPU values");
+        map.set(flow_cache_slot(key), empty, 0)
+            .expect("writing LB_FLOW_CACHE");
+    }
+
+    /// CPU `cpu`'s cache slot for `key`, if it holds that flow (valid or not).
+    pub fn cached_flow(&self, cpu: usize, key: &FlowKey) -> Option<FlowCacheEntry> {
+        let map: PerCpuArray<_, FlowCacheEntry> =
+            PerCpuArray::try_from(self.ebpf.map(map_names::FLOW_CACHE).expect("LB_FLOW_CACHE"))
+                .expect("LB_FLOW_CACHE type");
+        let values = map
+            .get(&flow_cache_slot(key), 0)
+            .expect("reading LB_FLOW_CACHE");
+        let e = values[cpu];
+        (e.key == *key && e.backend_id != 0).then_some(e)
+    }
+
+    /// The flow clock's tick (`jiffies`) CPU `cpu` last read.
+    pub fn clock_jiffies(&self, cpu: usize) -> u64 {
+        let map: PerCpuArray<_, TickClock> =
+            PerCpuArray::try_from(self.ebpf.map(map_names::CLOCK).expect("LB_CLOCK"))
+                .expect("LB_CLOCK type");
+        map.get(&0, 0).expect("reading LB_CLOCK")[cpu].jiffies
     }
 
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
