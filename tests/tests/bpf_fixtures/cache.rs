@@ -231,6 +231,27 @@ fn a_table_change_while_a_flow_sits_only_in_the_cache() {
             named(&[(RX, 1), (TX_DSR, 1), (FLOW_HIT, 1)])
         );
         assert!(lb.flow(&key).is_none(), "the cache does not write LB_FLOWS");
+        // A flow opened again (here by a SYN) while this CPU still holds the old copy:
+        // the new entry wins at once.
+        let syn = to_vip(DSR4, sport, TCP_SYN);
+        let before = lb.counters();
+        let run = lb.run(&syn.bytes());
+        let after = lb.counters();
+        assert_eq!(run.action, XDP_TX);
+        assert_frames_eq(
+            "the SYN opens the flow on 9",
+            &dsr_expected(&syn, 9),
+            &run.out,
+        );
+        assert_eq!(
+            named(&counter_deltas(&before, &after)),
+            named(&[(RX, 1), (TX_DSR, 1), (FLOW_NEW, 1)])
+        );
+        assert!(
+            lb.cached_flow(0, &key).is_none(),
+            "opening the flow dropped the stale cached copy"
+        );
+        lb.remove_flow(&key);
 
         // A later tick: the cached copy is stale, LB_FLOWS has no entry (as after an
         // eviction), so the packet opens the flow again by the new table.
