@@ -36,16 +36,6 @@ pub fn insert(key: &FlowKey, value: &FlowValue) {
     let _ = LB_FLOWS.insert(key, value, 0);
 }
 
-/// Pins a new flow only if `key` has no entry yet (`BPF_NOEXIST`); `false` if it has
-/// one (or the insert failed): the caller then goes the lookup way.
-#[inline(always)]
-pub fn insert_new(key: &FlowKey, value: &FlowValue) -> bool {
-    LB_FLOWS.insert(key, value, BPF_NOEXIST).is_ok()
-}
-
-/// `bpf_map_update_elem` flag: only if the key is absent.
-const BPF_NOEXIST: u64 = 1;
-
 /// Backend `id` whatever its flags (the caller checks them).
 ///
 /// Array slots are preallocated and never freed, so the reference stays valid; the

@@ -57,11 +57,6 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     } else {
         None
     };
-    if syn && !use_nat {
-        if let Some(v) = open_syn_dsr(pkt, l4, svc, now, early, end) {
-            return v;
-        }
-    }
 
     let flow = flow::lookup(&pkt.key);
     let plan = match flow {
@@ -320,36 +315,6 @@ fn open(
         return Err(Verdict::drop(DROP_SOURCE_LIMIT));
     }
     Ok((id, b, NEEDS_SOURCE, true))
-}
-
-/// dsr: a SYN that may open a flow (it passes the opening checks and its Maglev slot
-/// names a live backend) is pinned with one insert that succeeds only if the flow has
-/// no entry — no lookup first, the LRU insert walks the bucket anyway. `None` (the
-/// flow exists, the checks refuse, no backend) sends the packet the lookup way, which
-/// decides exactly as before. A SYN of an existing flow thus pays a failed insert on
-/// top (rare: a retransmission or a reused 5-tuple).
-#[inline(always)]
-fn open_syn_dsr(
-    pkt: &Packet,
-    l4: L4,
-    svc: &ServiceMeta,
-    now: Now,
-    early: Option<Result<u32, u32>>,
-    end: usize,
-) -> Option<Verdict> {
-    let (id, b) = early?.and_then(flow::slot_backend).ok()?;
-    if validate::opening(pkt, l4, end).is_some() {
-        return None;
-    }
-    if !flow::insert_new(&pkt.key, &new_flow(id, true, NO_SOURCE, now)) {
-        return None;
-    }
-    // A copy this CPU may still hold of an evicted entry must not outlive the new one.
-    cache::forget(&pkt.key);
-    count(FLOW_NEW);
-    counters::service_packet(svc.service_id, pkt.len, true);
-    counters::backend_packet(id, pkt.len, true);
-    Some(dsr::forward(pkt, b))
 }
 
 /// A new flow's entry: pinned to `backend_id` (nat: from `src`).
