@@ -44,12 +44,13 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
-    let now = clock::now();
+    // The cache needs only the tick (an inlined `jiffies` read), not the clock's ns.
     if needs_no_flow_state(pkt, l4, use_nat) {
-        if let Some(v) = from_cache(pkt, l4, svc, use_nat, now.tick, end) {
+        if let Some(v) = from_cache(pkt, l4, svc, use_nat, clock::tick(), end) {
             return v;
         }
     }
+    let now = clock::now();
     // A SYN most likely opens a flow: read its Maglev slot before the flow-table lookup,
     // so that the slot's cache miss overlaps the lookup's instead of following it.
     let early = if syn {
