@@ -719,7 +719,7 @@ fn agent_rules() {
 #[test]
 fn too_many_services() {
     let mut text = String::new();
-    for i in 0..65 {
+    for i in 0..129 {
         text += &format!(
             "[[service]]\nname = \"s{i}\"\nvip = \"10.0.0.100:{}\"\nsnat_ip = \"10.0.0.2\"\n\
              [[service.server]]\naddress = \"10.0.1.11:80\"\n",
@@ -728,5 +728,5 @@ fn too_many_services() {
     }
     let e = error(&text);
     assert_eq!(e.key.as_deref(), Some("service"), "{e}");
-    assert!(e.message.contains("at most 64 services"), "{e}");
+    assert!(e.message.contains("at most 128 services"), "{e}");
 }

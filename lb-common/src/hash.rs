@@ -1,6 +1,7 @@
-//! The flow hash: Maglev slot choice and NAT source-port choice (murmur3-style mixing).
+//! The flow hash (Maglev slot choice, NAT source-port choice) and the VIP index hash
+//! (murmur3-style mixing).
 
-use crate::maps::FlowKey;
+use crate::maps::{FlowKey, VipKey};
 
 /// Seed for the Maglev slot hash.
 pub const SEED_MAGLEV: u32 = 0x9747_b28c;
@@ -40,6 +41,34 @@ pub fn flow_hash(key: &FlowKey, seed: u32) -> u32 {
     }
     h = mix(h, ((key.sport as u32) << 16) | key.dport as u32);
     h = mix(h, ((key.proto as u32) << 8) | key.family as u32);
+    finish(h)
+}
+
+/// Slot of `key` in a CPU's flow cache: a multiplicative hash of the key's words
+/// folded together (cheap; the cache compares the whole key, so a collision costs a
+/// miss, never a wrong answer).
+#[inline(always)]
+pub fn flow_cache_slot(key: &FlowKey) -> u32 {
+    let src = key.src[0] ^ key.src[1] ^ key.src[2] ^ key.src[3];
+    let dst = key.dst[0] ^ key.dst[1] ^ key.dst[2] ^ key.dst[3];
+    let ports = ((key.sport as u32) << 16) | key.dport as u32;
+    let h = (src ^ dst.rotate_left(16) ^ ports ^ key.proto as u32).wrapping_mul(0x9e37_79b1);
+    (h >> 16) & (crate::FLOW_CACHE_SLOTS - 1)
+}
+
+/// Hash of a VIP key with the `LB_VIP_INDEX` table's seed.
+#[inline(always)]
+pub fn vip_hash(key: &VipKey, seed: u32) -> u32 {
+    let mut h = seed;
+    let mut i = 0;
+    while i < 4 {
+        h = mix(h, key.addr[i]);
+        i += 1;
+    }
+    h = mix(
+        h,
+        ((key.port as u32) << 16) | ((key.proto as u32) << 8) | key.family as u32,
+    );
     finish(h)
 }
 

@@ -43,14 +43,34 @@ pub const fn maglev_block_index(service_id: u32, generation: u64, slot: u32) -> 
         + slot / MAGLEV_BLOCK_SLOTS
 }
 
+/// Buckets of one `LB_VIP_INDEX` table (a power of two).
+pub const VIP_INDEX_BUCKETS: u32 = 1024;
+/// Ways (slots) per bucket: a key lives in one of the ways of bucket
+/// `vip_hash(key, seed) % VIP_INDEX_BUCKETS`.
+pub const VIP_INDEX_WAYS: u32 = 4;
+/// Slots of one `LB_VIP_INDEX` table.
+pub const VIP_INDEX_SLOTS: u32 = VIP_INDEX_BUCKETS * VIP_INDEX_WAYS;
+/// Tables in `LB_VIP_INDEX`: the live one and the one the agent writes next
+/// (`LB_VIP_GEN` says which is live, as for Maglev).
+pub const VIP_INDEX_TABLES: u32 = 2;
+
+/// Index in `LB_VIP_INDEX` of way 0 of the bucket `hash` falls in, in table
+/// `generation` (bit 0 is used).
+#[inline(always)]
+pub const fn vip_bucket_index(generation: u64, hash: u32) -> u32 {
+    (generation & 1) as u32 * VIP_INDEX_SLOTS + (hash & (VIP_INDEX_BUCKETS - 1)) * VIP_INDEX_WAYS
+}
+
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
-pub const MAX_SERVICES: u32 = 64;
+pub const MAX_SERVICES: u32 = 128;
 /// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
 pub const MAX_BACKENDS: u32 = 16384;
 /// Backend id stored in a Maglev slot when the service has nothing to send to.
 pub const NO_BACKEND: u32 = 0;
 /// Entries of the connection table (LRU; per-CPU LRU lists).
 pub const FLOW_TABLE_SIZE: u32 = 262_144;
+/// Slots of each CPU's flow cache (`LB_FLOW_CACHE`, direct-mapped, a power of two).
+pub const FLOW_CACHE_SLOTS: u32 = 4096;
 /// Entries of the NAT reverse table (LRU; shared by all CPUs so replies find it).
 pub const NAT_TABLE_SIZE: u32 = 262_144;
 /// Entries of the per-source fairness table (LRU; nat new-flow buckets per client).
@@ -77,7 +97,12 @@ pub const FAMILY_V6: u8 = 6;
 
 /// Names of the maps in the eBPF object; the agent opens them by these names.
 pub mod map_names {
-    pub const SERVICES: &str = "LB_SERVICES";
+    /// Services and nat source addresses (two tables of hashed buckets, mmapable).
+    pub const VIP_INDEX: &str = "LB_VIP_INDEX";
+    /// Which `LB_VIP_INDEX` table is live (bit 0 of its one `u64`, mmapable).
+    pub const VIP_GEN: &str = "LB_VIP_GEN";
+    /// Each `LB_VIP_INDEX` table's seed and nat port range (mmapable).
+    pub const VIP_HDR: &str = "LB_VIP_HDR";
     pub const MAGLEV: &str = "LB_MAGLEV";
     pub const MAGLEV_GEN: &str = "LB_MAGLEV_GEN";
     pub const BACKENDS: &str = "LB_BACKENDS";
@@ -89,6 +114,8 @@ pub mod map_names {
     pub const EVENTS: &str = "LB_EVENTS";
     /// nat per-source fairness buckets (not state worth keeping: never pinned).
     pub const SOURCES: &str = "LB_SOURCES";
+    /// Each CPU's cache of settled flows (not state: never pinned nor read by the agent).
+    pub const FLOW_CACHE: &str = "LB_FLOW_CACHE";
     /// The data plane's per-CPU clock cache (not state: never pinned nor read by the agent).
     pub const CLOCK: &str = "LB_CLOCK";
     /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.

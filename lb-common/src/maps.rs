@@ -6,9 +6,10 @@
 
 use core::mem::size_of;
 
-/// `LB_SERVICES` key: one virtual service.
+/// A virtual service's identity (VIP address, port, protocol, family): the key the
+/// `LB_VIP_INDEX` slots hold.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VipKey {
     /// VIP address, network order.
     pub addr: [u32; 4],
@@ -24,7 +25,7 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 /// Service flag: full NAT forwarding (absent: L2 direct server return).
 pub const SERVICE_F_NAT: u32 = 1 << 0;
 
-/// `LB_SERVICES` value.
+/// A service's parameters, held in its `LB_VIP_INDEX` slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServiceMeta {
@@ -48,6 +49,65 @@ pub struct ServiceMeta {
     pub source_burst: u32,
 }
 const _: () = assert!(size_of::<ServiceMeta>() == 88);
+
+/// `LB_VIP_INDEX` slot kind: free. Ways of a bucket fill from 0, so the first free
+/// way ends a search.
+pub const VIP_SLOT_EMPTY: u32 = 0;
+/// `LB_VIP_INDEX` slot kind: a service (`vip` is its key, `meta` its parameters).
+pub const VIP_SLOT_SERVICE: u32 = 1;
+/// `LB_VIP_INDEX` slot kind: a nat source address (`vip` is [`snat_key`]; `meta` unused).
+/// Only a packet to one of these may be a nat reply worth an `LB_NAT` lookup.
+pub const VIP_SLOT_SNAT: u32 = 2;
+
+/// `LB_VIP_INDEX` value: one way of one bucket of one of the two tables.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipSlot {
+    pub vip: VipKey,
+    /// `VIP_SLOT_*`.
+    pub kind: u32,
+    pub meta: ServiceMeta,
+}
+const _: () = assert!(size_of::<VipSlot>() == 112);
+
+/// `LB_VIP_HDR` value, one per table: how to find a key in it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipIndexHeader {
+    /// Seed of [`crate::hash::vip_hash`] for this table, chosen by the agent so that
+    /// no bucket holds more than `VIP_INDEX_WAYS` keys.
+    pub seed: u32,
+    /// Host order: the lowest and highest source port of every nat service together. A
+    /// packet to no VIP whose destination port lies outside is no nat reply (no map
+    /// read). `min > max`: no nat service.
+    pub nat_port_min: u16,
+    pub nat_port_max: u16,
+}
+const _: () = assert!(size_of::<VipIndexHeader>() == 8);
+
+/// The `LB_VIP_INDEX` key of a nat source address (port and protocol 0: no service
+/// has them).
+#[inline(always)]
+pub const fn snat_key(addr: [u32; 4], family: u8) -> VipKey {
+    VipKey {
+        addr,
+        port: 0,
+        proto: 0,
+        family,
+    }
+}
+
+/// Whether two VIP keys are equal, word by word (no `memcmp` in BPF).
+#[inline(always)]
+pub fn same_vip(a: &VipKey, b: &VipKey) -> bool {
+    (a.addr[0] == b.addr[0])
+        & (a.addr[1] == b.addr[1])
+        & (a.addr[2] == b.addr[2])
+        & (a.addr[3] == b.addr[3])
+        & (a.port == b.port)
+        & (a.proto == b.proto)
+        & (a.family == b.family)
+}
 
 /// Source addresses a nat service can allocate (address, port) pairs from.
 pub const MAX_SNAT_ADDRS: usize = 4;
@@ -168,6 +228,25 @@ pub struct FlowValue {
     pub last_seen_ns: u64,
 }
 const _: () = assert!(size_of::<FlowValue>() == 24);
+
+/// `LB_FLOW_CACHE` value (per CPU): a settled flow as this CPU last saw it in
+/// `LB_FLOWS`, valid only during tick `tick` (see lb-ebpf's `cache`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowCacheEntry {
+    pub key: FlowKey,
+    /// The pinned backend; `NO_BACKEND` (0): the slot holds nothing.
+    pub backend_id: u32,
+    /// The tick (low 32 bits of `jiffies`) in which this CPU read or wrote the flow's
+    /// `LB_FLOWS` entry.
+    pub tick: u32,
+    /// nat: the flow's source port (network order) and address index, as in `FlowValue`.
+    pub nat_port: u16,
+    pub nat_addr: u8,
+    pub _pad: u8,
+    pub _pad2: u32,
+}
+const _: () = assert!(size_of::<FlowCacheEntry>() == 56);
 
 /// `LB_NAT` value, keyed by the reply's 5-tuple (`backend:port -> snat:nat_port`):
 /// what to write back so the client sees the VIP.
@@ -510,6 +589,8 @@ mod pod {
     use super::*;
     unsafe impl aya::Pod for VipKey {}
     unsafe impl aya::Pod for ServiceMeta {}
+    unsafe impl aya::Pod for VipSlot {}
+    unsafe impl aya::Pod for VipIndexHeader {}
     unsafe impl aya::Pod for Backend {}
     unsafe impl aya::Pod for FlowKey {}
     unsafe impl aya::Pod for FlowValue {}
@@ -517,6 +598,7 @@ mod pod {
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}
+    unsafe impl aya::Pod for FlowCacheEntry {}
     unsafe impl aya::Pod for DataplaneConfig {}
     unsafe impl aya::Pod for SourceKey {}
     unsafe impl aya::Pod for SourceBucket {}

@@ -20,6 +20,13 @@ pub struct Now {
     pub tick: u32,
 }
 
+/// The current tick (low 32 bits of `jiffies`), as in [`Now::tick`].
+#[inline(always)]
+pub fn tick() -> u32 {
+    // SAFETY: a helper without preconditions.
+    unsafe { bpf_jiffies64() as u32 }
+}
+
 /// Reads the flow clock.
 #[inline(always)]
 pub fn now() -> Now {

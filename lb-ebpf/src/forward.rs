@@ -1,5 +1,7 @@
-//! The VIP path: pin the flow to a backend (flow table, else Maglev), account it, watch
-//! the TCP handshake for passive signals, then hand the packet to dsr or nat.
+//! The VIP path: a settled flow this CPU cached in this tick goes straight to its backend
+//! (`cache`); any other packet pins the flow to a backend (flow table, else Maglev),
+//! accounts it, watches the TCP handshake for passive signals, and refreshes the cache;
+//! then dsr or nat forwards it.
 
 use lb_common::{
     counters::{
@@ -15,7 +17,7 @@ use lb_common::{
 };
 
 use crate::{
-    Verdict,
+    Verdict, cache,
     clock::{self, Now},
     counters::{self, count},
     dsr, events, flow,
@@ -42,6 +44,12 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
+    // The cache needs only the tick (an inlined `jiffies` read), not the clock's ns.
+    if needs_no_flow_state(pkt, l4, use_nat) {
+        if let Some(v) = from_cache(pkt, l4, svc, use_nat, clock::tick(), end) {
+            return v;
+        }
+    }
     let now = clock::now();
     // A SYN most likely opens a flow: read its Maglev slot before the flow-table lookup,
     // so that the slot's cache miss overlaps the lookup's instead of following it.
@@ -99,6 +107,61 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     }
 }
 
+/// Whether the packet may be forwarded from the CPU's flow cache: it changes no flow
+/// state (TCP without SYN, FIN or RST: no handshake or close to note; UDP in dsr; nat
+/// UDP is noted after a reply, so it always goes through `LB_FLOWS`).
+#[inline(always)]
+fn needs_no_flow_state(pkt: &Packet, l4: L4, use_nat: bool) -> bool {
+    if pkt.is_tcp() {
+        l4.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST) == 0
+    } else {
+        !use_nat
+    }
+}
+
+/// After a packet of a pinned flow kept its backend: caches the flow if it is settled
+/// and the packet needed no flow state, else drops it from the cache (a SYN that
+/// restarted the handshake, a close, a wait for the client).
+#[inline(always)]
+fn settle(pkt: &Packet, f: &FlowValue, b: &Backend, l4: L4, use_nat: bool, src: Source, tick: u32) {
+    if f.flags == 0 && b.flags & BACKEND_F_SERVING != 0 && needs_no_flow_state(pkt, l4, use_nat) {
+        cache::fill(&pkt.key, f.backend_id, tick, src);
+    } else {
+        cache::forget(&pkt.key);
+    }
+}
+
+/// A packet of a flow this CPU cached in this tick, while its backend is in traffic:
+/// forwarded without `LB_FLOWS` (see `cache`).
+#[inline(always)]
+fn from_cache(
+    pkt: &Packet,
+    l4: L4,
+    svc: &ServiceMeta,
+    use_nat: bool,
+    tick: u32,
+    end: usize,
+) -> Option<Verdict> {
+    let hit = cache::hit(&pkt.key, tick)?;
+    let id = hit.backend_id;
+    let b = flow::any_backend(id)?;
+    if b.flags & (BACKEND_F_LIVE | BACKEND_F_SERVING) != BACKEND_F_LIVE | BACKEND_F_SERVING {
+        return None;
+    }
+    let src = Source {
+        addr: hit.nat_addr,
+        port: hit.nat_port,
+    };
+    count(FLOW_HIT);
+    counters::service_packet(svc.service_id, pkt.len, false);
+    counters::backend_packet(id, pkt.len, false);
+    Some(if use_nat {
+        nat::forward(pkt, l4, svc, b, src, end)
+    } else {
+        dsr::forward(pkt, b)
+    })
+}
+
 /// (backend id, backend, nat source or [`NEEDS_SOURCE`], whether the flow is new)
 type Choice = (u32, &'static Backend, Source, bool);
 
@@ -147,6 +210,7 @@ fn pinned(
         let restarted = tcp && handshake_forward(f, svc.service_id, use_nat, syn, l4, now);
         flow::touch(f, now.ns);
         if !use_nat {
+            settle(pkt, f, b, l4, false, NO_SOURCE, now.tick);
             return Ok((id, b, NO_SOURCE, false));
         }
         let src = Source {
@@ -174,7 +238,12 @@ fn pinned(
             kept = nat::ensure(&pkt.key, svc, b, id, src, state, mac);
             f.nat_tick = now.tick;
         }
-        return Ok((id, b, if kept { src } else { NEEDS_SOURCE }, false));
+        if kept {
+            settle(pkt, f, b, l4, true, src, now.tick);
+            return Ok((id, b, src, false));
+        }
+        cache::forget(&pkt.key);
+        return Ok((id, b, NEEDS_SOURCE, false));
     }
 
     let (new_id, b) = choose(pkt, svc, use_nat, None)?;
@@ -188,6 +257,7 @@ fn pinned(
         }
     }
     count(FLOW_REHASH);
+    cache::forget(&pkt.key);
     f.backend_id = new_id;
     f.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
     f.nat_port = 0;
@@ -248,9 +318,9 @@ fn open(
     Ok((id, b, NEEDS_SOURCE, true))
 }
 
-/// Pins a new flow to `backend_id` (nat: from `src`).
+/// A new flow's entry: pinned to `backend_id` (nat: from `src`).
 #[inline(always)]
-fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now) {
+fn new_flow(backend_id: u32, syn: bool, src: Source, now: Now) -> FlowValue {
     // Zeroed whole, then filled: an aligned 24-byte clear, not a call to `memset`
     // for the unaligned padding.
     // SAFETY: FlowValue is plain integers; all-zero is a valid value.
@@ -261,7 +331,15 @@ fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now) {
     value.nat_addr = src.addr;
     value.nat_tick = now.tick;
     value.last_seen_ns = now.ns;
-    flow::insert(&pkt.key, &value);
+    value
+}
+
+/// Pins a new flow to `backend_id` (nat: from `src`).
+#[inline(always)]
+fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now) {
+    flow::insert(&pkt.key, &new_flow(backend_id, syn, src, now));
+    // A copy this CPU may still hold of an evicted entry must not outlive the new one.
+    cache::forget(&pkt.key);
     count(FLOW_NEW);
 }
 

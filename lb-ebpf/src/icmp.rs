@@ -51,11 +51,12 @@ use crate::{
     counters::count,
     events, flow,
     icmp_nat::{self, Target},
-    maps::{LB_NAT, LB_SERVICES},
+    maps::LB_NAT,
     nat::client_key,
     parse::{ETH_SRC, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     pkt::ptr_at,
     rewrite::retarget_l2,
+    vip,
 };
 
 const ICMP_DEST_UNREACH: u8 = 3;
@@ -125,11 +126,8 @@ pub fn handle(icmp: &Icmp, end: usize) -> Verdict {
         proto: q.key.proto,
         family: q.key.family,
     };
-    match LB_SERVICES.get_ptr(&vip) {
-        // SAFETY: hash map values live until an RCU grace period after their removal.
-        Some(svc) if unsafe { (*svc).flags } & SERVICE_F_NAT != 0 => {
-            client_side(icmp, kind, &q, unsafe { &*svc }, end)
-        }
+    match vip::service(&vip) {
+        Some(svc) if svc.flags & SERVICE_F_NAT != 0 => client_side(icmp, kind, &q, svc, end),
         // dsr: the backend answers the client directly, so lb never carries the
         // packets an error could be about in that direction; nothing to translate.
         _ => Verdict::pass(PASS_NOT_VIP),

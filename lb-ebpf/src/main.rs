@@ -1,7 +1,7 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor).
 //!
-//! Layout: [`parse`] headers, [`validate`] what a VIP packet must pass, [`forward`] the
+//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`forward`] the
 //! VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
@@ -13,6 +13,7 @@
 // more copy on a 512-byte BPF stack.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod cache;
 mod clock;
 mod counters;
 mod dsr;
@@ -26,20 +27,21 @@ mod nat;
 mod parse;
 mod pkt;
 mod rewrite;
-mod validate;
 mod source;
+mod validate;
+mod vip;
 
+use crate::{
+    parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
+    pkt::ptr_at,
+    vip::Dest,
+};
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
     macros::xdp,
     programs::XdpContext,
 };
-use lb_common::maps::VipKey;
-use crate::{
-    maps::LB_SERVICES,
-    parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
-    pkt::ptr_at,
-};
+use lb_common::counters::{PASS_MALFORMED, PASS_NOT_VIP};
 
 /// What to do with a packet, and the one outcome counter it increments.
 #[derive(Clone, Copy)]
@@ -82,26 +84,18 @@ fn balance(ctx: &XdpContext) -> Verdict {
     match parse::parse(ctx) {
         Parsed::Pass(counter) => Verdict::pass(counter),
         Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
-        Parsed::Flow(pkt) => {
-            let vip = VipKey {
-                addr: pkt.key.dst,
-                port: pkt.key.dport,
-                proto: pkt.key.proto,
-                family: pkt.key.family,
-            };
-            match LB_SERVICES.get_ptr(&vip) {
-                Some(svc) => {
-                    // SAFETY: hash map values live until an RCU grace period after
-                    // their removal, longer than this program run.
-                    let svc = unsafe { &*svc };
-                    match validate::to_vip(&pkt, end) {
-                        Ok(l4) => forward::to_service(&pkt, l4, svc, end),
-                        Err(refused) => refused,
-                    }
-                }
-                None => nat::reply(&pkt, end),
-            }
-        }
+        Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
+            Dest::Service(svc) => match validate::to_vip(&pkt, end) {
+                Ok(l4) => forward::to_service(&pkt, l4, svc, end),
+                Err(refused) => refused,
+            },
+            Dest::NatCandidate => nat::reply(&pkt, end),
+            // The same outcome `nat::reply` gives a packet it finds no entry for.
+            Dest::Other => match pkt.l4(end) {
+                Some(_) => Verdict::pass(PASS_NOT_VIP),
+                None => Verdict::pass(PASS_MALFORMED),
+            },
+        },
     }
 }
 

@@ -1,22 +1,44 @@
 //! Every BPF map of the data plane, declared as BTF maps under the names in `lb_common::map_names`.
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    btf_maps::{Array, LruHashMap, PerCpuArray, RingBuf},
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAGLEV_BLOCKS,
-    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, SOURCE_TABLE_SIZE, counters,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, FLOW_TABLE_SIZE,
+    MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, SOURCE_TABLE_SIZE,
+    VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
     events::PassiveEvent,
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
-        ServiceStats, SourceBucket, SourceKey, TickClock, VipKey,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
+        ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
 };
 
-/// VIP (address, port, protocol, family) -> service.
+/// Services and nat source addresses: two tables (see `LB_VIP_GEN`) of
+/// `VIP_INDEX_BUCKETS` buckets of `VIP_INDEX_WAYS` slots; a key lives in bucket
+/// `vip_hash(key, seed) % VIP_INDEX_BUCKETS` (seed in `LB_VIP_HDR`). An array, not a
+/// hash map: the verifier inlines its lookups (no call into the kernel's hash table).
+/// The agent writes the table that is not live through `mmap`, then flips
+/// `LB_VIP_GEN`, as for `LB_MAGLEV`.
 #[btf_map]
-pub static LB_SERVICES: HashMap<VipKey, ServiceMeta, { MAX_SERVICES as usize }> = HashMap::new();
+pub static LB_VIP_INDEX: Array<
+    VipSlot,
+    { (VIP_INDEX_TABLES * VIP_INDEX_SLOTS) as usize },
+    { BPF_F_MMAPABLE as usize },
+> = Array::new();
+
+/// Which `LB_VIP_INDEX` table (and `LB_VIP_HDR` entry) is live: bit 0.
+#[btf_map]
+pub static LB_VIP_GEN: Array<u64, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
+
+/// Each `LB_VIP_INDEX` table's hash seed and nat port range.
+#[btf_map]
+pub static LB_VIP_HDR: Array<
+    VipIndexHeader,
+    { VIP_INDEX_TABLES as usize },
+    { BPF_F_MMAPABLE as usize },
+> = Array::new();
 
 /// Every service's two Maglev tables (slot -> backend id, `NO_BACKEND` = 0 for none),
 /// 16 slots per value, at `lb_common::maglev_block_index(service, generation, slot)`.
@@ -47,6 +69,12 @@ pub static LB_FLOWS: LruHashMap<
     { FLOW_TABLE_SIZE as usize },
     { BPF_F_NO_COMMON_LRU as usize },
 > = LruHashMap::new();
+
+/// Each CPU's cache of settled flows in front of `LB_FLOWS` (see `cache`): a per-CPU
+/// array, so the verifier inlines its lookup and no CPU contends for it.
+#[btf_map]
+pub static LB_FLOW_CACHE: PerCpuArray<FlowCacheEntry, { FLOW_CACHE_SLOTS as usize }> =
+    PerCpuArray::new();
 
 /// nat: reply 5-tuple (`backend:port -> snat:nat_port`) -> what the client must see.
 /// One shared LRU list, so a reply handled on another CPU finds the entry.

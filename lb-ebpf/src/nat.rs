@@ -19,10 +19,9 @@ use lb_common::{
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
     maps::{
-        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey,
-        MAX_SNAT_ADDRS, NAT_S_ACKED, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND,
-        NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable,
-        nat_seconds,
+        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, MAX_SNAT_ADDRS,
+        NAT_S_ACKED, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
+        NAT_S_REPLIED, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
     },
 };
 
@@ -69,7 +68,12 @@ fn snat_count(svc: &ServiceMeta) -> u32 {
 
 /// The reply 5-tuple of a flow translated to `backend` from `src`.
 #[inline(always)]
-pub(crate) fn reply_key(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) -> FlowKey {
+pub(crate) fn reply_key(
+    client: &FlowKey,
+    svc: &ServiceMeta,
+    backend: &Backend,
+    src: Source,
+) -> FlowKey {
     FlowKey {
         src: key_addr(&backend.addr, client.family),
         dst: key_addr(snat_addr(svc, src), client.family),

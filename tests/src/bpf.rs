@@ -3,20 +3,22 @@
 //!
 //! Every `Lb` is an independent load (fresh maps), so tests can run in parallel.
 
-use std::net::IpAddr;
+use std::{collections::BTreeMap, net::IpAddr};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
+use lb_agent::dataplane::vip_index;
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, MaglevBlock, counters,
     events::PassiveEvent,
+    hash::flow_cache_slot,
     maglev_block_index, map_names,
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowKey, FlowValue, NatValue, ServiceMeta,
-        ServiceStats, VipKey,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
+        ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
 };
 
@@ -78,6 +80,9 @@ pub struct Run {
 /// One load of the XDP object with its programs ready to test-run.
 pub struct Lb {
     ebpf: Ebpf,
+    /// The services added, and the VIP index table last written for them.
+    services: BTreeMap<VipKey, ServiceMeta>,
+    vip_table: Option<vip_index::Layout>,
 }
 
 impl Lb {
@@ -100,7 +105,11 @@ impl Lb {
                 panic!("loading {name} failed (verifier): {}", verifier_log(&e));
             }
         }
-        Lb { ebpf }
+        Lb {
+            ebpf,
+            services: BTreeMap::new(),
+            vip_table: None,
+        }
     }
 
     /// Runs program `name` once on `packet`.
@@ -164,17 +173,42 @@ impl Lb {
         map.set(0, &value, 0).expect("writing LB_CONFIG");
     }
 
+    /// Adds a service: lays out the VIP index as the agent does (`vip_index::build`) and
+    /// writes table 0 (live: `LB_VIP_GEN` stays 0) slot by slot where it changed.
     pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {
-        let mut map: HashMap<_, VipKey, ServiceMeta> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::SERVICES).expect("LB_SERVICES"))
-                .expect("LB_SERVICES type");
         let key = VipKey {
             addr: addr_words(vip),
             port: port.to_be(),
             proto,
             family: family(vip),
         };
-        map.insert(&key, &meta, 0).expect("inserting a service");
+        self.services.insert(key, meta);
+        let prefer = self.vip_table.as_ref().map_or(0, |t| t.header.seed);
+        let table = vip_index::build(&self.services, prefer).expect("a VIP index seed fits");
+        let mut slots: Array<_, VipSlot> = Array::try_from(
+            self.ebpf
+                .map_mut(map_names::VIP_INDEX)
+                .expect("LB_VIP_INDEX"),
+        )
+        .expect("LB_VIP_INDEX type");
+        for (i, slot) in table.slots.iter().enumerate() {
+            let before = self
+                .vip_table
+                .as_ref()
+                .map_or(VipSlot::default(), |t| t.slots[i]);
+            if *slot != before {
+                slots
+                    .set(i as u32, slot, 0)
+                    .expect("writing a VIP index slot");
+            }
+        }
+        let mut headers: Array<_, VipIndexHeader> =
+            Array::try_from(self.ebpf.map_mut(map_names::VIP_HDR).expect("LB_VIP_HDR"))
+                .expect("LB_VIP_HDR type");
+        headers
+            .set(0, table.header, 0)
+            .expect("writing the VIP index header");
+        self.vip_table = Some(table);
     }
 
     pub fn set_backend(&mut self, id: u32, backend: Backend) {
@@ -314,7 +348,53 @@ impl Lb {
         let mut map: HashMap<_, FlowKey, FlowValue> =
             HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
                 .expect("LB_FLOWS type");
-        map.insert(key, &value, 0).expect("writing into LB_FLOWS");
+        map.insert(key, value, 0).expect("writing into LB_FLOWS");
+        // As for any writer of LB_FLOWS outside the program: the CPUs' cached copies of
+        // the flow must go (their slot is emptied on every CPU).
+        self.clear_cache_slot(key);
+    }
+
+    /// Removes a flow entry behind the flow caches' back (an eviction).
+    pub fn remove_flow(&mut self, key: &FlowKey) {
+        let mut map: HashMap<_, FlowKey, FlowValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
+                .expect("LB_FLOWS type");
+        map.remove(key).expect("removing from LB_FLOWS");
+    }
+
+    /// Empties `key`'s slot of `LB_FLOW_CACHE` on every CPU.
+    pub fn clear_cache_slot(&mut self, key: &FlowKey) {
+        let mut map: PerCpuArray<_, FlowCacheEntry> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut(map_names::FLOW_CACHE)
+                .expect("LB_FLOW_CACHE"),
+        )
+        .expect("LB_FLOW_CACHE type");
+        let cpus = aya::util::nr_cpus().expect("number of CPUs");
+        let empty =
+            PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus]).expect("per-CPU values");
+        map.set(flow_cache_slot(key), empty, 0)
+            .expect("writing LB_FLOW_CACHE");
+    }
+
+    /// CPU `cpu`'s cache slot for `key`, if it holds that flow (valid or not).
+    pub fn cached_flow(&self, cpu: usize, key: &FlowKey) -> Option<FlowCacheEntry> {
+        let map: PerCpuArray<_, FlowCacheEntry> =
+            PerCpuArray::try_from(self.ebpf.map(map_names::FLOW_CACHE).expect("LB_FLOW_CACHE"))
+                .expect("LB_FLOW_CACHE type");
+        let values = map
+            .get(&flow_cache_slot(key), 0)
+            .expect("reading LB_FLOW_CACHE");
+        let e = values[cpu];
+        (e.key == *key && e.backend_id != 0).then_some(e)
+    }
+
+    /// The flow clock's tick (`jiffies`) CPU `cpu` last read.
+    pub fn clock_jiffies(&self, cpu: usize) -> u64 {
+        let map: PerCpuArray<_, TickClock> =
+            PerCpuArray::try_from(self.ebpf.map(map_names::CLOCK).expect("LB_CLOCK"))
+                .expect("LB_CLOCK type");
+        map.get(&0, 0).expect("reading LB_CLOCK")[cpu].jiffies
     }
 
     pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {

@@ -8,8 +8,10 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`] (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`] (files under `bpf_fixtures/`).
 
+#[path = "bpf_fixtures/cache.rs"]
+mod cache;
 #[path = "bpf_fixtures/dsr.rs"]
 mod dsr;
 #[path = "bpf_fixtures/fixture.rs"]
@@ -28,6 +30,8 @@ mod nat;
 mod nat_ports;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
+#[path = "bpf_fixtures/vips.rs"]
+mod vips;
 #[path = "bpf_fixtures/world.rs"]
 mod world;
 

@@ -3,7 +3,7 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf},
+    maps::{Array, Map, MapData, PerCpuArray, RingBuf},
     programs::Xdp,
 };
 use lb_common::{
@@ -21,6 +21,7 @@ use super::{
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
     staging::Staging,
+    vip_index,
 };
 
 /// The loaded and attached XDP program with every map handle.
@@ -29,7 +30,7 @@ pub struct BpfDataplane {
     ebpf: Ebpf,
     /// Where the program is attached, once it is.
     attached: Option<Attachment>,
-    services: HashMap<MapData, VipKey, ServiceMeta>,
+    vips: vip_index::VipIndex,
     maglev: maglev_table::MaglevTables,
     backends: Array<MapData, Backend>,
     counters: PerCpuArray<MapData, u64>,
@@ -43,7 +44,7 @@ pub struct BpfDataplane {
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
-const ALL_MAPS: [&str; 10] = previous::ADOPTED_MAPS;
+const ALL_MAPS: [&str; 12] = previous::ADOPTED_MAPS;
 
 /// Where and how the program is attached.
 #[derive(Clone, Debug)]
@@ -122,7 +123,11 @@ impl BpfDataplane {
         })?;
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         Ok(Self {
-            services: take(&mut ebpf, map_names::SERVICES)?,
+            vips: vip_index::VipIndex::new(
+                take_array(&mut ebpf, map_names::VIP_INDEX)?,
+                take_array(&mut ebpf, map_names::VIP_GEN)?,
+                take_array(&mut ebpf, map_names::VIP_HDR)?,
+            )?,
             maglev: maglev_table::MaglevTables::new(
                 take_array(&mut ebpf, map_names::MAGLEV)?,
                 take_array(&mut ebpf, map_names::MAGLEV_GEN)?,
@@ -293,10 +298,7 @@ impl BpfDataplane {
 
     /// What is published in the maps now (non-empty after adopting a previous program).
     pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
-        let mut services = Vec::new();
-        for item in self.services.iter() {
-            services.push(item.map_err(map_err(map_names::SERVICES))?);
-        }
+        let services = self.vips.services().iter().map(|(k, m)| (*k, *m)).collect();
         let mut backends = Vec::new();
         for id in 1..lb_common::MAX_BACKENDS {
             let b = self
@@ -393,16 +395,11 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError
 
 impl Dataplane for BpfDataplane {
     fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
-        self.services
-            .insert(vip, meta, 0)
-            .map_err(map_err(map_names::SERVICES))
+        self.vips.upsert(vip, meta)
     }
 
     fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
-        match self.services.remove(vip) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err(map_names::SERVICES)(e)),
-        }
+        self.vips.remove(vip)?;
         // An all-empty table: stray packets for a re-used id find no backend.
         self.publish_table(
             service_id,

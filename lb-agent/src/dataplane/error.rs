@@ -87,6 +87,8 @@ pub enum DataplaneError {
         #[source]
         source: io::Error,
     },
+    #[error("no VIP index seed fits {services} services and their nat source addresses")]
+    VipIndexFull { services: usize },
     #[error("Maglev table for service {service_id} has {len} slots, expected {expected}")]
     TableSize {
         service_id: u32,

@@ -16,7 +16,6 @@
 //! sub-millisecond budget from verdict to maps written.
 
 use std::{
-    os::fd::{AsFd, AsRawFd},
     ptr,
     sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
@@ -25,7 +24,7 @@ use std::{
 use aya::maps::MapData;
 use lb_common::{MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MAX_SERVICES, MaglevBlock, maglev_block_index};
 
-use super::DataplaneError;
+use super::{DataplaneError, mapping::Mapping};
 
 /// Minimum time between a flip and the next write into the table it retired. A packet
 /// holds the generation it read for the few nanoseconds until it reads its slot, in
@@ -34,49 +33,6 @@ use super::DataplaneError;
 /// slot of a newer table (aligned stores are atomic): a valid backend id, or
 /// `NO_BACKEND` (dropped and counted) — never a torn value.
 pub const GRACE: Duration = Duration::from_micros(100);
-
-/// A shared read-write mapping of an mmapable BPF array, unmapped on drop.
-struct Mapping {
-    addr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; all writes go through `&mut self` methods
-// of the owner and the generation words are accessed atomically.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn new(map: &MapData, bytes: usize, name: &'static str) -> Result<Self, DataplaneError> {
-        let len = bytes.next_multiple_of(page_size());
-        // SAFETY: mapping an mmapable BPF array of at least `bytes` bytes; the fd is
-        // valid for the duration of the call and the mapping outlives it.
-        let addr = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(DataplaneError::Io {
-                what: name,
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(Self { addr, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the region mapped in `new`.
-        unsafe { libc::munmap(self.addr, self.len) };
-    }
-}
 
 /// `LB_MAGLEV` and `LB_MAGLEV_GEN`, mapped into the agent.
 pub(super) struct MaglevTables {
@@ -187,10 +143,4 @@ impl MaglevTables {
 /// Offset in `u32`s of slot 0 of a table in the mapping.
 fn table_offset(service_id: u32, generation: u64) -> usize {
     maglev_block_index(service_id, generation, 0) as usize * size_of::<MaglevBlock>() / 4
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(4096)
 }

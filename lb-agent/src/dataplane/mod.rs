@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod link_watch;
 mod maglev_table;
+mod mapping;
 pub mod memory;
 pub mod netlink;
 pub mod owner;
@@ -18,6 +19,7 @@ pub mod pin;
 pub mod previous;
 mod staging;
 mod sys;
+pub mod vip_index;
 
 pub use attach::{AttachMode, detach, if_index};
 pub use batch::PerCpuBatchReader;

@@ -17,8 +17,10 @@ use super::{
 const KERNEL_NAME_LEN: usize = 15;
 
 /// Maps a new program takes over from the previous one (the clock cache is not state).
-pub const ADOPTED_MAPS: [&str; 10] = [
-    map_names::SERVICES,
+pub const ADOPTED_MAPS: [&str; 12] = [
+    map_names::VIP_INDEX,
+    map_names::VIP_GEN,
+    map_names::VIP_HDR,
     map_names::MAGLEV,
     map_names::MAGLEV_GEN,
     map_names::BACKENDS,

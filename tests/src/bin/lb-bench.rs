@@ -58,9 +58,12 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let out_dir = args.out;
+    // One CPU: the per-CPU structures (flow cache, clock) behave as under RSS.
+    lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+    let _spinner = args.busy.then(Spinner::start);
     let mut dp = BpfDataplane::load().context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
-    let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp)?;
+    let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp, args.vips)?;
     // As when attached: the program compares destination MACs with the interface's.
     let frame_dst_mac = Frame::tcp(dsr_vip.ip(), 1, dsr_vip.ip(), 1, 0).dst_mac;
     dp.set_interface_mac(frame_dst_mac)?;
@@ -78,6 +81,21 @@ fn main() -> anyhow::Result<()> {
             .payload(&[0u8; 64])
             .bytes()
     };
+    if args.full_table {
+        // Live flows from other clients until the table is full (LRU: later inserts
+        // evict the least recently used).
+        for i in 0..lb_common::FLOW_TABLE_SIZE as usize {
+            let src = IpAddr::from([10, 30 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+            let (action, _) = run_once(dp.program_mut()?, &tcp(src, 5000, dsr_vip, TCP_SYN))?;
+            if action != XDP_TX {
+                bail!("filling the flow table: action {action}");
+            }
+        }
+        println!(
+            "flow table filled with {} flows",
+            lb_common::FLOW_TABLE_SIZE
+        );
+    }
 
     // Established flows: the first call creates the flow, the measured ones hit it.
     let est_dsr = tcp(client, 40_000, dsr_vip, TCP_ACK);
@@ -179,9 +197,45 @@ fn main() -> anyhow::Result<()> {
         c[counters::FLOW_HIT as usize],
         c[counters::PASS_NOT_VIP as usize],
     );
+    if args.xdp_only {
+        return Ok(());
+    }
     let propagation = propagation_bench(&args.scale)?;
     write_report(&out_dir, &results, &propagation)?;
     Ok(())
+}
+
+/// A thread spinning on CPU 1 until dropped: the other CPU busy.
+struct Spinner {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let _ = lb_tests::cpu::pin_self(1);
+            let mut x = 0u64;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Verdict -> maps written, through the real agent on the real maps: `servers` nat
@@ -483,16 +537,31 @@ struct Args {
     out: PathBuf,
     /// Only the verdict -> maps benchmark (skips the XDP ns/packet cases).
     propagation_only: bool,
+    /// Only the XDP ns/packet cases (skips the verdict -> maps benchmark).
+    xdp_only: bool,
+    /// Services published (at least the dsr and nat ones measured; the others are
+    /// dsr services on other VIPs, so the VIP index holds this many keys).
+    vips: usize,
+    /// Fill the flow table (`FLOW_TABLE_SIZE` live flows) before measuring.
+    full_table: bool,
+    /// Keep the other CPU busy (a spinning thread pinned to CPU 1) while measuring;
+    /// the benchmark itself runs on CPU 0.
+    busy: bool,
     scale: Scale,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only] [--servers N] \
+    const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
+                         [--vips N] [--full-table] [--busy] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
         out: PathBuf::from("target/bench"),
         propagation_only: false,
+        xdp_only: false,
+        vips: 2,
+        full_table: false,
+        busy: false,
         scale: Scale::default(),
     };
     while let Some(a) = args.next() {
@@ -510,6 +579,10 @@ fn parse_args() -> anyhow::Result<Args> {
         match a.as_str() {
             "--out" => parsed.out = PathBuf::from(args.next().context("--out needs a directory")?),
             "--propagation-only" => parsed.propagation_only = true,
+            "--xdp-only" => parsed.xdp_only = true,
+            "--vips" => parsed.vips = number("--vips")?,
+            "--full-table" => parsed.full_table = true,
+            "--busy" => parsed.busy = true,
             "--servers" => parsed.scale.servers = number("--servers")?,
             "--services" => parsed.scale.services = number("--services")?,
             "--rounds" => parsed.scale.rounds = number("--rounds")?,
@@ -523,6 +596,9 @@ fn parse_args() -> anyhow::Result<Args> {
     if parsed.scale.services > 250 * 250 || parsed.scale.servers > 10 * 62_500 {
         bail!("at most 62,500 services and 625,000 servers");
     }
+    if !(2..=lb_common::MAX_SERVICES as usize).contains(&parsed.vips) {
+        bail!("--vips must be 2..={}", lb_common::MAX_SERVICES);
+    }
     std::fs::create_dir_all(&parsed.out)?;
     Ok(parsed)
 }
@@ -531,6 +607,7 @@ fn parse_args() -> anyhow::Result<Args> {
 fn publish(
     publisher: &mut Publisher,
     dp: &mut BpfDataplane,
+    vips: usize,
 ) -> anyhow::Result<(SocketAddr, SocketAddr, IpAddr)> {
     let dsr_vip: SocketAddr = "10.9.1.100:80".parse()?;
     let nat_vip: SocketAddr = "10.9.1.101:80".parse()?;
@@ -545,7 +622,7 @@ fn publish(
             })
             .collect()
     };
-    let services = [
+    let mut services = vec![
         DesiredService {
             name: "dsr".into(),
             vip: dsr_vip,
@@ -566,10 +643,32 @@ fn publish(
             backends: backends(8080),
         },
     ];
+    for i in 0..vips - 2 {
+        services.push(DesiredService {
+            name: format!("extra{i}"),
+            vip: SocketAddr::new(
+                IpAddr::from([10, 8, (i / 200) as u8, (i % 200) as u8 + 1]),
+                443,
+            ),
+            proto: IPPROTO_TCP,
+            nat: None,
+            backends: vec![DesiredBackend {
+                addr: SocketAddr::new(
+                    IpAddr::from([10, 7, (i / 200) as u8, (i % 200) as u8 + 1]),
+                    443,
+                ),
+                weight: 1,
+                mac: Some([2, 0, 0, 7, (i >> 8) as u8, i as u8]),
+                role: Role::Active,
+            }],
+        });
+    }
     let report = publisher.apply(&services, dp)?;
     println!(
-        "published 2 services, 6 backends, {} tables in {:?}",
-        report.tables_published, report.elapsed
+        "published {} services, {} tables in {:?}",
+        services.len(),
+        report.tables_published,
+        report.elapsed
     );
     Ok((dsr_vip, nat_vip, snat))
 }
