@@ -206,7 +206,7 @@ impl Lb {
             Array::try_from(self.ebpf.map_mut(map_names::VIP_HDR).expect("LB_VIP_HDR"))
                 .expect("LB_VIP_HDR type");
         headers
-            .set(0, table.header, 0)
+            .set(0, &table.header, 0)
             .expect("writing the VIP index header");
         self.vip_table = Some(table);
     }
@@ -348,7 +348,7 @@ impl Lb {
         let mut map: HashMap<_, FlowKey, FlowValue> =
             HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
                 .expect("LB_FLOWS type");
-        map.insert(key, value, 0).expect("writing into LB_FLOWS");
+        map.insert(key, &value, 0).expect("writing into LB_FLOWS");
         // As for any writer of LB_FLOWS outside the program: the CPUs' cached copies of
         // the flow must go (their slot is emptied on every CPU).
         self.clear_cache_slot(key);
@@ -372,7 +372,7 @@ impl Lb {
         .expect("LB_FLOW_CACHE type");
         let cpus = aya::util::nr_cpus().expect("number of CPUs");
         let empty =
-            PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus]).expect("per-CPU values");
+            PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus.get() as usize]).expect("per-CPU values");
         map.set(flow_cache_slot(key), empty, 0)
             .expect("writing LB_FLOW_CACHE");
     }
