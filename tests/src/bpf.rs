@@ -371,8 +371,8 @@ impl Lb {
         )
         .expect("LB_FLOW_CACHE type");
         let cpus = aya::util::nr_cpus().expect("number of CPUs");
-        let empty =
-            PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus.get() as usize]).expect("per-CPU values");
+        let empty = PerCpuValues::try_from(vec![FlowCacheEntry::default(); cpus.get() as usize])
+            .expect("per-CPU values");
         map.set(flow_cache_slot(key), empty, 0)
             .expect("writing LB_FLOW_CACHE");
     }
