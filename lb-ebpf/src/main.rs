@@ -26,6 +26,7 @@ mod maps;
 mod nat;
 mod parse;
 mod pkt;
+mod reduced;
 mod rewrite;
 mod source;
 mod validate;
