@@ -1,5 +1,6 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
-//! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor).
+//! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
+//! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only).
 //!
 //! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`forward`] the
 //! VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two

@@ -18,10 +18,12 @@ use lb_common::{
 };
 
 use crate::{
+    counters,
     maps::{LB_EVENTS, LB_FLOWS, LB_NAT},
     parse::{self, ETH_DST, ETH_HLEN, ETH_SRC, Packet, Parsed},
     pkt::ptr_at,
     rewrite,
+    vip::{self, Dest},
 };
 
 /// `BPF_NOEXIST`, as `nat` claims a reverse entry.
@@ -56,6 +58,22 @@ pub fn lbr_tx(_ctx: XdpContext) -> u32 {
 #[xdp]
 pub fn lbr_parse(ctx: XdpContext) -> u32 {
     reflect_after(&ctx, |_, _| true)
+}
+
+/// Parse + the VIP index lookup (`vip::dest`: hash, bucket read, nat port range);
+/// `XDP_DROP` unless the packet is for no service and no nat source address.
+#[xdp]
+pub fn lbr_vip(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| matches!(vip::dest(&pkt.key), Dest::Other))
+}
+
+/// Parse + one outcome counter (a per-CPU array increment).
+#[xdp]
+pub fn lbr_counter(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |_, _| {
+        counters::count(lb_common::counters::PASS_NOT_VIP);
+        true
+    })
 }
 
 /// Parse + `bpf_jiffies64` (the verifier inlines it).

@@ -170,6 +170,8 @@ fn main() -> anyhow::Result<()> {
             fixed("XDP_PASS only (lb_pass)", "lb_pass", XDP_PASS),
             fixed("XDP_TX only", "lbr_tx", XDP_TX),
             fixed("parse + MAC swap", "lbr_parse", XDP_TX),
+            fixed("+ VIP index miss", "lbr_vip", XDP_TX),
+            fixed("+ one outcome counter", "lbr_counter", XDP_TX),
             fixed("+ bpf_jiffies64", "lbr_jiffies", XDP_TX),
             fixed("+ bpf_ktime_get_ns", "lbr_ktime", XDP_TX),
             fixed("+ nat translate (2 csums)", "lbr_translate", XDP_TX),
@@ -235,10 +237,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Every reduced program loaded from the object (plus `lb_pass`).
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 13] = [
     "lb_pass",
     "lbr_tx",
     "lbr_parse",
+    "lbr_vip",
+    "lbr_counter",
     "lbr_jiffies",
     "lbr_ktime",
     "lbr_translate",
