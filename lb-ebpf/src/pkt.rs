@@ -23,6 +23,12 @@ pub fn ptr_at<const N: usize>(addr: usize, data_end: usize) -> Option<Hdr<N>> {
 }
 
 impl<const N: usize> Hdr<N> {
+    /// The header's first byte (its `N` bytes are bounds-checked).
+    #[inline(always)]
+    pub fn as_ptr(self) -> *mut u8 {
+        self.0
+    }
+
     /// The address of the header's first byte.
     #[inline(always)]
     pub fn addr(self) -> usize {
@@ -112,14 +118,28 @@ impl<const N: usize> Hdr<N> {
     #[inline(always)]
     pub fn mac<const OFF: usize>(self) -> [u8; 6] {
         const { assert!(OFF + 6 <= N) };
+        // Two scalar loads: a `[u8; 6]` copy compiles (LLVM 22) to a call of a byte-loop
+        // `memmove` subprogram.
         // SAFETY: the six bytes lie inside the checked header.
-        unsafe { ptr::read_unaligned(self.0.add(OFF).cast::<[u8; 6]>()) }
+        let (hi, lo) = unsafe {
+            (
+                ptr::read_unaligned(self.0.add(OFF).cast::<u32>()),
+                ptr::read_unaligned(self.0.add(OFF + 4).cast::<u16>()),
+            )
+        };
+        let (h, l) = (hi.to_ne_bytes(), lo.to_ne_bytes());
+        [h[0], h[1], h[2], h[3], l[0], l[1]]
     }
 
     #[inline(always)]
     pub fn set_mac<const OFF: usize>(self, v: &[u8; 6]) {
         const { assert!(OFF + 6 <= N) };
-        // SAFETY: as in `mac`.
-        unsafe { ptr::write_unaligned(self.0.add(OFF).cast::<[u8; 6]>(), *v) }
+        let hi = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]);
+        let lo = u16::from_ne_bytes([v[4], v[5]]);
+        // Two scalar stores, as in `mac`. SAFETY: as in `mac`.
+        unsafe {
+            ptr::write_unaligned(self.0.add(OFF).cast::<u32>(), hi);
+            ptr::write_unaligned(self.0.add(OFF + 4).cast::<u16>(), lo);
+        }
     }
 }

@@ -1,0 +1,325 @@
+//! `lb-components`: what each cost component of the XDP balancer costs on this kernel,
+//! measured with the reduced programs of `lb-ebpf/src/reduced.rs` next to the reflector
+//! floor, on the same packets, in the same run (BENCHMARKS.md §1, "Where the rest goes").
+//!
+//! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
+//! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
+//! and range of ns above the floor printed. `--full-table` fills `LB_FLOWS` and `LB_NAT`
+//! (262,144 live keys each) first, so inserts evict and misses walk full buckets.
+//! `--xlated FILE` instead writes `bpftool prog dump xlated` of the loaded `lb_xdp`.
+
+use std::net::IpAddr;
+
+use anyhow::{Context, bail};
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap, MapData, RingBuf},
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use lb_common::{
+    FLOW_TABLE_SIZE, NAT_TABLE_SIZE, REFLECT_PROGRAM_NAME, map_names,
+    maps::{DataplaneConfig, FlowKey, FlowValue, NatValue},
+};
+use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
+
+/// Calls per block; blocks alternate program / floor.
+const BLOCK: usize = 2_000;
+/// Blocks per case, round and side.
+const BLOCKS: usize = 10;
+/// Distinct keys per round for the miss and insert cases.
+const KEYS: usize = BLOCK * BLOCKS;
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+/// One measured case: a program, its packets, the action every call must return.
+struct Case {
+    name: &'static str,
+    program: &'static str,
+    packets: Vec<Vec<u8>>,
+    expect: u32,
+}
+
+/// Per case, per round: (program ns, floor ns).
+type Samples = Vec<Vec<(f64, f64)>>;
+
+fn main() -> anyhow::Result<()> {
+    let mut rounds = 7usize;
+    let mut full_table = false;
+    let mut xlated = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .context("--rounds needs a positive number")?
+            }
+            "--full-table" => full_table = true,
+            "--xlated" => xlated = Some(args.next().context("--xlated needs a file")?),
+            other => {
+                bail!(
+                    "unknown argument {other}; usage: lb-components [--rounds N] [--full-table] [--xlated FILE]"
+                )
+            }
+        }
+    }
+    lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+
+    let mut obj = Ebpf::load(lb_agent::EBPF_OBJECT).context("loading the object (root?)")?;
+    for name in PROGRAMS {
+        let p: &mut Xdp = obj
+            .program_mut(name)
+            .with_context(|| format!("no program {name}"))?
+            .try_into()?;
+        p.load()
+            .with_context(|| format!("verifier rejected {name}"))?;
+    }
+    if let Some(path) = xlated {
+        // What the verifier made of lb_xdp: inlined array lookups have no call.
+        let p = program(&mut obj, lb_common::PROGRAM_NAME)?;
+        p.load()?;
+        let id = p.info()?.id();
+        let out = std::process::Command::new("bpftool")
+            .args(["prog", "dump", "xlated", "id", &id.to_string()])
+            .output()
+            .context("running bpftool (apt-get install bpftool)")?;
+        if !out.status.success() {
+            bail!("bpftool: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::fs::write(&path, &out.stdout)?;
+        println!("lb_xdp as the verifier left it: {path}");
+        return Ok(());
+    }
+    let mut floor_obj = Ebpf::load(lb_agent::EBPF_OBJECT)?;
+    let floor: &mut Xdp = floor_obj
+        .program_mut(REFLECT_PROGRAM_NAME)
+        .context("no reflector")?
+        .try_into()?;
+    floor.load()?;
+
+    let frame = |src: IpAddr, sport: u16, flags: u8| {
+        Frame::tcp(src, sport, "10.0.0.100".parse().unwrap(), 80, flags)
+            .payload(&[0u8; 64])
+            .bytes()
+    };
+    let est = frame("10.9.0.1".parse()?, 40_000, TCP_ACK);
+    // As when attached: parse compares destination MACs with the interface's.
+    let mac = Frame::tcp("10.9.0.1".parse()?, 1, "10.9.0.1".parse()?, 1, 0).dst_mac;
+    let mut config: Array<_, DataplaneConfig> =
+        Array::try_from(obj.map_mut(map_names::CONFIG).context("no LB_CONFIG")?)?;
+    config.set(
+        0,
+        &DataplaneConfig {
+            mac,
+            ..DataplaneConfig::default()
+        },
+        0,
+    )?;
+    let mut flows: HashMap<MapData, FlowKey, FlowValue> =
+        HashMap::try_from(obj.take_map(map_names::FLOWS).context("no LB_FLOWS")?)?;
+    let mut nat: HashMap<MapData, FlowKey, NatValue> =
+        HashMap::try_from(obj.take_map(map_names::NAT).context("no LB_NAT")?)?;
+    let mut ring = RingBuf::try_from(obj.take_map(map_names::EVENTS).context("no LB_EVENTS")?)?;
+
+    // Distinct SYNs: `set` picks a /16 so the sets never overlap.
+    let distinct = |set: u8, n: usize| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                let src = IpAddr::from([10, set, (i >> 14) as u8, (i >> 6) as u8]);
+                frame(src, 1024 + (i & 0x3fff) as u16, TCP_SYN)
+            })
+            .collect()
+    };
+    if full_table {
+        for (program, size) in [
+            ("lbr_flow_insert", FLOW_TABLE_SIZE),
+            ("lbr_nat_insert", NAT_TABLE_SIZE),
+        ] {
+            for i in 0..size as usize {
+                let src = IpAddr::from([10, 100 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+                let action = run(&mut obj, program, &frame(src, 5000, TCP_SYN))?;
+                if action != XDP_TX {
+                    bail!("filling with {program}: action {action}");
+                }
+            }
+        }
+        println!("LB_FLOWS and LB_NAT filled ({FLOW_TABLE_SIZE} / {NAT_TABLE_SIZE} inserts)");
+    }
+
+    let fixed = |name, program, expect| Case {
+        name,
+        program,
+        packets: vec![est.clone()],
+        expect,
+    };
+    let mut samples: Samples = Vec::new();
+    let mut names = Vec::new();
+    for round in 0..rounds {
+        // The established packet's key in both tables (re-inserted after each clear).
+        for program in ["lbr_flow_insert", "lbr_nat_insert"] {
+            run(&mut obj, program, &est)?;
+        }
+        // Fresh keys every round; with a full table they evict, without one the
+        // insert cases' keys are removed again after the round.
+        let base = 20 + 2 * round as u8;
+        let cases = [
+            fixed("XDP_PASS only (lb_pass)", "lb_pass", XDP_PASS),
+            fixed("XDP_TX only", "lbr_tx", XDP_TX),
+            fixed("parse + MAC swap", "lbr_parse", XDP_TX),
+            fixed("+ VIP index miss", "lbr_vip", XDP_TX),
+            fixed("+ one outcome counter", "lbr_counter", XDP_TX),
+            fixed("+ bpf_jiffies64", "lbr_jiffies", XDP_TX),
+            fixed("+ bpf_ktime_get_ns", "lbr_ktime", XDP_TX),
+            fixed("+ nat translate (2 csums)", "lbr_translate", XDP_TX),
+            fixed("+ ring buffer output", "lbr_ring_output", XDP_TX),
+            fixed("+ LB_FLOWS lookup, hit", "lbr_flow_lookup", XDP_TX),
+            Case {
+                name: "+ LB_FLOWS lookup, miss",
+                program: "lbr_flow_lookup",
+                packets: distinct(base, KEYS),
+                expect: XDP_DROP,
+            },
+            Case {
+                name: "+ LB_FLOWS insert (new key)",
+                program: "lbr_flow_insert",
+                packets: distinct(base, KEYS),
+                expect: XDP_TX,
+            },
+            fixed("+ LB_NAT lookup, hit", "lbr_nat_lookup", XDP_TX),
+            Case {
+                name: "+ LB_NAT insert NOEXIST (new key)",
+                program: "lbr_nat_insert",
+                packets: distinct(base + 1, KEYS),
+                expect: XDP_TX,
+            },
+        ];
+        for (i, case) in cases.iter().enumerate() {
+            let m = measure(case, &mut obj, floor, &mut ring)?;
+            if round == 0 {
+                names.push(case.name);
+                samples.push(Vec::new());
+            }
+            samples[i].push(m);
+        }
+        if !full_table {
+            clear(&mut flows)?;
+            clear(&mut nat)?;
+        }
+    }
+
+    println!(
+        "{} rounds{}; ns per call above the reflector floor in the same case (median, range), and the ratio to the floor",
+        rounds,
+        if full_table { ", full tables" } else { "" }
+    );
+    for (name, s) in names.iter().zip(&samples) {
+        let mut extra: Vec<f64> = s.iter().map(|(p, f)| p - f).collect();
+        let mut ratio: Vec<f64> = s.iter().map(|(p, f)| p / f).collect();
+        let mut floors: Vec<f64> = s.iter().map(|(_, f)| *f).collect();
+        extra.sort_by(f64::total_cmp);
+        ratio.sort_by(f64::total_cmp);
+        floors.sort_by(f64::total_cmp);
+        let mid = extra.len() / 2;
+        println!(
+            "{name:<36} {:>+7.1} ns ({:+.1}..{:+.1})   {:.2}x   floor {:.1}",
+            extra[mid],
+            extra[0],
+            extra[extra.len() - 1],
+            ratio[mid],
+            floors[mid],
+        );
+    }
+    Ok(())
+}
+
+/// Every reduced program loaded from the object (plus `lb_pass`).
+const PROGRAMS: [&str; 13] = [
+    "lb_pass",
+    "lbr_tx",
+    "lbr_parse",
+    "lbr_vip",
+    "lbr_counter",
+    "lbr_jiffies",
+    "lbr_ktime",
+    "lbr_translate",
+    "lbr_ring_output",
+    "lbr_flow_lookup",
+    "lbr_flow_insert",
+    "lbr_nat_lookup",
+    "lbr_nat_insert",
+];
+
+fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
+    Ok(obj
+        .program_mut(name)
+        .with_context(|| format!("no program {name}"))?
+        .try_into()?)
+}
+
+fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
+    let res = program(obj, name)?.test_run(TestRunOptions {
+        data_in: Some(packet),
+        ..TestRunOptions::default()
+    })?;
+    Ok(res.return_value)
+}
+
+/// Alternating blocks of the case's program and the floor; (program ns, floor ns) per call.
+/// The ring buffer is drained after every block (no record is ever lost to a full ring).
+fn measure(
+    case: &Case,
+    obj: &mut Ebpf,
+    floor: &mut Xdp,
+    ring: &mut RingBuf<MapData>,
+) -> anyhow::Result<(f64, f64)> {
+    let mut program_ns = 0u128;
+    let mut floor_ns = 0u128;
+    for block in 0..BLOCKS {
+        let prog = program(obj, case.program)?;
+        for i in 0..BLOCK {
+            let call = block * BLOCK + i;
+            let pkt = &case.packets[call % case.packets.len()];
+            let res = prog.test_run(TestRunOptions {
+                data_in: Some(pkt),
+                ..TestRunOptions::default()
+            })?;
+            if res.return_value != case.expect {
+                bail!(
+                    "{}: expected action {} got {} at call {call}",
+                    case.name,
+                    case.expect,
+                    res.return_value
+                );
+            }
+            program_ns += res.duration.as_nanos();
+        }
+        while ring.next().is_some() {}
+        for i in 0..BLOCK {
+            let pkt = &case.packets[(block * BLOCK + i) % case.packets.len()];
+            let res = floor.test_run(TestRunOptions {
+                data_in: Some(pkt),
+                ..TestRunOptions::default()
+            })?;
+            if res.return_value != XDP_TX {
+                bail!("reflector returned {}", res.return_value);
+            }
+            floor_ns += res.duration.as_nanos();
+        }
+    }
+    let calls = (BLOCK * BLOCKS) as f64;
+    Ok((program_ns as f64 / calls, floor_ns as f64 / calls))
+}
+
+/// Removes every key (the "empty table" cases start each round from empty).
+fn clear<V: aya::Pod>(map: &mut HashMap<MapData, FlowKey, V>) -> anyhow::Result<()> {
+    let keys: Vec<FlowKey> = map.keys().collect::<Result<_, _>>()?;
+    for k in keys {
+        // A key the LRU evicted meanwhile is fine.
+        let _ = map.remove(&k);
+    }
+    Ok(())
+}
