@@ -132,6 +132,22 @@ fn main() -> anyhow::Result<()> {
                     "target/bench",
                 ])?;
             }
+            // The fast path's cost per step in reduced programs (BENCHMARKS.md §1),
+            // with empty and with full tables (~2 min).
+            for extra in [None, Some("--full-table")] {
+                let mut args = vec![
+                    "run",
+                    "--release",
+                    "-p",
+                    "lb-tests",
+                    "--bin",
+                    "lb-components",
+                ];
+                if let Some(extra) = extra {
+                    args.extend(["--", extra]);
+                }
+                cargo(&args)?;
+            }
             Ok(())
         }
         Cmd::Fuzz { frames, seed } => {
