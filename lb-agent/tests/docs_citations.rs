@@ -137,7 +137,7 @@ fn cited_sections_and_documents_exist() {
             {
                 wrong.push(format!(
                     "{shown}: cites the outside reference texts ({}…): cite the docs/ page that restates them",
-                    &text[at..(at + 30).min(text.len())].lines().next().unwrap_or("")
+                    text[at..(at + 30).min(text.len())].lines().next().unwrap_or("")
                 ));
             }
         }
