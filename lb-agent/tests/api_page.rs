@@ -83,7 +83,7 @@ async fn serve() -> Served {
         event(&at(10), "10.0.1.1:80", "draining"),
     ];
     let state = ApiState {
-        snapshot,
+        snapshot: snapshot.into(),
         events: Arc::new(Mutex::new(events.into_iter().collect())),
         admin,
         reload,

@@ -13,6 +13,7 @@ mod neighbors;
 mod resolve;
 mod server;
 mod snapshot;
+mod snapshot_readers;
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -33,7 +34,7 @@ pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
 use server::{Configured, ServerRt};
 
 use crate::{
-    api::{AdminChange, AdminError, AdminRequest, EVENT_LOG_LEN, EventLog},
+    api::{AdminChange, AdminError, AdminRequest, EVENT_LOG_LEN, EventLog, SnapshotRequest},
     config::{Config, Forwarding, Protocol, ServiceConfig},
     dataplane::Dataplane,
     health::{PassivePolicy, ServerHealth, StartState, Transition},
@@ -115,6 +116,13 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     snapshot_built: Option<Instant>,
     /// What the last rebuild cost (wall time).
     snapshot_cost: std::time::Duration,
+    /// An admin change since the last snapshot: the next read rebuilds at once (the
+    /// caller's next GET must see its change).
+    snapshot_forced: bool,
+    /// Readers waiting for a rebuild (`snapshot_readers.rs`).
+    snapshot_readers: Vec<SnapshotRequest>,
+    /// Snapshots built so far.
+    snapshot_builds: u64,
     /// Backend addresses whose MAC is unknown, as of the last resolution round.
     unknown_mac_count: usize,
     /// DNS answers of `resolve = true` servers and their re-resolution (`resolve.rs`).
@@ -172,6 +180,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             snapshot_dirty: true,
             snapshot_built: None,
             snapshot_cost: std::time::Duration::ZERO,
+            snapshot_forced: false,
+            snapshot_readers: Vec::new(),
+            snapshot_builds: 0,
             unknown_mac_count: 0,
             discovery: Default::default(),
             deadline_cache: Default::default(),
@@ -267,7 +278,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 "node undrained"
             },
         );
-        self.publish_snapshot();
+        self.snapshot_changed_by_admin();
         Ok(())
     }
 
@@ -790,10 +801,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             return;
         }
         let result = self.admin(&req.service, &req.address, req.change).await;
-        // The caller's next GET must see its change: rebuild before answering.
+        // The caller's next GET must see its change: that read rebuilds the snapshot
+        // (not this answer: at 10,000 servers a rebuild costs more than the change).
         if result.is_ok() {
             self.admin_state.save_logged(self.state_file.as_deref());
-            self.publish_snapshot();
+            self.snapshot_changed_by_admin();
         }
         let _ = req.reply.send(result);
     }
@@ -1067,18 +1079,27 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         Ok(())
     }
 
-    /// Rebuilds the operator's snapshot (call it periodically for fresh counters).
+    /// Rebuilds the operator's snapshot now (`run` leaves it to readers:
+    /// [`Agent::on_snapshot_request`]; tests and benchmarks call it directly).
     pub fn publish_snapshot(&mut self) {
         let started = std::time::Instant::now();
         self.flush_events();
         let snap = snapshot::build(self);
         let _ = self.snapshot_tx.send(Arc::new(snap));
         self.snapshot_dirty = false;
+        self.snapshot_forced = false;
+        self.snapshot_builds += 1;
         self.snapshot_built = Some(Instant::now());
         self.snapshot_cost = started.elapsed();
     }
 
-    /// For the periodic counters tick: rebuilds the snapshot unless the last rebuild was
+    /// An admin change: the next read rebuilds the snapshot however recent it is.
+    fn snapshot_changed_by_admin(&mut self) {
+        self.snapshot_dirty = true;
+        self.snapshot_forced = true;
+    }
+
+    /// For a periodic counters tick (benchmarks; `run` builds on demand): rebuilds the snapshot unless the last rebuild was
     /// too recent for its cost ([`snapshot_interval`]); then it is due at
     /// [`Agent::snapshot_deadline`].
     pub fn refresh_snapshot(&mut self) {

@@ -2,7 +2,7 @@
 //! request) and TCP (reads; changes with a bearer token), within [`Limits`]
 //! (docs/api-security.md).
 //!
-//! Handlers only read the latest [`Snapshot`] or hand an [`AdminRequest`] to the agent
+//! Handlers ask the agent loop for a [`crate::status::Snapshot`] (built on demand, [`SnapshotSource`]) or hand an [`AdminRequest`] to the agent
 //! loop, which owns all state and answers through a oneshot channel.
 
 mod auth;
@@ -12,14 +12,15 @@ mod metrics;
 mod page;
 mod routes;
 mod serve;
+mod snapshot;
 mod socket;
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Mutex, mpsc, oneshot, watch};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::status::{Event, Snapshot};
+use crate::status::Event;
 
 pub use auth::{Access, MIN_TOKEN_LEN, Token, TokenError, load_token};
 pub use counters::{ApiCounters, Rejection};
@@ -28,6 +29,7 @@ pub use metrics::render as render_metrics;
 pub use page::{PageView, TIMELINE_SPAN};
 pub use routes::router;
 pub use serve::{ListenConfig, ListenError, Listening, app, listen, serve_tcp, serve_unix};
+pub use snapshot::{SnapshotRequest, SnapshotSource};
 pub use socket::SocketError;
 
 /// How many transitions `/api/v1/events` keeps.
@@ -39,7 +41,7 @@ pub type EventLog = Arc<Mutex<VecDeque<Event>>>;
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    pub snapshot: SnapshotSource,
     pub events: EventLog,
     pub admin: mpsc::Sender<AdminRequest>,
     /// `POST /api/v1/reload`: re-read the config file, as SIGHUP does.

@@ -100,7 +100,7 @@ pub async fn page(State(st): State<ApiState>, uri: Uri) -> Response {
         Ok(None) => rfc3339(now.checked_sub(TIMELINE_SPAN).unwrap_or(now)),
         Err(why) => return super::limits::refuse(StatusCode::BAD_REQUEST, why),
     };
-    let snap = st.snapshot.borrow().clone();
+    let snap = st.snapshot.get().await;
     let events: Vec<Event> = {
         let log = st.events.lock().await;
         events_since(log.iter(), &since)

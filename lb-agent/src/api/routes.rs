@@ -39,12 +39,12 @@ pub fn router(state: ApiState) -> Router {
 }
 
 async fn services(State(st): State<ApiState>) -> Response {
-    let snap = st.snapshot.borrow().clone();
+    let snap = st.snapshot.get().await;
     Json(&snap.services).into_response()
 }
 
 async fn service(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
-    let snap = st.snapshot.borrow().clone();
+    let snap = st.snapshot.get().await;
     match snap.services.iter().find(|s| s.name == name) {
         Some(svc) => Json(svc).into_response(),
         None => error(StatusCode::NOT_FOUND, &AdminError::NoService(name)),
@@ -57,7 +57,7 @@ async fn events(State(st): State<ApiState>) -> Response {
 }
 
 async fn metrics(State(st): State<ApiState>) -> Response {
-    let snap = st.snapshot.borrow().clone();
+    let snap = st.snapshot.get().await;
     let mut text = super::render_metrics(&snap);
     st.counters.render(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
@@ -87,7 +87,7 @@ async fn reload(State(st): State<ApiState>) -> Response {
 
 /// The node's announcement state: VIPs, drain, BGP sessions.
 async fn node(State(st): State<ApiState>) -> Response {
-    let snap = st.snapshot.borrow().clone();
+    let snap = st.snapshot.get().await;
     Json(&snap.announce).into_response()
 }
 

@@ -137,12 +137,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     agent.set_xdp_mode(xdp_mode);
     // Announced only now, with the program forwarding (docs/multi-node.md).
     let mut bgp_rx = super::node::start_announcing(&mut agent, &cfg.agent)?;
-    agent.flush_snapshot();
 
     let (admin_tx, mut admin_rx) = mpsc::channel(64);
+    // Readers ask the loop for the snapshot; it is built then, not after every change.
+    let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<api::SnapshotRequest>(256);
     let (reload_tx, mut reload_rx) = mpsc::channel::<api::ReloadRequest>(4);
     let state = ApiState {
-        snapshot: handles.snapshot.clone(),
+        snapshot: api::SnapshotSource::on_demand(handles.snapshot.clone(), snapshot_tx),
         events: handles.events.clone(),
         admin: admin_tx,
         reload: reload_tx,
@@ -212,13 +213,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = sleep_until(deadline) => agent.on_tick(tokio::time::Instant::now()),
-            _ = sleep_until(agent.snapshot_deadline()) => {
-                agent.flush_snapshot();
+            Some(reply) = snapshot_rx.recv() => {
+                agent.on_snapshot_request(reply);
                 Ok(())
             }
+            _ = sleep_until(agent.readers_deadline()) => Ok(()),
             _ = stats.tick() => {
                 agent.poll_stats();
-                agent.refresh_snapshot();
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
@@ -242,7 +243,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         if let Err(err) = result {
             warn!(error = %err, "publishing to the data plane failed");
         }
-        agent.flush_snapshot();
+        agent.answer_readers();
     }
     lifecycle::log_shutdown(agent.dataplane());
     drop(agent);

@@ -196,6 +196,9 @@ pub struct Harness<N: Neighbors = StaticNeighbors> {
     pub neighbors: Arc<N>,
     /// The configuration last applied (VIPs of services for lookups).
     pub cfg: Config,
+    /// `true`: the loop leaves the snapshot to readers ([`Harness::read_snapshot`]), as
+    /// `lb-agent run` does; `false` (default): rebuilt after every turn for the tests.
+    pub snapshots_on_demand: bool,
     stats: Interval,
     mac_retry: Interval,
 }
@@ -237,6 +240,7 @@ impl<N: Neighbors> Harness<N> {
             prober,
             neighbors,
             cfg,
+            snapshots_on_demand: false,
             stats,
             mac_retry,
         }
@@ -262,7 +266,9 @@ impl<N: Neighbors> Harness<N> {
     /// state through the snapshot, so they want it current); `false` once `end` has come.
     async fn step(&mut self, end: Instant) -> bool {
         let more = self.turn(end).await;
-        if self.agent.snapshot_deadline().is_some() {
+        if self.snapshots_on_demand {
+            self.agent.answer_readers();
+        } else if self.agent.snapshot_deadline().is_some() {
             self.agent.publish_snapshot();
         }
         more
@@ -281,7 +287,9 @@ impl<N: Neighbors> Harness<N> {
             }
             _ = self.stats.tick() => {
                 self.agent.poll_stats();
-                self.agent.publish_snapshot();
+                if !self.snapshots_on_demand {
+                    self.agent.publish_snapshot();
+                }
             }
             _ = self.mac_retry.tick(), if unknown_macs => {
                 self.agent.retry_macs().await.expect("memory publishing cannot fail");
@@ -289,6 +297,24 @@ impl<N: Neighbors> Harness<N> {
             _ = sleep_until(end) => return false,
         }
         true
+    }
+
+    /// Reads the snapshot as an API handler does (`lb-agent run` answers at
+    /// `readers_deadline`; only simulated time passes while it waits).
+    pub async fn read_snapshot(&mut self) -> Arc<Snapshot> {
+        let (reply, mut answer) = oneshot::channel();
+        self.agent.on_snapshot_request(reply);
+        loop {
+            if let Ok(snap) = answer.try_recv() {
+                return snap;
+            }
+            let due = self
+                .agent
+                .readers_deadline()
+                .expect("a reader without an answer waits for a deadline");
+            sleep_until(due).await;
+            self.agent.answer_readers();
+        }
     }
 
     /// Runs the loop for `d` of simulated time.

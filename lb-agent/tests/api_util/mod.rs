@@ -88,7 +88,7 @@ pub async fn start(limits: Limits, token: Option<Token>) -> Api {
     });
     let counters = Arc::new(ApiCounters::default());
     let state = ApiState {
-        snapshot,
+        snapshot: snapshot.into(),
         events: Arc::new(Mutex::new(Default::default())),
         admin,
         reload,
@@ -197,7 +197,7 @@ pub fn idle_state() -> (ApiState, impl Drop) {
     let (admin, admin_rx) = mpsc::channel(1);
     let (reload, reload_rx) = mpsc::channel(1);
     let state = ApiState {
-        snapshot,
+        snapshot: snapshot.into(),
         events: Arc::new(Mutex::new(Default::default())),
         admin,
         reload,

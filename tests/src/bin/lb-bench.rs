@@ -270,7 +270,7 @@ struct Propagation {
     /// Its spread is scheduling noise, not the agent.
     floor: Vec<Duration>,
     /// Admin add/weight/remove: until the maps are written (the agent's propagation
-    /// histogram) and until the request is answered (status snapshot rebuilt too).
+    /// histogram) and until the request is answered (the snapshot is left to the next read).
     admin_maps: Vec<Duration>,
     admin_answered: Vec<Duration>,
     /// A weighted Maglev build of the first service's home table alone (median of 3).
