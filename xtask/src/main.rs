@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench,
 //! fuzz.
 //!
-//! Every command first makes sure the toolchain is complete (`setup` is idempotent and
+//! Every command first makes sure the toolchains are complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
 //! manual step.
 
@@ -208,9 +208,20 @@ unsafe extern "C" {
     fn libc_geteuid() -> u32;
 }
 
+/// `cargo +<pinned userspace toolchain> args`: through the rustup proxy, not `$CARGO`,
+/// because on a fresh machine xtask itself runs on the preinstalled stable.
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    status(Command::new(cargo).args(args))
+    let channel = pins::Pin::read(&workspace_root(), pins::USERSPACE_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel;
+    status(
+        Command::new("cargo")
+            .arg(format!("+{channel}"))
+            .args(args)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("RUSTC"),
+    )
 }
 
 fn status(cmd: &mut Command) -> anyhow::Result<()> {

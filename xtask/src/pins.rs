@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// The userspace toolchain's file, relative to the workspace root.
-pub const USERSPACE_FILE: &str = "rust-toolchain.toml";
+/// The userspace toolchain's file, relative to the workspace root (not
+/// `rust-toolchain.toml`, which rustup would read before setup could install it).
+pub const USERSPACE_FILE: &str = "rust-toolchain.userspace.toml";
 /// The XDP program's toolchain file (a dated nightly), relative to the workspace root.
 pub const EBPF_FILE: &str = "lb-ebpf/rust-toolchain.toml";
 
