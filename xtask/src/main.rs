@@ -7,6 +7,7 @@
 
 mod pins;
 mod setup;
+mod supply_chain;
 
 use std::{
     path::{Path, PathBuf},
@@ -27,6 +28,9 @@ struct Cli {
 enum Cmd {
     /// Install what a fresh machine lacks: the pinned toolchains, bpf-linker, Debian packages.
     Setup,
+    /// `cargo deny check licenses bans sources` (deny.toml), installing a pinned
+    /// cargo-deny on first use.
+    SupplyChain,
     /// Build the XDP object (lb-ebpf) with the pinned nightly + bpf-linker.
     BuildEbpf,
     /// Build everything (release).
@@ -68,6 +72,13 @@ fn main() -> anyhow::Result<()> {
     std::env::set_current_dir(&root)?;
     match cli.command {
         Cmd::Setup => setup::run(&root, true),
+        Cmd::SupplyChain => {
+            setup::run(&root, false)?;
+            let channel = pins::Pin::read(&root, pins::USERSPACE_FILE)
+                .map_err(anyhow::Error::msg)?
+                .channel;
+            supply_chain::run(&root, &channel)
+        }
         Cmd::BuildEbpf => {
             setup::run(&root, false)?;
             build_ebpf(&root)

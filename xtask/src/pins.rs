@@ -63,7 +63,8 @@ pub fn bpf_linker(channel: &str) -> PathBuf {
     prefix(channel).join("bin/bpf-linker")
 }
 
-fn cargo_home() -> PathBuf {
+/// `$CARGO_HOME`, or `~/.cargo`.
+pub fn cargo_home() -> PathBuf {
     std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
