@@ -1,12 +1,13 @@
 //! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench,
 //! fuzz.
 //!
-//! Every command first makes sure the toolchain is complete (`setup` is idempotent and
+//! Every command first makes sure the toolchains are complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
 //! manual step.
 
 mod pins;
 mod setup;
+mod supply_chain;
 
 use std::{
     path::{Path, PathBuf},
@@ -27,6 +28,9 @@ struct Cli {
 enum Cmd {
     /// Install what a fresh machine lacks: the pinned toolchains, bpf-linker, Debian packages.
     Setup,
+    /// `cargo deny check licenses bans sources` (deny.toml), installing a pinned
+    /// cargo-deny on first use.
+    SupplyChain,
     /// Build the XDP object (lb-ebpf) with the pinned nightly + bpf-linker.
     BuildEbpf,
     /// Build everything (release).
@@ -68,6 +72,13 @@ fn main() -> anyhow::Result<()> {
     std::env::set_current_dir(&root)?;
     match cli.command {
         Cmd::Setup => setup::run(&root, true),
+        Cmd::SupplyChain => {
+            setup::run(&root, false)?;
+            let channel = pins::Pin::read(&root, pins::USERSPACE_FILE)
+                .map_err(anyhow::Error::msg)?
+                .channel;
+            supply_chain::run(&root, &channel)
+        }
         Cmd::BuildEbpf => {
             setup::run(&root, false)?;
             build_ebpf(&root)
@@ -231,9 +242,20 @@ unsafe extern "C" {
     fn libc_geteuid() -> u32;
 }
 
+/// `cargo +<pinned userspace toolchain> args`: through the rustup proxy, not `$CARGO`,
+/// because on a fresh machine xtask itself runs on the preinstalled stable.
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    status(Command::new(cargo).args(args))
+    let channel = pins::Pin::read(&workspace_root(), pins::USERSPACE_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel;
+    status(
+        Command::new("cargo")
+            .arg(format!("+{channel}"))
+            .args(args)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("RUSTC"),
+    )
 }
 
 fn status(cmd: &mut Command) -> anyhow::Result<()> {

@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// The userspace toolchain's file, relative to the workspace root.
-pub const USERSPACE_FILE: &str = "rust-toolchain.toml";
+/// The userspace toolchain's file, relative to the workspace root (not
+/// `rust-toolchain.toml`, which rustup would read before setup could install it).
+pub const USERSPACE_FILE: &str = "rust-toolchain.userspace.toml";
 /// The XDP program's toolchain file (a dated nightly), relative to the workspace root.
 pub const EBPF_FILE: &str = "lb-ebpf/rust-toolchain.toml";
 
@@ -62,9 +63,67 @@ pub fn bpf_linker(channel: &str) -> PathBuf {
     prefix(channel).join("bin/bpf-linker")
 }
 
-fn cargo_home() -> PathBuf {
+/// `$CARGO_HOME`, or `~/.cargo`.
+pub fn cargo_home() -> PathBuf {
     std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
         .unwrap_or_else(|| PathBuf::from("/root/.cargo"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask lives in the workspace")
+            .to_path_buf()
+    }
+
+    #[test]
+    fn the_repository_pins_a_stable_release_and_a_dated_nightly() {
+        let userspace = Pin::read(&workspace(), USERSPACE_FILE).expect("userspace pin");
+        assert!(
+            userspace.channel.split('.').count() == 3
+                && userspace
+                    .channel
+                    .split('.')
+                    .all(|p| p.parse::<u32>().is_ok()),
+            "a stable release like 1.99.1, got {:?}",
+            userspace.channel
+        );
+        assert!(userspace.components.iter().any(|c| c == "rustfmt"));
+        assert!(userspace.components.iter().any(|c| c == "clippy"));
+        let ebpf = Pin::read(&workspace(), EBPF_FILE).expect("nightly pin");
+        let date = ebpf.channel.strip_prefix("nightly-").unwrap_or_default();
+        assert_eq!(
+            date.len(),
+            "2026-08-01".len(),
+            "a dated nightly, got {:?}",
+            ebpf.channel
+        );
+        assert!(ebpf.components.iter().any(|c| c == "rust-src"));
+    }
+
+    #[test]
+    fn a_file_without_a_channel_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("lb-pins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(
+            dir.join("t.toml"),
+            "[toolchain]\ncomponents = [\"rust-src\"]\n",
+        )
+        .expect("writing");
+        let read = Pin::read(&dir, "t.toml");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert!(read.unwrap_err().contains("names no channel"));
+    }
+
+    #[test]
+    fn the_bpf_linker_lives_in_a_prefix_named_after_the_nightly() {
+        let linker = bpf_linker("nightly-2026-08-01");
+        assert!(linker.ends_with("lb-toolchain/nightly-2026-08-01/bin/bpf-linker"));
+    }
 }

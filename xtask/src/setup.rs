@@ -1,10 +1,10 @@
 //! `cargo xtask setup`: make a fresh machine able to build and test lb, idempotently.
 //!
-//! - the userspace toolchain pinned in `rust-toolchain.toml` with its components
-//!   (rustup installs it on the first `cargo` run in the workspace; this adds a component
-//!   that an earlier install left out);
+//! - the userspace toolchain pinned in `rust-toolchain.userspace.toml` with its components,
+//!   made the rustup directory override of the workspace (plain `cargo` there uses it);
 //! - the dated nightly pinned in `lb-ebpf/rust-toolchain.toml` with `rust-src` (the eBPF
-//!   crate builds `core` itself);
+//!   crate builds `core` itself), the override of `lb-ebpf/` (a parent's override would
+//!   otherwise win over that directory's toolchain file);
 //! - bpf-linker built against that nightly's own libLLVM (no system LLVM of that version
 //!   exists here), in a prefix named after the nightly (`pins::prefix`): the library is
 //!   linked into the prefix and bpf-linker built with `LLVM_PREFIX` pointing at it
@@ -39,6 +39,8 @@ pub fn run(root: &Path, verbose: bool) -> anyhow::Result<()> {
     let ebpf = Pin::read(root, pins::EBPF_FILE).map_err(anyhow::Error::msg)?;
     ensure_toolchain(&userspace, verbose)?;
     ensure_toolchain(&ebpf, verbose)?;
+    ensure_override(root, &userspace.channel, verbose)?;
+    ensure_override(&root.join("lb-ebpf"), &ebpf.channel, verbose)?;
     ensure_bpf_linker(&ebpf.channel, verbose)?;
     ensure_packages(PACKAGES, verbose)?;
     if verbose {
@@ -89,6 +91,34 @@ fn ensure_toolchain(pin: &Pin, verbose: bool) -> anyhow::Result<()> {
         Command::new("rustup")
             .args(["component", "add", "--toolchain", channel])
             .args(&missing),
+    )
+}
+
+/// `dir`'s rustup directory override is `channel` (kept in rustup's settings, by path).
+fn ensure_override(dir: &Path, channel: &str, verbose: bool) -> anyhow::Result<()> {
+    let dir_str = dir.to_string_lossy();
+    let current = output("rustup", &["override", "list"]).unwrap_or_default();
+    let set = current.lines().any(|line| {
+        let mut parts = line.split_whitespace();
+        parts.next() == Some(&*dir_str)
+            && parts
+                .next()
+                .is_some_and(|t| t == channel || t.starts_with(&format!("{channel}-")))
+    });
+    if set {
+        if verbose {
+            println!("setup: {} uses {channel}", dir.display());
+        }
+        return Ok(());
+    }
+    println!(
+        "setup: {} now uses {channel} (rustup override)",
+        dir.display()
+    );
+    run_cmd(
+        Command::new("rustup")
+            .args(["override", "set", channel, "--path"])
+            .arg(dir),
     )
 }
 

@@ -1,9 +1,10 @@
 //! A private, short-lived bpffs that hands adopted maps to aya's loader.
 //!
-//! aya 0.14 can reuse an existing map only through a pin (`EbpfLoader::map_pin_path`),
-//! so the adopted maps are pinned into a bpffs the agent mounts for itself in a fresh
-//! temporary directory, the object is loaded, and the mount is removed again. Nothing
-//! outlives the load; the maps stay alive through the program that uses them.
+//! aya (0.14 to 0.16) can reuse an existing map only through a pin
+//! (`EbpfLoader::map_pin_path`), so the adopted maps are pinned into a bpffs the agent
+//! mounts for itself in a fresh temporary directory, the object is loaded, and the mount is
+//! removed again. Nothing outlives the load; the maps stay alive through the program that
+//! uses them.
 
 use std::{
     ffi::CString,

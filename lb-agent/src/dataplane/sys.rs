@@ -1,5 +1,5 @@
 //! A program by id (`BPF_PROG_GET_FD_BY_ID`) with its name and map ids
-//! (`BPF_OBJ_GET_INFO_BY_FD`). aya 0.14 reaches a program by id only through
+//! (`BPF_OBJ_GET_INFO_BY_FD`). aya (0.14 to 0.16) reaches a program by id only through
 //! `loaded_programs()`, which opens and queries every program on the host to find it.
 
 use std::{
