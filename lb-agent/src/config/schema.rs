@@ -55,7 +55,7 @@ pub(super) type R<T> = Result<T, ConfigError>;
 
 pub(super) fn parse(text: &str, path: &Path) -> R<Config> {
     let src = Source::new(path, text);
-    let doc = toml_edit::ImDocument::parse(text).map_err(|e| {
+    let doc = toml_edit::Document::parse(text).map_err(|e| {
         let msg = e.message().trim_end().replace('\n', "; ");
         src.error(src.line_of(e.span()), None, format!("invalid TOML: {msg}"))
     })?;
