@@ -54,6 +54,8 @@ fn main() -> anyhow::Result<()> {
     for watched in [
         ebpf_dir.join("src"),
         ebpf_dir.join("Cargo.toml"),
+        // Its rustflags (e.g. a target CPU) change the object too.
+        ebpf_dir.join(".cargo/config.toml"),
         workspace.join("lb-common/src"),
         workspace.join(pins::EBPF_FILE),
     ] {

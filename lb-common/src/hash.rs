@@ -57,13 +57,17 @@ pub fn flow_cache_slot(key: &FlowKey) -> u32 {
 }
 
 /// Hash of a VIP key with the `LB_VIP_INDEX` table's seed.
+///
+/// An IPv4 key mixes only its address word: the other three are always zero, so
+/// mixing them would add three dependent rounds to every packet's VIP lookup and no
+/// information (BENCHMARKS.md §1, "Issue 9, round 3").
 #[inline(always)]
 pub fn vip_hash(key: &VipKey, seed: u32) -> u32 {
-    let mut h = seed;
-    let mut i = 0;
-    while i < 4 {
-        h = mix(h, key.addr[i]);
-        i += 1;
+    let mut h = mix(seed, key.addr[0]);
+    if key.family != crate::FAMILY_V4 {
+        h = mix(h, key.addr[1]);
+        h = mix(h, key.addr[2]);
+        h = mix(h, key.addr[3]);
     }
     h = mix(
         h,
@@ -97,5 +101,37 @@ mod tests {
                 "bucket share {b} of 1000 expected"
             );
         }
+    }
+
+    fn vip(addr: [u32; 4], family: u8) -> VipKey {
+        VipKey {
+            addr,
+            port: 443u16.to_be(),
+            proto: crate::IPPROTO_TCP,
+            family,
+        }
+    }
+
+    /// The IPv4 short form still depends on the address and the seed, and an IPv6 key
+    /// still mixes every address word.
+    #[test]
+    fn vip_hash_mixes_what_distinguishes_keys() {
+        let v4 = vip([0x0a00_0064, 0, 0, 0], crate::FAMILY_V4);
+        assert_ne!(vip_hash(&v4, 1), vip_hash(&v4, 2));
+        assert_ne!(
+            vip_hash(&v4, 1),
+            vip_hash(&vip([0x0a00_0065, 0, 0, 0], crate::FAMILY_V4), 1)
+        );
+        let v6 = vip([0x2001_0db8, 0, 0, 1], crate::FAMILY_V6);
+        for word in 1..4 {
+            let mut other = v6;
+            other.addr[word] ^= 0x100;
+            assert_ne!(vip_hash(&v6, 7), vip_hash(&other, 7), "word {word}");
+        }
+        // The family is part of the key: the same words as IPv4 and IPv6 differ.
+        assert_ne!(
+            vip_hash(&v4, 1),
+            vip_hash(&vip(v4.addr, crate::FAMILY_V6), 1)
+        );
     }
 }
