@@ -21,6 +21,7 @@ pub mod multinode;
 pub mod mutate;
 pub mod names;
 pub mod netns;
+pub mod nft_balancer;
 pub mod operator;
 pub mod ordinary;
 pub mod pacer;

@@ -3,12 +3,12 @@
 //! balancer, and HAProxy in TCP mode. All three balance the VIP's port 80 over the
 //! backends' port 8080 with weights 1:1:2 and hide the client from the backends.
 
-use std::{fmt::Write as _, net::Ipv4Addr, path::Path, time::Duration};
+use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{Context, bail};
 use lb_tests::{
     agent::Agent,
-    cmd,
+    cmd, nft_balancer,
     process::{NsProcess, STOP_GRACE},
     scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
     topology::{HOST_IF, Topology},
@@ -84,7 +84,7 @@ impl Running {
 pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
     let running = match kind {
         Kind::Nftables => {
-            let rules = nft_rules(topo);
+            let rules = nft_balancer::rules(NFT_TABLE, "tcp", topo, VIP_PORT, BACKEND_TCP_PORT);
             let path = topo.dir().join("lbbench.nft");
             std::fs::write(&path, rules)?;
             let file = path.display().to_string();
@@ -145,51 +145,6 @@ fn wait_answering(topo: &Topology) -> anyhow::Result<()> {
     bail!("the VIP {vip} did not answer within 10 s")
 }
 
-fn backends(topo: &Topology) -> Vec<(Ipv4Addr, u32)> {
-    topo.backends()
-        .iter()
-        .zip(WEIGHTS)
-        .map(|(b, w)| (b.ipv4, w))
-        .collect()
-}
-
-/// DNAT to a backend chosen by `numgen random` over a map with one entry per weight
-/// unit, SNAT to the lb's address (the replies come back through it), as a one-arm
-/// kernel balancer is usually built.
-fn nft_rules(topo: &Topology) -> String {
-    let mut slots = Vec::new();
-    for (ip, weight) in backends(topo) {
-        slots.extend(std::iter::repeat_n(ip, weight as usize));
-    }
-    let map: Vec<String> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, ip)| format!("{i} : {ip}"))
-        .collect();
-    let set: Vec<String> = backends(topo)
-        .iter()
-        .map(|(ip, _)| ip.to_string())
-        .collect();
-    format!(
-        "table ip {NFT_TABLE} {{\n\
-         \tchain pre {{\n\
-         \t\ttype nat hook prerouting priority dstnat; policy accept;\n\
-         \t\tip daddr {vip} tcp dport {VIP_PORT} dnat to numgen random mod {n} map {{ {map} }} : {port}\n\
-         \t}}\n\
-         \tchain post {{\n\
-         \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
-         \t\tip daddr {{ {set} }} tcp dport {port} snat to {lb}\n\
-         \t}}\n\
-         }}\n",
-        vip = topo.vip4(),
-        n = slots.len(),
-        map = map.join(", "),
-        port = BACKEND_TCP_PORT,
-        set = set.join(", "),
-        lb = topo.lb().ipv4,
-    )
-}
-
 /// One process, one thread, TCP mode, weighted round robin.
 fn haproxy_config(topo: &Topology) -> String {
     let mut cfg = format!(
@@ -208,7 +163,10 @@ fn haproxy_config(topo: &Topology) -> String {
          \tbalance roundrobin\n",
         topo.vip4()
     );
-    for (i, (ip, weight)) in backends(topo).into_iter().enumerate() {
+    for (i, (ip, weight)) in nft_balancer::weighted_backends(topo)
+        .into_iter()
+        .enumerate()
+    {
         let _ = writeln!(
             cfg,
             "\tserver b{} {ip}:{BACKEND_TCP_PORT} weight {weight}",
@@ -222,21 +180,4 @@ fn which(program: &str) -> anyhow::Result<String> {
     let out = cmd::run("sh", &["-c", &format!("command -v {program}")])
         .with_context(|| format!("{program} is not installed (cargo xtask bench installs it)"))?;
     Ok(out.trim().to_owned())
-}
-
-/// Sysctls of the lb host that a forwarding (nftables) balancer needs: forwarding on,
-/// and no ICMP redirects for packets that leave by the interface they came in on.
-pub fn prepare_lb_host(topo: &Topology) -> anyhow::Result<()> {
-    let ns = &topo.lb().ns;
-    for (key, value) in [
-        ("net.ipv4.ip_forward", "1"),
-        ("net.ipv4.conf.all.send_redirects", "0"),
-        (
-            &format!("net.ipv4.conf.{HOST_IF}.send_redirects") as &str,
-            "0",
-        ),
-    ] {
-        ns.sysctl(key, value)?;
-    }
-    Ok(())
 }

@@ -78,7 +78,7 @@ fn main() -> anyhow::Result<()> {
     for s in &servers {
         cpu::pin(s.pid(), OTHER_CPU)?;
     }
-    balancers::prepare_lb_host(&topo)?;
+    lb_tests::nft_balancer::prepare_lb_host(&topo)?;
     // The lb host receives in its own NAPI thread, and what it sends is received by the
     // switch in another. A veth hands TSO senders' packets around NAPI: the switch side
     // gets TSO off; the hosts' eth0 have it off already (the harness turns their TX

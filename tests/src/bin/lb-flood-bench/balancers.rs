@@ -3,12 +3,12 @@
 //! (XDP) with one udp service in nat and in dsr. All spread the VIP's UDP port over
 //! the backends' same port with weights 1:1:2.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use anyhow::Context;
 use lb_tests::{
     agent::{Agent, Proto, Service},
-    cmd,
+    cmd, nft_balancer,
     process::STOP_GRACE,
     scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
@@ -90,7 +90,10 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
     Ok(match kind {
         Kind::Nftables => {
             let path = topo.dir().join("lbflood.nft");
-            std::fs::write(&path, nft_rules(topo))?;
+            std::fs::write(
+                &path,
+                nft_balancer::rules(NFT_TABLE, "udp", topo, PORT, PORT),
+            )?;
             let file = path.display().to_string();
             topo.lb()
                 .ns
@@ -118,67 +121,7 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
     })
 }
 
-fn backends(topo: &Topology) -> Vec<(Ipv4Addr, u32)> {
-    topo.backends()
-        .iter()
-        .zip(WEIGHTS)
-        .map(|(b, w)| (b.ipv4, w))
-        .collect()
-}
-
-/// DNAT to a backend chosen by `numgen random` over a map with one entry per weight
-/// unit, SNAT to the lb's address: the nftables balancer of BENCHMARKS.md §4, for UDP.
-fn nft_rules(topo: &Topology) -> String {
-    let mut slots = Vec::new();
-    for (ip, weight) in backends(topo) {
-        slots.extend(std::iter::repeat_n(ip, weight as usize));
-    }
-    let map: Vec<String> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, ip)| format!("{i} : {ip}"))
-        .collect();
-    let set: Vec<String> = backends(topo)
-        .iter()
-        .map(|(ip, _)| ip.to_string())
-        .collect();
-    format!(
-        "table ip {NFT_TABLE} {{\n\
-         \tchain pre {{\n\
-         \t\ttype nat hook prerouting priority dstnat; policy accept;\n\
-         \t\tip daddr {vip} udp dport {PORT} dnat to numgen random mod {n} map {{ {map} }} : {PORT}\n\
-         \t}}\n\
-         \tchain post {{\n\
-         \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
-         \t\tip daddr {{ {set} }} udp dport {PORT} snat to {lb}\n\
-         \t}}\n\
-         }}\n",
-        vip = topo.vip4(),
-        n = slots.len(),
-        map = map.join(", "),
-        set = set.join(", "),
-        lb = topo.lb().ipv4,
-    )
-}
-
 /// The VIP as the sender addresses it.
 pub fn vip(topo: &Topology) -> SocketAddr {
     SocketAddr::new(topo.vip4().into(), PORT)
-}
-
-/// Sysctls of the lb host that a forwarding (nftables) balancer needs: forwarding on,
-/// and no ICMP redirects for packets that leave by the interface they came in on.
-pub fn prepare_lb_host(topo: &Topology) -> anyhow::Result<()> {
-    let ns = &topo.lb().ns;
-    for (key, value) in [
-        ("net.ipv4.ip_forward", "1"),
-        ("net.ipv4.conf.all.send_redirects", "0"),
-        (
-            &format!("net.ipv4.conf.{HOST_IF}.send_redirects") as &str,
-            "0",
-        ),
-    ] {
-        ns.sysctl(key, value)?;
-    }
-    Ok(())
 }

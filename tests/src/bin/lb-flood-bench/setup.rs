@@ -80,7 +80,7 @@ impl Bed {
                 .collect::<Result<Vec<_>, _>>()?,
             Setup::Wire => vec![drop_prog::attach(topo.switch(), "p-lb", balancers::PORT)?],
         };
-        balancers::prepare_lb_host(&topo)?;
+        lb_tests::nft_balancer::prepare_lb_host(&topo)?;
         // The lb host receives in its own NAPI thread on LB_CPU; the switch receives from
         // the client and from the lb host in threads of their own on OTHER_CPU (in
         // softirq they would run in ksoftirqd under a flood, behind every other task).
