@@ -28,7 +28,7 @@ use std::{
 };
 
 use lb_common::{
-    FAMILY_V4, FAMILY_V6, MAGLEV_RING_SIZE, MAX_BACKENDS, MAX_SERVICES,
+    FAMILY_V4, FAMILY_V6, MAX_BACKENDS, MAX_SERVICES,
     maps::{
         BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, MAX_SNAT_ADDRS, SERVICE_F_NAT, ServiceMeta,
         VipKey,
@@ -100,6 +100,9 @@ pub struct DesiredService {
     /// `Some` for full NAT, `None` for direct server return.
     pub nat: Option<NatSpec>,
     pub backends: Vec<DesiredBackend>,
+    /// Slots of its Maglev table (one of `lb_common::MAGLEV_SIZES`); `None`: chosen by
+    /// its backend count ([`lb_common::maglev_size_for`]).
+    pub maglev_size: Option<u32>,
 }
 
 /// Why publishing failed.
@@ -557,9 +560,13 @@ impl Publisher {
         home_input.sort_unstable_by_key(|m| (m.id, m.key, m.weight));
         active.sort_unstable();
         // (A new service with no weighted backend still gets a full table of empty slots.)
-        let home_changed = home_input != svc.home_members || svc.home.is_empty();
+        let size = want.maglev_size.unwrap_or_else(|| {
+            lb_common::maglev_size_for(u32::try_from(want.backends.len()).unwrap_or(u32::MAX))
+        });
+        // A new size (a new service, or its backends outgrew the old one) is a new table.
+        let home_changed = home_input != svc.home_members || svc.home.len() != size as usize;
         if home_changed {
-            svc.home = maglev::build_table(&home_input, MAGLEV_RING_SIZE);
+            svc.home = maglev::build_table(&home_input, size);
             svc.home_members = home_input;
         }
         if home_changed || active != svc.active || is_new {
@@ -725,6 +732,7 @@ fn service_meta(id: u32, want: &DesiredService) -> ServiceMeta {
                 nat_port_max: *nat.ports.end(),
                 source_interval_ns: source_interval_ns(nat.source_rate),
                 source_burst: nat.source_burst.max(1),
+                ..ServiceMeta::default()
             }
         }
         None => ServiceMeta {
@@ -764,6 +772,7 @@ mod tests {
                 source_burst: 500,
             }),
             backends,
+            maglev_size: None,
         }
     }
 
@@ -903,7 +912,7 @@ mod tests {
         let (sa, sb) = (p.live_slots("web", &a), p.live_slots("web", &b));
         assert_eq!(sa as usize, slots_of(&dp, 0, 1));
         assert_eq!(sb as usize, slots_of(&dp, 0, 2));
-        assert_eq!(sa + sb, MAGLEV_RING_SIZE);
+        assert_eq!(sa as usize + sb as usize, dp.tables[&0].len());
         assert!(sa > 2 * sb, "weight 3 vs 1: {sa} vs {sb} slots");
         p.apply(
             &[web(vec![
@@ -913,9 +922,34 @@ mod tests {
             &mut dp,
         )
         .unwrap();
-        assert_eq!(p.live_slots("web", &a), MAGLEV_RING_SIZE);
+        assert_eq!(p.live_slots("web", &a) as usize, dp.tables[&0].len());
         assert_eq!(p.live_slots("web", &b), 0);
         assert_eq!(p.live_slots("nope", &a), 0);
+    }
+
+    #[test]
+    fn table_size_follows_the_backend_count_unless_configured() {
+        let many = |n: u8| -> Vec<DesiredBackend> {
+            (1..=n)
+                .map(|i| backend(&format!("10.0.1.{i}:80"), 1, Role::Active))
+                .collect()
+        };
+        let (mut dp, mut p) = applied(&[web(many(2))]);
+        assert_eq!(dp.tables[&0].len(), 4099, "2 servers: the smallest size");
+        // 41 servers need more than 4,099 slots at 100 per server: a new table.
+        p.apply(&[web(many(41))], &mut dp).unwrap();
+        assert_eq!(dp.tables[&0].len(), 16411);
+        assert!(slots_of(&dp, 0, 41) > 0, "the 41st server has slots");
+        // Configured: that size whatever the count.
+        let fixed = DesiredService {
+            maglev_size: Some(262147),
+            ..web(many(41))
+        };
+        p.apply(std::slice::from_ref(&fixed), &mut dp).unwrap();
+        assert_eq!(dp.tables[&0].len(), 262147);
+        let before = dp.log.len();
+        p.apply(&[fixed], &mut dp).unwrap();
+        assert_eq!(dp.log.len(), before, "unchanged: nothing rewritten");
     }
 
     #[test]
@@ -927,7 +961,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dp.backends[&2].flags & BACKEND_F_LIVE, 0);
-        assert_eq!(slots_of(&dp, 0, 1), MAGLEV_RING_SIZE as usize);
+        assert_eq!(slots_of(&dp, 0, 1), dp.tables[&0].len());
         p.apply(
             &[web(vec![
                 backend("10.0.1.1:80", 1, Role::Active),

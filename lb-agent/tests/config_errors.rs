@@ -431,6 +431,22 @@ fn snat_ips_rules() {
 }
 
 #[test]
+fn maglev_size_must_be_one_of_the_table_sizes() {
+    for bad in ["4100", "0", "65536", "\"big\""] {
+        check(
+            &service(&format!("maglev_size = {bad} # here"), ""),
+            "# here",
+            "service[0].maglev_size",
+            &[if bad.starts_with('"') {
+                "integer"
+            } else {
+                "must be one of [4099, 16411, 65537, 262147]"
+            }],
+        );
+    }
+}
+
+#[test]
 fn snat_ports_rules() {
     check(
         &service("snat_ports = \"29999-20000\" # here", ""),

@@ -268,6 +268,14 @@ fn several_snat_addresses_and_the_source_limit() {
 }
 
 #[test]
+fn maglev_size_is_chosen_by_default_or_configured() {
+    let default = one_service("", "");
+    assert_eq!(default.services[0].maglev_size, None, "by server count");
+    let fixed = one_service("maglev_size = 262147", "");
+    assert_eq!(fixed.services[0].maglev_size, Some(262147));
+}
+
+#[test]
 fn service_forms() {
     let c = one_service(
         "protocol = \"udp\"\nsnat_ports = \"40000-40999\"\nmax_fails = 0\nfail_timeout = \"0\"\n\

@@ -17,8 +17,45 @@ pub mod events;
 pub mod hash;
 pub mod maps;
 
-/// Slots in one service's Maglev lookup table (a prime, as Maglev requires).
+/// The Maglev table sizes a service may have (primes, as Maglev requires, ascending).
+/// Each service gets the smallest one with at least [`MAGLEV_SLOTS_PER_BACKEND`] slots
+/// per backend ([`maglev_size_for`]) unless its configuration names one; the largest
+/// holds 2,621 backends at that ratio (more backends still work, less evenly).
+pub const MAGLEV_SIZES: [u32; 4] = [4099, 16411, 65537, 262147];
+/// The size tests and tools use when they need one fixed table size (the size every
+/// service had before sizes were chosen per service).
 pub const MAGLEV_RING_SIZE: u32 = 65537;
+/// Maglev's paper: a table of M >= 100 N slots keeps the imbalance between N backends
+/// at about 1 % or less.
+pub const MAGLEV_SLOTS_PER_BACKEND: u32 = 100;
+
+/// The default table size for a service of `backends` backends: the smallest of
+/// [`MAGLEV_SIZES`] with at least [`MAGLEV_SLOTS_PER_BACKEND`] slots per backend, or the
+/// largest.
+pub const fn maglev_size_for(backends: u32) -> u32 {
+    let want = backends.saturating_mul(MAGLEV_SLOTS_PER_BACKEND);
+    let mut i = 0;
+    while i < MAGLEV_SIZES.len() {
+        if MAGLEV_SIZES[i] >= want {
+            return MAGLEV_SIZES[i];
+        }
+        i += 1;
+    }
+    MAGLEV_SIZES[MAGLEV_SIZES.len() - 1]
+}
+
+/// Whether `size` is one of [`MAGLEV_SIZES`].
+pub const fn is_maglev_size(size: u32) -> bool {
+    let mut i = 0;
+    while i < MAGLEV_SIZES.len() {
+        if MAGLEV_SIZES[i] == size {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// Tables per service in `LB_MAGLEV`: the live one and the one the agent writes next.
 /// `LB_MAGLEV_GEN[service]` says which is live; the agent fills the other through
 /// `mmap`, then flips the generation with one aligned store.
@@ -30,21 +67,30 @@ pub const MAGLEV_TABLES_PER_SERVICE: u32 = 2;
 pub const MAGLEV_BLOCK_SLOTS: u32 = 16;
 /// One `LB_MAGLEV` value: 16 consecutive slots of one table.
 pub type MaglevBlock = [u32; MAGLEV_BLOCK_SLOTS as usize];
-/// Values per table (the last one partly unused).
-pub const MAGLEV_BLOCKS_PER_TABLE: u32 = MAGLEV_RING_SIZE.div_ceil(MAGLEV_BLOCK_SLOTS);
-/// Entries of `LB_MAGLEV`.
-pub const MAGLEV_BLOCKS: u32 = MAX_SERVICES * MAGLEV_TABLES_PER_SERVICE * MAGLEV_BLOCKS_PER_TABLE;
+
+/// Values (blocks) one table of `size` slots takes (the last one partly unused).
+#[inline(always)]
+pub const fn maglev_table_blocks(size: u32) -> u32 {
+    size.div_ceil(MAGLEV_BLOCK_SLOTS)
+}
+
+/// Entries of `LB_MAGLEV`: the pool every service's pair of tables is allocated from
+/// (contiguous runs of blocks; docs/fast-path.md "Maglev tables"). 64 MiB, what 128
+/// services of 65,537 slots took when every service had that size: 1,024 services of
+/// 4,099 slots take half of it; 32 services of 262,147 slots fill it.
+pub const MAGLEV_BLOCKS: u32 = 128 * MAGLEV_TABLES_PER_SERVICE * maglev_table_blocks(65537);
 
 /// Index in `LB_MAGLEV` of the block holding `slot` of table `generation` (bit 0 is
-/// used) of `service_id`; the slot is element `slot % MAGLEV_BLOCK_SLOTS` of it.
+/// used) of the pair of `size`-slot tables at block `base` (the service's
+/// `ServiceMeta::maglev_base` and `maglev_size`); the slot is element
+/// `slot % MAGLEV_BLOCK_SLOTS` of it.
 #[inline(always)]
-pub const fn maglev_block_index(service_id: u32, generation: u64, slot: u32) -> u32 {
-    (service_id * MAGLEV_TABLES_PER_SERVICE + (generation & 1) as u32) * MAGLEV_BLOCKS_PER_TABLE
-        + slot / MAGLEV_BLOCK_SLOTS
+pub const fn maglev_block_index(base: u32, size: u32, generation: u64, slot: u32) -> u32 {
+    base + (generation & 1) as u32 * maglev_table_blocks(size) + slot / MAGLEV_BLOCK_SLOTS
 }
 
 /// Buckets of one `LB_VIP_INDEX` table (a power of two).
-pub const VIP_INDEX_BUCKETS: u32 = 1024;
+pub const VIP_INDEX_BUCKETS: u32 = 8192;
 /// Ways (slots) per bucket: a key lives in one of the ways of bucket
 /// `vip_hash(key, seed) % VIP_INDEX_BUCKETS`.
 pub const VIP_INDEX_WAYS: u32 = 4;
@@ -62,7 +108,7 @@ pub const fn vip_bucket_index(generation: u64, hash: u32) -> u32 {
 }
 
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
-pub const MAX_SERVICES: u32 = 128;
+pub const MAX_SERVICES: u32 = 1024;
 /// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
 pub const MAX_BACKENDS: u32 = 16384;
 /// Backend id stored in a Maglev slot when the service has nothing to send to.
@@ -128,3 +174,38 @@ pub const PROGRAM_NAME: &str = "lb_xdp";
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
 /// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.
 pub const REFLECT_PROGRAM_NAME: &str = "lb_reflect";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_table_size_keeps_100_slots_per_backend() {
+        assert_eq!(maglev_size_for(0), 4099);
+        assert_eq!(maglev_size_for(40), 4099);
+        assert_eq!(maglev_size_for(41), 16411);
+        assert_eq!(maglev_size_for(164), 16411);
+        assert_eq!(maglev_size_for(165), 65537);
+        assert_eq!(maglev_size_for(655), 65537);
+        assert_eq!(maglev_size_for(656), 262147);
+        assert_eq!(maglev_size_for(u32::MAX), 262147, "the largest past it");
+        for size in MAGLEV_SIZES {
+            assert!(is_maglev_size(size));
+            assert!(
+                (2..size)
+                    .take_while(|d| d * d <= size)
+                    .all(|d| size % d != 0)
+            );
+        }
+        assert!(!is_maglev_size(4100));
+    }
+
+    #[test]
+    fn a_pairs_second_table_follows_its_first() {
+        assert_eq!(maglev_block_index(1000, 4099, 0, 0), 1000);
+        assert_eq!(maglev_block_index(1000, 4099, 0, 4098), 1000 + 256);
+        assert_eq!(maglev_block_index(1000, 4099, 1, 0), 1000 + 257);
+        assert_eq!(maglev_block_index(1000, 4099, 3, 4098), 1000 + 257 + 256);
+        assert_eq!(MAGLEV_BLOCKS, 1_048_832);
+    }
+}

@@ -47,8 +47,14 @@ pub struct ServiceMeta {
     pub source_interval_ns: u32,
     /// nat: how many new flows a client address may open at once (at least 1).
     pub source_burst: u32,
+    /// First `LB_MAGLEV` block of the service's two Maglev tables (allocated by the
+    /// agent's data plane from the pool; see `lb_common::maglev_block_index`).
+    pub maglev_base: u32,
+    /// Slots of each of the two tables: one of `lb_common::MAGLEV_SIZES`; 0 = no table
+    /// yet (every packet is `DROP_NO_BACKEND`).
+    pub maglev_size: u32,
 }
-const _: () = assert!(size_of::<ServiceMeta>() == 88);
+const _: () = assert!(size_of::<ServiceMeta>() == 96);
 
 /// `LB_VIP_INDEX` slot kind: free. Ways of a bucket fill from 0, so the first free
 /// way ends a search.
@@ -68,7 +74,7 @@ pub struct VipSlot {
     pub kind: u32,
     pub meta: ServiceMeta,
 }
-const _: () = assert!(size_of::<VipSlot>() == 112);
+const _: () = assert!(size_of::<VipSlot>() == 120);
 
 /// `LB_VIP_HDR` value, one per table: how to find a key in it.
 #[repr(C)]

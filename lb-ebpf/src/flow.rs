@@ -10,11 +10,11 @@
 //! backend is taken as serving (the agent puts only serving backends in the table).
 
 use lb_common::{
-    MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, NO_BACKEND,
+    MAGLEV_BLOCK_SLOTS, NO_BACKEND,
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND},
     hash::{SEED_MAGLEV, flow_hash},
     maglev_block_index,
-    maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue},
+    maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
 };
 
 use crate::maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN};
@@ -47,20 +47,27 @@ pub fn any_backend(id: u32) -> Option<&'static Backend> {
     LB_BACKENDS.get_ptr(id).map(|b| unsafe { &*b })
 }
 
-/// The backend id in `key`'s slot of service `service_id`'s live Maglev table, not yet
+/// The backend id in `key`'s slot of service `svc`'s live Maglev table, not yet
 /// checked: [`slot_backend`] completes the choice.
 ///
-/// The generation is read once, then one slot of that table: a packet sees one
-/// published table or the next, never a mix. A service id outside the maps is
-/// `DROP_NO_BACKEND`. Separate from [`slot_backend`] so that a caller can issue this
-/// load early and use its value later: the slot is a random 4 bytes of a 256 KiB table,
-/// a cache miss for nearly every new flow.
+/// The table pair's place and size come from the service's VIP slot (`maglev_base`,
+/// `maglev_size`), so they change atomically with it; a resized service gets a new pair
+/// and a new slot. The generation is read once, then one slot of that table: a packet
+/// sees one published table or the next, never a mix. A service with no table yet
+/// (size 0) or a pair outside the pool is `DROP_NO_BACKEND`. Separate from
+/// [`slot_backend`] so that a caller can issue this load early and use its value later:
+/// the slot is a random 4 bytes of a table of up to 1 MiB, a cache miss for nearly
+/// every new flow.
 #[inline(always)]
-pub fn maglev_slot(service_id: u32, key: &FlowKey) -> Result<u32, u32> {
-    let slot = flow_hash(key, SEED_MAGLEV) % MAGLEV_RING_SIZE;
-    let generation = *LB_MAGLEV_GEN.get(service_id).ok_or(DROP_NO_BACKEND)?;
+pub fn maglev_slot(svc: &ServiceMeta, key: &FlowKey) -> Result<u32, u32> {
+    let size = svc.maglev_size;
+    if size == 0 {
+        return Err(DROP_NO_BACKEND);
+    }
+    let slot = flow_hash(key, SEED_MAGLEV) % size;
+    let generation = *LB_MAGLEV_GEN.get(svc.service_id).ok_or(DROP_NO_BACKEND)?;
     let block = LB_MAGLEV
-        .get(maglev_block_index(service_id, generation, slot))
+        .get(maglev_block_index(svc.maglev_base, size, generation, slot))
         .ok_or(DROP_NO_BACKEND)?;
     Ok(block[(slot % MAGLEV_BLOCK_SLOTS) as usize])
 }

@@ -54,7 +54,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     // A SYN most likely opens a flow: read its Maglev slot before the flow-table lookup,
     // so that the slot's cache miss overlaps the lookup's instead of following it.
     let early = if syn {
-        Some(flow::maglev_slot(sid, &pkt.key))
+        Some(flow::maglev_slot(svc, &pkt.key))
     } else {
         None
     };
@@ -354,7 +354,7 @@ fn choose(
 ) -> Result<(u32, &'static Backend), Verdict> {
     let slot = match early {
         Some(slot) => slot,
-        None => flow::maglev_slot(svc.service_id, &pkt.key),
+        None => flow::maglev_slot(svc, &pkt.key),
     };
     let (id, b) = slot.and_then(flow::slot_backend).map_err(|counter| {
         counters::service_no_backend(svc.service_id);

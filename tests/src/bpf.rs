@@ -10,12 +10,16 @@ use aya::{
     maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
-use lb_agent::dataplane::vip_index;
+use lb_agent::dataplane::{
+    maglev_pool::{Pool, pair_blocks},
+    vip_index,
+};
 use lb_common::{
-    FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_RING_SIZE, MaglevBlock, counters,
+    FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MaglevBlock,
+    counters,
     events::PassiveEvent,
     hash::flow_cache_slot,
-    maglev_block_index, map_names,
+    is_maglev_size, maglev_block_index, map_names,
     maps::{
         Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
         ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
@@ -83,6 +87,10 @@ pub struct Lb {
     /// The services added, and the VIP index table last written for them.
     services: BTreeMap<VipKey, ServiceMeta>,
     vip_table: Option<vip_index::Layout>,
+    /// The `LB_MAGLEV` pool's allocation (as the agent's data plane keeps it) and each
+    /// service id's pair of tables: (base block, size).
+    pool: Pool,
+    pairs: BTreeMap<u32, (u32, u32)>,
 }
 
 impl Lb {
@@ -109,6 +117,8 @@ impl Lb {
             ebpf,
             services: BTreeMap::new(),
             vip_table: None,
+            pool: Pool::new(MAGLEV_BLOCKS),
+            pairs: BTreeMap::new(),
         }
     }
 
@@ -174,7 +184,9 @@ impl Lb {
     }
 
     /// Adds a service: lays out the VIP index as the agent does (`vip_index::build`) and
-    /// writes table 0 (live: `LB_VIP_GEN` stays 0) slot by slot where it changed.
+    /// writes table 0 (live: `LB_VIP_GEN` stays 0) slot by slot where it changed. Its
+    /// slot names the pair of Maglev tables `set_maglev` gave its id, if any (else size
+    /// 0: no backend).
     pub fn add_service(&mut self, vip: IpAddr, port: u16, proto: u8, meta: ServiceMeta) {
         let key = VipKey {
             addr: addr_words(vip),
@@ -182,7 +194,30 @@ impl Lb {
             proto,
             family: family(vip),
         };
+        let (maglev_base, maglev_size) =
+            self.pairs.get(&meta.service_id).copied().unwrap_or((0, 0));
+        let meta = ServiceMeta {
+            maglev_base,
+            maglev_size,
+            ..meta
+        };
         self.services.insert(key, meta);
+        self.write_vip_index();
+    }
+
+    /// The VIP slot of the service at `vip:port/proto`, as last written.
+    pub fn service_meta(&self, vip: IpAddr, port: u16, proto: u8) -> Option<ServiceMeta> {
+        let key = VipKey {
+            addr: addr_words(vip),
+            port: port.to_be(),
+            proto,
+            family: family(vip),
+        };
+        self.services.get(&key).copied()
+    }
+
+    /// Writes the VIP index for `self.services` (see `add_service`).
+    fn write_vip_index(&mut self) {
         let prefer = self.vip_table.as_ref().map_or(0, |t| t.header.seed);
         let table = vip_index::build(&self.services, prefer).expect("a VIP index seed fits");
         let mut slots: Array<_, VipSlot> = Array::try_from(
@@ -225,30 +260,67 @@ impl Lb {
         map.get(&id, 0).expect("reading a backend")
     }
 
-    /// Publishes a Maglev table for `service_id` the way the agent does: writes the
-    /// service's table that is not live, then flips `LB_MAGLEV_GEN` (here through
-    /// syscalls; the agent uses `mmap`).
+    /// Publishes a Maglev table for `service_id` the way the agent does: a table of the
+    /// size the service's pair has goes into the half that is not live, then
+    /// `LB_MAGLEV_GEN` flips (here through syscalls; the agent uses `mmap`); a table of
+    /// another size (or the first) gets a new pair from the pool, written whole, and the
+    /// service's VIP slot is switched to it (the old pair is freed at once: a fixture
+    /// runs no packet concurrently).
     pub fn set_maglev(&mut self, service_id: u32, table: &[u32]) {
-        assert_eq!(table.len(), MAGLEV_RING_SIZE as usize, "table size");
+        let size = table.len() as u32;
+        assert!(is_maglev_size(size), "table size {size}");
+        match self.pairs.get(&service_id).copied() {
+            Some((base, s)) if s == size => self.flip_in(service_id, base, table),
+            old => {
+                let base = self
+                    .pool
+                    .alloc(pair_blocks(size))
+                    .expect("room in the Maglev pool");
+                self.write_table(base, size, 0, table);
+                self.write_table(base, size, 1, table);
+                self.pairs.insert(service_id, (base, size));
+                for meta in self.services.values_mut() {
+                    if meta.service_id == service_id {
+                        (meta.maglev_base, meta.maglev_size) = (base, size);
+                    }
+                }
+                self.write_vip_index();
+                if let Some((old_base, old_size)) = old {
+                    self.pool.free(old_base, pair_blocks(old_size));
+                }
+            }
+        }
+    }
+
+    /// Where a service id's pair of Maglev tables is: (base block, size).
+    pub fn maglev_pair(&self, service_id: u32) -> Option<(u32, u32)> {
+        self.pairs.get(&service_id).copied()
+    }
+
+    /// Writes `table` into half `generation` of the pair at `base`.
+    fn write_table(&mut self, base: u32, size: u32, generation: u64, table: &[u32]) {
+        let mut tables: Array<_, MaglevBlock> =
+            Array::try_from(self.ebpf.map_mut(map_names::MAGLEV).expect("LB_MAGLEV"))
+                .expect("LB_MAGLEV type");
+        for (i, chunk) in table.chunks(MAGLEV_BLOCK_SLOTS as usize).enumerate() {
+            let mut block: MaglevBlock = [0; MAGLEV_BLOCK_SLOTS as usize];
+            block[..chunk.len()].copy_from_slice(chunk);
+            let slot = i as u32 * MAGLEV_BLOCK_SLOTS;
+            tables
+                .set(maglev_block_index(base, size, generation, slot), &block, 0)
+                .expect("filling a Maglev table");
+        }
+    }
+
+    /// Writes the half of the pair at `base` that is not live, then flips to it.
+    fn flip_in(&mut self, service_id: u32, base: u32, table: &[u32]) {
         let next = {
             let gens: Array<_, u64> =
                 Array::try_from(self.ebpf.map(map_names::MAGLEV_GEN).expect("LB_MAGLEV_GEN"))
                     .expect("LB_MAGLEV_GEN type");
             (gens.get(&service_id, 0).expect("reading a generation") ^ 1) & 1
         };
-        {
-            let mut tables: Array<_, MaglevBlock> =
-                Array::try_from(self.ebpf.map_mut(map_names::MAGLEV).expect("LB_MAGLEV"))
-                    .expect("LB_MAGLEV type");
-            for (i, chunk) in table.chunks(MAGLEV_BLOCK_SLOTS as usize).enumerate() {
-                let mut block: MaglevBlock = [0; MAGLEV_BLOCK_SLOTS as usize];
-                block[..chunk.len()].copy_from_slice(chunk);
-                let slot = i as u32 * MAGLEV_BLOCK_SLOTS;
-                tables
-                    .set(maglev_block_index(service_id, next, slot), &block, 0)
-                    .expect("filling a Maglev table");
-            }
-        }
+        self.write_table(base, table.len() as u32, next, table);
         let mut gens: Array<_, u64> = Array::try_from(
             self.ebpf
                 .map_mut(map_names::MAGLEV_GEN)

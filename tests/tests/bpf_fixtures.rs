@@ -22,6 +22,8 @@ mod flows;
 mod hostile;
 #[path = "bpf_fixtures/icmp.rs"]
 mod icmp;
+#[path = "bpf_fixtures/maglev_pool.rs"]
+mod maglev_pool;
 #[path = "bpf_fixtures/malformed.rs"]
 mod malformed;
 #[path = "bpf_fixtures/nat.rs"]

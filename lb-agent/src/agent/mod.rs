@@ -1208,6 +1208,7 @@ fn desired_service(
                 role: crate::publish::Role::Sticky,
             }))
             .collect(),
+        maglev_size: svc.cfg.maglev_size,
     }
 }
 

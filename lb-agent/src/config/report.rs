@@ -100,6 +100,26 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
     }
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
+    out.push(format!("  {}", maglev_line(svc)));
+}
+
+/// `maglev table 4099 slots (chosen for 3 servers: at least 100 per server)`.
+fn maglev_line(svc: &ServiceConfig) -> String {
+    if let Some(size) = svc.maglev_size {
+        return format!("maglev table {size} slots (maglev_size)");
+    }
+    let servers = u32::try_from(svc.servers.len()).unwrap_or(u32::MAX);
+    let names = if svc.servers.iter().any(|s| s.resolve) {
+        "; re-chosen as names resolve to more or fewer"
+    } else {
+        ""
+    };
+    format!(
+        "maglev table {} slots (chosen for {}: at least {} per server{names})",
+        lb_common::maglev_size_for(servers),
+        count(svc.servers.len(), "server", "servers"),
+        lb_common::MAGLEV_SLOTS_PER_BACKEND
+    )
 }
 
 /// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`.

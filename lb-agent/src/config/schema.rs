@@ -33,6 +33,7 @@ const SERVICE_KEYS: &[&str] = &[
     "snat_ports",
     "source_rate",
     "source_burst",
+    "maglev_size",
     "max_fails",
     "fail_timeout",
     "max_unhealthy_percent",
@@ -348,6 +349,18 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         .transpose()?
         .map_or(DEFAULT_SOURCE_BURST, |n| n as u32);
 
+    let maglev_size = opt(t, "maglev_size", |f| {
+        let n = f.int_in(0, u32::MAX.into())?;
+        let size = n as u32;
+        if !lb_common::is_maglev_size(size) {
+            return Err(f.err(format!(
+                "must be one of {:?} (primes; at least 100 slots per server keeps the \
+                 spread even)",
+                lb_common::MAGLEV_SIZES
+            )));
+        }
+        Ok(size)
+    })?;
     let max_fails = opt(t, "max_fails", |f| f.int_in(0, u32::MAX.into()))?
         .map_or(DEFAULT_MAX_FAILS, |n| n as u32);
     let fail_timeout = opt(t, "fail_timeout", |f| {
@@ -429,6 +442,7 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         snat_ports,
         source_rate,
         source_burst,
+        maglev_size,
         max_fails,
         fail_timeout,
         max_unhealthy_percent,

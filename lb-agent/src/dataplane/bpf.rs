@@ -7,7 +7,7 @@ use aya::{
     programs::Xdp,
 };
 use lb_common::{
-    MAGLEV_RING_SIZE, PROGRAM_NAME, counters, map_names,
+    PROGRAM_NAME, counters, map_names,
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
     batch::PerCpuBatchReader,
-    maglev_table,
+    maglev_table::{self, Pair, Published},
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
@@ -122,16 +122,27 @@ impl BpfDataplane {
             source,
         })?;
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
+        let vips = vip_index::VipIndex::new(
+            take_array(&mut ebpf, map_names::VIP_INDEX)?,
+            take_array(&mut ebpf, map_names::VIP_GEN)?,
+            take_array(&mut ebpf, map_names::VIP_HDR)?,
+        )?;
+        // The pool's allocation is what the live VIP slots name (an adopted index).
+        let live_pairs = vips.services().values().map(|m| {
+            let pair = Pair {
+                base: m.maglev_base,
+                size: m.maglev_size,
+            };
+            (m.service_id, pair)
+        });
+        let maglev = maglev_table::MaglevTables::new(
+            take_array(&mut ebpf, map_names::MAGLEV)?,
+            take_array(&mut ebpf, map_names::MAGLEV_GEN)?,
+            live_pairs,
+        )?;
         Ok(Self {
-            vips: vip_index::VipIndex::new(
-                take_array(&mut ebpf, map_names::VIP_INDEX)?,
-                take_array(&mut ebpf, map_names::VIP_GEN)?,
-                take_array(&mut ebpf, map_names::VIP_HDR)?,
-            )?,
-            maglev: maglev_table::MaglevTables::new(
-                take_array(&mut ebpf, map_names::MAGLEV)?,
-                take_array(&mut ebpf, map_names::MAGLEV_GEN)?,
-            )?,
+            vips,
+            maglev,
             backends: take(&mut ebpf, map_names::BACKENDS)?,
             counters: take(&mut ebpf, map_names::COUNTERS)?,
             service_stats: take(&mut ebpf, map_names::SERVICE_STATS)?,
@@ -297,8 +308,23 @@ impl BpfDataplane {
     }
 
     /// What is published in the maps now (non-empty after adopting a previous program).
+    ///
+    /// Service metas come without their Maglev pair (`maglev_base`, `maglev_size`):
+    /// that is the data plane's own allocation, not something the publisher chooses.
     pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
-        let services = self.vips.services().iter().map(|(k, m)| (*k, *m)).collect();
+        let services = self
+            .vips
+            .services()
+            .iter()
+            .map(|(k, m)| {
+                let meta = ServiceMeta {
+                    maglev_base: 0,
+                    maglev_size: 0,
+                    ..*m
+                };
+                (*k, meta)
+            })
+            .collect();
         let mut backends = Vec::new();
         for id in 1..lb_common::MAX_BACKENDS {
             let b = self
@@ -334,9 +360,19 @@ impl BpfDataplane {
         self.attached.as_ref().map_or("detached", |a| a.mode.name())
     }
 
-    /// A copy of a service's live Maglev table.
+    /// A copy of a service's live Maglev table (empty if it has none).
     pub fn live_table(&self, service_id: u32) -> Vec<u32> {
         self.maglev.live_table(service_id)
+    }
+
+    /// Where a service's pair of Maglev tables lies in the pool: (base block, size).
+    pub fn maglev_pair(&self, service_id: u32) -> Option<(u32, u32)> {
+        self.maglev.pair(service_id).map(|p| (p.base, p.size))
+    }
+
+    /// Blocks of the Maglev pool not allocated to any service.
+    pub fn maglev_free_blocks(&self) -> u64 {
+        self.maglev.free_blocks()
     }
 
     /// Takes the passive-event stream (once).
@@ -395,16 +431,23 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError
 
 impl Dataplane for BpfDataplane {
     fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
-        self.vips.upsert(vip, meta)
+        // The slot names the service's pair of Maglev tables (none yet: size 0, every
+        // packet `DROP_NO_BACKEND` until its first table).
+        let pair = self.maglev.pair(meta.service_id);
+        let meta = ServiceMeta {
+            maglev_base: pair.map_or(0, |p| p.base),
+            maglev_size: pair.map_or(0, |p| p.size),
+            ..*meta
+        };
+        self.vips.upsert(vip, &meta)
     }
 
     fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
         self.vips.remove(vip)?;
-        // An all-empty table: stray packets for a re-used id find no backend.
-        self.publish_table(
-            service_id,
-            &vec![lb_common::NO_BACKEND; MAGLEV_RING_SIZE as usize],
-        )
+        // No slot names the pair now; it returns to the pool after a grace period, so a
+        // stray packet that read the old slot still finds the old table.
+        self.maglev.release(service_id);
+        Ok(())
     }
 
     fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
@@ -414,7 +457,22 @@ impl Dataplane for BpfDataplane {
     }
 
     fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        self.maglev.publish(service_id, table)
+        match self.maglev.publish(service_id, table)? {
+            Published::InPlace => Ok(()),
+            Published::Moved { now, old } => {
+                // A new or resized table: switch the VIP slot to the new pair, then
+                // retire the old one (free after a grace period from now).
+                if let Err(e) = self.vips.set_maglev(service_id, now.base, now.size) {
+                    // The slot still names the old pair: keep it, drop the new one.
+                    self.maglev.undo_move(service_id, now, old);
+                    return Err(e);
+                }
+                if let Some(old) = old {
+                    self.maglev.retire(old);
+                }
+                Ok(())
+            }
+        }
     }
 
     fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {

@@ -89,10 +89,20 @@ pub enum DataplaneError {
     },
     #[error("no VIP index seed fits {services} services and their nat source addresses")]
     VipIndexFull { services: usize },
-    #[error("Maglev table for service {service_id} has {len} slots, expected {expected}")]
-    TableSize {
+    #[error(
+        "Maglev table for service {service_id} has {len} slots, expected one of {sizes:?}",
+        sizes = lb_common::MAGLEV_SIZES
+    )]
+    TableSize { service_id: u32, len: usize },
+    #[error(
+        "no room in the Maglev pool for service {service_id}'s tables of {size} slots \
+         ({wanted} blocks; the largest free run is {largest}): fewer or smaller services \
+         (`maglev_size`)"
+    )]
+    MaglevPoolFull {
         service_id: u32,
-        len: usize,
-        expected: u32,
+        size: u32,
+        wanted: u32,
+        largest: u32,
     },
 }

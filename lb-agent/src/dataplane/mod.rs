@@ -10,6 +10,7 @@ pub mod caps;
 mod error;
 mod events;
 mod link_watch;
+pub mod maglev_pool;
 mod maglev_table;
 mod mapping;
 pub mod memory;

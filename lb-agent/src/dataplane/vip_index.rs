@@ -184,6 +184,25 @@ impl VipIndex {
         self.publish(next)
     }
 
+    /// Points service `service_id`'s slot at its new pair of Maglev tables (a new or
+    /// resized table); a service not in the index yet gets it at its upsert.
+    pub(super) fn set_maglev(
+        &mut self,
+        service_id: u32,
+        base: u32,
+        size: u32,
+    ) -> Result<(), DataplaneError> {
+        let mut next = self.services.clone();
+        let Some(meta) = next.values_mut().find(|m| m.service_id == service_id) else {
+            return Ok(());
+        };
+        if (meta.maglev_base, meta.maglev_size) == (base, size) {
+            return Ok(());
+        }
+        (meta.maglev_base, meta.maglev_size) = (base, size);
+        self.publish(next)
+    }
+
     /// Removes a service (absent: nothing to do).
     pub(super) fn remove(&mut self, vip: &VipKey) -> Result<(), DataplaneError> {
         if !self.services.contains_key(vip) {
@@ -305,7 +324,7 @@ mod tests {
         let mut services = BTreeMap::new();
         for i in 0..MAX_SERVICES {
             let snat: Vec<Ipv4Addr> = (0..MAX_SNAT_ADDRS as u8)
-                .map(|k| Ipv4Addr::new(192, 168, i as u8, k))
+                .map(|k| Ipv4Addr::new(192, 168 + (i / 256) as u8, i as u8, k))
                 .collect();
             services.insert(vip(i, IPPROTO_TCP), nat_meta(i, &snat, (20_000, 29_999)));
         }

@@ -25,7 +25,10 @@ fn server(i: usize) -> DesiredBackend {
 fn service(index: usize, backends: Vec<DesiredBackend>) -> DesiredService {
     DesiredService {
         name: format!("svc{index}"),
-        vip: SocketAddr::new(IpAddr::from([10, 0, 0, 1 + index as u8]), 80),
+        vip: SocketAddr::new(
+            IpAddr::from([10, 0, (index / 250) as u8, (1 + index % 250) as u8]),
+            80,
+        ),
         proto: if index.is_multiple_of(2) {
             IPPROTO_TCP
         } else {
@@ -38,6 +41,7 @@ fn service(index: usize, backends: Vec<DesiredBackend>) -> DesiredService {
             source_burst: 2000,
         }),
         backends,
+        maglev_size: None,
     }
 }
 
@@ -110,8 +114,10 @@ fn a_verdict_about_one_of_1000_servers_examines_and_writes_only_that_server() {
 fn a_verdict_in_one_of_the_most_services_touches_only_that_service() {
     let mut dp = MemoryDataplane::default();
     let mut p = Publisher::default();
+    // As many backends each as the backend ids allow.
+    let per = (MAX_BACKENDS as usize - 1) / MAX_SERVICES as usize;
     let mut want: Vec<DesiredService> = (0..MAX_SERVICES as usize)
-        .map(|s| service(s, (s * 100..s * 100 + 100).map(server).collect()))
+        .map(|s| service(s, (s * per..(s + 1) * per).map(server).collect()))
         .collect();
     p.apply(&want, &mut dp).unwrap();
     want[42].backends[7].role = Role::Removed;

@@ -16,8 +16,8 @@ use lb_agent::dataplane::memory::MemoryDataplane;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
 use lb_agent::status::{ServerStatus, ServiceStatus, Snapshot};
+use lb_common::NO_BACKEND;
 use lb_common::maps::{BACKEND_F_LIVE, BACKEND_F_SERVING};
-use lb_common::{MAGLEV_RING_SIZE, NO_BACKEND};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Interval, MissedTickBehavior, interval, sleep, sleep_until};
 
@@ -417,7 +417,7 @@ impl<N: Neighbors> Harness<N> {
 
     /// `slots` as a share of the table.
     pub fn share(&self, service: &str, addr: SocketAddr) -> f64 {
-        self.slots(service, addr) as f64 / f64::from(MAGLEV_RING_SIZE)
+        self.slots(service, addr) as f64 / self.table(service).len() as f64
     }
 
     /// Slots that hold no backend.

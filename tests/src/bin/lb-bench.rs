@@ -629,6 +629,7 @@ fn publish(
             proto: IPPROTO_TCP,
             nat: None,
             backends: backends(80),
+            maglev_size: None,
         },
         DesiredService {
             name: "nat".into(),
@@ -641,6 +642,7 @@ fn publish(
                 source_burst: 1,
             }),
             backends: backends(8080),
+            maglev_size: None,
         },
     ];
     for i in 0..vips - 2 {
@@ -661,6 +663,7 @@ fn publish(
                 mac: Some([2, 0, 0, 7, (i >> 8) as u8, i as u8]),
                 role: Role::Active,
             }],
+            maglev_size: None,
         });
     }
     let report = publisher.apply(&services, dp)?;

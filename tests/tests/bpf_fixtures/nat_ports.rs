@@ -462,6 +462,7 @@ fn custom_service(
             nat_port_max: ports.1,
             source_interval_ns: interval_ns,
             source_burst: burst,
+            ..ServiceMeta::default()
         },
     );
     lb.set_backend(20, backend(ip4(10, 0, 1, 20), 80, 20, 10));
@@ -788,6 +789,7 @@ fn one_clients_udp_flood_cannot_take_the_port_range() {
             // 1000 new flows/s, 200 at once.
             source_interval_ns: 1_000_000,
             source_burst: 200,
+            ..ServiceMeta::default()
         },
     );
     lb.set_backend(21, backend(ip4(10, 0, 1, 21), 53, 21, 11));
