@@ -107,6 +107,10 @@ pub struct ServiceStatus {
     /// same backend for every flow hash); empty before the first publish.
     #[serde(default)]
     pub table_fingerprint: String,
+    /// Slots of its Maglev table (one of `lb_common::MAGLEV_SIZES`); 0 before the first
+    /// publish.
+    #[serde(default)]
+    pub maglev_size: u32,
     pub stats: Stats,
     pub servers: Vec<ServerStatus>,
 }
@@ -125,7 +129,7 @@ pub struct ServerStatus {
     pub backup: u32,
     /// In the Maglev table right now.
     pub active: bool,
-    /// Slots of the live Maglev table (of `lb_common::MAGLEV_RING_SIZE`) that send new
+    /// Slots of the live Maglev table (of the service's `maglev_size`) that send new
     /// flows to it.
     #[serde(default)]
     pub slots: u32,

@@ -67,6 +67,7 @@ async fn serve() -> Served {
                 ..Default::default()
             },
         ],
+        maglev_size: 65537,
         ..Default::default()
     });
     let (snap_tx, snapshot) = watch::channel(Arc::new(snap));

@@ -161,6 +161,10 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
                 local_faults: svc.local_faults.status(now, at),
                 table_fingerprint: table_fingerprint(agent, &svc.cfg.name),
+                maglev_size: agent
+                    .publisher
+                    .live_table(&svc.cfg.name)
+                    .map_or(0, |(t, _)| t.len() as u32),
                 stats,
                 servers,
             }

@@ -161,8 +161,6 @@ pub struct PageView {
     pub time: String,
     pub interface: String,
     pub xdp_mode: String,
-    /// Slots of every Maglev table.
-    pub ring_size: u32,
     pub services: Vec<ServiceView>,
     /// Global data-plane counters by name.
     pub counters: Vec<(String, u64)>,
@@ -177,6 +175,8 @@ pub struct PageView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServiceView {
     pub name: String,
+    /// Slots of its Maglev table (0 before the first publish).
+    pub maglev_size: u32,
     pub vip: String,
     pub protocol: String,
     pub forwarding: String,
@@ -233,7 +233,6 @@ pub fn view(snap: &Snapshot, events: Vec<Event>, now: SystemTime) -> PageView {
         time: rfc3339(now),
         interface: snap.interface.clone(),
         xdp_mode: snap.xdp_mode.clone(),
-        ring_size: lb_common::MAGLEV_RING_SIZE,
         services: snap.services.iter().map(service_view).collect(),
         counters: snap.counters.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         passive_events: snap
@@ -250,6 +249,7 @@ pub fn view(snap: &Snapshot, events: Vec<Event>, now: SystemTime) -> PageView {
 fn service_view(svc: &ServiceStatus) -> ServiceView {
     ServiceView {
         name: svc.name.clone(),
+        maglev_size: svc.maglev_size,
         vip: svc.vip.clone(),
         protocol: svc.protocol.clone(),
         forwarding: svc.forwarding.clone(),
@@ -259,18 +259,27 @@ fn service_view(svc: &ServiceStatus) -> ServiceView {
         active_backup_level: svc.active_backup_level,
         fail_open: svc.fail_open,
         stats: svc.stats,
-        servers: svc.servers.iter().map(server_view).collect(),
+        servers: svc
+            .servers
+            .iter()
+            .map(|s| server_view(s, svc.maglev_size))
+            .collect(),
     }
 }
 
-fn server_view(s: &ServerStatus) -> ServerView {
+/// `s` of a service whose Maglev table has `table_size` slots.
+fn server_view(s: &ServerStatus, table_size: u32) -> ServerView {
     ServerView {
         address: s.address.clone(),
         state: s.state.clone(),
         role: role(s),
         weight: s.weight,
         effective_weight: if s.slots > 0 { s.weight } else { 0 },
-        share: f64::from(s.slots) / f64::from(lb_common::MAGLEV_RING_SIZE),
+        share: if table_size == 0 {
+            0.0
+        } else {
+            f64::from(s.slots) / f64::from(table_size)
+        },
         active: s.active,
         mac: s.mac.clone(),
         stats: s.stats,
@@ -346,12 +355,12 @@ mod tests {
     #[test]
     fn effective_weight_and_share_come_from_the_slots() {
         let mut s = server("up", None, 0);
-        s.slots = lb_common::MAGLEV_RING_SIZE / 4;
-        let v = server_view(&s);
+        s.slots = 16411 / 4;
+        let v = server_view(&s, 16411);
         assert_eq!(v.effective_weight, 2);
         assert!((v.share - 0.25).abs() < 1e-4, "{}", v.share);
         s.slots = 0;
-        let v = server_view(&s);
+        let v = server_view(&s, 4099);
         assert_eq!((v.effective_weight, v.share), (0, 0.0));
     }
 
@@ -380,7 +389,7 @@ mod tests {
             .collect(),
             ..Default::default()
         };
-        let v = server_view(&s);
+        let v = server_view(&s, 4099);
         assert_eq!(
             (v.probes[0].name.as_str(), v.probes[0].result.as_str()),
             ("h", "failed")
@@ -435,7 +444,6 @@ mod tests {
         assert_eq!(v.counters, vec![("drop_nat_ports".to_string(), 7)]);
         assert_eq!(v.services[0].servers[0].role, "primary");
         assert_eq!(v.events.len(), 1);
-        assert_eq!(v.ring_size, 65537);
     }
 
     #[test]
