@@ -36,3 +36,4 @@ pub mod scenario;
 pub mod topology;
 pub mod traffic;
 pub mod unit_file;
+pub mod vips_bench;

@@ -58,6 +58,15 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let out_dir = args.out;
+    if let Some(counts) = &args.vip_counts {
+        // `--vips 1,64,1000`: the cost of the VIP count, the counts side by side.
+        lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+        let _spinner = args.busy.then(Spinner::start);
+        let md = lb_tests::vips_bench::run(counts, args.vip_rounds)?;
+        std::fs::write(out_dir.join("vips.md"), md)?;
+        println!("written {}", out_dir.join("vips.md").display());
+        return Ok(());
+    }
     // One CPU: the per-CPU structures (flow cache, clock) behave as under RSS.
     lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
     let _spinner = args.busy.then(Spinner::start);
@@ -542,6 +551,10 @@ struct Args {
     /// Services published (at least the dsr and nat ones measured; the others are
     /// dsr services on other VIPs, so the VIP index holds this many keys).
     vips: usize,
+    /// `--vips A,B,...` (more than one count): compare those VIP counts instead
+    /// (`lb_tests::vips_bench`), over `vip_rounds` rounds (`--rounds`, default 15).
+    vip_counts: Option<Vec<usize>>,
+    vip_rounds: usize,
     /// Fill the flow table (`FLOW_TABLE_SIZE` live flows) before measuring.
     full_table: bool,
     /// Keep the other CPU busy (a spinning thread pinned to CPU 1) while measuring;
@@ -552,7 +565,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
-                         [--vips N] [--full-table] [--busy] [--servers N] \
+                         [--vips N | --vips N,N,...] [--full-table] [--busy] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
@@ -560,6 +573,8 @@ fn parse_args() -> anyhow::Result<Args> {
         propagation_only: false,
         xdp_only: false,
         vips: 2,
+        vip_counts: None,
+        vip_rounds: 15,
         full_table: false,
         busy: false,
         scale: Scale::default(),
@@ -580,12 +595,26 @@ fn parse_args() -> anyhow::Result<Args> {
             "--out" => parsed.out = PathBuf::from(args.next().context("--out needs a directory")?),
             "--propagation-only" => parsed.propagation_only = true,
             "--xdp-only" => parsed.xdp_only = true,
-            "--vips" => parsed.vips = number("--vips")?,
+            "--vips" => {
+                let list = args.next().context("--vips needs a number or a list")?;
+                let counts = list
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| format!("--vips {list}: numbers separated by commas"))?;
+                match counts.as_slice() {
+                    [one] => parsed.vips = *one,
+                    _ => parsed.vip_counts = Some(counts),
+                }
+            }
             "--full-table" => parsed.full_table = true,
             "--busy" => parsed.busy = true,
             "--servers" => parsed.scale.servers = number("--servers")?,
             "--services" => parsed.scale.services = number("--services")?,
-            "--rounds" => parsed.scale.rounds = number("--rounds")?,
+            "--rounds" => {
+                parsed.scale.rounds = number("--rounds")?;
+                parsed.vip_rounds = parsed.scale.rounds;
+            }
             "--admin-rounds" => parsed.scale.admin_rounds = number("--admin-rounds")?,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
@@ -595,6 +624,13 @@ fn parse_args() -> anyhow::Result<Args> {
     }
     if parsed.scale.services > 250 * 250 || parsed.scale.servers > 10 * 62_500 {
         bail!("at most 62,500 services and 625,000 servers");
+    }
+    if let Some(counts) = &parsed.vip_counts
+        && counts
+            .iter()
+            .any(|n| !(1..=lb_common::MAX_SERVICES as usize).contains(n))
+    {
+        bail!("--vips counts must be 1..={}", lb_common::MAX_SERVICES);
     }
     if !(2..=lb_common::MAX_SERVICES as usize).contains(&parsed.vips) {
         bail!("--vips must be 2..={}", lb_common::MAX_SERVICES);
