@@ -69,6 +69,14 @@ fn pairs_follow_sizes_and_survive_an_adopting_restart() {
     publish(&mut first, 1, 65537, 5);
     assert_eq!(first.maglev_pair(1), Some(after));
     assert_eq!(first.live_table(1), vec![5; 65537]);
+    // Services that come and go: their slots must be cleared in both VIP tables (the
+    // index writes only the slots that change).
+    for s in 10..20 {
+        publish(&mut first, s, 4099, 9);
+    }
+    for s in 10..20 {
+        first.remove_service(&vip(s), s).expect("removing");
+    }
     let state = first.published_state().expect("reading back");
     assert!(
         state
@@ -94,6 +102,18 @@ fn pairs_follow_sizes_and_survive_an_adopting_restart() {
     };
     let mut second = BpfDataplane::load_with(Some(&adopted), None).expect("adopting");
     drop(first);
+    let found: Vec<u32> = second
+        .published_state()
+        .unwrap()
+        .services
+        .iter()
+        .map(|(_, m)| m.service_id)
+        .collect();
+    assert_eq!(
+        found.len(),
+        3,
+        "the live VIP table holds exactly 0..3: {found:?}"
+    );
     let tables = [vec![1; 4099], vec![5; 65537], vec![3; 4099]];
     for (s, pair) in pairs.iter().enumerate() {
         assert_eq!(second.maglev_pair(s as u32), Some(*pair), "service {s}");

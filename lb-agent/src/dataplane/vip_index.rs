@@ -42,6 +42,8 @@ pub struct Layout {
     pub header: VipIndexHeader,
     /// `VIP_INDEX_SLOTS` slots, bucket by bucket.
     pub slots: Vec<VipSlot>,
+    /// Indices of the slots that hold a key, ascending (the rest are empty).
+    pub occupied: Vec<usize>,
 }
 
 /// The table for `services` (their keys and the nat source addresses of the nat ones),
@@ -77,13 +79,16 @@ pub fn build(services: &BTreeMap<VipKey, ServiceMeta>, prefer: u32) -> Option<La
         .map(|i| prefer.wrapping_add(i.wrapping_mul(0x9e37_79b9)))
         .find(|&seed| fits(keys.iter().map(|k| &k.0), seed))?;
     let mut slots = vec![VipSlot::default(); VIP_INDEX_SLOTS as usize];
+    let mut occupied = Vec::with_capacity(keys.len());
     for (vip, kind, meta) in keys {
         let first = vip_bucket_index(0, vip_hash(&vip, seed)) as usize;
         let way = (first..first + VIP_INDEX_WAYS as usize)
             .find(|&i| slots[i].kind == VIP_SLOT_EMPTY)
             .expect("fits() checked the bucket has room");
         slots[way] = VipSlot { vip, kind, meta };
+        occupied.push(way);
     }
+    occupied.sort_unstable();
     Some(Layout {
         header: VipIndexHeader {
             seed,
@@ -91,6 +96,7 @@ pub fn build(services: &BTreeMap<VipKey, ServiceMeta>, prefer: u32) -> Option<La
             nat_port_max: port_max,
         },
         slots,
+        occupied,
     })
 }
 
@@ -123,6 +129,10 @@ pub(super) struct VipIndex {
     headers: Mapping,
     last_flip: Instant,
     services: BTreeMap<VipKey, ServiceMeta>,
+    /// Per table, the indices of the slots that are not all zero (as last written, or
+    /// as found when adopted): a publish clears those the new layout leaves empty and
+    /// writes the occupied ones, not the whole 3.9 MB table.
+    written: [Vec<usize>; VIP_INDEX_TABLES as usize],
     /// Keep the maps open for as long as they are mapped.
     _maps: (MapData, MapData, MapData),
 }
@@ -157,8 +167,15 @@ impl VipIndex {
             // A restarted agent does not know when the last flip happened: assume now.
             last_flip: Instant::now(),
             services: BTreeMap::new(),
+            written: [Vec::new(), Vec::new()],
             _maps: (slots, generation, headers),
         };
+        for table in 0..VIP_INDEX_TABLES as usize {
+            let all = index.table_slots(table as u64);
+            index.written[table] = (0..all.len())
+                .filter(|&i| all[i] != VipSlot::default())
+                .collect();
+        }
         index.services = index
             .live_slots()
             .iter()
@@ -224,7 +241,12 @@ impl VipIndex {
     }
 
     fn live_slots(&self) -> Vec<VipSlot> {
-        let first = vip_bucket_index(self.live_generation(), 0) as usize;
+        self.table_slots(self.live_generation())
+    }
+
+    /// A copy of table `generation` (bit 0).
+    fn table_slots(&self, generation: u64) -> Vec<VipSlot> {
+        let first = vip_bucket_index(generation, 0) as usize;
         let mut out = vec![VipSlot::default(); VIP_INDEX_SLOTS as usize];
         // SAFETY: reading one whole table inside the mapping.
         unsafe {
@@ -261,11 +283,17 @@ impl VipIndex {
         // until the generation flips below (and none still reads the table it retired
         // GRACE ago).
         unsafe {
-            ptr::copy_nonoverlapping(
-                layout.slots.as_ptr(),
-                self.slots.addr.cast::<VipSlot>().add(first),
-                layout.slots.len(),
-            );
+            let table = self.slots.addr.cast::<VipSlot>().add(first);
+            // Slots the table held that the layout leaves empty, then every key: the
+            // table then equals `layout.slots` (all other slots were and stay zero).
+            for &i in &self.written[next as usize] {
+                if layout.slots[i].kind == VIP_SLOT_EMPTY {
+                    ptr::write(table.add(i), VipSlot::default());
+                }
+            }
+            for &i in &layout.occupied {
+                ptr::write(table.add(i), layout.slots[i]);
+            }
             ptr::write_volatile(
                 self.headers
                     .addr
@@ -278,6 +306,7 @@ impl VipIndex {
         // new generation (see `maglev_table::MaglevTables::publish`).
         self.generation_word().store(next, Ordering::Release);
         self.last_flip = Instant::now();
+        self.written[next as usize] = layout.occupied;
         self.services = services;
         Ok(())
     }
