@@ -735,7 +735,8 @@ fn agent_rules() {
 #[test]
 fn too_many_services() {
     let mut text = String::new();
-    for i in 0..129 {
+    let max = lb_common::MAX_SERVICES;
+    for i in 0..=max {
         text += &format!(
             "[[service]]\nname = \"s{i}\"\nvip = \"10.0.0.100:{}\"\nsnat_ip = \"10.0.0.2\"\n\
              [[service.server]]\naddress = \"10.0.1.11:80\"\n",
@@ -744,5 +745,8 @@ fn too_many_services() {
     }
     let e = error(&text);
     assert_eq!(e.key.as_deref(), Some("service"), "{e}");
-    assert!(e.message.contains("at most 128 services"), "{e}");
+    assert!(
+        e.message.contains(&format!("at most {max} services")),
+        "{e}"
+    );
 }

@@ -69,6 +69,13 @@ impl Dataplane for MemoryDataplane {
     }
 
     fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        // The sizes the real data plane's pool takes (one of `MAGLEV_SIZES`).
+        if !u32::try_from(table.len()).is_ok_and(lb_common::is_maglev_size) {
+            return Err(DataplaneError::TableSize {
+                service_id,
+                len: table.len(),
+            });
+        }
         self.tables.insert(service_id, table.to_vec());
         self.log.push(Write::Table(service_id));
         Ok(())
