@@ -7,7 +7,7 @@
 //! and a bounded buffer.
 //!
 //! Layout: [`http`] (HTTP/1.1 over hyper, optionally TLS through [`tls`]), [`stream`]
-//! (tcp), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
+//! (tcp connect), [`syn`] (tcp SYN check, for plain tcp probes), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
 
 pub mod condition;
 mod datagram;
@@ -16,6 +16,7 @@ mod icmp;
 mod local;
 mod schedule;
 mod stream;
+pub mod syn;
 mod tls;
 
 use std::net::SocketAddr;
@@ -141,6 +142,8 @@ pub(crate) enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("SYN check unavailable ({why})")]
+    SynUnavailable { why: &'static str },
     #[error("invalid expect pattern: {source}")]
     Pattern {
         #[source]
@@ -157,6 +160,8 @@ impl ProbeError {
             | ProbeError::Tls { source }
             | ProbeError::Icmp { source } => source,
             ProbeError::Http { source } => std::error::Error::source(source)?.downcast_ref()?,
+            // tcp_check = "syn" on a host that cannot: the server is not to blame.
+            ProbeError::SynUnavailable { .. } => return Some(format!("local fault: {self}")),
             _ => return None,
         };
         local::cause(io, target)
@@ -183,7 +188,11 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     let run = async {
         match cfg.kind {
             ProbeKind::Http => http::probe(cfg, addr).await,
-            ProbeKind::Tcp => stream::probe(cfg, addr).await,
+            ProbeKind::Tcp => match syn::route(cfg, addr) {
+                Some(Ok(checker)) => syn::probe(checker, addr).await,
+                Some(Err(e)) => Err(e),
+                None => stream::probe(cfg, addr).await,
+            },
             ProbeKind::Udp => datagram::probe(cfg, addr).await,
             ProbeKind::Icmp => icmp::probe(addr.ip()).await,
         }
