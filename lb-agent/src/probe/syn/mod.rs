@@ -76,8 +76,23 @@ pub fn check_for(cfg: &ProbeConfig) -> &'static str {
     }
 }
 
+/// Whether this process may open a raw TCP socket (what the SYN check needs), without
+/// setting the check up: `Err` says why not.
+pub fn raw_socket_opens() -> Result<(), String> {
+    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::TCP)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Err("no CAP_NET_RAW".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A tcp probe that may use the SYN check (`tcp_check` other than `connect`).
+pub fn wanted(cfg: &ProbeConfig) -> bool {
+    cfg.kind == ProbeKind::Tcp && plain(cfg) && cfg.tcp_check != TcpCheck::Connect
+}
+
 /// A tcp probe that only asks whether the port accepts connections.
-pub(crate) fn plain(cfg: &ProbeConfig) -> bool {
+pub fn plain(cfg: &ProbeConfig) -> bool {
     cfg.send.is_none() && cfg.expect.is_none() && cfg.test.is_none()
 }
 
@@ -102,8 +117,16 @@ pub(super) fn route(
     }
 }
 
+/// The checker, once set up: `Err` says why it could not be.
+static CHECKER: OnceLock<Result<Checker, &'static str>> = OnceLock::new();
+
+/// Whether SYN checks run, without setting them up: `None` until a tcp probe or
+/// [`availability`] asked; `Some(false)` when they could not be set up (connect instead).
+pub fn in_use() -> Option<bool> {
+    CHECKER.get().map(Result::is_ok)
+}
+
 fn checker() -> Result<&'static Checker, &'static str> {
-    static CHECKER: OnceLock<Result<Checker, &'static str>> = OnceLock::new();
     CHECKER
         .get_or_init(|| match Checker::start() {
             Ok(c) => {
