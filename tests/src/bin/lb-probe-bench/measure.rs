@@ -129,10 +129,9 @@ impl Stat {
 #[derive(Clone, Copy, Default)]
 pub(super) struct Costs {
     pub(super) poll_stats: Stat,
-    /// The full snapshot rebuild of the stats tick.
-    pub(super) publish_snapshot: Stat,
-    /// `flush_snapshot` calls that rebuilt the snapshot (after a verdict changed state).
-    pub(super) flush_rebuild: Stat,
+    /// `answer_readers` turns that built a snapshot for the reader asking once a second
+    /// (as `lb-agent run` builds it: on demand, at most once per `snapshot_interval`).
+    pub(super) snapshot_build: Stat,
     /// `on_probe_report` calls that recomputed membership (published, or failed to).
     pub(super) recompute: Stat,
 }
@@ -141,8 +140,7 @@ impl Costs {
     pub(super) fn figures(&self, f: &mut Figures, prefix: &str) {
         for (k, s) in [
             ("poll_stats", self.poll_stats),
-            ("publish_snapshot", self.publish_snapshot),
-            ("flush_rebuild", self.flush_rebuild),
+            ("snapshot_build", self.snapshot_build),
             ("recompute", self.recompute),
         ] {
             f.insert(format!("{prefix}cost_{k}"), s.show());
