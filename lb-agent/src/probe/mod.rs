@@ -185,16 +185,20 @@ type Verdict = Result<String, ProbeError>;
 pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     let addr = SocketAddr::new(target.ip(), cfg.port.unwrap_or(target.port()));
     let start = Instant::now();
+    // The large futures (http with TLS, tcp and udp with their buffers) are boxed for the
+    // length of one probe, so that every idle probe task stays small: at 100,000 tasks
+    // the task's future is most of the agent's memory (BENCHMARKS.md §3). The SYN check's
+    // future is small and runs unboxed.
     let run = async {
         match cfg.kind {
-            ProbeKind::Http => http::probe(cfg, addr).await,
+            ProbeKind::Http => Box::pin(http::probe(cfg, addr)).await,
             ProbeKind::Tcp => match syn::route(cfg, addr) {
                 Some(Ok(checker)) => syn::probe(checker, addr).await,
                 Some(Err(e)) => Err(e),
-                None => stream::probe(cfg, addr).await,
+                None => Box::pin(stream::probe(cfg, addr)).await,
             },
-            ProbeKind::Udp => datagram::probe(cfg, addr).await,
-            ProbeKind::Icmp => icmp::probe(addr.ip()).await,
+            ProbeKind::Udp => Box::pin(datagram::probe(cfg, addr)).await,
+            ProbeKind::Icmp => Box::pin(icmp::probe(addr.ip())).await,
         }
     };
     match tokio::time::timeout(cfg.timeout, run).await {

@@ -352,6 +352,17 @@ mod tests {
         assert!(stats().refused.load(Ordering::Relaxed) >= 2);
     }
 
+    #[test]
+    fn an_idle_probe_task_stays_small() {
+        // The schedule holds one `execute` future per (server, probe): at 100,000
+        // targets its size is most of the agent's memory. It was 4.4 KB before the large
+        // kinds were boxed.
+        let cfg = syn_probe();
+        let fut = execute(&cfg, "127.0.0.1:1".parse().unwrap());
+        let size = std::mem::size_of_val(&fut);
+        assert!(size <= 1024, "execute's future is {size} bytes");
+    }
+
     async fn refuses_and_passes(host: &str) {
         let open = TcpListener::bind(host).unwrap();
         let addr = open.local_addr().unwrap();
