@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
+use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
 
@@ -17,6 +18,11 @@ use super::{Outgoing, PendingMap, stats};
 const BATCH: usize = 64;
 /// Bytes kept of a reply: an IPv4 header with options and a TCP header with options.
 const REPLY_BYTES: usize = 128;
+/// After a batch that was not full, each thread waits this long for more work to gather,
+/// so that at high rates a system call carries many packets instead of one (and the
+/// thread wakes at most about a thousand times a second). It adds at most this much to
+/// a probe's duration.
+const GATHER: Duration = Duration::from_millis(1);
 
 /// Sends what `queue` brings until every sender is gone.
 pub(super) fn send_loop(
@@ -28,33 +34,46 @@ pub(super) fn send_loop(
     let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
     while let Ok(first) = queue.recv() {
         batch.push(first);
-        while batch.len() < BATCH {
-            match queue.try_recv() {
-                Ok(out) => batch.push(out),
-                Err(_) => break,
+        std::thread::sleep(GATHER);
+        loop {
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(out) => batch.push(out),
+                    Err(_) => break,
+                }
+            }
+            send_families(&batch, v4, v6, pending);
+            let full = batch.len() == BATCH;
+            batch.clear();
+            if !full {
+                break;
             }
         }
-        // One sendmmsg per family present in the batch.
-        for want_v4 in [true, false] {
-            let group: Vec<&Outgoing> = batch
-                .iter()
-                .filter(|o| o.dst.is_ipv4() == want_v4)
-                .collect();
-            if group.is_empty() {
-                continue;
-            }
-            let sock = if want_v4 { Some(v4) } else { v6 };
-            let failed = match sock {
-                Some(sock) => send_batch(sock, &group),
-                None => (0, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
-            };
-            let (sent, err) = failed;
-            stats().sent.fetch_add(sent as u64, Ordering::Relaxed);
-            if sent < group.len() {
-                fail(pending, &group[sent..], &err);
-            }
+    }
+}
+
+/// Sends `batch`, one `sendmmsg` per address family in it; fails the probes it could not
+/// send.
+fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: &PendingMap) {
+    // One sendmmsg per family present in the batch.
+    for want_v4 in [true, false] {
+        let group: Vec<&Outgoing> = batch
+            .iter()
+            .filter(|o| o.dst.is_ipv4() == want_v4)
+            .collect();
+        if group.is_empty() {
+            continue;
         }
-        batch.clear();
+        let sock = if want_v4 { Some(v4) } else { v6 };
+        let failed = match sock {
+            Some(sock) => send_batch(sock, &group),
+            None => (0, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        let (sent, err) = failed;
+        stats().sent.fetch_add(sent as u64, Ordering::Relaxed);
+        if sent < group.len() {
+            fail(pending, &group[sent..], &err);
+        }
     }
 }
 
@@ -192,6 +211,9 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
         drop(msgs);
         drop(iovs);
         resolve(pending, &replies);
+        if (n as usize) < BATCH {
+            std::thread::sleep(GATHER);
+        }
     }
 }
 
