@@ -152,6 +152,8 @@ pub(super) type Figures = BTreeMap<String, String>;
 
 /// Figures of the window between `a` and `b` under `prefix`.
 pub(super) fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) {
+    // Saturating: the CPU of kernel threads found anew at each mark (NAPI, the targets'
+    // children) may read lower at the end than at the start.
     let wall = (b.wall - a.wall).as_secs_f64();
     let user = (b.user - a.user).as_secs_f64();
     let sys = (b.sys - a.sys).as_secs_f64();
@@ -165,13 +167,19 @@ pub(super) fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) 
     put("sys_cores", format!("{:.3}", sys / wall));
     put(
         "target_cores",
-        format!("{:.3}", (b.target_cpu - a.target_cpu).as_secs_f64() / wall),
+        format!(
+            "{:.3}",
+            b.target_cpu.saturating_sub(a.target_cpu).as_secs_f64() / wall
+        ),
     );
     put(
         "agent_napi_cores",
         format!(
             "{:.3}",
-            (b.agent_napi_cpu - a.agent_napi_cpu).as_secs_f64() / wall
+            b.agent_napi_cpu
+                .saturating_sub(a.agent_napi_cpu)
+                .as_secs_f64()
+                / wall
         ),
     );
     put(
