@@ -63,19 +63,6 @@ pub fn availability() -> Result<&'static [u16], &'static str> {
     checker().map(|c| c.ports.ports.as_slice())
 }
 
-/// Which check a tcp probe `cfg` uses when this process runs it: `"syn"` or `"connect"`.
-pub fn check_for(cfg: &ProbeConfig) -> &'static str {
-    if cfg.kind != ProbeKind::Tcp || !plain(cfg) {
-        return "connect";
-    }
-    match cfg.tcp_check {
-        TcpCheck::Connect => "connect",
-        TcpCheck::Syn => "syn",
-        TcpCheck::Auto if availability().is_ok() => "syn",
-        TcpCheck::Auto => "connect",
-    }
-}
-
 /// Whether this process may open a raw TCP socket (what the SYN check needs), without
 /// setting the check up: `Err` says why not.
 pub fn raw_socket_opens() -> Result<(), String> {
