@@ -335,7 +335,7 @@ fn syn_check(o: &mut String) {
         o,
         "lb_probe_syn_packets_total",
         "counter",
-        "SYN check packets by outcome (rejected: wrong ack; unmatched: no probe waiting)",
+        "SYN check packets by outcome (rejected: wrong ack; unmatched: no probe waiting; sent_late: SYNs sent after their probe timed out)",
     );
     let s = crate::probe::syn::stats();
     for (kind, n) in [
@@ -345,6 +345,7 @@ fn syn_check(o: &mut String) {
         ("rejected", &s.rejected),
         ("unmatched", &s.unmatched),
         ("malformed", &s.malformed),
+        ("sent_late", &s.sent_late),
     ] {
         line(
             o,

@@ -193,7 +193,7 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
         match cfg.kind {
             ProbeKind::Http => Box::pin(http::probe(cfg, addr)).await,
             ProbeKind::Tcp => match syn::route(cfg, addr) {
-                Some(Ok(checker)) => syn::probe(checker, addr).await,
+                Some(Ok(checker)) => syn::probe(checker, addr, cfg.timeout).await,
                 Some(Err(e)) => Err(e),
                 None => Box::pin(stream::probe(cfg, addr)).await,
             },

@@ -48,6 +48,12 @@ pub struct Stats {
     pub unmatched: AtomicU64,
     /// Packets that passed the socket filter but did not parse: ignored.
     pub malformed: AtomicU64,
+    /// SYNs the sender thread took off its queue only after their probe's timeout (the
+    /// thread could not keep up, or did not get a CPU): sent anyway, their probe failed.
+    pub sent_late: AtomicU64,
+    /// Sum and maximum of the time SYNs waited in the send queue, in microseconds.
+    pub queue_us_sum: AtomicU64,
+    pub queue_us_max: AtomicU64,
 }
 
 /// The process's SYN-check counters.
@@ -152,6 +158,9 @@ type PendingMap = Mutex<HashMap<(SocketAddr, u16), Pending>>;
 
 /// One SYN to send.
 struct Outgoing {
+    /// When the probe queued it, and when the probe gives up.
+    queued: std::time::Instant,
+    timeout: std::time::Duration,
     dst: SocketAddr,
     sport: u16,
     isn: u32,
@@ -216,6 +225,7 @@ impl Checker {
         &'static self,
         src_ip: IpAddr,
         dst: SocketAddr,
+        timeout: std::time::Duration,
     ) -> Result<(Outgoing, oneshot::Receiver<io::Result<Answer>>, InFlight), ProbeError> {
         let round = self.round.fetch_add(1, Ordering::Relaxed);
         let ports = &self.ports.ports;
@@ -228,6 +238,8 @@ impl Checker {
                 let (tx, rx) = oneshot::channel();
                 slot.insert(Pending { isn, reply: tx });
                 let out = Outgoing {
+                    queued: std::time::Instant::now(),
+                    timeout,
                     dst,
                     sport,
                     isn,
@@ -281,12 +293,16 @@ fn raw(domain: Domain, ports: &[u16]) -> io::Result<Socket> {
 }
 
 /// Runs one SYN check of `dst` (the caller bounds it by the probe's timeout).
-pub(super) async fn probe(checker: &'static Checker, dst: SocketAddr) -> Verdict {
+pub(super) async fn probe(
+    checker: &'static Checker,
+    dst: SocketAddr,
+    timeout: std::time::Duration,
+) -> Verdict {
     let src_ip = checker
         .sources
         .for_target(dst)
         .map_err(|source| ProbeError::Connect { source })?;
-    let (out, reply, _in_flight) = checker.register(src_ip, dst)?;
+    let (out, reply, _in_flight) = checker.register(src_ip, dst, timeout)?;
     checker
         .queue
         .lock()

@@ -55,6 +55,19 @@ pub(super) fn send_loop(
 /// Sends `batch`, one `sendmmsg` per address family in it; fails the probes it could not
 /// send.
 fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: &PendingMap) {
+    let now = std::time::Instant::now();
+    let (mut sum, mut max, mut late) = (0u64, 0u64, 0u64);
+    for o in batch {
+        let waited = now.saturating_duration_since(o.queued);
+        let us = waited.as_micros() as u64;
+        sum += us;
+        max = max.max(us);
+        late += u64::from(waited >= o.timeout);
+    }
+    let s = stats();
+    s.queue_us_sum.fetch_add(sum, Ordering::Relaxed);
+    s.queue_us_max.fetch_max(max, Ordering::Relaxed);
+    s.sent_late.fetch_add(late, Ordering::Relaxed);
     // One sendmmsg per family present in the batch.
     for want_v4 in [true, false] {
         let group: Vec<&Outgoing> = batch

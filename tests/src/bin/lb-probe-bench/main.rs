@@ -389,13 +389,17 @@ fn syn_packets() -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let s = lb_agent::probe::syn::stats();
     format!(
-        "sent {}, SYN-ACKs {}, RSTs {}, rejected {}, unmatched {}, malformed {}",
+        "sent {}, SYN-ACKs {}, RSTs {}, rejected {}, unmatched {}, malformed {}; \
+         queued to sent: mean {:.0} µs, max {:.1} ms, {} sent after their probe's timeout",
         s.sent.load(Relaxed),
         s.accepted.load(Relaxed),
         s.refused.load(Relaxed),
         s.rejected.load(Relaxed),
         s.unmatched.load(Relaxed),
-        s.malformed.load(Relaxed)
+        s.malformed.load(Relaxed),
+        s.queue_us_sum.load(Relaxed) as f64 / s.sent.load(Relaxed).max(1) as f64,
+        s.queue_us_max.load(Relaxed) as f64 / 1000.0,
+        s.sent_late.load(Relaxed)
     )
 }
 
