@@ -281,6 +281,27 @@ impl Drop for InFlight {
 fn raw(domain: Domain, ports: &[u16]) -> io::Result<Socket> {
     let sock = Socket::new(domain, Type::RAW, Some(Protocol::TCP))?;
     filter::attach(&sock, domain == Domain::IPV4, ports)?;
+    // Without it the kernel hides a SYN its own queue dropped (ENOBUFS) from a raw
+    // socket, and the probe would time out against the target instead of failing locally.
+    let (level, name) = if domain == Domain::IPV4 {
+        (libc::SOL_IP, libc::IP_RECVERR)
+    } else {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: an int option on our socket, `on` alive for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
     // Bursts of replies at 100,000 probes/s; best effort (capped by net.core.*mem_max).
     let _ = sock.set_recv_buffer_size(8 << 20);
     let _ = sock.set_send_buffer_size(4 << 20);

@@ -80,18 +80,23 @@ fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: 
         let sock = if want_v4 { Some(v4) } else { v6 };
         let failed = match sock {
             Some(sock) => send_batch(sock, &group),
-            None => (0, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+            None => (0..group.len())
+                .map(|i| (i, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)))
+                .collect(),
         };
-        let (sent, err) = failed;
-        stats().sent.fetch_add(sent as u64, Ordering::Relaxed);
-        if sent < group.len() {
-            fail(pending, &group[sent..], &err);
+        stats()
+            .sent
+            .fetch_add((group.len() - failed.len()) as u64, Ordering::Relaxed);
+        for (i, err) in failed {
+            fail(pending, &group[i..=i], &err);
         }
     }
 }
 
-/// Sends `group`; returns how many went out, and the error that stopped the rest.
-fn send_batch(sock: &Socket, group: &[&Outgoing]) -> (usize, io::Error) {
+/// Sends `group`; returns the SYNs that did not go out, with their errors. A SYN the
+/// local queue dropped fails with `ENOBUFS` (the socket has `IP_RECVERR`, else the kernel
+/// hides it): a local fault, not a timeout held against the target.
+fn send_batch(sock: &Socket, group: &[&Outgoing]) -> Vec<(usize, io::Error)> {
     // Raw sockets take the protocol, not a port, in the address: 0.
     let addrs: Vec<SockAddr> = group
         .iter()
@@ -117,6 +122,7 @@ fn send_batch(sock: &Socket, group: &[&Outgoing]) -> (usize, io::Error) {
             m
         })
         .collect();
+    let mut failed = Vec::new();
     let mut done = 0;
     while done < msgs.len() {
         // SAFETY: every header points at an address, an iovec and a segment alive until
@@ -134,11 +140,14 @@ fn send_batch(sock: &Socket, group: &[&Outgoing]) -> (usize, io::Error) {
             if err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return (done, err);
+            // The message at `done` failed; the ones after it are tried again.
+            failed.push((done, err));
+            done += 1;
+            continue;
         }
         done += n as usize;
     }
-    (done, io::Error::other("sent"))
+    failed
 }
 
 /// Resolves the probes of `group` with the send error `err` (a local fault or not, as
@@ -198,10 +207,15 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
         if n < 0 {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
-                Some(libc::EINTR | libc::ENOBUFS | libc::ENOMEM | libc::EAGAIN) => continue,
-                _ => {
+                Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT) => {
                     tracing::error!(error = %err, "SYN check receiver stopped");
                     return;
+                }
+                // A queued error (`IP_RECVERR`: an ICMP error about one of our SYNs, a
+                // local drop): drop the error queue so it never fills the buffer.
+                _ => {
+                    drain_errors(sock);
+                    continue;
                 }
             }
         }
@@ -226,6 +240,25 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
         resolve(pending, &replies);
         if (n as usize) < BATCH {
             std::thread::sleep(GATHER);
+        }
+    }
+}
+
+/// Empties the socket's error queue (`MSG_ERRQUEUE`).
+fn drain_errors(sock: &Socket) {
+    let mut buf = [0u8; REPLY_BYTES];
+    loop {
+        // SAFETY: `buf` is valid for its length for the call.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            return;
         }
     }
 }
