@@ -2,7 +2,9 @@
 //! open port passes (on a verified SYN-ACK, counted in `/metrics`), a closed port fails at once
 //! (RST: refused), a port nftables drops times out, and a port whose host answers every
 //! SYN with a forged SYN-ACK and RST (wrong acknowledgement numbers) times out too and is
-//! never believed: the agent counts those replies as rejected in `/metrics`.
+//! never believed: the agent counts those replies as rejected in `/metrics`. Last, the
+//! balancer's own interface queue drops every packet: each SYN fails locally (ENOBUFS,
+//! a local fault) and the open server stays up.
 
 use std::{
     net::SocketAddr,
@@ -155,6 +157,38 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
     );
     let (state, _) = server_health(&api, "web", a[0]).expect("b1's status");
     assert_eq!(state, "up", "b1's open port stays up");
+
+    // The balancer's own queue drops every packet (a pfifo of length 0): each SYN fails
+    // locally (ENOBUFS), a local fault, never a verdict against b1.
+    let faults = |api: &Api| {
+        let text = api.metrics().expect("GET /metrics");
+        api::metric(&text, "lb_agent_local_faults_total", &[]).expect("local faults metric")
+    };
+    let faults_before = faults(&api);
+    let lb_ns = &topo.lb().ns;
+    let tc = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", lb_ns.name(), "tc", "qdisc"])
+            .args(args)
+            .output()
+            .expect("running tc");
+        assert!(
+            out.status.success(),
+            "tc {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let lb_if = lb_tests::topology::HOST_IF;
+    tc(&["replace", "dev", lb_if, "root", "pfifo", "limit", "0"]);
+    std::thread::sleep(3 * INTERVAL);
+    tc(&["del", "dev", lb_if, "root"]);
+    let local = faults(&api) - faults_before;
+    let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
+    assert!(
+        local >= 2.0,
+        "SYNs dropped by the balancer's own queue are local faults ({local}); b1: {probes:?}"
+    );
+    assert_eq!(state, "up", "a local drop says nothing about b1: {probes:?}");
     println!(
         "SYN check (interval 1 s, timeout 500 ms, fails 2; bound {}):\n  {}\n  {forged} forged \
          replies, {rejected} rejected",
