@@ -188,7 +188,10 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
         local >= 2.0,
         "SYNs dropped by the balancer's own queue are local faults ({local}); b1: {probes:?}"
     );
-    assert_eq!(state, "up", "a local drop says nothing about b1: {probes:?}");
+    assert_eq!(
+        state, "up",
+        "a local drop says nothing about b1: {probes:?}"
+    );
     println!(
         "SYN check (interval 1 s, timeout 500 ms, fails 2; bound {}):\n  {}\n  {forged} forged \
          replies, {rejected} rejected",
