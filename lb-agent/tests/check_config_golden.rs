@@ -38,6 +38,7 @@ fn host() -> HostFacts {
     HostFacts {
         local_addresses: Some(Ok(local)),
         ephemeral_ports: Some(32768..=60999),
+        raw_tcp_socket: None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! against a live server on loopback: every probe fails with EMFILE, which is a local
 //! fault — no transition, the server stays `up`, and the status reports it. One test in
 //! its own binary: it lowers this process's RLIMIT_NOFILE (restored on drop, also on
-//! failure).
+//! failure). The probes connect (`tcp_check = "connect"`): a SYN check holds no
+//! descriptor per probe and would not run out.
 
 use std::{fs::File, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
@@ -100,7 +101,7 @@ async fn probes_failing_with_emfile_change_no_server_state() {
     let text = format!(
         "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nsnat_ip = \"10.0.0.2\"\n\
          [[service.server]]\naddress = \"{addr}\"\n\
-         [[service.probe]]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"1s\"\nfails = 1\npasses = 1\n"
+         [[service.probe]]\ntype = \"tcp\"\ntcp_check = \"connect\"\ninterval = \"100ms\"\ntimeout = \"1s\"\nfails = 1\npasses = 1\n"
     );
     let cfg = config::parse(&text, Path::new("emfile.toml")).expect("config");
     let neighbors = StaticNeighbors {

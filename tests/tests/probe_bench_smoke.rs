@@ -1,5 +1,5 @@
 //! `lb-probe-bench` at a small scale, so the benchmark's machinery (target namespaces,
-//! threaded NAPI, the agent over real maps, the failure window) keeps working on a
+//! threaded NAPI, the agent over real maps, SYN checks and connects, the failure window) keeps working on a
 //! fresh machine: every target is probed, the closed ones become `unhealthy`, the open
 //! ones never fail, and the namespaces are gone afterwards. Figures are not asserted.
 
@@ -14,9 +14,9 @@ const TARGETS: usize = 300;
 const CLOSED: usize = TARGETS / 10;
 
 /// The figures of one run, and the pid the run had (its namespaces are named after it).
-fn run(net: &str) -> (BTreeMap<String, String>, u32) {
+fn run(net: &str, check: &str) -> (BTreeMap<String, String>, u32) {
     let child = Command::new(BENCH)
-        .args(["--child", "--dataplane", "bpf"])
+        .args(["--child", "--dataplane", "bpf", "--tcp-check", check])
         .args(["--targets", &TARGETS.to_string(), "--net", net])
         .args(["--warmup", "1", "--window", "2", "--fail-window", "3"])
         .stdout(Stdio::piped())
@@ -42,8 +42,8 @@ fn run(net: &str) -> (BTreeMap<String, String>, u32) {
     (figures, pid)
 }
 
-fn check(net: &str) {
-    let (f, pid) = run(net);
+fn check(net: &str, tcp_check: &str) {
+    let (f, pid) = run(net, tcp_check);
     let get = |k: &str| {
         f.get(k)
             .unwrap_or_else(|| panic!("no figure {k} in {f:?}"))
@@ -67,6 +67,13 @@ fn check(net: &str) {
         "0",
         "{net}: open targets never fail: {f:?}"
     );
+    assert_eq!(get("tcp_check"), tcp_check, "{f:?}");
+    let syn = get("syn_packets");
+    assert_eq!(
+        tcp_check == "syn",
+        !syn.starts_with("sent 0,"),
+        "{net}: SYN packets only with the SYN check: {syn}"
+    );
     let leftovers: Vec<String> = std::fs::read_dir(lb_tests::names::NETNS_DIR)
         .map(|d| {
             d.flatten()
@@ -83,10 +90,15 @@ fn check(net: &str) {
 
 #[test]
 fn probe_bench_runs_with_targets_behind_veth() {
-    check("veth");
+    check("veth", "syn");
+}
+
+#[test]
+fn probe_bench_runs_connect_probes_behind_veth() {
+    check("veth", "connect");
 }
 
 #[test]
 fn probe_bench_runs_with_targets_on_loopback() {
-    check("loopback");
+    check("loopback", "syn");
 }

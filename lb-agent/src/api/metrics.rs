@@ -81,6 +81,8 @@ pub fn render(snap: &Snapshot) -> String {
         u8::from(snap.local_faults.active) as f64,
     );
 
+    syn_check(o);
+
     histogram(
         o,
         "lb_propagation_seconds",
@@ -313,6 +315,45 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The SYN check of plain tcp probes (docs/probes.md): whether it runs, and what its
+/// replies came to (forged or stale ones are counted here, never logged per packet).
+fn syn_check(o: &mut String) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(in_use) = crate::probe::syn::in_use() else {
+        return;
+    };
+    header(
+        o,
+        "lb_probe_tcp_syn_check",
+        "gauge",
+        "1: tcp probes without send/expect/test use SYN checks; 0: they connect (no raw socket)",
+    );
+    line(o, "lb_probe_tcp_syn_check", &[], u8::from(in_use) as f64);
+    header(
+        o,
+        "lb_probe_syn_packets_total",
+        "counter",
+        "SYN check packets by outcome (rejected: wrong ack; unmatched: no probe waiting; sent_late: SYNs sent after their probe timed out)",
+    );
+    let s = crate::probe::syn::stats();
+    for (kind, n) in [
+        ("sent", &s.sent),
+        ("accepted", &s.accepted),
+        ("refused", &s.refused),
+        ("rejected", &s.rejected),
+        ("unmatched", &s.unmatched),
+        ("malformed", &s.malformed),
+        ("sent_late", &s.sent_late),
+    ] {
+        line(
+            o,
+            "lb_probe_syn_packets_total",
+            &[("kind", kind)],
+            n.load(Relaxed) as f64,
+        );
+    }
 }
 
 #[cfg(test)]

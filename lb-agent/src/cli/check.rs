@@ -17,6 +17,7 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
     let host = HostFacts {
         local_addresses: Some(lb_agent::host::local_addresses().map_err(|e| e.to_string())),
         ephemeral_ports: lb_agent::host::ephemeral_ports().ok(),
+        raw_tcp_socket: Some(lb_agent::probe::syn::raw_socket_opens()),
     };
     for line in config::render(&cfg, path, &host) {
         println!("{line}");

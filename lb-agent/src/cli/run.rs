@@ -116,6 +116,16 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         interface: interface.clone(),
         timeout: MAC_TIMEOUT,
     });
+    // Sets the SYN check up (or says once why tcp probes connect instead) before the
+    // first probe runs.
+    if cfg
+        .services
+        .iter()
+        .flat_map(|s| &s.probes)
+        .any(lb_agent::probe::syn::wanted)
+    {
+        let _ = lb_agent::probe::syn::availability();
+    }
     let (mut agent, mut handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);

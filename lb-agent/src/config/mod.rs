@@ -86,6 +86,7 @@
 //! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
 //! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
 //! | `max_response` | size | `256k` | tcp/udp only; 0 = don't wait for a reply |
+//! | `tcp_check` | `auto`, `syn`, `connect` | `auto` | tcp only; how a probe without `send`/`expect`/`test` checks the port: a SYN and its answer (raw socket, needs CAP_NET_RAW; `auto` uses it when available) or a full connect; `syn` cannot be combined with `send`/`expect`/`test` |
 //!
 //! Durations: `"500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`, `"1m30s"`, `"1.5s"`, `"0"`.
 //! Sizes: an integer, or `"4096"`, `"256k"`, `"1m"`, `"1g"` (k = 1024).
@@ -383,6 +384,19 @@ pub enum ProbeMode {
     Onfail,
 }
 
+/// `tcp_check`: how a tcp probe without `send`/`expect`/`test` checks the port
+/// (docs/probes.md, "SYN check").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TcpCheck {
+    /// The SYN check where the process can open a raw socket, else connect.
+    #[default]
+    Auto,
+    /// Always the SYN check (a local fault, no verdict, where it cannot run).
+    Syn,
+    /// Always a full connect.
+    Connect,
+}
+
 /// One `[[service.probe]]`. The `http` part keeps its defaults for other kinds; `send`,
 /// `expect` are `None` except for tcp/udp.
 #[derive(Debug, Clone)]
@@ -407,6 +421,8 @@ pub struct ProbeConfig {
     /// `test`: the condition a response must meet (http, tcp, udp); it replaces
     /// `expect_status`/`expect_body`/`expect`, which cannot be set with it.
     pub test: Option<crate::probe::condition::Condition>,
+    /// tcp only.
+    pub tcp_check: TcpCheck,
 }
 
 impl ProbeConfig {
@@ -429,6 +445,7 @@ impl ProbeConfig {
             max_response: DEFAULT_MAX_READ,
             jitter: Duration::ZERO,
             test: None,
+            tcp_check: TcpCheck::Auto,
         }
     }
 }
@@ -458,6 +475,7 @@ impl PartialEq for ProbeConfig {
             max_response,
             jitter,
             test,
+            tcp_check,
         } = self;
         *name == o.name
             && *kind == o.kind
@@ -475,6 +493,7 @@ impl PartialEq for ProbeConfig {
             && *max_response == o.max_response
             && *jitter == o.jitter
             && *test == o.test
+            && *tcp_check == o.tcp_check
     }
 }
 

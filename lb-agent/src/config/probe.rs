@@ -36,6 +36,11 @@ const PROBE_HTTP_KEYS: &[&str] = &[
     "max_body",
 ];
 const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
+const PROBE_TCP_CHECKS: &[(&str, TcpCheck)] = &[
+    ("auto", TcpCheck::Auto),
+    ("syn", TcpCheck::Syn),
+    ("connect", TcpCheck::Connect),
+];
 const PROBE_KINDS: &[(&str, ProbeKind)] = &[
     ("http", ProbeKind::Http),
     ("tcp", ProbeKind::Tcp),
@@ -75,12 +80,23 @@ fn regex(f: &Field<'_>) -> R<regex::Regex> {
 }
 
 pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
-    let all: Vec<&str> = [PROBE_COMMON_KEYS, PROBE_HTTP_KEYS, PROBE_STREAM_KEYS].concat();
+    let all: Vec<&str> = [
+        PROBE_COMMON_KEYS,
+        PROBE_HTTP_KEYS,
+        PROBE_STREAM_KEYS,
+        &["tcp_check"],
+    ]
+    .concat();
     t.check_keys(&all)?;
     let kind = t
         .require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?
         .choice(PROBE_KINDS)?;
     for (key, f) in t.entries() {
+        if key == "tcp_check" && kind != ProbeKind::Tcp {
+            return Err(f.err(format!(
+                "applies to tcp probes only (this probe is type = \"{kind}\")"
+            )));
+        }
         if key == "test" && kind == ProbeKind::Icmp {
             return Err(f.err(
                 "applies to http, tcp and udp probes only (an icmp probe passes on an echo reply)",
@@ -190,6 +206,17 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
                 Some(f) => f.err(why),
                 None => t.err_key(size_key, why),
             });
+        }
+    }
+    if let Some(f) = t.get("tcp_check") {
+        p.tcp_check = f.choice(PROBE_TCP_CHECKS)?;
+        let data = ["send", "expect", "test"];
+        if p.tcp_check == TcpCheck::Syn
+            && let Some(key) = data.iter().find(|k| t.get(k).is_some())
+        {
+            return Err(f.err(format!(
+                "\"syn\" only checks that the port accepts connections; with {key} the probe must connect (remove tcp_check or set it to \"connect\")"
+            )));
         }
     }
     Ok(p)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::check::{Bounds, detection_bounds, warnings};
 use super::passive::{PassiveCoverage, passive_coverage};
-use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig};
+use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck};
 
 /// What `check-config` needs to know about the host it runs on.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +21,9 @@ pub struct HostFacts {
     pub local_addresses: Option<Result<BTreeSet<IpAddr>, String>>,
     /// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`), if readable.
     pub ephemeral_ports: Option<RangeInclusive<u16>>,
+    /// Whether a raw TCP socket opens here (the SYN check of tcp probes); `Err` says why
+    /// not; `None`: not asked.
+    pub raw_tcp_socket: Option<Result<(), String>>,
 }
 
 /// The lines `check-config` prints for `cfg`, loaded from `path`.
@@ -33,6 +36,7 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
     for svc in &cfg.services {
         service_lines(svc, &mut out);
     }
+    out.extend(tcp_check_line(cfg, host));
     if let Some(warning) = super::non_loopback_api(&cfg.agent) {
         out.push(format!("warning: {warning}"));
     }
@@ -58,6 +62,46 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
         );
     }
     out
+}
+
+/// Which check the plain tcp probes (no `send`/`expect`/`test`) use: the SYN check or a
+/// connect (docs/probes.md, "SYN check").
+fn tcp_check_line(cfg: &Config, host: &HostFacts) -> Option<String> {
+    let plain: Vec<&ProbeConfig> = cfg
+        .services
+        .iter()
+        .flat_map(|s| &s.probes)
+        .filter(|p| p.kind == ProbeKind::Tcp && crate::probe::syn::plain(p))
+        .collect();
+    let names = |check: TcpCheck| {
+        let mut n: Vec<String> = plain
+            .iter()
+            .filter(|p| p.tcp_check == check)
+            .map(|p| format!("{:?}", p.name))
+            .collect();
+        n.dedup();
+        (!n.is_empty()).then(|| n.join(", "))
+    };
+    let mut parts = Vec::new();
+    if let Some(n) = names(TcpCheck::Auto) {
+        parts.push(match &host.raw_tcp_socket {
+            Some(Ok(())) => format!("{n}: SYN check (this host opens raw sockets)"),
+            Some(Err(why)) => format!("{n}: connect (no SYN check here: {why})"),
+            None => format!("{n}: SYN check with CAP_NET_RAW, else connect"),
+        });
+    }
+    if let Some(n) = names(TcpCheck::Syn) {
+        parts.push(match &host.raw_tcp_socket {
+            Some(Err(why)) => format!(
+                "{n}: SYN check (tcp_check = \"syn\"), which cannot run here ({why}): no verdicts"
+            ),
+            _ => format!("{n}: SYN check (tcp_check = \"syn\")"),
+        });
+    }
+    if let Some(n) = names(TcpCheck::Connect) {
+        parts.push(format!("{n}: connect (tcp_check = \"connect\")"));
+    }
+    (!parts.is_empty()).then(|| format!("tcp probes without data: {}", parts.join("; ")))
 }
 
 fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {

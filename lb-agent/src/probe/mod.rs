@@ -7,7 +7,7 @@
 //! and a bounded buffer.
 //!
 //! Layout: [`http`] (HTTP/1.1 over hyper, optionally TLS through [`tls`]), [`stream`]
-//! (tcp), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
+//! (tcp connect), [`syn`] (tcp SYN check, for plain tcp probes), [`datagram`] (udp), [`icmp`] (echo), [`schedule`] (the tasks).
 
 pub mod condition;
 mod datagram;
@@ -16,6 +16,7 @@ mod icmp;
 mod local;
 mod schedule;
 mod stream;
+pub mod syn;
 mod tls;
 
 use std::net::SocketAddr;
@@ -141,6 +142,8 @@ pub(crate) enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("SYN check unavailable ({why})")]
+    SynUnavailable { why: &'static str },
     #[error("invalid expect pattern: {source}")]
     Pattern {
         #[source]
@@ -157,6 +160,8 @@ impl ProbeError {
             | ProbeError::Tls { source }
             | ProbeError::Icmp { source } => source,
             ProbeError::Http { source } => std::error::Error::source(source)?.downcast_ref()?,
+            // tcp_check = "syn" on a host that cannot: the server is not to blame.
+            ProbeError::SynUnavailable { .. } => return Some(format!("local fault: {self}")),
             _ => return None,
         };
         local::cause(io, target)
@@ -180,12 +185,20 @@ type Verdict = Result<String, ProbeError>;
 pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     let addr = SocketAddr::new(target.ip(), cfg.port.unwrap_or(target.port()));
     let start = Instant::now();
+    // The large futures (http with TLS, tcp and udp with their buffers) are boxed for the
+    // length of one probe, so that every idle probe task stays small: at 100,000 tasks
+    // the task's future is most of the agent's memory (BENCHMARKS.md §3). The SYN check's
+    // future is small and runs unboxed.
     let run = async {
         match cfg.kind {
-            ProbeKind::Http => http::probe(cfg, addr).await,
-            ProbeKind::Tcp => stream::probe(cfg, addr).await,
-            ProbeKind::Udp => datagram::probe(cfg, addr).await,
-            ProbeKind::Icmp => icmp::probe(addr.ip()).await,
+            ProbeKind::Http => Box::pin(http::probe(cfg, addr)).await,
+            ProbeKind::Tcp => match syn::route(cfg, addr) {
+                Some(Ok(checker)) => syn::probe(checker, addr, cfg.timeout).await,
+                Some(Err(e)) => Err(e),
+                None => Box::pin(stream::probe(cfg, addr)).await,
+            },
+            ProbeKind::Udp => Box::pin(datagram::probe(cfg, addr)).await,
+            ProbeKind::Icmp => Box::pin(icmp::probe(addr.ip())).await,
         }
     };
     match tokio::time::timeout(cfg.timeout, run).await {

@@ -115,6 +115,27 @@ impl Kind {
     }
 }
 
+/// How tcp probes check their port (`tcp_check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    /// One SYN, its SYN-ACK (raw socket; `probe::syn`).
+    Syn,
+    /// A full connect and a reset close (`probe::stream`).
+    Connect,
+}
+
+impl Check {
+    fn name(self) -> &'static str {
+        match self {
+            Check::Syn => "syn",
+            Check::Connect => "connect",
+        }
+    }
+}
+
+/// A snapshot reader (a metrics scrape) asks this often.
+const READ_EVERY: Duration = Duration::from_secs(1);
+
 /// Reports handled per loop iteration at most (as `cli/run.rs`: one publish for all).
 const BATCH: usize = 256;
 
@@ -124,6 +145,7 @@ struct Scenario {
     kind: Kind,
     targets: usize,
     net: Net,
+    check: Check,
 }
 
 #[derive(Clone, Debug)]
@@ -167,7 +189,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
-                     [--dataplane bpf|memory|probes-only --targets N --net loopback|veth]";
+                     [--dataplane bpf|memory|probes-only --targets N --net loopback|veth --tcp-check syn|connect]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut opts = Opts {
@@ -181,6 +203,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut kind = None;
     let mut targets = None;
     let mut net = None;
+    let mut check = None;
     let mut it = args.iter();
     let secs = |v: Option<&String>, what: &str| -> anyhow::Result<Duration> {
         let v = v.with_context(|| format!("{what} needs seconds; {USAGE}"))?;
@@ -207,16 +230,24 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
                 let v = it.next().context(USAGE)?;
                 net = Some(Net::parse(v).context("--net takes loopback or veth")?);
             }
+            "--tcp-check" => {
+                check = Some(match it.next().map(String::as_str) {
+                    Some("syn") => Check::Syn,
+                    Some("connect") => Check::Connect,
+                    _ => bail!("--tcp-check takes syn or connect; {USAGE}"),
+                })
+            }
             "--child" => opts.child = true,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    opts.single = match (kind, targets, net) {
-        (None, None, None) => None,
-        (k, t, n) => Some(Scenario {
+    opts.single = match (kind, targets, net, check) {
+        (None, None, None, None) => None,
+        (k, t, n, c) => Some(Scenario {
             kind: k.unwrap_or(Kind::Bpf),
             targets: t.unwrap_or(ISSUE_TARGETS),
             net: n.unwrap_or(Net::Veth),
+            check: c.unwrap_or(Check::Syn),
         }),
     };
     Ok(opts)
@@ -255,7 +286,12 @@ fn raise_nofile(need: usize) -> anyhow::Result<()> {
 // One scenario (in its own process)
 
 fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
-    let Scenario { kind, targets, net } = sc;
+    let Scenario {
+        kind,
+        targets,
+        net,
+        check,
+    } = sc;
     // One descriptor per probe in flight: at most one per target, and far fewer in
     // practice (a 1 s interval, connects done in milliseconds). Beyond PROBE_FDS probes in
     // flight, a probe fails locally (EMFILE: counted, never held against the target).
@@ -277,18 +313,24 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         .build()?;
     rt.block_on(async {
         println!(
-            "== {} data plane, {targets} tcp targets ({}) over {} services",
+            "== {} data plane, {targets} tcp targets ({}) over {} services, tcp check {}",
             kind.name(),
             net.name(),
-            services_for(targets)
+            services_for(targets),
+            check.name()
         );
+        if check == Check::Syn
+            && let Err(why) = lb_agent::probe::syn::availability()
+        {
+            bail!("SYN checks unavailable: {why}");
+        }
         let started = Instant::now();
         let mut children = Targets::start(targets, target_net.as_ref()).await?;
         println!(
             "targets listening ({:.1} s)",
             started.elapsed().as_secs_f64()
         );
-        let text = config_text(targets);
+        let text = config_text(targets, check);
         let cfg = lb_agent::config::parse(&text, Path::new("probe-bench.toml"))?;
         let neighbors = Arc::new(StaticNeighbors {
             default: Some(MAC),
@@ -330,6 +372,8 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         f.insert("targets".into(), targets.to_string());
         f.insert("net".into(), net.name().into());
         f.insert("services".into(), services_for(targets).to_string());
+        f.insert("tcp_check".into(), check.name().into());
+        f.insert("syn_packets".into(), syn_packets());
         let probe = ProbeConfig::new("p", ProbeKind::Tcp);
         let fut = lb_agent::probe::execute(&probe, target_addr(0));
         f.insert(
@@ -340,8 +384,28 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     })
 }
 
-/// `targets` servers split over [`services_for`] nat services, one tcp probe each.
-fn config_text(targets: usize) -> String {
+/// The SYN check's packet counters of this process, for the report.
+fn syn_packets() -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = lb_agent::probe::syn::stats();
+    format!(
+        "sent {}, SYN-ACKs {}, RSTs {}, rejected {}, unmatched {}, malformed {}; \
+         queued to sent: mean {:.0} µs, max {:.1} ms, {} sent after their probe's timeout",
+        s.sent.load(Relaxed),
+        s.accepted.load(Relaxed),
+        s.refused.load(Relaxed),
+        s.rejected.load(Relaxed),
+        s.unmatched.load(Relaxed),
+        s.malformed.load(Relaxed),
+        s.queue_us_sum.load(Relaxed) as f64 / s.sent.load(Relaxed).max(1) as f64,
+        s.queue_us_max.load(Relaxed) as f64 / 1000.0,
+        s.sent_late.load(Relaxed)
+    )
+}
+
+/// `targets` servers split over [`services_for`] nat services, one tcp probe each,
+/// checking with `check`.
+fn config_text(targets: usize, check: Check) -> String {
     let services = services_for(targets);
     let per = targets.div_ceil(services);
     let mut text = String::new();
@@ -354,8 +418,10 @@ fn config_text(targets: usize) -> String {
             text,
             "[[service]]\nname = \"svc{s}\"\nvip = \"10.9.9.{}:80\"\nforwarding = \"nat\"\n\
              snat_ip = \"10.9.9.2\"\n\
-             [[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\ntimeout = \"500ms\"\n",
-            100 + s
+             [[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\ntimeout = \"500ms\"\n\
+             tcp_check = \"{}\"\n",
+            100 + s,
+            check.name()
         );
         for i in range {
             let _ = write!(

@@ -129,10 +129,9 @@ impl Stat {
 #[derive(Clone, Copy, Default)]
 pub(super) struct Costs {
     pub(super) poll_stats: Stat,
-    /// The full snapshot rebuild of the stats tick.
-    pub(super) publish_snapshot: Stat,
-    /// `flush_snapshot` calls that rebuilt the snapshot (after a verdict changed state).
-    pub(super) flush_rebuild: Stat,
+    /// `answer_readers` turns that built a snapshot for the reader asking once a second
+    /// (as `lb-agent run` builds it: on demand, at most once per `snapshot_interval`).
+    pub(super) snapshot_build: Stat,
     /// `on_probe_report` calls that recomputed membership (published, or failed to).
     pub(super) recompute: Stat,
 }
@@ -141,8 +140,7 @@ impl Costs {
     pub(super) fn figures(&self, f: &mut Figures, prefix: &str) {
         for (k, s) in [
             ("poll_stats", self.poll_stats),
-            ("publish_snapshot", self.publish_snapshot),
-            ("flush_rebuild", self.flush_rebuild),
+            ("snapshot_build", self.snapshot_build),
             ("recompute", self.recompute),
         ] {
             f.insert(format!("{prefix}cost_{k}"), s.show());
@@ -154,6 +152,8 @@ pub(super) type Figures = BTreeMap<String, String>;
 
 /// Figures of the window between `a` and `b` under `prefix`.
 pub(super) fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) {
+    // Saturating: the CPU of kernel threads found anew at each mark (NAPI, the targets'
+    // children) may read lower at the end than at the start.
     let wall = (b.wall - a.wall).as_secs_f64();
     let user = (b.user - a.user).as_secs_f64();
     let sys = (b.sys - a.sys).as_secs_f64();
@@ -167,13 +167,19 @@ pub(super) fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) 
     put("sys_cores", format!("{:.3}", sys / wall));
     put(
         "target_cores",
-        format!("{:.3}", (b.target_cpu - a.target_cpu).as_secs_f64() / wall),
+        format!(
+            "{:.3}",
+            b.target_cpu.saturating_sub(a.target_cpu).as_secs_f64() / wall
+        ),
     );
     put(
         "agent_napi_cores",
         format!(
             "{:.3}",
-            (b.agent_napi_cpu - a.agent_napi_cpu).as_secs_f64() / wall
+            b.agent_napi_cpu
+                .saturating_sub(a.agent_napi_cpu)
+                .as_secs_f64()
+                / wall
         ),
     );
     put(

@@ -5,23 +5,39 @@ use super::*;
 pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.out)?;
     let largest = ISSUE_TARGETS.min(MAX_BACKENDS as usize - 1);
-    let sc = |kind, targets, net| Scenario { kind, targets, net };
+    let sc = |kind, targets, net, check| Scenario {
+        kind,
+        targets,
+        net,
+        check,
+    };
+    use Check::{Connect, Syn};
     // Targets behind veth (as remote backends) first; then on loopback, where the
     // agent also pays for the targets' kernel side, for comparison.
     let runs = [
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth),
-        sc(Kind::Bpf, largest, Net::Veth),
-        sc(Kind::Memory, ISSUE_TARGETS, Net::Veth),
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback),
-        sc(Kind::Bpf, largest, Net::Loopback),
-        sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth),
-        sc(Kind::Memory, SCALE_TARGETS, Net::Veth),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth, Connect),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth, Syn),
+        sc(Kind::Bpf, largest, Net::Veth, Syn),
+        sc(Kind::Memory, ISSUE_TARGETS, Net::Veth, Syn),
+        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback, Connect),
+        sc(Kind::Bpf, largest, Net::Loopback, Syn),
+        // Issue 15's scale: the connect baseline next to the SYN check, in one run.
+        sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth, Connect),
+        sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth, Syn),
+        sc(Kind::Memory, SCALE_TARGETS, Net::Veth, Syn),
     ];
     let mut results = Vec::new();
-    for Scenario { kind, targets, net } in runs {
+    for Scenario {
+        kind,
+        targets,
+        net,
+        check,
+    } in runs
+    {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--child", "--dataplane", kind.name()])
             .args(["--targets", &targets.to_string(), "--net", net.name()])
+            .args(["--tcp-check", check.name()])
             .args(["--warmup", &opts.warmup.as_secs_f64().to_string()])
             .args(["--window", &opts.window.as_secs_f64().to_string()])
             .args(["--fail-window", &opts.fail_window.as_secs_f64().to_string()])
@@ -60,10 +76,11 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     let num = |f: &Figures, k: &str| get(f, k).parse::<f64>().unwrap_or(f64::NAN);
     let row = |f: &Figures| {
         format!(
-            "{} | {} | {}",
+            "{} | {} | {} | {}",
             get(f, "net"),
             get(f, "dataplane"),
-            get(f, "targets")
+            get(f, "targets"),
+            get(f, "tcp_check")
         )
     };
     let mut md = format!(
@@ -71,9 +88,9 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          Target: {ISSUE_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
          Warm-up {:?}, window {:?}; then a failure window of {:?} with every {CLOSE_EVERY}th \
          target closed.\n\n\
-         | targets on | data plane | targets | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
+         | targets on | data plane | targets | tcp check | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
          RSS at end | probes/s | failed | targets' cores | machine busy / load avg | verdict |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         |---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         opts.warmup, opts.window, opts.fail_window
     );
     for f in results {
@@ -100,10 +117,10 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     }
     md.push_str(
         "\nEvery 10th target closed:\n\n\
-         | targets on | data plane | targets | closed | all seen failing after | unhealthy (of closed) | \
+         | targets on | data plane | targets | tcp check | closed | all seen failing after | unhealthy (of closed) | \
          transitions | publishes: verdict → maps written | agent cores | peak RSS | probes/s | \
          failed/s | open targets failed | publish errors | machine busy / load avg |\n\
-         |---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
+         |---|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for f in results {
         let _ = writeln!(
@@ -128,10 +145,10 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     }
     md.push_str(
         "\nWhere the agent loop's time goes (wall time per call, mean):\n\n\
-         | targets on | data plane | targets | loop iterations/s | `poll_stats` | \
-         `publish_snapshot` | failure window: `on_probe_reports` with a recompute | failure \
-         window: `flush_snapshot` rebuilds |\n\
-         |---|---|---:|---:|---|---|---|---|\n",
+         | targets on | data plane | targets | tcp check | loop iterations/s | `poll_stats` | \
+         snapshot builds for one reader/s | failure window: `on_probe_reports` with a recompute | failure \
+         window: snapshot builds for one reader/s |\n\
+         |---|---|---:|---|---:|---|---|---|---|\n",
     );
     for f in results.iter().filter(|f| f.contains_key("cost_poll_stats")) {
         let _ = writeln!(
@@ -140,9 +157,9 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
             row(f),
             get(f, "iterations_per_s"),
             get(f, "cost_poll_stats"),
-            get(f, "cost_publish_snapshot"),
+            get(f, "cost_snapshot_build"),
             get(f, "fail_cost_recompute"),
-            get(f, "fail_cost_flush_rebuild"),
+            get(f, "fail_cost_snapshot_build"),
         );
     }
     md.push_str("\nPer run:\n\n");
@@ -150,25 +167,28 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
         if get(f, "dataplane") == Kind::ProbesOnly.name() {
             let _ = writeln!(
                 md,
-                "- {} × {}: RSS {} MB before the probe tasks were spawned, {} MB after; at \
-                 the window's end {}; failures: {}.",
+                "- {} × {} ({}): RSS {} MB before the probe tasks were spawned, {} MB after; at \
+                 the window's end {}; SYN check packets over the run: {}; failures: {}.",
                 get(f, "dataplane"),
                 get(f, "targets"),
+                get(f, "tcp_check"),
                 get(f, "rss_before_apply_mb"),
                 get(f, "rss_after_apply_mb"),
                 get(f, "rss_split"),
+                get(f, "syn_packets"),
                 get(f, "failure_details"),
             );
             continue;
         }
         let _ = writeln!(
             md,
-            "- {} × {}: apply_config {} s ({}); RSS {} MB before it (data plane \
+            "- {} × {} ({}): apply_config {} s ({}); RSS {} MB before it (data plane \
              loaded, targets' config parsed), {} MB after it (servers, probe tasks, tables), \
              peak {} MB before the window, at the window's end {}; states at the end: {}; \
-             failures: {}.",
+             SYN check packets over the run: {}; failures: {}.",
             get(f, "dataplane"),
             get(f, "targets"),
+            get(f, "tcp_check"),
             get(f, "setup_s"),
             match get(f, "setup_error").as_str() {
                 "-" => "all published".to_string(),
@@ -179,6 +199,7 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
             get(f, "setup_peak_rss_mb"),
             get(f, "rss_split"),
             get(f, "fail_states"),
+            get(f, "syn_packets"),
             get(f, "failure_details"),
         );
     }
@@ -190,17 +211,17 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
         "\n## Method\n\n\
          - Each row is its own process (`lb-probe-bench --dataplane KIND --targets N --net NET`): \
          the real `Agent` over `BpfDataplane::load()` (the XDP object and its maps loaded, \
-         nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (real tcp \
-         connects), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
+         nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (tcp \
+         probes as SYN checks or real connects: the \"tcp check\" column), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
          targets are split over {SERVICES} nat services (more beyond {PER_SERVICE} per \
          service) with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
          is {future} bytes.\n\
          - The loop is `lb-agent run`'s (`cli/run.rs`): select over up to {BATCH} queued \
          probe reports (one publish for all), passive events, health deadlines, the \
-         {STATS_EVERY:?} stats tick (`poll_stats` + `refresh_snapshot`: rebuilt unless the \
-         last rebuild is too recent for its cost) and MAC retries, then \
-         `flush_snapshot`.\n\
+         {STATS_EVERY:?} stats tick (`poll_stats`), one snapshot reader every {READ_EVERY:?} \
+         (as a metrics scrape: built on demand, at most once per `snapshot_interval`, \
+         answered by `answer_readers` after each turn) and MAC retries.\n\
          - The targets are a child process (`--serve N`: N listeners on ports {BASE_PORT}.. of \
          one address per {PORTS_PER_IP}; beyond {PORTS_PER_IP} targets on `veth`, one \
          wildcard listener per port serves every address; it accepts and closes each \

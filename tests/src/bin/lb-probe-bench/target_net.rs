@@ -142,6 +142,28 @@ impl TargetNet {
         for (ns, ifname) in [(&agent, AGENT_IF), (&targets, TARGET_IF)] {
             link::set_tso(ns, ifname, false)?;
             link::set_threaded_napi(ns, ifname)?;
+            // A queue in front of the pair, as a NIC has (txqueuelen 1000): with one, a
+            // full veth ring pushes back on the sender (Linux 6.16+) instead of dropping
+            // the burst, as a NIC's full TX ring does. Without it a burst of SYNs
+            // (`sendmmsg`) overflows the 256-entry ring whenever the peer's NAPI thread
+            // waits for a CPU, which no NIC would do.
+            lb_tests::cmd::run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    ns.name(),
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    ifname,
+                    "root",
+                    "pfifo",
+                    "limit",
+                    "1000",
+                ],
+            )?;
         }
         Ok(Self {
             agent,

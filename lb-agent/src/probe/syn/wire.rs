@@ -1,0 +1,309 @@
+//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`,
+//! and a receiver thread per raw socket that reads replies with `recvmmsg` and resolves
+//! the probes they verifiably answer.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use socket2::{SockAddr, Socket};
+
+use super::packet::{self, SYN_LEN};
+use super::{Outgoing, PendingMap, stats};
+
+/// SYNs per `sendmmsg` and replies per `recvmmsg` at most.
+const BATCH: usize = 64;
+/// Bytes kept of a reply: an IPv4 header with options and a TCP header with options.
+const REPLY_BYTES: usize = 128;
+/// After a batch that was not full, each thread waits this long for more work to gather,
+/// so that at high rates a system call carries many packets instead of one (and the
+/// thread wakes at most about a thousand times a second). It adds at most this much to
+/// a probe's duration.
+const GATHER: Duration = Duration::from_millis(1);
+
+/// Sends what `queue` brings until every sender is gone.
+pub(super) fn send_loop(
+    queue: mpsc::Receiver<Outgoing>,
+    v4: &Socket,
+    v6: Option<&Socket>,
+    pending: &PendingMap,
+) {
+    let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
+    while let Ok(first) = queue.recv() {
+        batch.push(first);
+        std::thread::sleep(GATHER);
+        loop {
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(out) => batch.push(out),
+                    Err(_) => break,
+                }
+            }
+            send_families(&batch, v4, v6, pending);
+            let full = batch.len() == BATCH;
+            batch.clear();
+            if !full {
+                break;
+            }
+        }
+    }
+}
+
+/// Sends `batch`, one `sendmmsg` per address family in it; fails the probes it could not
+/// send.
+fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: &PendingMap) {
+    let now = std::time::Instant::now();
+    let (mut sum, mut max, mut late) = (0u64, 0u64, 0u64);
+    for o in batch {
+        let waited = now.saturating_duration_since(o.queued);
+        let us = waited.as_micros() as u64;
+        sum += us;
+        max = max.max(us);
+        late += u64::from(waited >= o.timeout);
+    }
+    let s = stats();
+    s.queue_us_sum.fetch_add(sum, Ordering::Relaxed);
+    s.queue_us_max.fetch_max(max, Ordering::Relaxed);
+    s.sent_late.fetch_add(late, Ordering::Relaxed);
+    // One sendmmsg per family present in the batch.
+    for want_v4 in [true, false] {
+        let group: Vec<&Outgoing> = batch
+            .iter()
+            .filter(|o| o.dst.is_ipv4() == want_v4)
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let sock = if want_v4 { Some(v4) } else { v6 };
+        let failed = match sock {
+            Some(sock) => send_batch(sock, &group),
+            None => (0..group.len())
+                .map(|i| (i, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)))
+                .collect(),
+        };
+        stats()
+            .sent
+            .fetch_add((group.len() - failed.len()) as u64, Ordering::Relaxed);
+        for (i, err) in failed {
+            fail(pending, &group[i..=i], &err);
+        }
+    }
+}
+
+/// Sends `group`; returns the SYNs that did not go out, with their errors. A SYN the
+/// local queue dropped fails with `ENOBUFS` (the socket has `IP_RECVERR`, else the kernel
+/// hides it): a local fault, not a timeout held against the target.
+fn send_batch(sock: &Socket, group: &[&Outgoing]) -> Vec<(usize, io::Error)> {
+    // Raw sockets take the protocol, not a port, in the address: 0.
+    let addrs: Vec<SockAddr> = group
+        .iter()
+        .map(|o| SockAddr::from(SocketAddr::new(o.dst.ip(), 0)))
+        .collect();
+    let mut iovs: Vec<libc::iovec> = group
+        .iter()
+        .map(|o| libc::iovec {
+            iov_base: o.segment.as_ptr() as *mut libc::c_void,
+            iov_len: SYN_LEN,
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = addrs
+        .iter()
+        .zip(iovs.iter_mut())
+        .map(|(a, iov)| {
+            // SAFETY: all-zero is a valid mmsghdr.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = a.as_ptr() as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = a.len();
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+    let mut failed = Vec::new();
+    let mut done = 0;
+    while done < msgs.len() {
+        // SAFETY: every header points at an address, an iovec and a segment alive until
+        // the call returns.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                msgs[done..].as_mut_ptr(),
+                (msgs.len() - done) as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The message at `done` failed; the ones after it are tried again.
+            failed.push((done, err));
+            done += 1;
+            continue;
+        }
+        done += n as usize;
+    }
+    failed
+}
+
+/// Resolves the probes of `group` with the send error `err` (a local fault or not, as
+/// the connect probe's errors: [`crate::probe::local`]).
+fn fail(pending: &PendingMap, group: &[&Outgoing], err: &io::Error) {
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+    for o in group {
+        let key = (o.dst, o.sport);
+        if map.get(&key).is_some_and(|p| p.isn == o.isn)
+            && let Some(p) = map.remove(&key)
+        {
+            let e = match err.raw_os_error() {
+                Some(code) => io::Error::from_raw_os_error(code),
+                None => io::Error::new(err.kind(), err.to_string()),
+            };
+            let _ = p.reply.send(Err(e));
+        }
+    }
+}
+
+/// Reads replies from `sock` until it fails for good.
+pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
+    let mut bufs = vec![[0u8; REPLY_BYTES]; BATCH];
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    loop {
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: REPLY_BYTES,
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = names
+            .iter_mut()
+            .zip(iovs.iter_mut())
+            .map(|(name, iov)| {
+                // SAFETY: all-zero is a valid mmsghdr.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                m.msg_hdr.msg_iov = iov;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        // SAFETY: every header points at a name and a buffer alive for the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT) => {
+                    tracing::error!(error = %err, "SYN check receiver stopped");
+                    return;
+                }
+                // A queued error (`IP_RECVERR`: an ICMP error about one of our SYNs, a
+                // local drop): drop the error queue so it never fills the buffer.
+                _ => {
+                    drain_errors(sock);
+                    continue;
+                }
+            }
+        }
+        let mut replies = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            let len = (msgs[i].msg_len as usize).min(REPLY_BYTES);
+            let from = source_of(&names[i]);
+            let segment = if ipv4 {
+                packet::strip_ipv4(&bufs[i][..len])
+            } else {
+                Ok(&bufs[i][..len])
+            };
+            match (from, segment.and_then(packet::parse)) {
+                (Some(ip), Ok(reply)) => replies.push((ip, reply)),
+                _ => {
+                    stats().malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        drop(msgs);
+        drop(iovs);
+        resolve(pending, &replies);
+        if (n as usize) < BATCH {
+            std::thread::sleep(GATHER);
+        }
+    }
+}
+
+/// Empties the socket's error queue (`MSG_ERRQUEUE`).
+fn drain_errors(sock: &Socket) {
+    let mut buf = [0u8; REPLY_BYTES];
+    loop {
+        // SAFETY: `buf` is valid for its length for the call.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            return;
+        }
+    }
+}
+
+/// Hands each verified reply to its probe; counts the others.
+fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply)]) {
+    if replies.is_empty() {
+        return;
+    }
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+    for &(ip, reply) in replies {
+        let key = (SocketAddr::new(ip, reply.from_port), reply.to_port);
+        match map.get(&key) {
+            None => {
+                stats().unmatched.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(p) if p.isn.wrapping_add(1) != reply.ack => {
+                stats().rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(_) => {
+                let p = map.remove(&key).expect("just found");
+                let counter = match reply.answer {
+                    packet::Answer::Accepts => &stats().accepted,
+                    packet::Answer::Refuses => &stats().refused,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let _ = p.reply.send(Ok(reply.answer));
+            }
+        }
+    }
+}
+
+/// The sender's address of a received packet.
+fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
+    match i32::from(name.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says it is a sockaddr_in; storage is large enough.
+            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in) };
+            Some(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a sockaddr_in6.
+            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in6) };
+            Some(Ipv6Addr::from(a.sin6_addr.s6_addr).into())
+        }
+        _ => None,
+    }
+}
