@@ -118,6 +118,12 @@ impl Lb {
 
     /// Runs program `name` once on `packet`.
     pub fn run_prog(&mut self, name: &str, packet: &[u8]) -> Run {
+        self.run_shared(name, packet)
+    }
+
+    /// Runs program `name` once on `packet` from a shared reference: several threads
+    /// (on several CPUs) may run the same loaded program at once.
+    pub fn run_shared(&self, name: &str, packet: &[u8]) -> Run {
         let prog: &Xdp = self
             .ebpf
             .program(name)

@@ -187,3 +187,54 @@ fn a_bucket_another_writer_holds_counts_as_taken() {
     let out = lb.run(&reply.bytes());
     assert_eq!(action_name(out.action), "XDP_TX", "reply translated");
 }
+
+/// Two CPUs open flows at once into a port range too small for all of them: claims
+/// race for the same candidate keys and buckets. Whatever the interleaving, every
+/// forwarded SYN holds exactly one entry of its own, no port is given to two flows,
+/// and no key is in the table twice.
+#[test]
+fn two_cpus_claiming_at_once_never_share_a_port() {
+    if aya::util::online_cpus().map_or(0, |c| c.len()) < 2 {
+        panic!("this fixture needs two CPUs");
+    }
+    let mut lb = world(&[]);
+    let vip = custom_service(&mut lb, &[ip4(10, 0, 0, 2)], (30000, 30095), 0, 1);
+    let lb = &lb;
+    const PER_CPU: u16 = 150;
+    let forwarded: Vec<(u16, u16, u16)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2u8)
+            .map(|cpu| {
+                scope.spawn(move || {
+                    lb_tests::cpu::pin_self(cpu as usize).expect("pinning");
+                    let mut out = Vec::new();
+                    for i in 0..PER_CPU {
+                        let client = ip4(10, 50 + cpu, (i >> 8) as u8, i as u8);
+                        let f = syn_from(client, CPORT, vip);
+                        let run = lb.run_shared(lb_common::PROGRAM_NAME, &f.bytes());
+                        if run.action == XDP_TX {
+                            out.push((cpu as u16, i, out_sport(&f, &run.out)));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .flat_map(|r| r.join().expect("a CPU's run"))
+            .collect()
+    });
+
+    let mut ports: Vec<u16> = forwarded.iter().map(|f| f.2).collect();
+    ports.sort_unstable();
+    let n = ports.len();
+    ports.dedup();
+    assert_eq!(ports.len(), n, "a port given to two flows: {forwarded:?}");
+    assert!(n > 0 && n <= 96, "{n} flows forwarded from 96 ports");
+    for &port in &ports {
+        let v = lb
+            .nat_entry(&key(port))
+            .expect("each forwarded flow's entry");
+        assert_eq!(v.client_port, CPORT.to_be());
+    }
+    assert_eq!(lb.nat_count(), n, "one entry per forwarded flow, no other");
+}
