@@ -3,7 +3,7 @@
 //!
 //! A table is an array of [`Bucket`]s (one map value each, so that one inlined lookup
 //! reaches every way) of `TABLE_WAYS` [`Slot`]s; a key lives in one of the ways of
-//! bucket `flow_hash(key, seed) % buckets`. Each slot's `word` says
+//! bucket `table_hash(key, seed) % buckets`. Each slot's `word` says
 //! whether it holds a key ([`SLOT_LIVE`]), counts its rewrites (a generation in bits
 //! 2..32, so a reader can tell that the slot changed under it), carries the key's whole
 //! 32-bit hash as a tag in its high half (a way whose tag differs is skipped without a
@@ -11,7 +11,7 @@
 //! lb-ebpf's `slots` module and docs/fast-path.md.
 
 use crate::{
-    hash::flow_hash,
+    hash::table_hash,
     maps::{FlowKey, NatValue},
 };
 
@@ -84,7 +84,7 @@ const _: () = assert!(core::mem::size_of::<NatBucket>() == 416);
 /// `key`'s hash in `LB_NAT`: its bucket is `hash % NAT_BUCKETS`, its tag the whole.
 #[inline(always)]
 pub fn nat_hash(key: &FlowKey) -> u32 {
-    flow_hash(key, SEED_NAT_TABLE)
+    table_hash(key, SEED_NAT_TABLE)
 }
 
 /// Index of `key`'s bucket in `LB_NAT`.

@@ -336,7 +336,8 @@ fn clear_nat(map: &mut Array<MapData, NatBucket>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first `n` frames whose key's `LB_NAT` bucket has a free way (the frames are
+/// The first `n` frames whose key's `LB_NAT` bucket has a free way left when the
+/// frames before them are in (the frames are
 /// TCP to the VIP: the reduced program claims the packet's own 5-tuple).
 fn with_room(
     map: &Array<MapData, NatBucket>,
@@ -344,10 +345,25 @@ fn with_room(
     n: usize,
 ) -> anyhow::Result<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(n);
+    // Free ways left per bucket, counting the frames already taken.
+    let mut free = std::collections::HashMap::new();
     for f in frames {
-        let key = frame_key(&f);
-        let bucket = map.get(&nat_bucket(&key), 0)?;
-        if bucket.ways.iter().any(|s| s.word & SLOT_LIVE == 0) {
+        let index = nat_bucket(&frame_key(&f));
+        let left = match free.entry(index) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let bucket = map.get(&index, 0)?;
+                e.insert(
+                    bucket
+                        .ways
+                        .iter()
+                        .filter(|s| s.word & SLOT_LIVE == 0)
+                        .count(),
+                )
+            }
+        };
+        if *left > 0 {
+            *left -= 1;
             out.push(f);
             if out.len() == n {
                 return Ok(out);
