@@ -5,7 +5,8 @@
 //! - [`counters`]: indices and names of the global per-CPU outcome counters;
 //! - [`events`]: the passive-failure records sent through the ring buffer;
 //! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
-//! - [`hash`]: the flow hash used for Maglev slots and NAT port choice.
+//! - [`hash`]: the flow hash used for Maglev slots and NAT port choice;
+//! - [`table`]: the set-associative `ARRAY` tables (`LB_NAT`): layout and key search.
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` and fixed width so that the kernel and
 //! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
@@ -16,6 +17,7 @@ pub mod csum;
 pub mod events;
 pub mod hash;
 pub mod maps;
+pub mod table;
 
 /// The Maglev table sizes a service may have (primes, as Maglev requires, ascending).
 /// Each service gets the smallest one with at least [`MAGLEV_SLOTS_PER_BACKEND`] slots
@@ -117,8 +119,6 @@ pub const NO_BACKEND: u32 = 0;
 pub const FLOW_TABLE_SIZE: u32 = 262_144;
 /// Slots of each CPU's flow cache (`LB_FLOW_CACHE`, direct-mapped, a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;
-/// Entries of the NAT reverse table (LRU; shared by all CPUs so replies find it).
-pub const NAT_TABLE_SIZE: u32 = 262_144;
 /// Entries of the per-source fairness table (LRU; nat new-flow buckets per client).
 pub const SOURCE_TABLE_SIZE: u32 = 65_536;
 /// Bytes of the passive-event ring buffer (a power of two, multiple of the page size).

@@ -51,7 +51,6 @@ use crate::{
     counters::count,
     events, flow,
     icmp_nat::{self, Target},
-    maps::LB_NAT,
     nat::client_key,
     parse::{ETH_SRC, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     pkt::ptr_at,
@@ -115,10 +114,8 @@ pub fn handle(icmp: &Icmp, end: usize) -> Verdict {
     if !same_addr(&q.key.dst, &icmp.dst, icmp.family) {
         return Verdict::pass(PASS_NOT_VIP);
     }
-    if let Some(nat) = LB_NAT.get_ptr(&q.key) {
-        // SAFETY: as in `nat::reply`: freed only after an RCU grace period, and nothing
-        // inserts into LB_NAT while the reference lives.
-        return backend_side(icmp, kind, &q, unsafe { &*nat }, end);
+    if let Some(nat) = crate::nat::entry(&q.key) {
+        return backend_side(icmp, kind, &q, nat, end);
     }
     let vip = VipKey {
         addr: q.key.dst,
@@ -287,11 +284,9 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     // About `backend:port -> snat:nat_port`: the flow's reverse entry, which must still
     // be its own (the port may have gone to another flow).
     let reverse = crate::nat::reply_key(&q.key, svc, b, src);
-    let Some(v) = LB_NAT.get_ptr(&reverse) else {
+    let Some(v) = crate::nat::entry(&reverse) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
-    // SAFETY: as in `handle`.
-    let v = unsafe { &*v };
     if !crate::nat::owned_by(v, &q.key) {
         return Verdict::pass(PASS_NOT_VIP);
     }

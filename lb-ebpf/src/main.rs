@@ -10,6 +10,9 @@
 //! bounds-checked packet access.
 #![no_std]
 #![no_main]
+// `slots` needs 64-bit atomics, which this target's `core::sync::atomic` leaves out.
+#![feature(core_intrinsics, asm_experimental_arch)]
+#![allow(internal_features)]
 // Map keys and values are passed by reference on purpose: a by-value argument is one
 // more copy on a 512-byte BPF stack.
 #![allow(clippy::needless_borrows_for_generic_args)]
@@ -29,6 +32,7 @@ mod parse;
 mod pkt;
 mod reduced;
 mod rewrite;
+mod slots;
 mod source;
 mod validate;
 mod vip;

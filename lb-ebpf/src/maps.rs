@@ -6,11 +6,12 @@ use aya_ebpf::{
 };
 use lb_common::{
     BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, FLOW_TABLE_SIZE,
-    MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, NAT_TABLE_SIZE, SOURCE_TABLE_SIZE,
+    MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE,
     VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
     events::PassiveEvent,
+    table::{NAT_BUCKETS, NatBucket},
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue,
         ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
 };
@@ -77,9 +78,11 @@ pub static LB_FLOW_CACHE: PerCpuArray<FlowCacheEntry, { FLOW_CACHE_SLOTS as usiz
     PerCpuArray::new();
 
 /// nat: reply 5-tuple (`backend:port -> snat:nat_port`) -> what the client must see.
-/// One shared LRU list, so a reply handled on another CPU finds the entry.
+/// A set-associative table in an array (`lb_common::table`, `slots`): the verifier
+/// inlines its reads, slots are claimed under a per-bucket compare-and-swap lock, and
+/// all CPUs share it, so a reply handled on another CPU finds the entry.
 #[btf_map]
-pub static LB_NAT: LruHashMap<FlowKey, NatValue, { NAT_TABLE_SIZE as usize }> = LruHashMap::new();
+pub static LB_NAT: Array<NatBucket, { NAT_BUCKETS as usize }> = Array::new();
 
 /// nat: per-source fairness buckets ((client address, service) -> next allowed time).
 /// Per-CPU LRU lists: no global lock on insert; a source evicted under pressure

@@ -3,11 +3,12 @@
 //!
 //! Forward: `client:cport -> VIP:vport` becomes `snat:nat_port -> backend:port`.
 //! Reply:   `backend:port -> snat:nat_port` becomes `VIP:vport -> client:cport`.
-//! The reverse entry is keyed by the reply's 5-tuple; claiming it with `BPF_NOEXIST`
-//! is what makes a source (address, port) belong to one flow. The entry's `NAT_S_*`
-//! bits follow the connection (who answered, who closed first, resets; UDP replies and
-//! assurance) and say when its port may go to a new flow without waiting for LRU
-//! eviction (`lb_common::maps::nat_reuse_after`, table in docs/nat-ports.md).
+//! The reverse entry is keyed by the reply's 5-tuple, in the set-associative array
+//! table `LB_NAT` (`slots`); claiming its slot under the bucket lock is what makes a
+//! source (address, port) belong to one flow. The entry's `NAT_S_*` bits follow the
+//! connection (who answered, who closed first, resets; UDP replies and assurance) and
+//! say when its port may go to a new flow (`lb_common::maps::nat_reuse_after`, table in
+//! docs/nat-ports.md); a live entry is never taken for another flow.
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
@@ -18,6 +19,7 @@ use lb_common::{
     },
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
+    table::{NAT_BUCKETS, nat_hash},
     maps::{
         Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, MAX_SNAT_ADDRS,
         NAT_S_ACKED, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
@@ -30,10 +32,93 @@ use crate::{
     maps::LB_NAT,
     parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     rewrite::{retarget_l2, translate},
+    slots::{self, Claim},
 };
 
-/// `bpf_map_update_elem` flag: fail if the key exists.
-const BPF_NOEXIST: u64 = 1;
+/// `LB_NAT` as a [`slots::Table`].
+pub struct NatTable;
+
+impl slots::Table for NatTable {
+    type Value = NatValue;
+
+    #[inline(always)]
+    fn hash(key: &FlowKey) -> u32 {
+        nat_hash(key)
+    }
+
+    #[inline(always)]
+    fn index(hash: u32) -> u32 {
+        hash & (NAT_BUCKETS - 1)
+    }
+
+    #[inline(always)]
+    fn at(index: u32) -> Option<*mut lb_common::table::NatBucket> {
+        LB_NAT.get_ptr_mut(index)
+    }
+}
+
+// The table's bucket scans are BPF *global* functions: the verifier checks each once,
+// on its own, instead of once per call in every caller's state (the allocation loop
+// alone calls `claim` up to 16 times on every path that opens a nat flow: inlined, or as
+// static subprograms, that pushed `lb_xdp` past the 1,000,000-instruction limit), and
+// `lb_xdp`'s own frame stays as small as before (a global function's frame adds to it:
+// 512 bytes in all). Their pointer arguments are checked for NULL, as the verifier
+// demands of a global function; their results are numbers (it cannot return pointers).
+
+/// `slots::find` in `LB_NAT` (see above).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_nat_find(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find::<NatTable>(key)
+}
+
+/// `slots::remove_at` in `LB_NAT` (see above): 1 done, 0 bucket busy.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_nat_free(key: *const FlowKey, code: u64) -> u64 {
+    if key.is_null() {
+        return 1;
+    }
+    slots::remove_at::<NatTable>(key, code) as u64
+}
+
+/// The reverse entry of `key`, if the table holds it.
+#[inline(always)]
+pub fn entry(key: &FlowKey) -> Option<&'static mut NatValue> {
+    slots::value_at::<NatTable>(lb_nat_find(key))
+}
+
+/// Claims `key` for `value` (see `slots::claim`): a free way or one whose entry's port
+/// may be reused (`nat_reclaimable` at `now_s`); with `replace`, also the key's own
+/// entry when it may be.
+#[inline(always)]
+fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
+    Claim::from_code(lb_nat_claim(key, value, replace as u64, now_s as u64))
+}
+
+/// `slots::claim` in `LB_NAT` (see above); the result is `Claim::code`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_nat_claim(
+    key: *const FlowKey,
+    value: *const NatValue,
+    replace: u64,
+    now_s: u64,
+) -> u64 {
+    if key.is_null() || value.is_null() {
+        return Claim::Busy.code();
+    }
+    // SAFETY: non-NULL pointers the verifier checked to cover the types' sizes.
+    let (key, value) = unsafe { (&*key, &*value) };
+    let now_s = now_s as u32;
+    slots::claim::<NatTable>(key, value, replace != 0, |v, k| {
+        nat_reclaimable(v, k.proto, now_s)
+    })
+    .code()
+}
 
 /// A flow's source toward its backend: index into the service's `snat_addrs`, and the
 /// port (network order).
@@ -158,9 +243,11 @@ fn candidate(min: u32, range: u32, off: u32) -> Source {
 /// `NAT_PORT_ATTEMPTS` candidates of the service's addresses x `[nat_port_min,
 /// nat_port_max]`: the first at `h % total` with `h = flow_hash(client, SEED_NAT_PORT)`,
 /// each next one a stride of `1 + (h >> 16) % (total - 1)` further (wrapping). Every
-/// candidate is first tried as a fresh entry (`BPF_NOEXIST`); only when all are taken is
-/// the first reclaimable one (its connection closed or idle long enough, see
-/// `nat_reclaimable`) taken over. `None` when none was.
+/// candidate is first tried as a fresh entry (its key absent, and a way free or holding
+/// a reclaimable entry of another key); only when all are taken is the first
+/// reclaimable one (its connection closed or idle long enough, see `nat_reclaimable`)
+/// taken over. A candidate whose bucket is full of live entries, or held by another
+/// CPU's writer at that instant, counts as taken. `None` when none was.
 ///
 /// Not consecutive ports: consecutive probes run into the clusters that earlier
 /// allocations formed (linear probing), so attempts and failures grow faster with
@@ -198,48 +285,40 @@ pub fn allocate(
     let mut key = reply_key(client, svc, backend, Source { addr: 0, port: 0 });
     let family = client.family;
 
-    // Fresh (address, port) pairs first: a reclaimed one may still have state on the
-    // backend (a TIME_WAIT the lifecycle did not know of, a half-open SYN_RECV).
+    // Fresh (address, port) pairs first (a free way, or one whose entry of another
+    // flow may be let go), then, when all are taken, the first whose own entry's
+    // connection closed (or went idle) long enough: a reclaimed pair may still have
+    // state on the backend (a TIME_WAIT the lifecycle did not know of, a half-open
+    // SYN_RECV). One loop over both passes: one copy of the claim for the verifier.
     let mut off = first;
     let mut i = 0;
-    while i < NAT_PORT_ATTEMPTS {
+    while i < 2 * NAT_PORT_ATTEMPTS {
+        if i == NAT_PORT_ATTEMPTS {
+            off = first;
+        }
         let src = candidate(min, range, off);
         key.dst = key_addr(snat_addr(svc, src), family);
         key.dport = src.port;
-        if LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok() {
-            counters::count(if i == 0 {
-                NAT_PORT_FIRST
-            } else {
-                NAT_PORT_RETRIED
-            });
-            return Some(src);
-        }
-        // off < total and stride < total: one subtraction wraps.
-        off += stride;
-        if off >= total {
-            off -= total;
-        }
-        i += 1;
-    }
-
-    // All taken: the first whose connection closed (or went idle) long enough is ours.
-    // Written in place, so the entry never goes missing in between.
-    let mut off = first;
-    let mut i = 0;
-    while i < NAT_PORT_ATTEMPTS {
-        let src = candidate(min, range, off);
-        key.dst = key_addr(snat_addr(svc, src), family);
-        key.dport = src.port;
-        if let Some(v) = LB_NAT.get_ptr_mut(&key) {
-            // SAFETY: a preallocated LRU value; a concurrent writer can only be another
-            // new flow claiming the same port in the same instant (documented race).
-            let v = unsafe { &mut *v };
-            if nat_reclaimable(v, client.proto, now_s) {
-                *v = value;
+        match claim(&key, &value, i >= NAT_PORT_ATTEMPTS, now_s) {
+            Claim::Fresh if i < NAT_PORT_ATTEMPTS => {
+                counters::count(if i == 0 {
+                    NAT_PORT_FIRST
+                } else {
+                    NAT_PORT_RETRIED
+                });
+                return Some(src);
+            }
+            Claim::Fresh => {
+                counters::count(NAT_PORT_RETRIED);
+                return Some(src);
+            }
+            Claim::Replaced => {
                 counters::count(NAT_PORT_RECLAIMED);
                 return Some(src);
             }
+            Claim::Taken | Claim::Full | Claim::Busy => {}
         }
+        // off < total and stride < total: one subtraction wraps.
         off += stride;
         if off >= total {
             off -= total;
@@ -251,17 +330,15 @@ pub fn allocate(
 
 /// For a pinned flow: makes sure its reverse entry still exists and is its own.
 ///
-/// An entry evicted from the LRU is re-inserted with `state` (what the flow table knows
-/// of the connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose handshake
-/// was answered and whose client sends again), and an existing entry gains those bits.
-/// `false` when another flow claimed the port meanwhile: the flow needs a new source
-/// (`allocate`).
+/// An entry gone (its port was reclaimed after it went idle, or it was never claimed
+/// because its bucket was busy) is claimed again with `state` (what the flow table
+/// knows of the connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose
+/// handshake was answered and whose client sends again), and an existing entry gains
+/// those bits. `false` when another flow holds the key or its bucket is full of live
+/// entries: the flow needs a new source (`allocate`).
 ///
 /// Called for the first packet of a flow in each tick (`FlowValue::nat_tick`), not for
-/// every packet: the lookup is a third hash-map lookup, about 40 ns. An entry can only
-/// go missing through LRU eviction when `LB_NAT` is full; it then comes back with the
-/// flow's first client packet in a later tick (at most one tick, 1/`CONFIG_HZ` s, after
-/// the first packet that would have restored it when every packet checked).
+/// every packet.
 #[inline(always)]
 pub fn ensure(
     client: &FlowKey,
@@ -274,11 +351,8 @@ pub fn ensure(
 ) -> bool {
     let key = reply_key(client, svc, backend, src);
     let now_s = nat_seconds(clock::now().ns);
-    match LB_NAT.get_ptr_mut(&key) {
-        // SAFETY: read right after the lookup; a stale read only costs a re-allocation.
-        Some(v) if unsafe { owned_by(&*v, client) } => {
-            // SAFETY: as above; the age is a hint, a lost update costs nothing.
-            let v = unsafe { &mut *v };
+    match entry(&key) {
+        Some(v) if owned_by(v, client) => {
             // What the flow knows and the entry missed (an entry written by an older
             // program without `NAT_S_ACKED`, a lost update): noted, so an answered
             // connection whose client keeps sending is never taken for half-open.
@@ -289,11 +363,23 @@ pub fn ensure(
             true
         }
         Some(_) => false,
-        None => {
-            let value = reverse_value(client, backend_id, client_mac, state, now_s);
-            LB_NAT.insert(&key, &value, BPF_NOEXIST).is_ok()
-        }
+        None => reinsert(&key, client, backend_id, client_mac, state, now_s),
     }
+}
+
+/// Claims a flow's missing reverse entry again (see [`ensure`]). A busy bucket is
+/// retried by the flow's first packet of the next tick.
+#[inline(always)]
+fn reinsert(
+    key: &FlowKey,
+    client: &FlowKey,
+    backend_id: u32,
+    client_mac: [u8; 6],
+    state: u8,
+    now_s: u32,
+) -> bool {
+    let value = reverse_value(client, backend_id, client_mac, state, now_s);
+    matches!(claim(key, &value, false, now_s), Claim::Fresh | Claim::Busy)
 }
 
 /// A new connection (a SYN on a settled pinned flow) reusing the client's 5-tuple: its
@@ -310,19 +396,19 @@ pub fn restart(
     client_mac: [u8; 6],
 ) -> bool {
     let key = reply_key(client, svc, backend, src);
-    if let Some(v) = LB_NAT.get_ptr_mut(&key) {
-        // SAFETY: as in `ensure`.
-        let v = unsafe { &mut *v };
-        if owned_by(v, client) {
+    let now_s = nat_seconds(clock::now().ns);
+    match entry(&key) {
+        Some(v) if owned_by(v, client) => {
             if backend_time_wait(v.state) {
                 return false;
             }
             v.state = 0;
-            touch(v, nat_seconds(clock::now().ns));
-            return true;
+            touch(v, now_s);
+            true
         }
+        Some(_) => false,
+        None => reinsert(&key, client, backend_id, client_mac, 0, now_s),
     }
-    ensure(client, svc, backend, backend_id, src, 0, client_mac)
 }
 
 /// The backend closed first and both FINs were seen: it holds the 4-tuple in TIME_WAIT.
@@ -353,9 +439,7 @@ pub fn client_note(
     bits: u8,
 ) {
     let key = reply_key(client, svc, backend, src);
-    if let Some(v) = LB_NAT.get_ptr_mut(&key) {
-        // SAFETY: as in `ensure`.
-        let v = unsafe { &mut *v };
+    if let Some(v) = entry(&key) {
         if owned_by(v, client) {
             let state = v.state | bits | close_bits(v.state, tcp_flags, NAT_S_FIN_CLIENT);
             if state != v.state {
@@ -390,11 +474,12 @@ fn close_bits(state: u8, flags: u8, fin: u8) -> u8 {
 #[inline(always)]
 pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) {
     let key = reply_key(client, svc, backend, src);
-    if let Some(v) = LB_NAT.get_ptr(&key) {
-        // SAFETY: as in `ensure`.
-        let v = unsafe { &*v };
+    let code = lb_nat_find(&key);
+    if let Some(v) = slots::value_at::<NatTable>(code) {
         if owned_by(v, client) && !backend_time_wait(v.state) {
-            let _ = LB_NAT.remove(&key);
+            // A busy bucket leaves the entry: its port comes back by the lifecycle's
+            // rules.
+            let _ = lb_nat_free(&key, code);
         }
     }
 }
@@ -432,12 +517,10 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     let Some(l4) = pkt.l4(end) else {
         return Verdict::pass(PASS_MALFORMED);
     };
-    let Some(v) = LB_NAT.get_ptr_mut(&pkt.key) else {
+    let Some(nat) = entry(&pkt.key) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
-    // SAFETY: LRU entries are freed after an RCU grace period; nothing inserts into
-    // LB_NAT while this reference lives. Writes are single fields (state, age).
-    let nat = unsafe { &mut *v };
+    // Writes are single fields (state, age), as in the LRU map's values before.
     let state = nat.state;
     if pkt.is_tcp() {
         let flags = l4.tcp_flags;

@@ -24,6 +24,10 @@ use lb_common::{
         Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue, NatValue,
         ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
+    table::{
+        NAT_BUCKETS, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK, find_way, free_word, live_word,
+        nat_bucket, nat_hash,
+    },
 };
 
 /// XDP return codes.
@@ -124,6 +128,12 @@ impl Lb {
 
     /// Runs program `name` once on `packet`.
     pub fn run_prog(&mut self, name: &str, packet: &[u8]) -> Run {
+        self.run_shared(name, packet)
+    }
+
+    /// Runs program `name` once on `packet` from a shared reference: several threads
+    /// (on several CPUs) may run the same loaded program at once.
+    pub fn run_shared(&self, name: &str, packet: &[u8]) -> Run {
         let prog: &Xdp = self
             .ebpf
             .program(name)
@@ -408,11 +418,83 @@ impl Lb {
         map.keys().count()
     }
 
-    /// Entries in `LB_NAT`.
+    /// Live entries in `LB_NAT` (every bucket read: a fraction of a second).
     pub fn nat_count(&self) -> usize {
-        let map: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
-        map.keys().count()
+        let map = self.nat_map();
+        (0..NAT_BUCKETS)
+            .map(|i| {
+                let b = map.get(&i, 0).expect("reading LB_NAT");
+                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
+            })
+            .sum()
+    }
+
+    fn nat_map(&self) -> Array<&aya::maps::MapData, NatBucket> {
+        Array::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type")
+    }
+
+    fn nat_map_mut(&mut self) -> Array<&mut aya::maps::MapData, NatBucket> {
+        Array::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type")
+    }
+
+    /// `key`'s `LB_NAT` bucket, with its index.
+    pub fn nat_bucket_of(&self, key: &FlowKey) -> (u32, NatBucket) {
+        let index = nat_bucket(key);
+        (
+            index,
+            self.nat_map().get(&index, 0).expect("reading LB_NAT"),
+        )
+    }
+
+    /// Writes way `way` of `LB_NAT` bucket `index` as the program publishes a slot
+    /// (live, next generation; way 0's lock bit is left as it was).
+    pub fn write_nat_way(&mut self, index: u32, way: usize, key: FlowKey, value: NatValue) {
+        let mut map = self.nat_map_mut();
+        let mut bucket = map.get(&index, 0).expect("reading LB_NAT");
+        let word = live_word(bucket.ways[way].word, nat_hash(&key));
+        bucket.ways[way] = NatSlot { word, key, value };
+        map.set(index, &bucket, 0).expect("writing LB_NAT");
+    }
+
+    /// Sets or clears the writer lock of `LB_NAT` bucket `index` (as another CPU's
+    /// writer holding it would).
+    pub fn set_nat_lock(&mut self, index: u32, held: bool) {
+        let mut map = self.nat_map_mut();
+        let mut bucket = map.get(&index, 0).expect("reading LB_NAT");
+        let w = &mut bucket.ways[0].word;
+        *w = if held {
+            *w | SLOT_LOCK
+        } else {
+            *w & !SLOT_LOCK
+        };
+        map.set(index, &bucket, 0).expect("writing LB_NAT");
+    }
+
+    /// `key`'s reverse entry, found as the program finds it.
+    pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
+        let (_, bucket) = self.nat_bucket_of(key);
+        find_way(&bucket, key).map(|w| bucket.ways[w].value)
+    }
+
+    /// Writes `key`'s reverse entry: over its own slot, else into the bucket's first
+    /// free way (panics when the bucket is full).
+    pub fn insert_nat(&mut self, key: FlowKey, value: NatValue) {
+        let (index, bucket) = self.nat_bucket_of(&key);
+        let way = find_way(&bucket, &key)
+            .or_else(|| bucket.ways.iter().position(|s| s.word & SLOT_LIVE == 0))
+            .expect("a free way in the LB_NAT bucket");
+        self.write_nat_way(index, way, key, value);
+    }
+
+    /// Removes `key`'s reverse entry (panics when absent).
+    pub fn remove_nat(&mut self, key: &FlowKey) {
+        let (index, mut bucket) = self.nat_bucket_of(key);
+        let way = find_way(&bucket, key).expect("the entry in LB_NAT");
+        let w = &mut bucket.ways[way].word;
+        *w = free_word(*w);
+        self.nat_map_mut()
+            .set(index, &bucket, 0)
+            .expect("writing LB_NAT");
     }
 
     /// Writes a flow entry (fixtures age one by moving `last_seen_ns` back).
@@ -467,26 +549,6 @@ impl Lb {
             PerCpuArray::try_from(self.ebpf.map(map_names::CLOCK).expect("LB_CLOCK"))
                 .expect("LB_CLOCK type");
         map.get(&0, 0).expect("reading LB_CLOCK")[cpu].jiffies
-    }
-
-    pub fn nat_entry(&self, key: &FlowKey) -> Option<NatValue> {
-        let map: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map(map_names::NAT).expect("LB_NAT")).expect("LB_NAT type");
-        map.get(key, 0).ok()
-    }
-
-    pub fn insert_nat(&mut self, key: FlowKey, value: NatValue) {
-        let mut map: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT"))
-                .expect("LB_NAT type");
-        map.insert(&key, &value, 0).expect("inserting into LB_NAT");
-    }
-
-    pub fn remove_nat(&mut self, key: &FlowKey) {
-        let mut map: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::NAT).expect("LB_NAT"))
-                .expect("LB_NAT type");
-        map.remove(key).expect("removing from LB_NAT");
     }
 
     /// Every event currently in the ring buffer (consumed).

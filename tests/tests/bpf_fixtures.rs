@@ -30,6 +30,8 @@ mod malformed;
 mod nat;
 #[path = "bpf_fixtures/nat_ports.rs"]
 mod nat_ports;
+#[path = "bpf_fixtures/nat_table.rs"]
+mod nat_table;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
 #[path = "bpf_fixtures/vips.rs"]

@@ -437,7 +437,7 @@ fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
 
 /// A nat TCP service 10.0.0.104:80 toward backend 20 with `snat` addresses, ports
 /// `ports`, per-source `interval_ns`/`burst`.
-fn custom_service(
+pub(super) fn custom_service(
     lb: &mut Lb,
     snat: &[IpAddr],
     ports: (u16, u16),
@@ -470,13 +470,13 @@ fn custom_service(
     vip
 }
 
-fn syn_from(client: IpAddr, sport: u16, vip: IpAddr) -> Frame {
+pub(super) fn syn_from(client: IpAddr, sport: u16, vip: IpAddr) -> Frame {
     Frame::tcp(client, sport, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC)
 }
 
 /// [`check`]s a SYN from `client` to `vip`:80 for `action` and `counters`, output not
 /// compared.
-fn check_syn(
+pub(super) fn check_syn(
     lb: &mut Lb,
     desc: &str,
     client: (IpAddr, u16),

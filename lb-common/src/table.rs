@@ -1,0 +1,161 @@
+//! The set-associative tables kept in `ARRAY` maps (`LB_NAT`): slot layout, slot-word
+//! bits, the bucket hash, and a userspace mirror of the program's key search.
+//!
+//! A table is an array of [`Bucket`]s (one map value each, so that one inlined lookup
+//! reaches every way) of `TABLE_WAYS` [`Slot`]s; a key lives in one of the ways of
+//! bucket `table_hash(key, seed) % buckets`. Each slot's `word` says
+//! whether it holds a key ([`SLOT_LIVE`]), counts its rewrites (a generation in bits
+//! 2..32, so a reader can tell that the slot changed under it), carries the key's whole
+//! 32-bit hash as a tag in its high half (a way whose tag differs is skipped without a
+//! key compare), and, in way 0 only, the bucket's writer lock ([`SLOT_LOCK`]). The protocol is in
+//! lb-ebpf's `slots` module and docs/fast-path.md.
+
+use crate::{
+    hash::table_hash,
+    maps::{FlowKey, NatValue},
+};
+
+/// Ways (slots) per bucket. Four: a bucket scan stays short for the verifier and a
+/// bucket of `LB_NAT` is 416 bytes (6.5 cache lines).
+pub const TABLE_WAYS: u32 = 4;
+
+/// Slot word bit: the slot holds a key (its key and value are complete).
+pub const SLOT_LIVE: u64 = 1 << 0;
+/// Slot word bit, way 0 only: a writer holds the bucket (taken with compare-and-swap).
+pub const SLOT_LOCK: u64 = 1 << 1;
+/// The slot's generation starts at this bit; every claim or release adds one.
+pub const SLOT_GEN_SHIFT: u32 = 2;
+/// One generation step.
+pub const SLOT_GEN: u64 = 1 << SLOT_GEN_SHIFT;
+/// The generation's bits (2..32; it wraps within them).
+pub const SLOT_GEN_MASK: u64 = 0xffff_fffc;
+/// The key's tag (its whole table hash) is the word's high half.
+pub const SLOT_TAG_SHIFT: u32 = 32;
+
+/// The word of a live slot holding a key with hash `hash`, after a word `old`: the next
+/// generation, the tag, the lock bit kept.
+#[inline(always)]
+pub const fn live_word(old: u64, hash: u32) -> u64 {
+    ((hash as u64) << SLOT_TAG_SHIFT)
+        | ((old & SLOT_GEN_MASK).wrapping_add(SLOT_GEN) & SLOT_GEN_MASK)
+        | (old & SLOT_LOCK)
+        | SLOT_LIVE
+}
+
+/// The word of a slot freed after a word `old`: next generation, lock bit kept.
+#[inline(always)]
+pub const fn free_word(old: u64) -> u64 {
+    ((old & SLOT_GEN_MASK).wrapping_add(SLOT_GEN) & SLOT_GEN_MASK) | (old & SLOT_LOCK)
+}
+
+/// Buckets of `LB_NAT` (a power of two): 131,072 x 4 ways = 524,288 slots, twice the
+/// 262,144 entries the LRU map held, so a bucket is rarely full at that many live
+/// entries (a full bucket only makes port allocation try its next candidate).
+pub const NAT_BUCKETS: u32 = 1 << 17;
+/// Slots of `LB_NAT`.
+pub const NAT_SLOTS: u32 = NAT_BUCKETS * TABLE_WAYS;
+/// Seed of the `LB_NAT` bucket hash (independent of the Maglev and port-choice hashes).
+pub const SEED_NAT_TABLE: u32 = 0x2f69_3a4d;
+
+/// One slot of a table: the word, the 5-tuple, the value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot<V> {
+    /// [`SLOT_LIVE`], [`SLOT_LOCK`] (way 0) and the generation.
+    pub word: u64,
+    pub key: FlowKey,
+    pub value: V,
+}
+
+/// One map value: a bucket's ways.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bucket<V> {
+    pub ways: [Slot<V>; TABLE_WAYS as usize],
+}
+
+/// One way of an `LB_NAT` bucket.
+pub type NatSlot = Slot<NatValue>;
+const _: () = assert!(core::mem::size_of::<NatSlot>() == 104);
+/// `LB_NAT` value.
+pub type NatBucket = Bucket<NatValue>;
+const _: () = assert!(core::mem::size_of::<NatBucket>() == 416);
+
+/// `key`'s hash in `LB_NAT`: its bucket is `hash % NAT_BUCKETS`, its tag the whole.
+#[inline(always)]
+pub fn nat_hash(key: &FlowKey) -> u32 {
+    table_hash(key, SEED_NAT_TABLE)
+}
+
+/// Index of `key`'s bucket in `LB_NAT`.
+#[inline(always)]
+pub fn nat_bucket(key: &FlowKey) -> u32 {
+    nat_hash(key) & (NAT_BUCKETS - 1)
+}
+
+/// Whether two 5-tuples are equal, word by word (no `memcmp` in BPF; the padding is
+/// not compared).
+#[inline(always)]
+pub fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
+    (a.src[0] == b.src[0])
+        & (a.src[1] == b.src[1])
+        & (a.src[2] == b.src[2])
+        & (a.src[3] == b.src[3])
+        & (a.dst[0] == b.dst[0])
+        & (a.dst[1] == b.dst[1])
+        & (a.dst[2] == b.dst[2])
+        & (a.dst[3] == b.dst[3])
+        & (a.sport == b.sport)
+        & (a.dport == b.dport)
+        & (a.proto == b.proto)
+        & (a.family == b.family)
+}
+
+/// The way of `bucket` (its `TABLE_WAYS` slots, as read from the map) holding `key`
+/// live, as the program searches: userspace's mirror for the agent and tests.
+pub fn find_way<V>(bucket: &Bucket<V>, key: &FlowKey) -> Option<usize> {
+    bucket
+        .ways
+        .iter()
+        .position(|s| s.word & SLOT_LIVE != 0 && same_flow(&s.key, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> FlowKey {
+        FlowKey {
+            src: [0x0a00_0002, 0, 0, 0],
+            dst: [0x0a00_0001, 0, 0, 0],
+            sport: 80u16.to_be(),
+            dport: port.to_be(),
+            proto: crate::IPPROTO_TCP,
+            family: crate::FAMILY_V4,
+            _pad: [0; 2],
+        }
+    }
+
+    /// Consecutive nat ports toward one backend spread over the buckets: 64,000 keys
+    /// in 131,072 buckets put at most a handful in any one.
+    #[test]
+    fn nat_ports_spread_over_buckets() {
+        let mut per_bucket = [0u8; NAT_BUCKETS as usize];
+        for port in 1024..=65_023u16 {
+            let b = nat_bucket(&key(port));
+            per_bucket[b as usize] += 1;
+        }
+        let worst = per_bucket.iter().max().copied().unwrap_or(0);
+        assert!(worst <= 6, "a bucket got {worst} keys");
+    }
+
+    #[test]
+    fn find_way_needs_live_and_equal_key() {
+        let mut bucket = NatBucket::default();
+        bucket.ways[2].key = key(5000);
+        assert_eq!(find_way(&bucket, &key(5000)), None, "not live");
+        bucket.ways[2].word = SLOT_LIVE | (3 * SLOT_GEN);
+        assert_eq!(find_way(&bucket, &key(5000)), Some(2));
+        assert_eq!(find_way(&bucket, &key(5001)), None);
+    }
+}

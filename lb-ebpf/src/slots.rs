@@ -1,0 +1,309 @@
+//! The set-associative tables in `ARRAY` maps (`lb_common::table`; today `LB_NAT`): a
+//! lookup hashes the key, reads the bucket's ways (inlined array reads, no call into
+//! the kernel's hash table) and compares keys; writers take the bucket with a
+//! compare-and-swap on way 0's word and publish a slot by its word.
+//!
+//! Protocol (the argument in full: docs/fast-path.md, "The nat table"):
+//! - a writer holds the bucket lock (`SLOT_LOCK` in way 0's word, taken by
+//!   `BPF_CMPXCHG`; never waited for: a busy bucket is reported, the caller moves on);
+//! - it rewrites a slot by swapping its word to "not live, generation + 1", writing key
+//!   and value, then swapping the word to "live" (both `BPF_XCHG`, fully ordered);
+//! - a reader reads the word (live?), compares the key, and reads the word again: a
+//!   different word means the slot changed under it and is skipped. Values are then
+//!   read and updated field by field in place, as they were in the LRU map's values.
+
+use core::{
+    intrinsics::{AtomicOrdering::SeqCst, atomic_and, atomic_xchg},
+    ptr::{addr_of, addr_of_mut, read_volatile},
+};
+
+use lb_common::{
+    maps::FlowKey,
+    table::{
+        Bucket, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS, free_word, live_word,
+    },
+};
+
+/// A table: its map and its hash.
+pub trait Table {
+    type Value: Copy + 'static;
+    /// `key`'s hash: the bucket is taken from it, and it is the slot's tag.
+    fn hash(key: &FlowKey) -> u32;
+    /// The index of the bucket of hash `hash`.
+    fn index(hash: u32) -> u32;
+    /// Bucket `index` (one inlined array lookup).
+    fn at(index: u32) -> Option<*mut Bucket<Self::Value>>;
+}
+
+/// [`find`]'s answer when the key is absent.
+pub const NOT_FOUND: u64 = u64::MAX;
+
+/// Whether the slot key at `a` equals the key at `b`, word by word behind the tag
+/// check (raw pointers: LLVM may not load the probe key ahead of it).
+#[inline(always)]
+fn same_key(a: *const FlowKey, b: *const FlowKey) -> bool {
+    let (a, b) = (a.cast::<u32>(), b.cast::<u32>());
+    let mut i = 0;
+    while i < 10 {
+        // SAFETY: `i < 10`: a word of a whole, 4-byte aligned 40-byte key (padding
+        // included: it is zero in every key the program builds and stores).
+        if unsafe { a.add(i).read() != b.add(i).read() } {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The key of slot `s`.
+#[inline(always)]
+fn key_of<V>(s: *mut Slot<V>) -> *const FlowKey {
+    // SAFETY: a field address of a map value, not a read.
+    unsafe { addr_of!((*s).key) }
+}
+
+/// Whether a slot word is live and tagged `hash`.
+#[inline(always)]
+fn live_tagged(w: u64, hash: u32) -> bool {
+    w & SLOT_LIVE != 0 && (w >> SLOT_TAG_SHIFT) as u32 == hash
+}
+
+/// Way `w` of bucket `b`.
+#[inline(always)]
+fn way<V>(b: *mut Bucket<V>, w: u32) -> *mut Slot<V> {
+    // SAFETY: `w < TABLE_WAYS` at every caller: a field of the same map value.
+    unsafe { addr_of_mut!((*b).ways[w as usize]) }
+}
+
+/// What [`claim`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Claim {
+    /// The key was absent and now holds the value (a free way, or one whose entry
+    /// `reusable` let go).
+    Fresh,
+    /// The key was present, `reusable` let its entry go, and it now holds the value.
+    Replaced,
+    /// The key is present (and was not replaced).
+    Taken,
+    /// Every way holds a live entry of another key that `reusable` keeps.
+    Full,
+    /// Another writer holds the bucket.
+    Busy,
+}
+
+impl Claim {
+    /// As a number (the result of a BPF global function is a scalar).
+    #[inline(always)]
+    pub fn code(self) -> u64 {
+        self as u64
+    }
+
+    /// Back from [`Claim::code`] (anything unknown is `Busy`: nothing was done).
+    #[inline(always)]
+    pub fn from_code(code: u64) -> Self {
+        match code {
+            0 => Claim::Fresh,
+            1 => Claim::Replaced,
+            2 => Claim::Taken,
+            3 => Claim::Full,
+            _ => Claim::Busy,
+        }
+    }
+}
+
+// The target has no 64-bit atomic read-modify-write in `core::sync::atomic` (its spec
+// leaves them out), so the intrinsics (and, for compare-and-swap, assembly) are used
+// directly: LLVM's BPF backend emits 64-bit `BPF_ATOMIC` `BPF_CMPXCHG`, `BPF_XCHG` and
+// `BPF_AND` without any CPU feature (`alu32` is only needed for 32-bit ones), and the
+// kernel's JITs make them fully ordered. SAFETY for all three: `word` is the first, 8-byte aligned
+// field of a map value that lives as long as the program.
+
+/// `BPF_CMPXCHG` on the slot word: whether it held `old` (and now holds `new`).
+///
+/// Inline assembly: the pinned nightly's LLVM writes a `cmpxchg` into the bitcode that
+/// its bpf-linker cannot read back ("Invalid record"), while `xchg` and `and` go through.
+#[inline(always)]
+fn cas<V>(s: *mut Slot<V>, old: u64, new: u64) -> bool {
+    let mut seen = old;
+    // SAFETY: see above; the instruction touches only the word and r0.
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {n})",
+            p = in(reg) addr_of_mut!((*s).word),
+            n = in(reg) new,
+            inout("r0") seen,
+            options(nostack),
+        );
+    }
+    seen == old
+}
+
+/// `BPF_XCHG` on the slot word.
+#[inline(always)]
+fn store<V>(s: *mut Slot<V>, new: u64) {
+    // SAFETY: see above.
+    unsafe { atomic_xchg::<u64, { SeqCst }>(addr_of_mut!((*s).word), new) };
+}
+
+/// The slot word as it is now (a fresh load, never merged with another).
+#[inline(always)]
+fn word<V>(s: *const Slot<V>) -> u64 {
+    // SAFETY: as in `atomic`.
+    unsafe { read_volatile(addr_of!((*s).word)) }
+}
+
+/// Where `key` lives: `bucket index << 8 | way`, or [`NOT_FOUND`]. A number, not a
+/// pointer, so that a BPF global function can return it ([`value_at`] turns it into
+/// the value).
+#[inline(always)]
+pub fn find<T: Table>(key: *const FlowKey) -> u64 {
+    // SAFETY: the caller passes a whole key.
+    let hash = T::hash(unsafe { &*key });
+    let index = T::index(hash);
+    let Some(b) = T::at(index) else {
+        return NOT_FOUND;
+    };
+    let mut w = 0;
+    while w < TABLE_WAYS {
+        let s = way(b, w);
+        let before = word(s);
+        // The key is only rewritten while the word is not live, which the second read
+        // of the word catches.
+        if live_tagged(before, hash) && same_key(key_of(s), key) {
+            // The lock bit (way 0) changes with other ways' writes: not this slot's.
+            if (word(s) ^ before) & !SLOT_LOCK == 0 {
+                return ((index as u64) << 8) | w as u64;
+            }
+        }
+        w += 1;
+    }
+    NOT_FOUND
+}
+
+/// The value [`find`] located.
+#[inline(always)]
+pub fn value_at<T: Table>(code: u64) -> Option<&'static mut T::Value> {
+    if code == NOT_FOUND {
+        return None;
+    }
+    let b = T::at((code >> 8) as u32)?;
+    // SAFETY: a map value; values are read and updated field by field in place.
+    Some(unsafe { &mut (*way(b, (code as u32) & (TABLE_WAYS - 1))).value })
+}
+
+/// Takes bucket `first` (way 0's lock bit), or `None` if another writer has it.
+#[inline(always)]
+fn lock<V>(way0: *mut Slot<V>) -> bool {
+    let w = word(way0);
+    w & SLOT_LOCK == 0 && cas(way0, w, w | SLOT_LOCK)
+}
+
+#[inline(always)]
+fn unlock<V>(way0: *mut Slot<V>) {
+    // SAFETY: see `cas`.
+    unsafe { atomic_and::<u64, u64, { SeqCst }>(addr_of_mut!((*way0).word), !SLOT_LOCK) };
+}
+
+/// Rewrites slot `s` (bucket held) to `key` -> `value`: not live with the next
+/// generation, key and value, live.
+#[inline(always)]
+fn write<V: Copy>(s: *mut Slot<V>, key: &FlowKey, value: &V, hash: u32) {
+    let next = free_word(word(s));
+    store(s, next);
+    // SAFETY: a map value this writer holds (bucket lock); readers skip it until live.
+    // The sources are the caller's stack: a plain assignment would be copied through a
+    // stack temporary (LLVM cannot rule out overlap), which this frame has no room for.
+    unsafe {
+        core::ptr::copy_nonoverlapping(key, addr_of_mut!((*s).key), 1);
+        core::ptr::copy_nonoverlapping(value, addr_of_mut!((*s).value), 1);
+    }
+    store(s, live_word(next, hash));
+}
+
+/// Frees slot `s` (bucket held): not live, next generation.
+#[inline(always)]
+fn clear<V>(s: *mut Slot<V>) {
+    store(s, free_word(word(s)));
+}
+
+/// Puts `key` -> `value` into its bucket: into a free way, else into the first way
+/// whose entry `reusable` lets go (`reusable(value, key)`). A present key is replaced
+/// only when `replace` and `reusable` lets its own entry go. Never waits.
+#[inline(always)]
+pub fn claim<T: Table>(
+    key: &FlowKey,
+    value: &T::Value,
+    replace: bool,
+    reusable: impl Fn(&T::Value, &FlowKey) -> bool,
+) -> Claim {
+    let hash = T::hash(key);
+    let Some(b) = T::at(T::index(hash)) else {
+        return Claim::Busy;
+    };
+    let way0 = way(b, 0);
+    if !lock(way0) {
+        return Claim::Busy;
+    }
+    // Way numbers, not pointers: fewer registers to keep across the loop.
+    let mut free = TABLE_WAYS;
+    let mut spent = TABLE_WAYS;
+    let mut outcome = Claim::Full;
+    let mut w = 0;
+    while w < TABLE_WAYS {
+        let s = way(b, w);
+        if word(s) & SLOT_LIVE == 0 {
+            if free == TABLE_WAYS {
+                free = w;
+            }
+        } else {
+            // SAFETY: bucket held: no other writer; the value's fields may still be
+            // refreshed by readers (a stale read only misjudges one reuse by a tick).
+            let (k, v) = unsafe { (&(*s).key, &(*s).value) };
+            if live_tagged(word(s), hash) && same_key(k, key) {
+                outcome = if replace && reusable(v, k) {
+                    write(s, key, value, hash);
+                    Claim::Replaced
+                } else {
+                    Claim::Taken
+                };
+                break;
+            }
+            if spent == TABLE_WAYS && reusable(v, k) {
+                spent = w;
+            }
+        }
+        w += 1;
+    }
+    if outcome == Claim::Full {
+        let target = if free < TABLE_WAYS { free } else { spent };
+        if target < TABLE_WAYS {
+            write(way(b, target), key, value, hash);
+            outcome = Claim::Fresh;
+        }
+    }
+    unlock(way0);
+    outcome
+}
+
+/// Frees the slot [`find`] located for `key` if it still holds `key`. `false` when
+/// another writer held the bucket (nothing was done).
+#[inline(always)]
+pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
+    if code == NOT_FOUND {
+        return true;
+    }
+    let Some(b) = T::at((code >> 8) as u32) else {
+        return true;
+    };
+    let way0 = way(b, 0);
+    if !lock(way0) {
+        return false;
+    }
+    let s = way(b, (code as u32) & (TABLE_WAYS - 1));
+    if word(s) & SLOT_LIVE != 0 && same_key(key_of(s), key) {
+        clear(s);
+    }
+    unlock(way0);
+    true
+}
