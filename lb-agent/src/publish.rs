@@ -128,11 +128,25 @@ pub struct ApplyReport {
     pub elapsed: Duration,
 }
 
+impl ApplyReport {
+    /// Adds what another apply of the same change did.
+    pub fn absorb(&mut self, other: ApplyReport) {
+        self.tables_published += other.tables_published;
+        self.backends_written += other.backends_written;
+        self.services_written += other.services_written;
+        self.backends_examined += other.backends_examined;
+        self.services_given += other.services_given;
+        self.elapsed += other.elapsed;
+    }
+}
+
 #[derive(Debug)]
 struct PublishedBackend {
     id: u32,
     /// Last entry written; `None` until the first write.
     entry: Option<Backend>,
+    /// Its position in the service's last want (meaningful while that is `Some`).
+    want_index: usize,
 }
 
 #[derive(Debug)]
@@ -425,7 +439,8 @@ impl Publisher {
                     continue;
                 }
                 if self.incremental {
-                    self.apply_changes(want, &changed, dp, report)?;
+                    let changed: Vec<_> = changed.iter().map(|&i| (i, &want.backends[i])).collect();
+                    self.apply_changes(&want.name, &changed, dp, report)?;
                     continue;
                 }
             }
@@ -459,7 +474,17 @@ impl Publisher {
                     backends: prev
                         .backends
                         .into_iter()
-                        .map(|(addr, (id, b))| (addr, PublishedBackend { id, entry: Some(b) }))
+                        .map(|(addr, (id, b))| {
+                            let entry = Some(b);
+                            (
+                                addr,
+                                PublishedBackend {
+                                    id,
+                                    entry,
+                                    want_index: 0,
+                                },
+                            )
+                        })
                         .collect(),
                     home_members: Vec::new(),
                     home: Vec::new(),
@@ -523,7 +548,7 @@ impl Publisher {
         // table: the home table with inactive backends' slots failed over.
         let mut home_input = Vec::new();
         let mut active = Vec::new();
-        for b in &want.backends {
+        for (i, b) in want.backends.iter().enumerate() {
             let published = match svc.backends.entry(b.addr) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(e) => {
@@ -532,9 +557,14 @@ impl Publisher {
                         .take()
                         .ok_or(PublishError::TooManyBackends)?;
                     self.owners.insert(id, (want.name.clone(), b.addr));
-                    e.insert(PublishedBackend { id, entry: None })
+                    e.insert(PublishedBackend {
+                        id,
+                        entry: None,
+                        want_index: i,
+                    })
                 }
             };
+            published.want_index = i;
             report.backends_examined += 1;
             stage_entry(
                 published,
