@@ -533,13 +533,17 @@ impl Publisher {
             .collect();
         // Writes that take liveness away wait until the new table no longer points at
         // those backends: a packet must never find a slot whose backend is not live.
-        let mut after_table: Vec<(u32, Backend)> = Vec::new();
+        let mut after_table: Vec<Deferred> = Vec::new();
         let mut freed = Vec::new();
         for addr in gone {
             let b = svc.backends.remove(&addr).expect("listed above");
             self.owners.remove(&b.id);
             if let Some(entry) = b.entry {
-                after_table.push((b.id, retired(entry)));
+                after_table.push(Deferred {
+                    id: b.id,
+                    entry: retired(entry),
+                    addr: None,
+                });
             }
             freed.push(b.id);
         }
@@ -568,6 +572,7 @@ impl Publisher {
             report.backends_examined += 1;
             stage_entry(
                 published,
+                b.addr,
                 backend_entry(b, svc.id),
                 dp,
                 &mut after_table,
@@ -600,10 +605,7 @@ impl Publisher {
             svc.active = active;
             report.tables_published += 1;
         }
-        for (id, entry) in after_table {
-            dp.set_backend(id, &entry)?;
-            report.backends_written += 1;
-        }
+        write_deferred(after_table, &mut svc.backends, dp, report)?;
         for id in freed {
             self.backend_ids.give_back(id);
         }
@@ -625,14 +627,25 @@ impl Publisher {
     }
 }
 
+/// A backend entry to write once the new table no longer points at the backend.
+struct Deferred {
+    id: u32,
+    entry: Backend,
+    /// The published backend it belongs to (`None`: it left the service).
+    addr: Option<SocketAddr>,
+}
+
 /// Writes `entry` if it differs from what `published` holds: now, or — when it takes
 /// liveness away — into `after_table`, written once the new table no longer points at
-/// the backend (a packet must never find a slot whose backend is not live).
+/// the backend (a packet must never find a slot whose backend is not live). `published`
+/// records an entry only once it is written: after a failed publish, the next one
+/// writes what did not make it.
 fn stage_entry<D: Dataplane>(
     published: &mut PublishedBackend,
+    addr: SocketAddr,
     entry: Backend,
     dp: &mut D,
-    after_table: &mut Vec<(u32, Backend)>,
+    after_table: &mut Vec<Deferred>,
     report: &mut ApplyReport,
 ) -> Result<(), PublishError> {
     if published.entry != Some(entry) {
@@ -640,12 +653,34 @@ fn stage_entry<D: Dataplane>(
         // A flag taken away (LIVE or SERVING) waits for the table; one given is
         // written before the table can point at it.
         if had & !entry.flags != 0 {
-            after_table.push((published.id, entry));
+            after_table.push(Deferred {
+                id: published.id,
+                entry,
+                addr: Some(addr),
+            });
         } else {
             dp.set_backend(published.id, &entry)?;
             report.backends_written += 1;
+            published.entry = Some(entry);
         }
-        published.entry = Some(entry);
+    }
+    Ok(())
+}
+
+/// Writes the entries [`stage_entry`] deferred, once the table is published, and
+/// records them as written.
+fn write_deferred<D: Dataplane>(
+    after_table: Vec<Deferred>,
+    backends: &mut BTreeMap<SocketAddr, PublishedBackend>,
+    dp: &mut D,
+    report: &mut ApplyReport,
+) -> Result<(), PublishError> {
+    for d in after_table {
+        dp.set_backend(d.id, &d.entry)?;
+        report.backends_written += 1;
+        if let Some(published) = d.addr.and_then(|a| backends.get_mut(&a)) {
+            published.entry = Some(d.entry);
+        }
     }
     Ok(())
 }

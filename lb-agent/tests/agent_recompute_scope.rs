@@ -6,6 +6,7 @@ mod agent_util;
 
 use agent_util::{Harness, Verdict, sa, secs};
 use lb_agent::{
+    agent::MembershipWork,
     api::{AdminChange, NewServer, ServerPatch},
     dataplane::memory::{MemoryDataplane, Write},
 };
@@ -85,6 +86,97 @@ async fn a_verdict_in_one_of_many_services_is_published_for_that_service_alone()
         h.agent.dataplane().log[mark..],
         [Write::Table(sid), Write::Backend(id)],
         "the writes since the verdict: its service's table, then its entry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verdict_about_one_of_200_servers_reads_and_writes_that_server_alone() {
+    let mut h = Harness::start(&config(1, 200, false)).await;
+    h.run_for(secs(3)).await;
+    let a = sa(&server(0, 117));
+    let id = h.backend_ids("s0", a)[0];
+    let sid = h.service_id("s0").unwrap();
+    for (verdict, writes) in [
+        (Verdict::Refuse, [Write::Table(sid), Write::Backend(id)]),
+        // Back: live before the table points at it.
+        (Verdict::Pass, [Write::Backend(id), Write::Table(sid)]),
+    ] {
+        let mark = h.agent.dataplane().log.len();
+        let in_table = h.slots("s0", a) > 0;
+        h.set(a, verdict);
+        h.run_until(secs(5), |h| (h.slots("s0", a) > 0) != in_table)
+            .await
+            .unwrap_or_else(|| panic!("{verdict:?}: the table must follow the verdict"));
+        assert_eq!(
+            h.agent.last_membership(),
+            MembershipWork {
+                updated: 1,
+                computed: 0,
+                inputs: 1
+            },
+            "{verdict:?}: membership updated for the one server, not computed over 200"
+        );
+        let report = h.agent.last_publish();
+        assert_eq!(
+            (
+                report.services_given,
+                report.backends_examined,
+                report.backends_written,
+                report.tables_published
+            ),
+            (1, 1, 1, 1),
+            "{verdict:?}: that server's entry and its service's table: {report:?}"
+        );
+        assert_eq!(h.agent.dataplane().log[mark..], writes, "{verdict:?}");
+    }
+}
+
+/// A `RetryAfter` try falls due with no verdict: the tick marks the service and its
+/// membership is computed again (without the marking the primaries never come back).
+#[tokio::test(start_paused = true)]
+async fn a_due_retry_recomputes_its_service_without_a_verdict() {
+    let text = format!(
+        "[[service]]\nname = \"retry\"\nvip = \"10.0.201.1:80\"\nsnat_ip = \"10.0.0.2\"\n\
+         backup_switch = {{ permanent = \"10s\" }}\n\
+         [[service.server]]\naddress = \"10.0.99.1:80\"\n\
+         [[service.server]]\naddress = \"10.0.99.2:80\"\n\
+         [[service.server]]\naddress = \"10.0.99.3:80\"\nbackup = 1\n\
+         [[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n{}",
+        config(2, 3, false)
+    );
+    let mut h = Harness::start(&text).await;
+    h.run_for(secs(3)).await;
+    let primaries = [sa("10.0.99.1:80"), sa("10.0.99.2:80")];
+    let backup = sa("10.0.99.3:80");
+    for p in primaries {
+        h.set(p, Verdict::Refuse);
+    }
+    h.run_until(secs(5), |h| h.slots("retry", backup) > 0)
+        .await
+        .expect("the backup level takes over");
+    for p in primaries {
+        h.set(p, Verdict::Pass);
+    }
+    h.run_until(secs(5), |h| {
+        primaries.iter().all(|&p| h.state("retry", p) == "up")
+    })
+    .await
+    .expect("the primaries pass again");
+    assert!(
+        primaries.iter().all(|&p| h.slots("retry", p) == 0),
+        "the backup level stays until its retry is due"
+    );
+    h.run_until(secs(12), |h| {
+        primaries.iter().all(|&p| h.slots("retry", p) > 0)
+    })
+    .await
+    .expect("the retry, due without any verdict, returns to the primaries");
+    assert_eq!(h.slots("retry", backup), 0);
+    let (work, report) = (h.agent.last_membership(), h.agent.last_publish());
+    assert_eq!(
+        (work.computed, work.updated, report.services_given),
+        (1, 0, 1),
+        "the due service alone, computed over its servers: {work:?} {report:?}"
     );
 }
 

@@ -114,7 +114,7 @@ impl ServiceRt {
     /// Membership updated for the servers whose health changed alone, when that is all
     /// that changed and no whole-service decision moves (`ServiceMembership::update`):
     /// the indices of the servers whose role changed. `None`: compute over every server.
-    fn update_membership(&mut self, now: Instant) -> Option<Vec<usize>> {
+    fn update_membership(&mut self, now: Instant, work: &mut MembershipWork) -> Option<Vec<usize>> {
         if self.marked_whole || self.changed_health.is_empty() {
             return None;
         }
@@ -127,8 +127,23 @@ impl ServiceRt {
             .iter()
             .map(|a| self.servers.get(a).map(ServerRt::member_input))
             .collect::<Option<Vec<_>>>()?;
-        self.membership.update(&inputs, &policy, now, outcome)
+        work.inputs += inputs.len();
+        let moved = self.membership.update(&inputs, &policy, now, outcome)?;
+        work.updated += 1;
+        Some(moved)
     }
+}
+
+/// What the last recompute did with membership (tests and benchmarks check its scope).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MembershipWork {
+    /// Services whose membership was updated for their changed servers alone.
+    pub updated: usize,
+    /// Services whose membership was computed over every server.
+    pub computed: usize,
+    /// Server inputs read: the changed servers of an update, every server of a
+    /// computation.
+    pub inputs: usize,
 }
 
 /// What the agent is running on (shown in status).
@@ -157,6 +172,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     /// What the last publish did (tests and benchmarks check its scope).
     last_publish: crate::publish::ApplyReport,
+    /// What the last recompute did with membership.
+    last_membership: MembershipWork,
     /// A publish of every service failed: the next recompute publishes every service
     /// again (only a full publish removes what the configuration no longer has).
     full_publish_due: bool,
@@ -227,6 +244,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             events: events.clone(),
             propagation: Histogram::default(),
             last_publish: Default::default(),
+            last_membership: Default::default(),
             full_publish_due: false,
             transitions: 0,
             passive: BTreeMap::new(),
@@ -1090,6 +1108,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut partial = Vec::new();
         let mut notes = Vec::new();
         let mut recomputed = Vec::new();
+        let mut work = MembershipWork::default();
         for (si, svc) in self
             .services
             .iter_mut()
@@ -1097,7 +1116,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             .filter(|(_, s)| s.marked)
         {
             recomputed.push(si);
-            if let Some(moved) = svc.update_membership(now) {
+            if let Some(moved) = svc.update_membership(now, &mut work) {
                 svc.unmark();
                 let outcome = svc.outcome.as_ref().expect("updated above");
                 let backends: Vec<_> = moved
@@ -1111,6 +1130,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
             svc.unmark();
             let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
+            work.inputs += inputs.len();
+            work.computed += 1;
             let outcome = svc.membership.compute(&inputs, &svc.policy(), now);
             for change in &outcome.changes {
                 notes.push((svc.cfg.name.clone(), change.clone()));
@@ -1121,6 +1142,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for (service, note) in notes {
             self.record_note(&service, &note);
         }
+        self.last_membership = work;
         let applied = self.publish(desired, partial, all);
         let report = match applied {
             Ok(report) => report,
@@ -1228,6 +1250,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// What the last publish did: how many services it was given, what it wrote.
     pub fn last_publish(&self) -> crate::publish::ApplyReport {
         self.last_publish
+    }
+
+    /// What the last recompute did with membership: updated for the changed servers or
+    /// computed over every server, and how many server inputs it read.
+    pub fn last_membership(&self) -> MembershipWork {
+        self.last_membership
     }
 
     /// The propagation histogram (verdict to maps written).

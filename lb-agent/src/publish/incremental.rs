@@ -4,7 +4,7 @@
 
 use super::{
     ApplyReport, DesiredBackend, DesiredService, PublishError, PublishedService, Publisher,
-    backend_entry, live_table, stage_entry, takes_new_flows,
+    backend_entry, live_table, stage_entry, takes_new_flows, write_deferred,
 };
 use crate::dataplane::Dataplane;
 
@@ -122,6 +122,7 @@ impl Publisher {
                 .expect("every backend of the last want is published");
             stage_entry(
                 published,
+                b.addr,
                 backend_entry(b, svc.id),
                 dp,
                 &mut after_table,
@@ -151,10 +152,7 @@ impl Publisher {
             svc.active = active;
             report.tables_published += 1;
         }
-        for (id, entry) in after_table {
-            dp.set_backend(id, &entry)?;
-            report.backends_written += 1;
-        }
+        write_deferred(after_table, &mut svc.backends, dp, report)?;
         svc.last_want = Some(last);
         Ok(())
     }
