@@ -12,7 +12,8 @@
 //!
 //! Cost: a want that differs from the last one only in roles or MACs (a health verdict,
 //! a membership change) takes the incremental path ([`incremental`]): work for the
-//! changed backends only, plus the one failover pass over the table. Anything else
+//! changed backends only, plus the one failover pass over the table; given the changed
+//! backends alone ([`Publisher::apply_backends`]), no pass over the service. Anything else
 //! (servers added or removed, a weight, the VIP) takes the full path, linear in the
 //! service's backends. See docs/publish.md.
 

@@ -1,7 +1,8 @@
 //! The incremental path of [`Publisher::apply`]: a want that differs from the last one
 //! only in backends' roles or MACs (health verdicts, membership) touches only those
 //! backends' entries and, if the set taking new flows changed, republishes the live table.
-
+//! [`Publisher::apply_backends`] takes the changed backends alone (the agent after a
+//! membership update), without a pass over the service's description.
 use super::{
     ApplyReport, DesiredBackend, DesiredService, PublishError, PublishedService, Publisher,
     backend_entry, live_table, stage_entry, takes_new_flows, write_deferred,
