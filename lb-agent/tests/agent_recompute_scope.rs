@@ -12,9 +12,10 @@ use lb_agent::{
 };
 
 /// `services` nat services `s0`, `s1`, … with `per` servers each (`10.0.<s>.<i+1>:80`),
-/// one tcp probe every second. `membership`: the first server of each service is a spare
-/// and the second a backup (retried after 3 s), and the removal cap is on, so membership
-/// has work beyond health, some of it due by time alone.
+/// one tcp probe every second. `membership`: the first server of even services is a spare,
+/// the second server of each a backup (retried after 3 s), the removal cap is on, and odd
+/// services do not fail open, so membership has work beyond health, some of it due by
+/// time alone (and odd services, without a spare, take verdicts per server).
 fn config(services: usize, per: usize, membership: bool) -> String {
     let mut text = String::new();
     for s in 0..services {
@@ -24,14 +25,19 @@ fn config(services: usize, per: usize, membership: bool) -> String {
             if membership {
                 // A backup level retried after 3 s: a membership recheck (on_tick)
                 // without any new verdict.
-                "max_unhealthy_percent = 50\nbackup_switch = { permanent = \"3s\" }"
+                if s % 2 == 1 {
+                    "max_unhealthy_percent = 50\nbackup_switch = { permanent = \"3s\" }\n\
+                     fail_open = false"
+                } else {
+                    "max_unhealthy_percent = 50\nbackup_switch = { permanent = \"3s\" }"
+                }
             } else {
                 "max_unhealthy_percent = 100"
             }
         );
         for i in 0..per {
             let extra = match i {
-                0 if membership => "spare = true\n",
+                0 if membership && s % 2 == 0 => "spare = true\n",
                 1 if membership => "backup = 1\n",
                 _ => "",
             };
@@ -202,6 +208,7 @@ async fn publishing_per_service_leaves_the_maps_a_recompute_of_every_service_giv
         let mut h = Harness::start(&text).await;
         h.run_for(secs(3)).await;
         let mut scoped_publishes = 0;
+        let mut updated = 0;
         let mut added = Vec::new();
         for step in 0..60 {
             let s = rng.below(SERVICES);
@@ -262,6 +269,9 @@ async fn publishing_per_service_leaves_the_maps_a_recompute_of_every_service_giv
             if report.services_given < h.cfg.services.len() {
                 scoped_publishes += 1;
             }
+            if h.agent.last_membership().updated > 0 {
+                updated += 1;
+            }
             // A reload with the same text recomputes and republishes every service: it
             // must find nothing to write.
             let before = maps(h.agent.dataplane());
@@ -282,6 +292,10 @@ async fn publishing_per_service_leaves_the_maps_a_recompute_of_every_service_giv
         assert!(
             scoped_publishes > 10,
             "seed {seed}: the sequence must exercise per-service publishes ({scoped_publishes})"
+        );
+        assert!(
+            updated > 3,
+            "seed {seed}: the sequence must exercise membership updated per server ({updated})"
         );
     }
 }
