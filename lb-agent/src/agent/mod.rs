@@ -818,6 +818,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         deadline
     }
 
+    /// A deadline at `at` may have appeared (a server updated alone): the cached next
+    /// deadline becomes at most `at`, without a scan of every server. A cached deadline
+    /// that is early (one that went away) only costs an `on_tick` that finds nothing due,
+    /// and that rescans.
+    fn lower_deadline(&self, at: Option<Instant>) {
+        if let (Some(at), Some(cached)) = (at, self.deadline_cache.get()) {
+            self.deadline_cache
+                .set(Some(Some(cached.map_or(at, |c| c.min(at)))));
+        }
+    }
+
     fn scan_deadlines(&self) -> Option<Instant> {
         self.services
             .iter()
@@ -1030,8 +1041,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.record_names(service, server, t.from.as_str(), t.to.as_str(), &t.cause);
     }
 
+    /// Logs a transition. The deadlines it may move are taken in by the recompute that
+    /// follows every transition (`recompute_services`).
     fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
-        self.deadline_cache.set(None);
         self.transitions += 1;
         info!(service, server, from, to, cause, "transition");
         self.log_event(service, server, from, to, cause);
@@ -1102,8 +1114,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         started: std::time::Instant,
         all: bool,
     ) -> Result<(), PublishError> {
-        self.deadline_cache.set(None);
         let mut desired = Vec::new();
+        // The earliest deadline of the servers updated alone; a computation over every
+        // server makes the cached next deadline stale.
+        let mut updated_deadline: Option<Instant> = None;
+        let mut computed = false;
         // Services whose verdicts changed only some roles: (service, changed backends).
         let mut partial = Vec::new();
         let mut notes = Vec::new();
@@ -1117,6 +1132,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         {
             recomputed.push(si);
             if let Some(moved) = svc.update_membership(now, &mut work) {
+                for a in &svc.changed_health {
+                    let at = svc.servers.get(a).and_then(|s| s.health.next_deadline());
+                    updated_deadline = match (updated_deadline, at) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
                 svc.unmark();
                 let outcome = svc.outcome.as_ref().expect("updated above");
                 let backends: Vec<_> = moved
@@ -1129,6 +1151,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 continue;
             }
             svc.unmark();
+            computed = true;
             let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
             work.inputs += inputs.len();
             work.computed += 1;
@@ -1143,6 +1166,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             self.record_note(&service, &note);
         }
         self.last_membership = work;
+        if computed {
+            self.deadline_cache.set(None);
+        } else {
+            self.lower_deadline(updated_deadline);
+        }
         let applied = self.publish(desired, partial, all);
         let report = match applied {
             Ok(report) => report,
