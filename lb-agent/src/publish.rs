@@ -12,7 +12,8 @@
 //!
 //! Cost: a want that differs from the last one only in roles or MACs (a health verdict,
 //! a membership change) takes the incremental path ([`incremental`]): work for the
-//! changed backends only, plus the one failover pass over the table. Anything else
+//! changed backends only, plus the one failover pass over the table; given the changed
+//! backends alone ([`Publisher::apply_backends`]), no pass over the service. Anything else
 //! (servers added or removed, a weight, the VIP) takes the full path, linear in the
 //! service's backends. See docs/publish.md.
 
@@ -131,11 +132,25 @@ pub struct ApplyReport {
     pub elapsed: Duration,
 }
 
+impl ApplyReport {
+    /// Adds what another apply of the same change did.
+    pub fn absorb(&mut self, other: ApplyReport) {
+        self.tables_published += other.tables_published;
+        self.backends_written += other.backends_written;
+        self.services_written += other.services_written;
+        self.backends_examined += other.backends_examined;
+        self.services_given += other.services_given;
+        self.elapsed += other.elapsed;
+    }
+}
+
 #[derive(Debug)]
 struct PublishedBackend {
     id: u32,
     /// Last entry written; `None` until the first write.
     entry: Option<Backend>,
+    /// Its position in the service's last want (meaningful while that is `Some`).
+    want_index: usize,
 }
 
 #[derive(Debug)]
@@ -428,7 +443,8 @@ impl Publisher {
                     continue;
                 }
                 if self.incremental {
-                    self.apply_changes(want, &changed, dp, report)?;
+                    let changed: Vec<_> = changed.iter().map(|&i| (i, &want.backends[i])).collect();
+                    self.apply_changes(&want.name, &changed, dp, report)?;
                     continue;
                 }
             }
@@ -462,7 +478,17 @@ impl Publisher {
                     backends: prev
                         .backends
                         .into_iter()
-                        .map(|(addr, (id, b))| (addr, PublishedBackend { id, entry: Some(b) }))
+                        .map(|(addr, (id, b))| {
+                            let entry = Some(b);
+                            (
+                                addr,
+                                PublishedBackend {
+                                    id,
+                                    entry,
+                                    want_index: 0,
+                                },
+                            )
+                        })
                         .collect(),
                     home_members: Vec::new(),
                     home: Vec::new(),
@@ -511,13 +537,17 @@ impl Publisher {
             .collect();
         // Writes that take liveness away wait until the new table no longer points at
         // those backends: a packet must never find a slot whose backend is not live.
-        let mut after_table: Vec<(u32, Backend)> = Vec::new();
+        let mut after_table: Vec<Deferred> = Vec::new();
         let mut freed = Vec::new();
         for addr in gone {
             let b = svc.backends.remove(&addr).expect("listed above");
             self.owners.remove(&b.id);
             if let Some(entry) = b.entry {
-                after_table.push((b.id, retired(entry)));
+                after_table.push(Deferred {
+                    id: b.id,
+                    entry: retired(entry),
+                    addr: None,
+                });
             }
             freed.push(b.id);
         }
@@ -526,7 +556,7 @@ impl Publisher {
         // table: the home table with inactive backends' slots failed over.
         let mut home_input = Vec::new();
         let mut active = Vec::new();
-        for b in &want.backends {
+        for (i, b) in want.backends.iter().enumerate() {
             let published = match svc.backends.entry(b.addr) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(e) => {
@@ -535,12 +565,18 @@ impl Publisher {
                         .take()
                         .ok_or(PublishError::TooManyBackends)?;
                     self.owners.insert(id, (want.name.clone(), b.addr));
-                    e.insert(PublishedBackend { id, entry: None })
+                    e.insert(PublishedBackend {
+                        id,
+                        entry: None,
+                        want_index: i,
+                    })
                 }
             };
+            published.want_index = i;
             report.backends_examined += 1;
             stage_entry(
                 published,
+                b.addr,
                 backend_entry(b, svc.id),
                 dp,
                 &mut after_table,
@@ -577,10 +613,7 @@ impl Publisher {
             svc.active = active;
             report.tables_published += 1;
         }
-        for (id, entry) in after_table {
-            dp.set_backend(id, &entry)?;
-            report.backends_written += 1;
-        }
+        write_deferred(after_table, &mut svc.backends, dp, report)?;
         for id in freed {
             self.backend_ids.give_back(id);
         }
@@ -602,14 +635,25 @@ impl Publisher {
     }
 }
 
+/// A backend entry to write once the new table no longer points at the backend.
+struct Deferred {
+    id: u32,
+    entry: Backend,
+    /// The published backend it belongs to (`None`: it left the service).
+    addr: Option<SocketAddr>,
+}
+
 /// Writes `entry` if it differs from what `published` holds: now, or — when it takes
 /// liveness away — into `after_table`, written once the new table no longer points at
-/// the backend (a packet must never find a slot whose backend is not live).
+/// the backend (a packet must never find a slot whose backend is not live). `published`
+/// records an entry only once it is written: after a failed publish, the next one
+/// writes what did not make it.
 fn stage_entry<D: Dataplane>(
     published: &mut PublishedBackend,
+    addr: SocketAddr,
     entry: Backend,
     dp: &mut D,
-    after_table: &mut Vec<(u32, Backend)>,
+    after_table: &mut Vec<Deferred>,
     report: &mut ApplyReport,
 ) -> Result<(), PublishError> {
     if published.entry != Some(entry) {
@@ -617,12 +661,34 @@ fn stage_entry<D: Dataplane>(
         // A flag taken away (LIVE or SERVING) waits for the table; one given is
         // written before the table can point at it.
         if had & !entry.flags != 0 {
-            after_table.push((published.id, entry));
+            after_table.push(Deferred {
+                id: published.id,
+                entry,
+                addr: Some(addr),
+            });
         } else {
             dp.set_backend(published.id, &entry)?;
             report.backends_written += 1;
+            published.entry = Some(entry);
         }
-        published.entry = Some(entry);
+    }
+    Ok(())
+}
+
+/// Writes the entries [`stage_entry`] deferred, once the table is published, and
+/// records them as written.
+fn write_deferred<D: Dataplane>(
+    after_table: Vec<Deferred>,
+    backends: &mut BTreeMap<SocketAddr, PublishedBackend>,
+    dp: &mut D,
+    report: &mut ApplyReport,
+) -> Result<(), PublishError> {
+    for d in after_table {
+        dp.set_backend(d.id, &d.entry)?;
+        report.backends_written += 1;
+        if let Some(published) = d.addr.and_then(|a| backends.get_mut(&a)) {
+            published.entry = Some(d.entry);
+        }
     }
     Ok(())
 }

@@ -75,6 +75,75 @@ struct ServiceRt {
     /// Something only this service's membership depends on changed (a verdict, a due
     /// recheck, an admin patch): [`Agent::recompute_marked`] recomputes it.
     marked: bool,
+    /// Marked for something other than health verdicts (a due recheck, an admin patch,
+    /// a departing backend's end, a reload): membership over every server.
+    marked_whole: bool,
+    /// Servers whose health changed since the last recompute: when they are all that
+    /// changed, membership and the publish are updated for them alone.
+    changed_health: Vec<SocketAddr>,
+}
+
+impl ServiceRt {
+    /// Something else than a verdict changed: the next recompute takes every server.
+    fn mark(&mut self) {
+        self.marked = true;
+        self.marked_whole = true;
+    }
+
+    /// `addr`'s health changed.
+    fn mark_server(&mut self, addr: SocketAddr) {
+        self.marked = true;
+        self.changed_health.push(addr);
+    }
+
+    /// Recomputed: nothing is pending.
+    fn unmark(&mut self) {
+        self.marked = false;
+        self.marked_whole = false;
+        self.changed_health.clear();
+    }
+
+    fn policy(&self) -> Policy {
+        Policy {
+            backup_switch: self.cfg.backup_switch,
+            max_unhealthy_percent: self.cfg.max_unhealthy_percent,
+            fail_open: self.cfg.fail_open,
+        }
+    }
+
+    /// Membership updated for the servers whose health changed alone, when that is all
+    /// that changed and no whole-service decision moves (`ServiceMembership::update`):
+    /// the indices of the servers whose role changed. `None`: compute over every server.
+    fn update_membership(&mut self, now: Instant, work: &mut MembershipWork) -> Option<Vec<usize>> {
+        if self.marked_whole || self.changed_health.is_empty() {
+            return None;
+        }
+        let policy = self.policy();
+        let outcome = self.outcome.as_mut()?;
+        self.changed_health.sort_unstable();
+        self.changed_health.dedup();
+        let inputs = self
+            .changed_health
+            .iter()
+            .map(|a| self.servers.get(a).map(ServerRt::member_input))
+            .collect::<Option<Vec<_>>>()?;
+        work.inputs += inputs.len();
+        let moved = self.membership.update(&inputs, &policy, now, outcome)?;
+        work.updated += 1;
+        Some(moved)
+    }
+}
+
+/// What the last recompute did with membership (tests and benchmarks check its scope).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MembershipWork {
+    /// Services whose membership was updated for their changed servers alone.
+    pub updated: usize,
+    /// Services whose membership was computed over every server.
+    pub computed: usize,
+    /// Server inputs read: the changed servers of an update, every server of a
+    /// computation.
+    pub inputs: usize,
 }
 
 /// What the agent is running on (shown in status).
@@ -103,6 +172,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     propagation: Histogram,
     /// What the last publish did (tests and benchmarks check its scope).
     last_publish: crate::publish::ApplyReport,
+    /// What the last recompute did with membership.
+    last_membership: MembershipWork,
     /// A publish of every service failed: the next recompute publishes every service
     /// again (only a full publish removes what the configuration no longer has).
     full_publish_due: bool,
@@ -173,6 +244,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             events: events.clone(),
             propagation: Histogram::default(),
             last_publish: Default::default(),
+            last_membership: Default::default(),
             full_publish_due: false,
             transitions: 0,
             passive: BTreeMap::new(),
@@ -431,6 +503,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         departing: BTreeMap::new(),
                         local_faults: Default::default(),
                         marked: false,
+                        marked_whole: false,
+                        changed_health: Vec::new(),
                     }
                 }
             };
@@ -622,7 +696,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             {
                 server.signals.set_healthy(server.health.usable());
                 records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
-                svc.marked = true;
+                let addr = server.addr;
+                svc.mark_server(addr);
                 earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));
                 latest = Some(latest.map_or(report.at, |l| l.max(report.at)));
             }
@@ -664,7 +739,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             if let Some(mut t) = server.health.on_passive_failure(now) {
                 server.signals.set_healthy(server.health.usable());
                 t.cause = format!("{} ({})", t.cause, event_name(e.kind));
-                self.services[si].marked = true;
+                self.services[si].mark_server(addr);
                 self.record(&service, &addr.to_string(), &t);
                 changed = true;
             }
@@ -743,6 +818,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         deadline
     }
 
+    /// A deadline at `at` may have appeared (a server updated alone): the cached next
+    /// deadline becomes at most `at`, without a scan of every server. A cached deadline
+    /// that is early (one that went away) only costs an `on_tick` that finds nothing due,
+    /// and that rescans.
+    fn lower_deadline(&self, at: Option<Instant>) {
+        if let (Some(at), Some(cached)) = (at, self.deadline_cache.get()) {
+            self.deadline_cache
+                .set(Some(Some(cached.map_or(at, |c| c.min(at)))));
+        }
+    }
+
     fn scan_deadlines(&self) -> Option<Instant> {
         self.services
             .iter()
@@ -770,6 +856,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     server.signals.set_healthy(server.health.usable());
                     records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
                     svc.marked = true;
+                    svc.changed_health.push(server.addr);
                 }
             }
             if svc
@@ -778,11 +865,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 .and_then(|o| o.recheck_at)
                 .is_some_and(|at| at <= now)
             {
-                svc.marked = true;
+                svc.mark();
             }
             let departing = svc.departing.len();
             svc.departing.retain(|_, d| d.deadline() > now);
-            svc.marked |= svc.departing.len() != departing;
+            if svc.departing.len() != departing {
+                svc.mark();
+            }
             changed |= svc.marked;
         }
         for (s, a, t) in records {
@@ -942,7 +1031,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let published = if matches!(change_kind, ChangeKind::Add) {
             self.recompute(now, started)
         } else {
-            self.services[si].marked = true;
+            self.services[si].mark();
             self.recompute_marked(now, started)
         };
         published.map_err(|e| AdminError::Invalid(format!("publishing failed: {e}")))
@@ -952,8 +1041,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.record_names(service, server, t.from.as_str(), t.to.as_str(), &t.cause);
     }
 
+    /// Logs a transition. The deadlines it may move are taken in by the recompute that
+    /// follows every transition (`recompute_services`).
     fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
-        self.deadline_cache.set(None);
         self.transitions += 1;
         info!(service, server, from, to, cause, "transition");
         self.log_event(service, server, from, to, cause);
@@ -998,7 +1088,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// when the event that triggered this was taken (propagation is measured from it).
     fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
         for svc in &mut self.services {
-            svc.marked = true;
+            svc.mark();
         }
         self.recompute_services(now, started, true)
     }
@@ -1024,25 +1114,48 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         started: std::time::Instant,
         all: bool,
     ) -> Result<(), PublishError> {
-        self.deadline_cache.set(None);
         let mut desired = Vec::new();
+        // The earliest deadline of the servers updated alone; a computation over every
+        // server makes the cached next deadline stale.
+        let mut updated_deadline: Option<Instant> = None;
+        let mut computed = false;
+        // Services whose verdicts changed only some roles: (service, changed backends).
+        let mut partial = Vec::new();
         let mut notes = Vec::new();
         let mut recomputed = Vec::new();
+        let mut work = MembershipWork::default();
         for (si, svc) in self
             .services
             .iter_mut()
             .enumerate()
             .filter(|(_, s)| s.marked)
         {
-            svc.marked = false;
             recomputed.push(si);
+            if let Some(moved) = svc.update_membership(now, &mut work) {
+                for a in &svc.changed_health {
+                    let at = svc.servers.get(a).and_then(|s| s.health.next_deadline());
+                    updated_deadline = match (updated_deadline, at) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
+                svc.unmark();
+                let outcome = svc.outcome.as_ref().expect("updated above");
+                let backends: Vec<_> = moved
+                    .iter()
+                    .map(|&i| desired_backend(svc, outcome.roles[i], &self.macs))
+                    .collect();
+                if !backends.is_empty() {
+                    partial.push((si, backends));
+                }
+                continue;
+            }
+            svc.unmark();
+            computed = true;
             let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
-            let policy = Policy {
-                backup_switch: svc.cfg.backup_switch,
-                max_unhealthy_percent: svc.cfg.max_unhealthy_percent,
-                fail_open: svc.cfg.fail_open,
-            };
-            let outcome = svc.membership.compute(&inputs, &policy, now);
+            work.inputs += inputs.len();
+            work.computed += 1;
+            let outcome = svc.membership.compute(&inputs, &svc.policy(), now);
             for change in &outcome.changes {
                 notes.push((svc.cfg.name.clone(), change.clone()));
             }
@@ -1052,17 +1165,20 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for (service, note) in notes {
             self.record_note(&service, &note);
         }
-        let applied = if all {
-            self.publisher.apply(&desired, &mut self.dp)
+        self.last_membership = work;
+        if computed {
+            self.deadline_cache.set(None);
         } else {
-            self.publisher.apply_some(&desired, &mut self.dp)
-        };
+            self.lower_deadline(updated_deadline);
+        }
+        let applied = self.publish(desired, partial, all);
         let report = match applied {
             Ok(report) => report,
             Err(e) => {
-                // Not published: the next recompute must take these services again.
+                // Not published: the next recompute must take these services again,
+                // over every server (membership already took the verdicts in).
                 for si in recomputed {
-                    self.services[si].marked = true;
+                    self.services[si].mark();
                 }
                 self.full_publish_due |= all;
                 return Err(e);
@@ -1077,6 +1193,37 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         }
         self.snapshot_dirty = true;
         Ok(())
+    }
+
+    /// Publishes the whole descriptions in `desired` (every service when `all`) and
+    /// the changed backends in `partial`; a service whose changed backends are not
+    /// enough for the publisher (`Publisher::apply_backends`) is described whole.
+    fn publish(
+        &mut self,
+        mut desired: Vec<DesiredService>,
+        partial: Vec<(usize, Vec<DesiredBackend>)>,
+        all: bool,
+    ) -> Result<crate::publish::ApplyReport, PublishError> {
+        let mut report = crate::publish::ApplyReport::default();
+        for (si, backends) in partial {
+            let svc = &self.services[si];
+            match self
+                .publisher
+                .apply_backends(&svc.cfg.name, &backends, &mut self.dp)?
+            {
+                Some(done) => report.absorb(done),
+                None => {
+                    let outcome = svc.outcome.as_ref().expect("computed before publishing");
+                    desired.push(desired_service(svc, outcome, &self.macs));
+                }
+            }
+        }
+        if all {
+            report.absorb(self.publisher.apply(&desired, &mut self.dp)?);
+        } else if !desired.is_empty() {
+            report.absorb(self.publisher.apply_some(&desired, &mut self.dp)?);
+        }
+        Ok(report)
     }
 
     /// Rebuilds the operator's snapshot now (`run` leaves it to readers:
@@ -1133,6 +1280,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.last_publish
     }
 
+    /// What the last recompute did with membership: updated for the changed servers or
+    /// computed over every server, and how many server inputs it read.
+    pub fn last_membership(&self) -> MembershipWork {
+        self.last_membership
+    }
+
     /// The propagation histogram (verdict to maps written).
     pub fn propagation(&self) -> &Histogram {
         &self.propagation
@@ -1161,6 +1314,20 @@ fn restart_state(s: &ServerRt) -> StartState {
         StartState::New
     } else {
         StartState::ReloadedWasDown
+    }
+}
+
+/// The data-plane view of one server of a service given its role.
+fn desired_backend(
+    svc: &ServiceRt,
+    (addr, role): (SocketAddr, crate::publish::Role),
+    macs: &HashMap<IpAddr, [u8; 6]>,
+) -> DesiredBackend {
+    DesiredBackend {
+        addr,
+        weight: svc.servers.get(&addr).map_or(0, |s| s.weight),
+        mac: macs.get(&addr.ip()).copied(),
+        role,
     }
 }
 

@@ -184,6 +184,9 @@ impl Discovery {
 
     fn expand_held(&self, svc: &ServiceConfig, log: bool) -> Vec<Expanded> {
         let mut out: Vec<Expanded> = Vec::new();
+        // First entry wins for an address; a set, not a scan of `out` per entry (that
+        // was quadratic: ~0.15 s per apply of 100,000 servers, issue 15).
+        let mut seen = std::collections::HashSet::new();
         for server in &svc.servers {
             let found: Vec<Expanded> = match (&server.address, question(server, svc.vip)) {
                 (_, Some(q)) => match self.entries.get(&q).and_then(|e| e.answer.as_ref()) {
@@ -211,7 +214,7 @@ impl Discovery {
                 }
             };
             for e in found {
-                if !out.iter().any(|o| o.addr == e.addr) {
+                if seen.insert(e.addr) {
                     out.push(e);
                 }
             }

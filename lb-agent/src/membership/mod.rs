@@ -88,6 +88,7 @@ pub use crate::config::BackupSwitch;
 pub use crate::publish::Role;
 
 mod cap;
+mod incremental;
 mod levels;
 mod spares;
 #[cfg(test)]
@@ -241,6 +242,8 @@ pub struct ServiceMembership {
     /// Whether the primary group was usable at the last computation (for notes only).
     primary_usable: bool,
     blackout: Blackout,
+    /// What the last computation saw ([`ServiceMembership::update`] applies changes to it).
+    agg: incremental::Aggregates,
 }
 
 impl ServiceMembership {
@@ -292,7 +295,7 @@ impl ServiceMembership {
             changes.push(format!("removal cap: {k} no longer held in traffic"));
         }
         // 1. Only healthy servers decide (held ones do not).
-        let healthy = |s: &MemberInput| s.admin == Admin::Up && s.health == MemberHealth::Usable;
+        let healthy = is_healthy;
 
         // 3. Spares.
         let primaries = || servers.iter().filter(|s| s.backup == 0 && !s.is_spare());
@@ -349,16 +352,7 @@ impl ServiceMembership {
         let active = self.levels.level;
 
         // 5. Fail-open, in tiers.
-        let eligible = |s: &MemberInput, tier: u8| {
-            s.admin != Admin::Down
-                && !s.health.is_checking()
-                && (tier >= 2
-                    || matches!(
-                        s.health,
-                        MemberHealth::Usable | MemberHealth::Passive { .. }
-                    )
-                    || held.contains(&s.key))
-        };
+        let eligible = |s: &MemberInput, tier: u8| fail_open_eligible(s, tier, &held);
         let blackout = if !usable_levels.is_empty() {
             Blackout::No
         } else if !policy.fail_open {
@@ -441,27 +435,13 @@ impl ServiceMembership {
             changes.push(format!("spare {k} idle: {why}"));
         }
 
-        let roles = servers
-            .iter()
-            .map(|s| {
-                let role = match (s.admin, s.health, blackout) {
-                    (Admin::Down, _, _) => Role::Removed,
-                    // Never in traffic: nothing pinned to keep.
-                    (_, MemberHealth::Checking { was_up: false }, _) => Role::Removed,
-                    (_, MemberHealth::Checking { was_up: true }, _) => Role::Sticky,
-                    (_, _, Blackout::FailOpen(tier)) if eligible(s, tier) => Role::Active,
-                    (_, _, Blackout::FailOpen(_)) => Role::Sticky,
-                    (Admin::Drain, _, _) => Role::Sticky,
-                    _ if !healthy(s) && !held.contains(&s.key) => Role::Sticky,
-                    _ if s.backup != active => Role::Sticky,
-                    // fail_open = false with no healthy server: only the cap's promise.
-                    (_, _, Blackout::Drop) if !held.contains(&s.key) => Role::Sticky,
-                    _ if s.is_spare() && !running.contains(&s.key) => Role::Sticky,
-                    _ => Role::Active,
-                };
-                (s.key, role)
-            })
-            .collect();
+        let decided = Decided {
+            blackout,
+            active,
+            held: &held,
+            running: &running,
+        };
+        let roles = servers.iter().map(|s| (s.key, decided.role(s))).collect();
         let spares = servers
             .iter()
             .filter(|s| s.is_spare())
@@ -481,6 +461,7 @@ impl ServiceMembership {
             .collect();
 
         let spare_num = running.len();
+        self.agg = incremental::Aggregates::of(servers);
         self.running_spares = running;
         self.held = held;
         let fail_open_tier = match blackout {
@@ -501,6 +482,57 @@ impl ServiceMembership {
             changes,
         }
     }
+}
+
+/// The whole-service decisions of one computation, from which every server's role
+/// follows given its own input alone (what lets [`ServiceMembership::update`] recompute
+/// only the servers that changed while these stay the same).
+struct Decided<'a> {
+    blackout: Blackout,
+    active: u32,
+    held: &'a BTreeSet<SocketAddr>,
+    running: &'a BTreeSet<SocketAddr>,
+}
+
+impl Decided<'_> {
+    /// The role of `s` under these decisions (rules 1–5 of the module doc).
+    fn role(&self, s: &MemberInput) -> Role {
+        let held = self.held.contains(&s.key);
+        match (s.admin, s.health, self.blackout) {
+            (Admin::Down, _, _) => Role::Removed,
+            // Never in traffic: nothing pinned to keep.
+            (_, MemberHealth::Checking { was_up: false }, _) => Role::Removed,
+            (_, MemberHealth::Checking { was_up: true }, _) => Role::Sticky,
+            (_, _, Blackout::FailOpen(tier)) if fail_open_eligible(s, tier, self.held) => {
+                Role::Active
+            }
+            (_, _, Blackout::FailOpen(_)) => Role::Sticky,
+            (Admin::Drain, _, _) => Role::Sticky,
+            _ if !is_healthy(s) && !held => Role::Sticky,
+            _ if s.backup != self.active => Role::Sticky,
+            // fail_open = false with no healthy server: only the cap's promise.
+            (_, _, Blackout::Drop) if !held => Role::Sticky,
+            _ if s.is_spare() && !self.running.contains(&s.key) => Role::Sticky,
+            _ => Role::Active,
+        }
+    }
+}
+
+/// Rule 1: healthy = usable and admin `up` (servers the cap holds are not).
+fn is_healthy(s: &MemberInput) -> bool {
+    s.admin == Admin::Up && s.health == MemberHealth::Usable
+}
+
+/// Rule 5: whether `s` takes new flows while failing open in `tier`.
+fn fail_open_eligible(s: &MemberInput, tier: u8, held: &BTreeSet<SocketAddr>) -> bool {
+    s.admin != Admin::Down
+        && !s.health.is_checking()
+        && (tier >= 2
+            || matches!(
+                s.health,
+                MemberHealth::Usable | MemberHealth::Passive { .. }
+            )
+            || held.contains(&s.key))
 }
 
 /// A level's name in notes: "primary group" or "backup level N".

@@ -111,6 +111,66 @@ fn a_verdict_about_one_of_1000_servers_examines_and_writes_only_that_server() {
 }
 
 #[test]
+fn one_changed_backend_of_1000_is_published_from_its_own_want() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::default();
+    let all: Vec<DesiredBackend> = (0..1000).map(server).collect();
+    assert_eq!(
+        p.apply_backends("svc0", &all[..1], &mut dp).unwrap(),
+        None,
+        "nothing published yet: the whole description is needed"
+    );
+    p.apply(&[service(0, all.clone())], &mut dp).unwrap();
+
+    let mut failed = all[617].clone();
+    failed.role = Role::Removed;
+    let id = p.backend_id("svc0", &failed.addr).unwrap();
+    dp.log.clear();
+    let report = p
+        .apply_backends("svc0", &[failed], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            report.backends_examined,
+            report.backends_written,
+            report.tables_published,
+            report.services_given
+        ),
+        (1, 1, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(dp.log, vec![Write::Table(0), Write::Backend(id)]);
+    assert!(!dp.tables[&0].contains(&id));
+    // The last want was updated in place: the whole want with the failure is no change.
+    let mut with_failure = all.clone();
+    with_failure[617].role = Role::Removed;
+    dp.log.clear();
+    let report = p.apply(&[service(0, with_failure)], &mut dp).unwrap();
+    assert_eq!(
+        (report.backends_examined, dp.log.len()),
+        (0, 0),
+        "{report:?}"
+    );
+
+    // What the want alone cannot say is refused, with nothing written.
+    let mut heavier = all[3].clone();
+    heavier.weight = 2;
+    let stranger = server(5000);
+    for refused in [heavier, stranger] {
+        assert_eq!(p.apply_backends("svc0", &[refused], &mut dp).unwrap(), None);
+    }
+    assert_eq!(dp.log, vec![]);
+
+    // Recovery: the entry before the table.
+    dp.log.clear();
+    p.apply_backends("svc0", &all[617..618], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert_eq!(dp.log, vec![Write::Backend(id), Write::Table(0)]);
+}
+
+#[test]
 fn a_verdict_in_one_of_the_most_services_touches_only_that_service() {
     let mut dp = MemoryDataplane::default();
     let mut p = Publisher::default();
@@ -218,6 +278,64 @@ fn mutate(rng: &mut Rng, want: &mut Vec<DesiredService>, next_server: &mut usize
     }
 }
 
+/// Publishes `want` as the agent does after verdicts: for each service whose backend
+/// list has the same addresses as in `before`, only the backends that differ through
+/// [`Publisher::apply_backends`] (which must refuse, writing nothing, what it cannot take:
+/// a weight, a service never published or not since a failure); then `apply` of the
+/// whole want, which finds those services unchanged. Counts the services taken per backend.
+fn by_backends(
+    p: &mut Publisher,
+    dp: &mut MemoryDataplane,
+    before: &[DesiredService],
+    want: &[DesiredService],
+    taken: &mut usize,
+) -> ApplyReport {
+    let mut report = ApplyReport::default();
+    for w in want {
+        let Some(was) = before.iter().find(|b| b.name == w.name) else {
+            continue;
+        };
+        if was.vip != w.vip
+            || was.backends.len() != w.backends.len()
+            || was
+                .backends
+                .iter()
+                .zip(&w.backends)
+                .any(|(a, b)| a.addr != b.addr)
+        {
+            continue;
+        }
+        let changed: Vec<DesiredBackend> = was
+            .backends
+            .iter()
+            .zip(&w.backends)
+            .filter(|(a, b)| a != b)
+            .map(|(_, b)| b.clone())
+            .collect();
+        if changed.is_empty() {
+            continue;
+        }
+        let writes = dp.log.len();
+        let weighed = was
+            .backends
+            .iter()
+            .zip(&w.backends)
+            .any(|(a, b)| a.weight != b.weight);
+        match p.apply_backends(&w.name, &changed, dp).unwrap() {
+            Some(done) => {
+                assert!(!weighed, "a weight change must take the full path");
+                assert_eq!(done.backends_examined, changed.len());
+                *taken += 1;
+                report.absorb(done);
+            }
+            None => assert_eq!(dp.log.len(), writes, "a refused change writes nothing"),
+        }
+    }
+    let rest = p.apply(want, dp).unwrap();
+    report.absorb(rest);
+    report
+}
+
 /// A service's table as backend addresses, and its backends' entries by address.
 type AddressView = (Vec<Option<SocketAddr>>, BTreeMap<SocketAddr, Backend>);
 
@@ -273,8 +391,10 @@ fn incremental_publish_yields_the_maps_of_a_full_and_of_a_fresh_publish() {
             ..Publisher::default()
         };
         let mut incremental_steps = 0;
+        let mut per_backend_steps = 0;
         for step in 0..150 {
-            if rng.below(50) == 0 {
+            let restart = rng.below(50) == 0;
+            if restart {
                 // A restart: both adopt what their maps hold.
                 for (p, dp) in [(&mut inc, &inc_dp), (&mut full, &full_dp)] {
                     let state = PublishedState {
@@ -288,10 +408,24 @@ fn incremental_publish_yields_the_maps_of_a_full_and_of_a_fresh_publish() {
                     };
                     p.adopt(&state);
                 }
-            } else {
+            }
+            let before = want.clone();
+            if !restart {
                 mutate(&mut rng, &mut want, &mut next_server);
             }
-            let a = inc.apply(&want, &mut inc_dp).unwrap();
+            // Half the steps as the agent publishes a verdict: the changed backends alone
+            // where the publisher takes them, the rest (and every service) described whole.
+            let a = if rng.below(2) == 0 {
+                by_backends(
+                    &mut inc,
+                    &mut inc_dp,
+                    &before,
+                    &want,
+                    &mut per_backend_steps,
+                )
+            } else {
+                inc.apply(&want, &mut inc_dp).unwrap()
+            };
             let b = full.apply(&want, &mut full_dp).unwrap();
             if a.backends_examined < b.backends_examined {
                 incremental_steps += 1;
@@ -375,6 +509,11 @@ fn incremental_publish_yields_the_maps_of_a_full_and_of_a_fresh_publish() {
         assert!(
             incremental_steps > 50,
             "seed {seed}: the sequence must exercise the incremental path ({incremental_steps} steps)"
+        );
+        assert!(
+            per_backend_steps > 20,
+            "seed {seed}: the sequence must exercise publishes of changed backends alone \
+             ({per_backend_steps} steps)"
         );
     }
 }

@@ -9,6 +9,7 @@ use super::*;
 
 mod cap_admin;
 mod combined;
+mod incremental;
 mod levels;
 mod spares;
 
