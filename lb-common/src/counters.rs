@@ -72,6 +72,10 @@ pub const NAT_PORT_RETRIED: u32 = 26;
 /// closed or idle long enough, docs/nat-ports.md) was taken over (side counter).
 /// Failures are `DROP_NAT_PORTS`.
 pub const NAT_PORT_RECLAIMED: u32 = 27;
+/// A new flow found its `LB_FLOWS` bucket full of flows active within the flow idle
+/// timeout and took the way of the one idle longest (side counter: that flow's next
+/// packet chooses again through Maglev).
+pub const FLOW_EVICTED: u32 = 28;
 
 /// The counters of which every packet increments exactly one.
 pub const OUTCOMES: [u32; 18] = [
@@ -102,7 +106,7 @@ pub fn fill_rx(counters: &mut [u64; COUNT as usize]) {
 }
 
 /// Number of counters (size of `LB_COUNTERS`).
-pub const COUNT: u32 = 28;
+pub const COUNT: u32 = 29;
 
 /// Counter names, indexed like the constants above; used for metrics and status.
 pub const NAMES: [&str; COUNT as usize] = [
@@ -134,4 +138,5 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nat_port_first",
     "nat_port_retried",
     "nat_port_reclaimed",
+    "flow_evicted",
 ];

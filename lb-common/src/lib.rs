@@ -115,7 +115,8 @@ pub const MAX_SERVICES: u32 = 1024;
 pub const MAX_BACKENDS: u32 = 16384;
 /// Backend id stored in a Maglev slot when the service has nothing to send to.
 pub const NO_BACKEND: u32 = 0;
-/// Entries of the connection table (LRU; per-CPU LRU lists).
+/// Flows the connection table (`LB_FLOWS`) is sized for: its array holds twice as
+/// many ways (`table::FLOW_SLOTS`), so that this many live flows rarely fill a bucket.
 pub const FLOW_TABLE_SIZE: u32 = 262_144;
 /// Slots of each CPU's flow cache (`LB_FLOW_CACHE`, direct-mapped, a power of two).
 pub const FLOW_CACHE_SLOTS: u32 = 4096;

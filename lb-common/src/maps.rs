@@ -602,6 +602,7 @@ mod pod {
     unsafe impl aya::Pod for FlowValue {}
     unsafe impl aya::Pod for NatValue {}
     unsafe impl aya::Pod for crate::table::NatBucket {}
+    unsafe impl aya::Pod for crate::table::FlowBucket {}
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}

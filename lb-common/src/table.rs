@@ -1,4 +1,4 @@
-//! The set-associative tables kept in `ARRAY` maps (`LB_NAT`): slot layout, slot-word
+//! The set-associative tables kept in `ARRAY` maps (`LB_FLOWS`, `LB_NAT`): slot layout, slot-word
 //! bits, the bucket hash, and a userspace mirror of the program's key search.
 //!
 //! A table is an array of [`Bucket`]s (one map value each, so that one inlined lookup
@@ -12,7 +12,7 @@
 
 use crate::{
     hash::table_hash,
-    maps::{FlowKey, NatValue},
+    maps::{FlowKey, FlowValue, NatValue},
 };
 
 /// Ways (slots) per bucket. Four: a bucket scan stays short for the verifier and a
@@ -57,6 +57,19 @@ pub const NAT_SLOTS: u32 = NAT_BUCKETS * TABLE_WAYS;
 /// Seed of the `LB_NAT` bucket hash (independent of the Maglev and port-choice hashes).
 pub const SEED_NAT_TABLE: u32 = 0x2f69_3a4d;
 
+/// Buckets of `LB_FLOWS` (a power of two): 131,072 x 4 ways = 524,288 slots, twice
+/// [`crate::FLOW_TABLE_SIZE`], so that at that many live flows a bucket is rarely full
+/// (a full bucket gives its longest-idle way to the new flow, counted `FLOW_EVICTED`).
+pub const FLOW_BUCKETS: u32 = 1 << 17;
+/// Slots of `LB_FLOWS`.
+pub const FLOW_SLOTS: u32 = FLOW_BUCKETS * TABLE_WAYS;
+/// Seed of the `LB_FLOWS` bucket hash (independent of the others).
+pub const SEED_FLOW_TABLE: u32 = 0x6c07_8965;
+/// A flow idle this long (no `last_seen_ns` refresh) holds its way only until its
+/// bucket needs it: a new flow takes it like a free way (not counted as an eviction).
+/// TCP's established timeout of IPVS, as for established nat entries.
+pub const FLOW_IDLE_NS: u64 = 900_000_000_000;
+
 /// One slot of a table: the word, the 5-tuple, the value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -80,6 +93,32 @@ const _: () = assert!(core::mem::size_of::<NatSlot>() == 104);
 /// `LB_NAT` value.
 pub type NatBucket = Bucket<NatValue>;
 const _: () = assert!(core::mem::size_of::<NatBucket>() == 416);
+
+/// One way of an `LB_FLOWS` bucket.
+pub type FlowSlot = Slot<FlowValue>;
+const _: () = assert!(core::mem::size_of::<FlowSlot>() == 72);
+/// `LB_FLOWS` value.
+pub type FlowBucket = Bucket<FlowValue>;
+const _: () = assert!(core::mem::size_of::<FlowBucket>() == 288);
+
+/// `key`'s hash in `LB_FLOWS`: its bucket is `hash % FLOW_BUCKETS`, its tag the whole.
+#[inline(always)]
+pub fn flow_table_hash(key: &FlowKey) -> u32 {
+    table_hash(key, SEED_FLOW_TABLE)
+}
+
+/// Index of `key`'s bucket in `LB_FLOWS`.
+#[inline(always)]
+pub fn flow_bucket(key: &FlowKey) -> u32 {
+    flow_table_hash(key) & (FLOW_BUCKETS - 1)
+}
+
+/// Whether a flow last refreshed at `last_seen_ns` is idle at `now_ns` (its way may go
+/// to a new flow). Signed: another CPU's clock may be a tick ahead.
+#[inline(always)]
+pub fn flow_idle(last_seen_ns: u64, now_ns: u64) -> bool {
+    now_ns.wrapping_sub(last_seen_ns) as i64 > FLOW_IDLE_NS as i64
+}
 
 /// `key`'s hash in `LB_NAT`: its bucket is `hash % NAT_BUCKETS`, its tag the whole.
 #[inline(always)]

@@ -11,29 +11,104 @@
 
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, NO_BACKEND,
-    counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND},
+    counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
     hash::{SEED_MAGLEV, flow_hash},
     maglev_block_index,
     maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
+    table::{FLOW_BUCKETS, FlowBucket, flow_idle, flow_table_hash},
 };
 
-use crate::maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN};
+use crate::{
+    counters,
+    maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN},
+    slots::{self, Claim},
+};
 
 /// `last_seen_ns` is rewritten at most this often, to spare cache-line writes.
 pub const REFRESH_NS: u64 = 1_000_000_000;
 
-/// The pinned flow entry for `key`, if any.
-#[inline(always)]
-pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
-    LB_FLOWS.get_ptr_mut(key)
+/// `LB_FLOWS` as a [`slots::Table`].
+pub struct FlowTable;
+
+impl slots::Table for FlowTable {
+    type Value = FlowValue;
+
+    #[inline(always)]
+    fn hash(key: &FlowKey) -> u32 {
+        flow_table_hash(key)
+    }
+
+    #[inline(always)]
+    fn index(hash: u32) -> u32 {
+        hash & (FLOW_BUCKETS - 1)
+    }
+
+    #[inline(always)]
+    fn at(index: u32) -> Option<*mut FlowBucket> {
+        LB_FLOWS.get_ptr_mut(index)
+    }
 }
 
-/// Pins a new flow (replacing whatever was there).
+// As `LB_NAT`'s (see `nat`), the bucket scans are BPF global functions: the verifier
+// checks each once, not once per caller (the flow is looked up from the forward path,
+// the nat reply path and the ICMP path).
+
+/// `slots::find` in `LB_FLOWS`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find::<FlowTable>(key)
+}
+
+/// `slots::claim` in `LB_FLOWS`: a free way, else one whose flow is idle
+/// (`flow_idle` at `now_ns`), else the way of the flow idle longest (evicted). A key
+/// already present (another CPU pinned it meanwhile) is kept. The result is
+/// `Claim::code`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, now_ns: u64) -> u64 {
+    if key.is_null() || value.is_null() {
+        return Claim::Busy.code();
+    }
+    // SAFETY: non-NULL pointers the verifier checked to cover the types' sizes.
+    let (key, value) = unsafe { (&*key, &*value) };
+    let age = |v: &FlowValue| {
+        // Signed: another CPU's clock may have written a stamp a tick ahead.
+        let idle = now_ns.wrapping_sub(v.last_seen_ns) as i64;
+        if idle > 0 { idle as u64 } else { 0 }
+    };
+    slots::claim::<FlowTable>(
+        key,
+        value,
+        false,
+        |v, _| flow_idle(v.last_seen_ns, now_ns),
+        Some(age),
+    )
+    .code()
+}
+
+/// The pinned flow entry for `key`, if any: a pointer into its way of `LB_FLOWS`,
+/// whose fields are read and updated in place (a way rewritten under it by another
+/// CPU's eviction at worst misroutes this one packet, as with the LRU map's reuse).
+#[inline(always)]
+pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
+    slots::value_at::<FlowTable>(lb_flow_find(key)).map(|v| v as *mut FlowValue)
+}
+
+/// Pins a new flow (stamped `value.last_seen_ns`): a free or idle way of its bucket,
+/// else the longest-idle flow's (counted `FLOW_EVICTED`). A key another CPU pinned
+/// meanwhile is kept (the same Maglev choice). A bucket another CPU is writing at this
+/// instant is not waited for: the packet is forwarded anyway and the flow's next
+/// packet pins it.
 #[inline(always)]
 pub fn insert(key: &FlowKey, value: &FlowValue) {
-    // An LRU insert evicts rather than fails; if it still fails the packet is
-    // forwarded anyway and the next one chooses again (same Maglev answer).
-    let _ = LB_FLOWS.insert(key, value, 0);
+    let code = lb_flow_claim(key, value, value.last_seen_ns);
+    if Claim::from_code(code) == Claim::Evicted {
+        counters::count(FLOW_EVICTED);
+    }
 }
 
 /// Backend `id` whatever its flags (the caller checks them).

@@ -5,13 +5,13 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, FLOW_TABLE_SIZE,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS,
     MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE,
     VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
     events::PassiveEvent,
-    table::{NAT_BUCKETS, NatBucket},
+    table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, FlowKey, FlowValue,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry,
         ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
 };
@@ -62,14 +62,12 @@ pub static LB_MAGLEV_GEN: Array<u64, { MAX_SERVICES as usize }, { BPF_F_MMAPABLE
 #[btf_map]
 pub static LB_BACKENDS: Array<Backend, { MAX_BACKENDS as usize }> = Array::new();
 
-/// Client 5-tuple -> pinned backend. Per-CPU LRU lists: no global lock on insert.
+/// Client 5-tuple -> pinned backend. A set-associative table in an array
+/// (`lb_common::table`, `slots`), like `LB_NAT`: the verifier inlines its reads, a new
+/// flow claims a way under the bucket's compare-and-swap lock (a free way, an idle
+/// flow's, else the longest-idle flow's), and all CPUs share it.
 #[btf_map]
-pub static LB_FLOWS: LruHashMap<
-    FlowKey,
-    FlowValue,
-    { FLOW_TABLE_SIZE as usize },
-    { BPF_F_NO_COMMON_LRU as usize },
-> = LruHashMap::new();
+pub static LB_FLOWS: Array<FlowBucket, { FLOW_BUCKETS as usize }> = Array::new();
 
 /// Each CPU's cache of settled flows in front of `LB_FLOWS` (see `cache`): a per-CPU
 /// array, so the verifier inlines its lookup and no CPU contends for it.

@@ -114,9 +114,13 @@ pub extern "C" fn lb_nat_claim(
     // SAFETY: non-NULL pointers the verifier checked to cover the types' sizes.
     let (key, value) = unsafe { (&*key, &*value) };
     let now_s = now_s as u32;
-    slots::claim::<NatTable>(key, value, replace != 0, |v, k| {
-        nat_reclaimable(v, k.proto, now_s)
-    })
+    slots::claim::<NatTable>(
+        key,
+        value,
+        replace != 0,
+        |v, k| nat_reclaimable(v, k.proto, now_s),
+        slots::NO_EVICTION,
+    )
     .code()
 }
 
@@ -316,7 +320,7 @@ pub fn allocate(
                 counters::count(NAT_PORT_RECLAIMED);
                 return Some(src);
             }
-            Claim::Taken | Claim::Full | Claim::Busy => {}
+            Claim::Taken | Claim::Full | Claim::Busy | Claim::Evicted => {}
         }
         // off < total and stride < total: one subtraction wraps.
         off += stride;

@@ -19,7 +19,8 @@ use lb_common::{
 
 use crate::{
     counters,
-    maps::{LB_EVENTS, LB_FLOWS},
+    flow,
+    maps::LB_EVENTS,
     nat::NatTable,
     parse::{self, ETH_DST, ETH_HLEN, ETH_SRC, Packet, Parsed},
     pkt::ptr_at,
@@ -89,20 +90,24 @@ pub fn lbr_ktime(ctx: XdpContext) -> u32 {
     reflect_after(&ctx, |_, _| unsafe { bpf_ktime_get_ns() } != 0)
 }
 
-/// Parse + one `LB_FLOWS` lookup with the packet's 40-byte key (`XDP_DROP` on a miss).
+/// Parse + one `LB_FLOWS` lookup with the packet's 40-byte key, as `flow::lookup` does
+/// (`XDP_DROP` on a miss).
 #[xdp]
 pub fn lbr_flow_lookup(ctx: XdpContext) -> u32 {
-    reflect_after(&ctx, |pkt, _| LB_FLOWS.get_ptr(&pkt.key).is_some())
+    reflect_after(&ctx, |pkt, _| flow::lookup(&pkt.key).is_some())
 }
 
-/// Parse + one `LB_FLOWS` insert of the packet's key (per-CPU LRU lists, as `flow::pin`).
+/// Parse + one claim of a new key in `LB_FLOWS`, as `flow::pin` does (`XDP_DROP` if
+/// the key exists or the claim evicted a flow: the benchmark's table must have room).
 #[xdp]
 pub fn lbr_flow_insert(ctx: XdpContext) -> u32 {
     let value = FlowValue {
         backend_id: 1,
         ..FlowValue::default()
     };
-    reflect_after(&ctx, |pkt, _| LB_FLOWS.insert(&pkt.key, &value, 0).is_ok())
+    reflect_after(&ctx, |pkt, _| {
+        Claim::from_code(flow::lb_flow_claim(&pkt.key, &value, 0)) == Claim::Fresh
+    })
 }
 
 /// Parse + one claim of a new key in `LB_NAT` (bucket lock, way scan, slot write, as
@@ -112,7 +117,8 @@ pub fn lbr_flow_insert(ctx: XdpContext) -> u32 {
 pub fn lbr_nat_insert(ctx: XdpContext) -> u32 {
     let value = NatValue::default();
     reflect_after(&ctx, |pkt, _| {
-        slots::claim::<NatTable>(&pkt.key, &value, false, |_, _| false) == Claim::Fresh
+        slots::claim::<NatTable>(&pkt.key, &value, false, |_, _| false, slots::NO_EVICTION)
+            == Claim::Fresh
     })
 }
 

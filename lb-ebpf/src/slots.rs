@@ -1,4 +1,4 @@
-//! The set-associative tables in `ARRAY` maps (`lb_common::table`; today `LB_NAT`): a
+//! The set-associative tables in `ARRAY` maps (`lb_common::table`: `LB_FLOWS`, `LB_NAT`): a
 //! lookup hashes the key, reads the bucket's ways (inlined array reads, no call into
 //! the kernel's hash table) and compares keys; writers take the bucket with a
 //! compare-and-swap on way 0's word and publish a slot by its word.
@@ -90,6 +90,9 @@ pub enum Claim {
     Full,
     /// Another writer holds the bucket.
     Busy,
+    /// Every way held a live entry of another key that `reusable` keeps, and (the
+    /// caller allowed eviction) the one `age` called oldest now holds the value.
+    Evicted,
 }
 
 impl Claim {
@@ -107,6 +110,7 @@ impl Claim {
             1 => Claim::Replaced,
             2 => Claim::Taken,
             3 => Claim::Full,
+            5 => Claim::Evicted,
             _ => Claim::Busy,
         }
     }
@@ -192,6 +196,10 @@ pub fn value_at<T: Table>(code: u64) -> Option<&'static mut T::Value> {
     Some(unsafe { &mut (*way(b, (code as u32) & (TABLE_WAYS - 1))).value })
 }
 
+/// [`claim`]'s `evict` for a table whose entries are never evicted (nat: a live
+/// reverse entry owns its port).
+pub const NO_EVICTION: Option<fn(&lb_common::maps::NatValue) -> u64> = None;
+
 /// Takes bucket `first` (way 0's lock bit), or `None` if another writer has it.
 #[inline(always)]
 fn lock<V>(way0: *mut Slot<V>) -> bool {
@@ -229,13 +237,16 @@ fn clear<V>(s: *mut Slot<V>) {
 
 /// Puts `key` -> `value` into its bucket: into a free way, else into the first way
 /// whose entry `reusable` lets go (`reusable(value, key)`). A present key is replaced
-/// only when `replace` and `reusable` lets its own entry go. Never waits.
+/// only when `replace` and `reusable` lets its own entry go. With `evict`, a bucket
+/// full of kept entries gives the way whose entry has the largest `age` (idle longest)
+/// to the key. Never waits.
 #[inline(always)]
 pub fn claim<T: Table>(
     key: &FlowKey,
     value: &T::Value,
     replace: bool,
     reusable: impl Fn(&T::Value, &FlowKey) -> bool,
+    evict: Option<impl Fn(&T::Value) -> u64>,
 ) -> Claim {
     let hash = T::hash(key);
     let Some(b) = T::at(T::index(hash)) else {
@@ -248,6 +259,8 @@ pub fn claim<T: Table>(
     // Way numbers, not pointers: fewer registers to keep across the loop.
     let mut free = TABLE_WAYS;
     let mut spent = TABLE_WAYS;
+    let mut oldest = 0;
+    let mut oldest_age = 0;
     let mut outcome = Claim::Full;
     let mut w = 0;
     while w < TABLE_WAYS {
@@ -272,6 +285,13 @@ pub fn claim<T: Table>(
             if spent == TABLE_WAYS && reusable(v, k) {
                 spent = w;
             }
+            if let Some(age) = &evict {
+                let a = age(v);
+                if a > oldest_age {
+                    oldest_age = a;
+                    oldest = w;
+                }
+            }
         }
         w += 1;
     }
@@ -280,6 +300,9 @@ pub fn claim<T: Table>(
         if target < TABLE_WAYS {
             write(way(b, target), key, value, hash);
             outcome = Claim::Fresh;
+        } else if evict.is_some() {
+            write(way(b, oldest), key, value, hash);
+            outcome = Claim::Evicted;
         }
     }
     unlock(way0);

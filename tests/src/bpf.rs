@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
+    maps::{Array, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_agent::dataplane::{
@@ -25,8 +25,8 @@ use lb_common::{
         ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
     table::{
-        NAT_BUCKETS, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK, find_way, free_word, live_word,
-        nat_bucket, nat_hash,
+        FLOW_BUCKETS, FlowBucket, FlowSlot, NAT_BUCKETS, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK,
+        find_way, flow_bucket, flow_table_hash, free_word, live_word, nat_bucket, nat_hash,
     },
 };
 
@@ -403,19 +403,49 @@ impl Lb {
             .expect("batch read")
     }
 
+    /// `key`'s pinned flow, found as the program finds it.
     pub fn flow(&self, key: &FlowKey) -> Option<FlowValue> {
-        let map: HashMap<_, FlowKey, FlowValue> =
-            HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
-                .expect("LB_FLOWS type");
-        map.get(key, 0).ok()
+        let (_, bucket) = self.flow_bucket_of(key);
+        find_way(&bucket, key).map(|w| bucket.ways[w].value)
     }
 
-    /// Entries in `LB_FLOWS`.
+    /// Live entries in `LB_FLOWS` (every bucket read: a fraction of a second).
     pub fn flow_count(&self) -> usize {
-        let map: HashMap<_, FlowKey, FlowValue> =
-            HashMap::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS"))
-                .expect("LB_FLOWS type");
-        map.keys().count()
+        let map = self.flow_map();
+        (0..FLOW_BUCKETS)
+            .map(|i| {
+                let b = map.get(&i, 0).expect("reading LB_FLOWS");
+                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
+            })
+            .sum()
+    }
+
+    fn flow_map(&self) -> Array<&aya::maps::MapData, FlowBucket> {
+        Array::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS")).expect("LB_FLOWS type")
+    }
+
+    fn flow_map_mut(&mut self) -> Array<&mut aya::maps::MapData, FlowBucket> {
+        Array::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
+            .expect("LB_FLOWS type")
+    }
+
+    /// `key`'s `LB_FLOWS` bucket, with its index.
+    pub fn flow_bucket_of(&self, key: &FlowKey) -> (u32, FlowBucket) {
+        let index = flow_bucket(key);
+        (
+            index,
+            self.flow_map().get(&index, 0).expect("reading LB_FLOWS"),
+        )
+    }
+
+    /// Writes way `way` of `LB_FLOWS` bucket `index` as the program publishes a slot
+    /// (live, next generation; way 0's lock bit is left as it was).
+    pub fn write_flow_way(&mut self, index: u32, way: usize, key: FlowKey, value: FlowValue) {
+        let mut map = self.flow_map_mut();
+        let mut bucket = map.get(&index, 0).expect("reading LB_FLOWS");
+        let word = live_word(bucket.ways[way].word, flow_table_hash(&key));
+        bucket.ways[way] = FlowSlot { word, key, value };
+        map.set(index, &bucket, 0).expect("writing LB_FLOWS");
     }
 
     /// Live entries in `LB_NAT` (every bucket read: a fraction of a second).
@@ -497,23 +527,29 @@ impl Lb {
             .expect("writing LB_NAT");
     }
 
-    /// Writes a flow entry (fixtures age one by moving `last_seen_ns` back).
+    /// Writes a flow entry (fixtures age one by moving `last_seen_ns` back): over its
+    /// own way, else into the bucket's first free way (panics when the bucket is full).
     pub fn set_flow(&mut self, key: &FlowKey, value: FlowValue) {
-        let mut map: HashMap<_, FlowKey, FlowValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
-                .expect("LB_FLOWS type");
-        map.insert(key, &value, 0).expect("writing into LB_FLOWS");
+        let (index, bucket) = self.flow_bucket_of(key);
+        let way = find_way(&bucket, key)
+            .or_else(|| bucket.ways.iter().position(|s| s.word & SLOT_LIVE == 0))
+            .expect("a free way in the LB_FLOWS bucket");
+        self.write_flow_way(index, way, *key, value);
         // As for any writer of LB_FLOWS outside the program: the CPUs' cached copies of
         // the flow must go (their slot is emptied on every CPU).
         self.clear_cache_slot(key);
     }
 
-    /// Removes a flow entry behind the flow caches' back (an eviction).
+    /// Removes a flow entry behind the flow caches' back (an eviction; panics when
+    /// absent).
     pub fn remove_flow(&mut self, key: &FlowKey) {
-        let mut map: HashMap<_, FlowKey, FlowValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS"))
-                .expect("LB_FLOWS type");
-        map.remove(key).expect("removing from LB_FLOWS");
+        let (index, mut bucket) = self.flow_bucket_of(key);
+        let way = find_way(&bucket, key).expect("the flow in LB_FLOWS");
+        let w = &mut bucket.ways[way].word;
+        *w = free_word(*w);
+        self.flow_map_mut()
+            .set(index, &bucket, 0)
+            .expect("writing LB_FLOWS");
     }
 
     /// Empties `key`'s slot of `LB_FLOW_CACHE` on every CPU.

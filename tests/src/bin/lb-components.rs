@@ -5,7 +5,7 @@
 //! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
 //! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
 //! and range of ns above the floor printed. `--full-table` fills `LB_FLOWS` and `LB_NAT`
-//! (262,144 live keys each) first, so inserts evict and misses walk full buckets.
+//! (262,144 live keys each) first, so misses walk fuller buckets.
 //! `--xlated FILE` instead writes `bpftool prog dump xlated` of the loaded `lb_xdp`.
 
 use std::net::IpAddr;
@@ -13,13 +13,13 @@ use std::net::IpAddr;
 use anyhow::{Context, bail};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, RingBuf},
+    maps::{Array, MapData, RingBuf},
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use lb_common::{
     FLOW_TABLE_SIZE, REFLECT_PROGRAM_NAME, map_names,
-    maps::{DataplaneConfig, FlowKey, FlowValue},
-    table::{NAT_BUCKETS, NatBucket, SLOT_LIVE, nat_bucket},
+    maps::{DataplaneConfig, FlowKey},
+    table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, flow_bucket, nat_bucket},
 };
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
 
@@ -122,8 +122,8 @@ fn main() -> anyhow::Result<()> {
         },
         0,
     )?;
-    let mut flows: HashMap<MapData, FlowKey, FlowValue> =
-        HashMap::try_from(obj.take_map(map_names::FLOWS).context("no LB_FLOWS")?)?;
+    let mut flows: Array<MapData, FlowBucket> =
+        Array::try_from(obj.take_map(map_names::FLOWS).context("no LB_FLOWS")?)?;
     let mut nat: Array<MapData, NatBucket> =
         Array::try_from(obj.take_map(map_names::NAT).context("no LB_NAT")?)?;
     let mut ring = RingBuf::try_from(obj.take_map(map_names::EVENTS).context("no LB_EVENTS")?)?;
@@ -137,7 +137,7 @@ fn main() -> anyhow::Result<()> {
             })
             .collect()
     };
-    let mut nat_full_buckets = 0;
+    let (mut flow_evictions, mut nat_full_buckets) = (0, 0);
     if full_table {
         for (program, size) in [
             ("lbr_flow_insert", FLOW_TABLE_SIZE),
@@ -150,12 +150,14 @@ fn main() -> anyhow::Result<()> {
                     // A full LB_NAT bucket: the key did not fit (nat moves on to its
                     // next candidate port).
                     XDP_DROP if program == "lbr_nat_insert" => nat_full_buckets += 1,
+                    // A full LB_FLOWS bucket: the claim evicted its longest-idle flow.
+                    XDP_DROP => flow_evictions += 1,
                     action => bail!("filling with {program}: action {action}"),
                 }
             }
         }
         println!(
-            "LB_FLOWS and LB_NAT filled ({FLOW_TABLE_SIZE} / {NAT_FILL} inserts; {nat_full_buckets} nat keys found their bucket full)"
+            "LB_FLOWS and LB_NAT filled ({FLOW_TABLE_SIZE} / {NAT_FILL} inserts; {flow_evictions} flows evicted, {nat_full_buckets} nat keys found their bucket full)"
         );
     }
 
@@ -193,9 +195,11 @@ fn main() -> anyhow::Result<()> {
                 expect: XDP_DROP,
             },
             Case {
-                name: "+ LB_FLOWS insert (new key)",
+                name: "+ LB_FLOWS claim (new key)",
                 program: "lbr_flow_insert",
-                packets: distinct(base, KEYS),
+                // Only keys whose bucket has a free way (a claim that evicts is
+                // reported as a drop; with a full table a few buckets are full).
+                packets: with_room(&flows, flow_bucket, distinct(base, 2 * KEYS), KEYS)?,
                 expect: XDP_TX,
             },
             fixed("+ LB_NAT lookup, hit", "lbr_nat_lookup", XDP_TX),
@@ -204,7 +208,7 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_nat_insert",
                 // Only keys whose bucket has a free way (with a full table a few
                 // buckets are full: that claim fails, and costs less).
-                packets: with_room(&nat, distinct(base + 1, 2 * KEYS), KEYS)?,
+                packets: with_room(&nat, nat_bucket, distinct(base + 1, 2 * KEYS), KEYS)?,
                 expect: XDP_TX,
             },
         ];
@@ -217,8 +221,8 @@ fn main() -> anyhow::Result<()> {
             samples[i].push(m);
         }
         if !full_table {
-            clear(&mut flows)?;
-            clear_nat(&mut nat)?;
+            clear_table(&mut flows)?;
+            clear_table(&mut nat)?;
         }
     }
 
@@ -325,30 +329,36 @@ fn measure(
     Ok((program_ns as f64 / calls, floor_ns as f64 / calls))
 }
 
-/// Empties every `LB_NAT` slot that holds a key (the "empty table" cases start each
-/// round from empty).
-fn clear_nat(map: &mut Array<MapData, NatBucket>) -> anyhow::Result<()> {
-    for i in 0..NAT_BUCKETS {
+/// Empties every bucket of an array table (`LB_FLOWS`, `LB_NAT`) that holds a key.
+fn clear_table<V: Default>(map: &mut Array<MapData, Bucket<V>>) -> anyhow::Result<()>
+where
+    Bucket<V>: aya::Pod,
+{
+    for i in 0..map.len() {
         if map.get(&i, 0)?.ways.iter().any(|s| s.word & SLOT_LIVE != 0) {
-            map.set(i, &NatBucket::default(), 0)?;
+            map.set(i, &Bucket::<V>::default(), 0)?;
         }
     }
     Ok(())
 }
 
-/// The first `n` frames whose key's `LB_NAT` bucket has a free way left when the
-/// frames before them are in (the frames are
+/// The first `n` frames whose key's bucket (`bucket_of`) in an array table has a free
+/// way left when the frames before them are in (the frames are
 /// TCP to the VIP: the reduced program claims the packet's own 5-tuple).
-fn with_room(
-    map: &Array<MapData, NatBucket>,
+fn with_room<V>(
+    map: &Array<MapData, Bucket<V>>,
+    bucket_of: fn(&FlowKey) -> u32,
     frames: Vec<Vec<u8>>,
     n: usize,
-) -> anyhow::Result<Vec<Vec<u8>>> {
+) -> anyhow::Result<Vec<Vec<u8>>>
+where
+    Bucket<V>: aya::Pod,
+{
     let mut out = Vec::with_capacity(n);
     // Free ways left per bucket, counting the frames already taken.
     let mut free = std::collections::HashMap::new();
     for f in frames {
-        let index = nat_bucket(&frame_key(&f));
+        let index = bucket_of(&frame_key(&f));
         let left = match free.entry(index) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -388,14 +398,4 @@ fn frame_key(f: &[u8]) -> FlowKey {
         family: lb_common::FAMILY_V4,
         _pad: [0; 2],
     }
-}
-
-/// Removes every key (the "empty table" cases start each round from empty).
-fn clear<V: aya::Pod>(map: &mut HashMap<MapData, FlowKey, V>) -> anyhow::Result<()> {
-    let keys: Vec<FlowKey> = map.keys().collect::<Result<_, _>>()?;
-    for k in keys {
-        // A key the LRU evicted meanwhile is fine.
-        let _ = map.remove(&k);
-    }
-    Ok(())
 }
