@@ -16,6 +16,8 @@ mod cache;
 mod dsr;
 #[path = "bpf_fixtures/fixture.rs"]
 mod fixture;
+#[path = "bpf_fixtures/flow_table.rs"]
+mod flow_table;
 #[path = "bpf_fixtures/flows.rs"]
 mod flows;
 #[path = "bpf_fixtures/hostile.rs"]
