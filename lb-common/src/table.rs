@@ -189,6 +189,14 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_is_idle_only_past_the_timeout() {
+        let now = 5_000 * 1_000_000_000;
+        assert!(!flow_idle(now - FLOW_IDLE_NS, now), "exactly the timeout");
+        assert!(flow_idle(now - FLOW_IDLE_NS - 1, now));
+        assert!(!flow_idle(now + 4_000_000, now), "a stamp a tick ahead");
+    }
+
+    #[test]
     fn find_way_needs_live_and_equal_key() {
         let mut bucket = NatBucket::default();
         bucket.ways[2].key = key(5000);

@@ -91,8 +91,9 @@ fn main() -> anyhow::Result<()> {
             .bytes()
     };
     if args.full_table {
-        // Live flows from other clients until the table is full (LRU: later inserts
-        // evict the least recently used).
+        // Live flows from other clients, as many as the table is sized for (its array
+        // holds twice as many ways; a flow whose bucket is full evicts its longest-idle
+        // way).
         for i in 0..lb_common::FLOW_TABLE_SIZE as usize {
             let src = IpAddr::from([10, 30 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
             let (action, _) = run_once(dp.program_mut()?, &tcp(src, 5000, dsr_vip, TCP_SYN))?;
