@@ -110,6 +110,21 @@ pub fn lbr_flow_insert(ctx: XdpContext) -> u32 {
     })
 }
 
+/// Parse + what a new flow does in `LB_FLOWS`: the lookup (a miss) and the claim of
+/// a way in the bucket it just read (`XDP_DROP` if the key was found or the claim did
+/// not take a free way).
+#[xdp]
+pub fn lbr_flow_open(ctx: XdpContext) -> u32 {
+    let value = FlowValue {
+        backend_id: 1,
+        ..FlowValue::default()
+    };
+    reflect_after(&ctx, |pkt, _| {
+        flow::lookup(&pkt.key).is_none()
+            && Claim::from_code(flow::lb_flow_claim(&pkt.key, &value, 0)) == Claim::Fresh
+    })
+}
+
 /// Parse + one claim of a new key in `LB_NAT` (bucket lock, way scan, slot write, as
 /// `nat::allocate` claims a reverse entry); `XDP_DROP` if the key exists or its bucket
 /// is full of live entries (the benchmark's table holds none that may be reused).

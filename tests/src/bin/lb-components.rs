@@ -176,7 +176,13 @@ fn main() -> anyhow::Result<()> {
         }
         // Fresh keys every round; with a full table they evict, without one the
         // insert cases' keys are removed again after the round.
-        let base = 20 + 2 * round as u8;
+        let base = 20 + 3 * round as u8;
+        // The claim case's keys, then the open case's: keys whose buckets still have a
+        // free way once the keys before them are in.
+        let claims = with_room(&flows, flow_bucket, distinct(base, 2 * KEYS), KEYS)?;
+        let mut opens = claims.clone();
+        opens.extend(distinct(base + 2, 2 * KEYS));
+        let opens = with_room(&flows, flow_bucket, opens, 2 * KEYS)?.split_off(KEYS);
         let cases = [
             fixed("XDP_PASS only (lb_pass)", "lb_pass", XDP_PASS),
             fixed("XDP_TX only", "lbr_tx", XDP_TX),
@@ -199,7 +205,13 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_flow_insert",
                 // Only keys whose bucket has a free way (a claim that evicts is
                 // reported as a drop; with a full table a few buckets are full).
-                packets: with_room(&flows, flow_bucket, distinct(base, 2 * KEYS), KEYS)?,
+                packets: claims,
+                expect: XDP_TX,
+            },
+            Case {
+                name: "+ LB_FLOWS miss, then claim",
+                program: "lbr_flow_open",
+                packets: opens,
                 expect: XDP_TX,
             },
             fixed("+ LB_NAT lookup, hit", "lbr_nat_lookup", XDP_TX),
@@ -252,7 +264,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Every reduced program loaded from the object (plus `lb_pass`).
-const PROGRAMS: [&str; 13] = [
+const PROGRAMS: [&str; 14] = [
     "lb_pass",
     "lbr_tx",
     "lbr_parse",
@@ -264,6 +276,7 @@ const PROGRAMS: [&str; 13] = [
     "lbr_ring_output",
     "lbr_flow_lookup",
     "lbr_flow_insert",
+    "lbr_flow_open",
     "lbr_nat_lookup",
     "lbr_nat_insert",
 ];
