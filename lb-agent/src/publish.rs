@@ -4,15 +4,16 @@
 //! Tables: each service has a *home* table, weighted Maglev over all its configured
 //! backends (rebuilt only when that set or a weight changes), and a *live* table, the
 //! home table with the slots of backends that must not take new flows failed over to
-//! the others ([`maglev::failover_table`]). A health verdict therefore costs one pass
-//! over the table, not a Maglev rebuild, and moves only the changed backend's slots.
+//! the others ([`maglev::failover_table`]). A health verdict costs neither a Maglev
+//! rebuild nor a pass over the table: the slots it changes are found from the failover
+//! walks kept per slot ([`failover`]) and written in place.
 //!
 //! Order matters so that no packet sees a half-made service: a new service gets its
 //! backends, then its table, then its VIP entry; a removed one loses its VIP first.
 //!
 //! Cost: a want that differs from the last one only in roles or MACs (a health verdict,
 //! a membership change) takes the incremental path ([`incremental`]): work for the
-//! changed backends only, plus the one failover pass over the table; given the changed
+//! changed backends only and the table slots that change; given the changed
 //! backends alone ([`Publisher::apply_backends`]), no pass over the service. Anything else
 //! (servers added or removed, a weight, the VIP) takes the full path, linear in the
 //! service's backends. See docs/publish.md.

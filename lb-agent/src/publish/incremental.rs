@@ -1,6 +1,6 @@
 //! The incremental path of [`Publisher::apply`]: a want that differs from the last one
 //! only in backends' roles or MACs (health verdicts, membership) touches only those
-//! backends' entries and, if the set taking new flows changed, republishes the live table.
+//! backends' entries and, if the set taking new flows changed, rewrites the live table's changed slots.
 //! [`Publisher::apply_backends`] takes the changed backends alone (the agent after a
 //! membership update), without a pass over the service's description.
 use super::{
@@ -112,8 +112,8 @@ impl Publisher {
     /// last want, a weight changed, the full path forced): the caller then hands the
     /// whole description to [`Publisher::apply_some`]; nothing was written.
     ///
-    /// Cost: a lookup per given backend, the changed entries, and the failover pass if
-    /// the set taking new flows changed — not the service's size.
+    /// Cost: a lookup per given backend, the changed entries, and the changed table
+    /// slots if the set taking new flows changed — not the service's size.
     pub fn apply_backends<D: Dataplane>(
         &mut self,
         service: &str,
