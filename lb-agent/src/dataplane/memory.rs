@@ -87,14 +87,17 @@ impl Dataplane for MemoryDataplane {
     }
 
     fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
-        let table = self.tables.entry(service_id).or_default();
-        if let Some(&(slot, _)) = slots.iter().find(|&&(s, _)| s as usize >= table.len()) {
+        let size = self.tables.get(&service_id).map_or(0, Vec::len);
+        if let Some(&(slot, _)) = slots.iter().find(|&&(s, _)| s as usize >= size) {
             return Err(DataplaneError::SlotOutside {
                 service_id,
                 slot,
-                size: table.len(),
+                size,
             });
         }
+        let Some(table) = self.tables.get_mut(&service_id) else {
+            return Ok(()); // no slots given
+        };
         for &(slot, id) in slots {
             table[slot as usize] = id;
         }
