@@ -5,20 +5,17 @@
 //! Each slot's failover walk (step 0 is the slot itself, then
 //! [`maglev::failover_walk`]) stops at the first step whose home owner is active. Kept:
 //! the step each slot stopped at, and per backend the slots whose walk, up to and
-//! including that step, visits one of its home slots. Then
-//! - a backend leaving changes exactly the slots it holds (its list, filtered): each
-//!   resumes its walk after the step it stopped at (every earlier step was inactive and
-//!   still is);
+//! including that step, visits one of its home slots — at step 0 (its home slots: an
+//! index built once per table) and at later steps (a list per backend, exact: one entry
+//! per such step). Then
+//! - a backend leaving changes exactly the slots it holds: each resumes its walk after
+//!   the step it stopped at (every earlier step was inactive and still is);
 //! - a backend returning changes exactly the slots whose walk visits one of its home
-//!   slots before the step it stopped at (its list): each now stops at the first such
-//!   step (the only step that became active).
-//!
-//! The lists may hold stale entries (a walk that since stops earlier) and duplicates;
-//! every entry is checked against the walk before use, and the lists are rebuilt when
-//! they outgrow the table.
+//!   slots before the step it stopped at: each now stops at the first such step (the
+//!   only step that became active), and the later steps leave the lists.
 use std::collections::HashMap;
 
-use lb_common::NO_BACKEND;
+use lb_common::{MAX_BACKENDS, NO_BACKEND};
 
 use crate::maglev;
 
@@ -27,11 +24,12 @@ use crate::maglev;
 pub(super) struct Failover {
     /// Per slot, the step of its walk at which it found its live owner.
     step: Vec<u32>,
-    /// Per backend id, slots whose walk up to its step visits a home slot of the backend
-    /// (a superset: stale entries and duplicates are checked at use).
-    visits: HashMap<u32, Vec<u32>>,
-    /// Entries in `visits`, to bound the stale ones.
-    entries: usize,
+    /// The slots, ordered by home owner; `homes[id]` is the range of `id`'s.
+    by_home: Vec<u32>,
+    homes: HashMap<u32, (u32, u32)>,
+    /// Per backend id, one entry `s` per step `1..=step[s]` of slot `s`'s walk at a home
+    /// slot of that backend.
+    later: HashMap<u32, Vec<u32>>,
 }
 
 /// The walk cannot be followed incrementally (a walk ran out of steps, or nothing is
@@ -39,26 +37,55 @@ pub(super) struct Failover {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Whole;
 
+/// Step 0 of slot `s`'s walk is `s`, then [`maglev::failover_walk`].
+fn walk(s: usize, size: usize) -> impl Iterator<Item = usize> {
+    std::iter::once(s).chain(maglev::failover_walk(s, size))
+}
+
 impl Failover {
     /// The live table of `home` for the backends `active` says take new flows — equal to
     /// [`maglev::failover_table`] — and its walk state; `None` when some walk runs out of
     /// steps or nothing is active (then the live table is [`maglev::failover_table`]'s).
     pub(super) fn build(home: &[u32], active: impl Fn(u32) -> bool) -> Option<(Vec<u32>, Self)> {
         let size = home.len();
-        let mut live = vec![NO_BACKEND; size];
-        let mut state = Self {
-            step: vec![0; size],
-            visits: HashMap::new(),
-            entries: 0,
-        };
         let is_active = |id: u32| id != NO_BACKEND && active(id);
         if !home.iter().any(|&id| is_active(id)) {
             return None;
         }
+        // The home index: a counting sort of the slots by owner (ids < MAX_BACKENDS).
+        let mut starts = vec![0u32; MAX_BACKENDS as usize + 2];
+        for &id in home {
+            starts[(id as usize).min(MAX_BACKENDS as usize) + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut homes = HashMap::new();
+        for (id, w) in starts.windows(2).enumerate() {
+            if w[1] > w[0] && (id as u32) < MAX_BACKENDS && id as u32 != NO_BACKEND {
+                homes.insert(id as u32, (w[0], w[1]));
+            }
+        }
+        let mut by_home = vec![0u32; size];
+        for (slot, &id) in home.iter().enumerate() {
+            let at = &mut starts[(id as usize).min(MAX_BACKENDS as usize)];
+            by_home[*at as usize] = slot as u32;
+            *at += 1;
+        }
+        let mut state = Self {
+            step: vec![0; size],
+            by_home,
+            homes,
+            later: HashMap::new(),
+        };
+        let mut live = home.to_vec();
         for (slot, out) in live.iter_mut().enumerate() {
-            let (step, id) = std::iter::once(slot)
-                .chain(maglev::failover_walk(slot, size))
+            if is_active(*out) {
+                continue;
+            }
+            let (step, id) = walk(slot, size)
                 .enumerate()
+                .skip(1)
                 .find_map(|(step, at)| {
                     let id = home[at];
                     state.visit(id, slot);
@@ -72,9 +99,19 @@ impl Failover {
 
     fn visit(&mut self, id: u32, slot: usize) {
         if id != NO_BACKEND {
-            self.visits.entry(id).or_default().push(slot as u32);
-            self.entries += 1;
+            self.later.entry(id).or_default().push(slot as u32);
         }
+    }
+
+    /// The slots whose walk visits a home slot of `id` up to their step (with
+    /// repetitions: a slot once per such step).
+    fn visitors(&self, id: u32) -> Vec<u32> {
+        let own = self
+            .homes
+            .get(&id)
+            .map_or(&[][..], |&(a, b)| &self.by_home[a as usize..b as usize]);
+        let later = self.later.get(&id).map_or(&[][..], Vec::as_slice);
+        [own, later].concat()
     }
 
     /// Backend `id` takes new flows again (it did not; something else did): updates
@@ -87,29 +124,29 @@ impl Failover {
         changed: &mut Vec<(u32, u32)>,
     ) {
         let size = home.len();
-        let list = self.visits.remove(&id).unwrap_or_default();
-        self.entries -= list.len();
-        let mut kept = Vec::with_capacity(list.len());
-        for slot in list {
+        for slot in self.visitors(id) {
             let s = slot as usize;
             if live[s] == id {
-                continue; // a duplicate, taken already
+                continue; // a repetition, taken already
             }
             let stopped = self.step[s] as usize;
             // Steps before `stopped` were all inactive; now `id`'s are active.
-            let Some(step) = std::iter::once(s)
-                .chain(maglev::failover_walk(s, size))
-                .take(stopped)
-                .position(|at| home[at] == id)
-            else {
-                continue; // stale: the walk stops before reaching `id`'s slots
+            let Some(step) = walk(s, size).take(stopped).position(|at| home[at] == id) else {
+                debug_assert!(false, "slot {s} is listed for {id} but does not visit it");
+                continue;
             };
+            // Steps after the new stop leave the lists.
+            for at in walk(s, size).take(stopped + 1).skip(step + 1) {
+                if let Some(list) = self.later.get_mut(&home[at])
+                    && let Some(i) = list.iter().position(|&x| x == slot)
+                {
+                    list.swap_remove(i);
+                }
+            }
             changed.push((slot, live[s]));
             self.step[s] = step as u32;
             live[s] = id;
-            kept.push(slot);
         }
-        self.keep(id, kept);
     }
 
     /// Backend `id` stops taking new flows; `active` says which backends still do (at
@@ -125,26 +162,19 @@ impl Failover {
         changed: &mut Vec<(u32, u32)>,
     ) -> Result<(), Whole> {
         let size = home.len();
-        let list = self.visits.remove(&id).unwrap_or_default();
-        self.entries -= list.len();
-        let mut kept = Vec::with_capacity(list.len());
-        for slot in list {
+        for slot in self.visitors(id) {
             let s = slot as usize;
             if live[s] != id {
-                continue; // stale, or a duplicate already moved
+                continue; // a repetition, moved already
             }
-            kept.push(slot);
-            let stopped = self.step[s] as usize;
             // Resume the walk after the step it stopped at: earlier steps stay inactive.
+            let stopped = self.step[s] as usize;
             let mut found = None;
-            for (step, at) in maglev::failover_walk(s, size).enumerate().skip(stopped) {
+            for (step, at) in walk(s, size).enumerate().skip(stopped + 1) {
                 let owner = home[at];
-                if owner == id {
-                    continue; // already in `kept`
-                }
                 self.visit(owner, s);
                 if owner != NO_BACKEND && active(owner) {
-                    found = Some((step + 1, owner));
+                    found = Some((step, owner));
                     break;
                 }
             }
@@ -153,20 +183,7 @@ impl Failover {
             self.step[s] = step as u32;
             live[s] = owner;
         }
-        self.keep(id, kept);
         Ok(())
-    }
-
-    fn keep(&mut self, id: u32, kept: Vec<u32>) {
-        if !kept.is_empty() {
-            self.entries += kept.len();
-            self.visits.entry(id).or_default().extend(kept);
-        }
-    }
-
-    /// Whether stale entries have grown past the table (rebuild to drop them).
-    pub(super) fn bloated(&self) -> bool {
-        self.entries > 4 * self.step.len() + 1024
     }
 }
 
@@ -196,6 +213,19 @@ mod tests {
             self.0 ^= self.0 << 17;
             self.0
         }
+    }
+
+    /// `later`, each list sorted, empty lists left out.
+    fn lists(f: &Failover) -> std::collections::BTreeMap<u32, Vec<u32>> {
+        f.later
+            .iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(&id, l)| {
+                let mut l = l.clone();
+                l.sort_unstable();
+                (id, l)
+            })
+            .collect()
     }
 
     fn home(n: u32, size: u32) -> Vec<u32> {
@@ -237,6 +267,13 @@ mod tests {
                 active = next;
                 let whole = failover_table(&home, |b| active[b as usize]);
                 assert_eq!(live, whole, "n={n} id={id} up={up}");
+                let fresh = Failover::build(&home, |b| active[b as usize]).unwrap().1;
+                assert_eq!(state.step, fresh.step, "the steps of a fresh build");
+                assert_eq!(
+                    lists(&state),
+                    lists(&fresh),
+                    "exact lists: no stale entry left behind"
+                );
                 let writes = slot_writes(changed, &live);
                 let differing: Vec<u32> = (0..size)
                     .filter(|&s| before[s as usize] != whole[s as usize])
@@ -246,9 +283,6 @@ mod tests {
                     written, differing,
                     "exactly the slots the whole pass changes"
                 );
-                if state.bloated() {
-                    state = Failover::build(&home, |b| active[b as usize]).unwrap().1;
-                }
             }
         }
     }

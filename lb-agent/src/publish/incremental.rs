@@ -6,7 +6,7 @@
 use super::{
     ApplyReport, DesiredBackend, DesiredService, PublishError, PublishedService, Publisher,
     backend_entry,
-    failover::{Failover, Whole, slot_writes},
+    failover::{Whole, slot_writes},
     stage_entry, takes_new_flows, write_deferred,
 };
 use crate::dataplane::Dataplane;
@@ -94,12 +94,7 @@ impl PublishedService {
                 return None;
             }
         }
-        // Stale entries outgrew the table: rebuild the state (a pass, no write).
-        self.failover = if walks.bloated() {
-            Failover::build(&self.home, |b| active.binary_search(&b).is_ok()).map(|(_, w)| w)
-        } else {
-            Some(walks)
-        };
+        self.failover = Some(walks);
         Some(slot_writes(changed, &self.live))
     }
 }
