@@ -162,13 +162,15 @@ impl Failover {
         changed: &mut Vec<(u32, u32)>,
     ) -> Result<(), Whole> {
         let size = home.len();
-        for slot in self.visitors(id) {
+        // `id` is active, so every walk that visits it stops there (once): each slot
+        // listed holds `id` (the lists are exact), and its home slots stopped at step 0 —
+        // neither is read from the table (cold memory, in a service not touched lately).
+        let own = self.homes.get(&id).map_or(0, |&(a, b)| (b - a) as usize);
+        for (i, slot) in self.visitors(id).into_iter().enumerate() {
             let s = slot as usize;
-            if live[s] != id {
-                continue; // a repetition, moved already
-            }
+            debug_assert_eq!(live[s], id, "slot {s} is listed for {id}");
             // Resume the walk after the step it stopped at: earlier steps stay inactive.
-            let stopped = self.step[s] as usize;
+            let stopped = if i < own { 0 } else { self.step[s] as usize };
             let mut found = None;
             for (step, at) in walk(s, size).enumerate().skip(stopped + 1) {
                 let owner = home[at];
@@ -179,7 +181,7 @@ impl Failover {
                 }
             }
             let (step, owner) = found.ok_or(Whole)?;
-            changed.push((slot, live[s]));
+            changed.push((slot, id));
             self.step[s] = step as u32;
             live[s] = owner;
         }
