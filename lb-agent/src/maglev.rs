@@ -262,14 +262,30 @@ impl Turns {
 /// Seed of the failover walk (independent of the permutation hashes).
 const SEED_FAILOVER: u64 = 0x2545_f491_4f6c_dd1d;
 
+/// The home slots the failover walk of `slot` visits after the slot itself, in order
+/// (steps 1, 2, … of the walk; step 0 is `slot`): `4 * size` of them, after which
+/// [`failover_table`] falls back to the first active owner in table order. Depends only
+/// on `slot` and `size`, so the walk of a slot can be resumed or replayed
+/// (`publish/failover.rs` keeps the live table up to date slot by slot with it).
+pub fn failover_walk(slot: usize, size: usize) -> impl Iterator<Item = usize> {
+    let mut h = fmix64(slot as u64 ^ SEED_FAILOVER);
+    (0..4 * size).map(move |_| {
+        let at = (h % size as u64) as usize;
+        h = fmix64(h.wrapping_add(SEED_FAILOVER));
+        at
+    })
+}
+
 /// The live table from a home table and the set of backends that may take new flows.
 ///
 /// `home` is [`build_table`] over every configured backend of the service (healthy or
 /// not). A slot whose home owner is active keeps it; any other slot visits home slots in
 /// a pseudo-random order derived from its index and takes the first active owner found.
 /// Consequences:
-/// - a health change moves exactly the slots of the backend that changed (1/N of the
-///   table for one of N equal backends) — fewer than a full Maglev rebuild moves;
+/// - a backend leaving moves exactly the slots it holds (1/N of the table for one of N
+///   equal backends, when no other is down) — fewer than a full Maglev rebuild moves; a
+///   backend returning takes back its home slots and, while others are down, the slots
+///   of theirs whose walk meets one of its home slots before their current owner;
 /// - a failed backend's slots spread over the active ones in proportion to their home
 ///   shares, i.e. their weights;
 /// - the result depends only on `home` and the active set, not on history;
@@ -294,14 +310,12 @@ pub fn failover_table(home: &[u32], active: impl Fn(u32) -> bool) -> Vec<u32> {
         }
         // A walk over pseudo-random slots, independent of how the home table was
         // filled, so the failed slots spread in proportion to the active shares.
-        let mut h = fmix64(slot as u64 ^ SEED_FAILOVER);
-        for _ in 0..4 * size {
-            let id = home[(h % size as u64) as usize];
+        for at in failover_walk(slot, size) {
+            let id = home[at];
             if id != NO_BACKEND && active(id) {
                 *out_slot = id;
                 break;
             }
-            h = fmix64(h.wrapping_add(SEED_FAILOVER));
         }
         if *out_slot == NO_BACKEND {
             // Astronomically unlikely: fall back to the first active slot in order.

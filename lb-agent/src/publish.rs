@@ -4,19 +4,21 @@
 //! Tables: each service has a *home* table, weighted Maglev over all its configured
 //! backends (rebuilt only when that set or a weight changes), and a *live* table, the
 //! home table with the slots of backends that must not take new flows failed over to
-//! the others ([`maglev::failover_table`]). A health verdict therefore costs one pass
-//! over the table, not a Maglev rebuild, and moves only the changed backend's slots.
+//! the others ([`maglev::failover_table`]). A health verdict costs neither a Maglev
+//! rebuild nor a pass over the table: the slots it changes are found from the failover
+//! walks kept per slot ([`failover`]) and written in place.
 //!
 //! Order matters so that no packet sees a half-made service: a new service gets its
 //! backends, then its table, then its VIP entry; a removed one loses its VIP first.
 //!
 //! Cost: a want that differs from the last one only in roles or MACs (a health verdict,
 //! a membership change) takes the incremental path ([`incremental`]): work for the
-//! changed backends only, plus the one failover pass over the table; given the changed
+//! changed backends only and the table slots that change; given the changed
 //! backends alone ([`Publisher::apply_backends`]), no pass over the service. Anything else
 //! (servers added or removed, a weight, the VIP) takes the full path, linear in the
 //! service's backends. See docs/publish.md.
 
+mod failover;
 mod incremental;
 #[cfg(test)]
 mod incremental_tests;
@@ -120,7 +122,10 @@ pub enum PublishError {
 /// What one `apply` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
+    /// Tables changed: written whole, or in place for the slots that changed.
     pub tables_published: usize,
+    /// Table slots written (a whole table counts all its slots).
+    pub slots_written: usize,
     pub backends_written: usize,
     pub services_written: usize,
     /// Backends whose entry was computed and compared: every backend of a service on the
@@ -136,6 +141,7 @@ impl ApplyReport {
     /// Adds what another apply of the same change did.
     pub fn absorb(&mut self, other: ApplyReport) {
         self.tables_published += other.tables_published;
+        self.slots_written += other.slots_written;
         self.backends_written += other.backends_written;
         self.services_written += other.services_written;
         self.backends_examined += other.backends_examined;
@@ -174,6 +180,12 @@ struct PublishedService {
     last_want: Option<DesiredService>,
     /// Bumped at every publish of `live` (fingerprint caching).
     live_version: u64,
+    /// The walk state that lets a change of `active` rewrite only the slots it changes
+    /// (`None`: the next change computes `live` whole and publishes the whole table).
+    failover: Option<failover::Failover>,
+    /// `live` may differ from the table in the map (a slot write failed): the next
+    /// publish writes the whole table.
+    table_stale: bool,
 }
 
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
@@ -497,6 +509,8 @@ impl Publisher {
                     live_slots: Default::default(),
                     last_want: None,
                     live_version: 0,
+                    failover: None,
+                    table_stale: false,
                 },
             );
         }
@@ -519,6 +533,8 @@ impl Publisher {
                     live_slots: Default::default(),
                     last_want: None,
                     live_version: 0,
+                    failover: None,
+                    table_stale: false,
                 },
             );
         }
@@ -605,13 +621,8 @@ impl Publisher {
             svc.home = maglev::build_table(&home_input, size);
             svc.home_members = home_input;
         }
-        if home_changed || active != svc.active || is_new {
-            svc.live = live_table(&svc.home, &active);
-            svc.live_version += 1;
-            dp.publish_table(svc.id, &svc.live)?;
-            svc.live_slots = Default::default();
-            svc.active = active;
-            report.tables_published += 1;
+        if home_changed || active != svc.active || is_new || svc.table_stale {
+            svc.publish_whole(active, dp, report)?;
         }
         write_deferred(after_table, &mut svc.backends, dp, report)?;
         for id in freed {
@@ -631,6 +642,30 @@ impl Publisher {
             svc.meta = Some(meta);
             report.services_written += 1;
         }
+        Ok(())
+    }
+}
+
+impl PublishedService {
+    /// Computes the live table whole from `home` and `active`, with its walk state, and
+    /// publishes it whole.
+    fn publish_whole<D: Dataplane>(
+        &mut self,
+        active: Vec<u32>,
+        dp: &mut D,
+        report: &mut ApplyReport,
+    ) -> Result<(), PublishError> {
+        let (live, walks) = whole_live_table(&self.home, &active);
+        self.live = live;
+        self.failover = walks;
+        self.live_version += 1;
+        self.live_slots = Default::default();
+        self.table_stale = true;
+        dp.publish_table(self.id, &self.live)?;
+        self.table_stale = false;
+        self.active = active;
+        report.tables_published += 1;
+        report.slots_written += self.live.len();
         Ok(())
     }
 }
@@ -707,17 +742,20 @@ fn slot_counts(table: &[u32]) -> HashMap<u32, u32> {
     counts
 }
 
-/// The home table with the slots of inactive backends failed over to active ones.
-fn live_table(home: &[u32], active: &[u32]) -> Vec<u32> {
+/// The home table with the slots of inactive backends failed over to active ones
+/// (`active` sorted), and the walk state for updating it slot by slot when it can be had.
+fn whole_live_table(home: &[u32], active: &[u32]) -> (Vec<u32>, Option<failover::Failover>) {
     let mut is_active = vec![false; MAX_BACKENDS as usize];
     for &id in active {
         if let Some(flag) = is_active.get_mut(id as usize) {
             *flag = true;
         }
     }
-    maglev::failover_table(home, |id| {
-        is_active.get(id as usize).copied().unwrap_or(false)
-    })
+    let is_active = |id: u32| is_active.get(id as usize).copied().unwrap_or(false);
+    match failover::Failover::build(home, is_active) {
+        Some((live, walks)) => (live, Some(walks)),
+        None => (maglev::failover_table(home, is_active), None),
+    }
 }
 
 fn retired(mut entry: Backend) -> Backend {
@@ -1134,7 +1172,7 @@ mod tests {
         let (mut dp, mut p) = applied(&[web(all.clone())]);
         assert_eq!(
             writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Removed))]),
-            vec![Write::Table(0), Write::Backend(2)],
+            vec![Write::Slots(0), Write::Backend(2)],
             "table first, then the backend loses LIVE"
         );
         writes(&mut p, &mut dp, &[web(all[..1].to_vec())]);
@@ -1170,14 +1208,14 @@ mod tests {
         let (mut dp, mut p) = applied(&[web(all.clone())]);
         assert_eq!(
             writes(&mut p, &mut dp, &[web(with_role(&all, 1, Role::Sticky))]),
-            vec![Write::Table(0), Write::Backend(2)],
+            vec![Write::Slots(0), Write::Backend(2)],
             "table first, then the backend loses SERVING"
         );
         assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE);
         assert_eq!(slots_of(&dp, 0, 2), 0);
         assert_eq!(
             writes(&mut p, &mut dp, &[web(all)]),
-            vec![Write::Backend(2), Write::Table(0)],
+            vec![Write::Backend(2), Write::Slots(0)],
             "SERVING is given before the table points at the backend again"
         );
         assert_eq!(dp.backends[&2].flags, BACKEND_F_LIVE | BACKEND_F_SERVING);

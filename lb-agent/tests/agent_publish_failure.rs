@@ -62,6 +62,10 @@ impl Dataplane for Flaky {
         self.check()?;
         self.inner.publish_table(service_id, table)
     }
+    fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        self.check()?;
+        self.inner.write_slots(service_id, slots)
+    }
     fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
         self.inner.counters()
     }

@@ -90,7 +90,7 @@ async fn a_verdict_in_one_of_many_services_is_published_for_that_service_alone()
     );
     assert_eq!(
         h.agent.dataplane().log[mark..],
-        [Write::Table(sid), Write::Backend(id)],
+        [Write::Slots(sid), Write::Backend(id)],
         "the writes since the verdict: its service's table, then its entry"
     );
 }
@@ -103,9 +103,9 @@ async fn a_verdict_about_one_of_200_servers_reads_and_writes_that_server_alone()
     let id = h.backend_ids("s0", a)[0];
     let sid = h.service_id("s0").unwrap();
     for (verdict, writes) in [
-        (Verdict::Refuse, [Write::Table(sid), Write::Backend(id)]),
+        (Verdict::Refuse, [Write::Slots(sid), Write::Backend(id)]),
         // Back: live before the table points at it.
-        (Verdict::Pass, [Write::Backend(id), Write::Table(sid)]),
+        (Verdict::Pass, [Write::Backend(id), Write::Slots(sid)]),
     ] {
         let mark = h.agent.dataplane().log.len();
         let in_table = h.slots("s0", a) > 0;

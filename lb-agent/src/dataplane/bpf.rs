@@ -475,6 +475,10 @@ impl Dataplane for BpfDataplane {
         }
     }
 
+    fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        self.maglev.write_slots(service_id, slots)
+    }
+
     fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
         let mut out = [0u64; counters::COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {

@@ -94,6 +94,12 @@ pub enum DataplaneError {
         sizes = lb_common::MAGLEV_SIZES
     )]
     TableSize { service_id: u32, len: usize },
+    #[error("slot {slot} is not in service {service_id}'s published Maglev table ({size} slots)")]
+    SlotOutside {
+        service_id: u32,
+        slot: u32,
+        size: usize,
+    },
     #[error(
         "no room in the Maglev pool for service {service_id}'s tables of {size} slots \
          ({wanted} blocks; the largest free run is {largest}): fewer or smaller services \

@@ -26,7 +26,7 @@
 
 use std::{
     ptr,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -204,6 +204,49 @@ impl MaglevTables {
         // order even independent loads). docs/restarts.md explains the pairing.
         self.generation(service_id).store(next, Ordering::Release);
         self.last_flip[service_id as usize] = Instant::now();
+    }
+
+    /// Writes `(slot, id)` into the live half of the service's pair, in place: each slot
+    /// one aligned `u32` store (Release), so a packet reads that slot's old or new id,
+    /// never a torn value; a packet reads one slot, so it sees one or the other. Neither
+    /// the generation nor the retired half is touched: [`GRACE`] is not involved (a
+    /// packet still reading the retired half after a flip reads the table it saw).
+    /// Which ids may be written when (both the old and the new id must be allowed to take
+    /// the packet) is the caller's rule: docs/publish.md.
+    pub(super) fn write_slots(
+        &mut self,
+        service_id: u32,
+        slots: &[(u32, u32)],
+    ) -> Result<(), DataplaneError> {
+        let Some(pair) = self.pair(service_id) else {
+            return Err(DataplaneError::SlotOutside {
+                service_id,
+                slot: slots.first().map_or(0, |s| s.0),
+                size: 0,
+            });
+        };
+        if let Some(&(slot, _)) = slots.iter().find(|&&(s, _)| s >= pair.size) {
+            return Err(DataplaneError::SlotOutside {
+                service_id,
+                slot,
+                size: pair.size as usize,
+            });
+        }
+        let offset = table_offset(pair, self.live_generation(service_id));
+        for &(slot, id) in slots {
+            // SAFETY: `slot < pair.size`, so the word lies inside the pair's live half,
+            // inside the mapping; it is 4-byte aligned (the mapping is page-aligned and
+            // slots are `u32`s) and the XDP program only loads it whole.
+            let word = unsafe {
+                &*(self
+                    .tables
+                    .addr
+                    .cast::<AtomicU32>()
+                    .add(offset + slot as usize))
+            };
+            word.store(id, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Copies `table` into half `generation` of `pair`.

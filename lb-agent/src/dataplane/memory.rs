@@ -18,6 +18,8 @@ pub enum Write {
     RemoveService(VipKey),
     Backend(u32),
     Table(u32),
+    /// Slots of a service's live table written in place (`Dataplane::write_slots`).
+    Slots(u32),
 }
 
 /// Maps held in memory.
@@ -28,6 +30,8 @@ pub struct MemoryDataplane {
     pub tables: BTreeMap<u32, Vec<u32>>,
     pub backend_stats: BTreeMap<u32, BackendStats>,
     pub log: Vec<Write>,
+    /// Table slots written so far: a whole table counts every slot.
+    pub slots_written: u64,
 }
 
 fn key_of(vip: &VipKey) -> [u32; 6] {
@@ -78,6 +82,27 @@ impl Dataplane for MemoryDataplane {
         }
         self.tables.insert(service_id, table.to_vec());
         self.log.push(Write::Table(service_id));
+        self.slots_written += table.len() as u64;
+        Ok(())
+    }
+
+    fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
+        let size = self.tables.get(&service_id).map_or(0, Vec::len);
+        if let Some(&(slot, _)) = slots.iter().find(|&&(s, _)| s as usize >= size) {
+            return Err(DataplaneError::SlotOutside {
+                service_id,
+                slot,
+                size,
+            });
+        }
+        let Some(table) = self.tables.get_mut(&service_id) else {
+            return Ok(()); // no slots given
+        };
+        for &(slot, id) in slots {
+            table[slot as usize] = id;
+        }
+        self.log.push(Write::Slots(service_id));
+        self.slots_written += slots.len() as u64;
         Ok(())
     }
 

@@ -1,11 +1,13 @@
 //! The incremental path of [`Publisher::apply`]: a want that differs from the last one
 //! only in backends' roles or MACs (health verdicts, membership) touches only those
-//! backends' entries and, if the set taking new flows changed, republishes the live table.
+//! backends' entries and, if the set taking new flows changed, rewrites the live table's changed slots.
 //! [`Publisher::apply_backends`] takes the changed backends alone (the agent after a
 //! membership update), without a pass over the service's description.
 use super::{
     ApplyReport, DesiredBackend, DesiredService, PublishError, PublishedService, Publisher,
-    backend_entry, live_table, stage_entry, takes_new_flows, write_deferred,
+    backend_entry,
+    failover::{Whole, slot_writes},
+    stage_entry, takes_new_flows, write_deferred,
 };
 use crate::dataplane::Dataplane;
 
@@ -38,6 +40,65 @@ impl PublishedService {
     }
 }
 
+impl PublishedService {
+    /// Publishes the live table for the new set `active`, which differs from the last by
+    /// `toggled` (id, now active): only the slots that change, written in place
+    /// ([`Dataplane::write_slots`]), when the walk state allows; else the whole table.
+    fn publish_changed_slots<D: Dataplane>(
+        &mut self,
+        active: Vec<u32>,
+        toggled: &[(u32, bool)],
+        dp: &mut D,
+        report: &mut ApplyReport,
+    ) -> Result<(), PublishError> {
+        let Some(writes) = self.changed_slots(&active, toggled) else {
+            return self.publish_whole(active, dp, report);
+        };
+        self.live_version += 1;
+        self.live_slots = Default::default();
+        if !writes.is_empty() {
+            self.table_stale = true;
+            dp.write_slots(self.id, &writes)?;
+            self.table_stale = false;
+        }
+        self.active = active;
+        report.tables_published += 1;
+        report.slots_written += writes.len();
+        Ok(())
+    }
+
+    /// Updates `live` for `toggled` through the walk state and returns the slots to
+    /// write with their new owner; `None` (state dropped) when the table must be
+    /// computed whole: no state, nothing active afterwards, a walk out of steps.
+    fn changed_slots(
+        &mut self,
+        active: &[u32],
+        toggled: &[(u32, bool)],
+    ) -> Option<Vec<(u32, u32)>> {
+        let mut walks = self.failover.take()?;
+        if active.is_empty() || self.table_stale {
+            return None;
+        }
+        let mut changed = Vec::new();
+        // Returns first, then departures one by one, each against the set after it (the
+        // departures still to come count as active): every step is then the change from
+        // one valid set to the next, as `Failover` requires, and no step empties the set.
+        for &(id, _) in toggled.iter().filter(|t| t.1) {
+            walks.enter(id, &self.home, &mut self.live, &mut changed);
+        }
+        let leaving: Vec<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
+        for (i, &id) in leaving.iter().enumerate() {
+            let later = &leaving[i + 1..];
+            let still = |b: u32| active.binary_search(&b).is_ok() || later.contains(&b);
+            if let Err(Whole) = walks.leave(id, &self.home, &mut self.live, still, &mut changed) {
+                return None;
+            }
+        }
+        self.failover = Some(walks);
+        Some(slot_writes(changed, &self.live))
+    }
+}
+
 impl Publisher {
     /// Publishes a change of some backends of `service` — roles or MACs, as a health
     /// verdict makes — without the service's whole description: `backends` are the new
@@ -46,8 +107,8 @@ impl Publisher {
     /// last want, a weight changed, the full path forced): the caller then hands the
     /// whole description to [`Publisher::apply_some`]; nothing was written.
     ///
-    /// Cost: a lookup per given backend, the changed entries, and the failover pass if
-    /// the set taking new flows changed — not the service's size.
+    /// Cost: a lookup per given backend, the changed entries, and the changed table
+    /// slots if the set taking new flows changed — not the service's size.
     pub fn apply_backends<D: Dataplane>(
         &mut self,
         service: &str,
@@ -116,6 +177,8 @@ impl Publisher {
         // A copy, made on the first change: `svc.active` must keep saying what the
         // published table holds until the new one is written.
         let mut active: Option<Vec<u32>> = None;
+        // Backends that start (`true`) or stop taking new flows, by id.
+        let mut toggled: Vec<(u32, bool)> = Vec::new();
         for &(i, b) in changed {
             report.backends_examined += 1;
             let published = svc
@@ -134,9 +197,13 @@ impl Publisher {
             if takes_new_flows(&last.backends[i]) != now_active {
                 let active = active.get_or_insert_with(|| svc.active.clone());
                 match active.binary_search(&published.id) {
-                    Err(at) if now_active => active.insert(at, published.id),
+                    Err(at) if now_active => {
+                        active.insert(at, published.id);
+                        toggled.push((published.id, true));
+                    }
                     Ok(at) if !now_active => {
                         active.remove(at);
+                        toggled.push((published.id, false));
                     }
                     _ => {}
                 }
@@ -146,13 +213,7 @@ impl Publisher {
         if let Some(active) = active
             && active != svc.active
         {
-            let live = live_table(&svc.home, &active);
-            dp.publish_table(svc.id, &live)?;
-            svc.live = live;
-            svc.live_version += 1;
-            svc.live_slots = Default::default();
-            svc.active = active;
-            report.tables_published += 1;
+            svc.publish_changed_slots(active, &toggled, dp, report)?;
         }
         write_deferred(after_table, &mut svc.backends, dp, report)?;
         svc.last_want = Some(last);

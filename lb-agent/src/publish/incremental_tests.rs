@@ -70,7 +70,7 @@ fn a_verdict_about_one_of_1000_servers_examines_and_writes_only_that_server() {
         (1, 1, 1),
         "a verdict about one server must cost work for that server only: {report:?}"
     );
-    assert_eq!(dp.log, vec![Write::Table(0), Write::Backend(id)]);
+    assert_eq!(dp.log, vec![Write::Slots(0), Write::Backend(id)]);
     assert_eq!(dp.backends[&id].flags & BACKEND_F_LIVE, 0);
     assert!(!dp.tables[&0].contains(&id));
 
@@ -87,7 +87,7 @@ fn a_verdict_about_one_of_1000_servers_examines_and_writes_only_that_server() {
     );
     assert_eq!(
         dp.log,
-        vec![Write::Backend(id), Write::Table(0)],
+        vec![Write::Backend(id), Write::Slots(0)],
         "a returning backend is live before the table points at it"
     );
 
@@ -140,7 +140,7 @@ fn one_changed_backend_of_1000_is_published_from_its_own_want() {
         (1, 1, 1, 1),
         "{report:?}"
     );
-    assert_eq!(dp.log, vec![Write::Table(0), Write::Backend(id)]);
+    assert_eq!(dp.log, vec![Write::Slots(0), Write::Backend(id)]);
     assert!(!dp.tables[&0].contains(&id));
     // The last want was updated in place: the whole want with the failure is no change.
     let mut with_failure = all.clone();
@@ -167,7 +167,7 @@ fn one_changed_backend_of_1000_is_published_from_its_own_want() {
     p.apply_backends("svc0", &all[617..618], &mut dp)
         .unwrap()
         .unwrap();
-    assert_eq!(dp.log, vec![Write::Backend(id), Write::Table(0)]);
+    assert_eq!(dp.log, vec![Write::Backend(id), Write::Slots(0)]);
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn a_verdict_in_one_of_the_most_services_touches_only_that_service() {
     let sid = p.service_id("svc42").unwrap();
     let id = p.backend_id("svc42", &want[42].backends[7].addr).unwrap();
     assert_eq!(report.backends_examined, 1, "{report:?}");
-    assert_eq!(dp.log, vec![Write::Table(sid), Write::Backend(id)]);
+    assert_eq!(dp.log, vec![Write::Slots(sid), Write::Backend(id)]);
 }
 
 #[test]
@@ -510,10 +510,90 @@ fn incremental_publish_yields_the_maps_of_a_full_and_of_a_fresh_publish() {
             incremental_steps > 50,
             "seed {seed}: the sequence must exercise the incremental path ({incremental_steps} steps)"
         );
+        let slot_steps = inc_dp
+            .log
+            .iter()
+            .filter(|w| matches!(w, Write::Slots(_)))
+            .count();
+        assert!(
+            slot_steps > 20,
+            "seed {seed}: the sequence must exercise tables written slot by slot ({slot_steps})"
+        );
         assert!(
             per_backend_steps > 20,
             "seed {seed}: the sequence must exercise publishes of changed backends alone \
              ({per_backend_steps} steps)"
         );
     }
+}
+
+/// Slots of `table` that differ from `other`.
+fn differing(table: &[u32], other: &[u32]) -> u64 {
+    table.iter().zip(other).filter(|(a, b)| a != b).count() as u64
+}
+
+#[test]
+fn a_verdict_writes_only_the_slots_that_change() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::default();
+    let all: Vec<DesiredBackend> = (0..1000).map(server).collect();
+    p.apply(&[service(0, all.clone())], &mut dp).unwrap();
+    let size = dp.tables[&0].len() as u64;
+    let id = |i: usize| p.backend_id("svc0", &all[i].addr).unwrap();
+    let (a, b) = (id(617), id(42));
+    let held = |dp: &MemoryDataplane, id: u32| dp.tables[&0].iter().filter(|&&s| s == id).count();
+    let home_a = held(&dp, a) as u64;
+    assert!(home_a > 0 && home_a * 100 < size);
+
+    // One server leaves: exactly its slots are written, in place.
+    let mut want = all.clone();
+    want[617].role = Role::Removed;
+    let (before, written) = (dp.tables[&0].clone(), dp.slots_written);
+    dp.log.clear();
+    let report = p
+        .apply_backends("svc0", &want[617..618], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert_eq!(dp.log, vec![Write::Slots(0), Write::Backend(a)]);
+    assert_eq!(
+        dp.slots_written - written,
+        home_a,
+        "its slots, nothing else"
+    );
+    assert_eq!(report.slots_written as u64, home_a);
+    assert_eq!(differing(&before, &dp.tables[&0]), home_a);
+    assert_eq!(held(&dp, a), 0);
+
+    // A second one leaves: its home slots and those of the first that failed over to it.
+    want[42].role = Role::Removed;
+    let held_b = held(&dp, b) as u64;
+    let (before, written) = (dp.tables[&0].clone(), dp.slots_written);
+    p.apply_backends("svc0", &want[42..43], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert_eq!(dp.slots_written - written, held_b);
+    assert_eq!(differing(&before, &dp.tables[&0]), held_b);
+
+    // The first returns: its home slots, and those of the second whose walk meets one of
+    // its home slots first — exactly the slots that differ, which a whole pass gives.
+    want[617].role = Role::Active;
+    let (before, written) = (dp.tables[&0].clone(), dp.slots_written);
+    p.apply_backends("svc0", &want[617..618], &mut dp)
+        .unwrap()
+        .unwrap();
+    let moved = differing(&before, &dp.tables[&0]);
+    assert_eq!(dp.slots_written - written, moved);
+    assert!(moved >= home_a && moved < home_a + held_b);
+    assert_eq!(held(&dp, a) as u64, moved);
+
+    // The maps are those of a publish from scratch.
+    let mut fresh_dp = MemoryDataplane::default();
+    let mut fresh = Publisher::default();
+    fresh
+        .apply(&[service(0, want.clone())], &mut fresh_dp)
+        .unwrap();
+    assert!(
+        dp.tables[&0] == fresh_dp.tables[&0],
+        "slot by slot == whole"
+    );
 }
