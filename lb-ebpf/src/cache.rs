@@ -19,6 +19,7 @@ use lb_common::{
     NO_BACKEND,
     hash::flow_cache_slot,
     maps::{FlowCacheEntry, FlowKey},
+    table::same_flow,
 };
 
 use crate::{maps::LB_FLOW_CACHE, nat::Source};
@@ -63,22 +64,4 @@ pub fn forget(key: &FlowKey) {
     if e.backend_id != NO_BACKEND && same_flow(&e.key, key) {
         e.backend_id = NO_BACKEND;
     }
-}
-
-/// Whether two flow keys are equal, word by word (no `memcmp` in BPF; the padding is
-/// always zero in keys the parser builds).
-#[inline(always)]
-fn same_flow(a: &FlowKey, b: &FlowKey) -> bool {
-    (a.src[0] == b.src[0])
-        & (a.src[1] == b.src[1])
-        & (a.src[2] == b.src[2])
-        & (a.src[3] == b.src[3])
-        & (a.dst[0] == b.dst[0])
-        & (a.dst[1] == b.dst[1])
-        & (a.dst[2] == b.dst[2])
-        & (a.dst[3] == b.dst[3])
-        & (a.sport == b.sport)
-        & (a.dport == b.dport)
-        & (a.proto == b.proto)
-        & (a.family == b.family)
 }
