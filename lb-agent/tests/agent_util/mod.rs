@@ -201,7 +201,13 @@ pub struct Harness<N: Neighbors = StaticNeighbors> {
     pub snapshots_on_demand: bool,
     stats: Interval,
     mac_retry: Interval,
+    /// Health ticks in a row at one simulated instant (see [`Harness::turn`]).
+    ticks_at_one_instant: (Instant, u32),
 }
+
+/// More health ticks than this at one simulated instant: the agent is spinning on a
+/// deadline its tick does not move (time is paused, so it would never end).
+const MAX_TICKS_AT_ONE_INSTANT: u32 = 1_000;
 
 impl Harness<StaticNeighbors> {
     /// The agent running `text`, every backend resolving to [`MAC`].
@@ -243,6 +249,7 @@ impl<N: Neighbors> Harness<N> {
             snapshots_on_demand: false,
             stats,
             mac_retry,
+            ticks_at_one_instant: (Instant::now(), 0),
         }
     }
 
@@ -283,7 +290,20 @@ impl<N: Neighbors> Harness<N> {
                 self.agent.on_probe_report(report).expect("memory publishing cannot fail");
             }
             _ = sleep_until_opt(deadline) => {
-                self.agent.on_tick(Instant::now()).expect("memory publishing cannot fail");
+                let now = Instant::now();
+                let (at, count) = &mut self.ticks_at_one_instant;
+                if *at == now {
+                    *count += 1;
+                    assert!(
+                        *count < MAX_TICKS_AT_ONE_INSTANT,
+                        "the agent's next deadline stays at {deadline:?} after {count} ticks: \
+                         its tick does not take the work that is due"
+                    );
+                } else {
+                    *at = now;
+                    *count = 1;
+                }
+                self.agent.on_tick(now).expect("memory publishing cannot fail");
             }
             _ = self.stats.tick() => {
                 self.agent.poll_stats();
