@@ -3,6 +3,15 @@
 //! roles of those servers only — as long as no whole-service decision can change (which
 //! spares run, the active level, the cap's held servers, fail-open). When one might, the
 //! caller falls back to [`ServiceMembership::compute`], which stays the reference.
+//!
+//! Spares: which run is `spares::select(candidates, running, deficit)`, and that choice is
+//! a fixed point — selecting again with the same candidates (usable spares of weight > 0)
+//! and the same missing weight returns the running set unchanged (it covers the deficit or
+//! holds every candidate, none of its members can retire, it is no larger than the fewest
+//! that cover). So while spares run, a change that leaves the missing weight and every
+//! spare's candidacy as they were (a backup server, a primary of weight 0, a move between
+//! two unusable states, a spare that stays unusable) keeps the same spares running, and
+//! whether the primary group is usable through them, and is applied here too.
 
 use std::collections::BTreeMap;
 
@@ -104,6 +113,11 @@ impl Counts {
     }
 }
 
+/// Whether a spare is one `spares::select` may run: usable and of weight above 0.
+fn is_spare_candidate(s: &MemberInput) -> bool {
+    is_healthy(s) && s.weight > 0
+}
+
 fn saturate(sum: u64) -> u32 {
     u32::try_from(sum).unwrap_or(u32::MAX)
 }
@@ -133,7 +147,10 @@ impl ServiceMembership {
     /// [`compute`](ServiceMembership::compute) or `update`, when no whole-service decision
     /// can change: the primary group runs no spare and needs none, the set of usable levels
     /// stays the same (so does the active level, and no `RetryAfter` try is due), the cap
-    /// holds no server in the changed servers' groups before or after. Returns the indices
+    /// holds no server in the changed servers' groups before or after. While spares run or
+    /// are needed, the missing weight and every spare's candidacy (usable with a weight
+    /// above 0) must stay as they were; then the running spares stay too (the module doc's
+    /// fixed point). Returns the indices
     /// (in input order) of the servers whose role changed; `outcome` is then what
     /// `compute` over every input would return. `None`: a full computation is needed;
     /// nothing was changed.
@@ -147,10 +164,7 @@ impl ServiceMembership {
         outcome: &mut Outcome,
     ) -> Option<Vec<usize>> {
         let inputs = self.agg.inputs.as_ref()?;
-        if outcome.roles.len() != inputs.len()
-            || self.blackout != Blackout::No
-            || !self.running_spares.is_empty()
-        {
+        if outcome.roles.len() != inputs.len() || self.blackout != Blackout::No {
             return None;
         }
         if let BackupSwitch::RetryAfter(d) = policy.backup_switch
@@ -161,6 +175,7 @@ impl ServiceMembership {
         }
         let mut counts = self.agg.counts.clone();
         let mut at = Vec::with_capacity(changed.len());
+        let mut candidacy_moved = false;
         for new in changed {
             let i = inputs.binary_search_by_key(&new.key, |s| s.key).ok()?;
             let old = &inputs[i];
@@ -169,6 +184,7 @@ impl ServiceMembership {
             {
                 return None;
             }
+            candidacy_moved |= old.is_spare() && is_spare_candidate(old) != is_spare_candidate(new);
             counts.remove(old);
             counts.add(new);
             at.push(i);
@@ -182,7 +198,9 @@ impl ServiceMembership {
         let before = &self.agg.counts;
         if counts.usable_levels().next().is_none()
             || !counts.usable_levels().eq(before.usable_levels())
-            || (counts.weighted_spares > 0 && (counts.deficit() > 0 || before.deficit() > 0))
+            || (counts.weighted_spares > 0
+                && (counts.deficit() != before.deficit()
+                    || (counts.deficit() > 0 && candidacy_moved)))
         {
             return None;
         }

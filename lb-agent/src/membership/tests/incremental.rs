@@ -75,6 +75,8 @@ fn random_health(rng: &mut Rng, now: Instant) -> MemberHealth {
 fn an_accepted_update_gives_the_outcome_of_a_computation_over_every_server() {
     let t0 = Instant::now();
     let (mut updated, mut fell_back) = (0, 0);
+    // Accepted while spares ran, and while spares were needed but could not cover.
+    let (mut updated_running, mut updated_short) = (0, 0);
     for seed in 1..=300u64 {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
         let (mut servers, policy) = random_service(&mut rng);
@@ -113,6 +115,19 @@ fn an_accepted_update_gives_the_outcome_of_a_computation_over_every_server() {
             match moved {
                 Some(moved) => {
                     updated += 1;
+                    updated_running += usize::from(before.spare_num > 0);
+                    updated_short += usize::from(
+                        before.spare_num > 0
+                            && before.main_weight - before.active_weight
+                                > before
+                                    .spares
+                                    .iter()
+                                    .filter(|(_, s)| *s == SpareStatus::Running)
+                                    .map(|(k, _)| {
+                                        servers.iter().find(|s| s.key == *k).unwrap().weight
+                                    })
+                                    .sum::<u32>(),
+                    );
                     assert_eq!(have, want, "{ctx}: the update differs from the computation");
                     let really: Vec<usize> = (0..servers.len())
                         .filter(|&i| before.roles[i] != want.roles[i])
@@ -132,6 +147,13 @@ fn an_accepted_update_gives_the_outcome_of_a_computation_over_every_server() {
     assert!(
         updated > 2_000 && fell_back > 2_000,
         "updated {updated}, fell back {fell_back}"
+    );
+    // The verdicts accepted while spares run (the fixed point of the spare choice): some
+    // with the spares covering the missing weight, some with them falling short.
+    assert!(
+        updated_running > 300 && updated_short > 30,
+        "updated {updated} ({updated_running} with spares running, {updated_short} of \
+         them short), fell back {fell_back}"
     );
 }
 
@@ -169,5 +191,60 @@ fn a_verdict_that_moves_a_decision_is_left_to_the_computation() {
             .update(&changed, &svc.policy, Instant::now(), &mut out),
         None,
         "the active level changes: the whole service is computed"
+    );
+}
+
+#[test]
+fn a_verdict_that_leaves_the_running_spares_alone_is_applied_while_they_run() {
+    // One primary down, the first spare covers it; the backup servers are not part of
+    // that decision (level 1 stays usable with one of them).
+    let mut svc = Svc::new(vec![
+        primary(1, 1),
+        primary(2, 1),
+        spare(3, 1),
+        spare(4, 1),
+        backup(5, 1),
+        backup(6, 1),
+    ]);
+    svc.fail(1);
+    let mut out = svc.compute();
+    assert_eq!(running(&out), vec![a(3)]);
+
+    // The backup server failing moves neither the missing weight nor a spare.
+    svc.fail(5);
+    let changed = [*svc.server(5)];
+    assert_eq!(
+        svc.m
+            .update(&changed, &svc.policy, Instant::now(), &mut out),
+        Some(vec![]),
+        "a backup server's verdict while the primary group is active moves no role"
+    );
+    // The failed primary turning suspect (unusable either way): its role is the same.
+    svc.suspect(1);
+    let changed = [*svc.server(1)];
+    assert_eq!(
+        svc.m
+            .update(&changed, &svc.policy, Instant::now(), &mut out),
+        Some(vec![])
+    );
+    // The idle spare failing: it runs no traffic, but it was a candidate of the choice,
+    // so the choice is left to the computation.
+    svc.fail(4);
+    let changed = [*svc.server(4)];
+    assert_eq!(
+        svc.m
+            .update(&changed, &svc.policy, Instant::now(), &mut out),
+        None,
+        "a spare's candidacy moved while spares are needed"
+    );
+    let mut out = svc.compute();
+    // The primary recovering changes the missing weight: the spare must stop.
+    svc.heal(1);
+    let changed = [*svc.server(1)];
+    assert_eq!(
+        svc.m
+            .update(&changed, &svc.policy, Instant::now(), &mut out),
+        None,
+        "the missing weight changes: the whole service is computed"
     );
 }
