@@ -230,6 +230,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let (snapshot_tx, snapshot) = watch::channel(Arc::new(Snapshot::default()));
         let events: EventLog = Arc::new(Mutex::new(VecDeque::new()));
         let agent = Self {
+            publisher: Publisher::with_max_backends(dp.max_backends()),
             dp,
             prober,
             neighbors,
@@ -237,7 +238,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             services: Vec::new(),
             next_incarnation: Default::default(),
             pending_events: Vec::new(),
-            publisher: Publisher::default(),
             macs: HashMap::new(),
             reports_tx,
             snapshot_tx,
@@ -987,10 +987,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     new.backup,
                 )
                 .map_err(invalid)?;
-                if self.services[si].servers.len() + 1 >= lb_common::MAX_BACKENDS as usize {
+                let max = self.publisher.max_backends() as usize;
+                if self.services.iter().map(|s| s.servers.len()).sum::<usize>() >= max {
                     return Err(AdminError::Invalid(format!(
-                        "at most {} servers are supported",
-                        lb_common::MAX_BACKENDS - 1
+                        "the data plane holds at most {max} servers over all services \
+                         (`agent.max_backends`)"
                     )));
                 }
                 self.admin_state.record_add(service, &new);
