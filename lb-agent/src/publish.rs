@@ -672,12 +672,14 @@ impl PublishedService {
         report: &mut ApplyReport,
     ) -> Result<(), PublishError> {
         let (live, walks) = whole_live_table(&self.home, &active);
+        self.failover = None;
+        self.table_stale = true;
+        // `live` changes only once the maps hold it (status counts slots from it).
+        dp.publish_table(self.id, &live)?;
         self.live = live;
         self.failover = walks;
         self.live_version += 1;
         self.live_slots = Default::default();
-        self.table_stale = true;
-        dp.publish_table(self.id, &self.live)?;
         self.table_stale = false;
         self.active = active;
         report.tables_published += 1;
