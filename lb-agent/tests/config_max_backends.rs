@@ -81,3 +81,21 @@ fn more_servers_than_the_data_plane_holds_is_refused_at_the_service_that_passes_
     let c = config::parse(&text("max_backends = 12", 3, 4), Path::new("lb.toml")).unwrap();
     assert_eq!(c.services.len(), 3);
 }
+
+#[test]
+fn check_config_says_the_room_and_its_memory_when_not_the_default() {
+    let host = config::HostFacts::default();
+    let c = config::parse(&text("", 1, 2), Path::new("lb.toml")).unwrap();
+    let lines = config::render(&c, Path::new("lb.toml"), &host);
+    assert!(!lines.iter().any(|l| l.contains("room for")), "{lines:?}");
+    let c = config::parse(&text("max_backends = 131071", 2, 3), Path::new("lb.toml")).unwrap();
+    let lines = config::render(&c, Path::new("lb.toml"), &host);
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("data plane: room for 131071 backends (6 configured)"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        line.contains("backend maps 4.0 MiB + 4.0 MiB per CPU"),
+        "{line}"
+    );
+}
