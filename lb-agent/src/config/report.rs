@@ -413,23 +413,6 @@ pub fn human(d: Duration) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_print_as_the_config_writes_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(human(Duration::ZERO), "0s");
-        assert_eq!(human(ms(250)), "250ms");
-        assert_eq!(human(ms(1500)), "1.5s");
-        assert_eq!(human(ms(6000)), "6s");
-        assert_eq!(human(ms(90_000)), "1m30s");
-        assert_eq!(human(ms(7_200_000)), "2h");
-        assert_eq!(human(Duration::from_micros(1500)), "1500us");
-    }
-}
-
 /// With a non-default `agent.max_backends`: the room and the kernel memory it takes
 /// (32 B per entry in `LB_BACKENDS`, 32 B per entry per CPU in `LB_BACKEND_STATS`).
 fn capacity_line(cfg: &Config) -> Option<String> {
@@ -445,4 +428,21 @@ fn capacity_line(cfg: &Config) -> Option<String> {
          + {mib:.1} MiB per CPU ({:.1} MiB on this host's {cpus} CPUs)",
         mib * (1 + cpus) as f64
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_the_config_writes_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(ms(250)), "250ms");
+        assert_eq!(human(ms(1500)), "1.5s");
+        assert_eq!(human(ms(6000)), "6s");
+        assert_eq!(human(ms(90_000)), "1m30s");
+        assert_eq!(human(ms(7_200_000)), "2h");
+        assert_eq!(human(Duration::from_micros(1500)), "1500us");
+    }
 }
