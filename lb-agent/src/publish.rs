@@ -115,8 +115,8 @@ pub enum PublishError {
     Dataplane(#[from] DataplaneError),
     #[error("more than {max} services", max = MAX_SERVICES)]
     TooManyServices,
-    #[error("more than {max} backends", max = MAX_BACKENDS - 1)]
-    TooManyBackends,
+    #[error("more than {max} backends (the data plane's size, `agent.max_backends`)")]
+    TooManyBackends { max: u32 },
 }
 
 /// What one `apply` did.
@@ -273,6 +273,20 @@ impl Default for Publisher {
 }
 
 impl Publisher {
+    /// A publisher for a data plane holding `max_backends` backends (ids
+    /// `1..=max_backends`, [`crate::dataplane::Dataplane::max_backends`]).
+    pub fn with_max_backends(max_backends: u32) -> Self {
+        Self {
+            backend_ids: IdPool::new(1, max_backends.saturating_add(1)),
+            ..Self::default()
+        }
+    }
+
+    /// How many backends the data plane holds.
+    pub fn max_backends(&self) -> u32 {
+        self.backend_ids.end - 1
+    }
+
     /// Takes over what a previous run published (pinned maps): services are matched to
     /// the configuration by VIP, backends by address, and keep their ids, so flows pinned
     /// before the restart still find their backends. Call before the first `apply`.
@@ -579,7 +593,9 @@ impl Publisher {
                     let id = self
                         .backend_ids
                         .take()
-                        .ok_or(PublishError::TooManyBackends)?;
+                        .ok_or(PublishError::TooManyBackends {
+                            max: self.backend_ids.end - 1,
+                        })?;
                     self.owners.insert(id, (want.name.clone(), b.addr));
                     e.insert(PublishedBackend {
                         id,
@@ -656,12 +672,14 @@ impl PublishedService {
         report: &mut ApplyReport,
     ) -> Result<(), PublishError> {
         let (live, walks) = whole_live_table(&self.home, &active);
+        self.failover = None;
+        self.table_stale = true;
+        // `live` changes only once the maps hold it (status counts slots from it).
+        dp.publish_table(self.id, &live)?;
         self.live = live;
         self.failover = walks;
         self.live_version += 1;
         self.live_slots = Default::default();
-        self.table_stale = true;
-        dp.publish_table(self.id, &self.live)?;
         self.table_stale = false;
         self.active = active;
         report.tables_published += 1;
@@ -745,7 +763,8 @@ fn slot_counts(table: &[u32]) -> HashMap<u32, u32> {
 /// The home table with the slots of inactive backends failed over to active ones
 /// (`active` sorted), and the walk state for updating it slot by slot when it can be had.
 fn whole_live_table(home: &[u32], active: &[u32]) -> (Vec<u32>, Option<failover::Failover>) {
-    let mut is_active = vec![false; MAX_BACKENDS as usize];
+    let bound = active.iter().max().map_or(0, |&id| id as usize + 1);
+    let mut is_active = vec![false; bound];
     for &id in active {
         if let Some(flag) = is_active.get_mut(id as usize) {
             *flag = true;

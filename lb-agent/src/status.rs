@@ -25,6 +25,24 @@ pub struct Snapshot {
     /// VIP announcement to the routers (docs/multi-node.md).
     #[serde(default)]
     pub announce: AnnounceStatus,
+    /// Failed publishes and their retry (docs/publish.md, *A publish that fails*).
+    #[serde(default)]
+    pub publish: PublishStatus,
+}
+
+/// Publishes to the data plane that failed, and the services waiting for the retry.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PublishStatus {
+    /// Failed publishes so far.
+    pub failures: u64,
+    /// Services whose last publish failed (their verdicts wait for the retry).
+    pub held: Vec<String>,
+    /// Seconds until the retry, when one waits.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub retry_in_seconds: Option<f64>,
+    /// The last failure's error.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub last_error: Option<String>,
 }
 
 /// Local faults of the agent's host seen by probes: never counted against a server.

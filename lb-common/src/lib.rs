@@ -111,8 +111,14 @@ pub const fn vip_bucket_index(generation: u64, hash: u32) -> u32 {
 
 /// Services (VIP, port, protocol) the data plane can hold; service ids are `0..MAX_SERVICES`.
 pub const MAX_SERVICES: u32 = 1024;
-/// Backend ids are `1..MAX_BACKENDS`; id 0 means "no backend".
+/// Entries `LB_BACKENDS` and `LB_BACKEND_STATS` are compiled with: backend ids are
+/// `1..MAX_BACKENDS` unless the agent sizes the maps otherwise at load time
+/// (`agent.max_backends`, up to [`BACKEND_ENTRIES_LIMIT`]); id 0 means "no backend".
+/// The data plane bounds ids by the maps' sizes, never by this constant.
 pub const MAX_BACKENDS: u32 = 16384;
+/// Most entries the backend maps may be given at load time (ids `1..BACKEND_ENTRIES_LIMIT`):
+/// 32 MiB of `LB_BACKENDS` plus 32 MiB of `LB_BACKEND_STATS` per CPU at that size.
+pub const BACKEND_ENTRIES_LIMIT: u32 = 1 << 20;
 /// Backend id stored in a Maglev slot when the service has nothing to send to.
 pub const NO_BACKEND: u32 = 0;
 /// Flows the connection table (`LB_FLOWS`) is sized for: its array holds twice as

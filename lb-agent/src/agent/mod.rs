@@ -10,6 +10,7 @@ mod admin_state;
 mod departing;
 mod local_faults;
 mod neighbors;
+mod publish_retry;
 mod resolve;
 mod server;
 mod snapshot;
@@ -31,6 +32,7 @@ use tracing::{info, warn};
 
 pub use admin_state::{AdminState, ApplyReport, StateFileError};
 pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
+pub use publish_retry::{FIRST_RETRY, LAST_RETRY};
 use server::{Configured, ServerRt};
 
 use crate::{
@@ -174,9 +176,10 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     last_publish: crate::publish::ApplyReport,
     /// What the last recompute did with membership.
     last_membership: MembershipWork,
-    /// A publish of every service failed: the next recompute publishes every service
-    /// again (only a full publish removes what the configuration no longer has).
-    full_publish_due: bool,
+    /// Services whose publish failed, retried on a spaced schedule (a failed full
+    /// publish is retried full: only a full publish removes what the configuration no
+    /// longer has).
+    publish_retry: publish_retry::PublishRetry,
     transitions: u64,
     passive: BTreeMap<String, u64>,
     /// Probes that could not run for a local reason (never held against a server).
@@ -230,6 +233,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let (snapshot_tx, snapshot) = watch::channel(Arc::new(Snapshot::default()));
         let events: EventLog = Arc::new(Mutex::new(VecDeque::new()));
         let agent = Self {
+            publisher: Publisher::with_max_backends(dp.max_backends()),
             dp,
             prober,
             neighbors,
@@ -237,7 +241,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             services: Vec::new(),
             next_incarnation: Default::default(),
             pending_events: Vec::new(),
-            publisher: Publisher::default(),
             macs: HashMap::new(),
             reports_tx,
             snapshot_tx,
@@ -245,7 +248,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             propagation: Histogram::default(),
             last_publish: Default::default(),
             last_membership: Default::default(),
-            full_publish_due: false,
+            publish_retry: Default::default(),
             transitions: 0,
             passive: BTreeMap::new(),
             local_faults: Default::default(),
@@ -839,6 +842,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
                     .chain(s.departing.values().map(departing::Departing::deadline))
             })
+            .chain(self.publish_retry.due())
             .min()
     }
 
@@ -874,6 +878,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
             changed |= svc.marked;
         }
+        changed |= self.publish_retry.due().is_some_and(|at| at <= now);
         for (s, a, t) in records {
             self.record(&s, &a, &t);
         }
@@ -987,10 +992,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     new.backup,
                 )
                 .map_err(invalid)?;
-                if self.services[si].servers.len() + 1 >= lb_common::MAX_BACKENDS as usize {
+                let max = self.publisher.max_backends() as usize;
+                if self.services.iter().map(|s| s.servers.len()).sum::<usize>() >= max {
                     return Err(AdminError::Invalid(format!(
-                        "at most {} servers are supported",
-                        lb_common::MAX_BACKENDS - 1
+                        "the data plane holds at most {max} servers over all services \
+                         (`agent.max_backends`)"
                     )));
                 }
                 self.admin_state.record_add(service, &new);
@@ -1031,6 +1037,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let published = if matches!(change_kind, ChangeKind::Add) {
             self.recompute(now, started)
         } else {
+            // An operator's change is tried now, also on a service waiting for a retry.
+            self.publish_retry.release(&self.services[si].cfg.name);
             self.services[si].mark();
             self.recompute_marked(now, started)
         };
@@ -1087,6 +1095,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Recomputes membership of every service and publishes what changed; `started` is
     /// when the event that triggered this was taken (propagation is measured from it).
     fn recompute(&mut self, now: Instant, started: std::time::Instant) -> Result<(), PublishError> {
+        // Every service is tried now, including those waiting for a retry.
+        self.publish_retry.take_all();
         for svc in &mut self.services {
             svc.mark();
         }
@@ -1100,8 +1110,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         now: Instant,
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
-        if self.full_publish_due {
-            return self.recompute(now, started);
+        if let Some(due) = self.publish_retry.take_due(now) {
+            if due.full {
+                return self.recompute(now, started);
+            }
+            for svc in &mut self.services {
+                if due.services.contains(&svc.cfg.name) {
+                    svc.mark();
+                }
+            }
         }
         self.recompute_services(now, started, false)
     }
@@ -1124,12 +1141,19 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut notes = Vec::new();
         let mut recomputed = Vec::new();
         let mut work = MembershipWork::default();
+        let retry = &self.publish_retry;
         for (si, svc) in self
             .services
             .iter_mut()
             .enumerate()
             .filter(|(_, s)| s.marked)
         {
+            if !all && retry.holds(&svc.cfg.name) {
+                // Its publish failed: the retry recomputes it over every server (the
+                // verdicts stay in its servers' health until then).
+                svc.unmark();
+                continue;
+            }
             recomputed.push(si);
             if let Some(moved) = svc.update_membership(now, &mut work) {
                 for a in &svc.changed_health {
@@ -1175,16 +1199,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let report = match applied {
             Ok(report) => report,
             Err(e) => {
-                // Not published: the next recompute must take these services again,
-                // over every server (membership already took the verdicts in).
-                for si in recomputed {
-                    self.services[si].mark();
-                }
-                self.full_publish_due |= all;
+                // Not published: the retry takes these services again, over every
+                // server (membership already took the verdicts in), on its schedule.
+                let names = recomputed
+                    .into_iter()
+                    .map(|si| self.services[si].cfg.name.clone());
+                self.publish_retry.failed(names, all, now, e.to_string());
+                self.deadline_cache.set(None);
+                self.snapshot_dirty = true;
                 return Err(e);
             }
         };
-        self.full_publish_due &= !all;
+        self.publish_retry.succeeded();
         self.last_publish = report;
         // After the tables: a VIP is announced only once the node can forward it.
         self.announce();

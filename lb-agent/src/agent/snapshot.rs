@@ -180,6 +180,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         transitions: agent.transitions,
         passive_events: agent.passive.clone(),
         local_faults: agent.local_faults.status(now, at),
+        publish: agent.publish_retry.status(now),
         announce: {
             let mut a = agent.announcer.status();
             a.quiet_seconds = agent

@@ -81,6 +81,31 @@ pub fn render(snap: &Snapshot) -> String {
         u8::from(snap.local_faults.active) as f64,
     );
 
+    header(
+        o,
+        "lb_agent_publish_failures_total",
+        "counter",
+        "publishes to the data plane that failed (retried on a backoff, docs/publish.md)",
+    );
+    line(
+        o,
+        "lb_agent_publish_failures_total",
+        &[],
+        snap.publish.failures as f64,
+    );
+    header(
+        o,
+        "lb_agent_publish_retry_services",
+        "gauge",
+        "services whose last publish failed, waiting for the retry",
+    );
+    line(
+        o,
+        "lb_agent_publish_retry_services",
+        &[],
+        snap.publish.held.len() as f64,
+    );
+
     syn_check(o);
 
     histogram(

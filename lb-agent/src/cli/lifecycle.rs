@@ -6,7 +6,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use lb_agent::dataplane::{
-    AttachMode, BpfDataplane, DataplaneError, LinkCheck, PublishedState, caps, if_index, owner,
+    AttachMode, BpfDataplane, DataplaneError, LinkCheck, MapSizes, PublishedState, caps, if_index,
+    owner,
     pin::{self, PinDir},
     previous::{self, AttachedProgram},
 };
@@ -24,8 +25,14 @@ pub struct Prepared {
 }
 
 /// Locks the interface (and pin directory), finds what runs on the interface, and loads
-/// the program on the previous program's maps (unless `reset`).
-pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow::Result<Prepared> {
+/// the program on the previous program's maps (unless `reset`), the backend maps sized
+/// by `sizes` (a previous map of another size is created fresh, as a layout change).
+pub fn prepare(
+    interface: &str,
+    pin_path: Option<&Path>,
+    reset: bool,
+    sizes: MapSizes,
+) -> anyhow::Result<Prepared> {
     if let Some(missing) = caps::missing() {
         return Err(DataplaneError::MissingCapabilities { missing }.into());
     }
@@ -60,12 +67,13 @@ pub fn prepare(interface: &str, pin_path: Option<&Path>, reset: bool) -> anyhow:
             None
         }
         Some(p) => Some(
-            previous::adopt_maps(p, lb_agent::EBPF_OBJECT)
+            previous::adopt_maps(p, lb_agent::EBPF_OBJECT, sizes)
                 .with_context(|| format!("adopting the maps of program id {}", p.id))?,
         ),
         None => None,
     };
-    let dp = BpfDataplane::load_with(maps.as_ref(), pins).context("loading the XDP program")?;
+    let dp =
+        BpfDataplane::load_sized(maps.as_ref(), pins, sizes).context("loading the XDP program")?;
     let adopted = if maps.as_ref().is_some_and(|m| !m.maps.is_empty()) {
         dp.published_state().context("reading the adopted state")?
     } else {

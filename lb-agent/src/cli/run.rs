@@ -10,7 +10,7 @@ use lb_agent::{
     agent::{AdminState, Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, EventStream, LinkWatch},
+    dataplane::{AttachMode, EventStream, LinkWatch, MapSizes},
     probe::NetProber,
 };
 use tokio::{
@@ -106,7 +106,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         adopted,
         previous,
         pin_lock: _pin_lock,
-    } = lifecycle::prepare(&interface, cfg.agent.pin_path.as_deref(), opts.reset)?;
+    } = lifecycle::prepare(
+        &interface,
+        cfg.agent.pin_path.as_deref(),
+        opts.reset,
+        MapSizes::for_backends(cfg.agent.max_backends)
+            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?,
+    )?;
     let mut events = dp.take_events().transpose()?;
     let env = Environment {
         interface: interface.clone(),

@@ -8,7 +8,7 @@
 //! # Keys
 //!
 //! Top level: `[agent]` (optional) and any number of `[[service]]` (at most
-//! [`lb_common::MAX_SERVICES`]).
+//! [`lb_common::MAX_SERVICES`], with at most `agent.max_backends` servers in all).
 //!
 //! `[agent]`
 //! | key | type | default | rule |
@@ -24,6 +24,7 @@
 //! | `state_file` | absolute path | [`DEFAULT_STATE_FILE`] | runtime admin state kept across restarts; `""` disables |
 //! | `announce_interface` | interface name | none (announcing off) | announced VIPs as `/32`/`/128` addresses on it, created as `ifb` if missing (docs/multi-node.md) |
 //! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
+//! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
 //!
 //! `[[service]]`
 //! | key | type | default | rule |
@@ -143,6 +144,10 @@ pub const DEFAULT_SOURCE_RATE: u32 = 1000;
 pub const DEFAULT_SOURCE_BURST: u32 = 2000;
 /// Most `snat_ips` a service can have (the data plane's `MAX_SNAT_ADDRS`).
 pub const MAX_SNAT_ADDRS: usize = lb_common::maps::MAX_SNAT_ADDRS;
+/// Default `agent.max_backends`: the size the XDP object is compiled with.
+pub const DEFAULT_MAX_BACKENDS: u32 = lb_common::MAX_BACKENDS - 1;
+/// Largest `agent.max_backends`.
+pub const MAX_MAX_BACKENDS: u32 = lb_common::BACKEND_ENTRIES_LIMIT - 1;
 /// Default `service.max_fails`.
 pub const DEFAULT_MAX_FAILS: u32 = 3;
 /// Default `service.fail_timeout`.
@@ -189,6 +194,9 @@ pub struct AgentConfig {
     pub announce_interface: Option<String>,
     /// BIRD's control socket, read for BGP session status; `None`: not read.
     pub bird_socket: Option<PathBuf>,
+    /// Backends the data plane holds over all services (the backend maps' size, set
+    /// at load; docs/capacity.md).
+    pub max_backends: u32,
 }
 
 impl Default for AgentConfig {
@@ -205,6 +213,7 @@ impl Default for AgentConfig {
             state_file: Some(PathBuf::from(DEFAULT_STATE_FILE)),
             announce_interface: None,
             bird_socket: None,
+            max_backends: DEFAULT_MAX_BACKENDS,
         }
     }
 }

@@ -36,6 +36,7 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
     for svc in &cfg.services {
         service_lines(svc, &mut out);
     }
+    out.extend(capacity_line(cfg));
     out.extend(tcp_check_line(cfg, host));
     if let Some(warning) = super::non_loopback_api(&cfg.agent) {
         out.push(format!("warning: {warning}"));
@@ -410,6 +411,23 @@ pub fn human(d: Duration) -> String {
         let _ = write!(out, "{s}s");
     }
     out
+}
+
+/// With a non-default `agent.max_backends`: the room and the kernel memory it takes
+/// (32 B per entry in `LB_BACKENDS`, 32 B per entry per CPU in `LB_BACKEND_STATS`).
+fn capacity_line(cfg: &Config) -> Option<String> {
+    let max = cfg.agent.max_backends;
+    if max == super::DEFAULT_MAX_BACKENDS {
+        return None;
+    }
+    let servers: usize = cfg.services.iter().map(|s| s.servers.len()).sum();
+    let mib = f64::from(max + 1) * 32.0 / (1024.0 * 1024.0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(format!(
+        "data plane: room for {max} backends ({servers} configured); backend maps {mib:.1} MiB \
+         + {mib:.1} MiB per CPU ({:.1} MiB on this host's {cpus} CPUs)",
+        mib * (1 + cpus) as f64
+    ))
 }
 
 #[cfg(test)]

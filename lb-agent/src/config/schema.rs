@@ -22,6 +22,7 @@ const AGENT_KEYS: &[&str] = &[
     "state_file",
     "announce_interface",
     "bird_socket",
+    "max_backends",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "name",
@@ -88,8 +89,18 @@ fn config(root: Table<'_>) -> R<Config> {
                 tables.len()
             )));
         }
+        let mut servers = 0usize;
         for t in &tables {
             let svc = service(t)?;
+            servers += svc.servers.len();
+            if servers > agent.max_backends as usize {
+                let f = t.get("server").expect("server was required");
+                return Err(f.err(format!(
+                    "{servers} servers up to this service; the data plane holds {} \
+                     (agent.max_backends)",
+                    agent.max_backends
+                )));
+            }
             if let Some((i, _)) = services
                 .iter()
                 .enumerate()
@@ -232,6 +243,10 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         let f = t.get("bird_socket").expect("the path came from the field");
         return Err(f.err("needs announce_interface: BGP status is part of announcing"));
     }
+    let max_backends = opt(t, "max_backends", |f| {
+        f.int_in(1, MAX_MAX_BACKENDS.into()).map(|n| n as u32)
+    })?
+    .unwrap_or(d.max_backends);
     if api_socket_group.is_some() && api_socket.is_none() {
         let f = t
             .get("api_socket_group")
@@ -250,6 +265,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         state_file,
         announce_interface,
         bird_socket,
+        max_backends,
     })
 }
 
@@ -393,11 +409,8 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
     if server_tables.is_empty() {
         return Err(server_field.err("a service needs at least one server"));
     }
-    if server_tables.len() >= lb_common::MAX_BACKENDS as usize {
-        return Err(server_field.err(format!(
-            "at most {} servers are supported",
-            lb_common::MAX_BACKENDS - 1
-        )));
+    if server_tables.len() > MAX_MAX_BACKENDS as usize {
+        return Err(server_field.err(format!("at most {MAX_MAX_BACKENDS} servers are supported")));
     }
     let mut servers: Vec<ServerConfig> = Vec::with_capacity(server_tables.len());
     for st in &server_tables {

@@ -138,6 +138,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         state_file,
         announce_interface,
         bird_socket,
+        max_backends,
     } = running;
     let mut keys = Vec::new();
     let mut diff = |changed: bool, key| {
@@ -161,6 +162,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         "announce_interface",
     );
     diff(*bird_socket != new.bird_socket, "bird_socket");
+    diff(*max_backends != new.max_backends, "max_backends");
     AgentKeyChanges(keys)
 }
 

@@ -20,6 +20,7 @@ use super::{
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
+    sizing::MapSizes,
     staging::Staging,
     vip_index,
 };
@@ -41,6 +42,8 @@ pub struct BpfDataplane {
     events: Option<RingBuf<MapData>>,
     /// Where maps and link are pinned (hitless restarts), if anywhere.
     pins: Option<PinDir>,
+    /// The backend maps' size.
+    sizes: MapSizes,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -94,11 +97,22 @@ impl BpfDataplane {
         adopted: Option<&AdoptedMaps>,
         pins: Option<PinDir>,
     ) -> Result<Self, DataplaneError> {
+        Self::load_sized(adopted, pins, MapSizes::default())
+    }
+
+    /// [`BpfDataplane::load_with`] with the backend maps sized by `sizes` (the adopted
+    /// maps must have been matched against the same sizes, [`previous::adopt_maps`]).
+    pub fn load_sized(
+        adopted: Option<&AdoptedMaps>,
+        pins: Option<PinDir>,
+        sizes: MapSizes,
+    ) -> Result<Self, DataplaneError> {
         let staging = match adopted {
             Some(a) if !a.maps.is_empty() => Some(Staging::pin(&a.maps)?),
             _ => None,
         };
         let mut loader = EbpfLoader::new();
+        sizes.apply(&mut loader);
         for (name, path) in staging.iter().flat_map(|s| s.paths()) {
             loader.map_pin_path(name, path.as_path());
         }
@@ -152,6 +166,7 @@ impl BpfDataplane {
             ebpf,
             attached: None,
             pins,
+            sizes,
         })
     }
 
@@ -326,7 +341,7 @@ impl BpfDataplane {
             })
             .collect();
         let mut backends = Vec::new();
-        for id in 1..lb_common::MAX_BACKENDS {
+        for id in 1..=self.sizes.max_backends() {
             let b = self
                 .backends
                 .get(&id, 0)
@@ -448,6 +463,10 @@ impl Dataplane for BpfDataplane {
         // stray packet that read the old slot still finds the old table.
         self.maglev.release(service_id);
         Ok(())
+    }
+
+    fn max_backends(&self) -> u32 {
+        self.sizes.max_backends()
     }
 
     fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {

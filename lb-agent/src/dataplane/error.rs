@@ -100,6 +100,8 @@ pub enum DataplaneError {
         slot: u32,
         size: usize,
     },
+    #[error("backend id {id} is outside the backend maps (ids 1..={max}, `agent.max_backends`)")]
+    BackendOutside { id: u32, max: u32 },
     #[error(
         "no room in the Maglev pool for service {service_id}'s tables of {size} slots \
          ({wanted} blocks; the largest free run is {largest}): fewer or smaller services \

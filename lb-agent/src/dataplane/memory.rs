@@ -23,8 +23,10 @@ pub enum Write {
 }
 
 /// Maps held in memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryDataplane {
+    /// How many backends it holds ([`Dataplane::max_backends`]; the compiled size by default).
+    pub max_backends: u32,
     pub services: BTreeMap<[u32; 6], (VipKey, ServiceMeta)>,
     pub backends: BTreeMap<u32, Backend>,
     pub tables: BTreeMap<u32, Vec<u32>>,
@@ -45,7 +47,29 @@ fn key_of(vip: &VipKey) -> [u32; 6] {
     ]
 }
 
+impl Default for MemoryDataplane {
+    fn default() -> Self {
+        Self {
+            max_backends: lb_common::MAX_BACKENDS - 1,
+            services: BTreeMap::new(),
+            backends: BTreeMap::new(),
+            tables: BTreeMap::new(),
+            backend_stats: BTreeMap::new(),
+            log: Vec::new(),
+            slots_written: 0,
+        }
+    }
+}
+
 impl MemoryDataplane {
+    /// An empty data plane holding up to `max_backends` backends.
+    pub fn with_max_backends(max_backends: u32) -> Self {
+        Self {
+            max_backends,
+            ..Self::default()
+        }
+    }
+
     /// The service value stored for `vip`.
     pub fn service(&self, vip: &VipKey) -> Option<ServiceMeta> {
         self.services.get(&key_of(vip)).map(|(_, m)| *m)
@@ -66,7 +90,18 @@ impl Dataplane for MemoryDataplane {
         Ok(())
     }
 
+    fn max_backends(&self) -> u32 {
+        self.max_backends
+    }
+
     fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
+        // As the real map: an array of `max_backends + 1` entries.
+        if id > self.max_backends {
+            return Err(DataplaneError::BackendOutside {
+                id,
+                max: self.max_backends,
+            });
+        }
         self.backends.insert(id, *backend);
         self.log.push(Write::Backend(id));
         Ok(())

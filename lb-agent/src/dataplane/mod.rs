@@ -18,6 +18,7 @@ pub mod netlink;
 pub mod owner;
 pub mod pin;
 pub mod previous;
+mod sizing;
 mod staging;
 mod sys;
 pub mod vip_index;
@@ -28,6 +29,7 @@ pub use bpf::{BpfDataplane, LinkCheck, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
 pub use link_watch::LinkWatch;
+pub use sizing::MapSizes;
 
 use lb_common::{
     counters,
@@ -40,7 +42,11 @@ pub trait Dataplane {
     fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError>;
     /// Removes a virtual service and its Maglev table.
     fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError>;
-    /// Writes backend `id` (`1..MAX_BACKENDS`).
+    /// How many backends the maps hold: ids `1..=max_backends()` (`agent.max_backends`).
+    fn max_backends(&self) -> u32 {
+        lb_common::MAX_BACKENDS - 1
+    }
+    /// Writes backend `id` (`1..=max_backends()`).
     fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError>;
     /// Publishes a service's Maglev table atomically: a packet sees the old or the new
     /// table, never a mix.

@@ -10,6 +10,7 @@ use lb_common::{PROGRAM_NAME, map_names};
 use super::{
     DataplaneError,
     netlink::{self, XdpAttached, XdpProgram},
+    sizing::MapSizes,
     sys,
 };
 
@@ -111,8 +112,13 @@ pub fn attached_program(
     }))
 }
 
-/// Opens the maps of `program` that the object `object` (ELF bytes) can use as they are.
-pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMaps, DataplaneError> {
+/// Opens the maps of `program` that the object `object` (ELF bytes), loaded with
+/// `sizes`, can use as they are.
+pub fn adopt_maps(
+    program: &AttachedProgram,
+    object: &[u8],
+    sizes: MapSizes,
+) -> Result<AdoptedMaps, DataplaneError> {
     let parsed = aya_obj::Object::parse(object).map_err(|e| DataplaneError::Previous {
         what: "parsing the embedded XDP object".to_string(),
         source: std::io::Error::other(e.to_string()),
@@ -152,7 +158,7 @@ pub fn adopt_maps(program: &AttachedProgram, object: &[u8]) -> Result<AdoptedMap
         let wanted = (
             want.key_size(),
             created_value_size(want),
-            want.max_entries(),
+            sizes.entries(name).unwrap_or(want.max_entries()),
             want.map_flags(),
         );
         if have != wanted {

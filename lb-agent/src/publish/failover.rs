@@ -15,7 +15,7 @@
 //!   only step that became active), and the later steps leave the lists.
 use std::collections::HashMap;
 
-use lb_common::{MAX_BACKENDS, NO_BACKEND};
+use lb_common::NO_BACKEND;
 
 use crate::maglev;
 
@@ -52,23 +52,25 @@ impl Failover {
         if !home.iter().any(|&id| is_active(id)) {
             return None;
         }
-        // The home index: a counting sort of the slots by owner (ids < MAX_BACKENDS).
-        let mut starts = vec![0u32; MAX_BACKENDS as usize + 2];
+        // The home index: a counting sort of the slots by owner (ids up to the largest
+        // in the table: the data plane's size is chosen at load, `agent.max_backends`).
+        let bound = home.iter().copied().max().unwrap_or(NO_BACKEND) as usize + 1;
+        let mut starts = vec![0u32; bound + 1];
         for &id in home {
-            starts[(id as usize).min(MAX_BACKENDS as usize) + 1] += 1;
+            starts[id as usize + 1] += 1;
         }
         for i in 1..starts.len() {
             starts[i] += starts[i - 1];
         }
         let mut homes = HashMap::new();
         for (id, w) in starts.windows(2).enumerate() {
-            if w[1] > w[0] && (id as u32) < MAX_BACKENDS && id as u32 != NO_BACKEND {
+            if w[1] > w[0] && id as u32 != NO_BACKEND {
                 homes.insert(id as u32, (w[0], w[1]));
             }
         }
         let mut by_home = vec![0u32; size];
         for (slot, &id) in home.iter().enumerate() {
-            let at = &mut starts[(id as usize).min(MAX_BACKENDS as usize)];
+            let at = &mut starts[id as usize];
             by_home[*at as usize] = slot as u32;
             *at += 1;
         }

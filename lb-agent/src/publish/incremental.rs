@@ -51,14 +51,21 @@ impl PublishedService {
         dp: &mut D,
         report: &mut ApplyReport,
     ) -> Result<(), PublishError> {
-        let Some(writes) = self.changed_slots(&active, toggled) else {
+        let Some((writes, before)) = self.changed_slots(&active, toggled) else {
             return self.publish_whole(active, dp, report);
         };
         self.live_version += 1;
         self.live_slots = Default::default();
         if !writes.is_empty() {
             self.table_stale = true;
-            dp.write_slots(self.id, &writes)?;
+            if let Err(e) = dp.write_slots(self.id, &writes) {
+                // `live` stays what the maps hold (status counts slots from it); the
+                // stale flag makes the next publish of this service whole.
+                for (slot, was) in before {
+                    self.live[slot as usize] = was;
+                }
+                return Err(e.into());
+            }
             self.table_stale = false;
         }
         self.active = active;
@@ -68,13 +75,15 @@ impl PublishedService {
     }
 
     /// Updates `live` for `toggled` through the walk state and returns the slots to
-    /// write with their new owner; `None` (state dropped) when the table must be
-    /// computed whole: no state, nothing active afterwards, a walk out of steps.
+    /// write with their new owner, and every slot it changed with its owner before;
+    /// `None` (state dropped) when the table must be computed whole: no state, nothing
+    /// active afterwards, a walk out of steps.
+    #[allow(clippy::type_complexity)]
     fn changed_slots(
         &mut self,
         active: &[u32],
         toggled: &[(u32, bool)],
-    ) -> Option<Vec<(u32, u32)>> {
+    ) -> Option<(Vec<(u32, u32)>, Vec<(u32, u32)>)> {
         let mut walks = self.failover.take()?;
         if active.is_empty() || self.table_stale {
             return None;
@@ -95,7 +104,10 @@ impl PublishedService {
             }
         }
         self.failover = Some(walks);
-        Some(slot_writes(changed, &self.live))
+        let mut before = changed.clone();
+        before.sort_by_key(|&(slot, _)| slot); // stable: each slot's first record first
+        before.dedup_by_key(|&mut (slot, _)| slot);
+        Some((slot_writes(changed, &self.live), before))
     }
 }
 

@@ -1,9 +1,9 @@
 //! `lb-apply-bench --servers N --services M [--runs R]`: how long `Agent::apply_config`
 //! takes for N servers over M nat services (one tcp probe each, a prober that never
 //! answers), over the in-memory data plane — the first apply of a configuration, and a
-//! reload of the same text. The data plane holds 16,383 backends, so past that the
-//! publish fails (reported) after every server's state, probes and membership are made:
-//! the agent-side cost of a large configuration (issue 15; BENCHMARKS.md §2).
+//! reload of the same text. The data plane is sized for the servers (`agent.max_backends`
+//! = N, at least its default; docs/capacity.md), so every server is published: the
+//! agent-side cost of a large configuration (issue 15; BENCHMARKS.md §2).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -28,9 +28,11 @@ impl Prober for SilentProber {
     }
 }
 
-/// `servers` servers over `services` nat services, round robin (as `lb-bench`).
+/// `servers` servers over `services` nat services, round robin (as `lb-bench`), with
+/// the data plane sized for them.
 fn config(servers: usize, services: usize) -> String {
-    let mut text = String::new();
+    let max_backends = servers.max(lb_agent::config::DEFAULT_MAX_BACKENDS as usize);
+    let mut text = format!("[agent]\nmax_backends = {max_backends}\n");
     for s in 0..services {
         text.push_str(&format!(
             "[[service]]\nname = \"web{s}\"\nvip = \"10.8.{}.{}:80\"\nsnat_ip = \"10.7.0.2\"\n\
@@ -75,7 +77,7 @@ fn main() -> anyhow::Result<()> {
                 ..StaticNeighbors::default()
             };
             let (mut agent, _handles) = Agent::new(
-                MemoryDataplane::default(),
+                MemoryDataplane::with_max_backends(cfg.agent.max_backends),
                 Arc::new(SilentProber),
                 Arc::new(neighbors),
                 Environment::default(),

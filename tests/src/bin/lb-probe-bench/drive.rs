@@ -160,7 +160,9 @@ where
     match &applied {
         Ok(()) => f.insert("setup_error".into(), "-".into()),
         // The benchmark goes on: probes and health run for every server either way.
-        Err(e @ PublishError::TooManyBackends) => f.insert("setup_error".into(), e.to_string()),
+        Err(e @ PublishError::TooManyBackends { .. }) => {
+            f.insert("setup_error".into(), e.to_string())
+        }
         Err(e) => bail!("publishing the configured services: {e}"),
     };
     let published = published(agent.dataplane());

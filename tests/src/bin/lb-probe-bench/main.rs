@@ -44,12 +44,11 @@ use drive::*;
 use lb_agent::{
     agent::{Agent, Environment, Neighbors, StaticNeighbors},
     config::{ProbeConfig, ProbeKind},
-    dataplane::{BpfDataplane, Dataplane, EventStream, memory::MemoryDataplane},
+    dataplane::{BpfDataplane, Dataplane, EventStream, MapSizes, memory::MemoryDataplane},
     probe::{NetProber, ProbeReport, Prober},
     publish::PublishError,
     status::Histogram,
 };
-use lb_common::MAX_BACKENDS;
 use measure::*;
 use report::*;
 use target_net::{BASE_PORT, End, Net, PORTS_PER_IP, TargetNet, target_addr, target_index};
@@ -62,8 +61,7 @@ use tokio::{
 
 /// Services the targets are split over (at least; see [`services_for`]).
 const SERVICES: usize = 3;
-/// Servers per service at most in the split: the configuration takes at most
-/// `MAX_BACKENDS - 1` servers per service.
+/// Servers per service at most in the split.
 const PER_SERVICE: usize = 10_000;
 
 /// Services `targets` targets are split over: [`SERVICES`], or more so that none has
@@ -73,8 +71,8 @@ fn services_for(targets: usize) -> usize {
 }
 /// The issue's scale.
 const ISSUE_TARGETS: usize = 10_000;
-/// Issue 15's scale: ten times as many targets (agent rows over `MemoryDataplane`, see
-/// the report's notes on `MAX_BACKENDS`).
+/// Issue 15's scale: ten times as many targets (the data plane sized for them,
+/// `agent.max_backends`).
 const SCALE_TARGETS: usize = 100_000;
 /// Every n-th target is closed in the failure window.
 const CLOSE_EVERY: usize = 10;
@@ -343,8 +341,10 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         };
         let mut f = match kind {
             Kind::Bpf => {
-                let mut dp =
-                    BpfDataplane::load().context("loading the balancer (are you root?)")?;
+                let sizes = MapSizes::for_backends(cfg.agent.max_backends)
+                    .context("agent.max_backends out of range")?;
+                let mut dp = BpfDataplane::load_sized(None, None, sizes)
+                    .context("loading the balancer (are you root?)")?;
                 let events = dp.take_events().transpose()?;
                 let (agent, handles) =
                     Agent::new(dp, Arc::new(NetProber), neighbors, Environment::default());
@@ -355,7 +355,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
             }
             Kind::Memory => {
                 let (agent, handles) = Agent::new(
-                    MemoryDataplane::default(),
+                    MemoryDataplane::with_max_backends(cfg.agent.max_backends),
                     Arc::new(NetProber),
                     neighbors,
                     Environment::default(),
@@ -404,11 +404,13 @@ fn syn_packets() -> String {
 }
 
 /// `targets` servers split over [`services_for`] nat services, one tcp probe each,
-/// checking with `check`.
+/// checking with `check`; the data plane sized for them (`agent.max_backends`, never
+/// below its default).
 fn config_text(targets: usize, check: Check) -> String {
     let services = services_for(targets);
     let per = targets.div_ceil(services);
-    let mut text = String::new();
+    let max_backends = targets.max(lb_agent::config::DEFAULT_MAX_BACKENDS as usize);
+    let mut text = format!("[agent]\nmax_backends = {max_backends}\n");
     for s in 0..services {
         let range = s * per..((s + 1) * per).min(targets);
         if range.is_empty() {
