@@ -12,7 +12,8 @@
 //! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
 //! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of
 //! them (`LBR_LINES_N`): the price of a new flow's cold bucket by table size. Before
-//! such a case its lines are read once from userspace (through `mmap`), so that the
+//! every block of such a case its lines are read once from userspace (through `mmap`;
+//! the machine's other processes evict them between blocks), so that the
 //! caches hold what a table of that size keeps warm in steady state rather than
 //! nothing (a table nobody touched since the kernel zeroed it).
 
@@ -277,6 +278,13 @@ fn main() -> anyhow::Result<()> {
             fixed("+ bpf_ktime_get_coarse_ns", "lbr_ktime_coarse", XDP_TX),
             fixed("+ bpf_get_smp_processor_id", "lbr_cpu_id", XDP_TX),
             line("+ line read, one hot line", "lbr_line", [1, 1]),
+            line(
+                "+ random line of 4 KiB (a page)",
+                "lbr_line",
+                [4096 / LINE, 1],
+            ),
+            line("+ random line of 64 KiB", "lbr_line", [MIB / 16, 1]),
+            line("+ random line of 256 KiB", "lbr_line", [MIB / 4, 1]),
             line("+ random line of 1 MiB", "lbr_line", [MIB, 1]),
             line("+ random line of 8 MiB", "lbr_line", [8 * MIB, 1]),
             line("+ random line of 32 MiB", "lbr_line", [32 * MIB, 1]),
@@ -320,11 +328,15 @@ fn main() -> anyhow::Result<()> {
                 Array::try_from(obj.map_mut("LBR_LINES_N").context("no LBR_LINES_N")?)?;
             n.set(0, &case.lines[0], 0)?;
             n.set(1, &case.lines[1], 0)?;
-            if case.lines != [1, 1] {
-                warm(&lines_a, case.lines[0])?;
-                warm(&lines_b, case.lines[1])?;
-            }
-            let m = measure(&case, &mut obj, floor, &mut ring)?;
+            // Before every block of a cold-line case, its lines are read once.
+            let mut before_block = || -> anyhow::Result<()> {
+                if case.lines != [1, 1] {
+                    warm(&lines_a, case.lines[0])?;
+                    warm(&lines_b, case.lines[1])?;
+                }
+                Ok(())
+            };
+            let m = measure(&case, &mut obj, floor, &mut ring, &mut before_block)?;
             if round == 0 {
                 names.push(case.name);
                 samples.push(Vec::new());
@@ -403,17 +415,20 @@ fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
     Ok(res.return_value)
 }
 
-/// Alternating blocks of the case's program and the floor; (program ns, floor ns) per call.
+/// Alternating blocks of the case's program (each after `before_block`) and the floor;
+/// (program ns, floor ns) per call.
 /// The ring buffer is drained after every block (no record is ever lost to a full ring).
 fn measure(
     case: &Case,
     obj: &mut Ebpf,
     floor: &mut Xdp,
     ring: &mut RingBuf<MapData>,
+    before_block: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, f64)> {
     let mut program_ns = 0u128;
     let mut floor_ns = 0u128;
     for block in 0..BLOCKS {
+        before_block()?;
         let prog = program(obj, case.program)?;
         for i in 0..BLOCK {
             let call = block * BLOCK + i;
