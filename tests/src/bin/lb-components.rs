@@ -287,6 +287,7 @@ fn main() -> anyhow::Result<()> {
             line("+ random line of 256 KiB", "lbr_line", [MIB / 4, 1]),
             line("+ random line of 1 MiB", "lbr_line", [MIB, 1]),
             line("+ random line of 8 MiB", "lbr_line", [8 * MIB, 1]),
+            line("+ random line of 16 MiB", "lbr_line", [16 * MIB, 1]),
             line("+ random line of 32 MiB", "lbr_line", [32 * MIB, 1]),
             line(
                 "+ random line of 75.5 MB (LB_FLOWS)",
