@@ -190,9 +190,11 @@ static LBR_LINES_A: Array<Line, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
 #[btf_map]
 static LBR_LINES_B: Array<Line, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
 /// Lines of `LBR_LINES_A` (entry 0) and `LBR_LINES_B` (entry 1) the programs index:
-/// the table size measured (1 = always line 0, a hot line).
+/// the table size measured (1 = always line 0, a hot line); entry 2: the log2 of the
+/// stride between the lines of `LBR_LINES_A` that `lbr_line` reads (0: adjacent lines;
+/// 6: one line per 4 KiB page).
 #[btf_map]
-static LBR_LINES_N: Array<u32, 2> = Array::new();
+static LBR_LINES_N: Array<u32, 3> = Array::new();
 
 /// Seeds of the two arrays' indexes (the packet's key hashed as `LB_FLOWS` hashes it).
 const SEED_A: u32 = 0x6c07_8965;
@@ -202,13 +204,15 @@ const SEED_B: u32 = 0x2f69_3a4d;
 const NEVER: u64 = u64::MAX;
 
 /// The line of `LBR_LINES_A`/`_B` (`which` = 0/1) at `hash` spread over the configured
-/// lines (`hash * n >> 32`: uniform for any `n`, not only powers of two).
+/// lines (`hash * n >> 32`: uniform for any `n`, not only powers of two), times the
+/// configured stride in `LBR_LINES_A`.
 #[inline(always)]
 fn line(which: u32, hash: u32) -> Option<*mut Line> {
     let n = *LBR_LINES_N.get(which)?;
     let i = ((hash as u64 * n as u64) >> 32) as u32;
     if which == 0 {
-        LBR_LINES_A.get_ptr_mut(i)
+        let shift = *LBR_LINES_N.get(2)? & 15;
+        LBR_LINES_A.get_ptr_mut(i << shift)
     } else {
         LBR_LINES_B.get_ptr_mut(i)
     }

@@ -64,8 +64,9 @@ struct Case {
     program: &'static str,
     packets: Vec<Vec<u8>>,
     expect: u32,
-    /// Lines of the two cold-line arrays the case reaches (`LBR_LINES_N`).
-    lines: [u32; 2],
+    /// Lines of the two cold-line arrays the case reaches, and the log2 of the stride
+    /// between `LBR_LINES_A`'s lines (`LBR_LINES_N`).
+    lines: [u32; 3],
 }
 
 /// Per case, per round: (program ns, floor ns).
@@ -202,7 +203,7 @@ fn main() -> anyhow::Result<()> {
         program,
         packets: vec![est.clone()],
         expect,
-        lines: [1, 1],
+        lines: [1, 1, 0],
     };
     let mut samples: Samples = Vec::new();
     let mut names = Vec::new();
@@ -236,7 +237,7 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_flow_lookup",
                 packets: distinct(base, KEYS),
                 expect: XDP_DROP,
-                lines: [1, 1],
+                lines: [1, 1, 0],
             },
             Case {
                 name: "+ LB_FLOWS claim (new key)",
@@ -245,14 +246,14 @@ fn main() -> anyhow::Result<()> {
                 // reported as a drop; with a full table a few buckets are full).
                 packets: claims,
                 expect: XDP_TX,
-                lines: [1, 1],
+                lines: [1, 1, 0],
             },
             Case {
                 name: "+ LB_FLOWS miss, then claim",
                 program: "lbr_flow_open",
                 packets: opens,
                 expect: XDP_TX,
-                lines: [1, 1],
+                lines: [1, 1, 0],
             },
             fixed("+ LB_NAT lookup, hit", "lbr_nat_lookup", XDP_TX),
             Case {
@@ -262,7 +263,7 @@ fn main() -> anyhow::Result<()> {
                 // buckets are full: that claim fails, and costs less).
                 packets: with_room(&nat, nat_bucket, distinct(base + 1, 2 * KEYS), KEYS)?,
                 expect: XDP_TX,
-                lines: [1, 1],
+                lines: [1, 1, 0],
             },
         ];
         // The floor's components: a new random line per call (the round's distinct keys).
@@ -277,63 +278,76 @@ fn main() -> anyhow::Result<()> {
         let cases = cases.into_iter().chain([
             fixed("+ bpf_ktime_get_coarse_ns", "lbr_ktime_coarse", XDP_TX),
             fixed("+ bpf_get_smp_processor_id", "lbr_cpu_id", XDP_TX),
-            line("+ line read, one hot line", "lbr_line", [1, 1]),
+            line("+ line read, one hot line", "lbr_line", [1, 1, 0]),
             line(
                 "+ random line of 4 KiB (a page)",
                 "lbr_line",
-                [4096 / LINE, 1],
+                [4096 / LINE, 1, 0],
             ),
-            line("+ random line of 64 KiB", "lbr_line", [MIB / 16, 1]),
-            line("+ random line of 256 KiB", "lbr_line", [MIB / 4, 1]),
-            line("+ random line of 1 MiB", "lbr_line", [MIB, 1]),
-            line("+ random line of 8 MiB", "lbr_line", [8 * MIB, 1]),
-            line("+ random line of 16 MiB", "lbr_line", [16 * MIB, 1]),
-            line("+ random line of 32 MiB", "lbr_line", [32 * MIB, 1]),
+            line("+ random line of 64 KiB", "lbr_line", [MIB / 16, 1, 0]),
+            line("+ random line of 256 KiB", "lbr_line", [MIB / 4, 1, 0]),
+            line("+ random line of 1 MiB", "lbr_line", [MIB, 1, 0]),
+            // The same number of lines as 4 KiB and 16 KiB, one per page: pages (the
+            // TLB) against bytes (the caches).
+            line(
+                "+ 64 lines, one per page (64 pages)",
+                "lbr_line",
+                [64, 1, 6],
+            ),
+            line("+ 256 lines, one per page (1 MiB)", "lbr_line", [256, 1, 6]),
+            line("+ random line of 8 MiB", "lbr_line", [8 * MIB, 1, 0]),
+            line("+ random line of 16 MiB", "lbr_line", [16 * MIB, 1, 0]),
+            line("+ random line of 32 MiB", "lbr_line", [32 * MIB, 1, 0]),
             line(
                 "+ random line of 75.5 MB (LB_FLOWS)",
                 "lbr_line",
-                [FLOWS_LINES, 1],
+                [FLOWS_LINES, 1, 0],
             ),
-            line("+ random line of 150 MiB", "lbr_line", [LINES_MAX, 1]),
+            line("+ random line of 150 MiB", "lbr_line", [LINES_MAX, 1, 0]),
             line(
                 "+ prefetch, then read, 75.5 MB",
                 "lbr_line_prefetch",
-                [FLOWS_LINES, 1],
+                [FLOWS_LINES, 1, 0],
             ),
-            line("+ 4 adjacent lines, hot", "lbr_line4", [4, 1]),
+            line("+ 4 adjacent lines, hot", "lbr_line4", [4, 1, 0]),
             line(
                 "+ 4 adjacent lines of 75.5 MB",
                 "lbr_line4",
-                [FLOWS_LINES, 1],
+                [FLOWS_LINES, 1, 0],
             ),
-            line("+ 2 reads, hot", "lbr_line2_indep", [1, 1]),
+            line("+ 2 reads, hot", "lbr_line2_indep", [1, 1, 0]),
             line(
                 "+ 2 independent, 75.5 + 54.5 MB",
                 "lbr_line2_indep",
-                [FLOWS_LINES, NAT_LINES],
+                [FLOWS_LINES, NAT_LINES, 0],
             ),
             line(
                 "+ 2 dependent, 75.5 + 54.5 MB",
                 "lbr_line2_dep",
-                [FLOWS_LINES, NAT_LINES],
+                [FLOWS_LINES, NAT_LINES, 0],
             ),
-            line("+ line claim (CAS, write), hot", "lbr_line_claim", [1, 1]),
+            line(
+                "+ line claim (CAS, write), hot",
+                "lbr_line_claim",
+                [1, 1, 0],
+            ),
             line(
                 "+ line claim of 75.5 MB",
                 "lbr_line_claim",
-                [FLOWS_LINES, 1],
+                [FLOWS_LINES, 1, 0],
             ),
         ]);
         for (i, case) in cases.enumerate() {
             let mut n: Array<_, u32> =
                 Array::try_from(obj.map_mut("LBR_LINES_N").context("no LBR_LINES_N")?)?;
-            n.set(0, &case.lines[0], 0)?;
-            n.set(1, &case.lines[1], 0)?;
+            for (i, v) in case.lines.iter().enumerate() {
+                n.set(i as u32, v, 0)?;
+            }
             // Before every block of a cold-line case, its lines are read once.
             let mut before_block = || -> anyhow::Result<()> {
-                if case.lines != [1, 1] {
-                    warm(&lines_a, case.lines[0])?;
-                    warm(&lines_b, case.lines[1])?;
+                if case.lines != [1, 1, 0] {
+                    warm(&lines_a, case.lines[0], case.lines[2])?;
+                    warm(&lines_b, case.lines[1], 0)?;
                 }
                 Ok(())
             };
@@ -473,11 +487,11 @@ fn line_array(obj: &mut Ebpf, name: &str) -> anyhow::Result<MapData> {
     }
 }
 
-/// Reads the first `lines` lines of a cold-line array once, in order, through a
-/// read-only `mmap` (the pages are the ones the programs read; the caches are
-/// physically tagged).
-fn warm(map: &MapData, lines: u32) -> anyhow::Result<()> {
-    let len = lines as usize * LINE as usize;
+/// Reads the `lines` lines a case reaches (line `i << shift` for `i < lines`) of a
+/// cold-line array once, in order, through a read-only `mmap` (the pages are the ones
+/// the programs read; the caches are physically tagged).
+fn warm(map: &MapData, lines: u32, shift: u32) -> anyhow::Result<()> {
+    let len = ((lines as usize) << shift) * LINE as usize;
     // SAFETY: a read-only shared mapping of an mmapable array of at least `len` bytes
     // (`LINES_MAX` lines), unmapped below; the fd is valid during the call.
     let addr = unsafe {
@@ -500,7 +514,11 @@ fn warm(map: &MapData, lines: u32) -> anyhow::Result<()> {
     for i in 0..lines as usize {
         // SAFETY: within the mapping; 8-byte aligned.
         sum = sum.wrapping_add(unsafe {
-            std::ptr::read_volatile(addr.cast::<u8>().add(i * LINE as usize).cast::<u64>())
+            std::ptr::read_volatile(
+                addr.cast::<u8>()
+                    .add((i << shift) * LINE as usize)
+                    .cast::<u64>(),
+            )
         });
     }
     std::hint::black_box(sum);
