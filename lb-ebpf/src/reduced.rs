@@ -8,13 +8,16 @@
 
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
-    helpers::{bpf_jiffies64, bpf_ktime_get_ns},
-    macros::xdp,
+    btf_maps::Array,
+    helpers::{bpf_get_smp_processor_id, bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    macros::{btf_map, xdp},
     programs::XdpContext,
 };
 use lb_common::{
+    BPF_F_MMAPABLE,
     events::PassiveEvent,
-    maps::{FlowValue, NatValue},
+    hash::table_hash,
+    maps::{FlowKey, FlowValue, NatValue},
 };
 
 use crate::{
@@ -169,5 +172,188 @@ pub fn lbr_ring_output(ctx: XdpContext) -> u32 {
             timestamp_ns: 0,
         };
         LB_EVENTS.output(&event, 0).is_ok()
+    })
+}
+
+/// One cache line of the cold-line arrays.
+pub type Line = [u64; 8];
+
+/// The cold-line arrays (`lbr_line*`): one entry here, so that loading the object for the
+/// balancer costs nothing; `lb-components` sets both to 150 MiB (`map_max_entries`)
+/// before loading and chooses how many lines each program reaches in [`LBR_LINES_N`].
+/// Mmapable only so that `lb-components` can bring a case's lines into the caches from
+/// userspace first (the kernel backs either kind with 4 KiB vmalloc pages).
+#[btf_map]
+static LBR_LINES_A: Array<Line, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
+/// The second array, for the two-read programs (another table, as `LB_NAT` is for a
+/// nat SYN that also reads `LB_FLOWS`).
+#[btf_map]
+static LBR_LINES_B: Array<Line, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
+/// Lines of `LBR_LINES_A` (entry 0) and `LBR_LINES_B` (entry 1) the programs index:
+/// the table size measured (1 = always line 0, a hot line); entry 2: the log2 of the
+/// stride between the lines of `LBR_LINES_A` that `lbr_line` reads (0: adjacent lines;
+/// 6: one line per 4 KiB page).
+#[btf_map]
+static LBR_LINES_N: Array<u32, 3> = Array::new();
+
+/// Seeds of the two arrays' indexes (the packet's key hashed as `LB_FLOWS` hashes it).
+const SEED_A: u32 = 0x6c07_8965;
+const SEED_B: u32 = 0x2f69_3a4d;
+
+/// A value no program writes (the read must be used, or LLVM drops it).
+const NEVER: u64 = u64::MAX;
+
+/// The line of `LBR_LINES_A`/`_B` (`which` = 0/1) at `hash` spread over the configured
+/// lines (`hash * n >> 32`: uniform for any `n`, not only powers of two), times the
+/// configured stride in `LBR_LINES_A`.
+#[inline(always)]
+fn line(which: u32, hash: u32) -> Option<*mut Line> {
+    let n = *LBR_LINES_N.get(which)?;
+    let i = ((hash as u64 * n as u64) >> 32) as u32;
+    if which == 0 {
+        let shift = *LBR_LINES_N.get(2)? & 15;
+        LBR_LINES_A.get_ptr_mut(i << shift)
+    } else {
+        LBR_LINES_B.get_ptr_mut(i)
+    }
+}
+
+/// Word `W` of a line, as a fresh load.
+#[inline(always)]
+fn word<const W: usize>(l: *mut Line) -> u64 {
+    // SAFETY: a map value that lives as long as the program.
+    unsafe { core::ptr::read_volatile(&raw const (*l)[W]) }
+}
+
+/// Parse + one read of the line the packet's key hashes to in `LBR_LINES_A`: with
+/// distinct packets, a new random line per call, as a new flow's bucket is.
+#[xdp]
+pub fn lbr_line(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        line(0, table_hash(&pkt.key, SEED_A)).is_some_and(|l| word::<0>(l) != NEVER)
+    })
+}
+
+/// Parse + one read of each of four adjacent lines (a 256-byte block, as the four ways'
+/// words of an `LB_FLOWS` bucket are 72 bytes apart): the line index is rounded down to
+/// a multiple of four.
+#[xdp]
+pub fn lbr_line4(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        let Some(n) = LBR_LINES_N.get(0) else {
+            return false;
+        };
+        let i = ((table_hash(&pkt.key, SEED_A) as u64 * *n as u64) >> 32) as u32 & !3;
+        let (Some(a), Some(b), Some(c), Some(d)) = (
+            LBR_LINES_A.get_ptr_mut(i),
+            LBR_LINES_A.get_ptr_mut(i + 1),
+            LBR_LINES_A.get_ptr_mut(i + 2),
+            LBR_LINES_A.get_ptr_mut(i + 3),
+        ) else {
+            return false;
+        };
+        (word::<0>(a) | word::<1>(b) | word::<2>(c) | word::<3>(d)) != NEVER
+    })
+}
+
+/// Parse + one read in each array, the second index independent of the first read
+/// (both misses can be in flight at once).
+#[xdp]
+pub fn lbr_line2_indep(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        let (ha, hb) = (table_hash(&pkt.key, SEED_A), table_hash(&pkt.key, SEED_B));
+        let (Some(a), Some(b)) = (line(0, ha), line(1, hb)) else {
+            return false;
+        };
+        word::<0>(a).wrapping_add(word::<0>(b)) != NEVER
+    })
+}
+
+/// Parse + one read in each array, the second index taken from the first read's value
+/// (the second miss starts only when the first has returned).
+#[xdp]
+pub fn lbr_line2_dep(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        let Some(a) = line(0, table_hash(&pkt.key, SEED_A)) else {
+            return false;
+        };
+        let v = word::<0>(a);
+        let Some(b) = line(1, table_hash(&pkt.key, SEED_B) ^ v as u32) else {
+            return false;
+        };
+        word::<0>(b) != NEVER
+    })
+}
+
+/// `BPF_CMPXCHG` on word 0 of a line: whether it held `old` (it now holds `new`).
+/// Assembly for the reason given in `slots`.
+#[inline(always)]
+fn cas(l: *mut Line, old: u64, new: u64) -> bool {
+    let mut seen = old;
+    // SAFETY: word 0 of a map value, 8-byte aligned; touches only it and r0.
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {n})",
+            p = in(reg) &raw mut (*l)[0],
+            n = in(reg) new,
+            inout("r0") seen,
+            options(nostack),
+        );
+    }
+    seen == old
+}
+
+/// Parse + a claim's memory work on one random line of `LBR_LINES_A`: read word 0,
+/// compare-and-swap it (the lock), write the packet's key into the line, then the word
+/// again with an atomic exchange (the unlock) — what a table claim adds to its cold
+/// read, without the way scan.
+#[xdp]
+pub fn lbr_line_claim(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        let Some(l) = line(0, table_hash(&pkt.key, SEED_A)) else {
+            return false;
+        };
+        let old = word::<0>(l);
+        if old == NEVER || !cas(l, old, old | 2) {
+            return false;
+        }
+        // SAFETY: the line is a map value; `FlowKey` is 40 bytes, within words 1..6.
+        unsafe {
+            core::ptr::write_unaligned((&raw mut (*l)[1]).cast::<FlowKey>(), pkt.key);
+            core::intrinsics::atomic_xchg::<u64, { core::intrinsics::AtomicOrdering::SeqCst }>(
+                &raw mut (*l)[0],
+                (old & !2).wrapping_add(4),
+            );
+        }
+        true
+    })
+}
+
+/// Parse + `bpf_ktime_get_coarse_ns` (a helper call; the tick's time, no clocksource read).
+#[xdp]
+pub fn lbr_ktime_coarse(ctx: XdpContext) -> u32 {
+    // SAFETY: a helper without preconditions.
+    reflect_after(&ctx, |_, _| unsafe { bpf_ktime_get_coarse_ns() } != 0)
+}
+
+/// Parse + `bpf_get_smp_processor_id` (the verifier inlines it on x86-64).
+#[xdp]
+pub fn lbr_cpu_id(ctx: XdpContext) -> u32 {
+    // SAFETY: a helper without preconditions.
+    reflect_after(&ctx, |_, _| unsafe { bpf_get_smp_processor_id() } < 4096)
+}
+
+/// [`lbr_line`] with a prefetch of the line first (`core::intrinsics::prefetch_read_data`):
+/// BPF has no prefetch instruction, so LLVM's BPF backend emits nothing for it and
+/// this program is `lbr_line` again (`lb-components --xlated FILE --program
+/// lbr_line_prefetch` shows no instruction for it).
+#[xdp]
+pub fn lbr_line_prefetch(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        let Some(l) = line(0, table_hash(&pkt.key, SEED_A)) else {
+            return false;
+        };
+        core::intrinsics::prefetch_read_data::<Line, 3>(l);
+        word::<0>(l) != NEVER
     })
 }

@@ -6,13 +6,25 @@
 //! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
 //! and range of ns above the floor printed. `--full-table` fills `LB_FLOWS` and `LB_NAT`
 //! (262,144 live keys each) first, so misses walk fuller buckets.
-//! `--xlated FILE` instead writes `bpftool prog dump xlated` of the loaded `lb_xdp`.
+//! `--xlated FILE [--program NAME]` instead writes `bpftool prog dump xlated` of the
+//! loaded `lb_xdp` (or of the reduced program NAME).
+//!
+//! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
+//! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of
+//! them (`LBR_LINES_N`): the price of a new flow's cold bucket by table size. Before
+//! every block of such a case its lines are read once from userspace (through `mmap`;
+//! the machine's other processes evict them between blocks), so that the
+//! caches hold what a table of that size keeps warm in steady state rather than
+//! nothing (a table nobody touched since the kernel zeroed it).
 
-use std::net::IpAddr;
+use std::{
+    net::IpAddr,
+    os::fd::{AsFd, AsRawFd},
+};
 
 use anyhow::{Context, bail};
 use aya::{
-    Ebpf,
+    Ebpf, EbpfLoader,
     maps::{Array, MapData, RingBuf},
     programs::{TestRun, TestRunOptions, Xdp},
 };
@@ -36,12 +48,25 @@ const NAT_FILL: u32 = 262_144;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 
+/// Bytes of a cold-line array line (`lb_ebpf::reduced::Line`).
+const LINE: u32 = 64;
+/// Lines of each cold-line array as loaded: 150 MiB.
+const LINES_MAX: u32 = 150 * (1 << 20) / LINE;
+/// `LB_FLOWS`' bytes (262,144 buckets of 288 bytes: 75.5 MB) in lines.
+const FLOWS_LINES: u32 = lb_common::table::FLOW_BUCKETS * 288 / LINE;
+/// `LB_NAT`'s bytes (131,072 buckets of 416 bytes: 54.5 MB) in lines.
+const NAT_LINES: u32 = lb_common::table::NAT_BUCKETS * 416 / LINE;
+const MIB: u32 = (1 << 20) / LINE;
+
 /// One measured case: a program, its packets, the action every call must return.
 struct Case {
     name: &'static str,
     program: &'static str,
     packets: Vec<Vec<u8>>,
     expect: u32,
+    /// Lines of the two cold-line arrays the case reaches, and the log2 of the stride
+    /// between `LBR_LINES_A`'s lines (`LBR_LINES_N`).
+    lines: [u32; 3],
 }
 
 /// Per case, per round: (program ns, floor ns).
@@ -51,6 +76,7 @@ fn main() -> anyhow::Result<()> {
     let mut rounds = 7usize;
     let mut full_table = false;
     let mut xlated = None;
+    let mut xlated_program = lb_common::PROGRAM_NAME.to_string();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -63,16 +89,23 @@ fn main() -> anyhow::Result<()> {
             }
             "--full-table" => full_table = true,
             "--xlated" => xlated = Some(args.next().context("--xlated needs a file")?),
+            "--program" => {
+                xlated_program = args.next().context("--program needs a program name")?
+            }
             other => {
                 bail!(
-                    "unknown argument {other}; usage: lb-components [--rounds N] [--full-table] [--xlated FILE]"
+                    "unknown argument {other}; usage: lb-components [--rounds N] [--full-table] [--xlated FILE [--program NAME]]"
                 )
             }
         }
     }
     lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
 
-    let mut obj = Ebpf::load(lb_agent::EBPF_OBJECT).context("loading the object (root?)")?;
+    let mut obj = EbpfLoader::new()
+        .map_max_entries("LBR_LINES_A", LINES_MAX)
+        .map_max_entries("LBR_LINES_B", LINES_MAX)
+        .load(lb_agent::EBPF_OBJECT)
+        .context("loading the object (root?)")?;
     for name in PROGRAMS {
         let p: &mut Xdp = obj
             .program_mut(name)
@@ -82,9 +115,11 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("verifier rejected {name}"))?;
     }
     if let Some(path) = xlated {
-        // What the verifier made of lb_xdp: inlined array lookups have no call.
-        let p = program(&mut obj, lb_common::PROGRAM_NAME)?;
-        p.load()?;
+        // What the verifier made of it: inlined array lookups and helpers have no call.
+        let p = program(&mut obj, &xlated_program)?;
+        if xlated_program == lb_common::PROGRAM_NAME {
+            p.load()?;
+        }
         let id = p.info()?.id();
         let out = std::process::Command::new("bpftool")
             .args(["prog", "dump", "xlated", "id", &id.to_string()])
@@ -94,7 +129,7 @@ fn main() -> anyhow::Result<()> {
             bail!("bpftool: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::fs::write(&path, &out.stdout)?;
-        println!("lb_xdp as the verifier left it: {path}");
+        println!("{xlated_program} as the verifier left it: {path}");
         return Ok(());
     }
     let mut floor_obj = Ebpf::load(lb_agent::EBPF_OBJECT)?;
@@ -127,6 +162,8 @@ fn main() -> anyhow::Result<()> {
     let mut nat: Array<MapData, NatBucket> =
         Array::try_from(obj.take_map(map_names::NAT).context("no LB_NAT")?)?;
     let mut ring = RingBuf::try_from(obj.take_map(map_names::EVENTS).context("no LB_EVENTS")?)?;
+    let lines_a = line_array(&mut obj, "LBR_LINES_A")?;
+    let lines_b = line_array(&mut obj, "LBR_LINES_B")?;
 
     // Distinct SYNs: `set` picks a /16 so the sets never overlap.
     let distinct = |set: u8, n: usize| -> Vec<Vec<u8>> {
@@ -166,6 +203,7 @@ fn main() -> anyhow::Result<()> {
         program,
         packets: vec![est.clone()],
         expect,
+        lines: [1, 1, 0],
     };
     let mut samples: Samples = Vec::new();
     let mut names = Vec::new();
@@ -199,6 +237,7 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_flow_lookup",
                 packets: distinct(base, KEYS),
                 expect: XDP_DROP,
+                lines: [1, 1, 0],
             },
             Case {
                 name: "+ LB_FLOWS claim (new key)",
@@ -207,12 +246,14 @@ fn main() -> anyhow::Result<()> {
                 // reported as a drop; with a full table a few buckets are full).
                 packets: claims,
                 expect: XDP_TX,
+                lines: [1, 1, 0],
             },
             Case {
                 name: "+ LB_FLOWS miss, then claim",
                 program: "lbr_flow_open",
                 packets: opens,
                 expect: XDP_TX,
+                lines: [1, 1, 0],
             },
             fixed("+ LB_NAT lookup, hit", "lbr_nat_lookup", XDP_TX),
             Case {
@@ -222,10 +263,95 @@ fn main() -> anyhow::Result<()> {
                 // buckets are full: that claim fails, and costs less).
                 packets: with_room(&nat, nat_bucket, distinct(base + 1, 2 * KEYS), KEYS)?,
                 expect: XDP_TX,
+                lines: [1, 1, 0],
             },
         ];
-        for (i, case) in cases.iter().enumerate() {
-            let m = measure(case, &mut obj, floor, &mut ring)?;
+        // The floor's components: a new random line per call (the round's distinct keys).
+        let keys = distinct(base + 1, KEYS);
+        let line = |name, program, lines| Case {
+            name,
+            program,
+            packets: keys.clone(),
+            expect: XDP_TX,
+            lines,
+        };
+        let cases = cases.into_iter().chain([
+            fixed("+ bpf_ktime_get_coarse_ns", "lbr_ktime_coarse", XDP_TX),
+            fixed("+ bpf_get_smp_processor_id", "lbr_cpu_id", XDP_TX),
+            line("+ line read, one hot line", "lbr_line", [1, 1, 0]),
+            line(
+                "+ random line of 4 KiB (a page)",
+                "lbr_line",
+                [4096 / LINE, 1, 0],
+            ),
+            line("+ random line of 64 KiB", "lbr_line", [MIB / 16, 1, 0]),
+            line("+ random line of 256 KiB", "lbr_line", [MIB / 4, 1, 0]),
+            line("+ random line of 1 MiB", "lbr_line", [MIB, 1, 0]),
+            // The same number of lines as 4 KiB and 16 KiB, one per page: pages (the
+            // TLB) against bytes (the caches).
+            line(
+                "+ 64 lines, one per page (64 pages)",
+                "lbr_line",
+                [64, 1, 6],
+            ),
+            line("+ 256 lines, one per page (1 MiB)", "lbr_line", [256, 1, 6]),
+            line("+ random line of 8 MiB", "lbr_line", [8 * MIB, 1, 0]),
+            line("+ random line of 16 MiB", "lbr_line", [16 * MIB, 1, 0]),
+            line("+ random line of 32 MiB", "lbr_line", [32 * MIB, 1, 0]),
+            line(
+                "+ random line of 75.5 MB (LB_FLOWS)",
+                "lbr_line",
+                [FLOWS_LINES, 1, 0],
+            ),
+            line("+ random line of 150 MiB", "lbr_line", [LINES_MAX, 1, 0]),
+            line(
+                "+ prefetch, then read, 75.5 MB",
+                "lbr_line_prefetch",
+                [FLOWS_LINES, 1, 0],
+            ),
+            line("+ 4 adjacent lines, hot", "lbr_line4", [4, 1, 0]),
+            line(
+                "+ 4 adjacent lines of 75.5 MB",
+                "lbr_line4",
+                [FLOWS_LINES, 1, 0],
+            ),
+            line("+ 2 reads, hot", "lbr_line2_indep", [1, 1, 0]),
+            line(
+                "+ 2 independent, 75.5 + 54.5 MB",
+                "lbr_line2_indep",
+                [FLOWS_LINES, NAT_LINES, 0],
+            ),
+            line(
+                "+ 2 dependent, 75.5 + 54.5 MB",
+                "lbr_line2_dep",
+                [FLOWS_LINES, NAT_LINES, 0],
+            ),
+            line(
+                "+ line claim (CAS, write), hot",
+                "lbr_line_claim",
+                [1, 1, 0],
+            ),
+            line(
+                "+ line claim of 75.5 MB",
+                "lbr_line_claim",
+                [FLOWS_LINES, 1, 0],
+            ),
+        ]);
+        for (i, case) in cases.enumerate() {
+            let mut n: Array<_, u32> =
+                Array::try_from(obj.map_mut("LBR_LINES_N").context("no LBR_LINES_N")?)?;
+            for (i, v) in case.lines.iter().enumerate() {
+                n.set(i as u32, v, 0)?;
+            }
+            // Before every block of a cold-line case, its lines are read once.
+            let mut before_block = || -> anyhow::Result<()> {
+                if case.lines != [1, 1, 0] {
+                    warm(&lines_a, case.lines[0], case.lines[2])?;
+                    warm(&lines_b, case.lines[1], 0)?;
+                }
+                Ok(())
+            };
+            let m = measure(&case, &mut obj, floor, &mut ring, &mut before_block)?;
             if round == 0 {
                 names.push(case.name);
                 samples.push(Vec::new());
@@ -264,7 +390,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Every reduced program loaded from the object (plus `lb_pass`).
-const PROGRAMS: [&str; 14] = [
+const PROGRAMS: [&str; 22] = [
     "lb_pass",
     "lbr_tx",
     "lbr_parse",
@@ -279,6 +405,14 @@ const PROGRAMS: [&str; 14] = [
     "lbr_flow_open",
     "lbr_nat_lookup",
     "lbr_nat_insert",
+    "lbr_ktime_coarse",
+    "lbr_cpu_id",
+    "lbr_line",
+    "lbr_line4",
+    "lbr_line2_indep",
+    "lbr_line2_dep",
+    "lbr_line_claim",
+    "lbr_line_prefetch",
 ];
 
 fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
@@ -296,17 +430,20 @@ fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
     Ok(res.return_value)
 }
 
-/// Alternating blocks of the case's program and the floor; (program ns, floor ns) per call.
+/// Alternating blocks of the case's program (each after `before_block`) and the floor;
+/// (program ns, floor ns) per call.
 /// The ring buffer is drained after every block (no record is ever lost to a full ring).
 fn measure(
     case: &Case,
     obj: &mut Ebpf,
     floor: &mut Xdp,
     ring: &mut RingBuf<MapData>,
+    before_block: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, f64)> {
     let mut program_ns = 0u128;
     let mut floor_ns = 0u128;
     for block in 0..BLOCKS {
+        before_block()?;
         let prog = program(obj, case.program)?;
         for i in 0..BLOCK {
             let call = block * BLOCK + i;
@@ -340,6 +477,54 @@ fn measure(
     }
     let calls = (BLOCK * BLOCKS) as f64;
     Ok((program_ns as f64 / calls, floor_ns as f64 / calls))
+}
+
+/// A cold-line array, taken out of the object (its programs keep it).
+fn line_array(obj: &mut Ebpf, name: &str) -> anyhow::Result<MapData> {
+    match obj.take_map(name) {
+        Some(aya::maps::Map::Array(data)) => Ok(data),
+        _ => bail!("no array {name} in the object"),
+    }
+}
+
+/// Reads the `lines` lines a case reaches (line `i << shift` for `i < lines`) of a
+/// cold-line array once, in order, through a read-only `mmap` (the pages are the ones
+/// the programs read; the caches are physically tagged).
+fn warm(map: &MapData, lines: u32, shift: u32) -> anyhow::Result<()> {
+    let len = ((lines as usize) << shift) * LINE as usize;
+    // SAFETY: a read-only shared mapping of an mmapable array of at least `len` bytes
+    // (`LINES_MAX` lines), unmapped below; the fd is valid during the call.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len.next_multiple_of(4096),
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            map.fd().as_fd().as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        bail!(
+            "mmap of a cold-line array: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut sum = 0u64;
+    for i in 0..lines as usize {
+        // SAFETY: within the mapping; 8-byte aligned.
+        sum = sum.wrapping_add(unsafe {
+            std::ptr::read_volatile(
+                addr.cast::<u8>()
+                    .add((i << shift) * LINE as usize)
+                    .cast::<u64>(),
+            )
+        });
+    }
+    std::hint::black_box(sum);
+    // SAFETY: unmapping exactly what was mapped above.
+    unsafe { libc::munmap(addr, len.next_multiple_of(4096)) };
+    Ok(())
 }
 
 /// Empties every bucket of an array table (`LB_FLOWS`, `LB_NAT`) that holds a key.
