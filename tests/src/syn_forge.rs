@@ -3,7 +3,8 @@
 //! nftables drops still shows them) and answers each, from the SYN's destination through
 //! a raw socket, with what [`Forgery`] says: a SYN-ACK and an RST+ACK whose
 //! acknowledgement numbers are wrong, or an ICMP host unreachable quoting the SYN with a
-//! wrong sequence number. A SYN check must believe none of them.
+//! wrong sequence number (what an attacker off the path sends). A SYN check must believe
+//! none of them.
 
 use std::{
     io,
@@ -36,7 +37,8 @@ pub enum Forgery {
     /// acknowledging it + 0 (the right one is + 1).
     TcpWrongAck,
     /// An ICMP host unreachable (IPv4 type 3 code 1, IPv6 type 1 code 3) quoting the SYN
-    /// with its sequence number + 1.
+    /// with its sequence number + 2^31: out of any window, so the kernel's TCP ignores it
+    /// for a connect as well (it takes a quote of ISN or ISN + 1 in SYN-SENT).
     IcmpWrongSeq,
 }
 
@@ -197,7 +199,7 @@ fn answers(syn: &Syn, forgery: Forgery) -> Vec<Vec<u8>> {
         .map(|(flags, ack)| tcp(flags, 0x5eed_0000, ack, ours, theirs).ip_bytes())
         .collect(),
         Forgery::IcmpWrongSeq => {
-            let quoted = tcp(TCP_SYN, syn.seq.wrapping_add(1), 0, theirs, ours).ip_bytes();
+            let quoted = tcp(TCP_SYN, syn.seq.wrapping_add(1 << 31), 0, theirs, ours).ip_bytes();
             let (ty, code) = if syn.src.is_ipv4() { (3, 1) } else { (1, 3) };
             vec![
                 Frame::icmp(syn.dst, syn.src, ty, code)

@@ -7,8 +7,9 @@
 //! rejected with an ICMP port unreachable is refused as a connect would be; a host that
 //! answers every SYN with an ICMP host unreachable quoting a wrong sequence number fails
 //! no one: the open server it forges for stays up, the dropped one it forges for times
-//! out, and the forgeries are counted. Last, the balancer's own queue drops every SYN:
-//! local faults, the open server stays up.
+//! out, and the forgeries are counted. A connect probe (`tcp_check = "connect"`) of the
+//! same servers reports the same results. Last, the balancer's own queue drops every
+//! SYN: local faults, the open server stays up.
 
 use std::{
     net::SocketAddr,
@@ -57,6 +58,34 @@ fn nft_port(ns: &NetNs, port: u16, verdict: &str) {
     );
 }
 
+/// The last result of probe `name`.
+fn last_of(probes: &[lb_tests::health::ProbeView], name: &str) -> String {
+    probes
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("probe {name} in {probes:?}"))
+        .last_result
+        .clone()
+}
+
+/// Lets `ns` send every ICMP error: by default a host sends about one a second to each
+/// destination after a burst of six (`icmp_ratelimit`), so with two probes of one host
+/// the SYN check or the connect would miss some and fail at the timeout.
+fn unlimited_icmp(ns: &NetNs) {
+    for key in ["net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns.name(), "sysctl", "-qw", key])
+            .output()
+            .expect("running sysctl");
+        assert!(
+            out.status.success(),
+            "sysctl {key} in {}: {}",
+            ns.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 fn syn_metric(api: &Api, kind: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
     api::metric(&text, "lb_probe_syn_packets_total", &[("kind", kind)])
@@ -77,6 +106,9 @@ fn scenario_for(v6: bool, subnet: u8) {
     let family = if v6 { "IPv6" } else { "IPv4" };
     let probe =
         Probe::new("port", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2).key("tcp_check = \"syn\"");
+    // The same question by connect, to compare the reasons.
+    let connect = Probe::new("connect", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2)
+        .key("tcp_check = \"connect\"");
     let topo = Topology::builder()
         .backends(7)
         .forwarding(Forwarding::Nat)
@@ -100,7 +132,7 @@ fn scenario_for(v6: bool, subnet: u8) {
             BACKEND_TCP_PORT,
         ),
         &["max_fails = 0"],
-        std::slice::from_ref(&probe),
+        &[probe.clone(), connect],
     );
     let _agent =
         scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
@@ -148,6 +180,8 @@ fn scenario_for(v6: bool, subnet: u8) {
     let forge_b4 =
         SynForger::start_with(ns(3), BACKEND_TCP_PORT, FORGE_LIMIT, Forgery::TcpWrongAck)
             .expect("TCP forger in b4");
+    unlimited_icmp(ns(4));
+    unlimited_icmp(ns(5));
     nft_port(
         ns(4),
         BACKEND_TCP_PORT,
@@ -185,7 +219,7 @@ fn scenario_for(v6: bool, subnet: u8) {
         let took = event_time(&ev) - changed;
         let (state, probes) = server_health(&api, "web", a[i]).expect("status");
         assert_eq!(state, "unhealthy", "{family} {what}: {probes:?}");
-        let last = probes[0].last_result.clone();
+        let last = last_of(&probes, "port");
         assert!(
             last.strip_prefix("failed: ")
                 .is_some_and(|l| l.starts_with(want)),
@@ -221,6 +255,16 @@ fn scenario_for(v6: bool, subnet: u8) {
     );
     let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
     assert_eq!(state, "up", "{family}: b1 stays up: {probes:?}");
+    // Both checks have run since the changes: the same verdicts, the same reasons.
+    for (i, target) in a.iter().enumerate() {
+        let (_, probes) = server_health(&api, "web", *target).expect("status");
+        assert_eq!(
+            last_of(&probes, "port"),
+            last_of(&probes, "connect"),
+            "{family} b{}: the SYN check and connect agree",
+            i + 1
+        );
+    }
     let (f1, f4, f7) = (forge_b1.forged(), forge_b4.forged(), forge_b7.forged());
     drop((forge_b1, forge_b4, forge_b7));
     let after = |kind, base| syn_metric(&api, kind) - base;
