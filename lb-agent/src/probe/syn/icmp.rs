@@ -285,4 +285,109 @@ mod tests {
             Err(Ignored::NotFatal)
         );
     }
+
+    /// Sends a hand-built ICMP error over loopback quoting a TCP segment from `sport` to
+    /// `quoted_dst`:9 with sequence number `seq`: an IPv4 packet through an
+    /// `IPPROTO_RAW` socket, an ICMPv6 message (the kernel adds its checksum) through an
+    /// ICMPv6 raw socket.
+    fn send_error(quoted_dst: IpAddr, sport: u16, seq: u32) {
+        use socket2::{Domain, Protocol, SockAddr, Type};
+        let mut tcp = quote(sport, 9, seq);
+        tcp.extend([0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        match quoted_dst {
+            IpAddr::V4(dst) => {
+                let lo = Ipv4Addr::LOCALHOST.octets();
+                let mut quoted = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0];
+                quoted.extend(lo);
+                quoted.extend(dst.octets());
+                quoted.extend(&tcp);
+                let mut icmp = vec![3, 1, 0, 0, 0, 0, 0, 0];
+                icmp.extend(&quoted);
+                let sum = !fold(&icmp);
+                icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+                // The kernel fills in the outer header's length and checksum.
+                let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 1, 0, 0];
+                ip.extend(lo);
+                ip.extend(lo);
+                ip.extend(&icmp);
+                let s = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))).unwrap();
+                let to = SockAddr::from(std::net::SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0));
+                s.send_to(&ip, &to).unwrap();
+            }
+            IpAddr::V6(dst) => {
+                let mut quoted = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+                quoted.extend(Ipv6Addr::LOCALHOST.octets());
+                quoted.extend(dst.octets());
+                quoted.extend(&tcp);
+                let mut icmp = vec![1, 3, 0, 0, 0, 0, 0, 0];
+                icmp.extend(&quoted);
+                let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).unwrap();
+                let to = SockAddr::from(std::net::SocketAddr::new(Ipv6Addr::LOCALHOST.into(), 0));
+                s.send_to(&icmp, &to).unwrap();
+            }
+        }
+    }
+
+    fn fold(bytes: &[u8]) -> u16 {
+        let mut sum: u32 = bytes
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    /// What the kernel gives a raw TCP socket with `IP_RECVERR` for an ICMP error about
+    /// TCP: on its error queue, the quoted destination, the type, code and errno, and
+    /// the quoted TCP header (needs CAP_NET_RAW, as the root test crate).
+    #[test]
+    fn the_kernel_queues_icmp_errors_about_tcp_on_the_raw_socket() {
+        if crate::probe::syn::raw_socket_opens().is_err() {
+            eprintln!("skipped: needs CAP_NET_RAW");
+            return;
+        }
+        for (ipv4, dst) in [
+            (true, IpAddr::from(Ipv4Addr::new(192, 0, 2, 7))),
+            (
+                false,
+                IpAddr::from(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7)),
+            ),
+        ] {
+            let domain = if ipv4 {
+                socket2::Domain::IPV4
+            } else {
+                socket2::Domain::IPV6
+            };
+            let sock = crate::probe::syn::raw(domain, &[40000]).unwrap();
+            // A sequence number of its own per run: other raw TCP sockets of this
+            // process (the checker's) get a copy too, and are not read here.
+            let seq = std::process::id() ^ 0x5a5a_0000;
+            send_error(dst, 40000, seq);
+            // The kernel reports the error on the socket (what wakes the receiver
+            // thread's `recvmmsg`), then it waits on the error queue.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            let reported = loop {
+                match sock.take_error().unwrap() {
+                    Some(e) => break Some(e),
+                    None if std::time::Instant::now() > deadline => break None,
+                    None => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            };
+            let reported = reported.and_then(|e| e.raw_os_error());
+            assert_eq!(reported, Some(libc::EHOSTUNREACH), "ipv4 {ipv4}");
+            let mut got = Vec::new();
+            drain(&sock, ipv4, |e| got.push(e));
+            let want = Unreachable {
+                target: dst,
+                sport: 40000,
+                dport: 9,
+                seq,
+                errno: libc::EHOSTUNREACH,
+            };
+            // Other programs' ICMP errors about TCP on this host may be queued as well.
+            assert!(got.contains(&Ok(want)), "ipv4 {ipv4}: queued {got:?}");
+        }
+    }
 }
