@@ -98,12 +98,21 @@ pub(super) fn parse(ipv4: bool, q: Queued<'_>) -> Result<Unreachable, Ignored> {
     })
 }
 
-/// Reads every error queued on `sock` (without waiting), handing each parse to `each`.
-pub(super) fn drain(sock: &Socket, ipv4: bool, mut each: impl FnMut(Result<Unreachable, Ignored>)) {
+/// Reads up to `max` errors queued on `sock` (without waiting), handing each parse to
+/// `each`. Errors left queued keep the socket's error set, so the next receive call
+/// (which reads queued replies first) reports it again: a flood of errors cannot hold
+/// the replies back.
+pub(super) fn drain(
+    sock: &Socket,
+    ipv4: bool,
+    max: usize,
+    mut each: impl FnMut(Result<Unreachable, Ignored>),
+) {
     let mut quote = [0u8; QUOTE_BYTES];
     // u64 words: the control buffer must be aligned for `cmsghdr`.
     let mut control = [0u64; CONTROL_BYTES / 8];
-    loop {
+    let mut read = 0;
+    while read < max {
         // SAFETY: all-zero is a valid sockaddr_storage and msghdr.
         let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut iov = libc::iovec {
@@ -132,6 +141,7 @@ pub(super) fn drain(sock: &Socket, ipv4: bool, mut each: impl FnMut(Result<Unrea
             }
             return;
         }
+        read += 1;
         let len = (n as usize).min(QUOTE_BYTES);
         // SAFETY: `msg` was filled by the kernel; its control length is within `control`.
         let err = unsafe { extended_err(&msg, ipv4) };
@@ -378,7 +388,7 @@ mod tests {
             let reported = reported.and_then(|e| e.raw_os_error());
             assert_eq!(reported, Some(libc::EHOSTUNREACH), "ipv4 {ipv4}");
             let mut got = Vec::new();
-            drain(&sock, ipv4, |e| got.push(e));
+            drain(&sock, ipv4, 64, |e| got.push(e));
             let want = Unreachable {
                 target: dst,
                 sport: 40000,

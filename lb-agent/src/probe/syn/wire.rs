@@ -245,11 +245,12 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
     }
 }
 
-/// Reads the socket's error queue (`MSG_ERRQUEUE`) and fails the probes whose SYN an
-/// ICMP error verifiably quotes; counts the others.
+/// Reads up to [`BATCH`] errors from the socket's error queue (`MSG_ERRQUEUE`) and fails
+/// the probes whose SYN an ICMP error verifiably quotes; counts the others. The rest
+/// waits for the next round, after the replies queued meanwhile.
 fn read_errors(sock: &Socket, ipv4: bool, pending: &PendingMap) {
-    let mut errors: Vec<Unreachable> = Vec::new();
-    icmp::drain(sock, ipv4, |parsed| match parsed {
+    let mut errors: Vec<Unreachable> = Vec::with_capacity(BATCH);
+    icmp::drain(sock, ipv4, BATCH, |parsed| match parsed {
         Ok(e) => errors.push(e),
         Err(Ignored::Malformed) => {
             stats().malformed.fetch_add(1, Ordering::Relaxed);
