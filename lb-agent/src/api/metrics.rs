@@ -360,7 +360,7 @@ fn syn_check(o: &mut String) {
         o,
         "lb_probe_syn_packets_total",
         "counter",
-        "SYN check packets by outcome (rejected: wrong ack; unmatched: no probe waiting; sent_late: SYNs sent after their probe timed out)",
+        "SYN check packets by outcome (rejected: wrong ack; unmatched: no probe waiting; sent_late: SYNs sent after their probe timed out; unreachable: ICMP errors quoting a SYN in flight; icmp_rejected: quoting a probe in flight with a wrong sequence number; icmp_unmatched: quoting no probe in flight)",
     );
     let s = crate::probe::syn::stats();
     for (kind, n) in [
@@ -371,6 +371,9 @@ fn syn_check(o: &mut String) {
         ("unmatched", &s.unmatched),
         ("malformed", &s.malformed),
         ("sent_late", &s.sent_late),
+        ("unreachable", &s.unreachable),
+        ("icmp_rejected", &s.icmp_rejected),
+        ("icmp_unmatched", &s.icmp_unmatched),
     ] {
         line(
             o,

@@ -9,10 +9,12 @@
 //! ports ([`ports`]). Each probe's ISN is a keyed hash of its 4-tuple and a round number
 //! ([`packet::isn`]); a reply counts only if it acknowledges exactly that ISN + 1, so a
 //! forged or stale SYN-ACK/RST can neither pass nor fail a target (it is counted in
-//! [`Stats`], never logged per packet). SYN-ACK passes, RST+ACK is a refusal, silence
-//! runs into the probe's timeout, exactly as the connect probe.
+//! [`Stats`], never logged per packet). SYN-ACK passes, RST+ACK is a refusal, an ICMP
+//! error quoting our SYN (its ports and ISN) fails at once with the error a connect gets
+//! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe.
 
 mod filter;
+mod icmp;
 mod packet;
 mod ports;
 mod source;
@@ -46,8 +48,18 @@ pub struct Stats {
     pub rejected: AtomicU64,
     /// Replies for no probe in flight (after its timeout, or never ours): ignored.
     pub unmatched: AtomicU64,
-    /// Packets that passed the socket filter but did not parse: ignored.
+    /// Packets that passed the socket filter, or queued ICMP errors, that did not
+    /// parse: ignored.
     pub malformed: AtomicU64,
+    /// Verified ICMP errors (their quote is a SYN in flight with its ISN): the probe
+    /// failed at once.
+    pub unreachable: AtomicU64,
+    /// ICMP errors quoting a probe in flight with a sequence number that is not its ISN
+    /// (forged, or about an earlier round): ignored.
+    pub icmp_rejected: AtomicU64,
+    /// ICMP errors quoting no probe in flight (after its timeout, another program's TCP,
+    /// or forged), or of a type a connect ignores (path MTU): ignored.
+    pub icmp_unmatched: AtomicU64,
     /// SYNs the sender thread took off its queue only after their probe's timeout (the
     /// thread could not keep up, or did not get a CPU): sent anyway, their probe failed.
     pub sent_late: AtomicU64,
@@ -147,10 +159,20 @@ fn checker() -> Result<&'static Checker, &'static str> {
         .map_err(|why| *why)
 }
 
+/// How a probe in flight ended, other than by its timeout.
+enum Settled {
+    /// A verified SYN-ACK or RST.
+    Answer(Answer),
+    /// A verified ICMP error about the SYN: the error a connect gets from it.
+    Unreachable(io::Error),
+    /// The SYN could not be sent.
+    NotSent(io::Error),
+}
+
 /// A probe waiting for its reply.
 struct Pending {
     isn: u32,
-    reply: oneshot::Sender<io::Result<Answer>>,
+    reply: oneshot::Sender<Settled>,
 }
 
 /// (target, our source port) → the probe in flight.
@@ -226,7 +248,7 @@ impl Checker {
         src_ip: IpAddr,
         dst: SocketAddr,
         timeout: std::time::Duration,
-    ) -> Result<(Outgoing, oneshot::Receiver<io::Result<Answer>>, InFlight), ProbeError> {
+    ) -> Result<(Outgoing, oneshot::Receiver<Settled>, InFlight), ProbeError> {
         let round = self.round.fetch_add(1, Ordering::Relaxed);
         let ports = &self.ports.ports;
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -334,9 +356,12 @@ pub(super) async fn probe(
             source: io::Error::other("sender thread gone"),
         })?;
     match reply.await {
-        Ok(Ok(Answer::Accepts)) => Ok("connected (SYN-ACK)".into()),
-        Ok(Ok(Answer::Refuses)) => Err(ProbeError::Refused),
-        Ok(Err(source)) => Err(ProbeError::Io {
+        Ok(Settled::Answer(Answer::Accepts)) => Ok("connected (SYN-ACK)".into()),
+        Ok(Settled::Answer(Answer::Refuses)) => Err(ProbeError::Refused),
+        // As a connect fails on the same ICMP error: a port unreachable is a refusal,
+        // the others "connect: <errno>" (No route to host…).
+        Ok(Settled::Unreachable(source)) => Err(ProbeError::connect(source)),
+        Ok(Settled::NotSent(source)) => Err(ProbeError::Io {
             what: "syn send",
             source,
         }),

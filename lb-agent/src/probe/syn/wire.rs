@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
 
+use super::icmp::{self, Ignored, Unreachable};
 use super::packet::{self, SYN_LEN};
-use super::{Outgoing, PendingMap, stats};
+use super::{Outgoing, PendingMap, Settled, stats};
 
 /// SYNs per `sendmmsg` and replies per `recvmmsg` at most.
 const BATCH: usize = 64;
@@ -163,7 +164,7 @@ fn fail(pending: &PendingMap, group: &[&Outgoing], err: &io::Error) {
                 Some(code) => io::Error::from_raw_os_error(code),
                 None => io::Error::new(err.kind(), err.to_string()),
             };
-            let _ = p.reply.send(Err(e));
+            let _ = p.reply.send(Settled::NotSent(e));
         }
     }
 }
@@ -211,10 +212,10 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
                     tracing::error!(error = %err, "SYN check receiver stopped");
                     return;
                 }
-                // A queued error (`IP_RECVERR`: an ICMP error about one of our SYNs, a
-                // local drop): drop the error queue so it never fills the buffer.
+                // A queued error (`IP_RECVERR`): an ICMP error about a TCP packet of
+                // this host, maybe one of our SYNs.
                 _ => {
-                    drain_errors(sock);
+                    read_errors(sock, ipv4, pending);
                     continue;
                 }
             }
@@ -244,21 +245,46 @@ pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
     }
 }
 
-/// Empties the socket's error queue (`MSG_ERRQUEUE`).
-fn drain_errors(sock: &Socket) {
-    let mut buf = [0u8; REPLY_BYTES];
-    loop {
-        // SAFETY: `buf` is valid for its length for the call.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return;
+/// Reads up to [`BATCH`] errors from the socket's error queue (`MSG_ERRQUEUE`) and fails
+/// the probes whose SYN an ICMP error verifiably quotes; counts the others. The rest
+/// waits for the next round, after the replies queued meanwhile.
+fn read_errors(sock: &Socket, ipv4: bool, pending: &PendingMap) {
+    let mut errors: Vec<Unreachable> = Vec::with_capacity(BATCH);
+    icmp::drain(sock, ipv4, BATCH, |parsed| match parsed {
+        Ok(e) => errors.push(e),
+        Err(Ignored::Malformed) => {
+            stats().malformed.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(Ignored::NotFatal) => {
+            stats().icmp_unmatched.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    resolve_unreachable(pending, &errors);
+}
+
+/// Fails the probe each error quotes, if its quote is that probe's SYN (target, ports
+/// and ISN); counts the others.
+fn resolve_unreachable(pending: &PendingMap, errors: &[Unreachable]) {
+    if errors.is_empty() {
+        return;
+    }
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+    for e in errors {
+        let key = (SocketAddr::new(e.target, e.dport), e.sport);
+        match map.get(&key) {
+            None => {
+                stats().icmp_unmatched.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(p) if p.isn != e.seq => {
+                stats().icmp_rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(_) => {
+                let p = map.remove(&key).expect("just found");
+                stats().unreachable.fetch_add(1, Ordering::Relaxed);
+                let _ = p
+                    .reply
+                    .send(Settled::Unreachable(io::Error::from_raw_os_error(e.errno)));
+            }
         }
     }
 }
@@ -285,14 +311,15 @@ fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply)]) 
                     packet::Answer::Refuses => &stats().refused,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                let _ = p.reply.send(Ok(reply.answer));
+                let _ = p.reply.send(Settled::Answer(reply.answer));
             }
         }
     }
 }
 
-/// The sender's address of a received packet.
-fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
+/// The address in a received packet's name: its sender (or, for a queued ICMP error,
+/// the destination of the packet it quotes).
+pub(super) fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
     match i32::from(name.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says it is a sockaddr_in; storage is large enough.
@@ -305,5 +332,68 @@ fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
             Some(Ipv6Addr::from(a.sin6_addr.s6_addr).into())
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::probe::syn::Pending;
+
+    fn unreachable(target: SocketAddr, sport: u16, seq: u32) -> Unreachable {
+        Unreachable {
+            target: target.ip(),
+            sport,
+            dport: target.port(),
+            seq,
+            errno: libc::EHOSTUNREACH,
+        }
+    }
+
+    #[test]
+    fn an_icmp_error_fails_only_the_probe_whose_syn_it_quotes() {
+        let pending = PendingMap::default();
+        let target: SocketAddr = "[fd00::2]:80".parse().unwrap();
+        let (tx, mut rx) = oneshot::channel();
+        pending
+            .lock()
+            .unwrap()
+            .insert((target, 40000), Pending { isn: 77, reply: tx });
+        let other_port: SocketAddr = "[fd00::2]:81".parse().unwrap();
+        let other_host: SocketAddr = "[fd00::3]:80".parse().unwrap();
+        let (rejected, unmatched) = (
+            stats().icmp_rejected.load(Ordering::Relaxed),
+            stats().icmp_unmatched.load(Ordering::Relaxed),
+        );
+        resolve_unreachable(
+            &pending,
+            &[
+                unreachable(target, 40000, 78),     // wrong sequence number
+                unreachable(target, 40000, 76),     // the ISN is not the ACK
+                unreachable(target, 40001, 77),     // another source port
+                unreachable(other_port, 40000, 77), // another target port
+                unreachable(other_host, 40000, 77), // another target
+            ],
+        );
+        assert!(rx.try_recv().is_err(), "no forgery settles the probe");
+        assert!(pending.lock().unwrap().contains_key(&(target, 40000)));
+        // Counters are process-wide (other tests run alongside): at least ours.
+        assert!(stats().icmp_rejected.load(Ordering::Relaxed) >= rejected + 2);
+        assert!(stats().icmp_unmatched.load(Ordering::Relaxed) >= unmatched + 3);
+
+        resolve_unreachable(&pending, &[unreachable(target, 40000, 77)]);
+        match rx.try_recv() {
+            Ok(Settled::Unreachable(e)) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EHOSTUNREACH))
+            }
+            _ => panic!("the quoted SYN's probe fails as unreachable"),
+        }
+        assert!(pending.lock().unwrap().is_empty(), "its entry is gone");
+        // The same error again (a duplicate) finds no probe.
+        let before = stats().icmp_unmatched.load(Ordering::Relaxed);
+        resolve_unreachable(&pending, &[unreachable(target, 40000, 77)]);
+        assert!(stats().icmp_unmatched.load(Ordering::Relaxed) > before);
     }
 }
