@@ -605,7 +605,8 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     let Some(l4) = pkt.l4(end) else {
         return Verdict::pass(PASS_MALFORMED);
     };
-    let Some(nat) = entry(&pkt.key) else {
+    // Inlined (one bucket lookup, no call): the only table read of a TCP reply.
+    let Some(nat) = slots::find_value::<NatTable>(&pkt.key) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
     // Writes are single fields (state, age), as in the LRU map's values before.
