@@ -273,12 +273,22 @@ pub struct NatValue {
     pub client_mac: [u8; 6],
     /// `NAT_S_*` bits: how far the TCP connection has closed.
     pub state: u8,
-    pub _pad: u8,
+    /// `NAT_H_*` bits (TCP): the flow's handshake as the reply path needs it, so that a
+    /// reply never reads `LB_FLOWS` (docs/passive-signals.md).
+    pub handshake: u8,
     /// [`nat_seconds`] of the last packet the entry carried (refreshed when it changes).
     pub last_seen: u32,
     pub _pad2: u32,
 }
 const _: () = assert!(size_of::<NatValue>() == 56);
+
+/// NAT handshake (TCP): a SYN opened or restarted the connection and no backend packet
+/// has come since (the reverse entry's copy of `FLOW_F_SYN_PENDING`: the reply path
+/// clears it, the client's next packet clears the flow's).
+pub const NAT_H_PENDING: u8 = 1 << 0;
+/// NAT handshake: the flow sent its one passive-failure event (`FLOW_F_REPORTED`,
+/// whichever path sent it).
+pub const NAT_H_REPORTED: u8 = 1 << 1;
 
 /// NAT state (TCP): the client sent FIN.
 pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;

@@ -5,14 +5,13 @@
 
 use lb_common::{
     counters::{
-        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW,
-        FLOW_REHASH,
+        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
         BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED,
-        FLOW_F_SYN_PENDING, FlowValue, NAT_S_ACKED, NAT_S_ASSURED, NAT_S_ESTABLISHED,
-        SERVICE_F_NAT, ServiceMeta,
+        FLOW_F_SYN_PENDING, FlowValue, NAT_H_PENDING, NAT_S_ACKED, NAT_S_ASSURED,
+        NAT_S_ESTABLISHED, SERVICE_F_NAT, ServiceMeta,
     },
 };
 
@@ -21,7 +20,7 @@ use crate::{
     clock::{self, Now},
     counters::{self, count},
     dsr, events, flow,
-    nat::{self, Source},
+    nat::{self, Reverse, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
     source, validate,
 };
@@ -81,7 +80,13 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     if use_nat && src.port == NEEDS_SOURCE.port {
         // The one place a source is allocated (see `nat::allocate`).
         let mac = pkt.eth.mac::<ETH_SRC>();
-        src = match nat::allocate(&pkt.key, svc, backend, backend_id, mac) {
+        let handshake = match flow {
+            // SAFETY: as below.
+            Some(f) => nat::handshake_bits(unsafe { &*f }),
+            None if syn => NAT_H_PENDING,
+            None => 0,
+        };
+        src = match nat::allocate(&pkt.key, svc, backend, backend_id, mac, handshake) {
             Some(s) => s,
             None => return Verdict::drop(DROP_NAT_PORTS),
         };
@@ -206,27 +211,49 @@ fn pinned(
     let tcp = pkt.is_tcp();
     if let Some(b) = keeps(id, pkt, syn) {
         count(FLOW_HIT);
-        // Before `touch`: the handshake rules read when the wait started.
-        let restarted = tcp && handshake_forward(f, svc.service_id, use_nat, syn, l4, now);
-        flow::touch(f, now.ns);
-        if !use_nat {
-            settle(pkt, f, b, l4, false, NO_SOURCE, now.tick);
-            return Ok((id, b, NO_SOURCE, false));
-        }
         let src = Source {
             addr: f.nat_addr,
             port: f.nat_port,
         };
+        // nat: the reverse entry, looked up at most once for all that follows (a
+        // re-hash whose allocation failed has none: nothing to note or verify).
+        let mut rev = if use_nat && src.port != NEEDS_SOURCE.port && needs_reverse(f, pkt, l4, now)
+        {
+            Some(nat::reverse(&pkt.key, svc, b, src))
+        } else {
+            None
+        };
+        if tcp && f.flags & FLOW_F_SYN_PENDING != 0 {
+            if let Some(r) = &rev {
+                nat::sync_handshake(f, r);
+            }
+        }
+        // Before `touch`: the handshake rules read when the wait started.
+        let restarted =
+            tcp && handshake_forward(f, svc.service_id, use_nat, syn, l4, now, rev.as_mut());
+        flow::touch(f, now.ns);
+        let Some(mut rev) = rev else {
+            if !use_nat {
+                settle(pkt, f, b, l4, false, NO_SOURCE, now.tick);
+                return Ok((id, b, NO_SOURCE, false));
+            }
+            if src.port == NEEDS_SOURCE.port {
+                cache::forget(&pkt.key);
+                return Ok((id, b, NEEDS_SOURCE, false));
+            }
+            // Nothing to note, verified in this tick.
+            settle(pkt, f, b, l4, true, src, now.tick);
+            return Ok((id, b, src, false));
+        };
         let mac = pkt.eth.mac::<ETH_SRC>();
-        let mut kept = src.port != NEEDS_SOURCE.port;
-        if !kept {
-            // A re-hash whose allocation failed: nothing to note or verify.
-        } else if restarted {
-            kept = nat::restart(&pkt.key, svc, b, id, src, mac);
+        let mut kept = true;
+        if restarted {
+            let handshake = nat::handshake_bits(f);
+            kept = nat::restart(&mut rev, &pkt.key, svc, b, id, src, handshake, mac);
             f.flags &= !FLOW_F_NAT_AWAIT;
             f.nat_tick = now.tick;
         } else {
-            note_client(pkt, svc, f, b, src, l4);
+            note_client(pkt, f, &mut rev, l4);
         }
         // The reverse entry is verified once per tick (see `nat::ensure`).
         if kept && f.nat_tick != now.tick {
@@ -235,7 +262,8 @@ fn pinned(
             } else {
                 0
             };
-            kept = nat::ensure(&pkt.key, svc, b, id, src, state, mac);
+            let handshake = nat::handshake_bits(f);
+            kept = nat::ensure(&mut rev, &pkt.key, svc, b, id, src, state, handshake, mac);
             f.nat_tick = now.tick;
         }
         if kept {
@@ -268,18 +296,23 @@ fn pinned(
     Ok((new_id, b, src, true))
 }
 
+/// nat: whether a client packet of a pinned flow needs its reverse entry: the flow's
+/// first packet in this tick (`nat::ensure`), a flow that waits for its handshake (its
+/// sync, `nat::sync_handshake`) or for the client (`FLOW_F_NAT_AWAIT`), a SYN (a
+/// restart), FIN or RST (`nat::client_note`). An established flow's other packets cost
+/// no lookup.
+#[inline(always)]
+fn needs_reverse(f: &FlowValue, pkt: &Packet, l4: L4, now: Now) -> bool {
+    f.nat_tick != now.tick
+        || f.flags & (FLOW_F_SYN_PENDING | FLOW_F_NAT_AWAIT) != 0
+        || (pkt.is_tcp() && l4.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST) != 0)
+}
+
 /// nat: what a client packet of a pinned flow tells the reverse entry: FIN/RST, the
 /// ACK of the SYN-ACK (TCP) or the packet after a reply (UDP) when the flow awaits one
-/// (`FLOW_F_NAT_AWAIT`). Other packets cost no lookup here.
+/// (`FLOW_F_NAT_AWAIT`).
 #[inline(always)]
-fn note_client(
-    pkt: &Packet,
-    svc: &ServiceMeta,
-    f: &mut FlowValue,
-    b: &Backend,
-    src: Source,
-    l4: L4,
-) {
+fn note_client(pkt: &Packet, f: &mut FlowValue, rev: &mut Reverse, l4: L4) {
     let tcp = pkt.is_tcp();
     let flags = if tcp { l4.tcp_flags } else { 0 };
     let mut bits = 0;
@@ -294,7 +327,7 @@ fn note_client(
         }
     }
     if bits != 0 || flags & (TCP_FIN | TCP_RST) != 0 {
-        nat::client_note(&pkt.key, svc, b, src, flags, bits);
+        nat::client_note(rev, flags, bits);
     }
 }
 
@@ -370,8 +403,9 @@ fn choose(
 /// connection on a settled flow (nat: its reverse entry must start over).
 ///
 /// A SYN while the flow still waits for its handshake is a retransmission worth
-/// reporting (`EVENT_SYN_RETRANSMIT`, once per flow) only when the backend said nothing
-/// (nat: any backend packet ends the wait, see `nat::reply`) and it came at least
+/// reporting (`EVENT_SYN_RETRANSMIT`, once per flow; nat: noted in the reverse entry
+/// `rev` too) only when the backend said nothing (nat: any backend packet ends the
+/// wait, see `nat::reply`; `nat::sync_handshake` ran before) and it came at least
 /// [`SYN_RESEND_MIN_NS`] after the SYN that started the wait (`last_seen_ns`, read
 /// before `flow::touch`). A SYN on a settled flow is a new connection reusing the
 /// 5-tuple and waits again. In dsr the replies bypass us, so the client's first ACK
@@ -384,6 +418,7 @@ fn handshake_forward(
     syn: bool,
     l4: L4,
     now: Now,
+    rev: Option<&mut Reverse>,
 ) -> bool {
     if f.flags & FLOW_F_SYN_PENDING == 0 {
         if syn {
@@ -397,6 +432,9 @@ fn handshake_forward(
         let waited = now.ns.wrapping_sub(f.last_seen_ns) as i64;
         if f.flags & FLOW_F_REPORTED == 0 && waited >= SYN_RESEND_MIN_NS as i64 {
             f.flags |= FLOW_F_REPORTED;
+            if let Some(rev) = rev {
+                nat::note_reported(rev);
+            }
             events::emit(EVENT_SYN_RETRANSMIT, f.backend_id, service_id);
         }
     } else if !use_nat && l4.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_ACK {

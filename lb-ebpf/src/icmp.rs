@@ -27,7 +27,8 @@
 //! - the outer source is the flow's backend: its address, and the frame comes from the
 //!   MAC lb sends that backend's packets to;
 //! - the reverse entry belongs to a pinned flow on that backend with that nat port;
-//! - TCP: the flow still waits for its handshake (`FLOW_F_SYN_PENDING`) and the quoted
+//! - TCP: the flow still waits for its handshake (`FLOW_F_SYN_PENDING`, and
+//!   `NAT_H_PENDING` in the reverse entry) and the quoted
 //!   segment is that SYN. An unreachable about an established connection says little
 //!   about the server (RFC 1122 makes it a soft error) and is what a forger would send.
 //!
@@ -41,8 +42,8 @@ use lb_common::{
     counters::{ICMP_IGNORED, PASS_NOT_VIP, TX_ICMP_NAT},
     events::EVENT_ICMP_UNREACH,
     maps::{
-        FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue, NatValue, SERVICE_F_NAT,
-        ServiceMeta, VipKey,
+        FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue, NAT_H_PENDING, NAT_H_REPORTED,
+        NatValue, SERVICE_F_NAT, ServiceMeta, VipKey,
     },
 };
 
@@ -224,7 +225,7 @@ fn message_len(icmp: &Icmp, end: usize) -> Option<usize> {
 
 /// An error about a packet lb sent to a backend (`snat:nat_port -> backend:port`).
 #[inline(always)]
-fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) -> Verdict {
+fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &mut NatValue, end: usize) -> Verdict {
     // From the backend's side of the segment: the MAC lb sends the backend's packets
     // to (the backend, or the next hop toward it, which relays its path's errors).
     let (from_side, from_backend, service_id) = match flow::any_backend(nat.backend_id) {
@@ -237,8 +238,11 @@ fn backend_side(icmp: &Icmp, kind: Kind, q: &Quote, nat: &NatValue, end: usize) 
     if kind.unreachable {
         match believed_flow(nat, q, from_backend, end) {
             Some(f) => {
-                if f.flags & FLOW_F_REPORTED == 0 {
+                // One report per flow, whichever path made it (the reply path notes its
+                // own in the reverse entry).
+                if f.flags & FLOW_F_REPORTED == 0 && nat.handshake & NAT_H_REPORTED == 0 {
                     f.flags |= FLOW_F_REPORTED;
+                    nat.handshake |= NAT_H_REPORTED;
                     events::emit(EVENT_ICMP_UNREACH, nat.backend_id, service_id);
                 }
             }
@@ -337,7 +341,10 @@ fn believed_flow(
     if f.backend_id != nat.backend_id || f.nat_port != q.key.dport {
         return None;
     }
-    if q.key.proto == IPPROTO_TCP && (f.flags & FLOW_F_SYN_PENDING == 0 || !quotes_syn(q, end)) {
+    // Still waiting: the flow's SYN unanswered, and no backend packet since (the reply
+    // path ends the wait in the reverse entry, the flow learns it from the client).
+    let waiting = f.flags & FLOW_F_SYN_PENDING != 0 && nat.handshake & NAT_H_PENDING != 0;
+    if q.key.proto == IPPROTO_TCP && (!waiting || !quotes_syn(q, end)) {
         return None;
     }
     Some(f)

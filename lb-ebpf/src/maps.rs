@@ -5,15 +5,15 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS,
-    MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE,
-    VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, MAGLEV_BLOCKS,
+    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE, VIP_INDEX_SLOTS, VIP_INDEX_TABLES,
+    counters,
     events::PassiveEvent,
-    table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowCacheEntry,
-        ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
+        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, ServiceStats, SourceBucket,
+        SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
+    table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
 };
 
 /// Services and nat source addresses: two tables (see `LB_VIP_GEN`) of

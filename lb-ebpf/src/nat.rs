@@ -19,12 +19,13 @@ use lb_common::{
     },
     events::EVENT_RST_ON_SYN,
     hash::{SEED_NAT_PORT, flow_hash},
-    table::{NAT_BUCKETS, nat_hash},
     maps::{
-        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, MAX_SNAT_ADDRS,
-        NAT_S_ACKED, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
-        NAT_S_REPLIED, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue,
+        MAX_SNAT_ADDRS, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED, NAT_S_BACKEND_FIRST,
+        NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue,
+        ServiceMeta, nat_reclaimable, nat_seconds,
     },
+    table::{NAT_BUCKETS, nat_hash},
 };
 
 use crate::{
@@ -207,6 +208,7 @@ fn reverse_value(
     backend_id: u32,
     client_mac: [u8; 6],
     state: u8,
+    handshake: u8,
     now_s: u32,
 ) -> NatValue {
     NatValue {
@@ -217,7 +219,7 @@ fn reverse_value(
         backend_id,
         client_mac,
         state,
-        _pad: 0,
+        handshake,
         last_seen: now_s,
         _pad2: 0,
     }
@@ -259,6 +261,8 @@ fn candidate(min: u32, range: u32, off: u32) -> Source {
 /// to 83 % with 100 000 new flows, consecutive probing dropped 6.1 % of them, strided
 /// probing 2.4 %.
 ///
+/// The entry starts with `handshake` (`handshake_bits` of the flow it serves).
+///
 /// Called from one place only (`forward::to_service`): its two probe loops are large,
 /// and a copy per caller would push the program past what LLVM inlines into the XDP
 /// entry point (a BPF subprogram instead would not fit the 512-byte stack).
@@ -269,6 +273,7 @@ pub fn allocate(
     backend: &Backend,
     backend_id: u32,
     client_mac: [u8; 6],
+    handshake: u8,
 ) -> Option<Source> {
     let min = svc.nat_port_min as u32;
     let max = svc.nat_port_max as u32;
@@ -285,7 +290,7 @@ pub fn allocate(
         0
     };
     let now_s = nat_seconds(clock::now().ns);
-    let value = reverse_value(client, backend_id, client_mac, 0, now_s);
+    let value = reverse_value(client, backend_id, client_mac, 0, handshake, now_s);
     let mut key = reply_key(client, svc, backend, Source { addr: 0, port: 0 });
     let family = client.family;
 
@@ -332,31 +337,105 @@ pub fn allocate(
     None
 }
 
-/// For a pinned flow: makes sure its reverse entry still exists and is its own.
+/// What a pinned flow's reverse entry is to it.
+pub enum Held {
+    /// The entry is the flow's own.
+    Own(&'static mut NatValue),
+    /// Another flow holds the key.
+    Other,
+    /// No entry (its port was reclaimed after it went idle, or it was never claimed
+    /// because its bucket was busy).
+    Missing,
+}
+
+/// A pinned flow's reverse entry, looked up once per packet that needs it (the
+/// handshake's sync, a restart, a note, the per-tick check) and shared by all of them.
+pub struct Reverse {
+    pub held: Held,
+}
+
+/// Looks up the reverse entry of the client flow `client` sent from `src` to `backend`.
+#[inline(always)]
+pub fn reverse(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) -> Reverse {
+    let key = reply_key(client, svc, backend, src);
+    let held = match entry(&key) {
+        Some(v) if owned_by(v, client) => Held::Own(v),
+        Some(_) => Held::Other,
+        None => Held::Missing,
+    };
+    Reverse { held }
+}
+
+/// The `NAT_H_*` bits a reverse entry written for the flow `f` starts with: its
+/// handshake wait and its one report.
+#[inline(always)]
+pub fn handshake_bits(f: &FlowValue) -> u8 {
+    let mut bits = 0;
+    if f.flags & FLOW_F_SYN_PENDING != 0 {
+        bits |= NAT_H_PENDING;
+    }
+    if f.flags & FLOW_F_REPORTED != 0 {
+        bits |= NAT_H_REPORTED;
+    }
+    bits
+}
+
+/// TCP, a client packet of a flow that waits for its handshake (`FLOW_F_SYN_PENDING`):
+/// takes in what the reply path noted in the reverse entry since. A backend packet ended
+/// the wait (`NAT_H_PENDING` gone): so does the flow's; a SYN-ACK (`NAT_S_ESTABLISHED`)
+/// makes the flow await the client's ACK (`FLOW_F_NAT_AWAIT`); a report (an RST refused
+/// the SYN) is the flow's one report. Runs before the forward path's handshake rules, so
+/// they see the flow as the reply path left it.
+#[inline(always)]
+pub fn sync_handshake(f: &mut FlowValue, rev: &Reverse) {
+    let Held::Own(v) = &rev.held else {
+        return;
+    };
+    if v.handshake & NAT_H_REPORTED != 0 {
+        f.flags |= FLOW_F_REPORTED;
+    }
+    if v.handshake & NAT_H_PENDING == 0 {
+        f.flags &= !FLOW_F_SYN_PENDING;
+        if v.state & (NAT_S_ESTABLISHED | NAT_S_ACKED) == NAT_S_ESTABLISHED {
+            f.flags |= FLOW_F_NAT_AWAIT;
+        }
+    }
+}
+
+/// Notes in the reverse entry, if the flow's own, that the flow sent its one report.
+#[inline(always)]
+pub fn note_reported(rev: &mut Reverse) {
+    if let Held::Own(v) = &mut rev.held {
+        v.handshake |= NAT_H_REPORTED;
+    }
+}
+
+/// For a pinned flow: makes sure its reverse entry (`rev`) still exists and is its own.
 ///
-/// An entry gone (its port was reclaimed after it went idle, or it was never claimed
-/// because its bucket was busy) is claimed again with `state` (what the flow table
-/// knows of the connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose
-/// handshake was answered and whose client sends again), and an existing entry gains
-/// those bits. `false` when another flow holds the key or its bucket is full of live
-/// entries: the flow needs a new source (`allocate`).
+/// An entry gone is claimed again with `state` (what the flow table knows of the
+/// connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose handshake was
+/// answered and whose client sends again) and `handshake` ([`handshake_bits`]), and an
+/// existing entry gains the `state` bits. `false` when another flow holds the key or
+/// its bucket is full of live entries: the flow needs a new source (`allocate`).
 ///
 /// Called for the first packet of a flow in each tick (`FlowValue::nat_tick`), not for
 /// every packet.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn ensure(
+    rev: &mut Reverse,
     client: &FlowKey,
     svc: &ServiceMeta,
     backend: &Backend,
     backend_id: u32,
     src: Source,
     state: u8,
+    handshake: u8,
     client_mac: [u8; 6],
 ) -> bool {
-    let key = reply_key(client, svc, backend, src);
     let now_s = nat_seconds(clock::now().ns);
-    match entry(&key) {
-        Some(v) if owned_by(v, client) => {
+    match &mut rev.held {
+        Held::Own(v) => {
             // What the flow knows and the entry missed (an entry written by an older
             // program without `NAT_S_ACKED`, a lost update): noted, so an answered
             // connection whose client keeps sending is never taken for half-open.
@@ -366,8 +445,13 @@ pub fn ensure(
             touch(v, now_s);
             true
         }
-        Some(_) => false,
-        None => reinsert(&key, client, backend_id, client_mac, state, now_s),
+        Held::Other => false,
+        Held::Missing => {
+            let key = reply_key(client, svc, backend, src);
+            reinsert(
+                &key, client, backend_id, client_mac, state, handshake, now_s,
+            )
+        }
     }
 }
 
@@ -380,38 +464,47 @@ fn reinsert(
     backend_id: u32,
     client_mac: [u8; 6],
     state: u8,
+    handshake: u8,
     now_s: u32,
 ) -> bool {
-    let value = reverse_value(client, backend_id, client_mac, state, now_s);
+    let value = reverse_value(client, backend_id, client_mac, state, handshake, now_s);
     matches!(claim(key, &value, false, now_s), Claim::Fresh | Claim::Busy)
 }
 
 /// A new connection (a SYN on a settled pinned flow) reusing the client's 5-tuple: its
-/// reverse entry starts over (`state` 0), unless the backend may still hold the old
-/// connection in TIME_WAIT (it closed first): then the old entry keeps the old source
-/// until TIME_WAIT is over and `false` says the flow needs a new one (`allocate`).
+/// reverse entry starts over (`state` 0, waiting for the handshake; its report, if the
+/// flow made one, stays), unless the backend may still hold the old connection in
+/// TIME_WAIT (it closed first): then the old entry keeps the old source until TIME_WAIT
+/// is over and `false` says the flow needs a new one (`allocate`). `handshake` is the
+/// flow's [`handshake_bits`], for an entry claimed again.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn restart(
+    rev: &mut Reverse,
     client: &FlowKey,
     svc: &ServiceMeta,
     backend: &Backend,
     backend_id: u32,
     src: Source,
+    handshake: u8,
     client_mac: [u8; 6],
 ) -> bool {
-    let key = reply_key(client, svc, backend, src);
     let now_s = nat_seconds(clock::now().ns);
-    match entry(&key) {
-        Some(v) if owned_by(v, client) => {
+    match &mut rev.held {
+        Held::Own(v) => {
             if backend_time_wait(v.state) {
                 return false;
             }
             v.state = 0;
+            v.handshake = NAT_H_PENDING | (v.handshake & NAT_H_REPORTED);
             touch(v, now_s);
             true
         }
-        Some(_) => false,
-        None => reinsert(&key, client, backend_id, client_mac, 0, now_s),
+        Held::Other => false,
+        Held::Missing => {
+            let key = reply_key(client, svc, backend, src);
+            reinsert(&key, client, backend_id, client_mac, 0, handshake, now_s)
+        }
     }
 }
 
@@ -431,26 +524,17 @@ pub(crate) fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
         && v.vip_addr == client.dst
 }
 
-/// Notes in the reverse entry what a client packet of a pinned flow changed: TCP FIN or
-/// RST (`tcp_flags`), and `bits` (`NAT_S_ACKED`, `NAT_S_ASSURED`).
+/// Notes in the reverse entry (`rev`, if the flow's own) what a client packet of a
+/// pinned flow changed: TCP FIN or RST (`tcp_flags`), and `bits` (`NAT_S_ACKED`,
+/// `NAT_S_ASSURED`).
 #[inline(always)]
-pub fn client_note(
-    client: &FlowKey,
-    svc: &ServiceMeta,
-    backend: &Backend,
-    src: Source,
-    tcp_flags: u8,
-    bits: u8,
-) {
-    let key = reply_key(client, svc, backend, src);
-    if let Some(v) = entry(&key) {
-        if owned_by(v, client) {
-            let state = v.state | bits | close_bits(v.state, tcp_flags, NAT_S_FIN_CLIENT);
-            if state != v.state {
-                v.state = state;
-            }
-            touch(v, nat_seconds(clock::now().ns));
+pub fn client_note(rev: &mut Reverse, tcp_flags: u8, bits: u8) {
+    if let Held::Own(v) = &mut rev.held {
+        let state = v.state | bits | close_bits(v.state, tcp_flags, NAT_S_FIN_CLIENT);
+        if state != v.state {
+            v.state = state;
         }
+        touch(v, nat_seconds(clock::now().ns));
     }
 }
 
@@ -521,17 +605,18 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
     let Some(l4) = pkt.l4(end) else {
         return Verdict::pass(PASS_MALFORMED);
     };
-    let Some(nat) = entry(&pkt.key) else {
+    // Inlined (one bucket lookup, no call): the only table read of a TCP reply.
+    let Some(nat) = slots::find_value::<NatTable>(&pkt.key) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
     // Writes are single fields (state, age), as in the LRU map's values before.
     let state = nat.state;
     if pkt.is_tcp() {
         let flags = l4.tcp_flags;
-        // Until the SYN-ACK is seen, any backend packet answers the handshake (a bare
-        // ACK too: a TIME_WAIT socket's answer to a SYN it rejected).
-        if state & NAT_S_ESTABLISHED == 0 || flags & (TCP_RST | TCP_SYN) != 0 {
-            handshake_reply(nat, pkt.key.proto, pkt.key.family, flags);
+        // While the flow waits for its handshake, any backend packet answers it (a
+        // bare ACK too: a TIME_WAIT socket's answer to a SYN it rejected).
+        if nat.handshake & NAT_H_PENDING != 0 {
+            handshake_reply(nat, flags);
         }
         let mut bits = close_bits(state, flags, NAT_S_FIN_BACKEND);
         if flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
@@ -578,32 +663,24 @@ fn await_client(nat: &NatValue, proto: u8, family: u8) {
     }
 }
 
-/// Passive signals on the reply path of a flow waiting for its handshake: any backend
-/// packet answers it. A SYN-ACK completes it (`conn_ok`; the client's ACK is then
-/// awaited, `FLOW_F_NAT_AWAIT`), an RST refuses it (`EVENT_RST_ON_SYN`, once per flow),
-/// anything else (a bare ACK from a TIME_WAIT socket) only ends the wait: the client's
-/// immediate SYN resend is then no retransmission.
+/// Passive signals on the reply path of a flow waiting for its handshake
+/// (`NAT_H_PENDING`, kept in the reverse entry: a reply reads no `LB_FLOWS`): any
+/// backend packet answers it. A SYN-ACK completes it (`conn_ok`; the flow then awaits
+/// the client's ACK, see `sync_handshake`), an RST refuses it (`EVENT_RST_ON_SYN`, once
+/// per flow: `NAT_H_REPORTED`), anything else (a bare ACK from a TIME_WAIT socket) only
+/// ends the wait: the client's immediate SYN resend is then no retransmission. The flow
+/// entry learns all of it from the client's next packet (`sync_handshake`).
 #[inline(always)]
-fn handshake_reply(nat: &NatValue, proto: u8, family: u8, flags: u8) {
-    let key = client_key(nat, proto, family);
-    let Some(f) = flow::lookup(&key) else {
-        return;
-    };
-    // SAFETY: a flow entry of this packet's connection; no insert into LB_FLOWS happens
-    // while the reference lives.
-    let f = unsafe { &mut *f };
-    if f.flags & FLOW_F_SYN_PENDING == 0 {
-        return;
-    }
-    f.flags &= !FLOW_F_SYN_PENDING;
+fn handshake_reply(nat: &mut NatValue, flags: u8) {
+    let mut handshake = nat.handshake & !NAT_H_PENDING;
     if flags & TCP_RST != 0 {
-        if f.flags & FLOW_F_REPORTED == 0 {
-            f.flags |= FLOW_F_REPORTED;
+        if handshake & NAT_H_REPORTED == 0 {
+            handshake |= NAT_H_REPORTED;
             let service_id = flow::any_backend(nat.backend_id).map_or(0, |b| b.service_id);
             events::emit(EVENT_RST_ON_SYN, nat.backend_id, service_id);
         }
     } else if flags & (TCP_SYN | TCP_ACK) == (TCP_SYN | TCP_ACK) {
-        f.flags |= FLOW_F_NAT_AWAIT;
         counters::backend_conn_ok(nat.backend_id);
     }
+    nat.handshake = handshake;
 }

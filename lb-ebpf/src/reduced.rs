@@ -21,8 +21,7 @@ use lb_common::{
 };
 
 use crate::{
-    counters,
-    flow,
+    counters, flow,
     maps::LB_EVENTS,
     nat::NatTable,
     parse::{self, ETH_DST, ETH_HLEN, ETH_SRC, Packet, Parsed},

@@ -19,9 +19,7 @@ use core::{
 
 use lb_common::{
     maps::FlowKey,
-    table::{
-        Bucket, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS, free_word, live_word,
-    },
+    table::{Bucket, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS, free_word, live_word},
 };
 
 /// A table: its map and its hash.
@@ -194,6 +192,31 @@ pub fn value_at<T: Table>(code: u64) -> Option<&'static mut T::Value> {
     let b = T::at((code >> 8) as u32)?;
     // SAFETY: a map value; values are read and updated field by field in place.
     Some(unsafe { &mut (*way(b, (code as u32) & (TABLE_WAYS - 1))).value })
+}
+
+/// [`find`] and [`value_at`] in one, inlined where it is called: the value of `key`
+/// from one bucket lookup and no BPF-to-BPF call. For the one path that reads a single
+/// key and nothing else of its table per packet (the nat reply); the other callers go
+/// through BPF global functions, which the verifier checks once for all of them.
+#[inline(always)]
+pub fn find_value<T: Table>(key: &FlowKey) -> Option<&'static mut T::Value> {
+    let hash = T::hash(key);
+    let b = T::at(T::index(hash))?;
+    let mut w = 0;
+    while w < TABLE_WAYS {
+        let s = way(b, w);
+        let before = word(s);
+        // As in `find`.
+        if live_tagged(before, hash)
+            && same_key(key_of(s), key)
+            && (word(s) ^ before) & !SLOT_LOCK == 0
+        {
+            // SAFETY: as in `value_at`.
+            return Some(unsafe { &mut (*s).value });
+        }
+        w += 1;
+    }
+    None
 }
 
 /// [`claim`]'s `evict` for a table whose entries are never evicted (nat: a live

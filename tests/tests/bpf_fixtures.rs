@@ -30,6 +30,8 @@ mod maglev_pool;
 mod malformed;
 #[path = "bpf_fixtures/nat.rs"]
 mod nat;
+#[path = "bpf_fixtures/nat_handshake.rs"]
+mod nat_handshake;
 #[path = "bpf_fixtures/nat_ports.rs"]
 mod nat_ports;
 #[path = "bpf_fixtures/nat_table.rs"]

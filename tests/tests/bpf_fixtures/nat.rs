@@ -1,7 +1,7 @@
 //! nat: both directions, checksums, port allocation, reverse entries.
 
 use super::prelude::*;
-use lb_common::maps::NAT_S_ESTABLISHED;
+use lb_common::maps::{NAT_H_PENDING, NAT_S_ESTABLISHED};
 
 #[test]
 fn nat_ipv4_tcp_forward_and_reply() {
@@ -47,7 +47,7 @@ fn nat_ipv4_tcp_forward_and_reply() {
             backend_id: 2,
             client_mac: CLIENT_MAC,
             state: 0,
-            _pad: 0,
+            handshake: NAT_H_PENDING,
             last_seen: rev.last_seen,
             _pad2: 0,
         },
@@ -68,8 +68,14 @@ fn nat_ipv4_tcp_forward_and_reply() {
         1,
         "SYN-ACK counts conn_ok once"
     );
-    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("flow");
-    assert_eq!(flow.flags & FLOW_F_SYN_PENDING, 0, "SYN-ACK clears pending");
+    assert_eq!(
+        lb.nat_entry(&reply_key(NAT4, port))
+            .expect("entry")
+            .handshake
+            & NAT_H_PENDING,
+        0,
+        "SYN-ACK clears pending (in the reverse entry; the flow learns it from the client)"
+    );
 
     let ack = to_vip(NAT4, CPORT, TCP_ACK).payload(b"GET /");
     let again = nat_forward(
@@ -80,6 +86,12 @@ fn nat_ipv4_tcp_forward_and_reply() {
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
     );
     assert_eq!(again, port, "a pinned nat flow keeps its source port");
+    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("flow");
+    assert_eq!(
+        flow.flags & FLOW_F_SYN_PENDING,
+        0,
+        "the client's packet settles the flow"
+    );
 
     let data = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
     nat_reply(

@@ -208,11 +208,12 @@ fn established(lb: &mut Lb, cport: u16) -> u16 {
         &[(TX_NAT_REPLY, 1)],
     );
     assert_eq!(state_of(lb, port), NAT_S_ESTABLISHED, "SYN-ACK: half-open");
-    let flow = lb.flow(&client_key(NAT4, cport)).expect("flow");
     assert_eq!(
-        flow.flags & FLOW_F_NAT_AWAIT,
-        FLOW_F_NAT_AWAIT,
-        "the client's ACK is awaited"
+        lb.nat_entry(&reply_key(NAT4, port))
+            .expect("entry")
+            .handshake,
+        0,
+        "the handshake answered: the client's ACK is awaited (NAT_S_ESTABLISHED only)"
     );
     nat_forward(
         lb,

@@ -222,11 +222,13 @@ fn nat_syn_resent_after_any_backend_answer_is_not_a_failure() {
         CPORT,
         &[(TX_NAT_REPLY, 1)],
     );
-    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("flow");
     assert_eq!(
-        flow.flags & FLOW_F_SYN_PENDING,
+        lb.nat_entry(&reply_key(NAT4, port))
+            .expect("entry")
+            .handshake
+            & lb_common::maps::NAT_H_PENDING,
         0,
-        "any answer ends the wait"
+        "any answer ends the wait (in the reverse entry)"
     );
     assert_eq!(lb.backend_stats(2).conn_ok, 0, "a bare ACK is no handshake");
     nat_forward(
@@ -235,6 +237,12 @@ fn nat_syn_resent_after_any_backend_answer_is_not_a_failure() {
         &to_vip(NAT4, CPORT, TCP_RST),
         NAT4,
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    let flow = lb.flow(&client_key(NAT4, CPORT)).expect("flow");
+    assert_eq!(
+        flow.flags & FLOW_F_SYN_PENDING,
+        0,
+        "the client's next packet ends the flow's wait"
     );
     age_flow(&mut lb, &client_key(NAT4, CPORT), INITIAL_RTO_NS);
     let again = nat_forward(

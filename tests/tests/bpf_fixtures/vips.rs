@@ -13,7 +13,7 @@ fn reverse_entry() -> NatValue {
         backend_id: 2,
         client_mac: CLIENT_MAC,
         state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
-        _pad: 0,
+        handshake: 0,
         last_seen: super::nat::now_nat_seconds(),
         _pad2: 0,
     }
