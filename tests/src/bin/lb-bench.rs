@@ -171,8 +171,8 @@ fn main() -> anyhow::Result<()> {
             packets: vec![reply(TCP_SYN | TCP_ACK)],
             expect: XDP_TX,
         },
-        // Diagnostic: the SYN-ACK above also looks the flow up for the handshake
-        // signals; the rest of a connection's replies (ACK/data) do not.
+        // The SYN-ACK above reads the handshake state kept in the reverse entry
+        // (docs/passive-signals.md); the rest of a connection's replies do not.
         Case {
             name: "nat reply (ACK)",
             packets: vec![reply(TCP_ACK)],
