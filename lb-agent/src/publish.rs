@@ -364,6 +364,13 @@ impl Publisher {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
     }
 
+    /// Whether a backend of a service is published (one lookup).
+    pub fn has_backend(&self, service: &str, addr: &SocketAddr) -> bool {
+        self.services
+            .get(service)
+            .is_some_and(|s| s.backends.contains_key(addr))
+    }
+
     /// Addresses of the backends published for a service.
     pub fn backend_addrs(&self, service: &str) -> impl Iterator<Item = SocketAddr> + '_ {
         self.services
