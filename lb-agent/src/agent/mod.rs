@@ -628,6 +628,28 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.unknown_mac_count = self.unknown_macs().len();
     }
 
+    /// [`Agent::refresh_macs`] after a server at `ip` was added: when every other MAC is
+    /// known (`unknown_mac_count` is 0; the set of unknown MACs only grows by added
+    /// servers), `ip`'s is the only one to resolve, without a pass over every server.
+    async fn refresh_macs_after_add(&mut self, ip: IpAddr) {
+        if self.unknown_mac_count > 0 {
+            return self.refresh_macs().await;
+        }
+        if self.macs.contains_key(&ip) {
+            return;
+        }
+        // Bounded like `refresh_macs`: one lookup.
+        match self.neighbors.resolve(ip).await {
+            Ok(mac) => {
+                self.macs.insert(ip, mac);
+            }
+            Err(err) => {
+                warn!(backend = %ip, error = %err, "backend MAC unknown: not selectable until resolved");
+                self.unknown_mac_count = 1;
+            }
+        }
+    }
+
     fn unknown_macs(&self) -> Vec<IpAddr> {
         let mut ips: Vec<IpAddr> = self
             .services
@@ -1032,7 +1054,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 self.services[si].servers.insert(new.address, server);
                 added_or_removed = Some(new.address);
                 self.record_names(service, address, "-", "added", "admin");
-                self.refresh_macs().await;
+                self.refresh_macs_after_add(new.address.ip()).await;
             }
             AdminChange::NodeDrain(_) => {
                 return Err(AdminError::Invalid(
