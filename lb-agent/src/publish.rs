@@ -364,6 +364,13 @@ impl Publisher {
         self.services.get(service)?.backends.get(addr).map(|b| b.id)
     }
 
+    /// Whether a backend of a service is published (one lookup).
+    pub fn has_backend(&self, service: &str, addr: &SocketAddr) -> bool {
+        self.services
+            .get(service)
+            .is_some_and(|s| s.backends.contains_key(addr))
+    }
+
     /// Addresses of the backends published for a service.
     pub fn backend_addrs(&self, service: &str) -> impl Iterator<Item = SocketAddr> + '_ {
         self.services
@@ -557,30 +564,14 @@ impl Publisher {
         // Until this apply succeeds, the next one must take the full path again.
         svc.last_want = None;
 
-        // Backends that left the service: their flows re-hash, their ids are freed.
-        let wanted: HashSet<SocketAddr> = want.backends.iter().map(|b| b.addr).collect();
-        let gone: Vec<SocketAddr> = svc
-            .backends
-            .keys()
-            .filter(|a| !wanted.contains(a))
-            .copied()
-            .collect();
+        // Every published backend the loop below does not visit left the service: it
+        // keeps this mark (no hashing of every wanted address to find them).
+        for b in svc.backends.values_mut() {
+            b.want_index = NOT_WANTED;
+        }
         // Writes that take liveness away wait until the new table no longer points at
         // those backends: a packet must never find a slot whose backend is not live.
         let mut after_table: Vec<Deferred> = Vec::new();
-        let mut freed = Vec::new();
-        for addr in gone {
-            let b = svc.backends.remove(&addr).expect("listed above");
-            self.owners.remove(&b.id);
-            if let Some(entry) = b.entry {
-                after_table.push(Deferred {
-                    id: b.id,
-                    entry: retired(entry),
-                    addr: None,
-                });
-            }
-            freed.push(b.id);
-        }
 
         // Home table: every configured backend with its weight (healthy or not); live
         // table: the home table with inactive backends' slots failed over.
@@ -625,6 +616,29 @@ impl Publisher {
                 active.push(published.id);
             }
         }
+        // Backends that left the service: their flows re-hash, their ids are freed (their
+        // retirements first, as before the table's own deferred writes).
+        let gone: Vec<SocketAddr> = svc
+            .backends
+            .iter()
+            .filter(|(_, b)| b.want_index == NOT_WANTED)
+            .map(|(a, _)| *a)
+            .collect();
+        let mut freed = Vec::with_capacity(gone.len());
+        let mut retire = Vec::with_capacity(gone.len());
+        for addr in gone {
+            let b = svc.backends.remove(&addr).expect("listed above");
+            self.owners.remove(&b.id);
+            if let Some(entry) = b.entry {
+                retire.push(Deferred {
+                    id: b.id,
+                    entry: retired(entry),
+                    addr: None,
+                });
+            }
+            freed.push(b.id);
+        }
+        after_table.splice(0..0, retire);
         home_input.sort_unstable_by_key(|m| (m.id, m.key, m.weight));
         active.sort_unstable();
         // (A new service with no weighted backend still gets a full table of empty slots.)
@@ -687,6 +701,9 @@ impl PublishedService {
         Ok(())
     }
 }
+
+/// `PublishedBackend::want_index` of a backend not (yet) found in the want being applied.
+const NOT_WANTED: usize = usize::MAX;
 
 /// A backend entry to write once the new table no longer points at the backend.
 struct Deferred {

@@ -628,6 +628,28 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.unknown_mac_count = self.unknown_macs().len();
     }
 
+    /// [`Agent::refresh_macs`] after a server at `ip` was added: when every other MAC is
+    /// known (`unknown_mac_count` is 0; the set of unknown MACs only grows by added
+    /// servers), `ip`'s is the only one to resolve, without a pass over every server.
+    async fn refresh_macs_after_add(&mut self, ip: IpAddr) {
+        if self.unknown_mac_count > 0 {
+            return self.refresh_macs().await;
+        }
+        if self.macs.contains_key(&ip) {
+            return;
+        }
+        // Bounded like `refresh_macs`: one lookup.
+        match self.neighbors.resolve(ip).await {
+            Ok(mac) => {
+                self.macs.insert(ip, mac);
+            }
+            Err(err) => {
+                warn!(backend = %ip, error = %err, "backend MAC unknown: not selectable until resolved");
+                self.unknown_mac_count = 1;
+            }
+        }
+    }
+
     fn unknown_macs(&self) -> Vec<IpAddr> {
         let mut ips: Vec<IpAddr> = self
             .services
@@ -811,6 +833,26 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.deadline_cache.set(None);
     }
 
+    /// [`Agent::sync_departing`] for one address of one service, after an admin add or
+    /// remove: only that address can start or stop departing, so the work is one lookup,
+    /// not a walk over every service's published backends.
+    fn sync_departing_server(&mut self, si: usize, addr: SocketAddr, now: Instant) {
+        let svc = &mut self.services[si];
+        let changed = if svc.servers.contains_key(&addr) {
+            svc.departing.remove(&addr).is_some()
+        } else if self.publisher.has_backend(&svc.cfg.name, &addr)
+            && !svc.departing.contains_key(&addr)
+        {
+            svc.departing.insert(addr, departing::Departing::new(now));
+            true
+        } else {
+            false
+        };
+        if changed {
+            self.deadline_cache.set(None);
+        }
+    }
+
     /// The next instant something time-driven is due (health expiry, membership recheck).
     pub fn next_deadline(&self) -> Option<Instant> {
         if let Some(cached) = self.deadline_cache.get() {
@@ -929,6 +971,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             AdminChange::Add(_) => ChangeKind::Add,
             _ => ChangeKind::Other,
         };
+        let mut added_or_removed = None;
         match change {
             AdminChange::Patch(p) => {
                 let server = self.services[si]
@@ -1009,8 +1052,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
+                added_or_removed = Some(new.address);
                 self.record_names(service, address, "-", "added", "admin");
-                self.refresh_macs().await;
+                self.refresh_macs_after_add(new.address.ip()).await;
             }
             AdminChange::NodeDrain(_) => {
                 return Err(AdminError::Invalid(
@@ -1023,6 +1067,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .remove(&addr)
                     .ok_or_else(no_server)?;
                 self.admin_state.record_remove(service, addr);
+                added_or_removed = Some(addr);
                 self.record_names(
                     service,
                     address,
@@ -1032,7 +1077,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 );
             }
         }
-        self.sync_departing(now);
+        // Only an added or removed address can start or stop departing (a patch moves none).
+        if let Some(addr) = added_or_removed {
+            self.sync_departing_server(si, addr, now);
+        }
         // An added server may have brought MACs that other services' servers share.
         let published = if matches!(change_kind, ChangeKind::Add) {
             self.recompute(now, started)
