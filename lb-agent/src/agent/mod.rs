@@ -10,6 +10,7 @@ mod admin_state;
 mod departing;
 mod local_faults;
 mod neighbors;
+mod ordered_join;
 mod publish_retry;
 mod resolve;
 mod server;
@@ -587,6 +588,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             .collect();
         ServerRt {
             addr,
+            addr_text: addr.to_string(),
             incarnation,
             weight: conf.weight,
             spare: conf.spare,
@@ -793,22 +795,24 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             self.traffic_moved = Some(now);
         }
         for svc in &mut self.services {
-            for server in svc.servers.values_mut() {
-                let Some(id) = self.publisher.backend_id(&svc.cfg.name, &server.addr) else {
+            // Servers and published backends are both in address order: one pass, and a
+            // server whose counters did not move costs one comparison.
+            let ids = self.publisher.backends_in_order(&svc.cfg.name);
+            for (server, id) in ordered_join::join(svc.servers.iter_mut(), ids) {
+                let Some(&stats) = id.and_then(|(id, _)| all.get(id as usize)) else {
                     continue;
                 };
-                if let Some(&stats) = all.get(id as usize) {
-                    let (ok, _) = server.absorb_stats(stats, now);
-                    if ok > 0 {
-                        server.health.on_passive_success(now);
-                    }
+                if stats == server.last_stats {
+                    continue;
+                }
+                let (ok, _) = server.absorb_stats(stats, now);
+                if ok > 0 {
+                    server.health.on_passive_success(now);
                 }
             }
-            for (addr, d) in &mut svc.departing {
-                let Some(id) = self.publisher.backend_id(&svc.cfg.name, addr) else {
-                    continue;
-                };
-                if let Some(stats) = all.get(id as usize) {
+            let ids = self.publisher.backends_in_order(&svc.cfg.name);
+            for (d, id) in ordered_join::join(svc.departing.iter_mut(), ids) {
+                if let Some(stats) = id.and_then(|(id, _)| all.get(id as usize)) {
                     d.saw_packets(stats.packets, now);
                 }
             }

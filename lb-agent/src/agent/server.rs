@@ -15,6 +15,8 @@ use crate::{
 /// A server of a service.
 pub(super) struct ServerRt {
     pub addr: SocketAddr,
+    /// `addr` as the snapshot shows it, formatted once (not on every snapshot build).
+    pub addr_text: String,
     /// Key its probe tasks report under (unique per incarnation).
     pub incarnation: usize,
     /// In effect now (config value unless changed at runtime).

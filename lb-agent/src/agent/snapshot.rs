@@ -64,19 +64,14 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                     flows: s.new_flows,
                 })
                 .unwrap_or_default();
-            let servers = svc
-                .servers
-                .values()
+            // Slots come with the servers in one ordered pass (no lookup per server).
+            let published = agent.publisher.backends_in_order(&svc.cfg.name);
+            let servers = super::ordered_join::join(svc.servers.iter(), published)
                 .enumerate()
-                .map(|(i, s)| {
+                .map(|(i, (s, backend))| {
                     // As read by the last `poll_stats` (no syscall per server here).
                     let bstats = s.last_stats;
-                    let mac = agent.macs.get(&s.addr.ip()).map(|m| {
-                        format!(
-                            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                            m[0], m[1], m[2], m[3], m[4], m[5]
-                        )
-                    });
+                    let mac = agent.macs.get(&s.addr.ip()).map(mac_text);
                     let role = if aligned {
                         Some(ordered_roles[i].1)
                     } else {
@@ -107,7 +102,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                         })
                         .collect();
                     ServerStatus {
-                        address: s.addr.to_string(),
+                        address: s.addr_text.clone(),
                         weight: s.weight,
                         state: s.state_name().to_string(),
                         spare: if s.spare && s.backup == 0 {
@@ -123,7 +118,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                         },
                         backup: s.backup,
                         active: role == Some(Role::Active) && mac.is_some(),
-                        slots: agent.publisher.live_slots(&svc.cfg.name, &s.addr),
+                        slots: backend.map_or(0, |(_, slots)| slots),
                         mac,
                         health: HealthStatus {
                             fails: s.health.fails(),
@@ -209,4 +204,35 @@ fn table_fingerprint<D: Dataplane, P: Prober, N: Neighbors>(
         crate::announce::fingerprint::fingerprint(table, |id| agent.publisher.backend_addr(id));
     cache.insert(service.to_string(), (version, fp.clone()));
     fp
+}
+
+/// `aa:bb:cc:dd:ee:ff`, written without the formatting machinery (once per server per
+/// build).
+fn mac_text(m: &[u8; 6]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(17);
+    for (i, b) in m.iter().enumerate() {
+        if i > 0 {
+            text.push(':');
+        }
+        text.push(char::from(HEX[usize::from(b >> 4)]));
+        text.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mac_text_is_lower_case_hex_pairs() {
+        let m = [0x02, 0x00, 0xab, 0xcd, 0xef, 0x9f];
+        assert_eq!(super::mac_text(&m), "02:00:ab:cd:ef:9f");
+        assert_eq!(
+            super::mac_text(&m),
+            format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            )
+        );
+    }
 }
