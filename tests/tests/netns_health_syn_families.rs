@@ -22,8 +22,9 @@ use lb_tests::{
     agent::{Proto, Service},
     api::{self, Api},
     health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event, secs, server_health,
-        wait_all_probed_up, wait_event, with_health,
+        HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
+        local_faults_while_the_queue_drops, secs, server_health, wait_all_probed_up, wait_event,
+        with_health,
     },
     netns::NetNs,
     scenario::{self, BACKEND_TCP_PORT},
@@ -299,29 +300,7 @@ fn scenario_for(v6: bool, subnet: u8) {
 
     // The balancer's own queue drops every packet (a pfifo of length 0): each SYN fails
     // locally (ENOBUFS), a local fault, never a verdict against b1.
-    let faults = |api: &Api| {
-        let text = api.metrics().expect("GET /metrics");
-        api::metric(&text, "lb_agent_local_faults_total", &[]).expect("local faults metric")
-    };
-    let faults_before = faults(&api);
-    let lb_ns = &topo.lb().ns;
-    let tc = |args: &[&str]| {
-        let out = Command::new("ip")
-            .args(["netns", "exec", lb_ns.name(), "tc", "qdisc"])
-            .args(args)
-            .output()
-            .expect("running tc");
-        assert!(
-            out.status.success(),
-            "tc {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let lb_if = lb_tests::topology::HOST_IF;
-    tc(&["replace", "dev", lb_if, "root", "pfifo", "limit", "0"]);
-    std::thread::sleep(3 * INTERVAL);
-    tc(&["del", "dev", lb_if, "root"]);
-    let local = faults(&api) - faults_before;
+    let local = local_faults_while_the_queue_drops(&topo, &api, 3 * INTERVAL);
     let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
     assert!(
         local >= 2.0,
