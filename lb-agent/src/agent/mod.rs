@@ -12,7 +12,6 @@ mod local_faults;
 mod neighbors;
 mod ordered_join;
 mod publish_retry;
-mod report_routes;
 mod resolve;
 mod server;
 mod snapshot;
@@ -166,8 +165,6 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     services: Vec<ServiceRt>,
     /// Id for the next server incarnation's probe reports (see `ServerKey`).
     next_incarnation: std::sync::atomic::AtomicUsize,
-    /// Which service a report's incarnation was last found in (`report_routes.rs`).
-    report_routes: report_routes::ReportRoutes,
     /// Transitions not yet in the shared log (an API reader held it).
     pending_events: Vec<Event>,
     publisher: Publisher,
@@ -244,7 +241,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             env,
             services: Vec::new(),
             next_incarnation: Default::default(),
-            report_routes: Default::default(),
             pending_events: Vec::new(),
             macs: HashMap::new(),
             reports_tx,
@@ -700,28 +696,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut latest: Option<Instant> = None;
         let mut records = Vec::new();
         for report in reports {
-            let (incarnation, addr) = (report.server.service, report.server.addr);
-            let belongs = |s: &ServiceRt| {
+            let Some(si) = self.services.iter().position(|s| {
                 s.servers
-                    .get(&addr)
-                    .is_some_and(|v| v.incarnation == incarnation)
-            };
-            // One lookup in the service of the hint, rather than one in every service
-            // before it (each a search of a tree of thousands of servers).
-            let hinted = self
-                .report_routes
-                .hint(incarnation)
-                .filter(|&si| self.services.get(si).is_some_and(belongs));
-            let si = match hinted {
-                Some(si) => si,
-                None => {
-                    let Some(si) = self.services.iter().position(belongs) else {
-                        continue; // a report of probes replaced or removed since
-                    };
-                    let servers = self.services.iter().map(|s| s.servers.len()).sum();
-                    self.report_routes.learn(incarnation, si, servers);
-                    si
-                }
+                    .get(&report.server.addr)
+                    .is_some_and(|v| v.incarnation == report.server.service)
+            }) else {
+                continue; // a report of probes replaced or removed since
             };
             let svc = &mut self.services[si];
             let Some(server) = svc.servers.get_mut(&report.server.addr) else {
