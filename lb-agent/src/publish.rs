@@ -386,6 +386,19 @@ impl Publisher {
         })
     }
 
+    /// The backends published for a service as (address, data-plane id), in address
+    /// order, without the slot counts (the stats tick needs only the ids: counting
+    /// slots walks the whole live table after every publish).
+    pub fn backend_ids_in_order(
+        &self,
+        service: &str,
+    ) -> impl Iterator<Item = (SocketAddr, u32)> + '_ {
+        self.services
+            .get(service)
+            .into_iter()
+            .flat_map(|s| s.backends.iter().map(|(addr, b)| (*addr, b.id)))
+    }
+
     /// Addresses of the backends published for a service.
     pub fn backend_addrs(&self, service: &str) -> impl Iterator<Item = SocketAddr> + '_ {
         self.services
@@ -785,10 +798,30 @@ fn takes_new_flows(b: &DesiredBackend) -> bool {
 
 /// How many slots of `table` each backend id holds.
 fn slot_counts(table: &[u32]) -> HashMap<u32, u32> {
+    // Ids are small and dense: counted in a vector indexed by id rather than with a hash
+    // per slot (a table holds about 100 slots per backend, a million at 10,000
+    // backends). Anything else (`NO_BACKEND`) is counted in the map itself.
+    const DENSE: u32 = 1 << 22;
+    let mut dense: Vec<u32> = Vec::new();
     let mut counts = HashMap::new();
     for &id in table {
-        *counts.entry(id).or_insert(0) += 1;
+        if id < DENSE {
+            let i = id as usize;
+            if i >= dense.len() {
+                dense.resize(i + 1, 0);
+            }
+            dense[i] += 1;
+        } else {
+            *counts.entry(id).or_insert(0) += 1;
+        }
     }
+    counts.extend(
+        dense
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, n)| n > 0)
+            .map(|(id, n)| (id as u32, n)),
+    );
     counts
 }
 
@@ -1080,6 +1113,17 @@ mod tests {
         assert_eq!(p.live_slots("web", &a) as usize, dp.tables[&0].len());
         assert_eq!(p.live_slots("web", &b), 0);
         assert_eq!(p.live_slots("nope", &a), 0);
+    }
+
+    #[test]
+    fn slot_counts_count_every_id_and_the_empty_slot() {
+        let table = [3, 0, 3, NO_BACKEND, 7, 3, NO_BACKEND, 0];
+        let mut naive = HashMap::new();
+        for &id in &table {
+            *naive.entry(id).or_insert(0u32) += 1;
+        }
+        assert_eq!(slot_counts(&table), naive);
+        assert_eq!(slot_counts(&[]), HashMap::new());
     }
 
     #[test]

@@ -797,9 +797,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for svc in &mut self.services {
             // Servers and published backends are both in address order: one pass, and a
             // server whose counters did not move costs one comparison.
-            let ids = self.publisher.backends_in_order(&svc.cfg.name);
+            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
             for (server, id) in ordered_join::join(svc.servers.iter_mut(), ids) {
-                let Some(&stats) = id.and_then(|(id, _)| all.get(id as usize)) else {
+                let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
                     continue;
                 };
                 if stats == server.last_stats {
@@ -810,9 +810,9 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     server.health.on_passive_success(now);
                 }
             }
-            let ids = self.publisher.backends_in_order(&svc.cfg.name);
+            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
             for (d, id) in ordered_join::join(svc.departing.iter_mut(), ids) {
-                if let Some(stats) = id.and_then(|(id, _)| all.get(id as usize)) {
+                if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
                     d.saw_packets(stats.packets, now);
                 }
             }
