@@ -469,6 +469,34 @@ pub fn secs(d: f64) -> String {
     format!("{d:.2} s")
 }
 
+/// Local faults the agent counts while the balancer's own queue drops every packet for
+/// `window` (a `pfifo` of length 0 on its host interface, removed afterwards): each probe
+/// packet fails to leave with `ENOBUFS`, a local fault, never a verdict against a server.
+pub fn local_faults_while_the_queue_drops(topo: &Topology, api: &Api, window: Duration) -> f64 {
+    let faults = || {
+        let text = api.metrics().expect("GET /metrics");
+        crate::api::metric(&text, "lb_agent_local_faults_total", &[]).expect("local faults metric")
+    };
+    let tc = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", topo.lb().ns.name(), "tc", "qdisc"])
+            .args(args)
+            .output()
+            .expect("running tc");
+        assert!(
+            out.status.success(),
+            "tc {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let before = faults();
+    let lb_if = crate::topology::HOST_IF;
+    tc(&["replace", "dev", lb_if, "root", "pfifo", "limit", "0"]);
+    thread::sleep(window);
+    tc(&["del", "dev", lb_if, "root"]);
+    faults() - before
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,32 +568,4 @@ mod tests {
     fn own_rss_is_readable() {
         assert!(rss_kib(std::process::id()).is_some_and(|k| k > 0));
     }
-}
-
-/// Local faults the agent counts while the balancer's own queue drops every packet for
-/// `window` (a `pfifo` of length 0 on its host interface, removed afterwards): each probe
-/// packet fails to leave with `ENOBUFS`, a local fault, never a verdict against a server.
-pub fn local_faults_while_the_queue_drops(topo: &Topology, api: &Api, window: Duration) -> f64 {
-    let faults = || {
-        let text = api.metrics().expect("GET /metrics");
-        crate::api::metric(&text, "lb_agent_local_faults_total", &[]).expect("local faults metric")
-    };
-    let tc = |args: &[&str]| {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", topo.lb().ns.name(), "tc", "qdisc"])
-            .args(args)
-            .output()
-            .expect("running tc");
-        assert!(
-            out.status.success(),
-            "tc {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let before = faults();
-    let lb_if = crate::topology::HOST_IF;
-    tc(&["replace", "dev", lb_if, "root", "pfifo", "limit", "0"]);
-    thread::sleep(window);
-    tc(&["del", "dev", lb_if, "root"]);
-    faults() - before
 }
