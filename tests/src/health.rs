@@ -497,6 +497,14 @@ pub fn local_faults_while_the_queue_drops(topo: &Topology, api: &Api, window: Du
     faults() - before
 }
 
+/// `lb_probe_syn_packets_total{kind=KIND}` from the agent's `/metrics` (the SYN check's
+/// packet counters: accepted, rejected, unmatched, unreachable, ...).
+pub fn syn_packets(api: &Api, kind: &str) -> f64 {
+    let text = api.metrics().expect("GET /metrics");
+    crate::api::metric(&text, "lb_probe_syn_packets_total", &[("kind", kind)])
+        .unwrap_or_else(|| panic!("lb_probe_syn_packets_total{{kind={kind}}} in:\n{text}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

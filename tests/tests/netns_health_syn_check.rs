@@ -17,8 +17,8 @@ use lb_tests::{
     api::{self, Api},
     health::{
         HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
-        local_faults_while_the_queue_drops, secs, server_health, wait_all_probed_up, wait_event,
-        with_health,
+        local_faults_while_the_queue_drops, secs, server_health, syn_packets, wait_all_probed_up,
+        wait_event, with_health,
     },
     netns::NetNs,
     scenario::{self, BACKEND_TCP_PORT},
@@ -49,12 +49,6 @@ fn drop_port(ns: &NetNs, port: u16) {
         ns.name(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn syn_metric(api: &Api, kind: &str) -> f64 {
-    let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_probe_syn_packets_total", &[("kind", kind)])
-        .unwrap_or_else(|| panic!("lb_probe_syn_packets_total{{kind={kind}}} in:\n{text}"))
 }
 
 #[test]
@@ -94,14 +88,14 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
         Some(1.0),
         "the agent runs SYN checks"
     );
-    let accepted = syn_metric(&api, "accepted");
+    let accepted = syn_packets(&api, "accepted");
     assert!(
         accepted >= 4.0,
         "every open port passed on a SYN-ACK ({accepted})"
     );
 
     let bound = probe.detection_bound() + MARGIN;
-    let rejected_before = syn_metric(&api, "rejected");
+    let rejected_before = syn_packets(&api, "rejected");
 
     // b2: closed (refused), b3: silent (dropped), b4: silent but forging answers.
     let t_closed = servers.kill("b2").expect("killing b2's server");
@@ -150,7 +144,7 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
     );
     let forged = forger.forged();
     drop(forger);
-    let rejected = syn_metric(&api, "rejected") - rejected_before;
+    let rejected = syn_packets(&api, "rejected") - rejected_before;
     assert!(forged >= 8, "the forger answered SYNs ({forged})");
     assert!(
         rejected >= 4.0,

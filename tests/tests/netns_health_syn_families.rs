@@ -23,8 +23,8 @@ use lb_tests::{
     api::{self, Api},
     health::{
         HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
-        local_faults_while_the_queue_drops, secs, server_health, wait_all_probed_up, wait_event,
-        with_health,
+        local_faults_while_the_queue_drops, secs, server_health, syn_packets, wait_all_probed_up,
+        wait_event, with_health,
     },
     netns::NetNs,
     scenario::{self, BACKEND_TCP_PORT},
@@ -87,12 +87,6 @@ fn unlimited_icmp(ns: &NetNs) {
     }
 }
 
-fn syn_metric(api: &Api, kind: &str) -> f64 {
-    let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_probe_syn_packets_total", &[("kind", kind)])
-        .unwrap_or_else(|| panic!("lb_probe_syn_packets_total{{kind={kind}}} in:\n{text}"))
-}
-
 #[test]
 fn health_syn_check_over_ipv4_with_icmp_errors() {
     scenario_for(false, 232);
@@ -153,11 +147,11 @@ fn scenario_for(v6: bool, subnet: u8) {
         "the agent runs SYN checks"
     );
     assert!(
-        syn_metric(&api, "accepted") >= 7.0,
+        syn_packets(&api, "accepted") >= 7.0,
         "{family}: every open port passed on a SYN-ACK"
     );
 
-    let before = |kind| syn_metric(&api, kind);
+    let before = |kind| syn_packets(&api, kind);
     let (rejected0, icmp_rejected0, icmp_unmatched0, unreachable0) = (
         before("rejected"),
         before("icmp_rejected"),
@@ -268,7 +262,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     }
     let (f1, f4, f7) = (forge_b1.forged(), forge_b4.forged(), forge_b7.forged());
     drop((forge_b1, forge_b4, forge_b7));
-    let after = |kind, base| syn_metric(&api, kind) - base;
+    let after = |kind, base| syn_packets(&api, kind) - base;
     let rejected = after("rejected", rejected0);
     let icmp_rejected = after("icmp_rejected", icmp_rejected0);
     let icmp_unmatched = after("icmp_unmatched", icmp_unmatched0);

@@ -17,10 +17,11 @@ use std::{
 
 use lb_tests::{
     agent::{Proto, Service},
-    api::{self, Api},
+    api::Api,
     cpu,
     health::{
-        HealthServers, Probe, ProbeKind, server_health, wait_all_probed_up, wait_state, with_health,
+        HealthServers, Probe, ProbeKind, server_health, syn_packets, wait_all_probed_up,
+        wait_state, with_health,
     },
     netns::NetNs,
     packet::{Frame, TCP_SYN, Transport},
@@ -39,17 +40,11 @@ const FLOOD_LIMIT: Duration = Duration::from_secs(20);
 /// `IPPROTO_RAW`: sending implies `IP_HDRINCL` (and `IPV6_HDRINCL` on IPv6).
 const IPPROTO_RAW: i32 = 255;
 
-fn syn_metric(api: &Api, kind: &str) -> f64 {
-    let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_probe_syn_packets_total", &[("kind", kind)])
-        .unwrap_or_else(|| panic!("lb_probe_syn_packets_total{{kind={kind}}} in:\n{text}"))
-}
-
 /// Errors the agent read and ignored so far.
 fn ignored(api: &Api) -> f64 {
     ["icmp_unmatched", "icmp_rejected", "malformed"]
         .iter()
-        .map(|k| syn_metric(api, k))
+        .map(|k| syn_packets(api, k))
         .sum()
 }
 
@@ -224,7 +219,7 @@ fn forged_icmp_floods_never_steer_syn_checks() {
             "{name}: the dropped port fails by its timeout, never by a forged error"
         );
         assert_eq!(
-            syn_metric(&api, "unreachable"),
+            syn_packets(&api, "unreachable"),
             0.0,
             "no forged error was believed"
         );
