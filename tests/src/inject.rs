@@ -20,8 +20,18 @@ pub enum InjectError {
     },
 }
 
+/// How long one call may spend waiting out a full transmit queue (`ENOBUFS`) in all.
+const FULL_QUEUE_BUDGET: Duration = Duration::from_secs(10);
+/// The pause before a frame the full queue refused is sent again.
+const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(500);
+
 /// Sends every frame of `frames` (complete Ethernet frames) out of `ifname` in `ns`,
 /// pausing `gap` between two; returns how many the kernel took.
+///
+/// A burst can fill the interface's queue (a veth whose peer runs XDP holds a few
+/// hundred frames): `sendto` then fails with `ENOBUFS` and the frame was not sent. The
+/// frame is sent again after a short pause, as a real sender's queue would hold it,
+/// for at most `FULL_QUEUE_BUDGET` per call; any other error ends the call.
 pub fn send_frames(
     ns: &NetNs,
     ifname: &str,
@@ -63,21 +73,30 @@ pub fn send_frames(
             addr.sll_ifindex = index as i32;
             addr.sll_halen = 6;
             let mut sent = 0;
+            let mut waited = Duration::ZERO;
             for frame in frames {
                 addr.sll_addr[..6].copy_from_slice(&frame[..6]);
-                // SAFETY: the buffer and the address live across the call.
-                let n = unsafe {
-                    libc::sendto(
-                        fd,
-                        frame.as_ptr().cast(),
-                        frame.len(),
-                        0,
-                        (&addr as *const libc::sockaddr_ll).cast(),
-                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                    )
-                };
-                if n < 0 {
-                    return Err(err("sendto")(io::Error::last_os_error()));
+                loop {
+                    // SAFETY: the buffer and the address live across the call.
+                    let n = unsafe {
+                        libc::sendto(
+                            fd,
+                            frame.as_ptr().cast(),
+                            frame.len(),
+                            0,
+                            (&addr as *const libc::sockaddr_ll).cast(),
+                            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                        )
+                    };
+                    if n >= 0 {
+                        break;
+                    }
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ENOBUFS) || waited >= FULL_QUEUE_BUDGET {
+                        return Err(err("sendto")(e));
+                    }
+                    std::thread::sleep(FULL_QUEUE_PAUSE);
+                    waited += FULL_QUEUE_PAUSE;
                 }
                 sent += 1;
                 if !gap.is_zero() {

@@ -5,7 +5,6 @@
 //! interface's MAC at attach.
 
 use std::{
-    io,
     path::Path,
     process::Command,
     time::{Duration, Instant},
@@ -13,7 +12,7 @@ use std::{
 
 use lb_tests::{
     api::{self, Api},
-    netns::NetNs,
+    inject,
     packet::{Frame, TCP_SYN},
     process::STOP_GRACE,
     scenario,
@@ -24,47 +23,6 @@ const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const FOREIGN_MAC: [u8; 6] = [0x02, 0x66, 0, 0, 0, 0x01];
 const FRAMES: u16 = 20;
 const DEADLINE: Duration = Duration::from_secs(15);
-
-/// Sends `frames` as they are out of `HOST_IF` of `ns` (AF_PACKET).
-fn send_raw(ns: &NetNs, frames: &[Vec<u8>]) -> io::Result<()> {
-    ns.run(|| {
-        let name = std::ffi::CString::new(HOST_IF).expect("interface name");
-        // SAFETY: plain libc calls on our own descriptor and stack values.
-        unsafe {
-            let ifindex = libc::if_nametoindex(name.as_ptr());
-            if ifindex == 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut addr: libc::sockaddr_ll = std::mem::zeroed();
-            addr.sll_family = libc::AF_PACKET as u16;
-            addr.sll_ifindex = ifindex as i32;
-            addr.sll_halen = 6;
-            let mut result = Ok(());
-            for f in frames {
-                addr.sll_addr[..6].copy_from_slice(&f[..6]);
-                let sent = libc::sendto(
-                    fd,
-                    f.as_ptr().cast(),
-                    f.len(),
-                    0,
-                    (&raw const addr).cast(),
-                    size_of::<libc::sockaddr_ll>() as u32,
-                );
-                if sent < 0 {
-                    result = Err(io::Error::last_os_error());
-                    break;
-                }
-            }
-            libc::close(fd);
-            result
-        }
-    })
-    .map_err(io::Error::other)?
-}
 
 fn counter(api: &Api, name: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
@@ -111,7 +69,13 @@ fn frames_for_a_foreign_mac_are_not_balanced() {
 
     let before = counter(&api, "pass_not_for_host");
     let tx_before = counter(&api, "tx_dsr");
-    send_raw(&client.ns, &syns(31_000, FOREIGN_MAC)).expect("sending the foreign-MAC SYNs");
+    inject::send_frames(
+        &client.ns,
+        HOST_IF,
+        &syns(31_000, FOREIGN_MAC),
+        Duration::ZERO,
+    )
+    .expect("sending the foreign-MAC SYNs");
     let passed = wait_counter(&api, "pass_not_for_host", before + f64::from(FRAMES));
     assert!(
         passed >= before + f64::from(FRAMES),
@@ -140,7 +104,13 @@ fn frames_for_a_foreign_mac_are_not_balanced() {
     );
 
     let before = counter(&api, "tx_dsr");
-    send_raw(&client.ns, &syns(32_000, topo.lb().mac.0)).expect("sending SYNs to lb's MAC");
+    inject::send_frames(
+        &client.ns,
+        HOST_IF,
+        &syns(32_000, topo.lb().mac.0),
+        Duration::ZERO,
+    )
+    .expect("sending SYNs to lb's MAC");
     let forwarded = wait_counter(&api, "tx_dsr", before + f64::from(FRAMES));
     assert!(
         forwarded >= before + f64::from(FRAMES),

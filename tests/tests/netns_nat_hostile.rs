@@ -19,6 +19,7 @@ use std::{
 use lb_tests::{
     agent::{Proto, Service},
     api::Api,
+    inject,
     packet::{Frame, TCP_SYN},
     process::STOP_GRACE,
     scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
@@ -33,44 +34,6 @@ const SPOOFED: u16 = 3_000;
 /// Half-open entries come back 8.6 s after their SYN (`NAT_HALF_OPEN_REUSE`).
 const HALF_OPEN: Duration = Duration::from_millis(8_600);
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Sends `frames` out of `HOST_IF` of the calling thread's namespace (AF_PACKET).
-fn send_raw(frames: &[Vec<u8>]) -> std::io::Result<()> {
-    // SAFETY: plain socket calls on a descriptor this function owns and closes.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW,
-            i32::from((libc::ETH_P_ALL as u16).to_be()),
-        );
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let name = std::ffi::CString::new(HOST_IF).expect("interface name");
-        let index = libc::if_nametoindex(name.as_ptr());
-        let mut addr: libc::sockaddr_ll = std::mem::zeroed();
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_ifindex = index as i32;
-        addr.sll_halen = 6;
-        let mut result = Ok(());
-        for f in frames {
-            let n = libc::sendto(
-                fd,
-                f.as_ptr().cast(),
-                f.len(),
-                0,
-                (&raw const addr).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            );
-            if n < 0 {
-                result = Err(std::io::Error::last_os_error());
-                break;
-            }
-        }
-        libc::close(fd);
-        result
-    }
-}
 
 /// `lb_dataplane_packets_total{counter="NAME"}` from the agent's `/metrics`.
 fn counter(api: &Api, name: &str) -> u64 {
@@ -114,10 +77,7 @@ fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
                 .bytes()
         })
         .collect();
-    client
-        .ns
-        .run(|| send_raw(&frames))
-        .expect("entering the client namespace")
+    inject::send_frames(&client.ns, HOST_IF, &frames, Duration::ZERO)
         .expect("sending the spoofed SYNs");
 
     // Every pair is held by a half-open entry: the rest of the flood found none.
