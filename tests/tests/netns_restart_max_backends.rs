@@ -8,6 +8,7 @@ use std::{path::Path, time::Duration};
 
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
+    operator,
     restart::assert_served,
     scenario::{self, WEIGHTS},
     topology::Forwarding,
@@ -15,22 +16,6 @@ use lb_tests::{
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const START: Duration = Duration::from_secs(30);
-const ADOPTED: &str = "adopted the previous state";
-
-/// The line of `agent`'s log containing `needle`, or a panic quoting its tail.
-fn line_with(agent: &Agent, needle: &str, what: &str) -> String {
-    agent
-        .process()
-        .lines()
-        .into_iter()
-        .find(|l| l.contains(needle))
-        .unwrap_or_else(|| {
-            panic!(
-                "{what}: no line with {needle:?}; last lines:\n{}",
-                agent.process().tail(30)
-            )
-        })
-}
 
 /// Lines of `agent`'s log containing `needle`.
 fn lines_with(agent: &Agent, needle: &str) -> Vec<String> {
@@ -67,7 +52,7 @@ fn a_new_backend_capacity_recreates_the_backend_maps_and_keeps_the_rest() {
     stop(agent, "default size");
 
     let agent = start(&["max_backends = 131071"], "grown");
-    let line = line_with(&agent, ADOPTED, "grown");
+    let line = operator::line_with(agent.process(), operator::ADOPTED, "grown");
     assert!(
         line.contains("maps_kept=10") && line.contains("maps_fresh=2"),
         "the two backend maps fresh, the other ten kept: {line}"
@@ -86,7 +71,7 @@ fn a_new_backend_capacity_recreates_the_backend_maps_and_keeps_the_rest() {
     stop(agent, "grown");
 
     let agent = start(&["max_backends = 131071"], "same size again");
-    let line = line_with(&agent, ADOPTED, "same size again");
+    let line = operator::line_with(agent.process(), operator::ADOPTED, "same size again");
     assert!(
         line.contains("maps_kept=12")
             && line.contains("maps_fresh=0")
