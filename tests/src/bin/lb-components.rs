@@ -133,7 +133,10 @@ fn main() -> anyhow::Result<()> {
             bail!("bpftool: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::fs::write(&path, &out.stdout)?;
-        println!("{xlated_program} as the verifier left it: {path}");
+        println!(
+            "{xlated_program} as the verifier left it: {path} ({:?} instructions processed)",
+            p.info()?.verified_instruction_count()
+        );
         return Ok(());
     }
     let mut floor_obj = Ebpf::load(lb_agent::EBPF_OBJECT)?;
