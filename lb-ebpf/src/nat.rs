@@ -263,7 +263,7 @@ fn first_candidate(client: &FlowKey, svc: &ServiceMeta) -> Option<(u32, u32, u32
 /// lookup that follows) and the `LB_NAT` bucket of the first source [`allocate`] will
 /// try toward `backend_id` (the Maglev choice), loaded back to back before either is
 /// needed (`slots::prefetch2`). Read one after the other (the lookup's miss, then the
-/// claim after ~700 instructions) the second miss starts only when the first has
+/// claim ~400 instructions later) the second miss starts only when the first has
 /// returned; on this machine two cold reads overlap only when a few dozen
 /// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7").
 #[inline(always)]

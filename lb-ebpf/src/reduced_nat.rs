@@ -153,6 +153,12 @@ pub fn lbrn_alu128(ctx: XdpContext) -> u32 {
     two_reads(&ctx, |hb| Some(alu128(hb)))
 }
 
+/// The two reads with 256 ALU instructions between them.
+#[xdp]
+pub fn lbrn_alu256(ctx: XdpContext) -> u32 {
+    two_reads(&ctx, |hb| Some(alu128(alu128(hb))))
+}
+
 /// The two reads with 512 ALU instructions between them.
 #[xdp]
 pub fn lbrn_alu512(ctx: XdpContext) -> u32 {

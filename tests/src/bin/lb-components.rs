@@ -373,6 +373,8 @@ fn main() -> anyhow::Result<()> {
             ),
             line("+ 2 reads, 32 ALU between, hot", "lbrn_alu32", [1, 1, 0]),
             line("+ 2 reads, 32 ALU between", "lbrn_alu32", two),
+            line("+ 2 reads, 256 ALU between, hot", "lbrn_alu256", [1, 1, 0]),
+            line("+ 2 reads, 256 ALU between", "lbrn_alu256", two),
         ]);
         let cases = cases.filter(|c| {
             only.as_ref()
@@ -464,6 +466,7 @@ const PROGRAMS: &[&str] = &[
     "lbrn_open_serial",
     "lbrn_open_both",
     "lbrn_alu32",
+    "lbrn_alu256",
 ];
 
 fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
