@@ -57,6 +57,13 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     } else {
         None
     };
+    // A nat SYN: its `LB_FLOWS` and `LB_NAT` buckets are read together (their misses
+    // overlap) before the lookup and the allocation need them.
+    if use_nat {
+        if let Some(Ok(id)) = early {
+            nat::prefetch_open(&pkt.key, svc, id);
+        }
+    }
 
     let flow = flow::lookup(&pkt.key);
     let plan = match flow {

@@ -31,6 +31,7 @@ mod nat;
 mod parse;
 mod pkt;
 mod reduced;
+mod reduced_nat;
 mod rewrite;
 mod slots;
 mod source;

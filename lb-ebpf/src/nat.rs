@@ -244,6 +244,40 @@ fn candidate(min: u32, range: u32, off: u32) -> Source {
     }
 }
 
+/// The first candidate source [`allocate`] tries for `client` (its hash, the space's
+/// size, the first offset), or `None` for a service without a port range.
+#[inline(always)]
+fn first_candidate(client: &FlowKey, svc: &ServiceMeta) -> Option<(u32, u32, u32, u32)> {
+    let min = svc.nat_port_min as u32;
+    let max = svc.nat_port_max as u32;
+    if max < min {
+        return None;
+    }
+    let range = max - min + 1;
+    let total = range * snat_count(svc);
+    let h = flow_hash(client, SEED_NAT_PORT);
+    Some((min, range, total, h))
+}
+
+/// A nat SYN's two cold reads started together: the client's `LB_FLOWS` bucket (the
+/// lookup that follows) and the `LB_NAT` bucket of the first source [`allocate`] will
+/// try toward `backend_id` (the Maglev choice), loaded back to back before either is
+/// needed (`slots::prefetch2`). Read one after the other (the lookup's miss, then the
+/// claim ~400 instructions later) the second miss starts only when the first has
+/// returned; on this machine two cold reads overlap only when a few dozen
+/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7").
+#[inline(always)]
+pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
+    let Some(backend) = flow::any_backend(backend_id) else {
+        return;
+    };
+    let Some((min, range, total, h)) = first_candidate(client, svc) else {
+        return;
+    };
+    let key = reply_key(client, svc, backend, candidate(min, range, h % total));
+    slots::prefetch2::<flow::FlowTable, NatTable>(client, &key);
+}
+
 /// Allocates a source (address, port) for a new flow and claims its reverse entry.
 ///
 /// `NAT_PORT_ATTEMPTS` candidates of the service's addresses x `[nat_port_min,
@@ -275,14 +309,7 @@ pub fn allocate(
     client_mac: [u8; 6],
     handshake: u8,
 ) -> Option<Source> {
-    let min = svc.nat_port_min as u32;
-    let max = svc.nat_port_max as u32;
-    if max < min {
-        return None;
-    }
-    let range = max - min + 1;
-    let total = range * snat_count(svc);
-    let h = flow_hash(client, SEED_NAT_PORT);
+    let (min, range, total, h) = first_candidate(client, svc)?;
     let first = h % total;
     let stride = if total > 1 {
         1 + (h >> 16) % (total - 1)

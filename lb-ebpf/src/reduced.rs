@@ -34,7 +34,7 @@ use crate::{
 /// Parses, runs `component` on a TCP/UDP packet, swaps the MACs: `XDP_TX` if the
 /// component succeeded, `XDP_DROP` if not; anything else is passed.
 #[inline(always)]
-fn reflect_after(ctx: &XdpContext, component: impl FnOnce(&Packet, usize) -> bool) -> u32 {
+pub(crate) fn reflect_after(ctx: &XdpContext, component: impl FnOnce(&Packet, usize) -> bool) -> u32 {
     let end = ctx.data_end();
     let Parsed::Flow(pkt) = parse::parse(ctx) else {
         return XDP_PASS;
@@ -196,17 +196,17 @@ static LBR_LINES_B: Array<Line, 1, { BPF_F_MMAPABLE as usize }> = Array::new();
 static LBR_LINES_N: Array<u32, 3> = Array::new();
 
 /// Seeds of the two arrays' indexes (the packet's key hashed as `LB_FLOWS` hashes it).
-const SEED_A: u32 = 0x6c07_8965;
-const SEED_B: u32 = 0x2f69_3a4d;
+pub(crate) const SEED_A: u32 = 0x6c07_8965;
+pub(crate) const SEED_B: u32 = 0x2f69_3a4d;
 
 /// A value no program writes (the read must be used, or LLVM drops it).
-const NEVER: u64 = u64::MAX;
+pub(crate) const NEVER: u64 = u64::MAX;
 
 /// The line of `LBR_LINES_A`/`_B` (`which` = 0/1) at `hash` spread over the configured
 /// lines (`hash * n >> 32`: uniform for any `n`, not only powers of two), times the
 /// configured stride in `LBR_LINES_A`.
 #[inline(always)]
-fn line(which: u32, hash: u32) -> Option<*mut Line> {
+pub(crate) fn line(which: u32, hash: u32) -> Option<*mut Line> {
     let n = *LBR_LINES_N.get(which)?;
     let i = ((hash as u64 * n as u64) >> 32) as u32;
     if which == 0 {
@@ -219,7 +219,7 @@ fn line(which: u32, hash: u32) -> Option<*mut Line> {
 
 /// Word `W` of a line, as a fresh load.
 #[inline(always)]
-fn word<const W: usize>(l: *mut Line) -> u64 {
+pub(crate) fn word<const W: usize>(l: *mut Line) -> u64 {
     // SAFETY: a map value that lives as long as the program.
     unsafe { core::ptr::read_volatile(&raw const (*l)[W]) }
 }
@@ -287,7 +287,7 @@ pub fn lbr_line2_dep(ctx: XdpContext) -> u32 {
 /// `BPF_CMPXCHG` on word 0 of a line: whether it held `old` (it now holds `new`).
 /// Assembly for the reason given in `slots`.
 #[inline(always)]
-fn cas(l: *mut Line, old: u64, new: u64) -> bool {
+pub(crate) fn cas(l: *mut Line, old: u64, new: u64) -> bool {
     let mut seen = old;
     // SAFETY: word 0 of a map value, 8-byte aligned; touches only it and r0.
     unsafe {

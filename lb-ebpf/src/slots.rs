@@ -353,3 +353,44 @@ pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
     unlock(way0);
     true
 }
+
+/// Starts the reads of two buckets at once: `a`'s in table `A` and `b`'s in table `B`,
+/// the word of each of their four ways, eight loads back to back whose values are not
+/// used (BPF has no prefetch instruction; a load nobody waits for is the nearest
+/// thing). Back to back in one assembly block, both addresses computed before the
+/// first load: on this machine a cold read overlaps a later one only if a few dozen
+/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7"), and LLVM would
+/// otherwise compute the second address between the two.
+#[inline(always)]
+pub fn prefetch2<A: Table, B: Table>(a: &FlowKey, b: &FlowKey) {
+    let (Some(ba), Some(bb)) = (
+        A::at(A::index(A::hash(a))),
+        B::at(B::index(B::hash(b))),
+    ) else {
+        return;
+    };
+    // SAFETY: loads within two map values (each offset is a way's word, inside the
+    // bucket); only the scratch register is written.
+    unsafe {
+        core::arch::asm!(
+            "{t} = *(u64 *)({a} + 0)",
+            "{t} = *(u64 *)({b} + 0)",
+            "{t} = *(u64 *)({a} + {sa})",
+            "{t} = *(u64 *)({b} + {sb})",
+            "{t} = *(u64 *)({a} + {sa2})",
+            "{t} = *(u64 *)({b} + {sb2})",
+            "{t} = *(u64 *)({a} + {sa3})",
+            "{t} = *(u64 *)({b} + {sb3})",
+            a = in(reg) ba,
+            b = in(reg) bb,
+            t = out(reg) _,
+            sa = const core::mem::size_of::<Slot<A::Value>>(),
+            sb = const core::mem::size_of::<Slot<B::Value>>(),
+            sa2 = const 2 * core::mem::size_of::<Slot<A::Value>>(),
+            sb2 = const 2 * core::mem::size_of::<Slot<B::Value>>(),
+            sa3 = const 3 * core::mem::size_of::<Slot<A::Value>>(),
+            sb3 = const 3 * core::mem::size_of::<Slot<B::Value>>(),
+            options(nostack, readonly),
+        );
+    }
+}

@@ -326,6 +326,68 @@ fn nat_drops_when_every_port_is_taken() {
     );
 }
 
+/// A nat SYN reads its `LB_FLOWS` bucket and its first candidate's `LB_NAT` bucket before
+/// choosing (`nat::prefetch_open`): with a Maglev slot naming no backend, a backend of
+/// the other family or an empty port range, those early reads change nothing — the same
+/// drop and counter as before, no flow and no reverse entry written.
+#[test]
+fn nat_syn_early_bucket_reads_leave_bad_choices_as_they_were() {
+    let mut lb = world(&[]);
+    let (vip, _) = one_port_service(&mut lb);
+    let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
+    let client = flow_key(client4(), CPORT, vip, 80, IPPROTO_TCP);
+    let nothing_written = |lb: &Lb, desc: &str| {
+        assert!(lb.flow(&client).is_none(), "{desc}: no flow entry");
+        assert_eq!(lb.nat_count(), 0, "{desc}: no reverse entry");
+    };
+
+    lb.set_maglev_all(9, MAX_BACKENDS + 5);
+    let desc = "nat SYN, Maglev slot outside LB_BACKENDS -> drop";
+    check(
+        &mut lb,
+        Fixture {
+            desc,
+            input: syn.bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_BAD_BACKEND, 1)],
+        },
+    );
+    nothing_written(&lb, desc);
+
+    lb.set_backend(9, backend(ip6("fd00:1::19"), 80, 9, 9));
+    lb.set_maglev_all(9, 9);
+    let desc = "nat SYN from IPv4 to an IPv6 backend -> drop";
+    check(
+        &mut lb,
+        Fixture {
+            desc,
+            input: syn.bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_BAD_BACKEND, 1)],
+        },
+    );
+    nothing_written(&lb, desc);
+
+    lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, 9));
+    let mut meta = lb.service_meta(vip, 80, IPPROTO_TCP).expect("service 9");
+    (meta.nat_port_min, meta.nat_port_max) = (30001, 30000);
+    lb.add_service(vip, 80, IPPROTO_TCP, meta);
+    let desc = "nat SYN, empty port range -> drop";
+    check(
+        &mut lb,
+        Fixture {
+            desc,
+            input: syn.bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_NAT_PORTS, 1)],
+        },
+    );
+    nothing_written(&lb, desc);
+}
+
 #[test]
 fn nat_notes_fin_and_rst_on_both_sides() {
     use lb_common::maps::{NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
