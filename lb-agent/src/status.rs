@@ -1,7 +1,7 @@
 //! The agent's published view of itself: what the REST API, `/metrics` and
 //! `lb-agent status` show (DESIGN.md §9). Built by the agent loop, read by the API.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
@@ -130,11 +130,13 @@ pub struct ServiceStatus {
     #[serde(default)]
     pub maglev_size: u32,
     pub stats: Stats,
-    pub servers: Vec<ServerStatus>,
+    /// Shared with the snapshots before and after this one while a server's record does
+    /// not change (built incrementally: `agent/snapshot.rs`).
+    pub servers: Vec<Arc<ServerStatus>>,
 }
 
 /// One backend of a service.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ServerStatus {
     pub address: String,
     pub weight: u32,
@@ -162,7 +164,7 @@ pub struct ServerStatus {
 }
 
 /// Health details of a server.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct HealthStatus {
     /// Failures counted so far (probes and passive).
     pub fails: u64,
@@ -175,7 +177,7 @@ pub struct HealthStatus {
 }
 
 /// One probe of a server.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ProbeStatus {
     /// Probes run.
     pub count: u64,

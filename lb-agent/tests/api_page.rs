@@ -59,13 +59,15 @@ async fn serve() -> Served {
                 active: true,
                 slots: 65537,
                 ..Default::default()
-            },
+            }
+            .into(),
             ServerStatus {
                 address: "10.0.1.2:80".into(),
                 weight: 2,
                 state: "unhealthy".into(),
                 ..Default::default()
-            },
+            }
+            .into(),
         ],
         maglev_size: 65537,
         ..Default::default()

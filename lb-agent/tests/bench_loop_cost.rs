@@ -1,16 +1,19 @@
-//! The agent loop's two per-server costs over the memory data plane: one stats tick
-//! (`poll_stats`) and one snapshot build, which must cover every server. As a test it runs
-//! 10 services of 500 servers; as the benchmark of BENCHMARKS.md §3, 10 of 10,000:
+//! The agent loop's per-server costs over the memory data plane: one stats tick
+//! (`poll_stats`), the snapshot built from scratch, and the incremental snapshot build
+//! after one server's verdict (which must equal a build from scratch and rebuild only the
+//! records the verdict changed). As a test it runs 10 services of 500 servers; as the
+//! benchmark of BENCHMARKS.md §3, 10 of 1,000 or 10,000:
 //! `LB_LOOP_SERVERS_PER_SERVICE=10000 cargo test --release -p lb-agent --test bench_loop_cost -- --nocapture`.
 
 mod agent_util;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use agent_util::{MAC, Scripted};
+use agent_util::{MAC, Scripted, sa};
 use lb_agent::agent::{Agent, Environment, StaticNeighbors};
 use lb_agent::dataplane::memory::MemoryDataplane;
+use lb_agent::probe::{ProbeOutcome, ProbeReport};
 
 const SERVICES: usize = 10;
 /// Servers per service unless `LB_LOOP_SERVERS_PER_SERVICE` says otherwise.
@@ -44,6 +47,13 @@ fn config(per_service: usize) -> String {
     t
 }
 
+/// One incremental build, in milliseconds.
+fn timed_build(agent: &mut Agent<MemoryDataplane, Scripted, StaticNeighbors>) -> f64 {
+    let t = Instant::now();
+    agent.publish_snapshot();
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -64,25 +74,103 @@ async fn stats_tick_and_snapshot_cover_every_server() {
     );
     let cfg = agent_util::parse(&config(per_service));
     agent.apply_config(&cfg).await.expect("memory publishing");
-    let (mut polls, mut builds) = (Vec::new(), Vec::new());
+    let servers = SERVICES * per_service;
+    let t = Instant::now();
+    agent.publish_snapshot();
+    let first = t.elapsed().as_secs_f64() * 1000.0;
+    let (mut polls, mut quiet) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let t = Instant::now();
         agent.poll_stats();
         polls.push(t.elapsed().as_secs_f64() * 1000.0);
-        let t = Instant::now();
-        agent.publish_snapshot();
-        builds.push(t.elapsed().as_secs_f64() * 1000.0);
+        quiet.push(timed_build(&mut agent));
+        assert_eq!(
+            agent.snapshot_records_rebuilt(),
+            0,
+            "nothing changed: every record is kept"
+        );
     }
     let snap = handles.snapshot.borrow().clone();
-    let servers: usize = snap.services.iter().map(|s| s.servers.len()).sum();
-    assert_eq!(
-        servers,
-        SERVICES * per_service,
-        "every server is in the snapshot"
-    );
+    let listed: usize = snap.services.iter().map(|s| s.servers.len()).sum();
+    assert_eq!(listed, servers, "every server is in the snapshot");
+
+    // One server's verdict, then the snapshot: incremental, and from scratch (the cost
+    // of every build before the records were kept), in alternating order.
+    let (mut after_verdict, mut scratch, mut rebuilt) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let service = format!("s{}", round % SERVICES);
+        let addr = sa(&format!(
+            "10.{}.{}.{}:80",
+            round % SERVICES + 1,
+            (round * 7 % per_service) / 250,
+            (round * 7 % per_service) % 250 + 1
+        ));
+        for ok in [false, true] {
+            let key = agent
+                .server_key(&service, addr)
+                .expect("a configured server");
+            let before = agent.propagation().count;
+            agent
+                .on_probe_report(ProbeReport {
+                    server: key,
+                    probe: 0,
+                    outcome: if ok {
+                        ProbeOutcome::pass(Duration::from_millis(1), "bench")
+                    } else {
+                        ProbeOutcome::fail(Duration::from_millis(1), "bench")
+                    },
+                    at: tokio::time::Instant::now(),
+                })
+                .expect("memory publishing");
+            assert_eq!(
+                agent.propagation().count,
+                before + 1,
+                "the verdict on {addr} reached the maps"
+            );
+            let incremental_first = (round + usize::from(ok)) % 2 == 0;
+            let mut inc = 0.0;
+            if incremental_first {
+                inc = timed_build(&mut agent);
+            }
+            let t = Instant::now();
+            let full_snap = agent.snapshot_from_scratch();
+            let full = t.elapsed().as_secs_f64() * 1000.0;
+            if !incremental_first {
+                inc = timed_build(&mut agent);
+            }
+            after_verdict.push(inc);
+            scratch.push(full);
+            rebuilt.push(agent.snapshot_records_rebuilt() as f64);
+            if round == 0 {
+                assert_eq!(
+                    serde_json::to_value(&*handles.snapshot.borrow().clone()).unwrap(),
+                    serde_json::to_value(&full_snap).unwrap(),
+                    "the incremental snapshot equals one built from scratch"
+                );
+            }
+            assert!(
+                agent.snapshot_records_rebuilt() < per_service,
+                "a verdict rebuilds its server's record and those whose slots moved, \
+                 not every record ({} of {servers})",
+                agent.snapshot_records_rebuilt()
+            );
+        }
+    }
     let (p, plo, phi) = median(polls);
-    let (b, blo, bhi) = median(builds);
-    println!("{} servers: poll_stats: median", SERVICES * per_service);
-    println!("poll_stats: median {p:.1} ms [{plo:.1}-{phi:.1}] over {ROUNDS} calls");
-    println!("snapshot build: median {b:.1} ms [{blo:.1}-{bhi:.1}] over {ROUNDS} calls");
+    let (q, qlo, qhi) = median(quiet);
+    let (v, vlo, vhi) = median(after_verdict);
+    let (f, flo, fhi) = median(scratch);
+    let (r, rlo, rhi) = median(rebuilt);
+    let n = 2 * ROUNDS;
+    println!("{servers} servers ({SERVICES} services of {per_service})");
+    println!("poll_stats: median {p:.2} ms [{plo:.2}-{phi:.2}] over {ROUNDS} calls");
+    println!("first snapshot build (every record new): {first:.2} ms");
+    println!("snapshot build, nothing changed: median {q:.3} ms [{qlo:.3}-{qhi:.3}] over {ROUNDS}");
+    println!(
+        "snapshot build after one verdict, incremental: median {v:.3} ms [{vlo:.3}-{vhi:.3}] \
+         over {n}, records rebuilt median {r} [{rlo}-{rhi}]"
+    );
+    println!(
+        "snapshot build after one verdict, from scratch: median {f:.2} ms [{flo:.2}-{fhi:.2}] over {n}"
+    );
 }

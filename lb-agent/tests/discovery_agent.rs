@@ -141,7 +141,7 @@ fn servers(handles: &Handles) -> BTreeMap<String, ServerStatus> {
     snap.services[0]
         .servers
         .iter()
-        .map(|s| (s.address.clone(), s.clone()))
+        .map(|s| (s.address.clone(), ServerStatus::clone(s)))
         .collect()
 }
 

@@ -86,7 +86,7 @@ fn server_state(handles: &Handles, addr: SocketAddr) -> (String, u64, u64) {
         .expect("server in status")
         .clone();
     let p = &s.health.probes["tcp"];
-    (s.state, p.fails, p.count)
+    (s.state.clone(), p.fails, p.count)
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -215,6 +215,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     announcer: crate::announce::Announcer,
     /// Table fingerprints by service, with the table version they were computed for.
     fingerprints: std::cell::RefCell<HashMap<String, (u64, String)>>,
+    /// Server status records kept between snapshot builds (`snapshot.rs`).
+    snapshot_records: std::cell::RefCell<snapshot::Records>,
     /// Packets seen on every backend so far, and when that total last moved (drain).
     traffic_total: u64,
     traffic_moved: Option<Instant>,
@@ -266,6 +268,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             state_file: None,
             announcer: Default::default(),
             fingerprints: Default::default(),
+            snapshot_records: Default::default(),
             traffic_total: 0,
             traffic_moved: None,
         };

@@ -1,26 +1,182 @@
-//! Builds the operator's [`Snapshot`] from the agent's state and data-plane counters.
+//! Builds the operator's [`Snapshot`] from the agent's state and data-plane counters,
+//! incrementally: each server's status record is kept between builds and rebuilt only
+//! when what it is made of changed (docs/snapshot.md, *Built incrementally*).
 
-use std::{collections::BTreeMap, time::SystemTime};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use lb_common::counters;
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors};
+use super::{Agent, Neighbors, server::Configured, server::ServerRt};
 use crate::{
     dataplane::Dataplane,
-    membership::SpareStatus,
+    health::ProbeStats,
+    membership::{Admin, SpareStatus},
     probe::Prober,
     publish::Role,
     status::{HealthStatus, ProbeStatus, ServerStatus, ServiceStatus, Snapshot, Stats},
 };
 
+/// The server records kept between builds, and the clock reading their timestamps were
+/// written with.
+#[derive(Default)]
+pub(super) struct Records {
+    anchor: Option<WallAnchor>,
+    /// By service name: one entry per server, in address order (as `ServiceRt::servers`).
+    services: HashMap<String, Vec<Entry>>,
+    /// Records the last build made anew (the others were reused).
+    pub rebuilt: usize,
+}
+
+/// One server's record and what it was made of.
+struct Entry {
+    addr: SocketAddr,
+    /// `None`: never built (a server new since the last build).
+    inputs: Option<Inputs>,
+    record: Arc<ServerStatus>,
+}
+
+/// Everything a server's record is made of: equal inputs make an equal record, so a
+/// record whose inputs did not change since it was built is reused as it is.
+#[derive(PartialEq)]
+struct Inputs {
+    scalar: Scalar,
+    probes: Vec<(String, ProbeStats)>,
+}
+
+/// The inputs held in place (no allocation to compare them).
+#[derive(Clone, Copy, PartialEq)]
+struct Scalar {
+    weight: u32,
+    spare: bool,
+    backup: u32,
+    configured: Option<Configured>,
+    admin: Admin,
+    state: &'static str,
+    /// `idle` or `running` when it shows, see [`ServerStatus::spare`].
+    spare_status: Option<&'static str>,
+    active: bool,
+    slots: u32,
+    mac: Option<[u8; 6]>,
+    fails: u64,
+    /// Milliseconds, as shown (grows while the server is not usable).
+    downtime_ms: u64,
+    downstart: Option<Instant>,
+    stats: Stats,
+}
+
+impl Inputs {
+    /// Whether `s` with `scalar` still makes the record these inputs made.
+    fn same(&self, scalar: &Scalar, s: &ServerRt) -> bool {
+        if self.scalar != *scalar {
+            return false;
+        }
+        let mut kept = self.probes.iter();
+        s.health
+            .probes()
+            .all(|(name, p)| kept.next().is_some_and(|(n, k)| n == name && k == p))
+            && kept.next().is_none()
+    }
+
+    fn of(scalar: Scalar, s: &ServerRt) -> Self {
+        Inputs {
+            scalar,
+            probes: s
+                .health
+                .probes()
+                .map(|(n, p)| (n.to_string(), p.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// Wall-clock time of one monotonic instant: every timestamp is written from it, so a
+/// record kept from an earlier build shows what a build now would. Taken again (and every
+/// record rebuilt) when the wall clock moved against the monotonic one by more than
+/// [`ANCHOR_DRIFT`] (a clock step, or slewing adding up).
+#[derive(Clone, Copy)]
+struct WallAnchor {
+    wall: SystemTime,
+    at: Instant,
+    /// The real monotonic clock when `wall` was read (the agent's `Instant` may be a
+    /// test's paused one: drift is measured on the real clocks).
+    real: std::time::Instant,
+}
+
+const ANCHOR_DRIFT: Duration = Duration::from_millis(100);
+
+impl WallAnchor {
+    fn now() -> Self {
+        WallAnchor {
+            wall: SystemTime::now(),
+            at: Instant::now(),
+            real: std::time::Instant::now(),
+        }
+    }
+
+    fn drifted(&self) -> bool {
+        let Ok(wall) = SystemTime::now().duration_since(self.wall) else {
+            return true;
+        };
+        let real = self.real.elapsed();
+        wall.abs_diff(real) > ANCHOR_DRIFT
+    }
+
+    /// RFC 3339 with milliseconds.
+    fn format(&self, i: Instant) -> String {
+        let wall = if i >= self.at {
+            self.wall + (i - self.at)
+        } else {
+            self.wall - (self.at - i)
+        };
+        humantime::format_rfc3339_millis(wall).to_string()
+    }
+}
+
+/// Builds the snapshot, reusing every server record whose inputs did not change.
 pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N>) -> Snapshot {
-    let now = Instant::now();
-    let wall = SystemTime::now();
-    let at = |i: Instant| {
-        let ago = now.saturating_duration_since(i);
-        humantime::format_rfc3339_millis(wall - ago).to_string()
+    let mut records = agent.snapshot_records.borrow_mut();
+    if records.anchor.is_none_or(|a| a.drifted()) {
+        records.anchor = Some(WallAnchor::now());
+        records.services.clear();
+    }
+    build_with(agent, &mut records)
+}
+
+/// Builds the snapshot with every record made anew (what [`build`] must equal), with
+/// the timestamps of the last [`build`]; leaves the kept records alone.
+pub(super) fn build_from_scratch<D: Dataplane, P: Prober, N: Neighbors>(
+    agent: &Agent<D, P, N>,
+) -> Snapshot {
+    let mut fresh = Records {
+        anchor: Some(
+            agent
+                .snapshot_records
+                .borrow()
+                .anchor
+                .unwrap_or_else(WallAnchor::now),
+        ),
+        ..Records::default()
     };
+    build_with(agent, &mut fresh)
+}
+
+fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
+    agent: &Agent<D, P, N>,
+    records: &mut Records,
+) -> Snapshot {
+    let now = Instant::now();
+    let anchor = records.anchor.expect("the caller set the anchor");
+    let at = |i: Instant| anchor.format(i);
+    records.rebuilt = 0;
+    records
+        .services
+        .retain(|name, _| agent.services.iter().any(|s| s.cfg.name == *name));
     let counters = agent
         .dp
         .counters()
@@ -33,6 +189,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
         })
         .unwrap_or_default();
 
+    let mut rebuilt = 0;
     let services = agent
         .services
         .iter()
@@ -47,12 +204,12 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                     .iter()
                     .zip(svc.servers.values())
                     .all(|((addr, _), s)| *addr == s.addr);
-            let roles: std::collections::HashMap<_, _> = if aligned {
-                std::collections::HashMap::new()
+            let roles: HashMap<_, _> = if aligned {
+                HashMap::new()
             } else {
                 ordered_roles.iter().copied().collect()
             };
-            let spares: std::collections::HashMap<_, _> = outcome
+            let spares: HashMap<_, _> = outcome
                 .map(|o| o.spares.iter().copied().collect())
                 .unwrap_or_default();
             let sid = agent.publisher.service_id(&svc.cfg.name);
@@ -64,75 +221,53 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                     flows: s.new_flows,
                 })
                 .unwrap_or_default();
+            let entries = records.services.entry(svc.cfg.name.clone()).or_default();
+            align(entries, &svc.servers);
             // Slots come with the servers in one ordered pass (no lookup per server).
             let published = agent.publisher.backends_in_order(&svc.cfg.name);
             let servers = super::ordered_join::join(svc.servers.iter(), published)
+                .zip(entries.iter_mut())
                 .enumerate()
-                .map(|(i, (s, backend))| {
+                .map(|(i, ((s, backend), entry))| {
                     // As read by the last `poll_stats` (no syscall per server here).
                     let bstats = s.last_stats;
-                    let mac = agent.macs.get(&s.addr.ip()).map(mac_text);
+                    let mac = agent.macs.get(&s.addr.ip()).copied();
                     let role = if aligned {
                         Some(ordered_roles[i].1)
                     } else {
                         roles.get(&s.addr).copied()
                     };
-                    let probes: BTreeMap<String, ProbeStatus> = s
-                        .health
-                        .probes()
-                        .map(|(name, p)| {
-                            (
-                                name.to_string(),
-                                ProbeStatus {
-                                    count: p.count,
-                                    fails: u64::from(p.fails),
-                                    failures: p.failures,
-                                    last: p.last.map(at),
-                                    last_result: match p.last_result {
-                                        None => "none".into(),
-                                        Some(true) => "passed".into(),
-                                        Some(false) => format!("failed: {}", p.last_detail),
-                                    },
-                                    last_duration_ms: p
-                                        .last_duration
-                                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-                                    local_faults: p.local_faults,
-                                },
-                            )
-                        })
-                        .collect();
-                    ServerStatus {
-                        address: s.addr_text.clone(),
+                    let scalar = Scalar {
                         weight: s.weight,
-                        state: s.state_name().to_string(),
-                        spare: if s.spare && s.backup == 0 {
-                            Some(
-                                match spares.get(&s.addr) {
-                                    Some(SpareStatus::Running) => "running",
-                                    _ => "idle",
-                                }
-                                .to_string(),
-                            )
-                        } else {
-                            None
-                        },
+                        spare: s.spare,
                         backup: s.backup,
+                        configured: s.configured,
+                        admin: s.admin,
+                        state: s.state_name(),
+                        spare_status: (s.spare && s.backup == 0).then(|| {
+                            match spares.get(&s.addr) {
+                                Some(SpareStatus::Running) => "running",
+                                _ => "idle",
+                            }
+                        }),
                         active: role == Some(Role::Active) && mac.is_some(),
                         slots: backend.map_or(0, |(_, slots)| slots),
                         mac,
-                        health: HealthStatus {
-                            fails: s.health.fails(),
-                            downtime: s.health.downtime(now).as_millis() as u64,
-                            downstart: s.health.downstart().map(at),
-                            probes,
-                        },
+                        fails: s.health.fails(),
+                        downtime_ms: s.health.downtime(now).as_millis() as u64,
+                        downstart: s.health.downstart(),
                         stats: Stats {
                             packets: bstats.packets,
                             bytes: bstats.bytes,
                             flows: bstats.new_flows,
                         },
-                        differs_from_config: s.differs_from_config(),
+                    };
+                    if !entry.inputs.as_ref().is_some_and(|k| k.same(&scalar, s)) {
+                        entry.record = Arc::new(record(&scalar, s, &at));
+                        entry.inputs = Some(Inputs::of(scalar, s));
+                        rebuilt += 1;
                     }
+                    entry.record.clone()
                 })
                 .collect();
             ServiceStatus {
@@ -165,6 +300,7 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
             }
         })
         .collect();
+    records.rebuilt = rebuilt;
 
     Snapshot {
         interface: agent.env.interface.clone(),
@@ -183,6 +319,74 @@ pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N
                 .map(|t| now.saturating_duration_since(t).as_secs_f64());
             a
         },
+    }
+}
+
+/// Puts `entries` in step with `servers` (same addresses, same order), keeping the
+/// entries of servers still there; a pass of address comparisons when nothing changed.
+fn align(entries: &mut Vec<Entry>, servers: &BTreeMap<SocketAddr, ServerRt>) {
+    if entries.len() == servers.len()
+        && entries
+            .iter()
+            .zip(servers.keys())
+            .all(|(e, a)| e.addr == *a)
+    {
+        return;
+    }
+    let mut old = std::mem::take(entries).into_iter().peekable();
+    for addr in servers.keys() {
+        while old.next_if(|e| e.addr < *addr).is_some() {}
+        entries.push(old.next_if(|e| e.addr == *addr).unwrap_or_else(|| Entry {
+            addr: *addr,
+            inputs: None,
+            record: Arc::default(),
+        }));
+    }
+}
+
+/// A server's record, made of `scalar` and the server's probes and settings (every one
+/// of them in [`Inputs`]).
+fn record(scalar: &Scalar, s: &ServerRt, at: &impl Fn(Instant) -> String) -> ServerStatus {
+    let probes: BTreeMap<String, ProbeStatus> = s
+        .health
+        .probes()
+        .map(|(name, p)| {
+            (
+                name.to_string(),
+                ProbeStatus {
+                    count: p.count,
+                    fails: u64::from(p.fails),
+                    failures: p.failures,
+                    last: p.last.map(at),
+                    last_result: match p.last_result {
+                        None => "none".into(),
+                        Some(true) => "passed".into(),
+                        Some(false) => format!("failed: {}", p.last_detail),
+                    },
+                    last_duration_ms: p.last_duration.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                    local_faults: p.local_faults,
+                },
+            )
+        })
+        .collect();
+    ServerStatus {
+        address: s.addr_text.clone(),
+        weight: scalar.weight,
+        state: scalar.state.to_string(),
+        spare: scalar.spare_status.map(str::to_string),
+        backup: scalar.backup,
+        active: scalar.active,
+        slots: scalar.slots,
+        mac: scalar.mac.as_ref().map(mac_text),
+        health: HealthStatus {
+            fails: scalar.fails,
+            downtime: scalar.downtime_ms,
+            downstart: scalar.downstart.map(at),
+            probes,
+        },
+        stats: scalar.stats,
+        // Made of `configured`, `weight`, `spare` and `admin` (in `Scalar`).
+        differs_from_config: s.differs_from_config(),
     }
 }
 

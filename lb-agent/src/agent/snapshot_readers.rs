@@ -76,3 +76,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         }
     }
 }
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// The snapshot a build that reuses no record would publish now (tests compare it
+    /// with the incremental one; benchmarks time it).
+    pub fn snapshot_from_scratch(&self) -> Snapshot {
+        super::snapshot::build_from_scratch(self)
+    }
+
+    /// Server records the last snapshot build made anew (the others were reused).
+    pub fn snapshot_records_rebuilt(&self) -> usize {
+        self.snapshot_records.borrow().rebuilt
+    }
+}

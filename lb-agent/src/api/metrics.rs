@@ -395,11 +395,14 @@ mod tests {
         snap.propagation.observe(40e-6);
         snap.services.push(ServiceStatus {
             name: "web".into(),
-            servers: vec![ServerStatus {
-                address: "10.0.1.1:80".into(),
-                state: "unhealthy".into(),
-                ..Default::default()
-            }],
+            servers: vec![
+                ServerStatus {
+                    address: "10.0.1.1:80".into(),
+                    state: "unhealthy".into(),
+                    ..Default::default()
+                }
+                .into(),
+            ],
             ..Default::default()
         });
         let text = render(&snap);

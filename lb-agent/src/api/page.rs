@@ -432,7 +432,7 @@ mod tests {
         snap.counters.insert("drop_nat_ports".into(), 7);
         snap.services.push(ServiceStatus {
             name: "web".into(),
-            servers: vec![server("up", None, 0)],
+            servers: vec![server("up", None, 0).into()],
             ..Default::default()
         });
         let v = view(

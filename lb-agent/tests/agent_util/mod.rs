@@ -484,6 +484,7 @@ impl<N: Neighbors> Harness<N> {
             .servers
             .into_iter()
             .find(|s| s.address == address)
+            .map(std::sync::Arc::unwrap_or_clone)
             .unwrap_or_else(|| panic!("no server {addr} of `{service}` in the snapshot"))
     }
 
