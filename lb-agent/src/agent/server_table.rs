@@ -107,7 +107,7 @@ impl FromIterator<(SocketAddr, ServerRt)> for ServerTable {
     fn from_iter<I: IntoIterator<Item = (SocketAddr, ServerRt)>>(iter: I) -> Self {
         let mut entries: Vec<(SocketAddr, ServerRt)> = iter.into_iter().collect();
         // Stable: equal addresses stay in arrival order, and the last one is kept.
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.sort_by_key(|e| e.0);
         let mut kept: Vec<(SocketAddr, ServerRt)> = Vec::with_capacity(entries.len());
         for e in entries {
             match kept.last_mut() {
