@@ -138,6 +138,10 @@ enum Cpus {
     /// their NAPI thread on CPU 1 (`--net veth` only): the targets' kernel work cannot
     /// run in the agent's time slices, as with targets on other hosts.
     Split,
+    /// The agent's process alone on CPU 0; the targets and both NAPI threads on CPU 1
+    /// (`--net veth` only): the agent has a whole core, its host's receive work runs
+    /// beside the targets' (on a real host, a NIC queue's softirq on another core).
+    AgentAlone,
     /// Wherever the scheduler puts them.
     Shared,
 }
@@ -146,6 +150,7 @@ impl Cpus {
     fn name(self) -> &'static str {
         match self {
             Cpus::Split => "split",
+            Cpus::AgentAlone => "agent-alone",
             Cpus::Shared => "shared",
         }
     }
@@ -220,7 +225,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
-                     [--cpus split|shared] \
+                     [--cpus split|agent-alone|shared] \
                      [--dataplane bpf|memory|probes-only --targets N --net loopback|veth --tcp-check syn|connect]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
@@ -274,8 +279,9 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
             "--cpus" => {
                 opts.cpus = match it.next().map(String::as_str) {
                     Some("split") => Cpus::Split,
+                    Some("agent-alone") => Cpus::AgentAlone,
                     Some("shared") => Cpus::Shared,
-                    _ => bail!("--cpus takes split or shared; {USAGE}"),
+                    _ => bail!("--cpus takes split, agent-alone or shared; {USAGE}"),
                 }
             }
             other => bail!("unknown argument {other}; {USAGE}"),
@@ -338,7 +344,12 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     raise_nofile(targets.min(PROBE_FDS) + FD_SLACK)?;
     target_net::select(net)?;
     // Split only where there is a veth pair to split across and two CPUs to split.
-    let split = opts.cpus == Cpus::Split && net == Net::Veth && machine_cores() >= 2.0;
+    let cpus = if net == Net::Veth && machine_cores() >= 2.0 {
+        opts.cpus
+    } else {
+        Cpus::Shared
+    };
+    let split = cpus != Cpus::Shared;
     if split {
         // Before any other thread starts: the runtime's and the SYN check's inherit it.
         lb_tests::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
@@ -374,7 +385,12 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         let target_cpu = split.then_some(TARGET_CPU);
         let mut children = Targets::start(targets, target_net.as_ref(), target_cpu).await?;
         if split {
-            target_net::pin_napi(End::Agent, AGENT_CPU)?;
+            let agent_napi = if cpus == Cpus::Split {
+                AGENT_CPU
+            } else {
+                TARGET_CPU
+            };
+            target_net::pin_napi(End::Agent, agent_napi)?;
             target_net::pin_napi(End::Targets, TARGET_CPU)?;
         }
         println!(
@@ -426,10 +442,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         f.insert("net".into(), net.name().into());
         f.insert("services".into(), services_for(targets).to_string());
         f.insert("tcp_check".into(), check.name().into());
-        f.insert(
-            "cpus".into(),
-            if split { Cpus::Split } else { Cpus::Shared }.name().into(),
-        );
+        f.insert("cpus".into(), cpus.name().into());
         f.insert("syn_packets".into(), syn_packets());
         let probe = ProbeConfig::new("p", ProbeKind::Tcp);
         let fut = lb_agent::probe::execute(&probe, target_addr(0));
