@@ -13,7 +13,8 @@
 //! agent's process is then also billed for the targets' kernel side of every
 //! connection) or in a namespace of their own behind a veth pair whose receive side
 //! runs in a NAPI thread (`--net veth`, as backends on other hosts; see
-//! [`target_net`]). Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
+//! [`target_net`]); with `veth`, the agent's side and the targets' side are pinned to
+//! different CPUs by default ([`Cpus`]). Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
 //! user + sys over wall time; peak RSS = `VmHWM` after resetting it through
 //! `/proc/self/clear_refs` at the window's start; probes completed = reports received.
 //! A second window closes every 10th target (the child drops those listeners) and counts

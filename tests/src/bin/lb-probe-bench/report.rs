@@ -263,6 +263,11 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          the agent's end has one too (`napi/pba-…`), so the agent host's receive work for \
          the replies is shown apart, in \"agent host's NAPI cores\", as a NIC's softirq \
          would be on a real host. \
+         CPUs (`--cpus`, default `split` with `veth`): `split` pins the agent's process and \
+         `napi/pba-…` to CPU 0, the targets' process and `napi/pbt-…` to CPU 1, so the \
+         targets' kernel work (their listen sockets' SYN-ACK retransmit timers among it) \
+         cannot run in the agent's time slices; `agent-alone` puts `napi/pba-…` on CPU 1 \
+         too; `shared` pins nothing. \
          Targets on `loopback` (127.0.x.1): the kernel's work for both ends of a handshake \
          runs inside the agent's `connect` and `close` (softirq in the sender's context), so \
          the agent's sys share also carries the targets' half.\n\
