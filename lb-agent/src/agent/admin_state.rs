@@ -300,7 +300,7 @@ impl AdminState {
     pub(super) fn apply(
         &mut self,
         svc: &ServiceConfig,
-        servers: &mut BTreeMap<SocketAddr, ServerRt>,
+        servers: &mut super::server_table::ServerTable,
         mut make: impl FnMut(SocketAddr, Configured) -> ServerRt,
         report: &mut ApplyReport,
     ) {
@@ -323,8 +323,7 @@ impl AdminState {
                         .dropped
                         .push(format!("{name}: {} (refused now: {e})", ov.describe()));
                     return false;
-                } else if let std::collections::btree_map::Entry::Vacant(slot) = servers.entry(addr)
-                {
+                } else if !servers.contains_key(&addr) {
                     let conf = Configured {
                         weight: added.weight,
                         spare: added.spare,
@@ -332,7 +331,7 @@ impl AdminState {
                     };
                     let mut server = make(addr, conf);
                     server.configured = None;
-                    slot.insert(server);
+                    servers.insert(addr, server);
                 }
             }
             let Some(server) = servers.get_mut(&addr) else {

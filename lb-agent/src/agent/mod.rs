@@ -12,8 +12,10 @@ mod local_faults;
 mod neighbors;
 mod ordered_join;
 mod publish_retry;
+mod report_routes;
 mod resolve;
 mod server;
+mod server_table;
 mod snapshot;
 mod snapshot_readers;
 
@@ -34,7 +36,9 @@ use tracing::{info, warn};
 pub use admin_state::{AdminState, ApplyReport, StateFileError};
 pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
 pub use publish_retry::{FIRST_RETRY, LAST_RETRY};
+use report_routes::{Lookup, ReportRoutes};
 use server::{Configured, ServerRt};
+use server_table::ServerTable;
 
 use crate::{
     api::{AdminChange, AdminError, AdminRequest, EVENT_LOG_LEN, EventLog, SnapshotRequest},
@@ -69,7 +73,7 @@ pub fn snapshot_interval(last_cost: std::time::Duration) -> std::time::Duration 
 struct ServiceRt {
     cfg: ServiceConfig,
     membership: ServiceMembership,
-    servers: BTreeMap<SocketAddr, ServerRt>,
+    servers: ServerTable,
     outcome: Option<Outcome>,
     /// Servers removed from the configuration whose established flows may still run.
     departing: BTreeMap<SocketAddr, departing::Departing>,
@@ -163,8 +167,9 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     neighbors: Arc<N>,
     env: Environment,
     services: Vec<ServiceRt>,
-    /// Id for the next server incarnation's probe reports (see `ServerKey`).
-    next_incarnation: std::sync::atomic::AtomicUsize,
+    /// Report keys of the server incarnations and where their servers are
+    /// (`report_routes.rs`; `ServerKey::service`).
+    report_routes: std::cell::RefCell<ReportRoutes>,
     /// Transitions not yet in the shared log (an API reader held it).
     pending_events: Vec<Event>,
     publisher: Publisher,
@@ -242,7 +247,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             neighbors,
             env,
             services: Vec::new(),
-            next_incarnation: Default::default(),
+            report_routes: Default::default(),
             pending_events: Vec::new(),
             macs: HashMap::new(),
             reports_tx,
@@ -438,7 +443,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     let probes_changed = prev.cfg.probes != svc_cfg.probes
                         || prev.cfg.max_fails != svc_cfg.max_fails
                         || prev.cfg.fail_timeout != svc_cfg.fail_timeout;
-                    let mut servers = BTreeMap::new();
+                    let mut servers = Vec::with_capacity(addrs.len());
                     for (addr, conf) in addrs {
                         let server = match prev.servers.remove(&addr) {
                             Some(mut s) if !probes_changed && !rechecked(svc_cfg, &s) => {
@@ -457,7 +462,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                             // Added to a running service: held back until every probe passes.
                             None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
                         };
-                        servers.insert(addr, server);
+                        servers.push((addr, server));
                     }
                     for (addr, s) in std::mem::take(&mut prev.servers) {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
@@ -476,12 +481,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                             } else {
                                 s
                             };
-                            servers.insert(addr, kept);
+                            servers.push((addr, kept));
                         } else {
                             info!(service = svc_cfg.name, server = %addr, "server removed by reload");
                         }
                     }
-                    prev.servers = servers;
+                    prev.servers = servers.into_iter().collect();
                     prev.cfg = svc_cfg.clone();
                     prev
                 }
@@ -536,6 +541,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             rt.outcome = None;
             self.services.push(rt);
         }
+        self.place_routes();
         self.admin_state.keep_services(
             cfg.services.iter().map(|s| s.name.as_str()),
             &mut admin_report,
@@ -561,9 +567,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     ) -> ServerRt {
         let health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
         let signals = Arc::new(SharedSignals::new(health.usable()));
-        let incarnation = self
-            .next_incarnation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let incarnation = self.report_routes.borrow_mut().allocate();
         let key = ServerKey {
             service: incarnation,
             addr,
@@ -699,15 +703,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut latest: Option<Instant> = None;
         let mut records = Vec::new();
         for report in reports {
-            let Some(si) = self.services.iter().position(|s| {
-                s.servers
-                    .get(&report.server.addr)
-                    .is_some_and(|v| v.incarnation == report.server.service)
-            }) else {
+            let Some((si, index)) = self.route_report(report.server) else {
                 continue; // a report of probes replaced or removed since
             };
             let svc = &mut self.services[si];
-            let Some(server) = svc.servers.get_mut(&report.server.addr) else {
+            let Some(server) = svc.servers.at_mut(index) else {
                 continue;
             };
             if report.outcome.local {
@@ -744,6 +744,45 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             self.recompute_marked(latest, started)?;
         }
         Ok(())
+    }
+
+    /// Where the server `key` reports for is (service index, position in its table);
+    /// `None` for a report of an incarnation that is gone. Routes are placed again, once,
+    /// when a server was added or removed since they were (`report_routes.rs`).
+    fn route_report(&mut self, key: ServerKey) -> Option<(usize, usize)> {
+        let found = |agent: &Self| match agent.report_routes.borrow().lookup(key.service) {
+            Lookup::At(si, index) => agent
+                .services
+                .get(si)
+                .and_then(|s| s.servers.at(index))
+                .filter(|s| s.incarnation == key.service && s.addr == key.addr)
+                .map(|_| (si, index)),
+            Lookup::Stale | Lookup::Unplaced => None,
+        };
+        if let Some(at) = found(self) {
+            return Some(at);
+        }
+        let routes = self.report_routes.get_mut();
+        if routes.lookup(key.service) == Lookup::Stale
+            || routes.placed_at(server_table::layout_epoch())
+        {
+            return None;
+        }
+        routes.lazy_placements += 1;
+        self.place_routes();
+        found(self)
+    }
+
+    /// Places every server's report route (after the services or their servers moved).
+    fn place_routes(&mut self) {
+        let epoch = server_table::layout_epoch();
+        let servers = self.services.iter().enumerate().flat_map(|(si, svc)| {
+            svc.servers
+                .values()
+                .enumerate()
+                .map(move |(i, s)| (si, i, s.incarnation))
+        });
+        self.report_routes.get_mut().place(servers, epoch);
     }
 
     /// Passive failure signals from the data plane.

@@ -324,7 +324,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
 
 /// Puts `entries` in step with `servers` (same addresses, same order), keeping the
 /// entries of servers still there; a pass of address comparisons when nothing changed.
-fn align(entries: &mut Vec<Entry>, servers: &BTreeMap<SocketAddr, ServerRt>) {
+fn align(entries: &mut Vec<Entry>, servers: &super::server_table::ServerTable) {
     if entries.len() == servers.len()
         && entries
             .iter()

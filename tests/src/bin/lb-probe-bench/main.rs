@@ -13,7 +13,8 @@
 //! agent's process is then also billed for the targets' kernel side of every
 //! connection) or in a namespace of their own behind a veth pair whose receive side
 //! runs in a NAPI thread (`--net veth`, as backends on other hosts; see
-//! [`target_net`]). Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
+//! [`target_net`]); with `veth`, the agent's side and the targets' side are pinned to
+//! different CPUs by default ([`Cpus`]). Over a measured window: CPU = `getrusage(RUSAGE_SELF)`
 //! user + sys over wall time; peak RSS = `VmHWM` after resetting it through
 //! `/proc/self/clear_refs` at the window's start; probes completed = reports received.
 //! A second window closes every 10th target (the child drops those listeners) and counts
@@ -131,6 +132,36 @@ impl Check {
     }
 }
 
+/// Which CPUs the agent and the targets run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cpus {
+    /// The agent's process and its host's NAPI thread on CPU 0; the targets' process and
+    /// their NAPI thread on CPU 1 (`--net veth` only): the targets' kernel work cannot
+    /// run in the agent's time slices, as with targets on other hosts.
+    Split,
+    /// The agent's process alone on CPU 0; the targets and both NAPI threads on CPU 1
+    /// (`--net veth` only): the agent has a whole core, its host's receive work runs
+    /// beside the targets' (on a real host, a NIC queue's softirq on another core).
+    AgentAlone,
+    /// Wherever the scheduler puts them.
+    Shared,
+}
+
+impl Cpus {
+    fn name(self) -> &'static str {
+        match self {
+            Cpus::Split => "split",
+            Cpus::AgentAlone => "agent-alone",
+            Cpus::Shared => "shared",
+        }
+    }
+}
+
+/// CPU of the agent's side with `--cpus split`.
+const AGENT_CPU: usize = 0;
+/// CPU of the targets' side with `--cpus split`.
+const TARGET_CPU: usize = 1;
+
 /// A snapshot reader (a metrics scrape) asks this often.
 const READ_EVERY: Duration = Duration::from_secs(1);
 
@@ -156,6 +187,8 @@ struct Opts {
     single: Option<Scenario>,
     /// Print figures as `result` lines for the parent (`--child`).
     child: bool,
+    /// Where the agent and the targets run (`--cpus`; split by default with veth).
+    cpus: Cpus,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -166,6 +199,11 @@ fn main() -> anyhow::Result<()> {
             Some([flag, net]) if flag == "--net" => Net::parse(net).context(USAGE)?,
             _ => Net::Loopback,
         };
+        if let Some([flag, cpu]) = args.get(4..6)
+            && flag == "--cpu"
+        {
+            lb_tests::cpu::pin_self(cpu.parse().context("--cpu takes a CPU number")?)?;
+        }
         target_net::select(net)?;
         return serve(n, net);
     }
@@ -178,7 +216,8 @@ fn main() -> anyhow::Result<()> {
                     println!("{RESULT}{k}\t{v}");
                 }
             } else {
-                println!("\n{}", report(&[figures], &opts));
+                println!("\n{}", report(std::slice::from_ref(&figures), &opts));
+                println!("{}", summary_row(&figures));
             }
             Ok(())
         }
@@ -187,6 +226,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
+                     [--cpus split|agent-alone|shared] \
                      [--dataplane bpf|memory|probes-only --targets N --net loopback|veth --tcp-check syn|connect]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
@@ -197,6 +237,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
         fail_window: Duration::from_secs(10),
         single: None,
         child: false,
+        cpus: Cpus::Split,
     };
     let mut kind = None;
     let mut targets = None;
@@ -236,6 +277,14 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
                 })
             }
             "--child" => opts.child = true,
+            "--cpus" => {
+                opts.cpus = match it.next().map(String::as_str) {
+                    Some("split") => Cpus::Split,
+                    Some("agent-alone") => Cpus::AgentAlone,
+                    Some("shared") => Cpus::Shared,
+                    _ => bail!("--cpus takes split, agent-alone or shared; {USAGE}"),
+                }
+            }
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
@@ -295,6 +344,17 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     // flight, a probe fails locally (EMFILE: counted, never held against the target).
     raise_nofile(targets.min(PROBE_FDS) + FD_SLACK)?;
     target_net::select(net)?;
+    // Split only where there is a veth pair to split across and two CPUs to split.
+    let cpus = if net == Net::Veth && machine_cores() >= 2.0 {
+        opts.cpus
+    } else {
+        Cpus::Shared
+    };
+    let split = cpus != Cpus::Shared;
+    if split {
+        // Before any other thread starts: the runtime's and the SYN check's inherit it.
+        lb_tests::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
+    }
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
     let target_net = match net {
         Net::Veth => {
@@ -323,7 +383,17 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
             bail!("SYN checks unavailable: {why}");
         }
         let started = Instant::now();
-        let mut children = Targets::start(targets, target_net.as_ref()).await?;
+        let target_cpu = split.then_some(TARGET_CPU);
+        let mut children = Targets::start(targets, target_net.as_ref(), target_cpu).await?;
+        if split {
+            let agent_napi = if cpus == Cpus::Split {
+                AGENT_CPU
+            } else {
+                TARGET_CPU
+            };
+            target_net::pin_napi(End::Agent, agent_napi)?;
+            target_net::pin_napi(End::Targets, TARGET_CPU)?;
+        }
         println!(
             "targets listening ({:.1} s)",
             started.elapsed().as_secs_f64()
@@ -373,6 +443,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         f.insert("net".into(), net.name().into());
         f.insert("services".into(), services_for(targets).to_string());
         f.insert("tcp_check".into(), check.name().into());
+        f.insert("cpus".into(), cpus.name().into());
         f.insert("syn_packets".into(), syn_packets());
         let probe = ProbeConfig::new("p", ProbeKind::Tcp);
         let fut = lb_agent::probe::execute(&probe, target_addr(0));

@@ -52,8 +52,15 @@ pub(super) fn machine_jiffies() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// CPUs of the machine (`cpuN` lines of `/proc/stat`; not this process's affinity,
+/// which `--cpus split` narrows to one).
 pub(super) fn machine_cores() -> f64 {
-    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let n = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    n.max(1) as f64
 }
 
 /// Everything counted at one instant; windows are differences of two.

@@ -38,6 +38,7 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
         cmd.args(["--child", "--dataplane", kind.name()])
             .args(["--targets", &targets.to_string(), "--net", net.name()])
             .args(["--tcp-check", check.name()])
+            .args(["--cpus", opts.cpus.name()])
             .args(["--warmup", &opts.warmup.as_secs_f64().to_string()])
             .args(["--window", &opts.window.as_secs_f64().to_string()])
             .args(["--fail-window", &opts.fail_window.as_secs_f64().to_string()])
@@ -69,6 +70,35 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
     std::fs::write(&path, &md)?;
     println!("written {}", path.display());
     Ok(())
+}
+
+/// Header of [`summary_row`]'s lines (one scenario's steady window on one line).
+pub(super) const SUMMARY_HEADER: &str = "| data plane | cpus | agent cores (user + sys) | probes/s | \
+     agent CPU per probe | failed (of open targets) | peak RSS | agent host's NAPI cores | \
+     targets' cores | machine busy | load avg |";
+
+/// One scenario's steady window on one line, under [`SUMMARY_HEADER`].
+pub(super) fn summary_row(f: &Figures) -> String {
+    let get = |k: &str| f.get(k).cloned().unwrap_or_else(|| "?".into());
+    let num = |k: &str| get(k).parse::<f64>().unwrap_or(f64::NAN);
+    format!(
+        "{SUMMARY_HEADER}\n| {} | {} | {} ({} + {}) | {} | {:.1} µs | {} ({}) | {} MB | {} | {} | {} of {} | {} |",
+        get("dataplane"),
+        get("cpus"),
+        get("cores"),
+        get("user_cores"),
+        get("sys_cores"),
+        get("probes_per_s"),
+        num("cores") / num("probes_per_s") * 1e6,
+        get("failed"),
+        get("open_failed"),
+        get("peak_rss_mb"),
+        get("agent_napi_cores"),
+        get("target_cores"),
+        get("machine_busy"),
+        machine_cores(),
+        get("load"),
+    )
 }
 
 pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
@@ -233,6 +263,11 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          the agent's end has one too (`napi/pba-…`), so the agent host's receive work for \
          the replies is shown apart, in \"agent host's NAPI cores\", as a NIC's softirq \
          would be on a real host. \
+         CPUs (`--cpus`, default `split` with `veth`): `split` pins the agent's process and \
+         `napi/pba-…` to CPU 0, the targets' process and `napi/pbt-…` to CPU 1, so the \
+         targets' kernel work (their listen sockets' SYN-ACK retransmit timers among it) \
+         cannot run in the agent's time slices; `agent-alone` puts `napi/pba-…` on CPU 1 \
+         too; `shared` pins nothing. \
          Targets on `loopback` (127.0.x.1): the kernel's work for both ends of a handshake \
          runs inside the agent's `connect` and `close` (softirq in the sender's context), so \
          the agent's sys share also carries the targets' half.\n\

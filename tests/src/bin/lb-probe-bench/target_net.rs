@@ -201,14 +201,32 @@ pub enum End {
     Targets,
 }
 
+/// Pins the NAPI thread(s) of one end to `cpu` (`veth` only; nothing on loopback).
+pub fn pin_napi(end: End, cpu: usize) -> anyhow::Result<()> {
+    if net() != Net::Veth {
+        return Ok(());
+    }
+    let threads = cpu::napi_threads(end_if(end));
+    if threads.is_empty() {
+        bail!("no NAPI thread for {}", end_if(end));
+    }
+    for t in threads {
+        cpu::pin(t, cpu)?;
+    }
+    Ok(())
+}
+
+fn end_if(end: End) -> &'static str {
+    match end {
+        End::Agent => AGENT_IF,
+        End::Targets => TARGET_IF,
+    }
+}
+
 /// CPU time of the NAPI thread(s) of one end so far (zero on loopback: there are none).
 pub fn napi_cpu(end: End) -> Duration {
     if net() != Net::Veth {
         return Duration::ZERO;
     }
-    let ifname = match end {
-        End::Agent => AGENT_IF,
-        End::Targets => TARGET_IF,
-    };
-    cpu::on_cpu(&cpu::napi_threads(ifname))
+    cpu::on_cpu(&cpu::napi_threads(end_if(end)))
 }

@@ -83,8 +83,13 @@ pub(super) struct Targets {
 }
 
 impl Targets {
-    /// Starts the target process for `n` targets: in `net`'s namespace when there is one.
-    pub(super) async fn start(n: usize, net: Option<&TargetNet>) -> anyhow::Result<Self> {
+    /// Starts the target process for `n` targets: in `net`'s namespace when there is one,
+    /// pinned to `cpu` if given.
+    pub(super) async fn start(
+        n: usize,
+        net: Option<&TargetNet>,
+        cpu: Option<usize>,
+    ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
         let mut cmd = match net {
             Some(net) => {
@@ -99,8 +104,11 @@ impl Targets {
         } else {
             Net::Loopback
         };
+        cmd.args(["--serve", &n.to_string(), "--net", net.name()]);
+        if let Some(cpu) = cpu {
+            cmd.args(["--cpu", &cpu.to_string()]);
+        }
         let mut child = cmd
-            .args(["--serve", &n.to_string(), "--net", net.name()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
