@@ -17,11 +17,11 @@ use lb_common::{
     BPF_F_MMAPABLE,
     events::PassiveEvent,
     hash::table_hash,
-    maps::{FlowKey, FlowValue, NatValue},
+    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, FlowKey, FlowValue, NatValue},
 };
 
 use crate::{
-    counters, flow,
+    cache, counters, flow,
     maps::LB_EVENTS,
     nat::NatTable,
     parse::{self, ETH_DST, ETH_HLEN, ETH_SRC, Packet, Parsed},
@@ -83,6 +83,69 @@ pub fn lbr_counter(ctx: XdpContext) -> u32 {
 pub fn lbr_jiffies(ctx: XdpContext) -> u32 {
     // SAFETY: a helper without preconditions.
     reflect_after(&ctx, |_, _| unsafe { bpf_jiffies64() } != 0)
+}
+
+/// The established path's per-CPU cache step without its counters: the tick, the cache
+/// slot's hash, read and key compare (`cache::hit`), the backend's read and
+/// `LIVE|SERVING` check, and the MAC rewrite toward it (`retarget_l2`). A miss (the
+/// first packet of each tick) fills the slot for backend 1 and goes on, so every call
+/// succeeds once `LB_BACKENDS[1]` is live and serving.
+#[inline(always)]
+fn cache_step(pkt: &Packet) -> bool {
+    let tick = crate::clock::tick();
+    let id = match cache::hit(&pkt.key, tick) {
+        Some(hit) => hit.backend_id,
+        None => {
+            cache::fill(&pkt.key, 1, tick, crate::nat::Source { addr: 0, port: 0 });
+            1
+        }
+    };
+    let Some(b) = flow::any_backend(id) else {
+        return false;
+    };
+    if b.flags & (BACKEND_F_LIVE | BACKEND_F_SERVING) != BACKEND_F_LIVE | BACKEND_F_SERVING {
+        return false;
+    }
+    rewrite::retarget_l2(pkt.eth, &b.mac);
+    true
+}
+
+/// Parse + [`cache_step`] (its MAC rewrite instead of the swap).
+#[xdp]
+pub fn lbr_cache(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    if cache_step(&pkt) { XDP_TX } else { XDP_DROP }
+}
+
+/// The established dsr path's parts in one program: parse, a VIP index probe (a miss:
+/// `lb-components` configures no service; the probe reads one empty way), the cache
+/// step, the two stats updates and the one outcome counter a cached dsr packet makes.
+/// Against `lb_xdp`'s established dsr case: what the whole costs beyond its parts.
+#[xdp]
+pub fn lbr_established(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    if !matches!(vip::dest(&pkt.key), Dest::Other) || !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(1, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// Parse + the two stats updates every forwarded packet makes (`service_packet`,
+/// `backend_packet`: per-service and per-backend packets and bytes).
+#[xdp]
+pub fn lbr_stats(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        counters::service_packet(1, pkt.len, false);
+        counters::backend_packet(1, pkt.len, false);
+        true
+    })
 }
 
 /// Parse + `bpf_ktime_get_ns` (a helper call).

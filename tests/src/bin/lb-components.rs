@@ -30,7 +30,7 @@ use aya::{
 };
 use lb_common::{
     FLOW_TABLE_SIZE, REFLECT_PROGRAM_NAME, map_names,
-    maps::{DataplaneConfig, FlowKey},
+    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, DataplaneConfig, FlowKey},
     table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, flow_bucket, nat_bucket},
 };
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
@@ -157,6 +157,19 @@ fn main() -> anyhow::Result<()> {
         },
         0,
     )?;
+    // The backend of `lbr_cache` and `lbr_established`: live and serving, a MAC to
+    // rewrite to.
+    let mut backends: Array<_, Backend> =
+        Array::try_from(obj.map_mut(map_names::BACKENDS).context("no LB_BACKENDS")?)?;
+    backends.set(
+        1,
+        &Backend {
+            flags: BACKEND_F_LIVE | BACKEND_F_SERVING,
+            mac: [2, 0, 0, 0, 0, 1],
+            ..Backend::default()
+        },
+        0,
+    )?;
     let mut flows: Array<MapData, FlowBucket> =
         Array::try_from(obj.take_map(map_names::FLOWS).context("no LB_FLOWS")?)?;
     let mut nat: Array<MapData, NatBucket> =
@@ -228,6 +241,9 @@ fn main() -> anyhow::Result<()> {
             fixed("+ VIP index miss", "lbr_vip", XDP_TX),
             fixed("+ one outcome counter", "lbr_counter", XDP_TX),
             fixed("+ bpf_jiffies64", "lbr_jiffies", XDP_TX),
+            fixed("+ cache hit, backend, MAC rewrite", "lbr_cache", XDP_TX),
+            fixed("+ service and backend stats", "lbr_stats", XDP_TX),
+            fixed("established dsr's parts in one", "lbr_established", XDP_TX),
             fixed("+ bpf_ktime_get_ns", "lbr_ktime", XDP_TX),
             fixed("+ nat translate (2 csums)", "lbr_translate", XDP_TX),
             fixed("+ ring buffer output", "lbr_ring_output", XDP_TX),
@@ -390,8 +406,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Every reduced program loaded from the object (plus `lb_pass`).
-const PROGRAMS: [&str; 22] = [
+const PROGRAMS: [&str; 25] = [
     "lb_pass",
+    "lbr_cache",
+    "lbr_stats",
+    "lbr_established",
     "lbr_tx",
     "lbr_parse",
     "lbr_vip",
