@@ -1,7 +1,7 @@
 //! Indices of the global per-CPU outcome counters in `LB_COUNTERS`, and their names.
 //!
-//! Every packet the program sees increments exactly one outcome counter ([`OUTCOMES`]);
-//! the flow and event counters count alongside. Some figures are not counted by the
+//! Every packet the program sees moves exactly one outcome counter ([`OUTCOMES`], as
+//! [`derive`] returns them); the flow and event counters count alongside. Some figures are not counted by the
 //! program as such but derived by [`derive`] when `LB_COUNTERS` is read (its
 //! [`RAW_COUNT`] slots become the [`COUNT`] figures every reader sees): `RX` is the sum
 //! of the outcomes, and a packet forwarded from the per-CPU flow cache increments one
