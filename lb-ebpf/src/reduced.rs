@@ -137,6 +137,67 @@ pub fn lbr_established(ctx: XdpContext) -> u32 {
     XDP_TX
 }
 
+/// The established dsr path's parts with a VIP index hit (`lb-components` configures
+/// the service of its `hit` packet): [`cache_step`], the stats of the service found,
+/// the cache outcome. `XDP_DROP` unless the packet is for a service.
+#[xdp]
+pub fn lbr_est_hit(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    if !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(svc.service_id, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// [`lbr_est_hit`] + `validate::to_vip` (the L4 length, TTL and flag checks).
+#[xdp]
+pub fn lbr_est_checked(ctx: XdpContext) -> u32 {
+    let end = ctx.data_end();
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    if crate::validate::to_vip(&pkt, end).is_err() || !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(svc.service_id, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// Parse, the VIP hit, `validate::to_vip` and the real `forward::to_service` (cache,
+/// else `LB_FLOWS`, pinned, new flows: all of it inlined), its verdict counted: `lb_xdp`
+/// without the ICMP branch and the non-service outcomes. Inlined into the entry point,
+/// as `lb_xdp` is (a subprogram would receive `data_end` as a 32-bit argument).
+#[xdp]
+#[inline(always)]
+pub fn lbr_est_service(ctx: XdpContext) -> u32 {
+    let end = ctx.data_end();
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    let v = match crate::validate::to_vip(&pkt, end) {
+        Ok(l4) => crate::forward::to_service(&pkt, l4, svc, end),
+        Err(v) => v,
+    };
+    counters::count(v.counter);
+    v.action
+}
+
 /// Parse + the two stats updates every forwarded packet makes (`service_packet`,
 /// `backend_packet`: per-service and per-backend packets and bytes).
 #[xdp]
