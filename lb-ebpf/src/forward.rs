@@ -5,7 +5,7 @@
 
 use lb_common::{
     counters::{
-        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
+        DROP_BAD_BACKEND, cached_outcome, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
@@ -164,14 +164,20 @@ fn from_cache(
         addr: hit.nat_addr,
         port: hit.nat_port,
     };
-    count(FLOW_HIT);
     counters::service_packet(svc.service_id, pkt.len, false);
     counters::backend_packet(id, pkt.len, false);
-    Some(if use_nat {
+    let mut v = if use_nat {
         nat::forward(pkt, l4, svc, b, src, end)
     } else {
         dsr::forward(pkt, b)
-    })
+    };
+    // The cache outcome stands for the transmit outcome and the `FLOW_HIT` (one
+    // counter update, not two: `lb_common::counters::derive`).
+    match cached_outcome(v.counter) {
+        Some(cached) => v.counter = cached,
+        None => count(FLOW_HIT),
+    }
+    Some(v)
 }
 
 /// (backend id, backend, nat source or [`NEEDS_SOURCE`], whether the flow is new)

@@ -93,9 +93,10 @@ pub static LB_SOURCES: LruHashMap<
     { BPF_F_NO_COMMON_LRU as usize },
 > = LruHashMap::new();
 
-/// Global outcome counters, indexed by `lb_common::counters::*`.
+/// Global outcome counters, indexed by `lb_common::counters::*` (raw: readers see
+/// `lb_common::counters::derive`'s figures).
 #[btf_map]
-pub static LB_COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
+pub static LB_COUNTERS: PerCpuArray<u64, { counters::RAW_COUNT as usize }> = PerCpuArray::new();
 
 /// Per-service packets/bytes/new flows/no-backend drops, indexed by service id.
 #[btf_map]

@@ -17,11 +17,11 @@ use lb_common::{
     BPF_F_MMAPABLE,
     events::PassiveEvent,
     hash::table_hash,
-    maps::{FlowKey, FlowValue, NatValue},
+    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, FlowKey, FlowValue, NatValue},
 };
 
 use crate::{
-    counters, flow,
+    cache, counters, flow,
     maps::LB_EVENTS,
     nat::NatTable,
     parse::{self, ETH_DST, ETH_HLEN, ETH_SRC, Packet, Parsed},
@@ -83,6 +83,130 @@ pub fn lbr_counter(ctx: XdpContext) -> u32 {
 pub fn lbr_jiffies(ctx: XdpContext) -> u32 {
     // SAFETY: a helper without preconditions.
     reflect_after(&ctx, |_, _| unsafe { bpf_jiffies64() } != 0)
+}
+
+/// The established path's per-CPU cache step without its counters: the tick, the cache
+/// slot's hash, read and key compare (`cache::hit`), the backend's read and
+/// `LIVE|SERVING` check, and the MAC rewrite toward it (`retarget_l2`). A miss (the
+/// first packet of each tick) fills the slot for backend 1 and goes on, so every call
+/// succeeds once `LB_BACKENDS[1]` is live and serving.
+#[inline(always)]
+fn cache_step(pkt: &Packet) -> bool {
+    let tick = crate::clock::tick();
+    let id = match cache::hit(&pkt.key, tick) {
+        Some(hit) => hit.backend_id,
+        None => {
+            cache::fill(&pkt.key, 1, tick, crate::nat::Source { addr: 0, port: 0 });
+            1
+        }
+    };
+    let Some(b) = flow::any_backend(id) else {
+        return false;
+    };
+    if b.flags & (BACKEND_F_LIVE | BACKEND_F_SERVING) != BACKEND_F_LIVE | BACKEND_F_SERVING {
+        return false;
+    }
+    rewrite::retarget_l2(pkt.eth, &b.mac);
+    true
+}
+
+/// Parse + [`cache_step`] (its MAC rewrite instead of the swap).
+#[xdp]
+pub fn lbr_cache(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    if cache_step(&pkt) { XDP_TX } else { XDP_DROP }
+}
+
+/// The established dsr path's parts in one program: parse, a VIP index probe (a miss:
+/// `lb-components` configures no service; the probe reads one empty way), the cache
+/// step, the two stats updates and the one outcome counter a cached dsr packet makes.
+/// Against `lb_xdp`'s established dsr case: what the whole costs beyond its parts.
+#[xdp]
+pub fn lbr_established(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    if !matches!(vip::dest(&pkt.key), Dest::Other) || !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(1, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// The established dsr path's parts with a VIP index hit (`lb-components` configures
+/// the service of its `hit` packet): [`cache_step`], the stats of the service found,
+/// the cache outcome. `XDP_DROP` unless the packet is for a service.
+#[xdp]
+pub fn lbr_est_hit(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    if !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(svc.service_id, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// [`lbr_est_hit`] + `validate::to_vip` (the L4 length, TTL and flag checks).
+#[xdp]
+pub fn lbr_est_checked(ctx: XdpContext) -> u32 {
+    let end = ctx.data_end();
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    if crate::validate::to_vip(&pkt, end).is_err() || !cache_step(&pkt) {
+        return XDP_DROP;
+    }
+    counters::service_packet(svc.service_id, pkt.len, false);
+    counters::backend_packet(1, pkt.len, false);
+    counters::count(lb_common::counters::TX_DSR_CACHED);
+    XDP_TX
+}
+
+/// Parse, the VIP hit, `validate::to_vip` and the real `forward::to_service` (cache,
+/// else `LB_FLOWS`, pinned, new flows: all of it inlined), its verdict counted: `lb_xdp`
+/// without the ICMP branch and the non-service outcomes. Inlined into the entry point,
+/// as `lb_xdp` is (a subprogram would receive `data_end` as a 32-bit argument).
+#[xdp]
+#[inline(always)]
+pub fn lbr_est_service(ctx: XdpContext) -> u32 {
+    let end = ctx.data_end();
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    let Dest::Service(svc) = vip::dest(&pkt.key) else {
+        return XDP_DROP;
+    };
+    let v = match crate::validate::to_vip(&pkt, end) {
+        Ok(l4) => crate::forward::to_service(&pkt, l4, svc, end),
+        Err(v) => v,
+    };
+    counters::count(v.counter);
+    v.action
+}
+
+/// Parse + the two stats updates every forwarded packet makes (`service_packet`,
+/// `backend_packet`: per-service and per-backend packets and bytes).
+#[xdp]
+pub fn lbr_stats(ctx: XdpContext) -> u32 {
+    reflect_after(&ctx, |pkt, _| {
+        counters::service_packet(1, pkt.len, false);
+        counters::backend_packet(1, pkt.len, false);
+        true
+    })
 }
 
 /// Parse + `bpf_ktime_get_ns` (a helper call).

@@ -351,12 +351,11 @@ impl Lb {
         let map: PerCpuArray<_, u64> =
             PerCpuArray::try_from(self.ebpf.map(map_names::COUNTERS).expect("LB_COUNTERS"))
                 .expect("LB_COUNTERS type");
-        let mut out = [0u64; counters::COUNT as usize];
+        let mut out = [0u64; counters::RAW_COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {
             *slot = map.get(&(i as u32), 0).expect("counter").iter().sum();
         }
-        counters::fill_rx(&mut out);
-        out
+        counters::derive(&out)
     }
 
     pub fn service_stats(&self, id: u32) -> ServiceStats {

@@ -499,7 +499,7 @@ impl Dataplane for BpfDataplane {
     }
 
     fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
-        let mut out = [0u64; counters::COUNT as usize];
+        let mut out = [0u64; counters::RAW_COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {
             let per_cpu = self
                 .counters
@@ -507,8 +507,7 @@ impl Dataplane for BpfDataplane {
                 .map_err(map_err(map_names::COUNTERS))?;
             *slot = per_cpu.iter().sum();
         }
-        counters::fill_rx(&mut out);
-        Ok(out)
+        Ok(counters::derive(&out))
     }
 
     fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError> {

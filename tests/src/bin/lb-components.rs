@@ -10,6 +10,11 @@
 //! loaded `lb_xdp` (or of the reduced program NAME).
 //! `--only P1,P2` measures only the cases whose program name starts with one of them.
 //!
+//! The VIP-hit rows send an established packet to a dsr service published into
+//! `LB_VIP_INDEX` (`publish_hit_service`) whose flow is pinned to backend 1: the
+//! established path's parts grown step by step to `lb_xdp` itself on the same packet
+//! (BENCHMARKS.md §1, "Issue 9, round 7").
+//!
 //! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
 //! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of
 //! them (`LBR_LINES_N`): the price of a new flow's cold bucket by table size. Before
@@ -30,9 +35,15 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use lb_common::{
-    FLOW_TABLE_SIZE, REFLECT_PROGRAM_NAME, map_names,
-    maps::{DataplaneConfig, FlowKey},
+    FLOW_TABLE_SIZE, REFLECT_PROGRAM_NAME,
+    hash::vip_hash,
+    map_names,
+    maps::{
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, DataplaneConfig, FlowKey, ServiceMeta,
+        VIP_SLOT_SERVICE, VipKey, VipSlot,
+    },
     table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, flow_bucket, nat_bucket},
+    vip_bucket_index,
 };
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
 
@@ -121,9 +132,6 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = xlated {
         // What the verifier made of it: inlined array lookups and helpers have no call.
         let p = program(&mut obj, &xlated_program)?;
-        if xlated_program == lb_common::PROGRAM_NAME {
-            p.load()?;
-        }
         let id = p.info()?.id();
         let out = std::process::Command::new("bpftool")
             .args(["prog", "dump", "xlated", "id", &id.to_string()])
@@ -152,6 +160,10 @@ fn main() -> anyhow::Result<()> {
             .bytes()
     };
     let est = frame("10.9.0.1".parse()?, 40_000, TCP_ACK);
+    // The established packet of the VIP-hit rows: to a dsr service configured below.
+    let hit = Frame::tcp("10.9.0.1".parse()?, 40_000, HIT_VIP.into(), 80, TCP_ACK)
+        .payload(&[0u8; 64])
+        .bytes();
     // As when attached: parse compares destination MACs with the interface's.
     let mac = Frame::tcp("10.9.0.1".parse()?, 1, "10.9.0.1".parse()?, 1, 0).dst_mac;
     let mut config: Array<_, DataplaneConfig> =
@@ -164,6 +176,20 @@ fn main() -> anyhow::Result<()> {
         },
         0,
     )?;
+    // The backend of `lbr_cache` and `lbr_established`: live and serving, a MAC to
+    // rewrite to.
+    let mut backends: Array<_, Backend> =
+        Array::try_from(obj.map_mut(map_names::BACKENDS).context("no LB_BACKENDS")?)?;
+    backends.set(
+        1,
+        &Backend {
+            flags: BACKEND_F_LIVE | BACKEND_F_SERVING,
+            mac: [2, 0, 0, 0, 0, 1],
+            ..Backend::default()
+        },
+        0,
+    )?;
+    publish_hit_service(&mut obj)?;
     let mut flows: Array<MapData, FlowBucket> =
         Array::try_from(obj.take_map(map_names::FLOWS).context("no LB_FLOWS")?)?;
     let mut nat: Array<MapData, NatBucket> =
@@ -205,6 +231,13 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
+    let hit_case = |name, program| Case {
+        name,
+        program,
+        packets: vec![hit.clone()],
+        expect: XDP_TX,
+        lines: [1, 1, 0],
+    };
     let fixed = |name, program, expect| Case {
         name,
         program,
@@ -219,6 +252,9 @@ fn main() -> anyhow::Result<()> {
         for program in ["lbr_flow_insert", "lbr_nat_insert"] {
             run(&mut obj, program, &est)?;
         }
+        // The VIP-hit packet's flow, pinned to backend 1 (its cache slot is filled by
+        // its first packet of each tick).
+        run(&mut obj, "lbr_flow_insert", &hit)?;
         // Fresh keys every round; with a full table they evict, without one the
         // insert cases' keys are removed again after the round.
         let base = 20 + 3 * round as u8;
@@ -235,6 +271,13 @@ fn main() -> anyhow::Result<()> {
             fixed("+ VIP index miss", "lbr_vip", XDP_TX),
             fixed("+ one outcome counter", "lbr_counter", XDP_TX),
             fixed("+ bpf_jiffies64", "lbr_jiffies", XDP_TX),
+            fixed("+ cache hit, backend, MAC rewrite", "lbr_cache", XDP_TX),
+            fixed("+ service and backend stats", "lbr_stats", XDP_TX),
+            fixed("established dsr's parts in one", "lbr_established", XDP_TX),
+            hit_case("the parts, VIP hit", "lbr_est_hit"),
+            hit_case("the parts, VIP hit, to_vip checks", "lbr_est_checked"),
+            hit_case("VIP hit, to_vip, forward::to_service", "lbr_est_service"),
+            hit_case("lb_xdp, established dsr", lb_common::PROGRAM_NAME),
             fixed("+ bpf_ktime_get_ns", "lbr_ktime", XDP_TX),
             fixed("+ nat translate (2 csums)", "lbr_translate", XDP_TX),
             fixed("+ ring buffer output", "lbr_ring_output", XDP_TX),
@@ -435,6 +478,13 @@ fn main() -> anyhow::Result<()> {
 /// Every reduced program loaded from the object (plus `lb_pass`).
 const PROGRAMS: &[&str] = &[
     "lb_pass",
+    lb_common::PROGRAM_NAME,
+    "lbr_est_hit",
+    "lbr_est_checked",
+    "lbr_est_service",
+    "lbr_cache",
+    "lbr_stats",
+    "lbr_established",
     "lbr_tx",
     "lbr_parse",
     "lbr_vip",
@@ -474,6 +524,34 @@ fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
         .program_mut(name)
         .with_context(|| format!("no program {name}"))?
         .try_into()?)
+}
+
+/// The VIP of the VIP-hit rows (a dsr service on port 80/TCP, service id 1).
+const HIT_VIP: [u8; 4] = [10, 0, 0, 101];
+
+/// Publishes the VIP-hit rows' service into table 0 of `LB_VIP_INDEX` (seed 0,
+/// generation 0, as the agent lays a one-service table out).
+fn publish_hit_service(obj: &mut Ebpf) -> anyhow::Result<()> {
+    let vip = VipKey {
+        addr: [u32::from_ne_bytes(HIT_VIP), 0, 0, 0],
+        port: 80u16.to_be(),
+        proto: lb_common::IPPROTO_TCP,
+        family: lb_common::FAMILY_V4,
+    };
+    let slot = VipSlot {
+        vip,
+        kind: VIP_SLOT_SERVICE,
+        meta: ServiceMeta {
+            service_id: 1,
+            ..ServiceMeta::default()
+        },
+    };
+    let mut index: Array<_, VipSlot> = Array::try_from(
+        obj.map_mut(map_names::VIP_INDEX)
+            .context("no LB_VIP_INDEX")?,
+    )?;
+    index.set(vip_bucket_index(0, vip_hash(&vip, 0)), &slot, 0)?;
+    Ok(())
 }
 
 fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
