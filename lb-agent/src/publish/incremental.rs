@@ -9,6 +9,8 @@ use super::{
     failover::{Whole, slot_writes},
     stage_entry, takes_new_flows, write_deferred,
 };
+use std::collections::HashSet;
+
 use crate::dataplane::Dataplane;
 
 impl PublishedService {
@@ -40,6 +42,22 @@ impl PublishedService {
     }
 }
 
+/// Toggles in one publish up to which the slot-by-slot path is always taken: a single
+/// verdict, or a few dozen, never pay for the whole table.
+const BATCH_ALWAYS_INCREMENTAL: usize = 64;
+
+/// Whether `toggled` backends starting or stopping at once, in a set of `set` backends
+/// taking new flows (the larger of before and after), are cheaper computed whole. Each
+/// departure re-walks the slots it holds, and every departure still to come lengthens
+/// those walks, so the slot-by-slot cost of a batch grows faster than its size (10,000
+/// backends, 262,147 slots, release: 100 leaving 1 ms, 1,000 5 ms, 3,000 29 ms, 9,000
+/// 259 ms and 572 ms for their return, 9,900 2.4 s) while the whole table costs 15–26 ms
+/// for most of those sets (105 ms with 9,000 of 10,000 gone). Beyond an eighth of the set
+/// at once — a rack, a zone, a probe network failing — the whole table is cheaper.
+fn batch_is_whole(toggled: usize, set: usize) -> bool {
+    toggled > BATCH_ALWAYS_INCREMENTAL && toggled * 8 > set
+}
+
 impl PublishedService {
     /// Publishes the live table for the new set `active`, which differs from the last by
     /// `toggled` (id, now active): only the slots that change, written in place
@@ -51,6 +69,9 @@ impl PublishedService {
         dp: &mut D,
         report: &mut ApplyReport,
     ) -> Result<(), PublishError> {
+        if batch_is_whole(toggled.len(), self.active.len().max(active.len())) {
+            return self.publish_whole(active, dp, report);
+        }
         let Some((writes, before)) = self.changed_slots(&active, toggled) else {
             return self.publish_whole(active, dp, report);
         };
@@ -95,9 +116,10 @@ impl PublishedService {
         for &(id, _) in toggled.iter().filter(|t| t.1) {
             walks.enter(id, &self.home, &mut self.live, &mut changed);
         }
-        let leaving: Vec<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
-        for (i, &id) in leaving.iter().enumerate() {
-            let later = &leaving[i + 1..];
+        // The departures not walked yet, found in O(1) (a batch may hold thousands).
+        let mut later: HashSet<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
+        for &(id, _) in toggled.iter().filter(|t| !t.1) {
+            later.remove(&id);
             let still = |b: u32| active.binary_search(&b).is_ok() || later.contains(&b);
             if let Err(Whole) = walks.leave(id, &self.home, &mut self.live, still, &mut changed) {
                 return None;
@@ -186,10 +208,9 @@ impl Publisher {
             .take()
             .expect("the caller diffed against the last want");
         let mut after_table = Vec::new();
-        // A copy, made on the first change: `svc.active` must keep saying what the
-        // published table holds until the new one is written.
-        let mut active: Option<Vec<u32>> = None;
-        // Backends that start (`true`) or stop taking new flows, by id.
+        // Backends that start (`true`) or stop taking new flows, by id, against
+        // `svc.active` (which must keep saying what the published table holds until the
+        // new one is written; each backend is in `changed` once).
         let mut toggled: Vec<(u32, bool)> = Vec::new();
         for &(i, b) in changed {
             report.backends_examined += 1;
@@ -206,25 +227,24 @@ impl Publisher {
                 report,
             )?;
             let now_active = takes_new_flows(b);
-            if takes_new_flows(&last.backends[i]) != now_active {
-                let active = active.get_or_insert_with(|| svc.active.clone());
-                match active.binary_search(&published.id) {
-                    Err(at) if now_active => {
-                        active.insert(at, published.id);
-                        toggled.push((published.id, true));
-                    }
-                    Ok(at) if !now_active => {
-                        active.remove(at);
-                        toggled.push((published.id, false));
-                    }
-                    _ => {}
-                }
+            if takes_new_flows(&last.backends[i]) != now_active
+                && svc.active.binary_search(&published.id).is_ok() != now_active
+            {
+                toggled.push((published.id, now_active));
             }
             last.backends[i] = b.clone();
         }
-        if let Some(active) = active
-            && active != svc.active
-        {
+        if !toggled.is_empty() {
+            // The new set in one pass (a batch may toggle thousands of backends).
+            let leaving: HashSet<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
+            let mut active: Vec<u32> = svc
+                .active
+                .iter()
+                .copied()
+                .filter(|id| !leaving.contains(id))
+                .collect();
+            active.extend(toggled.iter().filter(|t| t.1).map(|t| t.0));
+            active.sort_unstable();
             svc.publish_changed_slots(active, &toggled, dp, report)?;
         }
         write_deferred(after_table, &mut svc.backends, dp, report)?;

@@ -597,3 +597,76 @@ fn a_verdict_writes_only_the_slots_that_change() {
         "slot by slot == whole"
     );
 }
+
+/// The maps `want` gives when published from scratch.
+fn fresh_table(want: &[DesiredBackend]) -> Vec<u32> {
+    let mut dp = MemoryDataplane::default();
+    Publisher::default()
+        .apply(&[service(0, want.to_vec())], &mut dp)
+        .unwrap();
+    dp.tables[&0].clone()
+}
+
+#[test]
+fn a_storm_of_verdicts_is_published_whole_and_a_few_dozen_slot_by_slot() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::default();
+    let all: Vec<DesiredBackend> = (0..1000).map(server).collect();
+    p.apply(&[service(0, all.clone())], &mut dp).unwrap();
+    let size = dp.tables[&0].len();
+
+    // 50 of 1,000 at once: slot by slot, only what changes.
+    let mut want = all.clone();
+    for w in &mut want[100..150] {
+        w.role = Role::Removed;
+    }
+    let report = p
+        .apply_backends("svc0", &want[100..150], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert!(
+        report.slots_written > 0 && report.slots_written * 10 < size,
+        "a few dozen leaving are written slot by slot ({} of {size})",
+        report.slots_written
+    );
+    assert!(dp.tables[&0] == fresh_table(&want), "slot by slot == fresh");
+
+    // A rack: 300 of the 950 left at once (more than an eighth), then all back at once
+    // — whole tables, bounded work, the same maps as a fresh publish each time.
+    for w in &mut want[150..450] {
+        w.role = Role::Removed;
+    }
+    let report = p
+        .apply_backends("svc0", &want[150..450], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.tables_published, 1);
+    assert_eq!(report.slots_written, size, "a storm is published whole");
+    assert!(
+        dp.tables[&0] == fresh_table(&want),
+        "after the storm == fresh"
+    );
+
+    let report = p.apply_backends("svc0", &all, &mut dp).unwrap().unwrap();
+    assert_eq!(
+        report.slots_written, size,
+        "the return of most is published whole"
+    );
+    assert!(
+        dp.tables[&0] == fresh_table(&all),
+        "after the return == fresh"
+    );
+
+    // The walk state is rebuilt by the whole publish: one verdict is slot by slot again.
+    want = all.clone();
+    want[7].role = Role::Removed;
+    let report = p
+        .apply_backends("svc0", &want[7..8], &mut dp)
+        .unwrap()
+        .unwrap();
+    assert!(
+        report.slots_written * 100 < size,
+        "one verdict after a storm: its slots only"
+    );
+    assert!(dp.tables[&0] == fresh_table(&want));
+}
