@@ -58,6 +58,29 @@ fn batch_is_whole(toggled: usize, set: usize) -> bool {
     toggled > BATCH_ALWAYS_INCREMENTAL && toggled * 8 > set
 }
 
+/// The sorted set `active` after `toggled` (each id once; `true`: it enters): a few
+/// toggles in place, a batch in one pass (it may toggle thousands of backends).
+fn changed_set(active: &[u32], toggled: &[(u32, bool)]) -> Vec<u32> {
+    let mut set = active.to_vec();
+    if toggled.len() <= BATCH_ALWAYS_INCREMENTAL {
+        for &(id, enters) in toggled {
+            match set.binary_search(&id) {
+                Err(at) if enters => set.insert(at, id),
+                Ok(at) if !enters => {
+                    set.remove(at);
+                }
+                _ => {}
+            }
+        }
+        return set;
+    }
+    let leaving: HashSet<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
+    set.retain(|id| !leaving.contains(id));
+    set.extend(toggled.iter().filter(|t| t.1).map(|t| t.0));
+    set.sort_unstable();
+    set
+}
+
 impl PublishedService {
     /// Publishes the live table for the new set `active`, which differs from the last by
     /// `toggled` (id, now active): only the slots that change, written in place
@@ -235,16 +258,7 @@ impl Publisher {
             last.backends[i] = b.clone();
         }
         if !toggled.is_empty() {
-            // The new set in one pass (a batch may toggle thousands of backends).
-            let leaving: HashSet<u32> = toggled.iter().filter(|t| !t.1).map(|t| t.0).collect();
-            let mut active: Vec<u32> = svc
-                .active
-                .iter()
-                .copied()
-                .filter(|id| !leaving.contains(id))
-                .collect();
-            active.extend(toggled.iter().filter(|t| t.1).map(|t| t.0));
-            active.sort_unstable();
+            let active = changed_set(&svc.active, &toggled);
             svc.publish_changed_slots(active, &toggled, dp, report)?;
         }
         write_deferred(after_table, &mut svc.backends, dp, report)?;
