@@ -5,7 +5,8 @@
 
 use lb_common::{
     counters::{
-        DROP_BAD_BACKEND, cached_outcome, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
+        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
+        cached_outcome,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{

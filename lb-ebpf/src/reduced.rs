@@ -34,7 +34,10 @@ use crate::{
 /// Parses, runs `component` on a TCP/UDP packet, swaps the MACs: `XDP_TX` if the
 /// component succeeded, `XDP_DROP` if not; anything else is passed.
 #[inline(always)]
-pub(crate) fn reflect_after(ctx: &XdpContext, component: impl FnOnce(&Packet, usize) -> bool) -> u32 {
+pub(crate) fn reflect_after(
+    ctx: &XdpContext,
+    component: impl FnOnce(&Packet, usize) -> bool,
+) -> u32 {
     let end = ctx.data_end();
     let Parsed::Flow(pkt) = parse::parse(ctx) else {
         return XDP_PASS;

@@ -363,10 +363,7 @@ pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
 /// otherwise compute the second address between the two.
 #[inline(always)]
 pub fn prefetch2<A: Table, B: Table>(a: &FlowKey, b: &FlowKey) {
-    let (Some(ba), Some(bb)) = (
-        A::at(A::index(A::hash(a))),
-        B::at(B::index(B::hash(b))),
-    ) else {
+    let (Some(ba), Some(bb)) = (A::at(A::index(A::hash(a))), B::at(B::index(B::hash(b)))) else {
         return;
     };
     // SAFETY: loads within two map values (each offset is a way's word, inside the
