@@ -33,6 +33,7 @@ pub mod realistic;
 pub mod redundancy;
 pub mod restart;
 pub mod scenario;
+pub mod syn_bed;
 pub mod syn_forge;
 pub mod topology;
 pub mod traffic;

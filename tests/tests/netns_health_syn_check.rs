@@ -9,7 +9,6 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -20,8 +19,8 @@ use lb_tests::{
         local_faults_while_the_queue_drops, secs, server_health, syn_packets, wait_all_probed_up,
         wait_event, with_health,
     },
-    netns::NetNs,
     scenario::{self, BACKEND_TCP_PORT},
+    syn_bed::nft_port,
     syn_forge::SynForger,
     topology::{Forwarding, Topology},
 };
@@ -32,24 +31,6 @@ const INTERVAL: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// How long the forger runs at most (the test needs well under this).
 const FORGE_LIMIT: Duration = Duration::from_secs(30);
-
-/// Drops tcp to `port` arriving in `ns` (an nftables table the namespace's end removes).
-fn drop_port(ns: &NetNs, port: u16) {
-    let rules = format!(
-        "table inet syncheck {{ chain input {{ type filter hook input priority 0; \
-         tcp dport {port} drop; }}; }}"
-    );
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", &rules])
-        .output()
-        .expect("running nft");
-    assert!(
-        out.status.success(),
-        "nft in {}: {}",
-        ns.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() {
@@ -100,9 +81,9 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
     // b2: closed (refused), b3: silent (dropped), b4: silent but forging answers.
     let t_closed = servers.kill("b2").expect("killing b2's server");
     let t_silent = lb_tests::pacer::wall_now();
-    drop_port(&topo.backends()[2].ns, BACKEND_TCP_PORT);
+    nft_port(&topo.backends()[2].ns, BACKEND_TCP_PORT, "drop");
     let b4 = &topo.backends()[3].ns;
-    drop_port(b4, BACKEND_TCP_PORT);
+    nft_port(b4, BACKEND_TCP_PORT, "drop");
     let forger = SynForger::start(b4, BACKEND_TCP_PORT, FORGE_LIMIT).expect("forger in b4");
     let t_forged = lb_tests::pacer::wall_now();
 

@@ -12,52 +12,28 @@
 //! SYN: local faults, the open server stays up.
 
 use std::{
-    net::SocketAddr,
     path::Path,
-    process::Command,
     time::{Duration, Instant},
 };
 
 use lb_tests::{
-    agent::{Proto, Service},
-    api::{self, Api},
+    api,
     health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
-        local_faults_while_the_queue_drops, secs, server_health, syn_packets, wait_all_probed_up,
-        wait_event, with_health,
+        MARGIN, event_time, find_event, local_faults_while_the_queue_drops, secs, server_health,
+        syn_packets, wait_event,
     },
     netns::NetNs,
-    scenario::{self, BACKEND_TCP_PORT},
+    scenario::BACKEND_TCP_PORT,
+    syn_bed::{SynBed, nft_port},
     syn_forge::{Forgery, SynForger},
-    topology::{Forwarding, Topology},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
-const FIRST_VERDICTS: Duration = Duration::from_secs(15);
 const INTERVAL: Duration = Duration::from_secs(1);
 /// Long enough that a failure at once and one at the timeout are far apart.
 const TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long a forger runs at most (the test needs well under this).
 const FORGE_LIMIT: Duration = Duration::from_secs(40);
-
-/// Adds an nftables rule for tcp to `port` arriving in `ns` (`verdict`: `drop`, `reject
-/// with …`); the namespace's end removes it.
-fn nft_port(ns: &NetNs, port: u16, verdict: &str) {
-    let rules = format!(
-        "table inet syncheck {{ chain input {{ type filter hook input priority 0; \
-         tcp dport {port} {verdict}; }}; }}"
-    );
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", &rules])
-        .output()
-        .expect("running nft");
-    assert!(
-        out.status.success(),
-        "nft in {}: {}",
-        ns.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The last result of probe `name`.
 fn last_of(probes: &[lb_tests::health::ProbeView], name: &str) -> String {
@@ -73,17 +49,8 @@ fn last_of(probes: &[lb_tests::health::ProbeView], name: &str) -> String {
 /// destination after a burst of six (`icmp_ratelimit`), so with two probes of one host
 /// the SYN check or the connect would miss some and fail at the timeout.
 fn unlimited_icmp(ns: &NetNs) {
-    for key in ["net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"] {
-        let out = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "sysctl", "-qw", key])
-            .output()
-            .expect("running sysctl");
-        assert!(
-            out.status.success(),
-            "sysctl {key} in {}: {}",
-            ns.name(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+    for key in ["net.ipv4.icmp_ratelimit", "net.ipv6.icmp.ratelimit"] {
+        ns.sysctl(key, "0").expect("lifting the ICMP rate limit");
     }
 }
 
@@ -99,47 +66,8 @@ fn health_syn_check_over_ipv6_with_icmp_errors() {
 
 fn scenario_for(v6: bool, subnet: u8) {
     let family = if v6 { "IPv6" } else { "IPv4" };
-    let probe =
-        Probe::new("port", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2).key("tcp_check = \"syn\"");
-    // The same question by connect, to compare the reasons.
-    let connect = Probe::new("connect", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2)
-        .key("tcp_check = \"connect\"");
-    let topo = Topology::builder()
-        .backends(7)
-        .forwarding(Forwarding::Nat)
-        .ipv6(v6)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let roles: Vec<&str> = topo.backends().iter().map(|b| b.role.as_str()).collect();
-    let mut servers = HealthServers::start(&topo, Path::new(TESTSERVER), &roles)
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &[1; 7]);
-    let port = scenario::vip_port(Forwarding::Nat, BACKEND_TCP_PORT, 80);
-    let service = with_health(
-        Service::on(
-            &topo,
-            "web",
-            Proto::Tcp,
-            v6,
-            port,
-            &backends,
-            BACKEND_TCP_PORT,
-        ),
-        &["max_fails = 0"],
-        &[probe.clone(), connect],
-    );
-    let _agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
-    let api = Api::new(&topo.lb().ns);
-    let a: Vec<SocketAddr> = topo
-        .backends()
-        .iter()
-        .map(|b| SocketAddr::new(b.addr(v6).expect("backend address"), BACKEND_TCP_PORT))
-        .collect();
-    assert_eq!(a[0].is_ipv6(), v6);
-    wait_all_probed_up(&api, "web", &a, FIRST_VERDICTS)
-        .unwrap_or_else(|e| panic!("{family}: every server up after its first SYN checks: {e}"));
+    let mut bed = SynBed::start(Path::new(TESTSERVER), 7, v6, subnet, INTERVAL, TIMEOUT);
+    let (topo, api, a, probe) = (&bed.topo, &bed.api, &bed.addrs, &bed.probe);
     let text = api.metrics().expect("GET /metrics");
     assert_eq!(
         api::metric(&text, "lb_probe_tcp_syn_check", &[]),
@@ -147,11 +75,11 @@ fn scenario_for(v6: bool, subnet: u8) {
         "the agent runs SYN checks"
     );
     assert!(
-        syn_packets(&api, "accepted") >= 7.0,
+        syn_packets(api, "accepted") >= 7.0,
         "{family}: every open port passed on a SYN-ACK"
     );
 
-    let before = |kind| syn_packets(&api, kind);
+    let before = |kind| syn_packets(api, kind);
     let (rejected0, icmp_rejected0, icmp_unmatched0, unreachable0) = (
         before("rejected"),
         before("icmp_rejected"),
@@ -169,7 +97,7 @@ fn scenario_for(v6: bool, subnet: u8) {
         SynForger::start_with(ns(0), BACKEND_TCP_PORT, FORGE_LIMIT, Forgery::IcmpWrongSeq)
             .expect("ICMP forger in b1");
     let t0 = lb_tests::pacer::wall_now();
-    servers.kill("b2").expect("killing b2's server");
+    bed.servers.kill("b2").expect("killing b2's server");
     nft_port(ns(2), BACKEND_TCP_PORT, "drop");
     nft_port(ns(3), BACKEND_TCP_PORT, "drop");
     let forge_b4 =
@@ -209,10 +137,10 @@ fn scenario_for(v6: bool, subnet: u8) {
         (5, "ICMP port unreachable", "connection refused", fast),
         (6, "dropped port, forged ICMP (wrong seq)", "timeout", slow),
     ] {
-        let ev = wait_event(&api, a[i], "unhealthy", t0, slow + MARGIN)
+        let ev = wait_event(api, a[i], "unhealthy", t0, slow + MARGIN)
             .unwrap_or_else(|e| panic!("{family} {what}: {} should turn unhealthy: {e}", a[i]));
         let took = event_time(&ev) - changed;
-        let (state, probes) = server_health(&api, "web", a[i]).expect("status");
+        let (state, probes) = server_health(api, "web", a[i]).expect("status");
         assert_eq!(state, "unhealthy", "{family} {what}: {probes:?}");
         let last = last_of(&probes, "port");
         assert!(
@@ -248,11 +176,11 @@ fn scenario_for(v6: bool, subnet: u8) {
         find_event(&events, a[0], "unhealthy", t0).is_none(),
         "{family}: forged ICMP errors must not fail b1"
     );
-    let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
+    let (state, probes) = server_health(api, "web", a[0]).expect("b1's status");
     assert_eq!(state, "up", "{family}: b1 stays up: {probes:?}");
     // Both checks have run since the changes: the same verdicts, the same reasons.
     for (i, target) in a.iter().enumerate() {
-        let (_, probes) = server_health(&api, "web", *target).expect("status");
+        let (_, probes) = server_health(api, "web", *target).expect("status");
         assert_eq!(
             last_of(&probes, "port"),
             last_of(&probes, "connect"),
@@ -262,7 +190,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     }
     let (f1, f4, f7) = (forge_b1.forged(), forge_b4.forged(), forge_b7.forged());
     drop((forge_b1, forge_b4, forge_b7));
-    let after = |kind, base| syn_packets(&api, kind) - base;
+    let after = |kind, base| syn_packets(api, kind) - base;
     let rejected = after("rejected", rejected0);
     let icmp_rejected = after("icmp_rejected", icmp_rejected0);
     let icmp_unmatched = after("icmp_unmatched", icmp_unmatched0);
@@ -294,8 +222,8 @@ fn scenario_for(v6: bool, subnet: u8) {
 
     // The balancer's own queue drops every packet (a pfifo of length 0): each SYN fails
     // locally (ENOBUFS), a local fault, never a verdict against b1.
-    let local = local_faults_while_the_queue_drops(&topo, &api, 3 * INTERVAL);
-    let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
+    let local = local_faults_while_the_queue_drops(topo, api, 3 * INTERVAL);
+    let (state, probes) = server_health(api, "web", a[0]).expect("b1's status");
     assert!(
         local >= 2.0,
         "{family}: SYNs dropped by the balancer's own queue are local faults ({local}); \

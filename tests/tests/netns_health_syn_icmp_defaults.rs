@@ -7,59 +7,34 @@
 //! once. The verdict must be the same — unhealthy within the timeout-bound detection
 //! time, never up again — and the open server next to them stays up. IPv4 and IPv6.
 
-use std::{net::SocketAddr, path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Proto, Service},
-    api::Api,
-    health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event, secs, server_health,
-        syn_packets, wait_all_probed_up, wait_event, with_health,
-    },
+    health::{MARGIN, event_time, find_event, secs, server_health, syn_packets, wait_event},
     netns::NetNs,
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    scenario::BACKEND_TCP_PORT,
+    syn_bed::{SynBed, nft_port},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
-const FIRST_VERDICTS: Duration = Duration::from_secs(15);
 const INTERVAL: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long the rejected servers are watched after their verdicts.
 const WATCH: Duration = Duration::from_secs(6);
 /// The kernel's defaults (Documentation/networking/ip-sysctl.rst): at most one error a
 /// second (1,000 ms) per destination after a burst, for the rate-limited ICMP types.
-const DEFAULT_LIMITS: [&str; 2] = [
-    "net.ipv4.icmp_ratelimit=1000",
-    "net.ipv6.icmp.ratelimit=1000",
+const DEFAULT_LIMITS: [(&str, &str); 2] = [
+    ("net.ipv4.icmp_ratelimit", "1000"),
+    ("net.ipv6.icmp.ratelimit", "1000"),
 ];
-
-/// Runs `args` (an `ip netns exec` command line in `ns`) and asserts it succeeded.
-fn in_ns(ns: &NetNs, args: &[&str]) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .args(args)
-        .output()
-        .expect("running a command in the namespace");
-    assert!(
-        out.status.success(),
-        "{args:?} in {}: {}",
-        ns.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Rejects tcp to `port` arriving in `ns` with an ICMP error of `kind`, under the
 /// kernel's default ICMP rate limits.
 fn reject_with_default_limits(ns: &NetNs, port: u16, kind: &str) {
-    for key in DEFAULT_LIMITS {
-        in_ns(ns, &["sysctl", "-qw", key]);
+    for (key, value) in DEFAULT_LIMITS {
+        ns.sysctl(key, value).expect("the default ICMP rate limit");
     }
-    let rules = format!(
-        "table inet syncheck {{ chain input {{ type filter hook input priority 0; \
-         tcp dport {port} reject with icmpx type {kind}; }}; }}"
-    );
-    in_ns(ns, &["nft", &rules]);
+    nft_port(ns, port, &format!("reject with icmpx type {kind}"));
 }
 
 #[test]
@@ -74,47 +49,9 @@ fn syn_check_with_default_icmp_rate_limits_over_ipv6() {
 
 fn scenario_for(v6: bool, subnet: u8) {
     let family = if v6 { "IPv6" } else { "IPv4" };
-    let probe =
-        Probe::new("port", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2).key("tcp_check = \"syn\"");
-    // A connect probe of the same port draws on the same hosts' ICMP budget.
-    let connect = Probe::new("connect", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2)
-        .key("tcp_check = \"connect\"");
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(Forwarding::Nat)
-        .ipv6(v6)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let roles: Vec<&str> = topo.backends().iter().map(|b| b.role.as_str()).collect();
-    let _servers = HealthServers::start(&topo, Path::new(TESTSERVER), &roles)
-        .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &[1; 3]);
-    let port = scenario::vip_port(Forwarding::Nat, BACKEND_TCP_PORT, 80);
-    let service = with_health(
-        Service::on(
-            &topo,
-            "web",
-            Proto::Tcp,
-            v6,
-            port,
-            &backends,
-            BACKEND_TCP_PORT,
-        ),
-        &["max_fails = 0"],
-        &[probe.clone(), connect],
-    );
-    let _agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
-    let api = Api::new(&topo.lb().ns);
-    let a: Vec<SocketAddr> = topo
-        .backends()
-        .iter()
-        .map(|b| SocketAddr::new(b.addr(v6).expect("backend address"), BACKEND_TCP_PORT))
-        .collect();
-    wait_all_probed_up(&api, "web", &a, FIRST_VERDICTS)
-        .unwrap_or_else(|e| panic!("{family}: every server up after its first checks: {e}"));
-    let unreachable0 = syn_packets(&api, "unreachable");
+    let bed = SynBed::start(Path::new(TESTSERVER), 3, v6, subnet, INTERVAL, TIMEOUT);
+    let (topo, api, a, probe) = (&bed.topo, &bed.api, &bed.addrs, &bed.probe);
+    let unreachable0 = syn_packets(api, "unreachable");
 
     // b1 stays open; b2 rejects with host unreachables, b3 with port unreachables.
     let t0 = lb_tests::pacer::wall_now();
@@ -127,7 +64,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     let bound = probe.detection_bound() + MARGIN;
     let mut lines = Vec::new();
     for (i, what) in [(1, "ICMP host unreachable"), (2, "ICMP port unreachable")] {
-        let ev = wait_event(&api, a[i], "unhealthy", t0, bound + MARGIN)
+        let ev = wait_event(api, a[i], "unhealthy", t0, bound + MARGIN)
             .unwrap_or_else(|e| panic!("{family} {what}: {} should turn unhealthy: {e}", a[i]));
         let took = event_time(&ev) - changed;
         assert!(
@@ -151,7 +88,7 @@ fn scenario_for(v6: bool, subnet: u8) {
             "{family} {what}: {} must not come back while it rejects",
             a[i]
         );
-        let (state, probes) = server_health(&api, "web", a[i]).expect("status");
+        let (state, probes) = server_health(api, "web", a[i]).expect("status");
         assert_eq!(state, "unhealthy", "{family} {what}: {probes:?}");
         for p in &probes {
             let last = p
@@ -170,9 +107,9 @@ fn scenario_for(v6: bool, subnet: u8) {
         find_event(&events, a[0], "unhealthy", t0).is_none(),
         "{family}: the open server next to them stays up"
     );
-    let (state, probes) = server_health(&api, "web", a[0]).expect("b1's status");
+    let (state, probes) = server_health(api, "web", a[0]).expect("b1's status");
     assert_eq!(state, "up", "{family}: b1 stays up: {probes:?}");
-    let unreachable = syn_packets(&api, "unreachable") - unreachable0;
+    let unreachable = syn_packets(api, "unreachable") - unreachable0;
     assert!(
         unreachable >= 1.0,
         "{family}: some ICMP errors got through the limits and failed SYN checks at once"
