@@ -336,56 +336,42 @@ fn nat_syn_early_bucket_reads_leave_bad_choices_as_they_were() {
     let (vip, _) = one_port_service(&mut lb);
     let syn = Frame::tcp(client4(), CPORT, vip, 80, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
     let client = flow_key(client4(), CPORT, vip, 80, IPPROTO_TCP);
-    let nothing_written = |lb: &Lb, desc: &str| {
+    // The SYN is dropped with `counter`, and nothing is written.
+    let dropped = |lb: &mut Lb, desc: &'static str, counter| {
+        check(
+            lb,
+            Fixture {
+                desc,
+                input: syn.bytes(),
+                action: XDP_DROP,
+                output: Out::Any,
+                counters: &[(counter, 1)],
+            },
+        );
         assert!(lb.flow(&client).is_none(), "{desc}: no flow entry");
         assert_eq!(lb.nat_count(), 0, "{desc}: no reverse entry");
     };
 
     lb.set_maglev_all(9, MAX_BACKENDS + 5);
-    let desc = "nat SYN, Maglev slot outside LB_BACKENDS -> drop";
-    check(
+    dropped(
         &mut lb,
-        Fixture {
-            desc,
-            input: syn.bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_BAD_BACKEND, 1)],
-        },
+        "nat SYN, Maglev slot outside LB_BACKENDS -> drop",
+        DROP_BAD_BACKEND,
     );
-    nothing_written(&lb, desc);
 
     lb.set_backend(9, backend(ip6("fd00:1::19"), 80, 9, 9));
     lb.set_maglev_all(9, 9);
-    let desc = "nat SYN from IPv4 to an IPv6 backend -> drop";
-    check(
+    dropped(
         &mut lb,
-        Fixture {
-            desc,
-            input: syn.bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_BAD_BACKEND, 1)],
-        },
+        "nat SYN from IPv4 to an IPv6 backend -> drop",
+        DROP_BAD_BACKEND,
     );
-    nothing_written(&lb, desc);
 
     lb.set_backend(9, backend(ip4(10, 0, 1, 19), 80, 9, 9));
     let mut meta = lb.service_meta(vip, 80, IPPROTO_TCP).expect("service 9");
     (meta.nat_port_min, meta.nat_port_max) = (30001, 30000);
     lb.add_service(vip, 80, IPPROTO_TCP, meta);
-    let desc = "nat SYN, empty port range -> drop";
-    check(
-        &mut lb,
-        Fixture {
-            desc,
-            input: syn.bytes(),
-            action: XDP_DROP,
-            output: Out::Any,
-            counters: &[(DROP_NAT_PORTS, 1)],
-        },
-    );
-    nothing_written(&lb, desc);
+    dropped(&mut lb, "nat SYN, empty port range -> drop", DROP_NAT_PORTS);
 }
 
 #[test]
