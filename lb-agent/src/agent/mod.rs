@@ -768,7 +768,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         {
             return None;
         }
-        routes.lazy_placements += 1;
         self.place_routes();
         found(self)
     }

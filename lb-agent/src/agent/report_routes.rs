@@ -51,8 +51,6 @@ pub(super) struct ReportRoutes {
     free: Vec<u32>,
     /// The layout epoch (`server_table::layout_epoch`) the routes were placed at.
     placed_at: Option<u64>,
-    /// Re-placements a report asked for (its route was out of date).
-    pub(super) lazy_placements: u64,
 }
 
 impl ReportRoutes {
