@@ -838,8 +838,10 @@ fn whole_live_table(home: &[u32], active: &[u32]) -> (Vec<u32>, Option<failover:
     let is_active = |id: u32| is_active.get(id as usize).copied().unwrap_or(false);
     // The walk state records every step of every walk: with most of the table's owners
     // out of traffic the walks are long (a tenth of the slots active: ten steps a slot on
-    // average), and recording them costs far more than the walks (10,000 backends, 99 %
-    // out: 2.4 s against ~0.1 s). Then the table is computed without it, and each publish
+    // average), and recording them costs far more than the walks (10,000 backends,
+    // 9,900 out: 2.2 s to leave and 33.6 s to return slot by slot, against 105 ms and
+    // 3 ms without the state; BENCHMARKS.md §2 "Storms of verdicts"). Then the table is
+    // computed without it, and each publish
     // until enough are back computes it whole again — bounded, where the slot-by-slot
     // path would pay for the long walks on every verdict.
     let active_slots = home.iter().filter(|&&id| is_active(id)).count();

@@ -49,11 +49,12 @@ const BATCH_ALWAYS_INCREMENTAL: usize = 64;
 /// Whether `toggled` backends starting or stopping at once, in a set of `set` backends
 /// taking new flows (the larger of before and after), are cheaper computed whole. Each
 /// departure re-walks the slots it holds, and every departure still to come lengthens
-/// those walks, so the slot-by-slot cost of a batch grows faster than its size (10,000
-/// backends, 262,147 slots, release: 100 leaving 1 ms, 1,000 5 ms, 3,000 29 ms, 9,000
-/// 259 ms and 572 ms for their return, 9,900 2.4 s) while the whole table costs 15–26 ms
-/// for most of those sets (105 ms with 9,000 of 10,000 gone). Beyond an eighth of the set
-/// at once — a rack, a zone, a probe network failing — the whole table is cheaper.
+/// those walks, so the slot-by-slot cost of a batch grows faster than its size, while a
+/// whole pass grows with the table (`bench_verdict_storm`, 10,000 backends, 262,147
+/// slots, release; BENCHMARKS.md §2 "Storms of verdicts": slot by slot, 1,000 leaving
+/// 4.9 ms, 3,000 18.6 ms, 9,000 374 ms and 738 ms for their return; whole, 3,000 to
+/// 9,000 leaving 7.8–16.7 ms). Beyond an eighth of the set at once — a rack, a zone, a
+/// probe network failing — the whole table is cheaper.
 fn batch_is_whole(toggled: usize, set: usize) -> bool {
     toggled > BATCH_ALWAYS_INCREMENTAL && toggled * 8 > set
 }
