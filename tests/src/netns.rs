@@ -133,6 +133,30 @@ impl NetNs {
         })
     }
 
+    /// Gives `ifname` a transmit queue (`pfifo` of 10,000 packets) in place of a veth's
+    /// default `noqueue`: with a queue, a veth whose peer's ring is full pushes back
+    /// (the queue holds the packet and a full queue refuses it with `ENOBUFS`) instead
+    /// of dropping it. For scenarios that send bursts and count what arrived.
+    pub fn hold_bursts(&self, ifname: &str) -> Result<(), NetnsError> {
+        cmd::run(
+            "tc",
+            &[
+                "-n",
+                self.name(),
+                "qdisc",
+                "replace",
+                "dev",
+                ifname,
+                "root",
+                "pfifo",
+                "limit",
+                "10000",
+            ],
+        )
+        .map(drop)
+        .map_err(|source| self.command_error(source))
+    }
+
     /// Writes `value` to the sysctl `key` (dotted, e.g. `net.ipv4.conf.all.arp_ignore`)
     /// of this namespace.
     pub fn sysctl(&self, key: &str, value: &str) -> Result<(), NetnsError> {

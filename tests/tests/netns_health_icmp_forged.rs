@@ -24,7 +24,7 @@ use lb_tests::{
     icmp_forge::{port_unreachable_v4, send_raw_v4},
     pacer::wall_now,
     scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
-    topology::{Forwarding, Topology},
+    topology::{Forwarding, HOST_IF, Topology},
     traffic::EchoConn,
 };
 
@@ -116,6 +116,12 @@ fn health_icmp_forged_unreachables_across_the_snat_range_change_nothing() {
         packets.extend(sweep(lb, &b_addrs, Some(client.ipv4), tcp));
         packets.extend(sweep(lb, &b_addrs, None, tcp));
     }
+    // 120,000 packets outrun the lb's XDP ring whenever its NAPI waits for a CPU: a
+    // queue on the sender makes the veth push back instead of dropping some.
+    client
+        .ns
+        .hold_bursts(HOST_IF)
+        .expect("a queue on the client's interface");
     let t = Instant::now();
     let sent = send_raw_v4(&client.ns, &packets)
         .expect("client namespace")
@@ -180,6 +186,9 @@ fn health_icmp_forged_unreachables_across_the_snat_range_change_nothing() {
     let genuine: Vec<Vec<u8>> = SNAT_PORTS
         .map(|p| port_unreachable_v4(host.ipv4, lb, false, (lb, p), (host.ipv4, BACKEND_UDP_PORT)))
         .collect();
+    host.ns
+        .hold_bursts(HOST_IF)
+        .expect("a queue on the backend's interface");
     let sent = send_raw_v4(&host.ns, &genuine)
         .expect("backend namespace")
         .expect("raw socket");
