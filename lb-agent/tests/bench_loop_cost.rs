@@ -90,6 +90,37 @@ async fn stats_tick_and_snapshot_cover_every_server() {
             "nothing changed: every record is kept"
         );
     }
+    // Steady probing: between two builds (a reader a second or slower) every server got
+    // a probe report, so every record's probe figures (count, last) changed.
+    let keys: Vec<_> = (0..SERVICES)
+        .flat_map(|s| (0..per_service).map(move |i| (s, i)))
+        .map(|(s, i)| {
+            let addr = sa(&format!("10.{}.{}.{}:80", s + 1, i / 250, i % 250 + 1));
+            agent
+                .server_key(&format!("s{s}"), addr)
+                .expect("a configured server")
+        })
+        .collect();
+    let mut probed = Vec::new();
+    for _ in 0..ROUNDS {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let at = tokio::time::Instant::now();
+        agent
+            .on_probe_reports(keys.iter().map(|&server| ProbeReport {
+                server,
+                probe: 0,
+                outcome: ProbeOutcome::pass(Duration::from_micros(150), "connected (SYN-ACK)"),
+                at,
+            }))
+            .expect("memory publishing");
+        probed.push(timed_build(&mut agent));
+        assert_eq!(
+            agent.snapshot_records_rebuilt(),
+            servers,
+            "every server was probed: every record is new"
+        );
+    }
+
     let snap = handles.snapshot.borrow().clone();
     let listed: usize = snap.services.iter().map(|s| s.servers.len()).sum();
     assert_eq!(listed, servers, "every server is in the snapshot");
@@ -159,6 +190,7 @@ async fn stats_tick_and_snapshot_cover_every_server() {
     let (p, plo, phi) = median(polls);
     let (q, qlo, qhi) = median(quiet);
     let (v, vlo, vhi) = median(after_verdict);
+    let (sp, splo, sphi) = median(probed);
     let (f, flo, fhi) = median(scratch);
     let (r, rlo, rhi) = median(rebuilt);
     let n = 2 * ROUNDS;
@@ -166,6 +198,10 @@ async fn stats_tick_and_snapshot_cover_every_server() {
     println!("poll_stats: median {p:.2} ms [{plo:.2}-{phi:.2}] over {ROUNDS} calls");
     println!("first snapshot build (every record new): {first:.2} ms");
     println!("snapshot build, nothing changed: median {q:.3} ms [{qlo:.3}-{qhi:.3}] over {ROUNDS}");
+    println!(
+        "snapshot build after every server was probed once: median {sp:.2} ms \
+         [{splo:.2}-{sphi:.2}] over {ROUNDS}"
+    );
     println!(
         "snapshot build after one verdict, incremental: median {v:.3} ms [{vlo:.3}-{vhi:.3}] \
          over {n}, records rebuilt median {r} [{rlo}-{rhi}]"

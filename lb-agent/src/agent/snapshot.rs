@@ -83,6 +83,26 @@ impl Inputs {
             && kept.next().is_none()
     }
 
+    /// Becomes the inputs of `s` with `scalar` again, reusing its vector and strings (a
+    /// record is rebuilt at every build under steady probing: no allocation here then).
+    fn refresh(&mut self, scalar: Scalar, s: &ServerRt) {
+        self.scalar = scalar;
+        let mut n = 0;
+        for (name, p) in s.health.probes() {
+            match self.probes.get_mut(n) {
+                Some((kept_name, kept)) => {
+                    if kept_name != name {
+                        name.clone_into(kept_name);
+                    }
+                    copy_stats(kept, p);
+                }
+                None => self.probes.push((name.to_string(), p.clone())),
+            }
+            n += 1;
+        }
+        self.probes.truncate(n);
+    }
+
     fn of(scalar: Scalar, s: &ServerRt) -> Self {
         Inputs {
             scalar,
@@ -93,6 +113,31 @@ impl Inputs {
                 .collect(),
         }
     }
+}
+
+/// `*dst = src.clone()` keeping `dst`'s detail buffer (every field named, so a new field
+/// cannot be left out).
+fn copy_stats(dst: &mut ProbeStats, src: &ProbeStats) {
+    let ProbeStats {
+        count,
+        fails,
+        failures,
+        passes,
+        last,
+        last_result,
+        last_detail,
+        last_duration,
+        local_faults,
+    } = src;
+    dst.count = *count;
+    dst.fails = *fails;
+    dst.failures = *failures;
+    dst.passes = *passes;
+    dst.last = *last;
+    dst.last_result = *last_result;
+    dst.last_detail.clone_from(last_detail);
+    dst.last_duration = *last_duration;
+    dst.local_faults = *local_faults;
 }
 
 /// Wall-clock time of one monotonic instant: every timestamp is written from it, so a
@@ -264,7 +309,10 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
                     };
                     if !entry.inputs.as_ref().is_some_and(|k| k.same(&scalar, s)) {
                         entry.record = Arc::new(record(&scalar, s, &at));
-                        entry.inputs = Some(Inputs::of(scalar, s));
+                        match &mut entry.inputs {
+                            Some(kept) => kept.refresh(scalar, s),
+                            None => entry.inputs = Some(Inputs::of(scalar, s)),
+                        }
                         rebuilt += 1;
                     }
                     entry.record.clone()
