@@ -48,7 +48,7 @@ const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(500);
 /// many were sent, or an error if the kernel lost any of them on the way out.
 ///
 /// A burst of tens of thousands outruns the receiving end of a veth pair whose peer runs
-/// XDP (its ring holds 256 frames). So the sending interfaces get a queue
+/// XDP (its ring holds 256 frames). So the caller gives the sending interface a queue
 /// ([`NetNs::hold_bursts`]) that the veth pushes back on instead of dropping; a packet
 /// the full queue refuses (`ENOBUFS`, reported because the socket sets `IP_RECVERR`) is
 /// sent again after a short pause, for at most `FULL_QUEUE_BUDGET` per call. What the

@@ -133,28 +133,29 @@ impl NetNs {
         })
     }
 
-    /// Gives `ifname` a transmit queue (`pfifo` of 10,000 packets) in place of a veth's
-    /// default `noqueue`: with a queue, a veth whose peer's ring is full pushes back
-    /// (the queue holds the packet and a full queue refuses it with `ENOBUFS`) instead
-    /// of dropping it. For scenarios that send bursts and count what arrived.
-    pub fn hold_bursts(&self, ifname: &str) -> Result<(), NetnsError> {
-        cmd::run(
-            "tc",
-            &[
-                "-n",
-                self.name(),
-                "qdisc",
-                "replace",
-                "dev",
-                ifname,
-                "root",
-                "pfifo",
-                "limit",
-                "10000",
-            ],
-        )
-        .map(drop)
-        .map_err(|source| self.command_error(source))
+    /// Gives `ifname` a transmit queue of `limit` packets (`pfifo`) in place of a veth's
+    /// default `noqueue`, as a NIC has one: with a queue, a veth whose peer's ring is
+    /// full pushes back (Linux 6.16+: the queue holds the packet, and a full queue
+    /// refuses it with `ENOBUFS`) instead of dropping it. For scenarios and benchmarks
+    /// that send bursts and count what arrived.
+    pub fn hold_bursts(&self, ifname: &str, limit: u32) -> Result<(), NetnsError> {
+        let limit = limit.to_string();
+        let args = [
+            "-n",
+            self.name(),
+            "qdisc",
+            "replace",
+            "dev",
+            ifname,
+            "root",
+            "pfifo",
+            "limit",
+        ];
+        let mut all = args.to_vec();
+        all.push(&limit);
+        cmd::run("tc", &all)
+            .map(drop)
+            .map_err(|source| self.command_error(source))
     }
 
     /// Writes `value` to the sysctl `key` (dotted, e.g. `net.ipv4.conf.all.arp_ignore`)

@@ -120,7 +120,7 @@ fn health_icmp_forged_unreachables_across_the_snat_range_change_nothing() {
     // queue on the sender makes the veth push back instead of dropping some.
     client
         .ns
-        .hold_bursts(HOST_IF)
+        .hold_bursts(HOST_IF, 10_000)
         .expect("a queue on the client's interface");
     let t = Instant::now();
     let sent = send_raw_v4(&client.ns, &packets)
@@ -187,7 +187,7 @@ fn health_icmp_forged_unreachables_across_the_snat_range_change_nothing() {
         .map(|p| port_unreachable_v4(host.ipv4, lb, false, (lb, p), (host.ipv4, BACKEND_UDP_PORT)))
         .collect();
     host.ns
-        .hold_bursts(HOST_IF)
+        .hold_bursts(HOST_IF, 10_000)
         .expect("a queue on the backend's interface");
     let sent = send_raw_v4(&host.ns, &genuine)
         .expect("backend namespace")
