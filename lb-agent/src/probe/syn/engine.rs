@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 use super::plan::{Due, FlightKey, Plan, Timer};
 use super::wire::{self, BATCH, RecvBufs, Settlements};
 use super::{Flight, Flights, Outgoing, Owner, Settled, packet, source, verdict};
-use crate::config::ProbeConfig;
+use crate::config::{ProbeConfig, ProbeKind};
 use crate::probe::{ProbeReport, ServerKey, ServerSignals, outcome_of, timeout_outcome};
 
 /// When the next work is at most this far, the engine sleeps instead of polling its
@@ -89,6 +89,9 @@ pub(super) enum Command {
 /// Schedules `spec` in the engine when it is a SYN check the engine can run (the SYN
 /// check is available for its target's family); gives it back otherwise.
 pub(crate) fn schedule(spec: Spec) -> Result<Arc<EntryFlags>, Spec> {
+    if spec.cfg.kind != ProbeKind::Tcp {
+        return Err(spec);
+    }
     let Some(Ok(checker)) = super::route(&spec.cfg, spec.target()) else {
         return Err(spec);
     };
@@ -451,7 +454,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::config::{ProbeKind, TcpCheck};
+    use crate::config::TcpCheck;
     use crate::probe::{NetProber, SharedSignals, spawn_spread};
 
     fn syn_probe(interval_ms: u64) -> Arc<ProbeConfig> {
@@ -543,6 +546,50 @@ mod tests {
             "{first_windows:?}"
         );
         drop(tasks);
+    }
+
+    /// Only plain tcp probes run in the engine: the other kinds (which share the fields
+    /// a SYN check looks at) and tcp probes with data keep their task.
+    #[tokio::test]
+    async fn only_plain_tcp_probes_run_in_the_engine() {
+        if !can_run() {
+            return;
+        }
+        let (tx, _rx) = mpsc::channel(4);
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut with_data = (*syn_probe(1000)).clone();
+        with_data.tcp_check = TcpCheck::Auto;
+        with_data.send = Some(b"x".to_vec());
+        let mut connect = (*syn_probe(1000)).clone();
+        connect.tcp_check = TcpCheck::Connect;
+        let mut cases = vec![
+            (ProbeConfig::new("http", ProbeKind::Http), false),
+            (ProbeConfig::new("udp", ProbeKind::Udp), false),
+            (ProbeConfig::new("icmp", ProbeKind::Icmp), false),
+            (with_data, false),
+            (connect, false),
+            ((*syn_probe(1000)).clone(), true),
+        ];
+        let mut auto = ProbeConfig::new("tcp", ProbeKind::Tcp);
+        auto.tcp_check = TcpCheck::Auto;
+        cases.push((auto, true));
+        for (cfg, engine) in cases {
+            let name = format!("{:?} {:?}", cfg.kind, cfg.tcp_check);
+            let task = spawn_spread(
+                Arc::new(NetProber),
+                ServerKey { service: 10, addr },
+                0,
+                Arc::new(cfg),
+                Arc::new(SharedSignals::new(true)),
+                tx.clone(),
+                Duration::from_secs(1),
+            );
+            assert_eq!(
+                matches!(task.runner, crate::probe::schedule::Runner::Engine(_)),
+                engine,
+                "{name}"
+            );
+        }
     }
 
     /// A closed port is refused at once, and a dropped task neither probes nor reports
