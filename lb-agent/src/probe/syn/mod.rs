@@ -65,10 +65,11 @@ pub struct Stats {
     /// ICMP errors quoting no probe in flight (after its timeout, another program's TCP,
     /// or forged), or of a type a connect ignores (path MTU): ignored.
     pub icmp_unmatched: AtomicU64,
-    /// SYNs the sender thread took off its queue only after their probe's timeout (the
-    /// thread could not keep up, or did not get a CPU): sent anyway, their probe failed.
+    /// SYNs the engine sent only after their probe's timeout (it could not keep up, or
+    /// did not get a CPU): sent anyway, their probe failed.
     pub sent_late: AtomicU64,
-    /// Sum and maximum of the time SYNs waited in the send queue, in microseconds.
+    /// Sum and maximum of the time SYNs waited from their run's start (the engine's
+    /// round that started it, or a one-off check's call) to their send, in microseconds.
     pub queue_us_sum: AtomicU64,
     pub queue_us_max: AtomicU64,
 }
