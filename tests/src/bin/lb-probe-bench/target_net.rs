@@ -147,23 +147,7 @@ impl TargetNet {
             // the burst, as a NIC's full TX ring does. Without it a burst of SYNs
             // (`sendmmsg`) overflows the 256-entry ring whenever the peer's NAPI thread
             // waits for a CPU, which no NIC would do.
-            lb_tests::cmd::run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    ns.name(),
-                    "tc",
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    ifname,
-                    "root",
-                    "pfifo",
-                    "limit",
-                    "1000",
-                ],
-            )?;
+            ns.hold_bursts(ifname, 1000)?;
         }
         Ok(Self {
             agent,
