@@ -5,8 +5,7 @@
 
 use lb_common::{
     counters::{
-        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW,
-        FLOW_REHASH,
+        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
