@@ -8,6 +8,12 @@ use crate::{Verdict, parse::Packet, rewrite::retarget_l2};
 /// Sends the packet to the backend's MAC unchanged otherwise.
 #[inline(always)]
 pub fn forward(pkt: &Packet, backend: &Backend) -> Verdict {
+    forward_with(pkt, backend, TX_DSR)
+}
+
+/// [`forward`], counted as `counter` (the settled-flow path's cache outcome).
+#[inline(always)]
+pub fn forward_with(pkt: &Packet, backend: &Backend, counter: u32) -> Verdict {
     retarget_l2(pkt.eth, &backend.mac);
-    Verdict::new(XDP_TX, TX_DSR)
+    Verdict::new(XDP_TX, counter)
 }

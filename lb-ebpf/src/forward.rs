@@ -1,12 +1,11 @@
 //! The VIP path: a settled flow this CPU cached in this tick goes straight to its backend
-//! (`cache`); any other packet pins the flow to a backend (flow table, else Maglev),
-//! accounts it, watches the TCP handshake for passive signals, and refreshes the cache;
-//! then dsr or nat forwards it.
+//! (`settled`); any other packet that `validate` admits pins the flow to a backend (flow
+//! table, else Maglev), is accounted, has its TCP handshake watched for passive signals,
+//! and refreshes the cache; then dsr or nat forwards it.
 
 use lb_common::{
     counters::{
         DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
-        cached_outcome,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
@@ -23,7 +22,7 @@ use crate::{
     dsr, events, flow,
     nat::{self, Reverse, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
-    source, validate,
+    settled, source, validate,
 };
 
 /// A client's SYN on a flow still waiting for its handshake counts as a retransmission
@@ -37,18 +36,28 @@ use crate::{
 /// ACK; dsr does not see replies at all), or an application retrying at once.
 pub const SYN_RESEND_MIN_NS: u64 = 800_000_000;
 
+/// Balances one packet addressed to the service `svc`: refused unless
+/// `validate::to_vip` admits it, then a settled flow from the cache
+/// ([`settled::forward`]), else [`to_service`].
+#[inline(always)]
+pub fn for_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
+    let l4 = match validate::to_vip(pkt, end) {
+        Ok(l4) => l4,
+        Err(refused) => return refused,
+    };
+    to_service(pkt, l4, svc, end)
+}
+
 /// Balances one packet addressed to the service `svc`, whose TCP/UDP header `l4`
-/// passed `validate::to_vip`.
+/// passed `validate::to_vip`, through `LB_FLOWS` (the cache only serves packets
+/// [`settled::forward`] took before).
 #[inline(always)]
 pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
-    // The cache needs only the tick (an inlined `jiffies` read), not the clock's ns.
-    if needs_no_flow_state(pkt, l4, use_nat) {
-        if let Some(v) = from_cache(pkt, l4, svc, use_nat, clock::tick(), end) {
-            return v;
-        }
+    if let Some(v) = settled::forward(pkt, l4, svc, end) {
+        return v;
     }
     let now = clock::now();
     // A SYN most likely opens a flow: read its Maglev slot before the flow-table lookup,
@@ -142,43 +151,6 @@ fn settle(pkt: &Packet, f: &FlowValue, b: &Backend, l4: L4, use_nat: bool, src: 
     } else {
         cache::forget(&pkt.key);
     }
-}
-
-/// A packet of a flow this CPU cached in this tick, while its backend is in traffic:
-/// forwarded without `LB_FLOWS` (see `cache`).
-#[inline(always)]
-fn from_cache(
-    pkt: &Packet,
-    l4: L4,
-    svc: &ServiceMeta,
-    use_nat: bool,
-    tick: u32,
-    end: usize,
-) -> Option<Verdict> {
-    let hit = cache::hit(&pkt.key, tick)?;
-    let id = hit.backend_id;
-    let b = flow::any_backend(id)?;
-    if b.flags & (BACKEND_F_LIVE | BACKEND_F_SERVING) != BACKEND_F_LIVE | BACKEND_F_SERVING {
-        return None;
-    }
-    let src = Source {
-        addr: hit.nat_addr,
-        port: hit.nat_port,
-    };
-    counters::service_packet(svc.service_id, pkt.len, false);
-    counters::backend_packet(id, pkt.len, false);
-    let mut v = if use_nat {
-        nat::forward(pkt, l4, svc, b, src, end)
-    } else {
-        dsr::forward(pkt, b)
-    };
-    // The cache outcome stands for the transmit outcome and the `FLOW_HIT` (one
-    // counter update, not two: `lb_common::counters::derive`).
-    match cached_outcome(v.counter) {
-        Some(cached) => v.counter = cached,
-        None => count(FLOW_HIT),
-    }
-    Some(v)
 }
 
 /// (backend id, backend, nat source or [`NEEDS_SOURCE`], whether the flow is new)

@@ -2,8 +2,8 @@
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
 //! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only).
 //!
-//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`forward`] the
-//! VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
+//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`settled`] a
+//! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
 //! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`]
@@ -33,6 +33,7 @@ mod pkt;
 mod reduced;
 mod reduced_nat;
 mod rewrite;
+mod settled;
 mod slots;
 mod source;
 mod validate;
@@ -92,10 +93,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
         Parsed::Pass(counter) => Verdict::pass(counter),
         Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
         Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
-            Dest::Service(svc) => match validate::to_vip(&pkt, end) {
-                Ok(l4) => forward::to_service(&pkt, l4, svc, end),
-                Err(refused) => refused,
-            },
+            Dest::Service(svc) => forward::for_service(&pkt, svc, end),
             Dest::NatCandidate => nat::reply(&pkt, end),
             // The same outcome `nat::reply` gives a packet it finds no entry for.
             Dest::Other => match pkt.l4(end) {

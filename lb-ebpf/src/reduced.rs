@@ -179,8 +179,9 @@ pub fn lbr_est_checked(ctx: XdpContext) -> u32 {
     XDP_TX
 }
 
-/// Parse, the VIP hit, `validate::to_vip` and the real `forward::to_service` (cache,
-/// else `LB_FLOWS`, pinned, new flows: all of it inlined), its verdict counted: `lb_xdp`
+/// Parse, the VIP hit and the real `forward::for_service` (the settled-flow path, else
+/// `validate` and `to_service`: `LB_FLOWS`, pinned, new flows, all of it inlined), its
+/// verdict counted: `lb_xdp`
 /// without the ICMP branch and the non-service outcomes. Inlined into the entry point,
 /// as `lb_xdp` is (a subprogram would receive `data_end` as a 32-bit argument).
 #[xdp]
@@ -193,10 +194,7 @@ pub fn lbr_est_service(ctx: XdpContext) -> u32 {
     let Dest::Service(svc) = vip::dest(&pkt.key) else {
         return XDP_DROP;
     };
-    let v = match crate::validate::to_vip(&pkt, end) {
-        Ok(l4) => crate::forward::to_service(&pkt, l4, svc, end),
-        Err(v) => v,
-    };
+    let v = crate::forward::for_service(&pkt, svc, end);
     counters::count(v.counter);
     v.action
 }

@@ -215,6 +215,20 @@ impl Lb {
         self.write_vip_index();
     }
 
+    /// Removes the service at `vip:port/proto` from the VIP index (as `add_service`
+    /// writes it); its VIP slot as it was, if there was one.
+    pub fn remove_service(&mut self, vip: IpAddr, port: u16, proto: u8) -> Option<ServiceMeta> {
+        let key = VipKey {
+            addr: addr_words(vip),
+            port: port.to_be(),
+            proto,
+            family: family(vip),
+        };
+        let meta = self.services.remove(&key);
+        self.write_vip_index();
+        meta
+    }
+
     /// The VIP slot of the service at `vip:port/proto`, as last written.
     pub fn service_meta(&self, vip: IpAddr, port: u16, proto: u8) -> Option<ServiceMeta> {
         let key = VipKey {

@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`] (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`], [`settled`] (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
 mod cache;
@@ -38,6 +38,8 @@ mod nat_ports;
 mod nat_table;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
+#[path = "bpf_fixtures/settled.rs"]
+mod settled;
 #[path = "bpf_fixtures/vips.rs"]
 mod vips;
 #[path = "bpf_fixtures/world.rs"]

@@ -276,7 +276,7 @@ fn main() -> anyhow::Result<()> {
             fixed("established dsr's parts in one", "lbr_established", XDP_TX),
             hit_case("the parts, VIP hit", "lbr_est_hit"),
             hit_case("the parts, VIP hit, to_vip checks", "lbr_est_checked"),
-            hit_case("VIP hit, to_vip, forward::to_service", "lbr_est_service"),
+            hit_case("VIP hit, forward::for_service", "lbr_est_service"),
             hit_case("lb_xdp, established dsr", lb_common::PROGRAM_NAME),
             fixed("+ bpf_ktime_get_ns", "lbr_ktime", XDP_TX),
             fixed("+ nat translate (2 csums)", "lbr_translate", XDP_TX),
