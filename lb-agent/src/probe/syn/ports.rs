@@ -8,8 +8,15 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Source ports claimed: probes of one target at the same time need distinct ports.
-pub(super) const PORTS: usize = 16;
+/// Source ports claimed: probes of one target at the same time need distinct ports, and
+/// a probe should rarely reuse the port of an earlier probe of the same target whose
+/// half-open request the target may still hold (our RST to its SYN-ACK lost or not there
+/// yet): the new SYN then falls outside that request's window, the target answers with a
+/// bare ACK our filter drops, and the probe times out against a working target. With 16
+/// ports that cost 0.03–0.2 % of the probes at 50,000 targets a second; with 240, none or
+/// nearly none (BENCHMARKS.md §3, "Issue 15: the SYN engine"). The reply filter checks
+/// them one by one ([`super::filter`]: fewer than 250).
+pub(super) const PORTS: usize = 240;
 
 /// The claimed ports and the sockets that hold them (closing them frees the ports).
 pub(super) struct Claimed {
