@@ -202,38 +202,27 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
         }
     };
     match tokio::time::timeout(cfg.timeout, run).await {
-        Ok(verdict) => outcome_of(verdict, start.elapsed(), addr),
+        Ok(Ok(detail)) => ProbeOutcome::pass(start.elapsed(), detail),
+        Ok(Err(e)) => match e.local_cause(addr) {
+            Some(cause) => ProbeOutcome::local_fault(start.elapsed(), format!("{cause}: {e}")),
+            None => ProbeOutcome::fail(start.elapsed(), e.to_string()),
+        },
         // udp: silence is the answer when no reply is expected (only an ICMP
         // port-unreachable would have failed it).
         Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() && cfg.test.is_none() => {
             ProbeOutcome::pass(cfg.timeout, "no reply (none expected)")
         }
-        Err(_) => timeout_outcome(cfg.timeout, start.elapsed()),
-    }
-}
-
-/// The outcome of a probe of `addr` that ended with `verdict` after `duration`.
-fn outcome_of(verdict: Verdict, duration: Duration, addr: SocketAddr) -> ProbeOutcome {
-    match verdict {
-        Ok(detail) => ProbeOutcome::pass(duration, detail),
-        Err(e) => match e.local_cause(addr) {
-            Some(cause) => ProbeOutcome::local_fault(duration, format!("{cause}: {e}")),
-            None => ProbeOutcome::fail(duration, e.to_string()),
-        },
-    }
-}
-
-/// The outcome of a probe whose `timeout` fired `elapsed` after it started: a timeout,
-/// or a local fault when the timer fired so late that the agent was starved.
-fn timeout_outcome(timeout: Duration, elapsed: Duration) -> ProbeOutcome {
-    let late = elapsed.saturating_sub(timeout);
-    if local::starved(timeout, late) {
-        ProbeOutcome::local_fault(
-            elapsed,
-            format!("local fault: timeout fired {late:?} late (agent starved)"),
-        )
-    } else {
-        ProbeOutcome::timed_out(timeout)
+        Err(_) => {
+            let late = start.elapsed().saturating_sub(cfg.timeout);
+            if local::starved(cfg.timeout, late) {
+                ProbeOutcome::local_fault(
+                    start.elapsed(),
+                    format!("local fault: timeout fired {late:?} late (agent starved)"),
+                )
+            } else {
+                ProbeOutcome::timed_out(cfg.timeout)
+            }
+        }
     }
 }
 

@@ -5,10 +5,6 @@
 //! `jitter`. The probe runs inline in the task's loop, so it cannot overlap its previous
 //! run: a tick that passes while a probe is still running is skipped, as with
 //! `MissedTickBehavior::Skip`. `mode` gates each tick on what [`ServerSignals`] says.
-//!
-//! SYN checks run by the real [`NetProber`] are not tasks: [`spawn_spread`] hands them to
-//! the SYN engine ([`super::syn::engine`]), which keeps the same schedule for all of
-//! them on one timing wheel; the [`ProbeTask`] it returns stops them the same way.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -22,12 +18,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::syn::engine::EntryFlags;
 use super::{ProbeOutcome, execute};
 use crate::config::{ProbeConfig, ProbeMode};
 
 /// The shortest interval a task accepts (a zero interval would spin).
-pub(super) const MIN_INTERVAL: Duration = Duration::from_millis(1);
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Identifies the server a probe task reports for: an id chosen by the owner and the
 /// server's address (the resolved address for `resolve = true` servers). The agent uses
@@ -112,12 +107,6 @@ pub trait Prober: Send + Sync + 'static {
         cfg: &ProbeConfig,
         target: SocketAddr,
     ) -> impl Future<Output = ProbeOutcome> + Send;
-
-    /// Whether its SYN checks may run in the SYN engine instead of a task per target:
-    /// only the real [`NetProber`] (the engine probes over the network itself).
-    fn uses_syn_engine(&self) -> bool {
-        false
-    }
 }
 
 /// Probes over the network with [`execute`].
@@ -132,41 +121,24 @@ impl Prober for NetProber {
     ) -> impl Future<Output = ProbeOutcome> + Send {
         execute(cfg, target)
     }
-
-    fn uses_syn_engine(&self) -> bool {
-        true
-    }
 }
 
-/// A running (server, probe) task, or its entry in the SYN engine; dropping it stops
-/// the probing at once (no probe starts and no report is sent after the drop).
+/// A running (server, probe) task; dropping it stops the task.
 #[derive(Debug)]
 pub struct ProbeTask {
-    pub(super) runner: Runner,
-}
-
-#[derive(Debug)]
-pub(super) enum Runner {
-    Task(JoinHandle<()>),
-    Engine(Arc<EntryFlags>),
+    handle: JoinHandle<()>,
 }
 
 impl ProbeTask {
     /// The task has ended (its report channel closed).
     pub fn is_finished(&self) -> bool {
-        match &self.runner {
-            Runner::Task(handle) => handle.is_finished(),
-            Runner::Engine(flags) => flags.finished.load(Ordering::Acquire),
-        }
+        self.handle.is_finished()
     }
 }
 
 impl Drop for ProbeTask {
     fn drop(&mut self) {
-        match &self.runner {
-            Runner::Task(handle) => handle.abort(),
-            Runner::Engine(flags) => flags.cancelled.store(true, Ordering::Release),
-        }
+        self.handle.abort();
     }
 }
 
@@ -212,28 +184,6 @@ pub fn spawn_spread<P: Prober>(
     reports: mpsc::Sender<ProbeReport>,
     spread: Duration,
 ) -> ProbeTask {
-    let created = std::time::Instant::now();
-    let (signals, reports) = if prober.uses_syn_engine() {
-        match super::syn::engine::schedule(super::syn::engine::Spec {
-            server,
-            probe,
-            cfg: cfg.clone(),
-            signals,
-            reports,
-            spread,
-            created,
-        }) {
-            Ok(flags) => {
-                return ProbeTask {
-                    runner: Runner::Engine(flags),
-                };
-            }
-            // Not a SYN check (or none available): a task, as every other probe.
-            Err(spec) => (spec.signals, spec.reports),
-        }
-    } else {
-        (signals, reports)
-    };
     let task = Task {
         prober,
         server,
@@ -244,7 +194,7 @@ pub fn spawn_spread<P: Prober>(
         spread,
     };
     ProbeTask {
-        runner: Runner::Task(tokio::spawn(task.run())),
+        handle: tokio::spawn(task.run()),
     }
 }
 
@@ -307,46 +257,37 @@ impl<P: Prober> Task<P> {
 
     /// Does `mode` let this tick probe?
     fn wanted(&self, now: Instant, interval: Duration) -> bool {
-        mode_allows(self.cfg.mode, &*self.signals, now, interval)
-    }
-}
-
-/// Does `mode` let a tick at `now` probe, given what `signals` say?
-pub(super) fn mode_allows(
-    mode: ProbeMode,
-    signals: &dyn ServerSignals,
-    now: Instant,
-    interval: Duration,
-) -> bool {
-    let healthy = signals.healthy();
-    match mode {
-        ProbeMode::Always => true,
-        ProbeMode::Onfail => !healthy,
-        ProbeMode::Idle => {
-            !healthy
-                || signals
-                    .last_traffic()
-                    .is_none_or(|t| now.saturating_duration_since(t) >= interval)
+        let healthy = self.signals.healthy();
+        match self.cfg.mode {
+            ProbeMode::Always => true,
+            ProbeMode::Onfail => !healthy,
+            ProbeMode::Idle => {
+                !healthy
+                    || self
+                        .signals
+                        .last_traffic()
+                        .is_none_or(|t| now.saturating_duration_since(t) >= interval)
+            }
         }
     }
 }
 
 /// Uniform random durations in `[0, max]` (splitmix64, seeded per task from the
 /// process's random hasher keys).
-pub(super) struct Jitter {
+struct Jitter {
     max: Duration,
     state: u64,
 }
 
 impl Jitter {
-    pub(super) fn new(max: Duration) -> Self {
+    fn new(max: Duration) -> Self {
         Jitter {
             max,
             state: RandomState::new().build_hasher().finish(),
         }
     }
 
-    pub(super) fn sample(&mut self) -> Duration {
+    fn sample(&mut self) -> Duration {
         if self.max.is_zero() {
             return Duration::ZERO;
         }

@@ -3,34 +3,29 @@
 //! per probe, as large-scale checkers do (docs/probes.md, "SYN check").
 //!
 //! One raw socket per address family (`SOCK_RAW`/`IPPROTO_TCP`, needs `CAP_NET_RAW`) is
-//! shared by every probe of the process, owned by one thread, the SYN engine
-//! ([`engine`]): it keeps the schedule of every scheduled SYN check on a timing wheel
-//! ([`plan`], [`wheel`]) instead of a task per target, writes the SYNs that are due in
-//! batches (`sendmmsg`), reads replies in batches (`recvmmsg`) that a classic BPF filter
-//! ([`filter`]) has narrowed to SYN-ACKs and RSTs to our claimed source ports ([`ports`]),
-//! and hands the agent its reports in batches. One-off checks ([`super::execute`]) go
-//! through the same engine. Each probe's ISN is a keyed hash of its 4-tuple and a round number
+//! shared by every probe of the process: a sender thread writes queued SYNs in batches
+//! (`sendmmsg`), a receiver thread per family reads replies in batches (`recvmmsg`) that a
+//! classic BPF filter ([`filter`]) has narrowed to SYN-ACKs and RSTs to our claimed source
+//! ports ([`ports`]). Each probe's ISN is a keyed hash of its 4-tuple and a round number
 //! ([`packet::isn`]); a reply counts only if it acknowledges exactly that ISN + 1, so a
 //! forged or stale SYN-ACK/RST can neither pass nor fail a target (it is counted in
 //! [`Stats`], never logged per packet). SYN-ACK passes, RST+ACK is a refusal, an ICMP
 //! error quoting our SYN (its ports and ISN) fails at once with the error a connect gets
 //! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe.
 
-pub(super) mod engine;
 mod filter;
 mod icmp;
 mod packet;
-mod plan;
 mod ports;
 mod source;
-mod wheel;
 mod wire;
 
 use std::collections::HashMap;
+use std::collections::hash_map::{Entry, RandomState};
 use std::io;
-use std::net::SocketAddr;
-use std::sync::OnceLock;
-use std::sync::atomic::AtomicU64;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::oneshot;
@@ -65,11 +60,10 @@ pub struct Stats {
     /// ICMP errors quoting no probe in flight (after its timeout, another program's TCP,
     /// or forged), or of a type a connect ignores (path MTU): ignored.
     pub icmp_unmatched: AtomicU64,
-    /// SYNs the engine sent only after their probe's timeout (it could not keep up, or
-    /// did not get a CPU): sent anyway, their probe failed.
+    /// SYNs the sender thread took off its queue only after their probe's timeout (the
+    /// thread could not keep up, or did not get a CPU): sent anyway, their probe failed.
     pub sent_late: AtomicU64,
-    /// Sum and maximum of the time SYNs waited from their run's start (the engine's
-    /// round that started it, or a one-off check's call) to their send, in microseconds.
+    /// Sum and maximum of the time SYNs waited in the send queue, in microseconds.
     pub queue_us_sum: AtomicU64,
     pub queue_us_max: AtomicU64,
 }
@@ -117,9 +111,9 @@ pub(super) fn route(
     }
     match cfg.tcp_check {
         TcpCheck::Connect => None,
-        TcpCheck::Auto => checker().ok().filter(|c| c.family(addr)).map(Ok),
+        TcpCheck::Auto => checker().ok().filter(|c| c.family(addr).is_some()).map(Ok),
         TcpCheck::Syn => Some(match checker() {
-            Ok(c) if c.family(addr) => Ok(c),
+            Ok(c) if c.family(addr).is_some() => Ok(c),
             Ok(_) => Err(ProbeError::SynUnavailable {
                 why: "no raw IPv6 socket",
             }),
@@ -143,7 +137,7 @@ fn checker() -> Result<&'static Checker, &'static str> {
             Ok(c) => {
                 tracing::info!(
                     ports = ?c.ports.ports,
-                    ipv6 = c.v6,
+                    ipv6 = c.v6.is_some(),
                     "tcp probes without send/expect/test use SYN checks (raw socket)"
                 );
                 Ok(c)
@@ -173,50 +167,20 @@ enum Settled {
     Unreachable(io::Error),
     /// The SYN could not be sent.
     NotSent(io::Error),
-    /// No source address for the target (the route lookup's error).
-    NoSource(io::Error),
-    /// Every claimed source port has a probe of the target in flight.
-    NoPort,
 }
 
-/// What a probe's end means, as the connect probe would say it.
-fn verdict(settled: Settled) -> Verdict {
-    match settled {
-        Settled::Answer(Answer::Accepts) => Ok("connected (SYN-ACK)".into()),
-        Settled::Answer(Answer::Refuses) => Err(ProbeError::Refused),
-        // As a connect fails on the same ICMP error: a port unreachable is a refusal,
-        // the others "connect: <errno>" (No route to host…).
-        Settled::Unreachable(source) => Err(ProbeError::connect(source)),
-        Settled::NotSent(source) => Err(ProbeError::Io {
-            what: "syn send",
-            source,
-        }),
-        Settled::NoSource(source) => Err(ProbeError::Connect { source }),
-        Settled::NoPort => Err(ProbeError::Io {
-            what: "syn",
-            source: io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
-        }),
-    }
-}
-
-/// Who waits for a SYN in flight: a scheduled entry's run, or a one-off probe.
-enum Owner {
-    Entry { id: u32, stamp: u32 },
-    Once(oneshot::Sender<Settled>),
-}
-
-/// A SYN in flight: its ISN and who waits for it.
-struct Flight {
+/// A probe waiting for its reply.
+struct Pending {
     isn: u32,
-    owner: Owner,
+    reply: oneshot::Sender<Settled>,
 }
 
-/// (target, our source port) → the SYN in flight.
-type Flights = HashMap<plan::FlightKey, Flight>;
+/// (target, our source port) → the probe in flight.
+type PendingMap = Mutex<HashMap<(SocketAddr, u16), Pending>>;
 
 /// One SYN to send.
 struct Outgoing {
-    /// When the probe started, and when it gives up.
+    /// When the probe queued it, and when the probe gives up.
     queued: std::time::Instant,
     timeout: std::time::Duration,
     dst: SocketAddr,
@@ -225,31 +189,113 @@ struct Outgoing {
     segment: [u8; packet::SYN_LEN],
 }
 
-/// The shared SYN checker: the claimed ports and the way to the engine that owns the
-/// sockets.
+/// The shared SYN checker: sockets, claimed ports, probes in flight, the send queue.
 pub(super) struct Checker {
-    v6: bool,
+    v4: Arc<Socket>,
+    v6: Option<Arc<Socket>>,
     ports: ports::Claimed,
-    engine: engine::Handle,
+    key: RandomState,
+    round: AtomicU32,
+    pending: Arc<PendingMap>,
+    sources: source::Cache,
+    queue: Mutex<mpsc::Sender<Outgoing>>,
 }
 
 impl Checker {
     fn start() -> io::Result<Checker> {
         let ports = ports::claim()?;
-        let v4 = raw(Domain::IPV4, &ports.ports)?;
-        let v6 = raw(Domain::IPV6, &ports.ports).ok();
-        let has_v6 = v6.is_some();
-        let engine = engine::start(v4, v6, ports.ports.clone())?;
+        let v4 = Arc::new(raw(Domain::IPV4, &ports.ports)?);
+        let v6 = raw(Domain::IPV6, &ports.ports).ok().map(Arc::new);
+        let pending: Arc<PendingMap> = Arc::default();
+        let (tx, rx) = mpsc::channel();
+        {
+            let (v4, v6, pending) = (v4.clone(), v6.clone(), pending.clone());
+            std::thread::Builder::new()
+                .name("lb-syn-send".into())
+                .spawn(move || wire::send_loop(rx, &v4, v6.as_deref(), &pending))?;
+        }
+        for (sock, ipv4) in
+            std::iter::once((v4.clone(), true)).chain(v6.clone().map(|s| (s, false)))
+        {
+            let pending = pending.clone();
+            std::thread::Builder::new()
+                .name(if ipv4 { "lb-syn-recv4" } else { "lb-syn-recv6" }.into())
+                .spawn(move || wire::recv_loop(&sock, ipv4, &pending))?;
+        }
         Ok(Checker {
-            v6: has_v6,
+            v4,
+            v6,
             ports,
-            engine,
+            key: RandomState::new(),
+            round: AtomicU32::new(0),
+            pending,
+            sources: source::Cache::default(),
+            queue: Mutex::new(tx),
         })
     }
 
-    /// Whether there is a raw socket for `addr`'s family.
-    fn family(&self, addr: SocketAddr) -> bool {
-        addr.is_ipv4() || self.v6
+    /// The raw socket for `addr`'s family, if there is one.
+    fn family(&self, addr: SocketAddr) -> Option<&Socket> {
+        match addr.ip() {
+            IpAddr::V4(_) => Some(&self.v4),
+            IpAddr::V6(_) => self.v6.as_deref(),
+        }
+    }
+
+    /// Registers a probe of `dst` from `src_ip` on a source port not in flight to `dst`.
+    fn register(
+        &'static self,
+        src_ip: IpAddr,
+        dst: SocketAddr,
+        timeout: std::time::Duration,
+    ) -> Result<(Outgoing, oneshot::Receiver<Settled>, InFlight), ProbeError> {
+        let round = self.round.fetch_add(1, Ordering::Relaxed);
+        let ports = &self.ports.ports;
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..ports.len() {
+            let sport = ports[(round as usize + i) % ports.len()];
+            if let Entry::Vacant(slot) = pending.entry((dst, sport)) {
+                let src = SocketAddr::new(src_ip, sport);
+                let isn = packet::isn(&self.key, src, dst, round);
+                let (tx, rx) = oneshot::channel();
+                slot.insert(Pending { isn, reply: tx });
+                let out = Outgoing {
+                    queued: std::time::Instant::now(),
+                    timeout,
+                    dst,
+                    sport,
+                    isn,
+                    segment: packet::syn(src, dst, isn),
+                };
+                let guard = InFlight {
+                    pending: &self.pending,
+                    key: (dst, sport),
+                    isn,
+                };
+                return Ok((out, rx, guard));
+            }
+        }
+        Err(ProbeError::Io {
+            what: "syn",
+            source: io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
+        })
+    }
+}
+
+/// Removes a probe's entry when it ends (reply, timeout or cancellation), unless a later
+/// probe already took the slot.
+struct InFlight {
+    pending: &'static PendingMap,
+    key: (SocketAddr, u16),
+    isn: u32,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.get(&self.key).is_some_and(|p| p.isn == self.isn) {
+            pending.remove(&self.key);
+        }
     }
 }
 
@@ -295,21 +341,30 @@ pub(super) async fn probe(
     dst: SocketAddr,
     timeout: std::time::Duration,
 ) -> Verdict {
-    let (reply, settled) = oneshot::channel();
+    let src_ip = checker
+        .sources
+        .for_target(dst)
+        .map_err(|source| ProbeError::Connect { source })?;
+    let (out, reply, _in_flight) = checker.register(src_ip, dst, timeout)?;
     checker
-        .engine
-        .submit(engine::Command::Once {
-            dst,
-            timeout,
-            queued: std::time::Instant::now(),
-            reply,
-        })
+        .queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(out)
         .map_err(|_| ProbeError::Io {
             what: "syn send",
-            source: io::Error::other("SYN engine gone"),
+            source: io::Error::other("sender thread gone"),
         })?;
-    match settled.await {
-        Ok(settled) => verdict(settled),
+    match reply.await {
+        Ok(Settled::Answer(Answer::Accepts)) => Ok("connected (SYN-ACK)".into()),
+        Ok(Settled::Answer(Answer::Refuses)) => Err(ProbeError::Refused),
+        // As a connect fails on the same ICMP error: a port unreachable is a refusal,
+        // the others "connect: <errno>" (No route to host…).
+        Ok(Settled::Unreachable(source)) => Err(ProbeError::connect(source)),
+        Ok(Settled::NotSent(source)) => Err(ProbeError::Io {
+            what: "syn send",
+            source,
+        }),
         Err(_) => Err(ProbeError::Io {
             what: "syn",
             source: io::Error::other("probe dropped by the checker"),
@@ -342,8 +397,8 @@ mod tests {
         for host in ["127.0.0.1:0", "[::1]:0"] {
             refuses_and_passes(host).await;
         }
-        assert!(stats().accepted.load(std::sync::atomic::Ordering::Relaxed) >= 2);
-        assert!(stats().refused.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+        assert!(stats().accepted.load(Ordering::Relaxed) >= 2);
+        assert!(stats().refused.load(Ordering::Relaxed) >= 2);
     }
 
     #[test]

@@ -1,38 +1,61 @@
-//! The SYN check's packet I/O for the engine ([`super::engine`]): SYNs out in
-//! `sendmmsg` batches, replies in with `recvmmsg` batches and queued ICMP errors, each
-//! matched to the probe it verifiably answers.
+//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`,
+//! and a receiver thread per raw socket that reads replies with `recvmmsg` and resolves
+//! the probes they verifiably answer.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
 
 use super::icmp::{self, Ignored, Unreachable};
 use super::packet::{self, SYN_LEN};
-use super::{Flights, Outgoing, Owner, Settled, stats};
+use super::{Outgoing, PendingMap, Settled, stats};
 
 /// SYNs per `sendmmsg` and replies per `recvmmsg` at most.
-pub(super) const BATCH: usize = 64;
+const BATCH: usize = 64;
 /// Bytes kept of a reply: an IPv4 header with options and a TCP header with options.
 const REPLY_BYTES: usize = 128;
+/// After a batch that was not full, each thread waits this long for more work to gather,
+/// so that at high rates a system call carries many packets instead of one (and the
+/// thread wakes at most about a thousand times a second). It adds at most this much to
+/// a probe's duration.
+const GATHER: Duration = Duration::from_millis(1);
 
-/// Probes that ended, and how: for the engine to settle.
-pub(super) type Settlements = Vec<(Owner, Settled)>;
-
-/// Sends `batch`, one `sendmmsg` per address family in it (in chunks of [`BATCH`]);
-/// settles the probes it could not send.
-pub(super) fn send_families(
-    batch: &[Outgoing],
+/// Sends what `queue` brings until every sender is gone.
+pub(super) fn send_loop(
+    queue: mpsc::Receiver<Outgoing>,
     v4: &Socket,
     v6: Option<&Socket>,
-    flights: &mut Flights,
-    settled: &mut Settlements,
+    pending: &PendingMap,
 ) {
-    if batch.is_empty() {
-        return;
+    let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
+    while let Ok(first) = queue.recv() {
+        batch.push(first);
+        std::thread::sleep(GATHER);
+        loop {
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(out) => batch.push(out),
+                    Err(_) => break,
+                }
+            }
+            send_families(&batch, v4, v6, pending);
+            let full = batch.len() == BATCH;
+            batch.clear();
+            if !full {
+                break;
+            }
+        }
     }
+}
+
+/// Sends `batch`, one `sendmmsg` per address family in it; fails the probes it could not
+/// send.
+fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: &PendingMap) {
     let now = std::time::Instant::now();
     let (mut sum, mut max, mut late) = (0u64, 0u64, 0u64);
     for o in batch {
@@ -46,24 +69,27 @@ pub(super) fn send_families(
     s.queue_us_sum.fetch_add(sum, Ordering::Relaxed);
     s.queue_us_max.fetch_max(max, Ordering::Relaxed);
     s.sent_late.fetch_add(late, Ordering::Relaxed);
+    // One sendmmsg per family present in the batch.
     for want_v4 in [true, false] {
         let group: Vec<&Outgoing> = batch
             .iter()
             .filter(|o| o.dst.is_ipv4() == want_v4)
             .collect();
-        for chunk in group.chunks(BATCH) {
-            let sock = if want_v4 { Some(v4) } else { v6 };
-            let failed = match sock {
-                Some(sock) => send_batch(sock, chunk),
-                None => (0..chunk.len())
-                    .map(|i| (i, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)))
-                    .collect(),
-            };
-            s.sent
-                .fetch_add((chunk.len() - failed.len()) as u64, Ordering::Relaxed);
-            for (i, err) in failed {
-                fail(flights, chunk[i], &err, settled);
-            }
+        if group.is_empty() {
+            continue;
+        }
+        let sock = if want_v4 { Some(v4) } else { v6 };
+        let failed = match sock {
+            Some(sock) => send_batch(sock, &group),
+            None => (0..group.len())
+                .map(|i| (i, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)))
+                .collect(),
+        };
+        stats()
+            .sent
+            .fetch_add((group.len() - failed.len()) as u64, Ordering::Relaxed);
+        for (i, err) in failed {
+            fail(pending, &group[i..=i], &err);
         }
     }
 }
@@ -125,65 +151,40 @@ fn send_batch(sock: &Socket, group: &[&Outgoing]) -> Vec<(usize, io::Error)> {
     failed
 }
 
-/// Settles the probe of `o` with the send error `err` (a local fault or not, as the
-/// connect probe's errors: [`crate::probe::local`]).
-fn fail(flights: &mut Flights, o: &Outgoing, err: &io::Error, settled: &mut Settlements) {
-    let key = (o.dst, o.sport);
-    if flights.get(&key).is_some_and(|p| p.isn == o.isn)
-        && let Some(p) = flights.remove(&key)
-    {
-        let e = match err.raw_os_error() {
-            Some(code) => io::Error::from_raw_os_error(code),
-            None => io::Error::new(err.kind(), err.to_string()),
-        };
-        settled.push((p.owner, Settled::NotSent(e)));
-    }
-}
-
-/// Buffers for one `recvmmsg` of [`BATCH`] replies.
-pub(super) struct RecvBufs {
-    bufs: Vec<[u8; REPLY_BYTES]>,
-    names: Vec<libc::sockaddr_storage>,
-    iovs: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
-}
-
-// SAFETY: the raw pointers in `iovs`/`msgs` only ever point into the same struct's
-// buffers, rebuilt before each use; the struct is used by one thread at a time.
-unsafe impl Send for RecvBufs {}
-
-impl RecvBufs {
-    pub(super) fn new() -> Self {
-        RecvBufs {
-            bufs: vec![[0u8; REPLY_BYTES]; BATCH],
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            names: vec![unsafe { std::mem::zeroed() }; BATCH],
-            iovs: Vec::with_capacity(BATCH),
-            msgs: Vec::with_capacity(BATCH),
+/// Resolves the probes of `group` with the send error `err` (a local fault or not, as
+/// the connect probe's errors: [`crate::probe::local`]).
+fn fail(pending: &PendingMap, group: &[&Outgoing], err: &io::Error) {
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+    for o in group {
+        let key = (o.dst, o.sport);
+        if map.get(&key).is_some_and(|p| p.isn == o.isn)
+            && let Some(p) = map.remove(&key)
+        {
+            let e = match err.raw_os_error() {
+                Some(code) => io::Error::from_raw_os_error(code),
+                None => io::Error::new(err.kind(), err.to_string()),
+            };
+            let _ = p.reply.send(Settled::NotSent(e));
         }
     }
 }
 
-/// Reads up to [`BATCH`] queued replies from `sock` without waiting and appends the ones
-/// that parse to `replies` (counting the others): how many were read, or the receive
-/// error (`WouldBlock` when none was queued; another error means an ICMP error is
-/// queued: [`read_errors`]).
-pub(super) fn recv_some(
-    sock: &Socket,
-    ipv4: bool,
-    b: &mut RecvBufs,
-    replies: &mut Vec<(IpAddr, packet::Reply)>,
-) -> io::Result<usize> {
-    b.iovs.clear();
-    b.iovs.extend(b.bufs.iter_mut().map(|buf| libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: REPLY_BYTES,
-    }));
-    b.msgs.clear();
-    b.msgs.extend(
-        b.names
+/// Reads replies from `sock` until it fails for good.
+pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
+    let mut bufs = vec![[0u8; REPLY_BYTES]; BATCH];
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    loop {
+        let mut iovs: Vec<libc::iovec> = bufs
             .iter_mut()
-            .zip(b.iovs.iter_mut())
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: REPLY_BYTES,
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = names
+            .iter_mut()
+            .zip(iovs.iter_mut())
             .map(|(name, iov)| {
                 // SAFETY: all-zero is a valid mmsghdr.
                 let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -192,48 +193,62 @@ pub(super) fn recv_some(
                 m.msg_hdr.msg_iov = iov;
                 m.msg_hdr.msg_iovlen = 1;
                 m
-            }),
-    );
-    // SAFETY: every header points at a name and a buffer alive for the call.
-    let n = unsafe {
-        libc::recvmmsg(
-            sock.as_raw_fd(),
-            b.msgs.as_mut_ptr(),
-            BATCH as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    for i in 0..n as usize {
-        let len = (b.msgs[i].msg_len as usize).min(REPLY_BYTES);
-        let from = source_of(&b.names[i]);
-        let segment = if ipv4 {
-            packet::strip_ipv4(&b.bufs[i][..len])
-        } else {
-            Ok(&b.bufs[i][..len])
+            })
+            .collect();
+        // SAFETY: every header points at a name and a buffer alive for the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
         };
-        match (from, segment.and_then(packet::parse)) {
-            (Some(ip), Ok(reply)) => replies.push((ip, reply)),
-            _ => {
-                stats().malformed.fetch_add(1, Ordering::Relaxed);
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT) => {
+                    tracing::error!(error = %err, "SYN check receiver stopped");
+                    return;
+                }
+                // A queued error (`IP_RECVERR`): an ICMP error about a TCP packet of
+                // this host, maybe one of our SYNs.
+                _ => {
+                    read_errors(sock, ipv4, pending);
+                    continue;
+                }
             }
         }
+        let mut replies = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            let len = (msgs[i].msg_len as usize).min(REPLY_BYTES);
+            let from = source_of(&names[i]);
+            let segment = if ipv4 {
+                packet::strip_ipv4(&bufs[i][..len])
+            } else {
+                Ok(&bufs[i][..len])
+            };
+            match (from, segment.and_then(packet::parse)) {
+                (Some(ip), Ok(reply)) => replies.push((ip, reply)),
+                _ => {
+                    stats().malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        drop(msgs);
+        drop(iovs);
+        resolve(pending, &replies);
+        if (n as usize) < BATCH {
+            std::thread::sleep(GATHER);
+        }
     }
-    Ok(n as usize)
 }
 
 /// Reads up to [`BATCH`] errors from the socket's error queue (`MSG_ERRQUEUE`) and fails
 /// the probes whose SYN an ICMP error verifiably quotes; counts the others. The rest
 /// waits for the next round, after the replies queued meanwhile.
-pub(super) fn read_errors(
-    sock: &Socket,
-    ipv4: bool,
-    flights: &mut Flights,
-    settled: &mut Settlements,
-) {
+fn read_errors(sock: &Socket, ipv4: bool, pending: &PendingMap) {
     let mut errors: Vec<Unreachable> = Vec::with_capacity(BATCH);
     icmp::drain(sock, ipv4, BATCH, |parsed| match parsed {
         Ok(e) => errors.push(e),
@@ -244,15 +259,19 @@ pub(super) fn read_errors(
             stats().icmp_unmatched.fetch_add(1, Ordering::Relaxed);
         }
     });
-    resolve_unreachable(flights, &errors, settled);
+    resolve_unreachable(pending, &errors);
 }
 
 /// Fails the probe each error quotes, if its quote is that probe's SYN (target, ports
 /// and ISN); counts the others.
-fn resolve_unreachable(flights: &mut Flights, errors: &[Unreachable], settled: &mut Settlements) {
+fn resolve_unreachable(pending: &PendingMap, errors: &[Unreachable]) {
+    if errors.is_empty() {
+        return;
+    }
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
     for e in errors {
         let key = (SocketAddr::new(e.target, e.dport), e.sport);
-        match flights.get(&key) {
+        match map.get(&key) {
             None => {
                 stats().icmp_unmatched.fetch_add(1, Ordering::Relaxed);
             }
@@ -260,26 +279,25 @@ fn resolve_unreachable(flights: &mut Flights, errors: &[Unreachable], settled: &
                 stats().icmp_rejected.fetch_add(1, Ordering::Relaxed);
             }
             Some(_) => {
-                let p = flights.remove(&key).expect("just found");
+                let p = map.remove(&key).expect("just found");
                 stats().unreachable.fetch_add(1, Ordering::Relaxed);
-                settled.push((
-                    p.owner,
-                    Settled::Unreachable(io::Error::from_raw_os_error(e.errno)),
-                ));
+                let _ = p
+                    .reply
+                    .send(Settled::Unreachable(io::Error::from_raw_os_error(e.errno)));
             }
         }
     }
 }
 
 /// Hands each verified reply to its probe; counts the others.
-pub(super) fn resolve(
-    flights: &mut Flights,
-    replies: &[(IpAddr, packet::Reply)],
-    settled: &mut Settlements,
-) {
+fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply)]) {
+    if replies.is_empty() {
+        return;
+    }
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
     for &(ip, reply) in replies {
         let key = (SocketAddr::new(ip, reply.from_port), reply.to_port);
-        match flights.get(&key) {
+        match map.get(&key) {
             None => {
                 stats().unmatched.fetch_add(1, Ordering::Relaxed);
             }
@@ -287,13 +305,13 @@ pub(super) fn resolve(
                 stats().rejected.fetch_add(1, Ordering::Relaxed);
             }
             Some(_) => {
-                let p = flights.remove(&key).expect("just found");
+                let p = map.remove(&key).expect("just found");
                 let counter = match reply.answer {
                     packet::Answer::Accepts => &stats().accepted,
                     packet::Answer::Refuses => &stats().refused,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                settled.push((p.owner, Settled::Answer(reply.answer)));
+                let _ = p.reply.send(Settled::Answer(reply.answer));
             }
         }
     }
@@ -319,8 +337,10 @@ pub(super) fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAdd
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::oneshot;
+
     use super::*;
-    use crate::probe::syn::Flight;
+    use crate::probe::syn::Pending;
 
     fn unreachable(target: SocketAddr, sport: u16, seq: u32) -> Unreachable {
         Unreachable {
@@ -334,19 +354,21 @@ mod tests {
 
     #[test]
     fn an_icmp_error_fails_only_the_probe_whose_syn_it_quotes() {
-        let mut flights = Flights::default();
+        let pending = PendingMap::default();
         let target: SocketAddr = "[fd00::2]:80".parse().unwrap();
-        let owner = Owner::Entry { id: 5, stamp: 9 };
-        flights.insert((target, 40000), Flight { isn: 77, owner });
+        let (tx, mut rx) = oneshot::channel();
+        pending
+            .lock()
+            .unwrap()
+            .insert((target, 40000), Pending { isn: 77, reply: tx });
         let other_port: SocketAddr = "[fd00::2]:81".parse().unwrap();
         let other_host: SocketAddr = "[fd00::3]:80".parse().unwrap();
         let (rejected, unmatched) = (
             stats().icmp_rejected.load(Ordering::Relaxed),
             stats().icmp_unmatched.load(Ordering::Relaxed),
         );
-        let mut settled = Settlements::new();
         resolve_unreachable(
-            &mut flights,
+            &pending,
             &[
                 unreachable(target, 40000, 78),     // wrong sequence number
                 unreachable(target, 40000, 76),     // the ISN is not the ACK
@@ -354,34 +376,24 @@ mod tests {
                 unreachable(other_port, 40000, 77), // another target port
                 unreachable(other_host, 40000, 77), // another target
             ],
-            &mut settled,
         );
-        assert!(settled.is_empty(), "no forgery settles the probe");
-        assert!(flights.contains_key(&(target, 40000)));
+        assert!(rx.try_recv().is_err(), "no forgery settles the probe");
+        assert!(pending.lock().unwrap().contains_key(&(target, 40000)));
         // Counters are process-wide (other tests run alongside): at least ours.
         assert!(stats().icmp_rejected.load(Ordering::Relaxed) >= rejected + 2);
         assert!(stats().icmp_unmatched.load(Ordering::Relaxed) >= unmatched + 3);
 
-        resolve_unreachable(
-            &mut flights,
-            &[unreachable(target, 40000, 77)],
-            &mut settled,
-        );
-        match &settled[..] {
-            [(Owner::Entry { id: 5, stamp: 9 }, Settled::Unreachable(e))] => {
+        resolve_unreachable(&pending, &[unreachable(target, 40000, 77)]);
+        match rx.try_recv() {
+            Ok(Settled::Unreachable(e)) => {
                 assert_eq!(e.raw_os_error(), Some(libc::EHOSTUNREACH))
             }
             _ => panic!("the quoted SYN's probe fails as unreachable"),
         }
-        assert!(flights.is_empty(), "its entry is gone");
+        assert!(pending.lock().unwrap().is_empty(), "its entry is gone");
         // The same error again (a duplicate) finds no probe.
         let before = stats().icmp_unmatched.load(Ordering::Relaxed);
-        resolve_unreachable(
-            &mut flights,
-            &[unreachable(target, 40000, 77)],
-            &mut settled,
-        );
+        resolve_unreachable(&pending, &[unreachable(target, 40000, 77)]);
         assert!(stats().icmp_unmatched.load(Ordering::Relaxed) > before);
-        assert_eq!(settled.len(), 1);
     }
 }
