@@ -118,17 +118,6 @@ pub const COUNT: u32 = 29;
 /// zero) and the raw-only cache outcomes.
 pub const RAW_COUNT: u32 = 31;
 
-/// The outcome of a packet forwarded from the per-CPU flow cache whose forwarding gave
-/// `counter`: the raw cache outcome that stands for it and its `FLOW_HIT`, or `None`
-/// when there is none (the packet then counts `FLOW_HIT` itself).
-pub const fn cached_outcome(counter: u32) -> Option<u32> {
-    match counter {
-        TX_DSR => Some(TX_DSR_CACHED),
-        TX_NAT_FORWARD => Some(TX_NAT_FORWARD_CACHED),
-        _ => None,
-    }
-}
-
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
 /// transmit outcome and `FLOW_HIT`, and `RX` the sum of the outcomes. Readers of the
@@ -198,13 +187,5 @@ mod tests {
         assert_eq!(c[TX_NAT_FORWARD as usize], 10);
         assert_eq!(c[FLOW_HIT as usize], 13);
         assert_eq!(c[RX as usize], 7 + 10 + 11);
-    }
-
-    #[test]
-    fn only_forwarding_outcomes_have_a_cache_outcome() {
-        assert_eq!(cached_outcome(TX_DSR), Some(TX_DSR_CACHED));
-        assert_eq!(cached_outcome(TX_NAT_FORWARD), Some(TX_NAT_FORWARD_CACHED));
-        assert_eq!(cached_outcome(DROP_MALFORMED), None);
-        assert_eq!(cached_outcome(TX_NAT_REPLY), None);
     }
 }

@@ -129,24 +129,15 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     }
 }
 
-/// Whether the packet may be forwarded from the CPU's flow cache: it changes no flow
-/// state (TCP without SYN, FIN or RST: no handshake or close to note; UDP in dsr; nat
-/// UDP is noted after a reply, so it always goes through `LB_FLOWS`).
-#[inline(always)]
-fn needs_no_flow_state(pkt: &Packet, l4: L4, use_nat: bool) -> bool {
-    if pkt.is_tcp() {
-        l4.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST) == 0
-    } else {
-        !use_nat
-    }
-}
-
 /// After a packet of a pinned flow kept its backend: caches the flow if it is settled
 /// and the packet needed no flow state, else drops it from the cache (a SYN that
 /// restarted the handshake, a close, a wait for the client).
 #[inline(always)]
 fn settle(pkt: &Packet, f: &FlowValue, b: &Backend, l4: L4, use_nat: bool, src: Source, tick: u32) {
-    if f.flags == 0 && b.flags & BACKEND_F_SERVING != 0 && needs_no_flow_state(pkt, l4, use_nat) {
+    if f.flags == 0
+        && b.flags & BACKEND_F_SERVING != 0
+        && settled::changes_no_state(pkt, l4, use_nat)
+    {
         cache::fill(&pkt.key, f.backend_id, tick, src);
     } else {
         cache::forget(&pkt.key);

@@ -12,6 +12,7 @@ use std::{
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::{
+    inject::{FULL_QUEUE_BUDGET, FULL_QUEUE_PAUSE},
     netns::{NetNs, NetnsError},
     packet::{Frame, TCP_SYN},
 };
@@ -38,11 +39,6 @@ pub fn port_unreachable_v4(
         .payload(&quote.ip_bytes())
         .ip_bytes()
 }
-
-/// How long one [`send_raw_v4`] call may spend waiting out a full queue in all.
-const FULL_QUEUE_BUDGET: Duration = Duration::from_secs(10);
-/// The pause before a packet a full queue refused is sent again.
-const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(500);
 
 /// Sends every packet of `packets` (whole IPv4 packets) from inside `ns`; returns how
 /// many were sent, or an error if the kernel lost any of them on the way out.

@@ -20,10 +20,11 @@ pub enum InjectError {
     },
 }
 
-/// How long one call may spend waiting out a full transmit queue (`ENOBUFS`) in all.
-const FULL_QUEUE_BUDGET: Duration = Duration::from_secs(10);
+/// How long one call may spend waiting out a full transmit queue (`ENOBUFS`) in all
+/// (also [`crate::icmp_forge::send_raw_v4`]'s).
+pub const FULL_QUEUE_BUDGET: Duration = Duration::from_secs(10);
 /// The pause before a frame the full queue refused is sent again.
-const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(500);
+pub const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(500);
 
 /// Sends every frame of `frames` (complete Ethernet frames) out of `ifname` in `ns`,
 /// pausing `gap` between two; returns how many the kernel took.
