@@ -83,7 +83,7 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
     slots::claim::<FlowTable>(
         key,
         value,
-        false,
+        |_, _| false,
         |v, _| flow_idle(v.last_seen_ns, now_ns),
         Some(age),
     )

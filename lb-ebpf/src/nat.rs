@@ -94,7 +94,8 @@ pub fn entry(key: &FlowKey) -> Option<&'static mut NatValue> {
 
 /// Claims `key` for `value` (see `slots::claim`): a free way or one whose entry's port
 /// may be reused (`nat_reclaimable` at `now_s`); with `replace`, also the key's own
-/// entry when it may be.
+/// entry when it may be, or when it is `value`'s own client 5-tuple's closed connection
+/// that waits out the backend's TIME_WAIT ([`own_time_wait`]).
 #[inline(always)]
 fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
     Claim::from_code(lb_nat_claim(key, value, replace as u64, now_s as u64))
@@ -118,7 +119,7 @@ pub extern "C" fn lb_nat_claim(
     slots::claim::<NatTable>(
         key,
         value,
-        replace != 0,
+        |v, k| replace != 0 && (nat_reclaimable(v, k.proto, now_s) || own_time_wait(v, value)),
         |v, k| nat_reclaimable(v, k.proto, now_s),
         slots::NO_EVICTION,
     )
@@ -286,8 +287,12 @@ pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
 /// candidate is first tried as a fresh entry (its key absent, and a way free or holding
 /// a reclaimable entry of another key); only when all are taken is the first
 /// reclaimable one (its connection closed or idle long enough, see `nat_reclaimable`)
-/// taken over. A candidate whose bucket is full of live entries, or held by another
-/// CPU's writer at that instant, counts as taken. `None` when none was.
+/// taken over — or the first held by this very client 5-tuple's earlier connection
+/// that the backend closed first ([`own_time_wait`]): a client that reuses its source
+/// port quickly (Linux does, for connections its peer closed) otherwise fills its own 8
+/// candidates with pairs waiting out the backend's TIME_WAIT and is refused. A
+/// candidate whose bucket is full of live entries, or held by another CPU's writer at
+/// that instant, counts as taken. `None` when none was.
 ///
 /// Not consecutive ports: consecutive probes run into the clusters that earlier
 /// allocations formed (linear probing), so attempts and failures grow faster with
@@ -533,6 +538,21 @@ pub fn restart(
             reinsert(&key, client, backend_id, client_mac, 0, handshake, now_s)
         }
     }
+}
+
+/// Whether `old` is an entry of the client 5-tuple `new` is for, whose connection the
+/// backend closed first (row 6 of docs/nat-ports.md): the backend holds that 4-tuple in
+/// TIME_WAIT for the client's earlier connection on the same 5-tuple. Giving the pair
+/// back to that client 5-tuple shows the backend exactly what it would see without lb
+/// in between (the same client reusing its own 4-tuple, RFC 6191); the allocation does
+/// so only when all its candidates are held ([`allocate`]'s reclaim pass).
+#[inline(always)]
+fn own_time_wait(old: &NatValue, new: &NatValue) -> bool {
+    backend_time_wait(old.state)
+        && old.client_port == new.client_port
+        && old.vip_port == new.vip_port
+        && old.client_addr == new.client_addr
+        && old.vip_addr == new.vip_addr
 }
 
 /// The backend closed first and both FINs were seen: it holds the 4-tuple in TIME_WAIT.

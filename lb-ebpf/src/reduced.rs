@@ -259,8 +259,13 @@ pub fn lbr_flow_open(ctx: XdpContext) -> u32 {
 pub fn lbr_nat_insert(ctx: XdpContext) -> u32 {
     let value = NatValue::default();
     reflect_after(&ctx, |pkt, _| {
-        slots::claim::<NatTable>(&pkt.key, &value, false, |_, _| false, slots::NO_EVICTION)
-            == Claim::Fresh
+        slots::claim::<NatTable>(
+            &pkt.key,
+            &value,
+            |_, _| false,
+            |_, _| false,
+            slots::NO_EVICTION,
+        ) == Claim::Fresh
     })
 }
 

@@ -260,14 +260,14 @@ fn clear<V>(s: *mut Slot<V>) {
 
 /// Puts `key` -> `value` into its bucket: into a free way, else into the first way
 /// whose entry `reusable` lets go (`reusable(value, key)`). A present key is replaced
-/// only when `replace` and `reusable` lets its own entry go. With `evict`, a bucket
+/// only when `replace` lets its own entry go (`replace(value, key)`). With `evict`, a bucket
 /// full of kept entries gives the way whose entry has the largest `age` (idle longest)
 /// to the key. Never waits.
 #[inline(always)]
 pub fn claim<T: Table>(
     key: &FlowKey,
     value: &T::Value,
-    replace: bool,
+    replace: impl Fn(&T::Value, &FlowKey) -> bool,
     reusable: impl Fn(&T::Value, &FlowKey) -> bool,
     evict: Option<impl Fn(&T::Value) -> u64>,
 ) -> Claim {
@@ -297,7 +297,7 @@ pub fn claim<T: Table>(
             // refreshed by readers (a stale read only misjudges one reuse by a tick).
             let (k, v) = unsafe { (&(*s).key, &(*s).value) };
             if live_tagged(word(s), hash) && same_key(k, key) {
-                outcome = if replace && reusable(v, k) {
+                outcome = if replace(v, k) {
                     write(s, key, value, hash);
                     Claim::Replaced
                 } else {

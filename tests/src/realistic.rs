@@ -293,11 +293,15 @@ impl Bed {
     }
 }
 
-/// Counters reported as port pressure and churn.
-pub const PRESSURE_COUNTERS: [&str; 8] = [
+/// Counters reported as port pressure and churn (the `nat_port_*` side counters give the
+/// pairs' utilisation: docs/nat-ports.md, "Port pressure: the counters").
+pub const PRESSURE_COUNTERS: [&str; 11] = [
     "flow_new",
     "flow_rehash",
     "tx_nat_forward",
+    "nat_port_first",
+    "nat_port_retried",
+    "nat_port_reclaimed",
     "drop_nat_ports",
     "drop_no_backend",
     "drop_bad_source",

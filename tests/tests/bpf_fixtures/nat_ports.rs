@@ -11,6 +11,8 @@ use lb_common::maps::{
     NAT_UNANSWERED_REUSE, nat_reuse_after,
 };
 
+use lb_common::NAT_PORT_ATTEMPTS;
+
 const EST: u8 = NAT_S_ESTABLISHED | NAT_S_ACKED;
 const BOTH_FINS: u8 = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
 
@@ -434,6 +436,92 @@ fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
         CPORT,
         &[(TX_NAT_REPLY, 1)],
     );
+}
+
+/// A client that reuses its 5-tuple for one connection after another, each closed by the
+/// backend first (Linux clients do: a source port whose peer closed first is free again
+/// at once, and `connect` hands it out again within seconds), fills its own
+/// `NAT_PORT_ATTEMPTS` candidates with pairs waiting out the backend's TIME_WAIT. Its next
+/// SYN gets its own first pair back — the backend sees that client reuse its own 4-tuple,
+/// as it would without lb in between — instead of being refused (`drop_nat_ports`).
+#[test]
+fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
+    let mut lb = world(&[NAT4]);
+    let mut held = vec![established(&mut lb, CPORT)];
+    loop {
+        let port = *held.last().expect("a connection");
+        nat_reply(
+            &mut lb,
+            "backend FIN first",
+            &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
+            NAT4,
+            CPORT,
+            &[(TX_NAT_REPLY, 1)],
+        );
+        nat_forward(
+            &mut lb,
+            "client FIN",
+            &to_vip(NAT4, CPORT, TCP_FIN | TCP_ACK),
+            NAT4,
+            &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+        );
+        if held.len() == NAT_PORT_ATTEMPTS as usize {
+            break;
+        }
+        let fresh = nat_forward(
+            &mut lb,
+            "the client reuses its 5-tuple",
+            &to_vip(NAT4, CPORT, TCP_SYN),
+            NAT4,
+            &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (NAT_PORT_RETRIED, 1)],
+        );
+        assert!(!held.contains(&fresh), "a fresh pair while one is free");
+        nat_reply(
+            &mut lb,
+            "SYN-ACK",
+            &backend_reply(NAT4, fresh, TCP_SYN | TCP_ACK),
+            NAT4,
+            CPORT,
+            &[(TX_NAT_REPLY, 1)],
+        );
+        nat_forward(
+            &mut lb,
+            "the client's ACK",
+            &to_vip(NAT4, CPORT, TCP_ACK),
+            NAT4,
+            &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+        );
+        held.push(fresh);
+    }
+    for &p in &held {
+        assert_eq!(
+            state_of(&lb, p),
+            EST | BOTH_FINS | NAT_S_BACKEND_FIRST,
+            "port {p}: in the backend's TIME_WAIT"
+        );
+    }
+    let again = nat_forward(
+        &mut lb,
+        "the client reuses its 5-tuple once more",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (NAT_PORT_RECLAIMED, 1)],
+    );
+    assert_eq!(again, held[0], "its own first pair, not a refusal");
+    assert_eq!(
+        state_of(&lb, again),
+        0,
+        "the new connection's entry starts over"
+    );
+    nat_reply(
+        &mut lb,
+        "the new connection's SYN-ACK comes back through it",
+        &backend_reply(NAT4, again, TCP_SYN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_eq!(lb.counters()[DROP_NAT_PORTS as usize], 0, "nothing refused");
 }
 
 /// A nat TCP service 10.0.0.104:80 toward backend 20 with `snat` addresses, ports
