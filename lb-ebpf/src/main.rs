@@ -1,6 +1,7 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
-//! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only).
+//! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only),
+//! [`testbed`] the probe bench's SYN responder (`lbt_syn_responder`, test bed only).
 //!
 //! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`settled`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
@@ -36,6 +37,7 @@ mod rewrite;
 mod settled;
 mod slots;
 mod source;
+mod testbed;
 mod validate;
 mod vip;
 

@@ -35,6 +35,7 @@ pub mod restart;
 pub mod scenario;
 pub mod syn_bed;
 pub mod syn_forge;
+pub mod syn_responder;
 pub mod topology;
 pub mod traffic;
 pub mod unit_file;

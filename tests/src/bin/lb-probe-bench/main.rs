@@ -227,7 +227,7 @@ fn main() -> anyhow::Result<()> {
 
 const USAGE: &str = "usage: lb-probe-bench [--out DIR] [--warmup S] [--window S] [--fail-window S] \
                      [--cpus split|agent-alone|shared] \
-                     [--dataplane bpf|memory|probes-only --targets N --net loopback|veth --tcp-check syn|connect]";
+                     [--dataplane bpf|memory|probes-only --targets N --net loopback|veth|remote --tcp-check syn|connect]";
 
 fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
     let mut opts = Opts {
@@ -267,7 +267,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
             "--targets" => targets = Some(it.next().context(USAGE)?.parse::<usize>()?),
             "--net" => {
                 let v = it.next().context(USAGE)?;
-                net = Some(Net::parse(v).context("--net takes loopback or veth")?);
+                net = Some(Net::parse(v).context("--net takes loopback, veth or remote")?);
             }
             "--tcp-check" => {
                 check = Some(match it.next().map(String::as_str) {
@@ -345,7 +345,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     raise_nofile(targets.min(PROBE_FDS) + FD_SLACK)?;
     target_net::select(net)?;
     // Split only where there is a veth pair to split across and two CPUs to split.
-    let cpus = if net == Net::Veth && machine_cores() >= 2.0 {
+    let cpus = if net.has_veth() && machine_cores() >= 2.0 {
         opts.cpus
     } else {
         Cpus::Shared
@@ -356,13 +356,15 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         lb_tests::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
     }
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
-    let target_net = match net {
-        Net::Veth => {
-            let t = TargetNet::create(targets).context("making the target namespaces")?;
-            t.enter_agent()?;
-            Some(t)
-        }
-        Net::Loopback => None,
+    if net == Net::Remote && check != Check::Syn {
+        bail!("--net remote answers SYN checks only (--tcp-check syn)");
+    }
+    let target_net = if net.has_veth() {
+        let t = TargetNet::create(targets, net).context("making the target namespaces")?;
+        t.enter_agent()?;
+        Some(t)
+    } else {
+        None
     };
     // As `lb-agent run` builds it.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -384,7 +386,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         }
         let started = Instant::now();
         let target_cpu = split.then_some(TARGET_CPU);
-        let mut children = Targets::start(targets, target_net.as_ref(), target_cpu).await?;
+        let mut children = Targets::start(targets, net, target_net.as_ref(), target_cpu).await?;
         if split {
             let agent_napi = if cpus == Cpus::Split {
                 AGENT_CPU

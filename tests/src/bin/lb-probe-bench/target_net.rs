@@ -1,6 +1,9 @@
 //! Where the probe targets live: on loopback beside the agent (`loopback`), or in a
 //! namespace of their own behind a veth pair whose receive side runs in a NAPI kernel
-//! thread (`veth`), as backends on other hosts.
+//! thread (`veth`), as backends on other hosts; or behind the same pair but answered by
+//! an XDP program instead of listeners (`remote`: `lb_tests::syn_responder`, SYN checks
+//! only), so that the targets' own kernel work, which remote hosts would do, is not on
+//! this machine's two CPUs.
 //!
 //! On loopback every packet is received in the softirq of its sender, so the agent's
 //! CPU time includes the targets' half of every handshake and reset as well. With
@@ -19,11 +22,13 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use aya::programs::XdpMode;
 use lb_tests::{
     cpu,
     link::{self, Link, Mac, VethEnd},
     names,
     netns::NetNs,
+    pass_prog::{self, PassPrograms},
 };
 
 /// First port of the targets on each address.
@@ -35,7 +40,7 @@ pub const PORTS_PER_IP: usize = 10_000;
 const AGENT_IF: &str = "pba";
 const AGENT_IP: Ipv4Addr = Ipv4Addr::new(10, 203, 0, 1);
 /// The targets' end; their addresses are 10.203.0.2, .3, … (one per `PORTS_PER_IP`).
-const TARGET_IF: &str = "pbt";
+pub const TARGET_IF: &str = "pbt";
 const FIRST_TARGET_HOST: u8 = 2;
 
 /// Where the targets are.
@@ -43,6 +48,7 @@ const FIRST_TARGET_HOST: u8 = 2;
 pub enum Net {
     Loopback,
     Veth,
+    Remote,
 }
 
 impl Net {
@@ -50,13 +56,20 @@ impl Net {
         match self {
             Net::Loopback => "loopback",
             Net::Veth => "veth",
+            Net::Remote => "remote",
         }
+    }
+
+    /// Whether the targets are behind the veth pair (their own namespace).
+    pub fn has_veth(self) -> bool {
+        self != Net::Loopback
     }
 
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "loopback" => Some(Net::Loopback),
             "veth" => Some(Net::Veth),
+            "remote" => Some(Net::Remote),
             _ => None,
         }
     }
@@ -79,7 +92,7 @@ fn net() -> Net {
 fn target_ip(k: usize) -> Ipv4Addr {
     match net() {
         Net::Loopback => Ipv4Addr::new(127, 0, k as u8, 1),
-        Net::Veth => Ipv4Addr::new(10, 203, 0, FIRST_TARGET_HOST + k as u8),
+        Net::Veth | Net::Remote => Ipv4Addr::new(10, 203, 0, FIRST_TARGET_HOST + k as u8),
     }
 }
 
@@ -98,13 +111,15 @@ pub fn target_index(addr: SocketAddr) -> usize {
     };
     let k = match net() {
         Net::Loopback => usize::from(ip.octets()[2]),
-        Net::Veth => usize::from(ip.octets()[3].wrapping_sub(FIRST_TARGET_HOST)),
+        Net::Veth | Net::Remote => usize::from(ip.octets()[3].wrapping_sub(FIRST_TARGET_HOST)),
     };
     k * PORTS_PER_IP + usize::from(addr.port().wrapping_sub(BASE_PORT))
 }
 
 /// The two namespaces of `veth` mode and the pair between them; all removed on drop.
 pub struct TargetNet {
+    /// `remote`: `lb_pass` on the agent's end, which the responder's `XDP_TX` needs.
+    _pass: Option<PassPrograms>,
     agent: NetNs,
     targets: NetNs,
     _link: Link,
@@ -112,8 +127,9 @@ pub struct TargetNet {
 
 impl TargetNet {
     /// Namespaces for the agent and for `count` targets, joined by a veth pair; the
-    /// targets' end gets a NAPI thread.
-    pub fn create(count: usize) -> anyhow::Result<Self> {
+    /// targets' end gets a NAPI thread. With `remote`, the agent's end gets `lb_pass`
+    /// (the targets' process attaches the responder to its end).
+    pub fn create(count: usize, net: Net) -> anyhow::Result<Self> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let agent = NetNs::create(&format!("{tag}-pa"))?;
@@ -149,7 +165,16 @@ impl TargetNet {
             // waits for a CPU, which no NIC would do.
             ns.hold_bursts(ifname, 1000)?;
         }
+        // After the features: an XDP program on one end fixes the other end's offloads.
+        let pass = match net {
+            Net::Remote => Some(
+                pass_prog::attach(&agent, &[AGENT_IF], XdpMode::Driver)
+                    .context("attaching lb_pass to the agent's end")?,
+            ),
+            _ => None,
+        };
         Ok(Self {
+            _pass: pass,
             agent,
             targets,
             _link: link,
@@ -187,7 +212,7 @@ pub enum End {
 
 /// Pins the NAPI thread(s) of one end to `cpu` (`veth` only; nothing on loopback).
 pub fn pin_napi(end: End, cpu: usize) -> anyhow::Result<()> {
-    if net() != Net::Veth {
+    if !net().has_veth() {
         return Ok(());
     }
     let threads = cpu::napi_threads(end_if(end));
@@ -209,7 +234,7 @@ fn end_if(end: End) -> &'static str {
 
 /// CPU time of the NAPI thread(s) of one end so far (zero on loopback: there are none).
 pub fn napi_cpu(end: End) -> Duration {
-    if net() != Net::Veth {
+    if !net().has_veth() {
         return Duration::ZERO;
     }
     cpu::on_cpu(&cpu::napi_threads(end_if(end)))

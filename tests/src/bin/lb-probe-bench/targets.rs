@@ -14,6 +14,9 @@ use super::*;
 /// Closing port `j` closes targets `k·PORTS_PER_IP + j`, every K-th target exactly when
 /// K divides [`PORTS_PER_IP`].
 pub(super) fn serve(n: usize, net: Net) -> anyhow::Result<()> {
+    if net == Net::Remote {
+        return serve_remote(n);
+    }
     let wildcard = net == Net::Veth && n > PORTS_PER_IP;
     let listeners = if wildcard { PORTS_PER_IP } else { n };
     raise_nofile(listeners + FD_SLACK)?;
@@ -65,6 +68,38 @@ pub(super) fn serve(n: usize, net: Net) -> anyhow::Result<()> {
     })
 }
 
+/// `--serve N --net remote`: the targets are `lb_tests::syn_responder` on this
+/// namespace's end of the pair (target `i` is the responder's index `i`: both count
+/// [`PORTS_PER_IP`] ports per address from the first); `close K` marks every K-th target
+/// closed (answered with an RST-ACK). The responder is detached when this process ends.
+fn serve_remote(n: usize) -> anyhow::Result<()> {
+    const { assert!(PORTS_PER_IP as u32 == lb_tests::syn_responder::PORTS_PER_HOST) };
+    if n as u64 > u64::from(lb_tests::syn_responder::TARGETS) {
+        bail!(
+            "the SYN responder knows {} targets",
+            lb_tests::syn_responder::TARGETS
+        );
+    }
+    let mut responder = lb_tests::syn_responder::SynResponder::load()?;
+    responder.attach(target_net::TARGET_IF)?;
+    println!("ready {n}");
+    for line in std::io::stdin().lines() {
+        let line = line?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let ["close", every] = words.as_slice() else {
+            bail!("unknown command {line:?}");
+        };
+        let every: usize = every.parse()?;
+        let mut count = 0;
+        for i in (0..n).step_by(every.max(1)) {
+            responder.set_closed(i as u32, true)?;
+            count += 1;
+        }
+        println!("closed {count}");
+    }
+    Ok(())
+}
+
 pub(super) async fn accept_loop(listener: tokio::net::TcpListener) {
     loop {
         match listener.accept().await {
@@ -83,10 +118,11 @@ pub(super) struct Targets {
 }
 
 impl Targets {
-    /// Starts the target process for `n` targets: in `net`'s namespace when there is one,
-    /// pinned to `cpu` if given.
+    /// Starts the target process for `n` targets (`mode`): in `net`'s namespace when
+    /// there is one, pinned to `cpu` if given.
     pub(super) async fn start(
         n: usize,
+        mode: Net,
         net: Option<&TargetNet>,
         cpu: Option<usize>,
     ) -> anyhow::Result<Self> {
@@ -99,12 +135,7 @@ impl Targets {
             }
             None => Command::new(exe),
         };
-        let net = if net.is_some() {
-            Net::Veth
-        } else {
-            Net::Loopback
-        };
-        cmd.args(["--serve", &n.to_string(), "--net", net.name()]);
+        cmd.args(["--serve", &n.to_string(), "--net", mode.name()]);
         if let Some(cpu) = cpu {
             cmd.args(["--cpu", &cpu.to_string()]);
         }
