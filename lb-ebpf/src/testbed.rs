@@ -1,23 +1,36 @@
-//! A test-bed program, never attached by the agent: `lbt_syn_responder` stands in for
-//! many remote hosts answering a prober's SYN checks (`lb-probe-bench --net remote`).
+//! Test-bed programs, never attached by the agent: `lbt_syn_responder_tc` (and its XDP
+//! twin `lbt_syn_responder`) stand in for many remote hosts answering a prober's SYN
+//! checks (`lb-probe-bench --net remote`).
 //!
-//! Attached to the far end of the bench's veth pair, it answers every IPv4 TCP SYN with a
-//! SYN-ACK (target open) or an RST-ACK (target closed, `LBT_CLOSED`), built in place from
-//! the SYN and sent back with `XDP_TX`, and drops every other TCP segment (the prober's
-//! RSTs that end each half-open connection, which a remote host would consume). Anything
-//! else (ARP) goes to the kernel, which owns the targets' addresses. A remote host's
-//! kernel work is then not on this machine's CPUs: at 100,000 targets a second the
+//! On the far end of the bench's veth pair, they answer every IPv4 TCP SYN with a SYN-ACK
+//! (target open) or an RST-ACK (target closed, `LBT_CLOSED`), built in place from the SYN
+//! and sent back out of the same interface, and drop every other TCP segment (the
+//! prober's RSTs that end each half-open connection, which a remote host would consume).
+//! Anything else (ARP) goes to the kernel, which owns the targets' addresses. A remote
+//! host's kernel work is then not on this machine's CPUs: at 100,000 targets a second the
 //! responder costs a few percent of one CPU, where real listeners in a namespace cost
 //! the rest of the two this machine has (BENCHMARKS.md §3).
+//!
+//! The bench uses the TC one (ingress, `bpf_redirect` to the interface's egress): its
+//! answers go through the interface's queue, which holds a burst while the peer's ring is
+//! full, as a NIC's transmit queue would. The XDP one's `XDP_TX` goes straight into the
+//! peer's 256-entry ring and is dropped when that is full (`xdp_tx_errors`): 18 % of the
+//! answers at 100,000 probes a second in one run, which would be counted against the
+//! prober.
 //!
 //! The SYN-ACK keeps the SYN's TCP options as they are (a prober checks the flags and
 //! the acknowledgement number); its sequence number is derived from the SYN's.
 
 use aya_ebpf::{
-    bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
+    EbpfContext,
+    bindings::{
+        __sk_buff, TC_ACT_OK, TC_ACT_SHOT,
+        xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
+    },
     btf_maps::Array,
-    macros::{btf_map, xdp},
-    programs::XdpContext,
+    helpers::bpf_redirect,
+    macros::{btf_map, classifier, xdp},
+    programs::{TcContext, XdpContext},
 };
 use lb_common::csum::{replace16, replace32};
 
@@ -50,30 +63,66 @@ const TCP_ACK: u8 = 0x10;
 const IP_HLEN: usize = 20;
 const TCP_HLEN: usize = 20;
 
-/// Answers SYNs as open or closed targets would (see the module).
+/// What the responder did with a frame.
+enum Answer {
+    /// Rewritten into the target's answer: send it back.
+    Reply,
+    /// The prober's other segments: consumed.
+    Consume,
+    /// Not a TCP segment over IPv4: the kernel's.
+    Pass,
+}
+
+/// Answers SYNs as open or closed targets would (see the module), over XDP.
 #[xdp]
 pub fn lbt_syn_responder(ctx: XdpContext) -> u32 {
-    let data = ctx.data();
-    let end = ctx.data_end();
+    match answer(ctx.data(), ctx.data_end()) {
+        Answer::Reply => XDP_TX,
+        Answer::Consume => XDP_DROP,
+        Answer::Pass => XDP_PASS,
+    }
+}
+
+/// The same at TC ingress: the answer leaves through the interface's egress (its queue).
+#[classifier]
+pub fn lbt_syn_responder_tc(ctx: TcContext) -> i32 {
+    // A SYN is far shorter than any linear head; a failure only leaves the bounds
+    // checks below to pass the frame on.
+    let _ = ctx.pull_data((ETH_HLEN + IP_HLEN + TCP_HLEN) as u32);
+    match answer(ctx.data(), ctx.data_end()) {
+        Answer::Reply => {
+            // SAFETY: the context of a TC program is its `__sk_buff`.
+            let ifindex = unsafe { (*(ctx.as_ptr() as *const __sk_buff)).ifindex };
+            // SAFETY: a helper call with plain arguments.
+            unsafe { bpf_redirect(ifindex, 0) as i32 }
+        }
+        Answer::Consume => TC_ACT_SHOT as i32,
+        Answer::Pass => TC_ACT_OK as i32,
+    }
+}
+
+/// Turns the frame between `data` and `end` into its target's answer (see the module).
+#[inline(always)]
+fn answer(data: usize, end: usize) -> Answer {
     let Some(eth) = ptr_at::<ETH_HLEN>(data, end) else {
-        return XDP_PASS;
+        return Answer::Pass;
     };
     if eth.u16::<12>() != ETH_P_IP.to_be() {
-        return XDP_PASS;
+        return Answer::Pass;
     }
     let Some(ip) = ptr_at::<IP_HLEN>(data + ETH_HLEN, end) else {
-        return XDP_PASS;
+        return Answer::Pass;
     };
     // Version 4 without options; not a fragment.
     if ip.u8::<0>() != 0x45 || ip.u8::<9>() != IPPROTO_TCP || ip.u16::<6>() & 0xff3f != 0 {
-        return XDP_PASS;
+        return Answer::Pass;
     }
     let Some(tcp) = ptr_at::<TCP_HLEN>(data + ETH_HLEN + IP_HLEN, end) else {
-        return XDP_DROP;
+        return Answer::Consume;
     };
     let flags = tcp.u8::<13>();
     if flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) != TCP_SYN {
-        return XDP_DROP;
+        return Answer::Consume;
     }
 
     let saddr = ip.u32::<12>();
@@ -106,7 +155,11 @@ pub fn lbt_syn_responder(ctx: XdpContext) -> u32 {
         (u32::from_be(seq).wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995).to_be()
     };
     let old_word = tcp.u16::<12>();
-    let reply = if closed { TCP_RST | TCP_ACK } else { TCP_SYN | TCP_ACK };
+    let reply = if closed {
+        TCP_RST | TCP_ACK
+    } else {
+        TCP_SYN | TCP_ACK
+    };
     let new_word = u16::from_ne_bytes([old_word.to_ne_bytes()[0], reply]);
     let mut check = tcp.u16::<16>();
     check = replace32(check, seq, new_seq);
@@ -116,5 +169,5 @@ pub fn lbt_syn_responder(ctx: XdpContext) -> u32 {
     tcp.set_u32::<8>(ack);
     tcp.set_u16::<12>(new_word);
     tcp.set_u16::<16>(check);
-    XDP_TX
+    Answer::Reply
 }

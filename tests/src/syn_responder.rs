@@ -1,20 +1,27 @@
-//! Remote hosts for the probe bench, on one XDP program: `lbt_syn_responder` (lb-ebpf's
-//! `testbed` module) answers every TCP SYN to a target address with a SYN-ACK, or with an
-//! RST-ACK for a target marked closed, and consumes the prober's other segments, so that
-//! 100,000 targets cost this machine a few percent of a CPU instead of a kernel's
-//! listen path per SYN (`lb-probe-bench --net remote`).
+//! Remote hosts for the probe bench, on one BPF program: `lbt_syn_responder_tc` (lb-ebpf's
+//! `testbed` module, at TC ingress) answers every TCP SYN to a target address with a
+//! SYN-ACK, or with an RST-ACK for a target marked closed, out of the interface it came
+//! in on, and consumes the prober's other segments, so that 100,000 targets cost this
+//! machine a few percent of a CPU instead of a kernel's listen path per SYN
+//! (`lb-probe-bench --net remote`). Its XDP twin `lbt_syn_responder` is loaded too, for
+//! the fixtures (why the bench does not use it: lb-ebpf's `testbed`).
 
 use std::ffi::CString;
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, MapError},
-    programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId},
+    programs::{
+        ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp,
+        tc::{self, SchedClassifierLinkId},
+    },
 };
 use lb_common::map_names;
 
-/// The program's name in the object.
+/// The XDP program's name in the object.
 pub const PROGRAM: &str = "lbt_syn_responder";
+/// The TC program's name in the object (the one [`SynResponder::attach`] attaches).
+pub const PROGRAM_TC: &str = "lbt_syn_responder_tc";
 /// Its map of closed targets (`u8` per target index, nonzero = closed).
 const CLOSED_MAP: &str = "LBT_CLOSED";
 /// Target indexes it knows: `(last address byte - 2) × PORTS_PER_HOST + (port - 20000)`.
@@ -27,9 +34,9 @@ pub const PORTS_PER_HOST: u32 = 10_000;
 pub enum SynResponderError {
     #[error("loading the XDP object (lb_agent::EBPF_OBJECT)")]
     Load(#[source] Box<aya::EbpfError>),
-    #[error("the XDP object has no XDP program {PROGRAM:?}")]
-    Missing,
-    #[error("{PROGRAM}: {what}")]
+    #[error("the object has no program or map {0:?} of the expected type")]
+    Missing(&'static str),
+    #[error("the SYN responder: {what}")]
     Program {
         what: String,
         #[source]
@@ -45,7 +52,7 @@ pub enum SynResponderError {
 /// detached when dropped.
 pub struct SynResponder {
     ebpf: Ebpf,
-    link: Option<XdpLinkId>,
+    link: Option<SchedClassifierLinkId>,
 }
 
 impl std::fmt::Debug for SynResponder {
@@ -57,7 +64,7 @@ impl std::fmt::Debug for SynResponder {
 }
 
 impl SynResponder {
-    /// Loads the program (every target open), not attached.
+    /// Loads both programs (every target open), not attached.
     pub fn load() -> Result<Self, SynResponderError> {
         // The object carries the balancer's maps too; only the responder is used here,
         // so the big tables are made small.
@@ -66,22 +73,18 @@ impl SynResponder {
             .map_max_entries(map_names::NAT, 64)
             .load(lb_agent::EBPF_OBJECT)
             .map_err(|e| SynResponderError::Load(Box::new(e)))?;
-        Self::program(&mut ebpf)?
+        xdp(&mut ebpf)?
             .load()
-            .map_err(|e| program_error("loading it into the kernel", e))?;
+            .map_err(|e| program_error("loading the XDP program", e))?;
+        classifier(&mut ebpf)?
+            .load()
+            .map_err(|e| program_error("loading the TC program", e))?;
         Ok(Self { ebpf, link: None })
     }
 
-    fn program(ebpf: &mut Ebpf) -> Result<&mut Xdp, SynResponderError> {
-        ebpf.program_mut(PROGRAM)
-            .ok_or(SynResponderError::Missing)?
-            .try_into()
-            .map_err(|e| program_error("not an XDP program", e))
-    }
-
-    /// Attaches it to `ifname` (resolved in the calling thread's network namespace) in
-    /// native mode: its `XDP_TX` goes back out of that veth to its peer, which needs an
-    /// XDP program of its own for that (`pass_prog`).
+    /// Attaches the TC program at `ifname`'s ingress (resolved in the calling thread's
+    /// network namespace; a `clsact` qdisc is added if there is none): its answers leave
+    /// through `ifname`'s egress.
     pub fn attach(&mut self, ifname: &str) -> Result<(), SynResponderError> {
         let name = CString::new(ifname).map_err(|e| {
             program_error(
@@ -89,9 +92,11 @@ impl SynResponder {
                 ProgramError::IOError(e.into()),
             )
         })?;
-        let link = Self::program(&mut self.ebpf)?
-            .attach(name.as_c_str(), XdpMode::Driver)
-            .map_err(|e| program_error(&format!("attaching it to {ifname}"), e))?;
+        // Already there is fine; anything else shows in the attach below.
+        let _ = tc::qdisc_add_clsact(name.as_c_str());
+        let link = classifier(&mut self.ebpf)?
+            .attach(name.as_c_str(), TcAttachType::Ingress)
+            .map_err(|e| program_error(&format!("attaching it to {ifname}'s ingress"), e))?;
         self.link = Some(link);
         Ok(())
     }
@@ -104,31 +109,57 @@ impl SynResponder {
         let mut map: Array<&mut MapData, u8> = Array::try_from(
             self.ebpf
                 .map_mut(CLOSED_MAP)
-                .ok_or(SynResponderError::Missing)?,
+                .ok_or(SynResponderError::Missing(CLOSED_MAP))?,
         )
         .map_err(|e| SynResponderError::Map(Box::new(e)))?;
         map.set(index, &u8::from(closed), 0)
             .map_err(|e| SynResponderError::Map(Box::new(e)))
     }
 
-    /// Runs it once on `frame` (BPF_PROG_TEST_RUN): the action and the frame it left.
-    pub fn run(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let result = Self::program(&mut self.ebpf)?
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-            .map_err(|e| program_error("BPF_PROG_TEST_RUN", e))?;
-        out.truncate(result.data_size_out as usize);
-        Ok((result.return_value, out))
+    /// Runs the XDP program once on `frame` (BPF_PROG_TEST_RUN): its action and the
+    /// frame it left.
+    pub fn run_xdp(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
+        let program = xdp(&mut self.ebpf)?;
+        test_run(|o| program.test_run(o), frame)
     }
+
+    /// Runs the TC program once on `frame`: its verdict (`TC_ACT_*`) and the frame.
+    pub fn run_tc(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
+        let program = classifier(&mut self.ebpf)?;
+        test_run(|o| program.test_run(o), frame)
+    }
+}
+
+fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, SynResponderError> {
+    ebpf.program_mut(PROGRAM)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(SynResponderError::Missing(PROGRAM))
+}
+
+fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, SynResponderError> {
+    ebpf.program_mut(PROGRAM_TC)
+        .and_then(|p| p.try_into().ok())
+        .ok_or(SynResponderError::Missing(PROGRAM_TC))
+}
+
+fn test_run(
+    run: impl FnOnce(TestRunOptions<'_>) -> Result<aya::programs::TestRunResult, ProgramError>,
+    frame: &[u8],
+) -> Result<(u32, Vec<u8>), SynResponderError> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let result = run(TestRunOptions {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        ..Default::default()
+    })
+    .map_err(|e| program_error("BPF_PROG_TEST_RUN", e))?;
+    out.truncate(result.data_size_out as usize);
+    Ok((result.return_value, out))
 }
 
 impl Drop for SynResponder {
     fn drop(&mut self) {
-        if let (Some(link), Ok(program)) = (self.link.take(), Self::program(&mut self.ebpf)) {
+        if let (Some(link), Ok(program)) = (self.link.take(), classifier(&mut self.ebpf)) {
             let _ = program.detach(link);
         }
     }

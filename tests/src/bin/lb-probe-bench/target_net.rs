@@ -1,7 +1,7 @@
 //! Where the probe targets live: on loopback beside the agent (`loopback`), or in a
 //! namespace of their own behind a veth pair whose receive side runs in a NAPI kernel
 //! thread (`veth`), as backends on other hosts; or behind the same pair but answered by
-//! an XDP program instead of listeners (`remote`: `lb_tests::syn_responder`, SYN checks
+//! a BPF program instead of listeners (`remote`: `lb_tests::syn_responder`, SYN checks
 //! only), so that the targets' own kernel work, which remote hosts would do, is not on
 //! this machine's two CPUs.
 //!
@@ -22,13 +22,11 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use aya::programs::XdpMode;
 use lb_tests::{
     cpu,
     link::{self, Link, Mac, VethEnd},
     names,
     netns::NetNs,
-    pass_prog::{self, PassPrograms},
 };
 
 /// First port of the targets on each address.
@@ -118,8 +116,6 @@ pub fn target_index(addr: SocketAddr) -> usize {
 
 /// The two namespaces of `veth` mode and the pair between them; all removed on drop.
 pub struct TargetNet {
-    /// `remote`: `lb_pass` on the agent's end, which the responder's `XDP_TX` needs.
-    _pass: Option<PassPrograms>,
     agent: NetNs,
     targets: NetNs,
     _link: Link,
@@ -127,8 +123,8 @@ pub struct TargetNet {
 
 impl TargetNet {
     /// Namespaces for the agent and for `count` targets, joined by a veth pair; the
-    /// targets' end gets a NAPI thread. With `remote`, the agent's end gets `lb_pass`
-    /// (the targets' process attaches the responder to its end).
+    /// targets' end gets a NAPI thread. With `remote` the targets' process attaches the
+    /// responder to its end (`targets::serve`) and the queues are deeper (below).
     pub fn create(count: usize, net: Net) -> anyhow::Result<Self> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
@@ -163,18 +159,17 @@ impl TargetNet {
             // the burst, as a NIC's full TX ring does. Without it a burst of SYNs
             // (`sendmmsg`) overflows the 256-entry ring whenever the peer's NAPI thread
             // waits for a CPU, which no NIC would do.
-            ns.hold_bursts(ifname, 1000)?;
+            //
+            // `remote` carries two packets per probe each way (SYN and our kernel's RST
+            // out, the answer back) at 100,000 probes a second, and a veth drains only
+            // when its peer's NAPI thread gets a CPU: 1,000 packets are 5 ms of that, less
+            // than one scheduling delay on this 2-CPU machine (1,000 dropped 4,160 answers
+            // and 8,650 of our packets in one 30 s run), where a NIC drains at line rate
+            // whatever its host's scheduler does. 10,000 (50 ms) hold those delays.
+            ns.hold_bursts(ifname, if net == Net::Remote { 10_000 } else { 1000 })?;
         }
-        // After the features: an XDP program on one end fixes the other end's offloads.
-        let pass = match net {
-            Net::Remote => Some(
-                pass_prog::attach(&agent, &[AGENT_IF], XdpMode::Driver)
-                    .context("attaching lb_pass to the agent's end")?,
-            ),
-            _ => None,
-        };
+
         Ok(Self {
-            _pass: pass,
             agent,
             targets,
             _link: link,
