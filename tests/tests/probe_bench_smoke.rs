@@ -1,5 +1,5 @@
 //! `lb-probe-bench` at a small scale, so the benchmark's machinery (target namespaces,
-//! threaded NAPI, the agent over real maps, SYN checks and connects, the failure window) keeps working on a
+//! threaded NAPI, the SYN responder, the agent over real maps, SYN checks and connects, the failure window) keeps working on a
 //! fresh machine: every target is probed, the closed ones become `unhealthy`, the open
 //! ones never fail, and the namespaces are gone afterwards. Figures are not asserted.
 
@@ -96,6 +96,13 @@ fn probe_bench_runs_with_targets_behind_veth() {
 #[test]
 fn probe_bench_runs_connect_probes_behind_veth() {
     check("veth", "connect");
+}
+
+/// The targets answered by the SYN responder (`--net remote`): its SYN-ACKs pass the
+/// real prober's checks, and its RST-ACKs for closed targets fail them.
+#[test]
+fn probe_bench_runs_with_targets_answered_by_the_syn_responder() {
+    check("remote", "syn");
 }
 
 #[test]

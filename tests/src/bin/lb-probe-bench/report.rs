@@ -25,6 +25,9 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
         sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth, Syn),
         sc(Kind::Memory, SCALE_TARGETS, Net::Veth, Syn),
         sc(Kind::Bpf, SCALE_TARGETS, Net::Veth, Syn),
+        // The same with the targets' kernel work off this machine (the SYN responder).
+        sc(Kind::Memory, SCALE_TARGETS, Net::Remote, Syn),
+        sc(Kind::Bpf, SCALE_TARGETS, Net::Remote, Syn),
     ];
     let mut results = Vec::new();
     for Scenario {
@@ -270,7 +273,14 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          too; `shared` pins nothing. \
          Targets on `loopback` (127.0.x.1): the kernel's work for both ends of a handshake \
          runs inside the agent's `connect` and `close` (softirq in the sender's context), so \
-         the agent's sys share also carries the targets' half.\n\
+         the agent's sys share also carries the targets' half. \
+         Targets on `remote` (SYN checks only): the same pair and CPUs as `veth`, but no \
+         listeners: the child attaches the SYN responder (`lbt_syn_responder_tc`, TC ingress \
+         on `pbt`) that answers each SYN with the open target's SYN-ACK or a closed one's \
+         RST-ACK and consumes our RSTs, so the targets' kernel work, which remote hosts \
+         would do, is not on this machine's CPUs (the responder's cost is in the targets' \
+         share); both ends' queues hold 10,000 packets (a veth drains only when its peer's \
+         NAPI thread runs, a NIC at line rate).\n\
          - Agent cores = `getrusage(RUSAGE_SELF)` user + sys (all threads) over the wall time \
          of the window. Peak RSS = `VmHWM` of the window (reset through \
          `/proc/self/clear_refs` when it starts); RSS at end = `VmRSS`. Probes/s = reports \
