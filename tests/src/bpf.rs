@@ -117,6 +117,18 @@ impl Lb {
                 panic!("loading {name} failed (verifier): {}", verifier_log(&e));
             }
         }
+        // `lb_xdp_full`, and `LB_PROGRAMS` filled with it, as the agent's loader does.
+        if let Err(e) = lb_agent::dataplane::full_path::load(&mut ebpf) {
+            match e {
+                lb_agent::dataplane::DataplaneError::Program { source, .. } => {
+                    panic!(
+                        "loading lb_xdp_full failed (verifier): {}",
+                        verifier_log(&source)
+                    )
+                }
+                e => panic!("filling LB_PROGRAMS failed: {e}"),
+            }
+        }
         Lb {
             ebpf,
             services: BTreeMap::new(),

@@ -16,6 +16,7 @@ use std::os::fd::AsFd;
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
     batch::PerCpuBatchReader,
+    full_path,
     maglev_table::{self, Pair, Published},
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
@@ -135,6 +136,8 @@ impl BpfDataplane {
             name: PROGRAM_NAME,
             source,
         })?;
+        // `lb_xdp`'s tail-call target, in place before anything can attach `lb_xdp`.
+        full_path::load(&mut ebpf)?;
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         let vips = vip_index::VipIndex::new(
             take_array(&mut ebpf, map_names::VIP_INDEX)?,
@@ -221,6 +224,8 @@ impl BpfDataplane {
             }
             (attempt, _, _) => attempt?,
         };
+        // The full path must outlive this process as the attached program does.
+        full_path::keep(&self.ebpf, prog_id, previous.map(|p| p.id))?;
         tracing::info!(
             interface,
             mode = used.name(),
