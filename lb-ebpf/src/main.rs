@@ -117,7 +117,7 @@ fn hot(ctx: &XdpContext) -> Option<Verdict> {
                 Ok(l4) => settled::forward(&pkt, l4, svc, end),
                 Err(refused) => Some(refused),
             },
-            Dest::NatCandidate => Some(nat::reply(&pkt, end)),
+            Dest::NatCandidate => nat::settled_reply(&pkt, end),
             Dest::Other => Some(not_ours(&pkt, end)),
         },
     }

@@ -193,6 +193,21 @@ impl Lb {
         })
     }
 
+    /// Empties `LB_PROGRAMS`: `lb_xdp`'s tail call into `lb_xdp_full` then fails (what
+    /// the program must survive, counted `drop_no_full_path`).
+    pub fn clear_full_path(&mut self) {
+        let map = self.ebpf.map_mut(map_names::PROGRAMS).expect("LB_PROGRAMS");
+        let mut array = aya::maps::ProgramArray::try_from(map).expect("LB_PROGRAMS type");
+        array
+            .clear_index(&lb_common::FULL_PATH_INDEX)
+            .expect("emptying LB_PROGRAMS");
+    }
+
+    /// Puts `lb_xdp_full` back into `LB_PROGRAMS` (as loading did).
+    pub fn fill_full_path(&mut self) {
+        lb_agent::dataplane::full_path::fill(&mut self.ebpf).expect("filling LB_PROGRAMS");
+    }
+
     /// Sets the interface MAC the program checks destination MACs against (`LB_CONFIG`).
     pub fn set_interface_mac(&mut self, mac: [u8; 6]) {
         let mut map: Array<_, DataplaneConfig> =
@@ -590,6 +605,27 @@ impl Lb {
             .expect("per-CPU values");
         map.set(flow_cache_slot(key), empty, 0)
             .expect("writing LB_FLOW_CACHE");
+    }
+
+    /// Writes `entry` into CPU `cpu`'s `LB_FLOW_CACHE` slot for `entry.key` (the other
+    /// CPUs' copies stay).
+    pub fn set_cached_flow(&mut self, cpu: usize, entry: FlowCacheEntry) {
+        let mut map: PerCpuArray<_, FlowCacheEntry> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut(map_names::FLOW_CACHE)
+                .expect("LB_FLOW_CACHE"),
+        )
+        .expect("LB_FLOW_CACHE type");
+        let slot = flow_cache_slot(&entry.key);
+        let mut values: Vec<FlowCacheEntry> = map
+            .get(&slot, 0)
+            .expect("reading LB_FLOW_CACHE")
+            .iter()
+            .copied()
+            .collect();
+        values[cpu] = entry;
+        let values = PerCpuValues::try_from(values).expect("per-CPU values");
+        map.set(slot, values, 0).expect("writing LB_FLOW_CACHE");
     }
 
     /// CPU `cpu`'s cache slot for `key`, if it holds that flow (valid or not).

@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`], [`settled`] (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`] (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
 mod cache;
@@ -40,6 +40,8 @@ mod nat_table;
 mod passive;
 #[path = "bpf_fixtures/settled.rs"]
 mod settled;
+#[path = "bpf_fixtures/split.rs"]
+mod split;
 #[path = "bpf_fixtures/vips.rs"]
 mod vips;
 #[path = "bpf_fixtures/world.rs"]

@@ -42,6 +42,22 @@ pub fn load(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .try_into()
         .map_err(program_err)?;
     prog.load().map_err(program_err)?;
+    fill(ebpf)
+}
+
+/// Puts the loaded `lb_xdp_full` into `LB_PROGRAMS` (again: fixtures empty it).
+pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let program_err = |source| DataplaneError::Program {
+        name: FULL_PROGRAM_NAME,
+        source,
+    };
+    let prog: &mut Xdp = ebpf
+        .program_mut(FULL_PROGRAM_NAME)
+        .ok_or(DataplaneError::MissingProgram {
+            name: FULL_PROGRAM_NAME,
+        })?
+        .try_into()
+        .map_err(program_err)?;
     let fd = prog
         .fd()
         .map_err(program_err)?

@@ -129,6 +129,8 @@ fn main() -> anyhow::Result<()> {
         p.load()
             .with_context(|| format!("verifier rejected {name}"))?;
     }
+    // `lb_xdp`'s tail-call target, as the agent loads it.
+    lb_agent::dataplane::full_path::load(&mut obj).context("loading lb_xdp_full")?;
     if let Some(path) = xlated {
         // What the verifier made of it: inlined array lookups and helpers have no call.
         let p = program(&mut obj, &xlated_program)?;
