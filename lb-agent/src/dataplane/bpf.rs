@@ -7,7 +7,7 @@ use aya::{
     programs::Xdp,
 };
 use lb_common::{
-    PROGRAM_NAME, counters, map_names,
+    FULL_PROGRAM_NAME, PROGRAM_NAME, counters, map_names,
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
@@ -45,6 +45,9 @@ pub struct BpfDataplane {
     pins: Option<PinDir>,
     /// The backend maps' size.
     sizes: MapSizes,
+    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` where the
+    /// split's tail-call array could not outlive the agent ([`full_path::lasting_dir`]).
+    serving: &'static str,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -170,6 +173,7 @@ impl BpfDataplane {
             attached: None,
             pins,
             sizes,
+            serving: PROGRAM_NAME,
         })
     }
 
@@ -194,11 +198,25 @@ impl BpfDataplane {
         })?;
         self.set_interface_mac(mac)?;
         let ifindex = attach::if_index(interface)?;
+        // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
+        let lasting = full_path::lasting_dir(self.pins.as_ref());
+        self.serving = if lasting.is_some() {
+            PROGRAM_NAME
+        } else {
+            tracing::warn!(
+                interface,
+                "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
+                 reach): attaching the whole-path program lb_xdp_full, without the hot-path \
+                 split (docs/fast-path.md, \"Two programs\")"
+            );
+            FULL_PROGRAM_NAME
+        };
+        let serving = self.serving;
         let prog_id = self.program_id()?;
         let attempt = {
-            let prog = self.program_mut()?;
+            let prog = self.serving_mut()?;
             let fd = prog.fd().map_err(|source| DataplaneError::Program {
-                name: PROGRAM_NAME,
+                name: serving,
                 source,
             })?;
             attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
@@ -212,7 +230,7 @@ impl BpfDataplane {
             (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
                 // Upgrading from an agent that attached through a pinned bpf_link:
                 // swap into that link (atomic) rather than interrupt traffic.
-                pin::swap_into_legacy_link(self.program_mut()?, &path)?;
+                pin::swap_into_legacy_link(self.serving_mut()?, &path)?;
                 tracing::warn!(
                     interface,
                     link = %path.display(),
@@ -224,8 +242,9 @@ impl BpfDataplane {
             }
             (attempt, _, _) => attempt?,
         };
-        // The full path must outlive this process as the attached program does.
-        full_path::keep(&self.ebpf, prog_id, previous.map(|p| p.id))?;
+        if let Some(dir) = &lasting {
+            full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
+        }
         tracing::info!(
             interface,
             mode = used.name(),
@@ -242,16 +261,24 @@ impl BpfDataplane {
         Ok(())
     }
 
-    /// The kernel id of the loaded program.
+    /// The kernel id of the program attached (or to attach).
     pub fn program_id(&mut self) -> Result<u32, DataplaneError> {
+        let name = self.serving;
         let info = self
-            .program_mut()?
+            .serving_mut()?
             .info()
-            .map_err(|source| DataplaneError::Program {
-                name: PROGRAM_NAME,
-                source,
-            })?;
+            .map_err(|source| DataplaneError::Program { name, source })?;
         Ok(info.id())
+    }
+
+    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` (see `serving`).
+    fn serving_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        let name = self.serving;
+        self.ebpf
+            .program_mut(name)
+            .ok_or(DataplaneError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name, source })
     }
 
     /// Whether the interface still runs this program; re-attaches it when the interface

@@ -3,12 +3,13 @@
 //!
 //! The kernel empties a `PROG_ARRAY` when its last user reference goes (an open fd or a
 //! pin): the attached `lb_xdp` outlives the agent (netlink attach), so once attached the
-//! array is pinned as `lb_full_path_<lb_xdp's id>` in init's bpffs (`/proc/1/root/sys/
-//! fs/bpf`, the same directory as `/sys/fs/bpf` outside a private mount namespace).
-//! The next agent's `lb_xdp` has an array of its own (never adopted), pinned under its
-//! own id; the pins of programs that are gone or were just replaced are removed, and
-//! `lb-agent detach` removes the detached program's pin. docs/fast-path.md, "Two
-//! programs".
+//! array is pinned as `lb_full_path_<lb_xdp's id>` in a bpffs that outlives the agent
+//! ([`lasting_dir`]). Where there is none (an agent under `ip netns exec` without
+//! `pin_path` and without access to init's `/sys/fs/bpf`), the agent attaches
+//! `lb_xdp_full` itself: the whole path in one program, as before the split. The next
+//! agent's `lb_xdp` has an array of its own (never adopted), pinned under its own id;
+//! the pins of programs that are gone or were just replaced are removed, and `lb-agent
+//! detach` removes the detached program's pin. docs/fast-path.md, "Two programs".
 
 use std::{
     collections::BTreeSet,
@@ -77,28 +78,58 @@ pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .map_err(|source| DataplaneError::Map { name, source })
 }
 
-/// Where the pins live: init's bpffs if this process can reach it, else its own.
-fn pin_dir() -> Result<PathBuf, DataplaneError> {
-    for dir in ["/proc/1/root/sys/fs/bpf", "/sys/fs/bpf"] {
-        if pin::is_bpffs(Path::new(dir)) {
-            return Ok(PathBuf::from(dir));
-        }
+/// A bpffs directory whose pins outlive this process, if there is one: `pin_path`
+/// (unless it lies under `/sys` outside init's mount namespace: `ip netns exec`
+/// remounts `/sys`, a bpffs there goes with the agent), init's `/sys/fs/bpf`, or this
+/// process's `/sys/fs/bpf` when this is surely init's mount namespace. `None`: the split
+/// cannot outlive the agent, which then attaches `lb_xdp_full` itself.
+pub fn lasting_dir(pins: Option<&pin::PinDir>) -> Option<PathBuf> {
+    let private = !in_init_mount_namespace();
+    let mut candidates = Vec::new();
+    if let Some(p) = pins
+        && !(private && p.path().starts_with("/sys"))
+    {
+        candidates.push(p.path().to_path_buf());
     }
-    let dir = Path::new("/sys/fs/bpf");
-    pin::PinDir::prepare(dir)?;
-    Ok(dir.to_path_buf())
+    candidates.push(PathBuf::from(INIT_BPFFS));
+    if !private {
+        candidates.push(PathBuf::from("/sys/fs/bpf"));
+    }
+    candidates.into_iter().find(|d| pin::is_bpffs(d))
 }
+
+/// Whether this process surely shares init's mount namespace (unknown counts as no:
+/// a bpffs this process mounts may then go with it).
+fn in_init_mount_namespace() -> bool {
+    if std::process::id() == 1 {
+        return false;
+    }
+    match (
+        std::fs::read_link("/proc/self/ns/mnt"),
+        std::fs::read_link("/proc/1/ns/mnt"),
+    ) {
+        (Ok(own), Ok(init)) => own == init,
+        _ => false,
+    }
+}
+
+/// Init's `/sys/fs/bpf`, seen from any mount namespace (where `/proc/1` is readable).
+const INIT_BPFFS: &str = "/proc/1/root/sys/fs/bpf";
 
 fn pin_path(dir: &Path, prog_id: u32) -> PathBuf {
     dir.join(format!("{PIN_PREFIX}{prog_id}"))
 }
 
-/// After `lb_xdp` (id `prog_id`) was attached: pins its `LB_PROGRAMS` so that the
-/// full path outlives this process, and removes the pins of programs that are gone or
-/// that this attach replaced (`replaced`).
-pub fn keep(ebpf: &Ebpf, prog_id: u32, replaced: Option<u32>) -> Result<(), DataplaneError> {
-    let dir = pin_dir()?;
-    let path = pin_path(&dir, prog_id);
+/// After `lb_xdp` (id `prog_id`) was attached: pins its `LB_PROGRAMS` in `dir` (from
+/// [`lasting_dir`]) so that the full path outlives this process, and removes the pins
+/// there of programs that are gone or that this attach replaced (`replaced`).
+pub fn keep(
+    ebpf: &Ebpf,
+    dir: &Path,
+    prog_id: u32,
+    replaced: Option<u32>,
+) -> Result<(), DataplaneError> {
+    let path = pin_path(dir, prog_id);
     let name = map_names::PROGRAMS;
     let Some(Map::ProgramArray(data)) = ebpf.map(name) else {
         return Err(DataplaneError::MissingMap { name });
@@ -113,7 +144,7 @@ pub fn keep(ebpf: &Ebpf, prog_id: u32, replaced: Option<u32>) -> Result<(), Data
         .filter_map(Result::ok)
         .map(|p| p.id())
         .collect();
-    for (id, stale) in pins_in(&dir) {
+    for (id, stale) in pins_in(dir) {
         if id != prog_id && (Some(id) == replaced || !live.contains(&id)) {
             remove_pin(&stale);
         }
@@ -121,10 +152,11 @@ pub fn keep(ebpf: &Ebpf, prog_id: u32, replaced: Option<u32>) -> Result<(), Data
     Ok(())
 }
 
-/// Removes the pin that keeps program `prog_id`'s full path (after a detach).
+/// Removes the pin that keeps program `prog_id`'s full path (after a detach; a pin in
+/// `pin_path` goes with that directory).
 pub fn forget(prog_id: u32) {
-    if let Ok(dir) = pin_dir() {
-        remove_pin(&pin_path(&dir, prog_id));
+    for dir in [INIT_BPFFS, "/sys/fs/bpf"] {
+        remove_pin(&pin_path(Path::new(dir), prog_id));
     }
 }
 
