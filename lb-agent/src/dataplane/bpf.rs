@@ -397,6 +397,21 @@ impl BpfDataplane {
             })
     }
 
+    /// The whole-path program `lb_xdp_full` (for BPF_PROG_TEST_RUN: the whole path run
+    /// as one program, without `lb_xdp` in front).
+    pub fn full_program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(FULL_PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram {
+                name: FULL_PROGRAM_NAME,
+            })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: FULL_PROGRAM_NAME,
+                source,
+            })
+    }
+
     /// The interface the program is attached to ("" before `attach`).
     pub fn interface(&self) -> &str {
         self.attached.as_ref().map_or("", |a| &a.interface)
