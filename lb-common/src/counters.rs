@@ -82,9 +82,14 @@ pub const NAT_PORT_RECLAIMED: u32 = 27;
 /// timeout and took the way of the one idle longest (side counter: that flow's next
 /// packet chooses again through Maglev).
 pub const FLOW_EVICTED: u32 = 28;
+/// Dropped: `lb_xdp` could not hand a packet that needs the whole path to
+/// `lb_xdp_full` (its tail call failed: `LB_PROGRAMS` empty). The loader fills it
+/// before attaching, so this stays zero unless something is broken; dropped rather than
+/// passed, so that the host stack never answers for a VIP (docs/fast-path.md).
+pub const DROP_NO_FULL_PATH: u32 = 29;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 18] = [
+pub const OUTCOMES: [u32; 19] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -103,20 +108,21 @@ pub const OUTCOMES: [u32; 18] = [
     DROP_BAD_FLAGS,
     DROP_SOURCE_LIMIT,
     TX_ICMP_NAT,
+    DROP_NO_FULL_PATH,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 29;
+pub const TX_DSR_CACHED: u32 = 30;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 30;
+pub const TX_NAT_FORWARD_CACHED: u32 = 31;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 29;
+pub const COUNT: u32 = 30;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 31;
+pub const RAW_COUNT: u32 = 32;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -167,6 +173,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nat_port_retried",
     "nat_port_reclaimed",
     "flow_evicted",
+    "drop_no_full_path",
 ];
 
 #[cfg(test)]

@@ -173,10 +173,18 @@ pub mod map_names {
     pub const CLOCK: &str = "LB_CLOCK";
     /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.
     pub const CONFIG: &str = "LB_CONFIG";
+    /// `lb_xdp`'s tail-call target, `lb_xdp_full` at [`super::FULL_PATH_INDEX`]; filled
+    /// at every load, never adopted (docs/fast-path.md, "Two programs").
+    pub const PROGRAMS: &str = "LB_PROGRAMS";
 }
 
 /// Name of the XDP program function in the eBPF object.
 pub const PROGRAM_NAME: &str = "lb_xdp";
+/// Name of the whole-path XDP program `lb_xdp` tail-calls into for every packet it does
+/// not serve itself (through `LB_PROGRAMS`; never attached).
+pub const FULL_PROGRAM_NAME: &str = "lb_xdp_full";
+/// `LB_PROGRAMS`' index of [`FULL_PROGRAM_NAME`].
+pub const FULL_PATH_INDEX: u32 = 0;
 /// Name of the pass-through XDP program (for veth peers and as the benchmark floor's twin).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
 /// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.

@@ -1,4 +1,5 @@
-//! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat), `lb_pass`
+//! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat) — the hot
+//! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full`]) —, `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
 //! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only),
 //! [`testbed`] the probe bench's SYN responder (`lbt_syn_responder`, test bed only).
@@ -25,6 +26,7 @@ mod dsr;
 mod events;
 mod flow;
 mod forward;
+mod full;
 mod icmp;
 mod icmp_nat;
 mod maps;
@@ -77,15 +79,50 @@ impl Verdict {
     }
 }
 
-/// The load balancer. Inlined into the entry point the macro generates: called as a
-/// BPF subprogram it receives `data_end` as a 32-bit argument whose zero-extension the
-/// verifier rejects (pointer arithmetic on pkt_end).
+/// The load balancer's entry, the program attached to the interface. Inlined into the
+/// entry point the macro generates: called as a BPF subprogram it receives `data_end`
+/// as a 32-bit argument whose zero-extension the verifier rejects (pointer arithmetic
+/// on pkt_end). Serves the hot paths ([`hot`]); every other packet continues in
+/// [`lb_xdp_full`] ([`full::enter`]), which counts its outcome.
 #[xdp]
 #[inline(always)]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
+    let verdict = match hot(&ctx) {
+        Some(v) => v,
+        None => full::enter(&ctx),
+    };
+    counters::count(verdict.counter);
+    verdict.action
+}
+
+/// The whole path, from the start (parsing again): what `lb_xdp` hands over by a tail
+/// call — new flows, handshakes and closes, flows this CPU has not cached, ICMP errors.
+#[xdp]
+#[inline(always)]
+pub fn lb_xdp_full(ctx: XdpContext) -> u32 {
     let verdict = balance(&ctx);
     counters::count(verdict.counter);
     verdict.action
+}
+
+/// What `lb_xdp` decides itself: a packet parsing passes, one to no service, a nat
+/// reply, a VIP packet `validate::to_vip` refuses, a settled flow this CPU cached;
+/// `None`: the packet needs the whole path.
+#[inline(always)]
+fn hot(ctx: &XdpContext) -> Option<Verdict> {
+    let end = ctx.data_end();
+    match parse::parse(ctx) {
+        Parsed::Pass(counter) => Some(Verdict::pass(counter)),
+        Parsed::Icmp(_) => None,
+        Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
+            Dest::Service(svc) => match validate::to_vip(&pkt, end) {
+                Ok(l4) => settled::forward(&pkt, l4, svc, end),
+                Err(refused) => Some(refused),
+            },
+            Dest::NatCandidate => nat::settled_reply(&pkt, end),
+            Dest::Other => Some(not_ours(&pkt, end)),
+        },
+    }
 }
 
 #[inline(always)]
@@ -97,12 +134,18 @@ fn balance(ctx: &XdpContext) -> Verdict {
         Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
             Dest::Service(svc) => forward::for_service(&pkt, svc, end),
             Dest::NatCandidate => nat::reply(&pkt, end),
-            // The same outcome `nat::reply` gives a packet it finds no entry for.
-            Dest::Other => match pkt.l4(end) {
-                Some(_) => Verdict::pass(PASS_NOT_VIP),
-                None => Verdict::pass(PASS_MALFORMED),
-            },
+            Dest::Other => not_ours(&pkt, end),
         },
+    }
+}
+
+/// A TCP/UDP packet to no service and no nat source address: the same outcome
+/// `nat::reply` gives a packet it finds no entry for.
+#[inline(always)]
+fn not_ours(pkt: &parse::Packet, end: usize) -> Verdict {
+    match pkt.l4(end) {
+        Some(_) => Verdict::pass(PASS_NOT_VIP),
+        None => Verdict::pass(PASS_MALFORMED),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Every BPF map of the data plane, declared as BTF maps under the names in `lb_common::map_names`.
 
 use aya_ebpf::{
-    btf_maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    btf_maps::{Array, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
     macros::btf_map,
 };
 use lb_common::{
@@ -120,3 +120,9 @@ pub static LB_CLOCK: PerCpuArray<TickClock, 1> = PerCpuArray::new();
 /// The attached interface's MAC (see `DataplaneConfig`), written by the agent at attach.
 #[btf_map]
 pub static LB_CONFIG: Array<DataplaneConfig, 1> = Array::new();
+
+/// `lb_xdp_full` at `lb_common::FULL_PATH_INDEX`, the one entry: `lb_xdp`'s tail call
+/// for every packet it does not serve itself (see `full`). Filled by the loader before
+/// the program is attached; never adopted from a previous program.
+#[btf_map]
+pub static LB_PROGRAMS: ProgramArray<1> = ProgramArray::new();

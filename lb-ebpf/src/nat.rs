@@ -649,17 +649,41 @@ pub fn forward(
 /// it back to `VIP -> client` and sends it to the client's MAC; otherwise passes it.
 #[inline(always)]
 pub fn reply(pkt: &Packet, end: usize) -> Verdict {
+    match reply_in::<true>(pkt, end) {
+        Some(v) => v,
+        // Unreachable: the whole reply path decides every packet.
+        None => Verdict::pass(PASS_NOT_VIP),
+    }
+}
+
+/// [`reply`] for a reply that notes no handshake, close or first UDP reply: a TCP
+/// segment without FIN or RST while no handshake is pending, a UDP datagram of a flow
+/// that replied before (`lb_xdp`'s hot path: without the handshake's passive signals
+/// and the UDP flow-table write, it is a fraction of the code). `None`: any other reply,
+/// for the whole path ([`reply`] in `lb_xdp_full`).
+#[inline(always)]
+pub fn settled_reply(pkt: &Packet, end: usize) -> Option<Verdict> {
+    reply_in::<false>(pkt, end)
+}
+
+/// The reply path; with `FULL` false it leaves ([`None`]) before noting any handshake,
+/// close or first UDP reply.
+#[inline(always)]
+fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
     let Some(l4) = pkt.l4(end) else {
-        return Verdict::pass(PASS_MALFORMED);
+        return Some(Verdict::pass(PASS_MALFORMED));
     };
     // Inlined (one bucket lookup, no call): the only table read of a TCP reply.
     let Some(nat) = slots::find_value::<NatTable>(&pkt.key) else {
-        return Verdict::pass(PASS_NOT_VIP);
+        return Some(Verdict::pass(PASS_NOT_VIP));
     };
     // Writes are single fields (state, age), as in the LRU map's values before.
     let state = nat.state;
     if pkt.is_tcp() {
         let flags = l4.tcp_flags;
+        if !FULL && (nat.handshake & NAT_H_PENDING != 0 || flags & (TCP_FIN | TCP_RST) != 0) {
+            return None;
+        }
         // While the flow waits for its handshake, any backend packet answers it (a
         // bare ACK too: a TIME_WAIT socket's answer to a SYN it rejected).
         if nat.handshake & NAT_H_PENDING != 0 {
@@ -679,6 +703,9 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
         }
     } else {
         if state & NAT_S_REPLIED == 0 {
+            if !FULL {
+                return None;
+            }
             nat.state = state | NAT_S_REPLIED;
             await_client(nat, pkt.key.proto, pkt.key.family);
         }
@@ -694,10 +721,10 @@ pub fn reply(pkt: &Packet, end: usize) -> Verdict {
         end,
     );
     if translated.is_none() {
-        return Verdict::pass(PASS_MALFORMED);
+        return Some(Verdict::pass(PASS_MALFORMED));
     }
     retarget_l2(pkt.eth, &nat.client_mac);
-    Verdict::new(XDP_TX, TX_NAT_REPLY)
+    Some(Verdict::new(XDP_TX, TX_NAT_REPLY))
 }
 
 /// UDP: the first reply of a flow; the client's next packet makes the entry assured.

@@ -8,7 +8,7 @@
 
 use aya_ebpf::{
     bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
-    btf_maps::Array,
+    btf_maps::{Array, ProgramArray},
     helpers::{bpf_get_smp_processor_id, bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
     macros::{btf_map, xdp},
     programs::XdpContext,
@@ -485,4 +485,35 @@ pub fn lbr_line_prefetch(ctx: XdpContext) -> u32 {
         core::intrinsics::prefetch_read_data::<Line, 3>(l);
         word::<0>(l) != NEVER
     })
+}
+
+/// `lbr_tx` at 0 and `lbr_vip` at 1, filled by `lb-components`: the targets of the
+/// tail-call programs below.
+#[btf_map]
+static LBR_TAIL: ProgramArray<2> = ProgramArray::new();
+
+/// A tail call into `lbr_tx` (`LBR_TAIL[0]`): the tail call's own price, next to
+/// `lbr_tx`. `XDP_DROP` if it failed.
+#[xdp]
+pub fn lbr_tail_tx(ctx: XdpContext) -> u32 {
+    // SAFETY: replaces this program by `lbr_tx` on the same context, or returns.
+    unsafe { LBR_TAIL.tail_call(&ctx, 0) };
+    XDP_DROP
+}
+
+/// Parses and misses the VIP index, then tail-calls `lbr_vip` (`LBR_TAIL[1]`), which
+/// parses and misses again and reflects: next to `lbr_vip`, what a packet `lb_xdp`
+/// hands to `lb_xdp_full` pays for the hand-over (the tail call, the second parse and
+/// VIP probe). `XDP_DROP` if the tail call failed.
+#[xdp]
+pub fn lbr_tail_vip(ctx: XdpContext) -> u32 {
+    let Parsed::Flow(pkt) = parse::parse(&ctx) else {
+        return XDP_PASS;
+    };
+    if !matches!(vip::dest(&pkt.key), Dest::Other) {
+        return XDP_PASS;
+    }
+    // SAFETY: as in `lbr_tail_tx`.
+    unsafe { LBR_TAIL.tail_call(&ctx, 1) };
+    XDP_DROP
 }

@@ -117,6 +117,18 @@ impl Lb {
                 panic!("loading {name} failed (verifier): {}", verifier_log(&e));
             }
         }
+        // `lb_xdp_full`, and `LB_PROGRAMS` filled with it, as the agent's loader does.
+        if let Err(e) = lb_agent::dataplane::full_path::load(&mut ebpf) {
+            match e {
+                lb_agent::dataplane::DataplaneError::Program { source, .. } => {
+                    panic!(
+                        "loading lb_xdp_full failed (verifier): {}",
+                        verifier_log(&source)
+                    )
+                }
+                e => panic!("filling LB_PROGRAMS failed: {e}"),
+            }
+        }
         Lb {
             ebpf,
             services: BTreeMap::new(),
@@ -179,6 +191,21 @@ impl Lb {
             action: result.return_value,
             out,
         })
+    }
+
+    /// Empties `LB_PROGRAMS`: `lb_xdp`'s tail call into `lb_xdp_full` then fails (what
+    /// the program must survive, counted `drop_no_full_path`).
+    pub fn clear_full_path(&mut self) {
+        let map = self.ebpf.map_mut(map_names::PROGRAMS).expect("LB_PROGRAMS");
+        let mut array = aya::maps::ProgramArray::try_from(map).expect("LB_PROGRAMS type");
+        array
+            .clear_index(&lb_common::FULL_PATH_INDEX)
+            .expect("emptying LB_PROGRAMS");
+    }
+
+    /// Puts `lb_xdp_full` back into `LB_PROGRAMS` (as loading did).
+    pub fn fill_full_path(&mut self) {
+        lb_agent::dataplane::full_path::fill(&mut self.ebpf).expect("filling LB_PROGRAMS");
     }
 
     /// Sets the interface MAC the program checks destination MACs against (`LB_CONFIG`).
@@ -578,6 +605,27 @@ impl Lb {
             .expect("per-CPU values");
         map.set(flow_cache_slot(key), empty, 0)
             .expect("writing LB_FLOW_CACHE");
+    }
+
+    /// Writes `entry` into CPU `cpu`'s `LB_FLOW_CACHE` slot for `entry.key` (the other
+    /// CPUs' copies stay).
+    pub fn set_cached_flow(&mut self, cpu: usize, entry: FlowCacheEntry) {
+        let mut map: PerCpuArray<_, FlowCacheEntry> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut(map_names::FLOW_CACHE)
+                .expect("LB_FLOW_CACHE"),
+        )
+        .expect("LB_FLOW_CACHE type");
+        let slot = flow_cache_slot(&entry.key);
+        let mut values: Vec<FlowCacheEntry> = map
+            .get(&slot, 0)
+            .expect("reading LB_FLOW_CACHE")
+            .iter()
+            .copied()
+            .collect();
+        values[cpu] = entry;
+        let values = PerCpuValues::try_from(values).expect("per-CPU values");
+        map.set(slot, values, 0).expect("writing LB_FLOW_CACHE");
     }
 
     /// CPU `cpu`'s cache slot for `key`, if it holds that flow (valid or not).

@@ -8,8 +8,8 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`], [`settled`], and [`testbed`] the probe
-//! bench's SYN responder (files under `bpf_fixtures/`).
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`],
+//! and [`testbed`] the probe bench's SYN responder (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
 mod cache;
@@ -41,6 +41,8 @@ mod nat_table;
 mod passive;
 #[path = "bpf_fixtures/settled.rs"]
 mod settled;
+#[path = "bpf_fixtures/split.rs"]
+mod split;
 #[path = "bpf_fixtures/testbed.rs"]
 mod testbed;
 #[path = "bpf_fixtures/vips.rs"]

@@ -449,7 +449,9 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
         .ns
         .run(move || {
             let mut ebpf = lb_object(&[(lb_common::map_names::FLOWS, 1024)]);
-            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
+            // An older build's one program: today's whole path (`lb_xdp` alone would
+            // tail-call into an empty `LB_PROGRAMS`).
+            let prog = loaded_xdp(&mut ebpf, lb_common::FULL_PROGRAM_NAME);
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             if through_link {
                 prog.attach(ifindex, XdpMode::Driver)
@@ -677,7 +679,9 @@ fn upgrade_from_a_pinned_link_swaps_into_it() {
         .ns
         .run(|| {
             let mut ebpf = lb_object(&[]);
-            let prog = loaded_xdp(&mut ebpf, lb_common::PROGRAM_NAME);
+            // An older build's one program: today's whole path (`lb_xdp` alone would
+            // tail-call into an empty `LB_PROGRAMS`).
+            let prog = loaded_xdp(&mut ebpf, lb_common::FULL_PROGRAM_NAME);
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
             let id = prog
                 .attach(ifindex, XdpMode::Driver)

@@ -131,7 +131,9 @@ pub fn detach(
     .map_err(|source| DataplaneError::Netlink {
         what: format!("removing XDP program id {} from `{interface}`", program.id),
         source,
-    })
+    })?;
+    super::full_path::forget(program.id);
+    Ok(())
 }
 
 /// `EBUSY`: a program is attached; `EEXIST`: one is attached in the other mode.

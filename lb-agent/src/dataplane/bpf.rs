@@ -7,7 +7,7 @@ use aya::{
     programs::Xdp,
 };
 use lb_common::{
-    PROGRAM_NAME, counters, map_names,
+    FULL_PROGRAM_NAME, PROGRAM_NAME, counters, map_names,
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
@@ -16,6 +16,7 @@ use std::os::fd::AsFd;
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
     batch::PerCpuBatchReader,
+    full_path,
     maglev_table::{self, Pair, Published},
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
@@ -44,6 +45,9 @@ pub struct BpfDataplane {
     pins: Option<PinDir>,
     /// The backend maps' size.
     sizes: MapSizes,
+    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` where the
+    /// split's tail-call array could not outlive the agent ([`full_path::lasting_dir`]).
+    serving: &'static str,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -135,6 +139,8 @@ impl BpfDataplane {
             name: PROGRAM_NAME,
             source,
         })?;
+        // `lb_xdp`'s tail-call target, in place before anything can attach `lb_xdp`.
+        full_path::load(&mut ebpf)?;
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         let vips = vip_index::VipIndex::new(
             take_array(&mut ebpf, map_names::VIP_INDEX)?,
@@ -167,6 +173,7 @@ impl BpfDataplane {
             attached: None,
             pins,
             sizes,
+            serving: PROGRAM_NAME,
         })
     }
 
@@ -191,11 +198,25 @@ impl BpfDataplane {
         })?;
         self.set_interface_mac(mac)?;
         let ifindex = attach::if_index(interface)?;
+        // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
+        let lasting = full_path::lasting_dir(self.pins.as_ref());
+        self.serving = if lasting.is_some() {
+            PROGRAM_NAME
+        } else {
+            tracing::warn!(
+                interface,
+                "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
+                 reach): attaching the whole-path program lb_xdp_full, without the hot-path \
+                 split (docs/fast-path.md, \"Two programs\")"
+            );
+            FULL_PROGRAM_NAME
+        };
+        let serving = self.serving;
         let prog_id = self.program_id()?;
         let attempt = {
-            let prog = self.program_mut()?;
+            let prog = self.serving_mut()?;
             let fd = prog.fd().map_err(|source| DataplaneError::Program {
-                name: PROGRAM_NAME,
+                name: serving,
                 source,
             })?;
             attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
@@ -209,7 +230,7 @@ impl BpfDataplane {
             (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
                 // Upgrading from an agent that attached through a pinned bpf_link:
                 // swap into that link (atomic) rather than interrupt traffic.
-                pin::swap_into_legacy_link(self.program_mut()?, &path)?;
+                pin::swap_into_legacy_link(self.serving_mut()?, &path)?;
                 tracing::warn!(
                     interface,
                     link = %path.display(),
@@ -221,6 +242,9 @@ impl BpfDataplane {
             }
             (attempt, _, _) => attempt?,
         };
+        if let Some(dir) = &lasting {
+            full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
+        }
         tracing::info!(
             interface,
             mode = used.name(),
@@ -237,16 +261,24 @@ impl BpfDataplane {
         Ok(())
     }
 
-    /// The kernel id of the loaded program.
+    /// The kernel id of the program attached (or to attach).
     pub fn program_id(&mut self) -> Result<u32, DataplaneError> {
+        let name = self.serving;
         let info = self
-            .program_mut()?
+            .serving_mut()?
             .info()
-            .map_err(|source| DataplaneError::Program {
-                name: PROGRAM_NAME,
-                source,
-            })?;
+            .map_err(|source| DataplaneError::Program { name, source })?;
         Ok(info.id())
+    }
+
+    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` (see `serving`).
+    fn serving_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        let name = self.serving;
+        self.ebpf
+            .program_mut(name)
+            .ok_or(DataplaneError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name, source })
     }
 
     /// Whether the interface still runs this program; re-attaches it when the interface
@@ -361,6 +393,21 @@ impl BpfDataplane {
             .try_into()
             .map_err(|source| DataplaneError::Program {
                 name: PROGRAM_NAME,
+                source,
+            })
+    }
+
+    /// The whole-path program `lb_xdp_full` (for BPF_PROG_TEST_RUN: the whole path run
+    /// as one program, without `lb_xdp` in front).
+    pub fn full_program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(FULL_PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram {
+                name: FULL_PROGRAM_NAME,
+            })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: FULL_PROGRAM_NAME,
                 source,
             })
     }

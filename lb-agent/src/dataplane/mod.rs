@@ -9,6 +9,7 @@ mod bpf;
 pub mod caps;
 mod error;
 mod events;
+pub mod full_path;
 mod link_watch;
 pub mod maglev_pool;
 mod maglev_table;

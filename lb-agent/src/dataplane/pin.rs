@@ -177,7 +177,7 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
     })
 }
 
-fn is_bpffs(path: &Path) -> bool {
+pub(super) fn is_bpffs(path: &Path) -> bool {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return false;
     };

@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use aya::maps::MapData;
-use lb_common::{PROGRAM_NAME, map_names};
+use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names};
 
 use super::{
     DataplaneError,
@@ -46,9 +46,9 @@ pub struct AttachedProgram {
 }
 
 impl AttachedProgram {
-    /// Whether it is lb's balancer.
+    /// Whether it is lb's balancer (`lb_xdp`, or `lb_xdp_full` attached on its own).
     pub fn is_ours(&self) -> bool {
-        self.name == PROGRAM_NAME
+        self.name == PROGRAM_NAME || self.name == FULL_PROGRAM_NAME
     }
 
     /// The refusal for an interface this program occupies: names it and how to remove it.
@@ -103,13 +103,44 @@ pub fn attached_program(
         what: format!("reading XDP program id {id} of `{interface}`"),
         source,
     })?;
+    let mut map_ids = info.map_ids;
+    // `lb_xdp` reaches most maps through its tail call: `lb_xdp_full`'s count too.
+    if let Some(full) = tail_call_target(&map_ids) {
+        let more = sys::prog_fd_by_id(full)
+            .and_then(|fd| sys::prog_info(fd.as_fd()))
+            .map_err(|source| DataplaneError::Previous {
+                what: format!("reading program id {full}, the tail-call target of id {id}"),
+                source,
+            })?;
+        for m in more.map_ids {
+            if !map_ids.contains(&m) {
+                map_ids.push(m);
+            }
+        }
+    }
     Ok(Some(AttachedProgram {
         id,
         name: info.name,
         mode,
         fd,
-        map_ids: info.map_ids,
+        map_ids,
     }))
+}
+
+/// The program in `LB_PROGRAMS` among the maps `map_ids`, if one is there.
+fn tail_call_target(map_ids: &[u32]) -> Option<u32> {
+    for &id in map_ids {
+        let Ok(map) = MapData::from_id(id) else {
+            continue;
+        };
+        let Ok(info) = map.info() else { continue };
+        if info.name() != map_names::PROGRAMS.as_bytes() {
+            continue;
+        }
+        let fd = map.fd().as_fd();
+        return sys::prog_array_entry(fd, FULL_PATH_INDEX).ok().flatten();
+    }
+    None
 }
 
 /// Opens the maps of `program` that the object `object` (ELF bytes), loaded with

@@ -110,3 +110,32 @@ fn get_info(fd: BorrowedFd<'_>, head: &mut ProgInfoHead) -> io::Result<()> {
     };
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(|_| ())
 }
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+
+/// `bpf_attr` for `BPF_MAP_LOOKUP_ELEM`.
+#[repr(C)]
+struct MapLookup {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// The program id at `index` of the program array `map` (`None`: the entry is empty).
+pub fn prog_array_entry(map: BorrowedFd<'_>, index: u32) -> io::Result<Option<u32>> {
+    let mut id = 0u32;
+    let mut attr = MapLookup {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: (&index as *const u32) as u64,
+        value: (&mut id as *mut u32) as u64,
+        flags: 0,
+    };
+    match bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+        Ok(_) => Ok(Some(id)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -187,7 +187,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut results = Vec::new();
     for case in &cases {
-        let m = measure(case, &mut dp, reflect)?;
+        let m = measure(case, &mut dp, reflect, args.whole)?;
         println!(
             "{:<24} {:>7.1} ns/pkt   floor {:>6.1} ns/pkt   ratio {:.2}x",
             m.name,
@@ -564,12 +564,15 @@ struct Args {
     /// Keep the other CPU busy (a spinning thread pinned to CPU 1) while measuring;
     /// the benchmark itself runs on CPU 0.
     busy: bool,
+    /// Measure `lb_xdp_full` run directly (the whole path as one program) instead of
+    /// `lb_xdp` with its tail call: the hand-over's price in place.
+    whole: bool,
     scale: Scale,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
-                         [--vips N | --vips N,N,...] [--full-table] [--busy] [--servers N] \
+                         [--vips N | --vips N,N,...] [--full-table] [--busy] [--whole] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
@@ -581,6 +584,7 @@ fn parse_args() -> anyhow::Result<Args> {
         vip_rounds: 15,
         full_table: false,
         busy: false,
+        whole: false,
         scale: Scale::default(),
     };
     while let Some(a) = args.next() {
@@ -613,6 +617,7 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--full-table" => parsed.full_table = true,
             "--busy" => parsed.busy = true,
+            "--whole" => parsed.whole = true,
             "--servers" => parsed.scale.servers = number("--servers")?,
             "--services" => parsed.scale.services = number("--services")?,
             "--rounds" => {
@@ -735,14 +740,24 @@ fn timed(prog: &mut Xdp, packet: &[u8]) -> Result<(u32, Duration), ProgramError>
     Ok((res.return_value, res.duration))
 }
 
-fn measure(case: &Case, dp: &mut BpfDataplane, floor: &mut Xdp) -> anyhow::Result<Measured> {
+fn measure(
+    case: &Case,
+    dp: &mut BpfDataplane,
+    floor: &mut Xdp,
+    whole: bool,
+) -> anyhow::Result<Measured> {
     let mut program_total = Duration::ZERO;
     let mut floor_total = Duration::ZERO;
     let mut calls = 0usize;
     for block in 0..BLOCKS {
         for i in 0..BLOCK {
             let pkt = &case.packets[(block * BLOCK + i) % case.packets.len()];
-            let (action, d) = timed(dp.program_mut()?, pkt)?;
+            let prog = if whole {
+                dp.full_program_mut()?
+            } else {
+                dp.program_mut()?
+            };
+            let (action, d) = timed(prog, pkt)?;
             if action != case.expect {
                 bail!(
                     "{}: expected action {} got {action} at call {}",

@@ -129,6 +129,15 @@ fn main() -> anyhow::Result<()> {
         p.load()
             .with_context(|| format!("verifier rejected {name}"))?;
     }
+    // `lb_xdp`'s tail-call target, as the agent loads it.
+    lb_agent::dataplane::full_path::load(&mut obj).context("loading lb_xdp_full")?;
+    // The reduced tail-call programs' targets.
+    for (index, target) in [(0, "lbr_tx"), (1, "lbr_vip")] {
+        let fd = program(&mut obj, target)?.fd()?.try_clone()?;
+        let mut tail =
+            aya::maps::ProgramArray::try_from(obj.map_mut("LBR_TAIL").context("no LBR_TAIL")?)?;
+        tail.set(index, &fd, 0)?;
+    }
     if let Some(path) = xlated {
         // What the verifier made of it: inlined array lookups and helpers have no call.
         let p = program(&mut obj, &xlated_program)?;
@@ -269,6 +278,12 @@ fn main() -> anyhow::Result<()> {
             fixed("XDP_TX only", "lbr_tx", XDP_TX),
             fixed("parse + MAC swap", "lbr_parse", XDP_TX),
             fixed("+ VIP index miss", "lbr_vip", XDP_TX),
+            fixed("a tail call into lbr_tx", "lbr_tail_tx", XDP_TX),
+            fixed(
+                "parse, VIP miss, tail call into lbr_vip",
+                "lbr_tail_vip",
+                XDP_TX,
+            ),
             fixed("+ one outcome counter", "lbr_counter", XDP_TX),
             fixed("+ bpf_jiffies64", "lbr_jiffies", XDP_TX),
             fixed("+ cache hit, backend, MAC rewrite", "lbr_cache", XDP_TX),
@@ -488,6 +503,8 @@ const PROGRAMS: &[&str] = &[
     "lbr_tx",
     "lbr_parse",
     "lbr_vip",
+    "lbr_tail_tx",
+    "lbr_tail_vip",
     "lbr_counter",
     "lbr_jiffies",
     "lbr_ktime",

@@ -1,0 +1,186 @@
+//! `lb_xdp_full`, the second XDP program: loaded next to `lb_xdp` and put into
+//! `LB_PROGRAMS` before `lb_xdp` can run, and kept there after the agent exits.
+//!
+//! The kernel empties a `PROG_ARRAY` when its last user reference goes (an open fd or a
+//! pin): the attached `lb_xdp` outlives the agent (netlink attach), so once attached the
+//! array is pinned as `lb_full_path_<lb_xdp's id>` in a bpffs that outlives the agent
+//! ([`lasting_dir`]). Where there is none (an agent under `ip netns exec` without
+//! `pin_path` and without access to init's `/sys/fs/bpf`), the agent attaches
+//! `lb_xdp_full` itself: the whole path in one program, as before the split. The next
+//! agent's `lb_xdp` has an array of its own (never adopted), pinned under its own id;
+//! the pins of programs that are gone or were just replaced are removed, and `lb-agent
+//! detach` removes the detached program's pin. docs/fast-path.md, "Two programs".
+
+use std::{
+    collections::BTreeSet,
+    io,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf,
+    maps::{Map, ProgramArray},
+    programs::{Xdp, loaded_programs},
+};
+use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, map_names};
+
+use super::{DataplaneError, pin};
+
+/// Pin name prefix (followed by `lb_xdp`'s program id).
+const PIN_PREFIX: &str = "lb_full_path_";
+
+/// Loads `lb_xdp_full` (the verifier runs) and puts it into `LB_PROGRAMS`.
+pub fn load(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let program_err = |source| DataplaneError::Program {
+        name: FULL_PROGRAM_NAME,
+        source,
+    };
+    let prog: &mut Xdp = ebpf
+        .program_mut(FULL_PROGRAM_NAME)
+        .ok_or(DataplaneError::MissingProgram {
+            name: FULL_PROGRAM_NAME,
+        })?
+        .try_into()
+        .map_err(program_err)?;
+    prog.load().map_err(program_err)?;
+    fill(ebpf)
+}
+
+/// Puts the loaded `lb_xdp_full` into `LB_PROGRAMS` (again: fixtures empty it).
+pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let program_err = |source| DataplaneError::Program {
+        name: FULL_PROGRAM_NAME,
+        source,
+    };
+    let prog: &mut Xdp = ebpf
+        .program_mut(FULL_PROGRAM_NAME)
+        .ok_or(DataplaneError::MissingProgram {
+            name: FULL_PROGRAM_NAME,
+        })?
+        .try_into()
+        .map_err(program_err)?;
+    let fd = prog
+        .fd()
+        .map_err(program_err)?
+        .try_clone()
+        .map_err(|source| DataplaneError::Io {
+            what: "duplicating lb_xdp_full's fd",
+            source,
+        })?;
+    let name = map_names::PROGRAMS;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or(DataplaneError::MissingMap { name })?;
+    let mut array =
+        ProgramArray::try_from(map).map_err(|source| DataplaneError::Map { name, source })?;
+    array
+        .set(FULL_PATH_INDEX, &fd, 0)
+        .map_err(|source| DataplaneError::Map { name, source })
+}
+
+/// A bpffs directory whose pins outlive this process, if there is one: `pin_path`
+/// (unless it lies under `/sys` outside init's mount namespace: `ip netns exec`
+/// remounts `/sys`, a bpffs there goes with the agent), init's `/sys/fs/bpf`, or this
+/// process's `/sys/fs/bpf` when this is surely init's mount namespace. `None`: the split
+/// cannot outlive the agent, which then attaches `lb_xdp_full` itself.
+pub fn lasting_dir(pins: Option<&pin::PinDir>) -> Option<PathBuf> {
+    let private = !in_init_mount_namespace();
+    let mut candidates = Vec::new();
+    if let Some(p) = pins
+        && !(private && p.path().starts_with("/sys"))
+    {
+        candidates.push(p.path().to_path_buf());
+    }
+    candidates.push(PathBuf::from(INIT_BPFFS));
+    if !private {
+        candidates.push(PathBuf::from("/sys/fs/bpf"));
+    }
+    candidates.into_iter().find(|d| pin::is_bpffs(d))
+}
+
+/// Whether this process surely shares init's mount namespace (unknown counts as no:
+/// a bpffs this process mounts may then go with it).
+fn in_init_mount_namespace() -> bool {
+    if std::process::id() == 1 {
+        return false;
+    }
+    match (
+        std::fs::read_link("/proc/self/ns/mnt"),
+        std::fs::read_link("/proc/1/ns/mnt"),
+    ) {
+        (Ok(own), Ok(init)) => own == init,
+        _ => false,
+    }
+}
+
+/// Init's `/sys/fs/bpf`, seen from any mount namespace (where `/proc/1` is readable).
+const INIT_BPFFS: &str = "/proc/1/root/sys/fs/bpf";
+
+fn pin_path(dir: &Path, prog_id: u32) -> PathBuf {
+    dir.join(format!("{PIN_PREFIX}{prog_id}"))
+}
+
+/// After `lb_xdp` (id `prog_id`) was attached: pins its `LB_PROGRAMS` in `dir` (from
+/// [`lasting_dir`]) so that the full path outlives this process, and removes the pins
+/// there of programs that are gone or that this attach replaced (`replaced`).
+pub fn keep(
+    ebpf: &Ebpf,
+    dir: &Path,
+    prog_id: u32,
+    replaced: Option<u32>,
+) -> Result<(), DataplaneError> {
+    let path = pin_path(dir, prog_id);
+    let name = map_names::PROGRAMS;
+    let Some(Map::ProgramArray(data)) = ebpf.map(name) else {
+        return Err(DataplaneError::MissingMap { name });
+    };
+    if !path.exists() {
+        data.pin(&path).map_err(|e| DataplaneError::Io {
+            what: "pinning LB_PROGRAMS (lb_xdp's tail-call target)",
+            source: io::Error::other(e.to_string()),
+        })?;
+    }
+    let live: BTreeSet<u32> = loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect();
+    for (id, stale) in pins_in(dir) {
+        if id != prog_id && (Some(id) == replaced || !live.contains(&id)) {
+            remove_pin(&stale);
+        }
+    }
+    Ok(())
+}
+
+/// Removes the pin that keeps program `prog_id`'s full path (after a detach; a pin in
+/// `pin_path` goes with that directory).
+pub fn forget(prog_id: u32) {
+    for dir in [INIT_BPFFS, "/sys/fs/bpf"] {
+        remove_pin(&pin_path(Path::new(dir), prog_id));
+    }
+}
+
+fn remove_pin(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(pin = %path.display(), error = %e, "removing a stale full-path pin")
+        }
+    }
+}
+
+/// The full-path pins in `dir`: (program id, path).
+fn pins_in(dir: &Path) -> Vec<(u32, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let id = name.to_str()?.strip_prefix(PIN_PREFIX)?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect()
+}
