@@ -4,7 +4,7 @@
 //! The kernel empties a `PROG_ARRAY` when its last user reference goes (an open fd or a
 //! pin): the attached `lb_xdp` outlives the agent (netlink attach), so once attached the
 //! array is pinned as `lb_full_path_<lb_xdp's id>` in a bpffs that outlives the agent
-//! ([`lasting_dir`]). Where there is none (an agent under `ip netns exec` without
+//! ([`lasting_dir`]). Where there is none (an agent in a container, or under `ip netns exec` without
 //! `pin_path` and without access to init's `/sys/fs/bpf`), the agent attaches
 //! `lb_xdp_full` itself: the whole path in one program, as before the split. The next
 //! agent's `lb_xdp` has an array of its own (never adopted), pinned under its own id;
@@ -78,12 +78,20 @@ pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
         .map_err(|source| DataplaneError::Map { name, source })
 }
 
-/// A bpffs directory whose pins outlive this process, if there is one: `pin_path`
+/// A bpffs directory whose pins outlive this process, if there is one (never in a
+/// container: see the body): `pin_path`
 /// (unless it lies under `/sys` outside init's mount namespace: `ip netns exec`
 /// remounts `/sys`, a bpffs there goes with the agent), init's `/sys/fs/bpf`, or this
 /// process's `/sys/fs/bpf` when this is surely init's mount namespace. `None`: the split
 /// cannot outlive the agent, which then attaches `lb_xdp_full` itself.
 pub fn lasting_dir(pins: Option<&pin::PinDir>) -> Option<PathBuf> {
+    // In a PID namespace of its own (a container) `/proc/1` is the container's init,
+    // and a bpffs the agent finds or mounts there goes when the container does: the
+    // next container's agent would adopt a `lb_xdp` whose `LB_PROGRAMS` the kernel
+    // emptied (new flows dropped meanwhile, the flow table not adopted).
+    if !in_initial_pid_namespace() {
+        return None;
+    }
     let private = !in_init_mount_namespace();
     let mut candidates = Vec::new();
     if let Some(p) = pins
@@ -96,6 +104,15 @@ pub fn lasting_dir(pins: Option<&pin::PinDir>) -> Option<PathBuf> {
         candidates.push(PathBuf::from("/sys/fs/bpf"));
     }
     candidates.into_iter().find(|d| pin::is_bpffs(d))
+}
+
+/// The initial PID namespace's inode number (`PROC_PID_INIT_INO` in the kernel: fixed).
+const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+
+/// Whether this process is in the host's PID namespace (not a container's); unknown
+/// counts as no.
+fn in_initial_pid_namespace() -> bool {
+    std::fs::read_link("/proc/self/ns/pid").is_ok_and(|ns| ns.as_os_str() == INITIAL_PID_NAMESPACE)
 }
 
 /// Whether this process surely shares init's mount namespace (unknown counts as no:
