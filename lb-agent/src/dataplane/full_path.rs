@@ -31,37 +31,33 @@ const PIN_PREFIX: &str = "lb_full_path_";
 
 /// Loads `lb_xdp_full` (the verifier runs) and puts it into `LB_PROGRAMS`.
 pub fn load(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let program_err = |source| DataplaneError::Program {
-        name: FULL_PROGRAM_NAME,
-        source,
-    };
-    let prog: &mut Xdp = ebpf
-        .program_mut(FULL_PROGRAM_NAME)
+    full_program(ebpf)?.load().map_err(program_error)?;
+    fill(ebpf)
+}
+
+/// `lb_xdp_full` in the object.
+fn full_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
+    ebpf.program_mut(FULL_PROGRAM_NAME)
         .ok_or(DataplaneError::MissingProgram {
             name: FULL_PROGRAM_NAME,
         })?
         .try_into()
-        .map_err(program_err)?;
-    prog.load().map_err(program_err)?;
-    fill(ebpf)
+        .map_err(program_error)
+}
+
+fn program_error(source: aya::programs::ProgramError) -> DataplaneError {
+    DataplaneError::Program {
+        name: FULL_PROGRAM_NAME,
+        source,
+    }
 }
 
 /// Puts the loaded `lb_xdp_full` into `LB_PROGRAMS` (again: fixtures empty it).
 pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let program_err = |source| DataplaneError::Program {
-        name: FULL_PROGRAM_NAME,
-        source,
-    };
-    let prog: &mut Xdp = ebpf
-        .program_mut(FULL_PROGRAM_NAME)
-        .ok_or(DataplaneError::MissingProgram {
-            name: FULL_PROGRAM_NAME,
-        })?
-        .try_into()
-        .map_err(program_err)?;
+    let prog = full_program(ebpf)?;
     let fd = prog
         .fd()
-        .map_err(program_err)?
+        .map_err(program_error)?
         .try_clone()
         .map_err(|source| DataplaneError::Io {
             what: "duplicating lb_xdp_full's fd",

@@ -393,12 +393,11 @@ fn packets_make_a_udp_entry_replied_then_assured() {
     assert_eq!(flow.flags & FLOW_F_NAT_AWAIT, 0);
 }
 
-#[test]
-fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
-    let mut lb = world(&[NAT4]);
-    let port = established(&mut lb, CPORT);
+/// The backend's FIN first, then the client's: the entry of `CPORT`'s connection on
+/// `port` ends in row 6 (the backend's TIME_WAIT).
+fn close_backend_first(lb: &mut Lb, port: u16) {
     nat_reply(
-        &mut lb,
+        lb,
         "backend FIN first",
         &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
         NAT4,
@@ -406,12 +405,19 @@ fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
         &[(TX_NAT_REPLY, 1)],
     );
     nat_forward(
-        &mut lb,
+        lb,
         "client FIN",
         &to_vip(NAT4, CPORT, TCP_FIN | TCP_ACK),
         NAT4,
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
     );
+}
+
+#[test]
+fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
+    let mut lb = world(&[NAT4]);
+    let port = established(&mut lb, CPORT);
+    close_backend_first(&mut lb, port);
     let fresh = nat_forward(
         &mut lb,
         "the client reuses its 5-tuple for a new connection",
@@ -450,21 +456,7 @@ fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
     let mut held = vec![established(&mut lb, CPORT)];
     loop {
         let port = *held.last().expect("a connection");
-        nat_reply(
-            &mut lb,
-            "backend FIN first",
-            &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
-            NAT4,
-            CPORT,
-            &[(TX_NAT_REPLY, 1)],
-        );
-        nat_forward(
-            &mut lb,
-            "client FIN",
-            &to_vip(NAT4, CPORT, TCP_FIN | TCP_ACK),
-            NAT4,
-            &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
-        );
+        close_backend_first(&mut lb, port);
         if held.len() == NAT_PORT_ATTEMPTS as usize {
             break;
         }
