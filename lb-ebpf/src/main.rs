@@ -2,7 +2,7 @@
 //! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full`]) —, `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
 //! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only),
-//! [`testbed`] the probe bench's SYN responder (`lbt_syn_responder`, test bed only).
+//! [`testbed`] the probe bench's SYN responder (`lbt_syn_responder_tc`, test bed only).
 //!
 //! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`settled`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two

@@ -1,8 +1,7 @@
-//! Test-bed programs, never attached by the agent: `lbt_syn_responder_tc` (and its XDP
-//! twin `lbt_syn_responder`) stand in for many remote hosts answering a prober's SYN
-//! checks (`lb-probe-bench --net remote`).
+//! A test-bed program, never attached by the agent: `lbt_syn_responder_tc` stands in for
+//! many remote hosts answering a prober's SYN checks (`lb-probe-bench --net remote`).
 //!
-//! On the far end of the bench's veth pair, they answer every IPv4 TCP SYN with a SYN-ACK
+//! On the far end of the bench's veth pair, it answers every IPv4 TCP SYN with a SYN-ACK
 //! (target open) or an RST-ACK (target closed, `LBT_CLOSED`), built in place from the SYN
 //! and sent back out of the same interface, and drop every other TCP segment (the
 //! prober's RSTs that end each half-open connection, which a remote host would consume).
@@ -11,26 +10,23 @@
 //! responder costs a few percent of one CPU, where real listeners in a namespace cost
 //! the rest of the two this machine has (BENCHMARKS.md §3).
 //!
-//! The bench uses the TC one (ingress, `bpf_redirect` to the interface's egress): its
-//! answers go through the interface's queue, which holds a burst while the peer's ring is
-//! full, as a NIC's transmit queue would. The XDP one's `XDP_TX` goes straight into the
-//! peer's 256-entry ring and is dropped when that is full (`xdp_tx_errors`): 18 % of the
-//! answers at 100,000 probes a second in one run, which would be counted against the
-//! prober.
+//! TC (ingress, `bpf_redirect` to the interface's egress), not XDP: its answers go
+//! through the interface's queue, which holds a burst while the peer's ring is full, as a
+//! NIC's transmit queue would. An XDP version (tried) put its `XDP_TX` answers straight
+//! into the peer's 256-entry ring and lost them when that was full (`xdp_tx_errors`):
+//! 18 % of the answers at 100,000 probes a second in one run, each counted against the
+//! prober (BENCHMARKS.md §3).
 //!
 //! The SYN-ACK keeps the SYN's TCP options as they are (a prober checks the flags and
 //! the acknowledgement number); its sequence number is derived from the SYN's.
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{
-        __sk_buff, TC_ACT_OK, TC_ACT_SHOT,
-        xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
-    },
+    bindings::{__sk_buff, TC_ACT_OK, TC_ACT_SHOT},
     btf_maps::Array,
     helpers::bpf_redirect,
-    macros::{btf_map, classifier, xdp},
-    programs::{TcContext, XdpContext},
+    macros::{btf_map, classifier},
+    programs::TcContext,
 };
 use lb_common::csum::{replace16, replace32};
 
@@ -73,17 +69,8 @@ enum Answer {
     Pass,
 }
 
-/// Answers SYNs as open or closed targets would (see the module), over XDP.
-#[xdp]
-pub fn lbt_syn_responder(ctx: XdpContext) -> u32 {
-    match answer(ctx.data(), ctx.data_end()) {
-        Answer::Reply => XDP_TX,
-        Answer::Consume => XDP_DROP,
-        Answer::Pass => XDP_PASS,
-    }
-}
-
-/// The same at TC ingress: the answer leaves through the interface's egress (its queue).
+/// Answers SYNs as open or closed targets would (see the module), at TC ingress: the
+/// answer leaves through the interface's egress (its queue).
 #[classifier]
 pub fn lbt_syn_responder_tc(ctx: TcContext) -> i32 {
     // A SYN is far shorter than any linear head; a failure only leaves the bounds

@@ -3,8 +3,7 @@
 //! SYN-ACK, or with an RST-ACK for a target marked closed, out of the interface it came
 //! in on, and consumes the prober's other segments, so that 100,000 targets cost this
 //! machine a few percent of a CPU instead of a kernel's listen path per SYN
-//! (`lb-probe-bench --net remote`). Its XDP twin `lbt_syn_responder` is loaded too, for
-//! the fixtures (why the bench does not use it: lb-ebpf's `testbed`).
+//! (`lb-probe-bench --net remote`; why TC and not XDP: lb-ebpf's `testbed`).
 
 use std::ffi::CString;
 
@@ -12,16 +11,14 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, MapError},
     programs::{
-        ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp,
+        ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions,
         tc::{self, SchedClassifierLinkId},
     },
 };
 use lb_common::map_names;
 
-/// The XDP program's name in the object.
-pub const PROGRAM: &str = "lbt_syn_responder";
-/// The TC program's name in the object (the one [`SynResponder::attach`] attaches).
-pub const PROGRAM_TC: &str = "lbt_syn_responder_tc";
+/// The program's name in the object.
+pub const PROGRAM: &str = "lbt_syn_responder_tc";
 /// Its map of closed targets (`u8` per target index, nonzero = closed).
 const CLOSED_MAP: &str = "LBT_CLOSED";
 /// Target indexes it knows: `(last address byte - 2) × PORTS_PER_HOST + (port - 20000)`.
@@ -64,7 +61,7 @@ impl std::fmt::Debug for SynResponder {
 }
 
 impl SynResponder {
-    /// Loads both programs (every target open), not attached.
+    /// Loads the program (every target open), not attached.
     pub fn load() -> Result<Self, SynResponderError> {
         // The object carries the balancer's maps too; only the responder is used here,
         // so the big tables are made small.
@@ -73,12 +70,9 @@ impl SynResponder {
             .map_max_entries(map_names::NAT, 64)
             .load(lb_agent::EBPF_OBJECT)
             .map_err(|e| SynResponderError::Load(Box::new(e)))?;
-        xdp(&mut ebpf)?
-            .load()
-            .map_err(|e| program_error("loading the XDP program", e))?;
         classifier(&mut ebpf)?
             .load()
-            .map_err(|e| program_error("loading the TC program", e))?;
+            .map_err(|e| program_error("loading it into the kernel", e))?;
         Ok(Self { ebpf, link: None })
     }
 
@@ -116,45 +110,26 @@ impl SynResponder {
             .map_err(|e| SynResponderError::Map(Box::new(e)))
     }
 
-    /// Runs the XDP program once on `frame` (BPF_PROG_TEST_RUN): its action and the
+    /// Runs it once on `frame` (BPF_PROG_TEST_RUN): its verdict (`TC_ACT_*`) and the
     /// frame it left.
-    pub fn run_xdp(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
-        let program = xdp(&mut self.ebpf)?;
-        test_run(|o| program.test_run(o), frame)
+    pub fn run(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let result = classifier(&mut self.ebpf)?
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .map_err(|e| program_error("BPF_PROG_TEST_RUN", e))?;
+        out.truncate(result.data_size_out as usize);
+        Ok((result.return_value, out))
     }
-
-    /// Runs the TC program once on `frame`: its verdict (`TC_ACT_*`) and the frame.
-    pub fn run_tc(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
-        let program = classifier(&mut self.ebpf)?;
-        test_run(|o| program.test_run(o), frame)
-    }
-}
-
-fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, SynResponderError> {
-    ebpf.program_mut(PROGRAM)
-        .and_then(|p| p.try_into().ok())
-        .ok_or(SynResponderError::Missing(PROGRAM))
 }
 
 fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, SynResponderError> {
-    ebpf.program_mut(PROGRAM_TC)
+    ebpf.program_mut(PROGRAM)
         .and_then(|p| p.try_into().ok())
-        .ok_or(SynResponderError::Missing(PROGRAM_TC))
-}
-
-fn test_run(
-    run: impl FnOnce(TestRunOptions<'_>) -> Result<aya::programs::TestRunResult, ProgramError>,
-    frame: &[u8],
-) -> Result<(u32, Vec<u8>), SynResponderError> {
-    let mut out = vec![0u8; frame.len() + 256];
-    let result = run(TestRunOptions {
-        data_in: Some(frame),
-        data_out: Some(&mut out),
-        ..Default::default()
-    })
-    .map_err(|e| program_error("BPF_PROG_TEST_RUN", e))?;
-    out.truncate(result.data_size_out as usize);
-    Ok((result.return_value, out))
+        .ok_or(SynResponderError::Missing(PROGRAM))
 }
 
 impl Drop for SynResponder {
