@@ -133,6 +133,22 @@ pub const EVENT_RING_BYTES: u32 = 256 * 1024;
 /// How many source ports the NAT path tries for a new flow before it gives up.
 pub const NAT_PORT_ATTEMPTS: u32 = 8;
 
+/// The step between a new flow's successive nat candidates in a space of `total`
+/// (address, port) pairs (at most `maps::MAX_SNAT_ADDRS` x 65,536), from the flow's hash
+/// `h`: 1 to `span`, drawn by `h`'s high half, with `span` the largest step whose
+/// 2 x [`NAT_PORT_ATTEMPTS`] offsets `first + i * step` (the allocation's two passes) stay
+/// within one turn of the space, so that they are distinct pairs whenever the space has
+/// that many (consecutive, `1`, in a smaller one). A step drawn from the whole space has
+/// short cycles instead: half of it visits 2 pairs, a quarter 4, and a client whose hash
+/// drew one was refused with 2 pairs held (docs/nat-ports.md, "Allocation"). A multiply
+/// and a shift, no division or branch: the XDP program's allocation has no stack or
+/// verifier budget to spare.
+#[inline(always)]
+pub const fn nat_stride(h: u32, total: u32) -> u32 {
+    let span = total.saturating_sub(1) / (2 * NAT_PORT_ATTEMPTS - 1);
+    1 + (((h >> 16) * span) >> 16)
+}
+
 /// `BPF_F_NO_COMMON_LRU`: per-CPU LRU lists, no global lock on the hot path.
 pub const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
 /// `BPF_F_MMAPABLE`: the agent writes Maglev tables and generations through `mmap`.
@@ -213,6 +229,34 @@ mod tests {
             );
         }
         assert!(!is_maglev_size(4100));
+    }
+
+    #[test]
+    fn a_new_flows_nat_candidates_are_distinct_pairs() {
+        const WALK: u32 = 2 * NAT_PORT_ATTEMPTS;
+        let sizes = (1..=200).chain([9_999, 10_000, 31_744, 65_535, 126_976, 262_140]);
+        for total in sizes {
+            let want = total.min(WALK) as usize;
+            for h in (0..2_000u32).map(|i| i.wrapping_mul(0x9e37_79b9) ^ (i << 16)) {
+                let stride = nat_stride(h, total);
+                let span = (total.saturating_sub(1) / (WALK - 1)).max(1);
+                assert!((1..=span).contains(&stride), "total {total}: step {stride}");
+                let mut seen = [0u32; WALK as usize];
+                for (i, s) in seen.iter_mut().enumerate() {
+                    *s = ((h % total) as u64 + i as u64 * stride as u64) as u32 % total;
+                }
+                seen.sort_unstable();
+                let distinct = 1 + seen.windows(2).filter(|w| w[0] != w[1]).count();
+                assert_eq!(distinct, want, "total {total}, hash {h:#x}: {seen:?}");
+            }
+        }
+        // The steps still spread over the space's first fifteenth (not consecutive
+        // probing).
+        let mut drawn = [false; 10_000];
+        for h in 0..=u16::MAX as u32 {
+            drawn[nat_stride(h << 16, 10_000) as usize] = true;
+        }
+        assert_eq!(drawn.iter().filter(|d| **d).count(), 666);
     }
 
     #[test]

@@ -70,8 +70,12 @@ impl Proto {
     }
 }
 
+/// The nat port range of the services [`Service::new`] builds (`snat_ports`).
+pub const NAT_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
+
 /// One `[[service]]` of the config.
 #[derive(Clone, Debug)]
+
 pub struct Service {
     pub name: String,
     pub vip: SocketAddr,
@@ -113,7 +117,7 @@ impl Service {
             protocol,
             forwarding,
             snat_ip: nat.then(|| topo.lb().addr(v6).expect("lb address")),
-            snat_ports: nat.then(|| "20000-29999".to_owned()),
+            snat_ports: nat.then(|| format!("{}-{}", NAT_PORTS.start(), NAT_PORTS.end())),
             servers: backends
                 .iter()
                 .map(|(h, w)| {

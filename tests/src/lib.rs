@@ -20,6 +20,7 @@ pub mod link;
 pub mod multinode;
 pub mod mutate;
 pub mod names;
+pub mod nat_census;
 pub mod netns;
 pub mod nft_balancer;
 pub mod operator;

@@ -3,16 +3,18 @@
 //! endpoint switchable through a control file, a web service with the default passive
 //! settings and one http probe, the agent started as an operator starts it, and the
 //! readings a scenario judges by: transitions from the API, the probe's `check-config`
-//! bounds, data-plane counters, `TcpExtPAWSTimewait` of the backends, agent RSS.
+//! bounds, data-plane counters, `TcpExtPAWSTimewait` of the backends, agent RSS, and in nat
+//! the `LB_NAT` census (`nat_census`: how near any client came to `drop_nat_ports`).
 
 use std::{
     collections::BTreeMap, fmt::Write as _, net::SocketAddr, path::Path, thread, time::Duration,
 };
 
 use crate::{
-    agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service},
+    agent::{Agent, AgentConfig, NAT_PORTS, Proto, START_TIMEOUT, Service},
     api::{self, Api, ApiError, EventView, ServiceView},
     health::{self, HealthServers, MARGIN, Probe},
+    nat_census::{self, NatCensus},
     netns::{NetNs, NetnsError},
     ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
     pacer::wall_now,
@@ -385,6 +387,8 @@ pub struct Readings {
     /// Data-plane counters' growth during the run.
     pub counters: BTreeMap<&'static str, u64>,
     pub agent_rss_kib: Option<u64>,
+    /// nat: the `LB_NAT` census at the end (or why it could not be taken).
+    pub nat_census: Option<Result<NatCensus, String>>,
 }
 
 /// Counters and PAWS drops at the start of a run, to take differences at its end.
@@ -422,7 +426,30 @@ impl Bed {
                 })
                 .collect(),
             agent_rss_kib: self.agent_rss_kib(),
+            nat_census: (self.topo.forwarding() == Forwarding::Nat).then(|| self.nat_census()),
         }
+    }
+
+    /// The web service's `LB_NAT` census (every source port of the client checked).
+    pub fn nat_census(&self) -> Result<NatCensus, String> {
+        let lb = self
+            .topo
+            .lb()
+            .addr(false)
+            .ok_or("the lb host has no IPv4 address")?;
+        let client = self
+            .topo
+            .client()
+            .addr(false)
+            .ok_or("the client has no IPv4 address")?;
+        nat_census::take(&nat_census::Scope {
+            vip: self.vip.ip(),
+            vip_port: self.vip.port(),
+            snat: &[lb],
+            ports: NAT_PORTS,
+            clients: &[client],
+        })
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -437,7 +464,11 @@ impl Readings {
             self.agent_rss_kib
                 .map_or_else(|| "?".to_owned(), |k| k.to_string()),
             self.counters
-        )
+        ) + &match &self.nat_census {
+            Some(Ok(c)) => format!("\n  {c}"),
+            Some(Err(e)) => format!("\n  LB_NAT census: {e}"),
+            None => String::new(),
+        }
     }
 }
 

@@ -446,10 +446,11 @@ fn a_new_connection_on_a_tuple_in_the_backends_time_wait_gets_a_fresh_port() {
 
 /// A client that reuses its 5-tuple for one connection after another, each closed by the
 /// backend first (Linux clients do: a source port whose peer closed first is free again
-/// at once, and `connect` hands it out again within seconds), fills its own
-/// `NAT_PORT_ATTEMPTS` candidates with pairs waiting out the backend's TIME_WAIT. Its next
-/// SYN gets its own first pair back — the backend sees that client reuse its own 4-tuple,
-/// as it would without lb in between — instead of being refused (`drop_nat_ports`).
+/// at once, and `connect` hands it out again within seconds), fills the
+/// `NAT_PORT_ATTEMPTS` candidates of the allocation's first pass with pairs waiting out
+/// the backend's TIME_WAIT, then the second pass's first. Its next SYN gets that pair
+/// back — the backend sees that client reuse its own 4-tuple, as it would without lb in
+/// between — instead of being refused (`drop_nat_ports`) or walking on.
 #[test]
 fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
     let mut lb = world(&[NAT4]);
@@ -457,12 +458,12 @@ fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
     loop {
         let port = *held.last().expect("a connection");
         close_backend_first(&mut lb, port);
-        if held.len() == NAT_PORT_ATTEMPTS as usize {
+        if held.len() == NAT_PORT_ATTEMPTS as usize + 1 {
             break;
         }
         let fresh = nat_forward(
             &mut lb,
-            "the client reuses its 5-tuple",
+            &format!("the client reuses its 5-tuple ({} held)", held.len()),
             &to_vip(NAT4, CPORT, TCP_SYN),
             NAT4,
             &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (NAT_PORT_RETRIED, 1)],
@@ -499,7 +500,10 @@ fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
         NAT4,
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (NAT_PORT_RECLAIMED, 1)],
     );
-    assert_eq!(again, held[0], "its own first pair, not a refusal");
+    assert_eq!(
+        again, held[NAT_PORT_ATTEMPTS as usize],
+        "its own pair, the second pass's first, not a refusal"
+    );
     assert_eq!(
         state_of(&lb, again),
         0,
@@ -623,6 +627,54 @@ fn allocation_takes_a_fresh_port_before_a_reclaimable_one() {
         vip,
         XDP_DROP,
         &[(DROP_NAT_PORTS, 1)],
+    );
+}
+
+/// A new flow's candidates are distinct pairs whatever its hash. The stride used to be
+/// drawn from the whole space (`1 + (h >> 16) % (total - 1)`): a client whose hash drew
+/// half the space tried 2 pairs 4 times each and, with those 2 held by other clients, was
+/// refused while most pairs were free (`netns_traffic_backup` lost one connection so in
+/// CI; 23 of a Linux client's 28,232 ephemeral ports drew such a short cycle toward one
+/// VIP with 10,000 ports).
+#[test]
+fn a_new_flows_candidates_are_distinct_pairs_whatever_its_hash() {
+    let mut lb = world(&[]);
+    let snat = ip4(10, 0, 0, 2);
+    let vip = custom_service(&mut lb, &[snat], (30000, 30009), 0, 1);
+    // A client port whose hash draws the old rule's stride of 5 in this space of 10.
+    let (cport, h) = (CPORT..)
+        .map(|p| {
+            let key = flow_key(client4(), p, vip, 80, IPPROTO_TCP);
+            (
+                p,
+                lb_common::hash::flow_hash(&key, lb_common::hash::SEED_NAT_PORT),
+            )
+        })
+        .find(|(_, h)| 1 + (h >> 16) % 9 == 5)
+        .expect("a client port with that hash");
+    let held = [h % 10, (h + 5) % 10].map(|off| 30000 + off as u16);
+    let key = |port| flow_key(ip4(10, 0, 1, 20), 80, snat, port, IPPROTO_TCP);
+    let live = NatValue {
+        client_port: 1234u16.to_be(),
+        state: EST,
+        last_seen: now_nat_seconds(),
+        ..NatValue::default()
+    };
+    for port in held {
+        lb.insert_nat(key(port), live);
+    }
+    let run = check_syn(
+        &mut lb,
+        "2 of 10 pairs held, among them the old rule's only 2 candidates",
+        (client4(), cport),
+        vip,
+        XDP_TX,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_RETRIED, 1)],
+    );
+    let port = out_sport(&syn_from(client4(), cport, vip), &run.out);
+    assert!(
+        (30000..=30009).contains(&port) && !held.contains(&port),
+        "a free pair: {port}, held {held:?}"
     );
 }
 
@@ -804,10 +856,21 @@ fn spoofed_syns_hold_ports_only_seconds() {
     let vip = custom_service(&mut lb, &[ip4(10, 0, 0, 2)], (30000, 30199), 0, 1);
     let reverse = |port| flow_key(ip4(10, 0, 1, 20), 80, ip4(10, 0, 0, 2), port, IPPROTO_TCP);
     let mut spoofed = Vec::new();
-    for i in 0..150u16 {
+    // 150 of the 200 pairs taken. Near that fill a few SYNs find all 8 of their candidates
+    // held (about u^8 of them at utilisation u) and are refused; the loop goes on until
+    // 150 were forwarded.
+    let before = lb.counters();
+    let mut sent = 0u16;
+    while spoofed.len() < 150 {
+        assert!(sent < 300, "150 of 300 spoofed SYNs forwarded");
+        let i = sent;
+        sent += 1;
         let src = ip4(198, 18, (i >> 8) as u8, i as u8);
         let syn = syn_from(src, 40000 + i, vip);
         let run = lb.run(&syn.bytes());
+        if run.action == XDP_DROP {
+            continue;
+        }
         assert_eq!(run.action, XDP_TX, "spoofed SYN {i} forwarded");
         let port = out_sport(&syn, &run.out);
         let synack = Frame::tcp(
@@ -821,6 +884,11 @@ fn spoofed_syns_hold_ports_only_seconds() {
         assert_eq!(lb.run(&synack.bytes()).action, XDP_TX, "SYN-ACK sent back");
         spoofed.push((reverse(port), synack));
     }
+    assert_eq!(
+        counter_delta(&before, &lb.counters(), DROP_NAT_PORTS),
+        u64::from(sent) - 150,
+        "every spoofed SYN not forwarded was refused for want of a pair"
+    );
     let keys: Vec<FlowKey> = spoofed.iter().map(|(k, _)| *k).collect();
     for k in &keys {
         assert_eq!(
