@@ -5,7 +5,7 @@
 //! "Allocation"), ignoring only full buckets.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     net::IpAddr,
     ops::RangeInclusive,
@@ -38,6 +38,13 @@ pub enum Holder {
     Own(u8),
     /// Another client's live entry (`state` bits).
     Other(u8),
+}
+
+impl Holder {
+    /// Neither pass may take the pair.
+    fn blocks(&self) -> bool {
+        matches!(self, Holder::Own(_) | Holder::Other(_))
+    }
 }
 
 /// The client 5-tuple (as `address:port`) toward one backend that had the most of its
@@ -135,6 +142,14 @@ fn v4(addr: IpAddr) -> Option<u32> {
     }
 }
 
+/// Whether entry `v` is the client flow `client`'s (`nat::owned_by`).
+fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
+    v.client_port == client.sport
+        && v.vip_port == client.dport
+        && v.client_addr == client.src
+        && v.vip_addr == client.dst
+}
+
 fn backend_first_closed(state: u8) -> bool {
     let closed = NAT_S_BACKEND_FIRST | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
     state & (closed | NAT_S_RST) == closed
@@ -176,13 +191,13 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
         return out;
     };
     let mut held: HashMap<FlowKey, NatValue> = HashMap::new();
-    let mut backends: BTreeMap<(u32, u16), ()> = BTreeMap::new();
+    let mut backends = BTreeSet::new();
     for (k, v) in entries {
         if k.proto != IPPROTO_TCP || k.family != FAMILY_V4 {
             continue;
         }
         *out.rows.entry(row(v.state)).or_default() += 1;
-        backends.insert((k.src[0], k.sport), ());
+        backends.insert((k.src[0], k.sport));
         held.insert(*k, *v);
     }
     let (min, max) = (*scope.ports.start() as u32, *scope.ports.end() as u32);
@@ -202,7 +217,7 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
             };
             let h = flow_hash(&key, SEED_NAT_PORT);
             let stride = nat_stride(h, total);
-            for &(baddr, bport) in backends.keys() {
+            for &(baddr, bport) in &backends {
                 let mut off = h % total;
                 let mut holders = Vec::with_capacity(WALK);
                 let mut ports = Vec::with_capacity(WALK);
@@ -220,7 +235,7 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
                     holders.push(match held.get(&reply) {
                         None => Holder::Free,
                         Some(v) if nat_reclaimable(v, IPPROTO_TCP, now) => Holder::Reclaimable,
-                        Some(v) if v.client_addr[0] == client && v.client_port == key.sport => {
+                        Some(v) if owned_by(v, &key) => {
                             if backend_first_closed(v.state) {
                                 Holder::OwnTimeWait
                             } else {
@@ -231,26 +246,13 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
                     });
                     off = (off + stride) % total;
                 }
-                let blocked = holders
-                    .iter()
-                    .filter(|h| matches!(h, Holder::Own(_) | Holder::Other(_)))
-                    .count();
+                let blocked = holders.iter().filter(|h| h.blocks()).count();
                 out.blocked[blocked] += 1;
                 let (first, second) = holders.split_at(NAT_PORT_ATTEMPTS as usize);
-                if !first.contains(&Holder::Free)
-                    && second
-                        .iter()
-                        .all(|h| matches!(h, Holder::Own(_) | Holder::Other(_)))
-                {
+                if !first.contains(&Holder::Free) && second.iter().all(Holder::blocks) {
                     out.refused += 1;
                 }
-                let worse = out.worst.as_ref().is_none_or(|w| {
-                    blocked
-                        > w.holders
-                            .iter()
-                            .filter(|h| matches!(h, Holder::Own(_) | Holder::Other(_)))
-                            .count()
-                });
+                let worse = out.worst.as_ref().is_none_or(|w| blocked > w.blocked());
                 if blocked > 0 && worse {
                     out.worst = Some(Worst {
                         client: format!(
@@ -270,6 +272,12 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
         }
     }
     out
+}
+
+impl Worst {
+    fn blocked(&self) -> usize {
+        self.holders.iter().filter(|h| h.blocks()).count()
+    }
 }
 
 impl fmt::Display for NatCensus {

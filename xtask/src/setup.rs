@@ -25,14 +25,17 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests and benchmarks need, with a command that proves each
 /// (`chromium`: the status page's browser test; `bird2`: the multi-node scenarios run
-/// BIRD in namespaces, docs/multi-node.md).
+/// BIRD in namespaces, docs/multi-node.md; `nftables`: the SYN-check scenarios make a
+/// backend silent or forge its answers with `nft` rules, and the end-to-end benchmark's
+/// baseline is an nftables DNAT host).
 const PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip"),
     ("chromium", "chromium"),
     ("bird2", "bird"),
+    ("nftables", "nft"),
 ];
-/// What only `cargo xtask bench` needs: the end-to-end benchmark's baselines.
-const BENCH_PACKAGES: &[(&str, &str)] = &[("nftables", "nft"), ("haproxy", "haproxy")];
+/// What only `cargo xtask bench` needs: the end-to-end benchmark's other baseline.
+const BENCH_PACKAGES: &[(&str, &str)] = &[("haproxy", "haproxy")];
 
 pub fn run(root: &Path, verbose: bool) -> anyhow::Result<()> {
     let userspace = Pin::read(root, pins::USERSPACE_FILE).map_err(anyhow::Error::msg)?;
