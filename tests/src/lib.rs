@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod bpffs;
 pub mod browser;
 pub mod classify;
+pub mod clock;
 pub mod cmd;
 pub mod confine;
 pub mod cpu;

@@ -18,7 +18,7 @@ use lb_common::{
     map_names,
     maps::{
         FlowKey, NAT_S_BACKEND_FIRST, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST, NatValue,
-        nat_reclaimable, nat_seconds,
+        nat_reclaimable,
     },
     nat_stride,
     table::{NAT_BUCKETS, NatBucket, SLOT_LIVE},
@@ -98,7 +98,7 @@ pub enum CensusError {
 /// service (IPv4).
 pub fn take(scope: &Scope<'_>) -> Result<NatCensus, CensusError> {
     let entries = read_newest()?;
-    let now = nat_seconds(monotonic_ns());
+    let now = crate::clock::nat_seconds_now();
     Ok(census(&entries, scope, now))
 }
 
@@ -123,16 +123,6 @@ fn read_newest() -> Result<Vec<(FlowKey, NatValue)>, CensusError> {
         }
     }
     Ok(out)
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn v4(addr: IpAddr) -> Option<u32> {

@@ -8,17 +8,7 @@ use lb_common::{
     maps::FlowValue,
     table::{FLOW_IDLE_NS, TABLE_WAYS, flow_bucket},
 };
-
-/// CLOCK_MONOTONIC now in ns (the clock of `bpf_ktime_get_ns`).
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use lb_tests::clock::monotonic_ns as now_ns;
 
 /// A flow of another client that the test puts in a bucket of its choice (the table
 /// never checks that a way's key hashes to its bucket; the program compares keys).

@@ -257,13 +257,7 @@ fn nat_reinserts_an_evicted_reverse_entry() {
 
 /// `lb_common::maps::nat_seconds` of CLOCK_MONOTONIC now (the clock of bpf_ktime_get_ns).
 pub fn now_nat_seconds() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    lb_common::maps::nat_seconds(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    lb_tests::clock::nat_seconds_now()
 }
 
 /// A TCP service with a single source port (30000) toward one backend, plus the key of

@@ -99,13 +99,7 @@ const LIFECYCLE: [(&str, u8, u8, u32); 14] = [
 fn steady_nat_seconds() -> u32 {
     const COARSE_NS: u64 = 1 << 30;
     loop {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime fills the timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        let ns = lb_tests::clock::monotonic_ns();
         let left = COARSE_NS - ns % COARSE_NS;
         if left > 50_000_000 {
             return now_nat_seconds();
