@@ -375,6 +375,23 @@ pub const fn nat_reuse_after(state: u8, proto: u8) -> u32 {
     NAT_TCP_IDLE_REUSE
 }
 
+/// A TCP entry in `state` whose backend closed first, both FINs seen and no reset
+/// before: the backend holds the 4-tuple in TIME_WAIT (row 6 of docs/nat-ports.md).
+#[inline(always)]
+pub const fn nat_backend_time_wait(state: u8) -> bool {
+    let closed = NAT_S_BACKEND_FIRST | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    state & (closed | NAT_S_RST) == closed
+}
+
+/// Whether reverse entry `v` belongs to the client flow `client` (its 5-tuple).
+#[inline(always)]
+pub fn nat_owned_by(v: &NatValue, client: &FlowKey) -> bool {
+    v.client_port == client.sport
+        && v.vip_port == client.dport
+        && v.client_addr == client.src
+        && v.vip_addr == client.dst
+}
+
 /// Whether a NAT entry's source port may be given to a new flow at `now` (see
 /// [`nat_seconds`] and [`nat_reuse_after`]).
 #[inline(always)]

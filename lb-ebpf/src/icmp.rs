@@ -291,7 +291,7 @@ fn client_side(icmp: &Icmp, kind: Kind, q: &Quote, svc: &ServiceMeta, end: usize
     let Some(v) = crate::nat::entry(&reverse) else {
         return Verdict::pass(PASS_NOT_VIP);
     };
-    if !crate::nat::owned_by(v, &q.key) {
+    if !lb_common::maps::nat_owned_by(v, &q.key) {
         return Verdict::pass(PASS_NOT_VIP);
     }
     // From the client's side (the previous hop its packets came from), and a port or

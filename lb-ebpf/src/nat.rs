@@ -23,7 +23,8 @@ use lb_common::{
         Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue,
         MAX_SNAT_ADDRS, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED, NAT_S_BACKEND_FIRST,
         NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue,
-        ServiceMeta, nat_reclaimable, nat_seconds,
+        ServiceMeta, nat_backend_time_wait as backend_time_wait, nat_owned_by as owned_by,
+        nat_reclaimable, nat_seconds,
     },
     nat_stride,
     table::{NAT_BUCKETS, nat_hash},
@@ -552,22 +553,6 @@ fn own_time_wait(old: &NatValue, new: &NatValue) -> bool {
         && old.vip_port == new.vip_port
         && old.client_addr == new.client_addr
         && old.vip_addr == new.vip_addr
-}
-
-/// The backend closed first and both FINs were seen: it holds the 4-tuple in TIME_WAIT.
-#[inline(always)]
-fn backend_time_wait(state: u8) -> bool {
-    let closed = NAT_S_BACKEND_FIRST | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
-    state & (closed | NAT_S_RST) == closed
-}
-
-/// Whether a reverse entry belongs to the client flow `client`.
-#[inline(always)]
-pub(crate) fn owned_by(v: &NatValue, client: &FlowKey) -> bool {
-    v.client_port == client.sport
-        && v.vip_port == client.dport
-        && v.client_addr == client.src
-        && v.vip_addr == client.dst
 }
 
 /// Notes in the reverse entry (`rev`, if the flow's own) what a client packet of a

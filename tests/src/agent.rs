@@ -75,7 +75,6 @@ pub const NAT_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
 
 /// One `[[service]]` of the config.
 #[derive(Clone, Debug)]
-
 pub struct Service {
     pub name: String,
     pub vip: SocketAddr,
