@@ -1,7 +1,10 @@
-//! `[agent] announce_interface` and `bird_socket` (docs/multi-node.md): parsed, defaults
-//! off, errors name file:line:key.
+//! `[agent] announce_interface`, `announce_lifetime` and `bird_socket`
+//! (docs/multi-node.md): parsed, defaults, errors name file:line:key.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use lb_agent::config;
 
@@ -54,4 +57,39 @@ fn changing_them_needs_a_restart() {
         .agent;
     let changes = config::restart_only_changes(&a, &b);
     assert_eq!(changes.0, vec!["announce_interface"]);
+}
+
+#[test]
+fn the_lifetime_defaults_to_a_minute_and_takes_whole_seconds_or_forever() {
+    let c = parse("[agent]\n").expect("parses");
+    assert_eq!(
+        c.agent.announce_lifetime,
+        Some(config::DEFAULT_ANNOUNCE_LIFETIME)
+    );
+    assert_eq!(config::DEFAULT_ANNOUNCE_LIFETIME, Duration::from_secs(60));
+    let c = parse("[agent]\nannounce_lifetime = \"5m\"\n").expect("parses");
+    assert_eq!(c.agent.announce_lifetime, Some(Duration::from_secs(300)));
+    let c = parse("[agent]\nannounce_lifetime = \"forever\"\n").expect("parses");
+    assert_eq!(c.agent.announce_lifetime, None);
+    assert_eq!(
+        config::announce_refresh_every(Duration::from_secs(4)),
+        Duration::from_millis(1333)
+    );
+    for bad in ["2s", "1500ms", "3500ms", "2d", "0s", "soon"] {
+        let err = parse(&format!("[agent]\n\nannounce_lifetime = \"{bad}\"\n")).expect_err(bad);
+        assert!(
+            err.starts_with("lb.toml:3: agent.announce_lifetime:"),
+            "{bad}: {err}"
+        );
+    }
+    let err = parse("[agent]\nannounce_lifetime = \"2s\"\n").unwrap_err();
+    assert!(err.contains("from 3s to 86400s"), "{err}");
+    let a = parse("[agent]\n").unwrap().agent;
+    let b = parse("[agent]\nannounce_lifetime = \"30s\"\n")
+        .unwrap()
+        .agent;
+    assert_eq!(
+        config::restart_only_changes(&a, &b).0,
+        vec!["announce_lifetime"]
+    );
 }

@@ -54,6 +54,8 @@ pub struct Node {
     pub dir: PathBuf,
     pub agent: Option<NsProcess>,
     pub bird: Option<NsProcess>,
+    /// More `[agent]` lines for the agent's config (e.g. `announce_lifetime = "4s"`).
+    pub agent_keys: String,
 }
 
 impl Node {
@@ -93,11 +95,12 @@ impl Node {
     pub fn start_agent(&mut self, backends: &[(Ipv4Addr, u32)]) -> Result<(), Error> {
         let mut cfg = format!(
             "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"\"\npin_path = \"\"\n\
-             api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n\n\
+             api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n{}\n\
              [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"dsr\"\nfail_open = false\n",
             self.socket().display().to_string(),
             self.dir.join("admin-state.json").display().to_string(),
             self.bird_socket().display().to_string(),
+            self.agent_keys,
         );
         for (b, weight) in backends {
             cfg.push_str(&format!(
@@ -122,6 +125,27 @@ impl Node {
         p.wait_for_line(0, READY_LINE, Duration::from_secs(30))?;
         self.agent = Some(p);
         Ok(())
+    }
+
+    /// The VIP's lifetime on the node's announce interface in seconds (`None`: the
+    /// address is not there; `u32::MAX`: forever), as `ip -o addr` shows it.
+    pub fn vip_valid_lft(&self) -> Result<Option<u32>, Error> {
+        let out = self
+            .ns
+            .ip(&["-o", "-4", "addr", "show", "dev", ANNOUNCE_IF])?;
+        let Some(line) = out.lines().find(|l| l.contains(&format!("{VIP}/32"))) else {
+            return Ok(None);
+        };
+        let lft = line
+            .split_whitespace()
+            .skip_while(|w| *w != "valid_lft")
+            .nth(1)
+            .ok_or_else(|| format!("no valid_lft in {line:?}"))?;
+        Ok(Some(if lft == "forever" {
+            u32::MAX
+        } else {
+            lft.trim_end_matches("sec").parse()?
+        }))
     }
 
     /// Runs `lb-agent ARGS… --socket <node's socket>` and returns its stdout.
@@ -264,6 +288,7 @@ impl MultiNode {
                 dir: ndir,
                 agent: None,
                 bird: None,
+                agent_keys: String::new(),
             });
         }
         let mut backend_list = Vec::new();

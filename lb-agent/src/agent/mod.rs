@@ -342,6 +342,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.snapshot_dirty = true;
     }
 
+    /// Restarts the lifetime of the announced VIP addresses (the dead-man switch: see
+    /// [`crate::announce::Announcer::refresh`]).
+    pub fn refresh_announcements(&mut self) {
+        self.announcer.refresh();
+        self.snapshot_dirty = true;
+    }
+
     /// Drains (withdraws every VIP, keeps forwarding what still arrives) or undrains the
     /// node; the next snapshot shows it.
     pub fn set_node_drained(&mut self, drained: bool) -> Result<(), AdminError> {

@@ -22,6 +22,7 @@
 pub mod bird;
 pub mod fingerprint;
 pub mod routes;
+pub mod rtnl;
 #[cfg(test)]
 mod tests;
 
@@ -240,6 +241,28 @@ impl Announcer {
             );
         }
         changes
+    }
+
+    /// Restarts the lifetime of every announced VIP (and puts back one the kernel let
+    /// expire while the agent could not run). The running agent calls this well within
+    /// `agent.announce_lifetime`; an agent that stays dead stops calling it, and the
+    /// kernel withdraws the node.
+    pub fn refresh(&mut self) {
+        let Some(routes) = &self.routes else {
+            return;
+        };
+        for (ip, vip) in &mut self.vips {
+            if !vip.installed || !vip.reason.announces() {
+                continue;
+            }
+            match routes.add(*ip) {
+                Ok(()) => vip.error = None,
+                Err(err) => {
+                    warn!(vip = %ip, error = %err, "refreshing the VIP's lifetime failed");
+                    vip.error = Some(err.to_string());
+                }
+            }
+        }
     }
 
     /// Records the routing daemon's sessions as last read (`None`: not read).

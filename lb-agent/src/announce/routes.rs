@@ -2,29 +2,36 @@
 //! owns. The routing daemon exports that interface's prefixes (BIRD `protocol direct`),
 //! so the daemon needs no knowledge of lb. The kernel here has no `dummy` driver: the
 //! agent creates an `ifb` device when the interface is missing (an address on `lo` works
-//! too). Changes go through iproute2's `ip`, which every lb host already has.
+//! too). Changes go through rtnetlink ([`super::rtnl`]).
+//!
+//! Every address carries a lifetime (`agent.announce_lifetime`) that the running agent
+//! restarts well before it ends: an agent that dies and stays dead lets the kernel
+//! remove the addresses, and the routing daemon withdraws the node (docs/multi-node.md,
+//! "Dead-man switch").
 
 use std::{
     net::IpAddr,
-    process::Command,
     sync::{Arc, Mutex},
+    time::Duration,
 };
+
+use super::rtnl::{self, RtnlError};
 
 /// A route operation that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
-    #[error("running `ip {args}`: {source}")]
-    Spawn {
-        args: String,
-        source: std::io::Error,
-    },
-    #[error("`ip {args}` failed: {stderr}")]
+    #[error(transparent)]
+    Netlink(#[from] RtnlError),
+    #[error("interface {0} does not exist any more")]
+    Gone(String),
+    #[error("{args} failed: {stderr}")]
+    /// A failure injected by [`MemoryRoutes`] (tests).
     Failed { args: String, stderr: String },
 }
 
 /// The announced VIPs as routes.
 pub trait VipRoutes {
-    /// Announces `ip` (idempotent).
+    /// Announces `ip`, or refreshes it when it is announced: its lifetime starts again.
     fn add(&self, ip: IpAddr) -> Result<(), RouteError>;
     /// Withdraws `ip` (idempotent).
     fn remove(&self, ip: IpAddr) -> Result<(), RouteError>;
@@ -38,42 +45,59 @@ pub trait VipRoutes {
 #[derive(Clone, Debug)]
 pub struct KernelRoutes {
     interface: String,
+    /// Lifetime of every address added or refreshed; `None`: they never expire.
+    lifetime: Option<Duration>,
 }
 
 impl KernelRoutes {
     /// Uses `interface`, creating it as an `ifb` device when it does not exist, and sets
-    /// it up.
-    pub fn open(interface: &str) -> Result<Self, RouteError> {
-        if ip(&["link", "show", "dev", interface]).is_err() {
-            ip(&["link", "add", interface, "type", "ifb"])?;
+    /// it up. Addresses get `lifetime` (`None`: they never expire).
+    pub fn open(interface: &str, lifetime: Option<Duration>) -> Result<Self, RouteError> {
+        if rtnl::link_index(interface)?.is_none() {
+            match rtnl::create_ifb(interface) {
+                Ok(()) => {}
+                // Made meanwhile by someone else: use it.
+                Err(e) if e.errno() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        ip(&["link", "set", "dev", interface, "up"])?;
-        Ok(Self {
+        let routes = Self {
             interface: interface.to_string(),
-        })
+            lifetime,
+        };
+        rtnl::set_up(routes.index()?, interface)?;
+        Ok(routes)
+    }
+
+    /// The interface's index now (it may have been removed and made again).
+    fn index(&self) -> Result<u32, RouteError> {
+        rtnl::link_index(&self.interface)?.ok_or_else(|| RouteError::Gone(self.interface.clone()))
     }
 }
 
 impl VipRoutes for KernelRoutes {
     fn add(&self, vip: IpAddr) -> Result<(), RouteError> {
-        let prefix = host_prefix(vip);
-        let mut args = vec!["addr", "replace", &prefix, "dev", &self.interface];
-        if vip.is_ipv6() {
-            args.push("nodad");
-        }
-        ip(&args).map(drop)
+        Ok(rtnl::replace_host_address(
+            self.index()?,
+            vip,
+            self.lifetime,
+        )?)
     }
 
     fn remove(&self, vip: IpAddr) -> Result<(), RouteError> {
-        if !self.list()?.contains(&vip) {
-            return Ok(());
+        match rtnl::delete_host_address(self.index()?, vip) {
+            Ok(()) => Ok(()),
+            // Not there (expired, or removed by hand): withdrawn all the same.
+            Err(e) if e.errno() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        ip(&["addr", "del", &host_prefix(vip), "dev", &self.interface]).map(drop)
     }
 
     fn list(&self) -> Result<Vec<IpAddr>, RouteError> {
-        let out = ip(&["-o", "addr", "show", "dev", &self.interface])?;
-        Ok(parse_host_addrs(&out))
+        Ok(rtnl::host_addresses(self.index()?)?
+            .into_iter()
+            .map(|a| a.addr)
+            .collect())
     }
 
     fn describe(&self) -> String {
@@ -81,62 +105,12 @@ impl VipRoutes for KernelRoutes {
     }
 }
 
-fn host_prefix(vip: IpAddr) -> String {
-    match vip {
-        IpAddr::V4(a) => format!("{a}/32"),
-        IpAddr::V6(a) => format!("{a}/128"),
-    }
-}
-
-/// The host (`/32`, `/128`) addresses in `ip -o addr show` output.
-pub fn parse_host_addrs(out: &str) -> Vec<IpAddr> {
-    let mut found = Vec::new();
-    for line in out.lines() {
-        let mut words = line.split_whitespace();
-        while let Some(w) = words.next() {
-            if w != "inet" && w != "inet6" {
-                continue;
-            }
-            let Some((addr, len)) = words.next().and_then(|p| p.split_once('/')) else {
-                continue;
-            };
-            let Ok(ip) = addr.parse::<IpAddr>() else {
-                continue;
-            };
-            let host = match ip {
-                IpAddr::V4(_) => len == "32",
-                IpAddr::V6(_) => len == "128",
-            };
-            if host {
-                found.push(ip);
-            }
-        }
-    }
-    found
-}
-
-fn ip(args: &[&str]) -> Result<String, RouteError> {
-    let joined = args.join(" ");
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|source| RouteError::Spawn {
-            args: joined.clone(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(RouteError::Failed {
-            args: joined,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Routes kept in memory (tests), with an optional failure to inject.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryRoutes {
     pub installed: Arc<Mutex<Vec<IpAddr>>>,
+    /// Every successful `add`, in order (announcements and refreshes).
+    pub added: Arc<Mutex<Vec<IpAddr>>>,
     /// While set, every add/remove fails with this message.
     pub fail: Arc<Mutex<Option<String>>>,
 }
@@ -162,6 +136,7 @@ impl MemoryRoutes {
 impl VipRoutes for MemoryRoutes {
     fn add(&self, vip: IpAddr) -> Result<(), RouteError> {
         self.check("add")?;
+        self.added.lock().expect("not poisoned").push(vip);
         let mut v = self.installed.lock().expect("not poisoned");
         if !v.contains(&vip) {
             v.push(vip);

@@ -1,4 +1,4 @@
-//! The announcer's rules against in-memory routes; BIRD and `ip` output parsing;
+//! The announcer's rules against in-memory routes; BIRD output parsing;
 //! fingerprints that ignore backend ids.
 
 use std::net::{IpAddr, SocketAddr};
@@ -235,20 +235,6 @@ other      BGP        ---        start  2026-12-01 14:50:02  Active        Socke
 }
 
 #[test]
-fn parses_host_addresses_of_ip_addr_show() {
-    let out = "\
-5: lbvip    inet 10.0.0.100/32 scope global lbvip\\       valid_lft forever preferred_lft forever
-5: lbvip    inet 10.0.0.0/24 scope global lbvip\\       valid_lft forever preferred_lft forever
-5: lbvip    inet6 fd00::100/128 scope global \\       valid_lft forever preferred_lft forever
-5: lbvip    inet6 fe80::1/64 scope link \\       valid_lft forever preferred_lft forever
-";
-    assert_eq!(
-        routes::parse_host_addrs(out),
-        vec![ip("10.0.0.100"), ip("fd00::100")]
-    );
-}
-
-#[test]
 fn fingerprint_depends_on_addresses_not_ids() {
     let a: SocketAddr = "10.0.1.1:80".parse().unwrap();
     let b: SocketAddr = "10.0.1.2:80".parse().unwrap();
@@ -263,4 +249,40 @@ fn fingerprint_depends_on_addresses_not_ids() {
     let moved = [1u32, 2, 1, 2, 2];
     let f3 = fingerprint::fingerprint(&moved, |id| [None, Some(a), Some(b)][id as usize]);
     assert_ne!(f1, f3);
+}
+
+#[test]
+fn a_refresh_restarts_the_lifetime_of_announced_vips_only() {
+    let routes = MemoryRoutes::default();
+    let mut a = started(&routes);
+    let (up, down) = (ip("10.0.0.100"), ip("10.0.0.101"));
+    a.update(vec![(up, Serve::Serving), (down, Serve::Nothing)]);
+    assert_eq!(routes.installed(), vec![up]);
+    routes.added.lock().unwrap().clear();
+    a.refresh();
+    a.refresh();
+    assert_eq!(*routes.added.lock().unwrap(), vec![up, up]);
+    // Expired meanwhile (the agent stalled past the lifetime): the refresh puts it back.
+    routes.installed.lock().unwrap().clear();
+    a.refresh();
+    assert_eq!(routes.installed(), vec![up]);
+}
+
+#[test]
+fn a_failed_refresh_shows_in_status_and_clears_when_one_succeeds() {
+    let routes = MemoryRoutes::default();
+    let mut a = started(&routes);
+    let vip = ip("10.0.0.100");
+    a.update(vec![(vip, Serve::Serving)]);
+    *routes.fail.lock().unwrap() = Some("No buffer space available".into());
+    a.refresh();
+    let status = a.status();
+    assert!(status.vips[0].announced);
+    assert_eq!(
+        status.vips[0].error.as_deref(),
+        Some("add failed: No buffer space available")
+    );
+    *routes.fail.lock().unwrap() = None;
+    a.refresh();
+    assert_eq!(a.status().vips[0].error, None);
 }

@@ -49,10 +49,18 @@ pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbors>(
     let Some(interface) = &cfg.announce_interface else {
         return Ok(None);
     };
-    let routes = KernelRoutes::open(interface)
+    let routes = KernelRoutes::open(interface, cfg.announce_lifetime)
         .with_context(|| format!("preparing the announce interface {interface}"))?;
     agent.start_announcing(Box::new(routes), drain_file(cfg));
-    info!(interface, "announcing VIPs");
+    match cfg.announce_lifetime {
+        Some(lifetime) => info!(
+            interface,
+            lifetime_s = lifetime.as_secs(),
+            refresh_s = lb_agent::config::announce_refresh_every(lifetime).as_secs_f64(),
+            "announcing VIPs (withdrawn by the kernel if the agent stays dead)"
+        ),
+        None => info!(interface, "announcing VIPs (lifetime forever)"),
+    }
     let Some(socket) = cfg.bird_socket.clone() else {
         return Ok(None);
     };

@@ -188,6 +188,14 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     );
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
+    // Only when announcing with a lifetime; the first tick is at once, so a restart
+    // refreshes what the previous run announced before anything else.
+    let mut announce_refresh = match (&cfg.agent.announce_interface, cfg.agent.announce_lifetime) {
+        (Some(_), Some(lifetime)) => Some(tokio::time::interval(
+            lb_agent::config::announce_refresh_every(lifetime),
+        )),
+        _ => None,
+    };
     let mut stats = tokio::time::interval(STATS_EVERY);
     let mut link_watch = LinkWatch::new(LINK_WATCH_EVERY);
     let mut reattached = 0;
@@ -239,6 +247,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            _ = next_tick(&mut announce_refresh) => {
+                agent.refresh_announcements();
+                Ok(())
+            }
             _ = link_watch.due() => {
                 match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
                     Ok(Some(status)) => agent.set_xdp_mode(&status),
@@ -334,6 +346,16 @@ where
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next tick of an optional interval (pending forever without one).
+async fn next_tick(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
         None => std::future::pending().await,
     }
 }

@@ -23,6 +23,7 @@
 //! | `api_token_file` | absolute path | none | bearer token for changes over `api_listen`; without it TCP serves reads only |
 //! | `state_file` | absolute path | [`DEFAULT_STATE_FILE`] | runtime admin state kept across restarts; `""` disables |
 //! | `announce_interface` | interface name | none (announcing off) | announced VIPs as `/32`/`/128` addresses on it, created as `ifb` if missing (docs/multi-node.md) |
+//! | `announce_lifetime` | duration 3s..1d, or `"forever"` | `60s` | lifetime of the announced addresses; the running agent restarts it every third, so a node whose agent stays dead is withdrawn when it ends (docs/multi-node.md) |
 //! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
 //! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
 //!
@@ -146,6 +147,21 @@ pub const DEFAULT_SOURCE_BURST: u32 = 2000;
 pub const MAX_SNAT_ADDRS: usize = lb_common::maps::MAX_SNAT_ADDRS;
 /// Default `agent.max_backends`: the size the XDP object is compiled with.
 pub const DEFAULT_MAX_BACKENDS: u32 = lb_common::MAX_BACKENDS - 1;
+/// `agent.announce_lifetime` when not set: long enough that a restart (seconds) never
+/// lets an address expire, short enough that a dead node stops attracting traffic
+/// within a minute.
+pub const DEFAULT_ANNOUNCE_LIFETIME: Duration = Duration::from_secs(60);
+/// How often the running agent restarts the announced addresses' lifetime: a third of
+/// it (to the millisecond), so two refreshes can be missed (a stalled or restarting
+/// agent) before an address expires.
+pub fn announce_refresh_every(lifetime: Duration) -> Duration {
+    Duration::from_millis((lifetime.as_millis() / 3) as u64)
+}
+
+/// The range `agent.announce_lifetime` accepts: the kernel counts lifetimes in whole
+/// seconds, and the agent refreshes every third of it.
+pub const ANNOUNCE_LIFETIMES: RangeInclusive<Duration> =
+    Duration::from_secs(3)..=Duration::from_secs(86_400);
 /// Largest `agent.max_backends`.
 pub const MAX_MAX_BACKENDS: u32 = lb_common::BACKEND_ENTRIES_LIMIT - 1;
 /// Default `service.max_fails`.
@@ -192,6 +208,10 @@ pub struct AgentConfig {
     /// Interface holding the announced VIPs as host addresses (docs/multi-node.md);
     /// `None`: announcing off.
     pub announce_interface: Option<String>,
+    /// Lifetime of the announced VIP addresses, restarted by the running agent every
+    /// third of it; an agent that stays dead is withdrawn when it ends; `None`: never
+    /// (`"forever"`).
+    pub announce_lifetime: Option<Duration>,
     /// BIRD's control socket, read for BGP session status; `None`: not read.
     pub bird_socket: Option<PathBuf>,
     /// Backends the data plane holds over all services (the backend maps' size, set
@@ -212,6 +232,7 @@ impl Default for AgentConfig {
             api_token_file: None,
             state_file: Some(PathBuf::from(DEFAULT_STATE_FILE)),
             announce_interface: None,
+            announce_lifetime: Some(DEFAULT_ANNOUNCE_LIFETIME),
             bird_socket: None,
             max_backends: DEFAULT_MAX_BACKENDS,
         }

@@ -37,6 +37,7 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
         service_lines(svc, &mut out);
     }
     out.extend(capacity_line(cfg));
+    out.extend(announce_line(cfg));
     out.extend(tcp_check_line(cfg, host));
     if let Some(warning) = super::non_loopback_api(&cfg.agent) {
         out.push(format!("warning: {warning}"));
@@ -411,6 +412,23 @@ pub fn human(d: Duration) -> String {
         let _ = write!(out, "{s}s");
     }
     out
+}
+
+/// When announcing: where the VIPs go and the dead-man switch's bound.
+fn announce_line(cfg: &Config) -> Option<String> {
+    let interface = cfg.agent.announce_interface.as_ref()?;
+    Some(match cfg.agent.announce_lifetime {
+        Some(lifetime) => format!(
+            "announce: VIPs as host addresses on {interface}, lifetime {} refreshed every {}; \
+             an agent dead for longer is withdrawn",
+            human(lifetime),
+            human(super::announce_refresh_every(lifetime))
+        ),
+        None => format!(
+            "announce: VIPs as host addresses on {interface}, lifetime forever: an agent that \
+             stays dead keeps the node announced"
+        ),
+    })
 }
 
 /// With a non-default `agent.max_backends`: the room and the kernel memory it takes

@@ -21,6 +21,7 @@ const AGENT_KEYS: &[&str] = &[
     "api_token_file",
     "state_file",
     "announce_interface",
+    "announce_lifetime",
     "bird_socket",
     "max_backends",
 ];
@@ -235,6 +236,8 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         Ok(Some(s.to_string()))
     })?
     .flatten();
+    let announce_lifetime =
+        opt(t, "announce_lifetime", announce_lifetime)?.unwrap_or(d.announce_lifetime);
     let bird_socket = opt(t, "bird_socket", |f| {
         f.parse(|s| optional_path(s, "BIRD's control socket, e.g. \"/run/bird/bird.ctl\""))
     })?
@@ -264,9 +267,27 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         api_token_file,
         state_file,
         announce_interface,
+        announce_lifetime,
         bird_socket,
         max_backends,
     })
+}
+
+/// `agent.announce_lifetime`: a duration in [`ANNOUNCE_LIFETIMES`], or `"forever"`.
+fn announce_lifetime(f: &Field<'_>) -> R<Option<Duration>> {
+    if f.str()? == "forever" {
+        return Ok(None);
+    }
+    let d = duration(f)?;
+    if !ANNOUNCE_LIFETIMES.contains(&d) || d.subsec_nanos() != 0 {
+        return Err(f.err(format!(
+            "must be whole seconds from {}s to {}s (\"60s\"), or \"forever\" to keep \
+             announcing while the agent is dead",
+            ANNOUNCE_LIFETIMES.start().as_secs(),
+            ANNOUNCE_LIFETIMES.end().as_secs()
+        )));
+    }
+    Ok(Some(d))
 }
 
 /// `""` → `None`; otherwise an absolute path (`what` says what to write).

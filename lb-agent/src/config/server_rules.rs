@@ -137,6 +137,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         api_token_file,
         state_file,
         announce_interface,
+        announce_lifetime,
         bird_socket,
         max_backends,
     } = running;
@@ -160,6 +161,10 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
     diff(
         *announce_interface != new.announce_interface,
         "announce_interface",
+    );
+    diff(
+        *announce_lifetime != new.announce_lifetime,
+        "announce_lifetime",
     );
     diff(*bird_socket != new.bird_socket, "bird_socket");
     diff(*max_backends != new.max_backends, "max_backends");
