@@ -233,6 +233,9 @@ impl AgentConfig {
 pub struct Agent {
     process: NsProcess,
     config_path: PathBuf,
+    /// How it was started, for [`Agent::restart`].
+    binary: PathBuf,
+    flags: Vec<String>,
 }
 
 impl Agent {
@@ -274,6 +277,22 @@ impl Agent {
     ) -> Result<Agent, AgentError> {
         let config_path = topo.dir().join("lb.toml");
         write_config(&config_path, config)?;
+        let process = Self::spawn(topo, binary, &config_path, flags, timeout)?;
+        Ok(Agent {
+            process,
+            config_path,
+            binary: binary.to_owned(),
+            flags: flags.to_vec(),
+        })
+    }
+
+    fn spawn(
+        topo: &Topology,
+        binary: &Path,
+        config_path: &Path,
+        flags: &[String],
+        timeout: Duration,
+    ) -> Result<NsProcess, AgentError> {
         let mut args = vec![
             "run".to_owned(),
             "--config".to_owned(),
@@ -282,10 +301,35 @@ impl Agent {
         args.extend(flags.iter().cloned());
         let process = topo.lb().spawn("lb-agent", binary, &args)?;
         process.wait_for_line(0, READY_LINE, timeout)?;
-        Ok(Agent {
-            process,
-            config_path,
-        })
+        Ok(process)
+    }
+
+    /// Ends the agent with `signal` (SIGTERM: a clean stop; SIGKILL: a crash) and starts
+    /// it again as it was started (same config file and flags), waiting for
+    /// [`READY_LINE`].
+    pub fn restart(
+        &mut self,
+        topo: &Topology,
+        signal: i32,
+        timeout: Duration,
+    ) -> Result<(), AgentError> {
+        self.process.end_with(signal, Duration::from_secs(10))?;
+        self.process = Self::spawn(topo, &self.binary, &self.config_path, &self.flags, timeout)?;
+        Ok(())
+    }
+
+    /// Sends SIGHUP without changing the config file and waits for the answer; returns
+    /// the `config reloaded` line, or an error with the `reload failed` line.
+    pub fn reload_unchanged(&self, timeout: Duration) -> Result<String, AgentError> {
+        let since = self.process.cursor();
+        self.process.signal(libc::SIGHUP)?;
+        let (which, line) =
+            self.process
+                .wait_for_any(since, &[RELOADED_LINE, RELOAD_FAILED_LINE], timeout)?;
+        if which == 1 {
+            return Err(AgentError::ReloadRefused { line });
+        }
+        Ok(line)
     }
 
     /// Rewrites the config, sends SIGHUP and waits for the agent's answer; returns the

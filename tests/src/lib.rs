@@ -4,6 +4,7 @@ pub mod api;
 pub mod bpf;
 pub mod bpffs;
 pub mod browser;
+pub mod chaos;
 pub mod classify;
 pub mod clock;
 pub mod cmd;

@@ -264,10 +264,16 @@ impl NsProcess {
     }
 
     fn terminate(&mut self, grace: Duration) -> Result<ExitStatus, ProcessError> {
+        self.end_with(libc::SIGTERM, grace)
+    }
+
+    /// Sends `signal`, waits up to `grace` for the process to end, then SIGKILLs; returns
+    /// how it ended. The output read so far stays readable.
+    pub fn end_with(&mut self, signal: i32, grace: Duration) -> Result<ExitStatus, ProcessError> {
         if let Some(status) = self.try_status()? {
             return Ok(status);
         }
-        let _ = self.signal(libc::SIGTERM);
+        let _ = self.signal(signal);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if let Some(status) = self.try_status()? {
