@@ -75,7 +75,41 @@ fn main() -> anyhow::Result<()> {
         fs::copy(&built, &out).with_context(|| format!("copying {}", built.display()))?;
     }
     println!("cargo:rustc-env=LB_EBPF_OBJ_PATH={}", out.display());
+    println!("cargo:rustc-env=LB_BUILD_COMMIT={}", commit(workspace));
     Ok(())
+}
+
+/// The commit the build comes from: `LB_BUILD_COMMIT` when set (a build from a source
+/// tarball), else `git rev-parse --short=12 HEAD`, else `unknown`. Rebuilt when HEAD
+/// moves.
+fn commit(workspace: &Path) -> String {
+    println!("cargo:rerun-if-env-changed=LB_BUILD_COMMIT");
+    if let Ok(commit) = env::var("LB_BUILD_COMMIT") {
+        return commit;
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(workspace)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    // HEAD, the branch it names and packed refs: a commit or checkout changes one. Only
+    // files that exist: cargo takes a missing one as changed at every build.
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        if let Some(p) = git(&["rev-parse", "--git-path", &name]) {
+            let p = workspace.join(p);
+            if p.exists() {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
+        }
+    }
+    git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into())
 }
 
 fn build_ebpf(workspace: &Path, target_dir: &Path) -> anyhow::Result<()> {

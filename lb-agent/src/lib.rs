@@ -15,6 +15,7 @@
 //! - [`announce`]: VIP announcement to BGP routers (through BIRD) driven by health and drain;
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`rlimit`]: the file-descriptor limit, raised at start;
+//! - [`build_info`]: version, commit and the XDP object's hash;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -22,6 +23,7 @@ pub mod agent;
 mod alloc;
 pub mod announce;
 pub mod api;
+pub mod build_info;
 pub mod config;
 pub mod dataplane;
 pub mod discovery;

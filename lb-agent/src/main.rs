@@ -4,10 +4,17 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    // The long version names the commit and the XDP object's hash (computed at run time
+    // from the embedded object).
+    let version: &'static str = Box::leak(lb_agent::build_info::long_version().into_boxed_str());
+    let matches = cli::Cli::command().version(version).get_matches();
+    let args = match cli::Cli::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(err) => err.exit(),
+    };
     cli::init_logging();
     match cli::dispatch(args) {
         Ok(code) => code,

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 /// Everything the operator surface shows, as of one moment.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// Version, commit and XDP object hash of the agent that made it.
+    #[serde(default)]
+    pub build: crate::build_info::BuildInfo,
     pub interface: String,
     pub xdp_mode: String,
     pub services: Vec<ServiceStatus>,

@@ -351,6 +351,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
     records.rebuilt = rebuilt;
 
     Snapshot {
+        build: crate::build_info::current(),
         interface: agent.env.interface.clone(),
         xdp_mode: agent.env.xdp_mode.clone(),
         services,

@@ -20,6 +20,35 @@ pub fn render(snap: &Snapshot) -> String {
 
     header(
         o,
+        "lb_build_info",
+        "gauge",
+        "the agent's build: version, commit and the XDP object's hash (always 1)",
+    );
+    line(
+        o,
+        "lb_build_info",
+        &[
+            ("version", &snap.build.version),
+            ("commit", &snap.build.commit),
+            ("bpf", &snap.build.bpf),
+        ],
+        1.0,
+    );
+    header(
+        o,
+        "lb_interface_info",
+        "gauge",
+        "the interface the XDP program is attached to and its mode (always 1)",
+    );
+    line(
+        o,
+        "lb_interface_info",
+        &[("interface", &snap.interface), ("xdp_mode", &snap.xdp_mode)],
+        1.0,
+    );
+
+    header(
+        o,
         "lb_dataplane_packets_total",
         "counter",
         "XDP outcomes and flow events by counter",
@@ -414,5 +443,24 @@ mod tests {
         );
         assert!(text.contains("lb_propagation_seconds_bucket{le=\"0.00005\"} 1"));
         assert!(text.contains("lb_propagation_seconds_count 1"));
+    }
+
+    #[test]
+    fn build_and_interface_info_are_one_with_their_labels() {
+        let snap = Snapshot {
+            build: crate::build_info::current(),
+            interface: "eth0".into(),
+            xdp_mode: "generic".into(),
+            ..Default::default()
+        };
+        let text = render(&snap);
+        let build = format!(
+            "lb_build_info{{version=\"{}\",commit=\"{}\",bpf=\"{}\"}} 1",
+            crate::build_info::VERSION,
+            crate::build_info::COMMIT,
+            crate::build_info::bpf_hash()
+        );
+        assert!(text.contains(&build), "{text}");
+        assert!(text.contains("lb_interface_info{interface=\"eth0\",xdp_mode=\"generic\"} 1"));
     }
 }

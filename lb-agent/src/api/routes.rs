@@ -15,6 +15,7 @@ use super::{AdminChange, AdminError, AdminRequest, ApiState, NewServer, ServerPa
 /// The API's routes over `state`.
 pub fn router(state: ApiState) -> Router {
     Router::new()
+        .route("/api/v1/agent", get(agent))
         .route("/api/v1/services", get(services))
         .route("/api/v1/services/{name}", get(service))
         .route(
@@ -36,6 +37,17 @@ pub fn router(state: ApiState) -> Router {
         .route("/page/style.css", get(super::page::style_css))
         .route("/api/v1/page", get(super::page::page))
         .with_state(state)
+}
+
+/// The agent itself: its build and where it is attached.
+async fn agent(State(st): State<ApiState>) -> Response {
+    let snap = st.snapshot.get().await;
+    Json(json!({
+        "build": snap.build,
+        "interface": snap.interface,
+        "xdp_mode": snap.xdp_mode,
+    }))
+    .into_response()
 }
 
 async fn services(State(st): State<ApiState>) -> Response {

@@ -14,8 +14,29 @@ pub async fn status(api: &http::Target, json: bool) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     let services: Vec<ServiceStatus> = serde_json::from_str(&body)?;
+    // An agent older than `/api/v1/agent` answers 404: its services are shown all the same.
+    if let Ok(agent) = http::request_ok(api, Method::GET, "/api/v1/agent", None).await
+        && let Ok(agent) = serde_json::from_str::<AgentView>(&agent)
+    {
+        println!(
+            "agent {} (commit {}, bpf {}) on {} ({})",
+            agent.build.version,
+            agent.build.commit,
+            agent.build.bpf,
+            agent.interface,
+            agent.xdp_mode
+        );
+    }
     print!("{}", render(&services));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `GET /api/v1/agent`.
+#[derive(serde::Deserialize)]
+struct AgentView {
+    build: lb_agent::build_info::BuildInfo,
+    interface: String,
+    xdp_mode: String,
 }
 
 /// The human table.
