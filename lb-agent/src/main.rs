@@ -15,7 +15,6 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(err) => err.exit(),
     };
-    cli::init_logging();
     match cli::dispatch(args) {
         Ok(code) => code,
         Err(err) => {

@@ -184,16 +184,30 @@ impl From<XdpModeArg> for AttachMode {
 }
 
 /// Logs go to stderr; `RUST_LOG` overrides the default `info` level.
-pub fn init_logging() {
+/// Logs to stderr at `RUST_LOG`'s levels (default `info`) in `format`. Text has colour
+/// only when stderr is a terminal and `NO_COLOR` is unset, so files and journald get
+/// plain lines.
+pub fn init_logging(format: lb_agent::config::LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        lb_agent::config::LogFormat::Text => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_ansi(colour).init();
+        }
+        lb_agent::config::LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `run` starts its log once it has read `agent.log_format`.
+    if !matches!(cli.command, Command::Run { .. }) {
+        init_logging(lb_agent::config::LogFormat::Text);
+    }
     match cli.command {
         Command::Run {
             config,

@@ -47,6 +47,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    super::init_logging(cfg.agent.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -25,6 +25,7 @@
 //! | `announce_interface` | interface name | none (announcing off) | announced VIPs as `/32`/`/128` addresses on it, created as `ifb` if missing (docs/multi-node.md) |
 //! | `announce_lifetime` | duration 3s..1d, or `"forever"` | `60s` | lifetime of the announced addresses; the running agent restarts it every third, so a node whose agent stays dead is withdrawn when it ends (docs/multi-node.md) |
 //! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
+//! | `log_format` | `"text"` or `"json"` | `"text"` | how `lb-agent run` writes its log to stderr: human lines (colour only on a terminal) or one JSON object per event; restart to change |
 //! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
 //!
 //! `[[service]]`
@@ -217,6 +218,8 @@ pub struct AgentConfig {
     /// Backends the data plane holds over all services (the backend maps' size, set
     /// at load; docs/capacity.md).
     pub max_backends: u32,
+    /// How the log is written (restart to change).
+    pub log_format: LogFormat,
 }
 
 impl Default for AgentConfig {
@@ -235,8 +238,19 @@ impl Default for AgentConfig {
             announce_lifetime: Some(DEFAULT_ANNOUNCE_LIFETIME),
             bird_socket: None,
             max_backends: DEFAULT_MAX_BACKENDS,
+            log_format: LogFormat::Text,
         }
     }
+}
+
+/// `agent.log_format`: how `lb-agent run` writes its log to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LogFormat {
+    /// One human line per event (colour only when stderr is a terminal).
+    #[default]
+    Text,
+    /// One JSON object per event (for log shippers).
+    Json,
 }
 
 /// `agent.xdp_mode`.

@@ -24,6 +24,7 @@ const AGENT_KEYS: &[&str] = &[
     "announce_lifetime",
     "bird_socket",
     "max_backends",
+    "log_format",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "name",
@@ -52,6 +53,7 @@ const XDP_MODES: &[(&str, XdpMode)] = &[
     ("native", XdpMode::Native),
     ("generic", XdpMode::Generic),
 ];
+const LOG_FORMATS: &[(&str, LogFormat)] = &[("text", LogFormat::Text), ("json", LogFormat::Json)];
 const PROTOCOLS: &[(&str, Protocol)] = &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
 const FORWARDINGS: &[(&str, Forwarding)] = &[("nat", Forwarding::Nat), ("dsr", Forwarding::Dsr)];
 pub(super) type R<T> = Result<T, ConfigError>;
@@ -250,6 +252,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         f.int_in(1, MAX_MAX_BACKENDS.into()).map(|n| n as u32)
     })?
     .unwrap_or(d.max_backends);
+    let log_format = opt(t, "log_format", |f| f.choice(LOG_FORMATS))?.unwrap_or(d.log_format);
     if api_socket_group.is_some() && api_socket.is_none() {
         let f = t
             .get("api_socket_group")
@@ -270,6 +273,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         announce_lifetime,
         bird_socket,
         max_backends,
+        log_format,
     })
 }
 

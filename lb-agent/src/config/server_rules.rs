@@ -140,6 +140,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         announce_lifetime,
         bird_socket,
         max_backends,
+        log_format,
     } = running;
     let mut keys = Vec::new();
     let mut diff = |changed: bool, key| {
@@ -168,6 +169,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
     );
     diff(*bird_socket != new.bird_socket, "bird_socket");
     diff(*max_backends != new.max_backends, "max_backends");
+    diff(*log_format != new.log_format, "log_format");
     AgentKeyChanges(keys)
 }
 
