@@ -15,6 +15,7 @@
 //! - [`announce`]: VIP announcement to BGP routers (through BIRD) driven by health and drain;
 //! - [`discovery`]: DNS discovery of `resolve = true` servers (SRV, A/AAAA) and re-resolution at TTL;
 //! - [`rlimit`]: the file-descriptor limit, raised at start;
+//! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
@@ -36,6 +37,7 @@ pub mod neighbor;
 pub mod probe;
 pub mod publish;
 pub mod rlimit;
+pub mod sd_notify;
 pub mod status;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.

@@ -12,11 +12,16 @@
 //! `LimitMEMLOCK`, `LimitNOFILE`, `NoNewPrivileges`; a cleared environment with
 //! `RUNTIME_DIRECTORY` and `STATE_DIRECTORY`. `ExecStartPre`, `ExecStart` and
 //! `ExecReload` are the unit's command lines with the binary and config paths replaced
-//! by the test's; `KillSignal` is sent as systemd sends it. Not emulated: cgroups,
+//! by the test's, `ExecReload` confined as the agent is (it reaches the agent through
+//! the unit's runtime directory) and judged by its exit status; `Type=notify`: the agent
+//! gets `NOTIFY_SOCKET` (a datagram socket of the test) and `WATCHDOG_USEC`, "started"
+//! means `READY=1` arrived, the watchdog pings are counted (at 1 s instead of the unit's
+//! `WatchdogSec`, so that a short run sees several) and a stop must say `STOPPING=1`;
+//! `KillSignal` is sent as systemd sends it. Not emulated: cgroups,
 //! seccomp, the journal (stdout is a pipe), `Restart=` timing (the test restarts).
 
 use std::{
-    os::unix::fs::DirBuilderExt,
+    os::unix::{fs::DirBuilderExt, net::UnixDatagram},
     path::{Path, PathBuf},
     process::Command,
     thread,
@@ -40,6 +45,8 @@ use lb_tests::{
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const START: Duration = Duration::from_secs(30);
+/// `WATCHDOG_USEC` given to the agent: pings every 0.5 s.
+const WATCHDOG_EMULATED: Duration = Duration::from_secs(1);
 /// Paths of the unit replaced by the test's own.
 const UNIT_BINARY: &str = "/usr/local/bin/lb-agent";
 const UNIT_CONFIG: &str = "/etc/lb/lb.toml";
@@ -56,6 +63,8 @@ fn the_unit_says_each_directive_once() {
     let unit = unit();
     for key in [
         "Type",
+        "NotifyAccess",
+        "WatchdogSec",
         "ExecStartPre",
         "ExecStart",
         "ExecReload",
@@ -83,6 +92,22 @@ fn the_unit_says_each_directive_once() {
         "root keeps the bounding set; the ambient set should say the same"
     );
     assert_eq!(unit.service("Restart").unwrap(), "on-failure");
+    assert_eq!(unit.service("Type").unwrap(), "notify");
+    assert_eq!(unit.service("NotifyAccess").unwrap(), "main");
+    let watchdog = unit.service("WatchdogSec").unwrap();
+    let secs: u64 = watchdog
+        .strip_suffix('s')
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("WatchdogSec={watchdog}: seconds expected"));
+    assert!(
+        (10..=120).contains(&secs),
+        "WatchdogSec={watchdog}: long enough for a busy loop, short enough to matter"
+    );
+    let reload = unit.service("ExecReload").unwrap();
+    assert!(
+        reload.ends_with("lb-agent reload"),
+        "ExecReload must wait for the agent's answer and fail on a refused config: {reload}"
+    );
     assert_eq!(unit.service("ProtectSystem").unwrap(), "strict");
 }
 
@@ -94,6 +119,9 @@ struct Unit {
     /// Host directories mounted as /run/lb-agent and /var/lib/lb-agent.
     runtime_dir: PathBuf,
     state_dir: PathBuf,
+    /// `NOTIFY_SOCKET`: what the agent tells systemd.
+    notify: UnixDatagram,
+    notify_path: PathBuf,
 }
 
 impl Unit {
@@ -117,13 +145,53 @@ impl Unit {
         assert_eq!(unit.service("StateDirectory").unwrap(), "lb-agent");
         let config_path = topo_dir.join("lb.toml");
         write_operator_config(&config_path, config);
+        let notify_path = topo_dir.join("notify.sock");
+        let notify = UnixDatagram::bind(&notify_path).expect("binding the notify socket");
         Unit {
             unit,
             binary: agent_binary(),
             config: config_path,
             runtime_dir,
             state_dir,
+            notify,
+            notify_path,
         }
+    }
+
+    /// The notifications that arrive within `wait` (all of them: the wait ends early
+    /// once one contains `until`).
+    fn notifications(&self, wait: Duration, until: &str) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return got;
+            }
+            self.notify.set_read_timeout(Some(left)).unwrap();
+            match self.notify.recv(&mut buf) {
+                Ok(n) => {
+                    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let done = !until.is_empty() && msg.contains(until);
+                    got.push(msg);
+                    if done {
+                        return got;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return got,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return got,
+                Err(e) => panic!("reading the notify socket: {e}"),
+            }
+        }
+    }
+
+    /// The watchdog pings waiting in the socket now.
+    fn watchdog_pings(&self) -> usize {
+        self.notifications(Duration::from_millis(50), "")
+            .iter()
+            .filter(|m| m.contains("WATCHDOG=1"))
+            .count()
     }
 
     /// The unit's `key=` command line, with the test's binary and config.
@@ -204,6 +272,10 @@ impl Unit {
             "STATE_DIRECTORY=/var/lib/lb-agent".to_owned(),
             "NO_COLOR=1".to_owned(),
         ];
+        if key == "ExecStart" {
+            command.push(format!("NOTIFY_SOCKET={}", self.notify_path.display()));
+            command.push(format!("WATCHDOG_USEC={}", WATCHDOG_EMULATED.as_micros()));
+        }
         command.extend(confine::privileges(
             &ambient,
             true,
@@ -218,42 +290,69 @@ impl Unit {
             .unwrap_or_else(|e| panic!("starting {key}: {e}"))
     }
 
-    /// `systemctl start`: ExecStartPre must succeed, then ExecStart until ready.
+    /// `systemctl start`: ExecStartPre must succeed, then ExecStart until it notifies
+    /// `READY=1`, which it may do only once it is attached and serving.
     fn start(&self, topo: &Topology) -> NsProcess {
         let (status, said) = run_to_end(self.spawn(topo, "ExecStartPre"), START);
         assert!(
             status.success(),
             "ExecStartPre (check-config) failed:\n{said}"
         );
+        // What a previous run left unread.
+        self.notifications(Duration::from_millis(10), "");
         let t = Instant::now();
         let agent = self.spawn(topo, "ExecStart");
+        let told = self.notifications(START, "READY=1");
+        let ready = told
+            .iter()
+            .find(|m| m.lines().any(|l| l == "READY=1"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "Type=notify: no READY=1 within {START:?} (got {told:?}):\n{}",
+                    agent.tail(20)
+                )
+            });
+        assert!(ready.contains("STATUS=serving"), "{ready:?}");
         agent
-            .wait_for_line(0, READY_LINE, START)
-            .unwrap_or_else(|e| panic!("ExecStart: {e}"));
-        println!("systemd: lb-agent ready {:?} after ExecStart", t.elapsed());
+            .wait_for_line(0, READY_LINE, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("READY=1 before the agent was ready: {e}"));
+        println!(
+            "systemd: READY=1 {:?} after ExecStart: {ready:?}",
+            t.elapsed()
+        );
         agent
     }
 
-    /// `systemctl reload`: the unit's ExecReload with $MAINPID; waits for the answer.
-    fn reload(&self, agent: &NsProcess, config: &AgentConfig) -> String {
+    /// `systemctl reload`: the unit's ExecReload, confined as the service; it returns
+    /// once the agent has applied the file.
+    fn reload(&self, topo: &Topology, agent: &NsProcess, config: &AgentConfig) -> String {
         write_operator_config(&self.config, config);
         let since = agent.cursor();
-        let pid = agent.pid().to_string();
-        let words: Vec<String> = self
-            .unit
-            .service("ExecReload")
-            .unwrap()
-            .split_whitespace()
-            .map(|w| w.replace("$MAINPID", &pid))
-            .collect();
-        let out = Command::new(&words[0])
-            .args(&words[1..])
-            .output()
-            .expect("running ExecReload");
-        assert!(out.status.success(), "ExecReload: {out:?}");
+        let (status, said) = run_to_end(self.spawn(topo, "ExecReload"), START);
+        assert!(status.success(), "ExecReload failed:\n{said}");
+        // Synchronous: the agent's line is there when ExecReload has returned.
         agent
-            .wait_for_line(since, RELOADED_LINE, Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("ExecReload should reload the config: {e}"))
+            .wait_for_line(since, RELOADED_LINE, Duration::from_millis(500))
+            .unwrap_or_else(|e| panic!("ExecReload returned before the reload: {e}"))
+    }
+
+    /// `systemctl reload` of a file the agent refuses: ExecReload fails and says why; the
+    /// running config stays in force.
+    fn refused_reload(&self, topo: &Topology, agent: &NsProcess, broken: &str) {
+        let good = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, broken).unwrap();
+        let since = agent.cursor();
+        let (status, said) = run_to_end(self.spawn(topo, "ExecReload"), START);
+        std::fs::write(&self.config, good).unwrap();
+        assert!(
+            !status.success(),
+            "ExecReload must fail when the agent refuses the file:\n{said}"
+        );
+        assert!(said.contains("lb.toml"), "ExecReload says why: {said}");
+        agent
+            .wait_for_line(since, "reload failed", Duration::from_millis(500))
+            .unwrap_or_else(|e| panic!("the agent refused the file: {e}"));
+        println!("systemd: refused ExecReload said: {}", said.trim());
     }
 
     /// `systemctl stop`: KillSignal to the main process; it must end by itself with
@@ -270,6 +369,11 @@ impl Unit {
         let t = Instant::now();
         let status = wait_exit(&mut agent, STOP_BOUND)
             .unwrap_or_else(|| panic!("KillSignal={name}: still running after {STOP_BOUND:?}"));
+        let told = self.notifications(Duration::from_millis(200), "STOPPING=1");
+        assert!(
+            told.iter().any(|m| m.contains("STOPPING=1")),
+            "Type=notify: a stop says STOPPING=1 (got {told:?})"
+        );
         let line = agent
             .wait_for_line(since, "shutting down", Duration::from_secs(1))
             .unwrap_or_else(|e| panic!("no shutdown line: {e}"));
@@ -380,18 +484,34 @@ fn systemd_unit_start_reload_stop_restart() {
     let stream = Stream::start(topo, vip);
     thread::sleep(Duration::from_millis(300));
 
-    // ExecReload: a server out, then back.
+    // ExecReload: a server out, then back; a file with an error is refused.
+    let started = Instant::now();
     let (_, removed) = other_backend(topo, &kept);
     let mut smaller = config.clone();
     smaller.services = vec![service.without(removed)];
-    unit.reload(&agent, &smaller);
+    unit.reload(topo, &agent, &smaller);
     let said = unit.status();
     assert!(
         !said.contains(&removed.to_string()),
         "after the reload {removed} should be gone from status:\n{said}"
     );
     thread::sleep(Duration::from_millis(300));
-    unit.reload(&agent, &config);
+    unit.refused_reload(topo, &agent, "[agent]\ninterfce = \"eth0\"\n");
+    unit.reload(topo, &agent, &config);
+    thread::sleep(Duration::from_secs(2));
+    let pings = unit.watchdog_pings();
+    let expected = started.elapsed().as_secs_f64() / (WATCHDOG_EMULATED.as_secs_f64() / 2.0);
+    println!(
+        "systemd: {pings} watchdog pings in {:?} (every {:?} expected)",
+        started.elapsed(),
+        WATCHDOG_EMULATED / 2
+    );
+    assert!(
+        pings as f64 >= expected * 0.5,
+        "WATCHDOG=1 from the main loop every {:?}: {pings} in {:?}",
+        WATCHDOG_EMULATED / 2,
+        started.elapsed()
+    );
     echoes(
         &mut conn,
         "after the reloads",

@@ -187,6 +187,14 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         services = cfg.services.len(),
         "lb-agent ready"
     );
+    // systemd (`Type=notify`): started once the program is attached and published.
+    tell_systemd(&format!(
+        "READY=1\nSTATUS=serving {} services on {interface} ({} XDP)",
+        cfg.services.len(),
+        agent.dataplane().mode_name()
+    ));
+    // `WatchdogSec=`: pinged from this loop, so a loop that hangs stops the pings.
+    let mut watchdog = lb_agent::sd_notify::watchdog_every().map(tokio::time::interval);
 
     let mut mac_retry = tokio::time::interval(MAC_RETRY);
     // Only when announcing with a lifetime; the first tick is at once, so a restart
@@ -248,6 +256,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            _ = next_tick(&mut watchdog) => {
+                tell_systemd("WATCHDOG=1");
+                Ok(())
+            }
             _ = next_tick(&mut announce_refresh) => {
                 agent.refresh_announcements();
                 Ok(())
@@ -274,6 +286,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         agent.answer_readers();
     }
+    tell_systemd("STOPPING=1");
     lifecycle::log_shutdown(agent.dataplane());
     drop(agent);
     drop(listening);
@@ -348,6 +361,14 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Sends `state` to systemd when it started the agent as `Type=notify`; a failure is
+/// logged (systemd then times the start out, or the watchdog fires).
+fn tell_systemd(state: &str) {
+    if let Err(err) = lb_agent::sd_notify::notify(state) {
+        warn!(error = %err, state, "notifying systemd failed");
     }
 }
 

@@ -212,13 +212,9 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
     })?;
     let api_token_file = opt(t, "api_token_file", |f| {
         f.parse(|s| {
-            optional_path(
-                s,
-                "a file holding the token, e.g. \"/etc/lb-agent/api.token\"",
-            )?
-            .ok_or_else(|| {
-                "must be a path; leave the key out to serve only reads over TCP".to_string()
-            })
+            optional_path(s, "a file holding the token, e.g. \"/etc/lb/api.token\"")?.ok_or_else(
+                || "must be a path; leave the key out to serve only reads over TCP".to_string(),
+            )
         })
     })?;
     let state_file = opt(t, "state_file", |f| {
