@@ -9,8 +9,9 @@ use clap::{CommandFactory, FromArgMatches};
 fn main() -> ExitCode {
     // The long version names the commit and the XDP object's hash (computed at run time
     // from the embedded object).
-    let version: &'static str = Box::leak(lb_agent::build_info::long_version().into_boxed_str());
-    let matches = cli::Cli::command().version(version).get_matches();
+    let matches = cli::Cli::command()
+        .version(lb_agent::build_info::long_version())
+        .get_matches();
     let args = match cli::Cli::from_arg_matches(&matches) {
         Ok(args) => args,
         Err(err) => err.exit(),

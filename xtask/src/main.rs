@@ -1,10 +1,11 @@
-//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, test, run, bench,
-//! fuzz.
+//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, dist, test, run,
+//! bench, fuzz.
 //!
 //! Every command first makes sure the toolchains are complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
 //! manual step.
 
+mod dist;
 mod pins;
 mod setup;
 mod supply_chain;
@@ -26,15 +27,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what a fresh machine lacks: the pinned toolchains, bpf-linker, Debian packages.
+    /// Install what a fresh machine lacks: the pinned toolchains and bpf-linker (`test`
+    /// and `bench` add the Debian packages they use).
     Setup,
     /// `cargo deny check licenses bans sources` (deny.toml), installing a pinned
     /// cargo-deny on first use.
     SupplyChain,
     /// Build the XDP object (lb-ebpf) with the pinned nightly + bpf-linker.
     BuildEbpf,
-    /// Build everything (release).
+    /// Build the product (release): target/release/lb-agent, the one file to run.
     Build,
+    /// Build and pack the product: a Debian package, a tarball and the split-off debug
+    /// info in target/dist.
+    Dist,
     /// Run every test: unit tests, BPF_PROG_TEST_RUN fixtures, network-namespace scenarios
     /// (the last two need root).
     Test {
@@ -85,19 +90,21 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Build => {
             setup::run(&root, false)?;
-            cargo(&["build", "--release", "--workspace", "--bins"])
+            cargo(&["build", "--release", "-p", "lb-agent"])
+        }
+        Cmd::Dist => {
+            setup::run(&root, false)?;
+            dist::run(&root, &target_dir(&root))
         }
         Cmd::Test { args } => {
             setup::run(&root, false)?;
-            test(&args)
+            setup::test_packages()?;
+            test(&root, &args)
         }
         Cmd::Run { config, args } => {
             setup::run(&root, false)?;
             cargo(&["build", "--release", "--workspace", "--bins"])?;
-            let bin = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("target"))
-                .join("release");
+            let bin = target_dir(&root).join("release");
             let mut cmd = match config {
                 Some(config) => {
                     let mut c = Command::new(bin.join("lb-agent"));
@@ -106,6 +113,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 None => {
                     require_root("the demo creates network namespaces")?;
+                    setup::demo_packages()?;
                     let mut c = Command::new(bin.join("lb-demo"));
                     c.arg("--agent").arg(bin.join("lb-agent")).args(&args);
                     c
@@ -115,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Bench => {
             setup::run(&root, false)?;
+            setup::test_packages()?;
             setup::bench_packages()?;
             require_root("benchmarks load XDP programs")?;
             // The end-to-end benchmark runs lb-agent and lb-testserver from target/release.
@@ -182,13 +191,22 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn test(extra: &[String]) -> anyhow::Result<()> {
+/// Cargo's target directory (`CARGO_TARGET_DIR` or `target/`).
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     let mut unit = vec!["test", "--workspace", "--exclude", "lb-tests"];
     unit.extend(extra.iter().map(String::as_str));
     cargo(&unit)?;
     require_root("BPF fixtures and namespace scenarios need root")?;
-    // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests.
+    // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests,
+    // and the package the packaging test installs (target/dist).
     cargo(&["build", "--workspace", "--bins"])?;
+    dist::run(root, &target_dir(root))?;
     let mut root_tests = vec!["test", "-p", "lb-tests"];
     root_tests.extend(extra.iter().map(String::as_str));
     // Scenarios measure detection and balance: one at a time on a 2-core machine.

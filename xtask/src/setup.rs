@@ -9,7 +9,8 @@
 //!   exists here), in a prefix named after the nightly (`pins::prefix`): the library is
 //!   linked into the prefix and bpf-linker built with `LLVM_PREFIX` pointing at it
 //!   (DESIGN.md §2, docs/toolchain.md);
-//! - the Debian packages the tests and benchmarks use.
+//! - the Debian packages the tests and benchmarks use: only for `cargo xtask test` and
+//!   `bench` ([`test_packages`]), so that building and running the product needs none.
 
 use std::{
     path::{Path, PathBuf},
@@ -34,6 +35,17 @@ const PACKAGES: &[(&str, &str)] = &[
     ("bird2", "bird"),
     ("nftables", "nft"),
 ];
+/// The Debian packages of the tests and benchmarks ([`PACKAGES`]); `cargo xtask test`
+/// and `bench` install what is missing.
+pub fn test_packages() -> anyhow::Result<()> {
+    ensure_packages(PACKAGES, false)
+}
+
+/// What the demo (`cargo xtask run` without a config) runs besides lb: `ip`.
+pub fn demo_packages() -> anyhow::Result<()> {
+    ensure_packages(&PACKAGES[..1], false)
+}
+
 /// What only `cargo xtask bench` needs: the end-to-end benchmark's other baseline.
 const BENCH_PACKAGES: &[(&str, &str)] = &[("haproxy", "haproxy")];
 
@@ -45,7 +57,6 @@ pub fn run(root: &Path, verbose: bool) -> anyhow::Result<()> {
     ensure_override(root, &userspace.channel, verbose)?;
     ensure_override(&root.join("lb-ebpf"), &ebpf.channel, verbose)?;
     ensure_bpf_linker(&ebpf.channel, verbose)?;
-    ensure_packages(PACKAGES, verbose)?;
     if verbose {
         println!("setup: everything is in place");
     }

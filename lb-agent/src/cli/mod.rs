@@ -2,6 +2,7 @@
 
 mod check;
 mod detach;
+mod generate;
 mod http;
 mod lifecycle;
 mod node;
@@ -30,6 +31,7 @@ pub struct Cli {
 enum Command {
     /// Attach to the interface and serve the configured services.
     Run {
+        /// The config file, e.g. /etc/lb/lb.toml.
         #[arg(long, short)]
         config: PathBuf,
         /// NIC to attach to (overrides `agent.interface`).
@@ -47,6 +49,7 @@ enum Command {
     /// interface, and the pins of `agent.pin_path`. Refuses while an agent runs. Run it
     /// in the agent's network namespace.
     Detach {
+        /// The config file, e.g. /etc/lb/lb.toml.
         #[arg(long, short)]
         config: PathBuf,
         /// The interface (overrides `agent.interface`).
@@ -55,6 +58,7 @@ enum Command {
     },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
+        /// The config file, e.g. /etc/lb/lb.toml.
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -85,6 +89,19 @@ enum Command {
         api: ApiArgs,
         #[command(subcommand)]
         action: ServerCommand,
+    },
+    /// Print a shell completion script, e.g. `lb-agent completions bash >
+    /// /etc/bash_completion.d/lb-agent` (the package installs them).
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (lb-agent.8 and one per command) into DIR (packaging).
+    #[command(hide = true)]
+    Manpages {
+        /// The directory to write them into (created if missing).
+        dir: PathBuf,
     },
 }
 
@@ -209,6 +226,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         init_logging(lb_agent::config::LogFormat::Text);
     }
     match cli.command {
+        Command::Completions { shell } => {
+            generate::completions(shell, &mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpages { dir } => {
+            generate::manpages(&dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run {
             config,
             interface,

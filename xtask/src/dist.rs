@@ -1,0 +1,222 @@
+//! `cargo xtask dist`: the product as operators install it, in `target/dist/`:
+//! - `lb-agent_<version>_amd64.deb`: the binary (`/usr/sbin/lb-agent`), the systemd unit,
+//!   an example `/etc/lb/lb.toml` (a conffile), shell completions, man pages, licences;
+//! - `lb-<version>-x86_64-linux.tar.gz`: the same files under `lb-<version>/`;
+//! - `lb-agent-<version>.debug`: the debug info split off the shipped binary (for crash
+//!   analysis: `gdb` finds it through the binary's `.gnu_debuglink`).
+//!
+//! Only the product is built (`cargo build --release -p lb-agent`), no test or benchmark
+//! binary.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{Context, bail};
+
+/// Where the unit and the docs expect the binary (the contrib unit says
+/// [`UNIT_BINARY`]; the package puts it here).
+const PACKAGE_BINARY: &str = "/usr/sbin/lb-agent";
+const UNIT_BINARY: &str = "/usr/local/bin/lb-agent";
+
+/// Builds the release binary and packs it; `target` is the cargo target directory.
+pub fn run(root: &Path, target: &Path) -> anyhow::Result<()> {
+    super::cargo(&["build", "--release", "-p", "lb-agent"])?;
+    let version = package_version(root)?;
+    let out = target.join("dist");
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out)?;
+
+    // Split the debug info off: the shipped binary keeps its symbol table (panics and
+    // `perf` still name functions) and points at the debug file.
+    let built = target.join("release/lb-agent");
+    let debug = out.join(format!("lb-agent-{version}.debug"));
+    let stripped = out.join("lb-agent");
+    sh(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&built)
+        .arg(&debug))?;
+    sh(Command::new("objcopy")
+        .args(["--strip-debug", "--remove-section=.gnu_debuglink"])
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(&built)
+        .arg(&stripped))?;
+
+    let stage = out.join("stage");
+    let deb_root = stage.join("deb");
+    lay_out(root, &stripped, &deb_root, &version, Layout::Debian)?;
+    let deb = out.join(format!("lb-agent_{version}_amd64.deb"));
+    sh(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&deb_root)
+        .arg(&deb))?;
+
+    let name = format!("lb-{version}");
+    let tar_root = stage.join(&name);
+    lay_out(root, &stripped, &tar_root, &version, Layout::Tarball)?;
+    let tarball = out.join(format!("{name}-x86_64-linux.tar.gz"));
+    sh(Command::new("tar")
+        .args(["--owner=0", "--group=0", "-czf"])
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&stage)
+        .arg(&name))?;
+    fs::remove_dir_all(&stage)?;
+    fs::remove_file(&stripped)?;
+    for f in [&deb, &tarball, &debug] {
+        let size = fs::metadata(f)?.len();
+        println!("dist: {} ({:.1} MB)", f.display(), size as f64 / 1e6);
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Filesystem paths of the package (`/usr/sbin`, `/lib/systemd/system`, …).
+    Debian,
+    /// A directory to unpack anywhere: `bin/`, `etc/`, `share/`.
+    Tarball,
+}
+
+/// Puts the product's files under `dest` for `layout`.
+fn lay_out(
+    root: &Path,
+    binary: &Path,
+    dest: &Path,
+    version: &str,
+    layout: Layout,
+) -> anyhow::Result<()> {
+    let deb = layout == Layout::Debian;
+    let at = |p: &str| dest.join(p);
+    let bin = if deb {
+        at("usr/sbin/lb-agent")
+    } else {
+        at("bin/lb-agent")
+    };
+    copy(binary, &bin, 0o755)?;
+    let unit = fs::read_to_string(root.join("contrib/lb-agent.service"))?;
+    if !unit.contains(UNIT_BINARY) {
+        bail!("contrib/lb-agent.service no longer names {UNIT_BINARY}");
+    }
+    let unit_path = if deb {
+        at("lib/systemd/system/lb-agent.service")
+    } else {
+        at("lib/systemd/lb-agent.service")
+    };
+    let unit = if deb {
+        unit.replace(UNIT_BINARY, PACKAGE_BINARY)
+    } else {
+        unit
+    };
+    write(&unit_path, unit.as_bytes(), 0o644)?;
+    let config = if deb {
+        at("etc/lb/lb.toml")
+    } else {
+        at("etc/lb.toml")
+    };
+    copy(&root.join("contrib/lb.toml"), &config, 0o644)?;
+
+    let share = if deb { at("usr/share") } else { at("share") };
+    for (shell, path) in [
+        ("bash", "bash-completion/completions/lb-agent"),
+        ("zsh", "zsh/vendor-completions/_lb-agent"),
+        ("fish", "fish/vendor_completions.d/lb-agent.fish"),
+    ] {
+        let script = capture(Command::new(binary).args(["completions", shell]))?;
+        write(&share.join(path), &script, 0o644)?;
+    }
+    let man = share.join("man/man8");
+    sh(Command::new(binary).arg("manpages").arg(&man))?;
+    for page in fs::read_dir(&man)? {
+        let page = page?.path();
+        sh(Command::new("gzip").args(["-9n"]).arg(&page))?;
+    }
+    let doc = share.join("doc/lb-agent");
+    for f in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        copy(&root.join(f), &doc.join(f), 0o644)?;
+    }
+    if deb {
+        write(&doc.join("copyright"), copyright().as_bytes(), 0o644)?;
+        let installed_kib = du_kib(dest)?;
+        let control = format!(
+            "Package: lb-agent\nVersion: {version}\nArchitecture: amd64\nSection: net\n\
+             Priority: optional\nMaintainer: The lb developers <lb@localhost>\n\
+             Depends: libc6 (>= 2.34)\nInstalled-Size: {installed_kib}\n\
+             Description: XDP layer-4 load balancer with a health agent\n \
+             lb steers every packet for a virtual service to a healthy backend from an XDP\n \
+             program (Maglev hashing, a flow table, dsr or full NAT), while the agent runs\n \
+             active and passive health checks and publishes each verdict into the maps.\n"
+        );
+        write(&at("DEBIAN/control"), control.as_bytes(), 0o644)?;
+        write(&at("DEBIAN/conffiles"), b"/etc/lb/lb.toml\n", 0o644)?;
+    }
+    Ok(())
+}
+
+/// The machine-readable `debian/copyright` of the two licences.
+fn copyright() -> String {
+    "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
+     Upstream-Name: lb\n\n\
+     Files: *\nCopyright: 2026 The lb developers\nLicense: MIT or Apache-2.0\n \
+     The full texts are in /usr/share/doc/lb-agent/LICENSE-MIT and\n \
+     /usr/share/doc/lb-agent/LICENSE-APACHE (also /usr/share/common-licenses/Apache-2.0).\n"
+        .to_string()
+}
+
+/// The workspace package version of lb-agent (`cargo metadata` would build nothing but
+/// costs a dependency; the manifest line is enough).
+fn package_version(root: &Path) -> anyhow::Result<String> {
+    let manifest = fs::read_to_string(root.join("lb-agent/Cargo.toml"))?;
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .map(str::to_owned)
+        .context("lb-agent/Cargo.toml has no version line")
+}
+
+fn du_kib(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            du_kib(&entry.path())? * 1024
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total.div_ceil(1024))
+}
+
+fn copy(from: &Path, to: &Path, mode: u32) -> anyhow::Result<()> {
+    let bytes = fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+    write(to, &bytes, mode)
+}
+
+fn write(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn capture(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
+}
