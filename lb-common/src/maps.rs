@@ -227,6 +227,10 @@ pub struct FlowValue {
     pub _pad: u8,
     /// nat: the tick (low 32 bits of `jiffies`) in which the flow's reverse entry in
     /// `LB_NAT` was last verified; later packets of the same tick skip the check.
+    /// While `FLOW_F_SYN_PENDING` is set (dsr and nat) it is instead the initial
+    /// sequence number of the SYN that started the wait, as on the wire: only a SYN with
+    /// that ISN is a resend (docs/passive-signals.md); a nat flow's packets then verify
+    /// the reverse entry every time (they read it anyway while the flow waits).
     pub nat_tick: u32,
     /// CLOCK_MONOTONIC nanoseconds (good to one tick, see `TickClock`) when the flow was
     /// last refreshed (at most once a second). While `FLOW_F_SYN_PENDING` is set it is

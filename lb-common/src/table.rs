@@ -12,7 +12,7 @@
 
 use crate::{
     hash::table_hash,
-    maps::{FlowKey, FlowValue, NatValue},
+    maps::{FLOW_F_SYN_PENDING, FlowKey, FlowValue, NatValue},
 };
 
 /// Ways (slots) per bucket. Four: a bucket scan stays short for the verifier and a
@@ -70,6 +70,20 @@ pub const SEED_FLOW_TABLE: u32 = 0x6c07_8965;
 /// bucket needs it: a new flow takes it like a free way (not counted as an eviction).
 /// TCP's established timeout of IPVS, as for established nat entries.
 pub const FLOW_IDLE_NS: u64 = 900_000_000_000;
+/// How long a handshake may wait (`FLOW_F_SYN_PENDING`, counted from the SYN that started
+/// the wait, `FlowValue::last_seen_ns`): the latest a client's same-ISN SYN is still taken
+/// for a retransmission, and the age at which a flow that still waits has failed and
+/// holds its way only until its bucket needs it (as an idle flow, [`flow_reclaimable`]).
+///
+/// Linux (`tcp_syn_retries` 6, the default) resends a SYN 1, 3, 7, 15, 31 and 63 s
+/// after the first and gives up at 127 s; the BSDs/macOS and Windows give up sooner.
+/// 66 s is the last resend plus 3 s for the flow clock (one tick late at most) and timer
+/// slack. docs/passive-signals.md, "Which SYN is a resend".
+pub const SYN_WAIT_MAX_NS: u64 = 66_000_000_000;
+const _: () = assert!(
+    SYN_WAIT_MAX_NS > 63_000_000_000,
+    "Linux's last resend is inside"
+);
 
 /// One slot of a table: the word, the 5-tuple, the value.
 #[repr(C)]
@@ -119,6 +133,20 @@ pub fn flow_bucket(key: &FlowKey) -> u32 {
 #[inline(always)]
 pub fn flow_idle(last_seen_ns: u64, now_ns: u64) -> bool {
     now_ns.wrapping_sub(last_seen_ns) as i64 > FLOW_IDLE_NS as i64
+}
+
+/// Whether flow `v` may give its way to a new flow at `now_ns`: idle ([`flow_idle`]),
+/// or still waiting for its handshake [`SYN_WAIT_MAX_NS`] after the SYN that started
+/// the wait (a failed handshake). Signed, as `flow_idle`.
+#[inline(always)]
+pub fn flow_reclaimable(v: &FlowValue, now_ns: u64) -> bool {
+    let age = now_ns.wrapping_sub(v.last_seen_ns) as i64;
+    let limit = if v.flags & FLOW_F_SYN_PENDING != 0 {
+        SYN_WAIT_MAX_NS
+    } else {
+        FLOW_IDLE_NS
+    };
+    age > limit as i64
 }
 
 /// `key`'s hash in `LB_NAT`: its bucket is `hash % NAT_BUCKETS`, its tag the whole.
@@ -195,6 +223,24 @@ mod tests {
         assert!(!flow_idle(now - FLOW_IDLE_NS, now), "exactly the timeout");
         assert!(flow_idle(now - FLOW_IDLE_NS - 1, now));
         assert!(!flow_idle(now + 4_000_000, now), "a stamp a tick ahead");
+    }
+
+    #[test]
+    fn a_failed_handshake_is_reclaimable_after_the_last_resend() {
+        let now = 5_000 * 1_000_000_000;
+        let at = |age: u64, flags: u32| FlowValue {
+            flags,
+            last_seen_ns: now - age,
+            ..FlowValue::default()
+        };
+        let pending = FLOW_F_SYN_PENDING;
+        assert!(!flow_reclaimable(&at(SYN_WAIT_MAX_NS, pending), now));
+        assert!(flow_reclaimable(&at(SYN_WAIT_MAX_NS + 1, pending), now));
+        assert!(
+            !flow_reclaimable(&at(SYN_WAIT_MAX_NS + 1, 0), now),
+            "a settled flow keeps the idle timeout"
+        );
+        assert!(flow_reclaimable(&at(FLOW_IDLE_NS + 1, 0), now));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use lb_common::{
     hash::{SEED_MAGLEV, flow_hash},
     maglev_block_index,
     maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
-    table::{FLOW_BUCKETS, FlowBucket, flow_idle, flow_table_hash},
+    table::{FLOW_BUCKETS, FlowBucket, flow_reclaimable, flow_table_hash},
 };
 
 use crate::{
@@ -63,8 +63,8 @@ pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
     slots::find::<FlowTable>(key)
 }
 
-/// `slots::claim` in `LB_FLOWS`: a free way, else one whose flow is idle
-/// (`flow_idle` at `now_ns`), else the way of the flow idle longest (evicted). A key
+/// `slots::claim` in `LB_FLOWS`: a free way, else one whose flow is idle or whose
+/// handshake failed (`flow_reclaimable` at `now_ns`), else the way of the flow idle longest (evicted). A key
 /// already present (another CPU pinned it meanwhile) is kept. The result is
 /// `Claim::code`.
 #[unsafe(no_mangle)]
@@ -84,7 +84,7 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         key,
         value,
         |_, _| false,
-        |v, _| flow_idle(v.last_seen_ns, now_ns),
+        |v, _| flow_reclaimable(v, now_ns),
         Some(age),
     )
     .code()

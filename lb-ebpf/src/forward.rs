@@ -13,6 +13,7 @@ use lb_common::{
         FLOW_F_SYN_PENDING, FlowValue, NAT_H_PENDING, NAT_S_ACKED, NAT_S_ASSURED,
         NAT_S_ESTABLISHED, SERVICE_F_NAT, ServiceMeta,
     },
+    table::SYN_WAIT_MAX_NS,
 };
 
 use crate::{
@@ -35,6 +36,40 @@ use crate::{
 /// new SYN ~10 ms after a backend's TIME_WAIT socket answered with an ACK (nat sees that
 /// ACK; dsr does not see replies at all), or an application retrying at once.
 pub const SYN_RESEND_MIN_NS: u64 = 800_000_000;
+
+/// Whether a SYN with sequence number `seq` (as on the wire) on flow `f`, which waits for
+/// its handshake, is a resend of the SYN that started the wait: the same ISN (kept in
+/// `nat_tick` while the flow waits), at most `SYN_WAIT_MAX_NS` after it (the client's
+/// last resend). Any other SYN opens a new connection on the 5-tuple (a client reusing
+/// its source port after a failed connection): it is decided as a new flow, never
+/// reported.
+#[inline(always)]
+fn resend(f: &FlowValue, seq: u32, now: u64) -> bool {
+    let waited = now.wrapping_sub(f.last_seen_ns) as i64;
+    f.nat_tick == seq && waited <= SYN_WAIT_MAX_NS as i64
+}
+
+/// Whether the packet (a SYN: `syn`) opens a new connection on a pinned flow `f` that
+/// still waits for its handshake: not a [`resend`]. Evaluated where needed, reading the
+/// ISN from the packet each time (no value kept live across the path).
+#[inline(always)]
+fn renews(pkt: &Packet, f: &FlowValue, syn: bool, now: u64, end: usize) -> bool {
+    syn && f.flags & FLOW_F_SYN_PENDING != 0 && !resend(f, pkt.tcp_seq(end), now)
+}
+
+/// What a flow's `nat_tick` holds from a packet in tick `tick`: a SYN's ISN (`isn`)
+/// while the flow waits for its handshake (`syn`), else the tick.
+#[inline(always)]
+fn stamp(syn: bool, isn: u32, tick: u32) -> u32 {
+    if syn { isn } else { tick }
+}
+
+/// nat: whether `f`'s reverse entry was verified in tick `tick`. Never while the flow
+/// waits for its handshake: `nat_tick` then holds the SYN's ISN.
+#[inline(always)]
+fn verified(f: &FlowValue, tick: u32) -> bool {
+    f.flags & FLOW_F_SYN_PENDING == 0 && f.nat_tick == tick
+}
 
 /// Balances one packet addressed to the service `svc`: refused unless
 /// `validate::to_vip` admits it, then a settled flow from the cache
@@ -80,7 +115,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
         Some(f) => {
             // SAFETY: this packet's flow entry; LB_FLOWS is not written while it lives.
             let f = unsafe { &mut *f };
-            pinned(pkt, svc, f, use_nat, syn, l4, now)
+            pinned(pkt, svc, f, use_nat, syn, l4, now, end)
         }
         None => {
             // The checks a packet must pass before it may open a flow.
@@ -114,10 +149,10 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
                 f.nat_port = src.port;
                 f.nat_addr = src.addr;
             }
-            None => pin(pkt, backend_id, syn, src, now),
+            None => pin(pkt, backend_id, syn, src, now, end),
         }
     } else if flow.is_none() {
-        pin(pkt, backend_id, syn, src, now);
+        pin(pkt, backend_id, syn, src, now, end);
     }
 
     counters::service_packet(sid, pkt.len, new_flow);
@@ -173,8 +208,13 @@ fn keeps(id: u32, pkt: &Packet, syn: bool) -> Option<&'static Backend> {
 }
 
 /// A packet of a pinned flow: keep its backend while it may (see [`keeps`]), else
-/// re-hash.
+/// re-hash. A SYN on a flow that waits for its handshake and is not its resend
+/// ([`resend`]) is a new connection: decided as a new flow (Maglev over the current
+/// table; nat: its old source released, a new one allocated), counted `FLOW_NEW`. The
+/// per-source limit is not asked: the flow replaces the tuple's previous one, so its
+/// source holds no more ports than before.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn pinned(
     pkt: &Packet,
     svc: &ServiceMeta,
@@ -183,10 +223,16 @@ fn pinned(
     syn: bool,
     l4: L4,
     now: Now,
+    end: usize,
 ) -> Result<Choice, Verdict> {
     let id = f.backend_id;
     let tcp = pkt.is_tcp();
-    if let Some(b) = keeps(id, pkt, syn) {
+    let stays = if renews(pkt, f, syn, now.ns, end) {
+        None
+    } else {
+        keeps(id, pkt, syn)
+    };
+    if let Some(b) = stays {
         count(FLOW_HIT);
         let src = Source {
             addr: f.nat_addr,
@@ -204,6 +250,11 @@ fn pinned(
             if let Some(r) = &rev {
                 nat::sync_handshake(f, r);
             }
+        }
+        if syn {
+            // A SYN here is the pending one's resend (same ISN) or restarts a settled
+            // flow (`handshake_forward`): either way the wait's ISN is this one.
+            f.nat_tick = pkt.tcp_seq(end);
         }
         // Before `touch`: the handshake rules read when the wait started.
         let restarted =
@@ -223,26 +274,31 @@ fn pinned(
             return Ok((id, b, src, false));
         };
         let mac = pkt.eth.mac::<ETH_SRC>();
-        let mut kept = true;
-        if restarted {
+        let kept = if restarted {
+            // The restart wrote or claimed the entry: nothing left to verify.
             let handshake = nat::handshake_bits(f);
-            kept = nat::restart(&mut rev, &pkt.key, svc, b, id, src, handshake, mac);
             f.flags &= !FLOW_F_NAT_AWAIT;
-            f.nat_tick = now.tick;
+            nat::restart(&mut rev, &pkt.key, svc, b, id, src, handshake, mac)
         } else {
             note_client(pkt, f, &mut rev, l4);
-        }
-        // The reverse entry is verified once per tick (see `nat::ensure`).
-        if kept && f.nat_tick != now.tick {
-            let state = if tcp && f.flags & FLOW_F_SYN_PENDING == 0 {
-                NAT_S_ESTABLISHED | NAT_S_ACKED
+            // The reverse entry is verified once per tick (see `nat::ensure`), and with
+            // every packet while the flow waits for its handshake.
+            if verified(f, now.tick) {
+                true
             } else {
-                0
-            };
-            let handshake = nat::handshake_bits(f);
-            kept = nat::ensure(&mut rev, &pkt.key, svc, b, id, src, state, handshake, mac);
-            f.nat_tick = now.tick;
-        }
+                let pending = f.flags & FLOW_F_SYN_PENDING != 0;
+                let state = if tcp && !pending {
+                    NAT_S_ESTABLISHED | NAT_S_ACKED
+                } else {
+                    0
+                };
+                if !pending {
+                    f.nat_tick = now.tick;
+                }
+                let handshake = nat::handshake_bits(f);
+                nat::ensure(&mut rev, &pkt.key, svc, b, id, src, state, handshake, mac)
+            }
+        };
         if kept {
             settle(pkt, f, b, l4, true, src, now.tick);
             return Ok((id, b, src, false));
@@ -261,13 +317,14 @@ fn pinned(
             nat::release(&pkt.key, svc, old, old_src);
         }
     }
-    count(FLOW_REHASH);
+    let renew = renews(pkt, f, syn, now.ns, end);
+    count(if renew { FLOW_NEW } else { FLOW_REHASH });
     cache::forget(&pkt.key);
     f.backend_id = new_id;
     f.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
     f.nat_port = 0;
     f.nat_addr = 0;
-    f.nat_tick = now.tick;
+    f.nat_tick = stamp(syn, pkt.tcp_seq(end), now.tick);
     f.last_seen_ns = now.ns;
     let src = if use_nat { NEEDS_SOURCE } else { NO_SOURCE };
     Ok((new_id, b, src, true))
@@ -280,7 +337,7 @@ fn pinned(
 /// no lookup.
 #[inline(always)]
 fn needs_reverse(f: &FlowValue, pkt: &Packet, l4: L4, now: Now) -> bool {
-    f.nat_tick != now.tick
+    !verified(f, now.tick)
         || f.flags & (FLOW_F_SYN_PENDING | FLOW_F_NAT_AWAIT) != 0
         || (pkt.is_tcp() && l4.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST) != 0)
 }
@@ -328,9 +385,10 @@ fn open(
     Ok((id, b, NEEDS_SOURCE, true))
 }
 
-/// A new flow's entry: pinned to `backend_id` (nat: from `src`).
+/// A new flow's entry: pinned to `backend_id` (nat: from `src`); a SYN's waits for
+/// its handshake, with the SYN's ISN.
 #[inline(always)]
-fn new_flow(backend_id: u32, syn: bool, src: Source, now: Now) -> FlowValue {
+fn new_flow(backend_id: u32, syn: bool, isn: u32, src: Source, now: Now) -> FlowValue {
     // Zeroed whole, then filled: an aligned 24-byte clear, not a call to `memset`
     // for the unaligned padding.
     // SAFETY: FlowValue is plain integers; all-zero is a valid value.
@@ -339,15 +397,16 @@ fn new_flow(backend_id: u32, syn: bool, src: Source, now: Now) -> FlowValue {
     value.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
     value.nat_port = src.port;
     value.nat_addr = src.addr;
-    value.nat_tick = now.tick;
+    value.nat_tick = stamp(syn, isn, now.tick);
     value.last_seen_ns = now.ns;
     value
 }
 
-/// Pins a new flow to `backend_id` (nat: from `src`).
+/// Pins a new flow to `backend_id` (nat: from `src`); a SYN's ISN is read here.
 #[inline(always)]
-fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now) {
-    flow::insert(&pkt.key, &new_flow(backend_id, syn, src, now));
+fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now, end: usize) {
+    let isn = if syn { pkt.tcp_seq(end) } else { 0 };
+    flow::insert(&pkt.key, &new_flow(backend_id, syn, isn, src, now));
     // A copy this CPU may still hold of an evicted entry must not outlive the new one.
     cache::forget(&pkt.key);
     count(FLOW_NEW);
@@ -379,13 +438,14 @@ fn choose(
 /// Client-side handshake tracking on a pinned TCP flow; `true` when a SYN starts a new
 /// connection on a settled flow (nat: its reverse entry must start over).
 ///
-/// A SYN while the flow still waits for its handshake is a retransmission worth
+/// A SYN while the flow still waits for its handshake (here always a resend, same ISN,
+/// see [`resend`]: `pinned` decides any other as a new flow) is a retransmission worth
 /// reporting (`EVENT_SYN_RETRANSMIT`, once per flow; nat: noted in the reverse entry
 /// `rev` too) only when the backend said nothing (nat: any backend packet ends the
 /// wait, see `nat::reply`; `nat::sync_handshake` ran before) and it came at least
 /// [`SYN_RESEND_MIN_NS`] after the SYN that started the wait (`last_seen_ns`, read
 /// before `flow::touch`). A SYN on a settled flow is a new connection reusing the
-/// 5-tuple and waits again. In dsr the replies bypass us, so the client's first ACK
+/// 5-tuple and waits again (the caller keeps its ISN). In dsr the replies bypass us, so the client's first ACK
 /// completes the handshake (`conn_ok`); in nat the backend's SYN-ACK does.
 #[inline(always)]
 fn handshake_forward(

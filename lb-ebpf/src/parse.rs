@@ -291,6 +291,19 @@ impl Packet {
         }
     }
 
+    /// TCP: the segment's sequence number as on the wire (a SYN's is its connection's
+    /// ISN). Read afresh, with its own bounds check, where it is needed (a value carried
+    /// from parsing would be one more live value across the whole path: BPF stack is
+    /// scarce); 0 if the frame is cut before it (never for a header [`Packet::l4`]
+    /// admitted).
+    #[inline(always)]
+    pub fn tcp_seq(&self, end: usize) -> u32 {
+        match ptr_at::<8>(self.ports.addr(), end) {
+            Some(h) => h.u32::<4>(),
+            None => 0,
+        }
+    }
+
     #[inline(always)]
     pub fn is_tcp(&self) -> bool {
         self.key.proto == IPPROTO_TCP

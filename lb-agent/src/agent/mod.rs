@@ -11,6 +11,7 @@ mod departing;
 mod local_faults;
 mod neighbors;
 mod ordered_join;
+mod passive_kept;
 mod publish_retry;
 mod report_routes;
 mod resolve;
@@ -216,6 +217,8 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
     admin_state: AdminState,
     /// Where `admin_state` is saved; `None`: not kept across restarts.
     state_file: Option<std::path::PathBuf>,
+    /// Passive ejections kept across restarts, next to `state_file` (`passive_kept.rs`).
+    passive_kept: passive_kept::PassiveKept,
     /// VIP announcement to the routers (`crate::announce`).
     announcer: crate::announce::Announcer,
     /// Table fingerprints by service, with the table version they were computed for.
@@ -271,6 +274,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             deadline_cache: Default::default(),
             admin_state: AdminState::default(),
             state_file: None,
+            passive_kept: Default::default(),
             announcer: Default::default(),
             fingerprints: Default::default(),
             snapshot_records: Default::default(),
@@ -323,7 +327,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Keeps runtime admin state in `path` from now on, starting from `state` (what a
     /// previous run saved); the next `apply_config` re-applies it and logs what it
     /// restored and dropped. Call before the first `apply_config`.
+    /// Passive ejections are kept next to it (`<path>.passive`): the previous run's are
+    /// restored by that `apply_config` too.
     pub fn keep_admin_state(&mut self, path: Option<std::path::PathBuf>, state: AdminState) {
+        self.passive_kept = passive_kept::PassiveKept::open(path.as_deref());
         self.state_file = path;
         self.admin_state = state;
     }
@@ -554,6 +561,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             &mut admin_report,
         );
         admin_report.log();
+        self.passive_kept.restored_all();
         if !admin_report.dropped.is_empty() {
             self.admin_state.save_logged(self.state_file.as_deref());
         }
@@ -572,7 +580,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         start: StartState,
         now: Instant,
     ) -> ServerRt {
-        let health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
+        let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
+        self.passive_kept.restore(&svc.name, addr, &mut health, now);
         let signals = Arc::new(SharedSignals::new(health.usable()));
         let incarnation = self.report_routes.borrow_mut().allocate();
         let key = ServerKey {
@@ -1153,6 +1162,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// follows every transition (`recompute_services`).
     fn record_names(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
         self.transitions += 1;
+        let unavailable = crate::health::HealthState::Unavailable.as_str();
+        if from == unavailable || to == unavailable {
+            self.passive_kept.mark();
+        }
         info!(service, server, from, to, cause, "transition");
         self.log_event(service, server, from, to, cause);
     }
@@ -1231,6 +1244,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         started: std::time::Instant,
         all: bool,
     ) -> Result<(), PublishError> {
+        if self.passive_kept.is_dirty() {
+            let servers = self.services.iter().flat_map(|s| {
+                s.servers.values().filter_map(|v| {
+                    let until = v.health.unavailable_until()?;
+                    Some((s.cfg.name.as_str(), v.addr, until))
+                })
+            });
+            self.passive_kept.save(servers);
+        }
         let mut desired = Vec::new();
         // The earliest deadline of the servers updated alone; a computation over every
         // server makes the cached next deadline stale.

@@ -320,6 +320,42 @@ impl ServerHealth {
         self.go(HealthState::Unavailable, cause, now)
     }
 
+    /// Puts the server back into an `unavailable` period that a previous run of the agent
+    /// started (passive `max_fails`), for the `remaining` part of its `fail_timeout`:
+    /// as [`on_passive_failure`](Self::on_passive_failure) left it, probes needing a
+    /// fresh pass, ending through [`tick`](Self::tick). Not a transition: the server
+    /// was unavailable before the restart. Ignored with passive checks off or nothing
+    /// remaining.
+    pub fn restore_unavailable(&mut self, remaining: Duration, now: Instant) -> bool {
+        if self.passive.policy().max_fails == 0 || remaining.is_zero() {
+            return false;
+        }
+        for t in &mut self.probes {
+            t.verdict = Verdict::Unknown;
+            t.stats.passes = 0;
+        }
+        self.state = HealthState::Unavailable;
+        self.since = now;
+        self.unavailable_until = Some(now + remaining);
+        self.downstart.get_or_insert(now);
+        self.was_up_before = false;
+        true
+    }
+
+    /// The end of the current `unavailable` period's `fail_timeout`, while it runs.
+    pub fn unavailable_until(&self) -> Option<Instant> {
+        if self.state == HealthState::Unavailable {
+            self.unavailable_until
+        } else {
+            None
+        }
+    }
+
+    /// The server's passive-check parameters.
+    pub fn passive_policy(&self) -> PassivePolicy {
+        self.passive.policy()
+    }
+
     /// A passive success (a connection established): resets the failure count.
     pub fn on_passive_success(&mut self, _now: Instant) {
         self.passive.success();

@@ -589,3 +589,43 @@ fn server_added_at_runtime_without_probes_is_up_at_once() {
     let h = ServerHealth::new(&[], NO_PASSIVE, StartState::Added, Instant::now());
     assert_eq!(h.state(), HealthState::Up);
 }
+
+/// A passive ejection restored after a restart (`restore_unavailable`): with probes it
+/// ends only at the end of what was left of `fail_timeout` **and** once every probe has
+/// passed afresh, as the original would have; a server kept `up` by the restart (its
+/// probes taken as passed) loses that.
+#[test]
+fn a_restored_ejection_ends_as_the_original_would() {
+    let t0 = Instant::now();
+    let probes = [essential(persistent(probe("health", 2, 2)))];
+    let mut h = ServerHealth::new(&probes, passive(3), StartState::ReloadedWasUp, t0);
+    assert_eq!(
+        h.state(),
+        HealthState::Up,
+        "a restart keeps an up server up"
+    );
+    assert!(h.restore_unavailable(secs(4), t0));
+    assert_eq!(h.state(), HealthState::Unavailable);
+    assert!(!h.usable());
+    assert!(!h.was_up_before(), "it holds no new flows");
+    assert_eq!(h.unavailable_until(), Some(t0 + secs(4)));
+    assert_eq!(h.next_deadline(), Some(t0 + secs(4)));
+    h.on_probe(0, &ok(), t0 + secs(1));
+    h.on_probe(0, &ok(), t0 + secs(2));
+    assert_eq!(
+        h.state(),
+        HealthState::Unavailable,
+        "probes alone do not end it"
+    );
+    let t = h.tick(t0 + secs(4)).expect("back at the end");
+    assert_eq!((t.from, t.to), (HealthState::Unavailable, HealthState::Up));
+
+    let mut off = ServerHealth::new(&probes, NO_PASSIVE, StartState::New, t0);
+    assert!(!off.restore_unavailable(secs(4), t0), "passive checks off");
+    let mut none = ServerHealth::new(&[], passive(3), StartState::New, t0);
+    assert!(
+        !none.restore_unavailable(Duration::ZERO, t0),
+        "nothing left"
+    );
+    assert_eq!(none.state(), HealthState::Up);
+}

@@ -244,11 +244,13 @@ fn nat_reinserted_entry_keeps_the_handshake_wait() {
     let port = open(&mut lb, CPORT);
     let key = client_key(NAT4, CPORT);
     // The entry is lost (its bucket was busy, or its port reclaimed); the flow's next
-    // packet in a later tick claims it again.
+    // packet claims it again (a waiting flow verifies its entry with every packet: its
+    // `nat_tick` holds the SYN's ISN, not a tick).
     lb.remove_nat(&reply_key(NAT4, port));
-    let mut f = lb.flow(&key).expect("flow");
-    f.nat_tick = f.nat_tick.wrapping_sub(1);
-    lb.set_flow(&key, f);
+    assert_eq!(
+        lb.flow(&key).expect("flow").flags & FLOW_F_SYN_PENDING,
+        FLOW_F_SYN_PENDING
+    );
     nat_forward(
         &mut lb,
         "the client's SYN again, at once",
