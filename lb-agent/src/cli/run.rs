@@ -118,10 +118,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),
     };
-    let neighbors = Arc::new(KernelNeighbors {
-        interface: interface.clone(),
-        timeout: MAC_TIMEOUT,
-    });
+    // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
+    let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)
+        .context("opening the netlink connection for neighbours and routes")?;
+    let neighbors = Arc::new(neighbors);
     // Sets the SYN check up (or says once why tcp probes connect instead) before the
     // first probe runs.
     if cfg
@@ -239,6 +239,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            Some(updates) = mac_updates.recv() => agent.on_mac_updates(&updates),
             _ = link_watch.due() => {
                 match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
                     Ok(Some(status)) => agent.set_xdp_mode(&status),
