@@ -22,6 +22,7 @@ pub mod multinode;
 pub mod mutate;
 pub mod names;
 pub mod nat_census;
+pub mod neighbour_moves;
 pub mod netns;
 pub mod nft_balancer;
 pub mod operator;

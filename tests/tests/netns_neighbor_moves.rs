@@ -1,0 +1,133 @@
+//! A backend's MAC moves under client traffic (one new connection every 20 ms), in nat and
+//! in dsr: announced (a gratuitous ARP; IPv6: the kernel's unsolicited NA), no
+//! connection fails that starts later than 1 s after the announcement; unannounced, none
+//! fails later than the bound the lb's neighbour timing gives (`NeighTiming::silent_bound`).
+//! Either way the moved backend answers again: lb writes its new MAC.
+
+use std::{path::Path, thread, time::Duration};
+
+use lb_tests::{
+    neighbour_moves::{
+        FOLLOW, Moves, NeighTiming, failed_after, last_failure, probe, wait_answered,
+    },
+    pacer::{summary, wall_now},
+    topology::Forwarding,
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+/// Traffic before the move.
+const WARM_UP: Duration = Duration::from_secs(3);
+/// Upper bound on one scenario's client traffic.
+const TRAFFIC_LIMIT: Duration = Duration::from_secs(25);
+/// The announced bound.
+const ANNOUNCED: Duration = Duration::from_secs(1);
+/// How long the moved backend gets to answer again after the bound (its probe may
+/// have failed meanwhile: recovery is `passes × interval`, 1 s, plus scheduling).
+const ANSWER_AGAIN: Duration = Duration::from_secs(5);
+/// Traffic kept running after the moved backend answered again, to see no failure.
+const SETTLE: Duration = Duration::from_secs(2);
+/// Timing of the lb's neighbour table for the unannounced move.
+const TIMING: NeighTiming = NeighTiming {
+    base_reachable_ms: 1000,
+    delay_first_probe_s: 1,
+    retrans_ms: 200,
+    ucast_solicit: 3,
+};
+
+/// Moves b1 (announced or not), runs traffic, returns nothing: asserts the bound.
+fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
+    let label = format!(
+        "{} {} {}",
+        forwarding.as_str(),
+        if v6 { "IPv6" } else { "IPv4" },
+        if announced {
+            "announced"
+        } else {
+            "unannounced"
+        }
+    );
+    let timing = (!announced).then_some(TIMING);
+    let bed = Moves::start(forwarding, subnet, v6, 3, timing, Path::new(TESTSERVER));
+    let b1 = bed.addrs[0].ip();
+    let bound = if announced {
+        ANNOUNCED
+    } else {
+        TIMING.silent_bound(probe().interval)
+    };
+    if announced && v6 {
+        bed.announce_on_change("b1");
+    }
+    let pacer = bed.pacer(31_000, TRAFFIC_LIMIT);
+    thread::sleep(WARM_UP);
+    let before = bed.lb_neigh(b1);
+    let new_mac = bed.moved_mac("b1");
+    let t0 = wall_now();
+    bed.change_mac("b1", new_mac);
+    if announced && !v6 {
+        bed.gratuitous_arp("b1");
+    }
+    let deadline = t0 + bound.as_secs_f64();
+    let back = wait_answered(&pacer, "b1", deadline, bound + ANSWER_AGAIN);
+    let after_neigh = bed.lb_neigh(b1);
+    if back {
+        thread::sleep(SETTLE);
+    }
+    let attempts = pacer.finish();
+    let late = failed_after(&attempts, deadline);
+    assert!(
+        back,
+        "{label}: b1 (moved to {new_mac}) never answered again after {bound:?}; lb's kernel \
+         entry before: {before:?}, after: {after_neigh:?}\n{}",
+        summary(&attempts)
+    );
+    assert!(
+        late.is_empty(),
+        "{label}: {} connections failed later than {bound:?} after b1 moved to {new_mac} \
+         (first at +{:.3} s: {}; last at +{:.3} s)\n{}",
+        late.len(),
+        late[0].start - t0,
+        late[0].outcome,
+        late.last().map_or(0.0, |a| a.start - t0),
+        summary(&attempts)
+    );
+    let answered_after = attempts
+        .iter()
+        .filter(|a| a.start >= deadline && a.answered_by("b1"))
+        .count();
+    eprintln!(
+        "{label}: bound {bound:?} (agent's share {FOLLOW:?}); last failure at {}; b1 answered \
+         {answered_after} connections after the bound; {}",
+        last_failure(&attempts, t0).map_or("none".into(), |s| format!("+{s:.3} s")),
+        summary(&attempts)
+    );
+}
+
+#[test]
+fn an_announced_move_nat_ipv4() {
+    moved(Forwarding::Nat, 241, false, true);
+}
+
+#[test]
+fn an_announced_move_dsr_ipv4() {
+    moved(Forwarding::Dsr, 242, false, true);
+}
+
+#[test]
+fn an_announced_move_nat_ipv6() {
+    moved(Forwarding::Nat, 243, true, true);
+}
+
+#[test]
+fn an_announced_move_dsr_ipv6() {
+    moved(Forwarding::Dsr, 244, true, true);
+}
+
+#[test]
+fn an_unannounced_move_nat_ipv4() {
+    moved(Forwarding::Nat, 245, false, false);
+}
+
+#[test]
+fn an_unannounced_move_dsr_ipv4() {
+    moved(Forwarding::Dsr, 246, false, false);
+}
