@@ -35,6 +35,7 @@ pub mod process;
 pub mod realistic;
 pub mod redundancy;
 pub mod restart;
+pub mod routed_segment;
 pub mod scenario;
 pub mod syn_bed;
 pub mod syn_forge;

@@ -131,3 +131,13 @@ fn an_unannounced_move_nat_ipv4() {
 fn an_unannounced_move_dsr_ipv4() {
     moved(Forwarding::Dsr, 246, false, false);
 }
+
+#[test]
+fn an_unannounced_move_nat_ipv6() {
+    moved(Forwarding::Nat, 247, true, false);
+}
+
+#[test]
+fn an_unannounced_move_dsr_ipv6() {
+    moved(Forwarding::Dsr, 248, true, false);
+}
