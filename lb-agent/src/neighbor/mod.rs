@@ -37,8 +37,14 @@ pub enum NeighborError {
         interface: String,
         oif: u32,
     },
-    #[error("no ARP/NDP answer from {next_hop} on {interface} within {timeout:?}")]
+    #[error("no ARP/NDP answer from {next_hop} on {interface} (neighbour {state})")]
     Unresolved {
+        next_hop: IpAddr,
+        interface: String,
+        state: &'static str,
+    },
+    #[error("no ARP/NDP answer from {next_hop} on {interface} within {timeout:?}")]
+    Timeout {
         next_hop: IpAddr,
         interface: String,
         timeout: Duration,
@@ -46,6 +52,11 @@ pub enum NeighborError {
 }
 
 /// Resolves the MAC to put in front of packets for `addr` leaving `interface`.
+///
+/// Waits (up to `timeout`) only for an address the kernel has no entry for yet: an
+/// entry already FAILED is poked (the kernel tries again) and one being resolved
+/// (INCOMPLETE) is left to the kernel; both return at once, and the watch reports the
+/// address when it comes. So retrying a dead backend never holds the caller.
 pub async fn resolve_mac(
     rtnl: &Rtnl,
     interface: &str,
@@ -54,18 +65,30 @@ pub async fn resolve_mac(
 ) -> Result<[u8; 6], NeighborError> {
     let ifindex = rtnl::ifindex(interface)?;
     let next_hop = next_hop(rtnl, interface, ifindex, addr).await?;
-    if let Some(mac) = lookup(rtnl, ifindex, next_hop).await? {
-        return Ok(mac);
+    let unresolved = |state: &'static str| NeighborError::Unresolved {
+        next_hop,
+        interface: interface.to_string(),
+        state,
+    };
+    match lookup(rtnl, ifindex, next_hop).await? {
+        Some(Reach::Usable(mac)) => return Ok(mac),
+        Some(Reach::Failed) => {
+            poke(next_hop);
+            return Err(unresolved("FAILED"));
+        }
+        Some(Reach::Incomplete) => return Err(unresolved("INCOMPLETE")),
+        Some(Reach::Unknown) | None => poke(next_hop),
     }
-    poke(next_hop);
     let deadline = tokio::time::Instant::now() + timeout;
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Some(mac) = lookup(rtnl, ifindex, next_hop).await? {
-            return Ok(mac);
+        match lookup(rtnl, ifindex, next_hop).await? {
+            Some(Reach::Usable(mac)) => return Ok(mac),
+            Some(Reach::Failed) => return Err(unresolved("FAILED")),
+            _ => {}
         }
     }
-    Err(NeighborError::Unresolved {
+    Err(NeighborError::Timeout {
         next_hop,
         interface: interface.to_string(),
         timeout,
@@ -95,16 +118,8 @@ async fn lookup(
     rtnl: &Rtnl,
     ifindex: u32,
     next_hop: IpAddr,
-) -> Result<Option<[u8; 6]>, NeighborError> {
-    Ok(rtnl
-        .neighbours(ifindex)
-        .await?
-        .into_iter()
-        .find(|e| e.addr == next_hop)
-        .and_then(|e| match e.reach {
-            Reach::Usable(mac) => Some(mac),
-            _ => None,
-        }))
+) -> Result<Option<Reach>, NeighborError> {
+    rtnl.neighbour(ifindex, next_hop).await
 }
 
 /// Sends one datagram so the kernel starts neighbour resolution; errors don't matter.

@@ -4,15 +4,19 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use rtnetlink::{
     Handle, RouteMessageBuilder,
-    packet_route::{AddressFamily, neighbour::NeighbourMessage},
+    packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload},
+    packet_route::{
+        AddressFamily, RouteNetlinkMessage,
+        neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage},
+    },
 };
 
 use super::{
     NeighborError,
-    decode::{NeighEntry, RouteHop, neigh_entry, route_hop},
+    decode::{NeighEntry, Reach, RouteHop, neigh_entry, route_hop},
 };
 
 /// An rtnetlink connection (its task runs on the current tokio runtime).
@@ -48,6 +52,47 @@ impl Rtnl {
                 message: e.to_string(),
             })?;
         Ok(first.as_ref().map(route_hop).unwrap_or_default())
+    }
+
+    /// The kernel's entry for `addr` on interface `ifindex` (RTM_GETNEIGH for that one
+    /// address, no dump); `None`: no entry.
+    pub async fn neighbour(
+        &self,
+        ifindex: u32,
+        addr: IpAddr,
+    ) -> Result<Option<Reach>, NeighborError> {
+        let failed = |message: String| NeighborError::Netlink {
+            what: format!("neighbour get {addr}"),
+            message,
+        };
+        let mut msg = NeighbourMessage::default();
+        msg.header.ifindex = ifindex;
+        let (family, dst) = match addr {
+            IpAddr::V4(a) => (AddressFamily::Inet, NeighbourAddress::Inet(a)),
+            IpAddr::V6(a) => (AddressFamily::Inet6, NeighbourAddress::Inet6(a)),
+        };
+        msg.header.family = family;
+        msg.attributes.push(NeighbourAttribute::Destination(dst));
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetNeighbour(msg));
+        req.header.flags = NLM_F_REQUEST;
+        let mut answers = self
+            .handle
+            .clone()
+            .request(req)
+            .map_err(|e| failed(e.to_string()))?;
+        while let Some(answer) = answers.next().await {
+            match answer.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => {
+                    return Ok(neigh_entry(&n).map(|e| e.reach));
+                }
+                NetlinkPayload::Error(e) if e.raw_code() == -libc::ENOENT => return Ok(None),
+                NetlinkPayload::Error(e) if e.code.is_some() => {
+                    return Err(failed(e.to_io().to_string()));
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
     }
 
     /// Every IPv4 and IPv6 neighbour entry on interface `ifindex`.

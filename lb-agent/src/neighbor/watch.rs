@@ -55,8 +55,16 @@ impl Follow {
 /// Subscribes and starts the watch task for `interface`; must be called inside a tokio
 /// runtime. MAC changes arrive on the receiver, in batches.
 pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+    spawn_with_buffer(interface, RCVBUF)
+}
+
+/// [`spawn`] with a receive buffer of `rcvbuf` bytes (tests overflow a small one).
+pub fn spawn_with_buffer(
+    interface: &str,
+    rcvbuf: usize,
+) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
     let index = ifindex(interface)?;
-    let socket = subscribe().map_err(NeighborError::Socket)?;
+    let socket = subscribe(rcvbuf).map_err(NeighborError::Socket)?;
     let rtnl = Rtnl::new()?;
     let (tx, follow_rx) = watch::channel(Arc::new(Vec::new()));
     let (updates_tx, updates) = mpsc::channel(UPDATES);
@@ -73,13 +81,13 @@ pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>)
     Ok((Follow { tx }, updates))
 }
 
-fn subscribe() -> io::Result<AsyncFd<Socket>> {
+fn subscribe(rcvbuf: usize) -> io::Result<AsyncFd<Socket>> {
     let mut sock = Socket::new(NETLINK_ROUTE)?;
     sock.bind(&SocketAddr::new(0, 0))?;
     for group in [RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE] {
         sock.add_membership(group)?;
     }
-    let _ = sock.set_rx_buf_sz(RCVBUF);
+    let _ = sock.set_rx_buf_sz(rcvbuf);
     sock.set_non_blocking(true)?;
     // SAFETY: the socket owns its descriptor and `AsyncFd` owns the socket: the
     // descriptor stays open and the same until the `AsyncFd` is dropped.
