@@ -13,7 +13,6 @@ use std::{
 use crate::{
     agent::{Agent, AgentConfig, START_TIMEOUT},
     api::Api,
-    cmd,
     health::{HealthServers, Probe, wait_all_probed_up, with_health},
     link::Mac,
     netns::{NetNs, NetnsError},
@@ -31,6 +30,8 @@ const FIRST_VERDICTS: Duration = Duration::from_secs(20);
 /// What the agent may take from the kernel's change to the maps (the watch's event,
 /// the agent's turn, the publish).
 pub const FOLLOW: Duration = Duration::from_millis(100);
+/// What the agent logs once the maps hold a backend's new MAC.
+pub const FOLLOWS_LINE: &str = "backend MAC follows the kernel's neighbour table";
 
 /// The probe of the scenarios: `GET /health` every 500 ms. It is also the traffic that
 /// makes the lb's kernel use (and so re-check) its neighbour entries.
@@ -232,8 +233,10 @@ impl Moves {
     }
 
     /// Sends one gratuitous ARP for `role`'s IPv4 address from its `eth0`
-    /// (`arping -U`, as keepalived does on failover).
-    pub fn gratuitous_arp(&self, role: &str) {
+    /// (`arping -U`, as keepalived does on failover). The frame leaves at once; arping
+    /// itself lingers about a second before it exits, so it runs in the background:
+    /// [`Announcer::finish`] waits for it.
+    pub fn gratuitous_arp(&self, role: &str) -> Announcer {
         let b = self
             .topo
             .backends()
@@ -241,9 +244,8 @@ impl Moves {
             .find(|b| b.role == role)
             .unwrap_or_else(|| panic!("no backend {role}"));
         let ip = b.ipv4.to_string();
-        cmd::run(
-            "ip",
-            &[
+        let child = std::process::Command::new("ip")
+            .args([
                 "netns",
                 "exec",
                 b.ns.name(),
@@ -257,9 +259,12 @@ impl Moves {
                 "-s",
                 &ip,
                 &ip,
-            ],
-        )
-        .expect("sending the gratuitous ARP (arping, from iputils-arping)");
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting arping (from iputils-arping)");
+        Announcer { child: Some(child) }
     }
 
     /// The lb's kernel neighbour entry for `addr` (`ip neigh show`), for messages.
@@ -306,4 +311,32 @@ pub fn last_failure(attempts: &[Attempt], t0: f64) -> Option<f64> {
         .iter()
         .map(|a| a.start - t0)
         .fold(None, |m, x| Some(m.map_or(x, |m: f64| m.max(x))))
+}
+
+/// A running `arping`; killed if dropped before [`finish`](Self::finish).
+pub struct Announcer {
+    child: Option<std::process::Child>,
+}
+
+impl Announcer {
+    /// Waits for arping; panics if it failed.
+    pub fn finish(mut self) {
+        let child = self.child.take().expect("finished once");
+        let out = child.wait_with_output().expect("waiting for arping");
+        assert!(
+            out.status.success(),
+            "arping failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

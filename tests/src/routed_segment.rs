@@ -40,6 +40,8 @@ pub struct RoutedSegment {
     /// The routers' addresses on the lb's segment.
     pub gw1: Ipv4Addr,
     pub gw2: Ipv4Addr,
+    /// r2's MAC on the lb's segment.
+    pub gw2_mac: Mac,
     /// The far backend's address.
     pub far_addr: Ipv4Addr,
     /// The segment, `10.79.k.0/24`.
@@ -65,6 +67,7 @@ impl RoutedSegment {
             far,
             gw1: Ipv4Addr::new(10, 77, k, 51),
             gw2: Ipv4Addr::new(10, 77, k, 52),
+            gw2_mac: Mac([0x02, 0x79, k, 0, 0, 52]),
             far_addr: Ipv4Addr::new(10, 79, k, 10),
             prefix: format!("10.79.{k}.0/24"),
         };

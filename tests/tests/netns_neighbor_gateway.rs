@@ -10,7 +10,9 @@ use lb_tests::{
     agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service, locate_binary},
     api::Api,
     health::{HealthServers, wait_all_probed_up, with_health},
-    neighbour_moves::{CONNECT, PACE, failed_after, last_failure, probe, wait_answered},
+    neighbour_moves::{
+        CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, probe, wait_answered,
+    },
     pacer::{PaceConfig, Pacer, summary, wall_now},
     routed_segment::{FAR, RoutedSegment},
     scenario::{self, BACKEND_TCP_PORT},
@@ -72,7 +74,7 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
     let vip = svc.vip;
     let addrs: Vec<SocketAddr> = svc.servers.iter().map(|(a, _)| *a).collect();
     let binary = locate_binary("lb-agent").expect("finding lb-agent");
-    let _agent = Agent::start(
+    let agent = Agent::start(
         &topo,
         &binary,
         &AgentConfig::new(vec![svc]),
@@ -99,10 +101,19 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
     );
     std::thread::sleep(WARM_UP);
     let lb = &topo.lb().ns;
+    let log_from = agent.process().cursor();
     let t0 = wall_now();
+    let changed_at = std::time::Instant::now();
     seg.route_via(lb, seg.gw2).expect("replacing the route");
     seg.stop_forwarding(&seg.r1)
         .expect("stopping r1's forwarding");
+    // The agent logs far's new next-hop MAC (r2's) once the maps hold it: one route
+    // lookup and one ARP exchange with r2 after the change.
+    let followed = agent
+        .process()
+        .wait_for_line(log_from, FOLLOWS_LINE, BOUND)
+        .ok()
+        .map(|line| (changed_at.elapsed(), line));
     let deadline = t0 + BOUND.as_secs_f64();
     let back = wait_answered(&pacer, FAR, deadline, BOUND + ANSWER_AGAIN);
     if back {
@@ -126,6 +137,21 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
         late[0].outcome,
         summary(&attempts)
     );
+    let (took, line) = followed.clone().unwrap_or_else(|| {
+        panic!(
+            "the agent never logged far's new next hop within {BOUND:?}\n{}",
+            agent.process().tail(20)
+        )
+    });
+    assert!(
+        line.contains(&seg.far_addr.to_string()) && line.contains(&seg.gw2_mac.to_string()),
+        "the agent followed something else: {line}"
+    );
+    assert!(
+        took <= FOLLOW,
+        "far's MAC in the maps {took:?} after the route change (bound {FOLLOW:?}, with r2's \
+         resolution)"
+    );
     let far_before = attempts
         .iter()
         .filter(|a| a.start < t0 && a.answered_by(FAR))
@@ -136,7 +162,9 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
         summary(&attempts)
     );
     eprintln!(
-        "gateway change: bound {BOUND:?}; last failure at {}; {}",
+        "gateway change: bound {BOUND:?}; far's new next hop in the maps {:.1} ms after the \
+         route change; last failure at {}; {}",
+        took.as_secs_f64() * 1e3,
         last_failure(&attempts, t0).map_or("none".into(), |s| format!("+{s:.3} s")),
         summary(&attempts)
     );

@@ -8,7 +8,7 @@ use std::{path::Path, thread, time::Duration};
 
 use lb_tests::{
     neighbour_moves::{
-        FOLLOW, Moves, NeighTiming, failed_after, last_failure, probe, wait_answered,
+        FOLLOW, FOLLOWS_LINE, Moves, NeighTiming, failed_after, last_failure, probe, wait_answered,
     },
     pacer::{summary, wall_now},
     topology::Forwarding,
@@ -61,10 +61,30 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
     thread::sleep(WARM_UP);
     let before = bed.lb_neigh(b1);
     let new_mac = bed.moved_mac("b1");
+    let log_from = bed.agent.process().cursor();
     let t0 = wall_now();
+    let changed_at = std::time::Instant::now();
     bed.change_mac("b1", new_mac);
-    if announced && !v6 {
-        bed.gratuitous_arp("b1");
+    // The announcement: the kernel's own NA (IPv6) goes out with the change; arping's
+    // (IPv4) now.
+    let announced_at = if v6 {
+        changed_at
+    } else {
+        std::time::Instant::now()
+    };
+    let arping = (announced && !v6).then(|| bed.gratuitous_arp("b1"));
+    // The agent logs the new MAC once the maps hold it.
+    let followed = announced
+        .then(|| {
+            bed.agent
+                .process()
+                .wait_for_line(log_from, FOLLOWS_LINE, ANNOUNCED)
+                .ok()
+                .map(|line| (announced_at.elapsed(), line))
+        })
+        .flatten();
+    if let Some(a) = arping {
+        a.finish();
     }
     let deadline = t0 + bound.as_secs_f64();
     let back = wait_answered(&pacer, "b1", deadline, bound + ANSWER_AGAIN);
@@ -90,13 +110,31 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
         late.last().map_or(0.0, |a| a.start - t0),
         summary(&attempts)
     );
+    if announced {
+        let (took, line) = followed.clone().unwrap_or_else(|| {
+            panic!("{label}: the agent did not hold b1's new MAC {new_mac} within {ANNOUNCED:?}")
+        });
+        assert!(
+            line.contains(&b1.to_string()) && line.contains(&new_mac.to_string()),
+            "{label}: the agent followed something else: {line}"
+        );
+        assert!(
+            took <= FOLLOW,
+            "{label}: the agent held b1's new MAC {took:?} after the announcement was sent \
+             (bound {FOLLOW:?}, counting from before the announcement's process started)"
+        );
+    }
     let answered_after = attempts
         .iter()
         .filter(|a| a.start >= deadline && a.answered_by("b1"))
         .count();
     eprintln!(
-        "{label}: bound {bound:?} (agent's share {FOLLOW:?}); last failure at {}; b1 answered \
-         {answered_after} connections after the bound; {}",
+        "{label}: bound {bound:?} (agent's share {FOLLOW:?}); MAC in the agent {}; last \
+         failure at {}; b1 answered {answered_after} connections after the bound; {}",
+        followed.map_or("-".into(), |(d, _)| format!(
+            "{:.1} ms after the announcement",
+            d.as_secs_f64() * 1e3
+        )),
         last_failure(&attempts, t0).map_or("none".into(), |s| format!("+{s:.3} s")),
         summary(&attempts)
     );

@@ -102,34 +102,40 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// the backend unselectable exactly as an unknown MAC, until the kernel has an
     /// address again. Only the services with such a backend are recomputed.
     pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
-        let mut changed = std::collections::HashSet::new();
+        let mut changed = Vec::new();
         for u in updates {
-            let before = self.macs.get(&u.backend).copied();
-            if before == u.mac {
+            if self.macs.get(&u.backend).copied() == u.mac {
                 continue;
             }
             match u.mac {
-                Some(mac) => {
-                    self.macs.insert(u.backend, mac);
-                    info!(backend = %u.backend, mac = %fmt_mac(mac), "backend MAC follows the kernel's neighbour table");
-                }
-                None => {
-                    self.macs.remove(&u.backend);
-                    warn!(backend = %u.backend, "backend's next hop unresolved (neighbour FAILED, INCOMPLETE or gone): not selectable until resolved");
-                }
-            }
-            changed.insert(u.backend);
+                Some(mac) => self.macs.insert(u.backend, mac),
+                None => self.macs.remove(&u.backend),
+            };
+            changed.push(*u);
         }
         if changed.is_empty() {
             return Ok(());
         }
         self.unknown_mac_count = self.unknown_macs().len();
+        let ips: std::collections::HashSet<IpAddr> = changed.iter().map(|u| u.backend).collect();
         for svc in &mut self.services {
-            if svc.servers.keys().any(|a| changed.contains(&a.ip())) {
+            if svc.servers.keys().any(|a| ips.contains(&a.ip())) {
                 svc.mark();
             }
         }
-        self.recompute_marked(Instant::now(), std::time::Instant::now())
+        let published = self.recompute_marked(Instant::now(), std::time::Instant::now());
+        // Logged once the maps hold it.
+        for u in changed {
+            match u.mac {
+                Some(mac) => {
+                    info!(backend = %u.backend, mac = %fmt_mac(mac), "backend MAC follows the kernel's neighbour table")
+                }
+                None => {
+                    warn!(backend = %u.backend, "backend's next hop unresolved (neighbour FAILED, INCOMPLETE or gone): not selectable until resolved")
+                }
+            }
+        }
+        published
     }
 }
 
