@@ -34,9 +34,16 @@ pub const FOLLOW: Duration = Duration::from_millis(100);
 pub const FOLLOWS_LINE: &str = "backend MAC follows the kernel's neighbour table";
 
 /// The probe of the scenarios: `GET /health` every 500 ms. It is also the traffic that
-/// makes the lb's kernel use (and so re-check) its neighbour entries.
+/// makes the lb's kernel use (and so re-check) its neighbour entries. Ten failures
+/// (at least 5 s) before a verdict: longer than the neighbour bounds, so that the
+/// neighbour table, not the health check, is what takes a moved backend out.
 pub fn probe() -> Probe {
-    Probe::http(Duration::from_millis(500), Duration::from_millis(400), 2, 2)
+    Probe::http(
+        Duration::from_millis(500),
+        Duration::from_millis(400),
+        10,
+        2,
+    )
 }
 
 /// Neighbour timing of the lb's kernel (`net.ipv4.neigh.eth0.*`, `net.ipv6.neigh.eth0.*`).

@@ -124,6 +124,13 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
              (bound {FOLLOW:?}, counting from before the announcement's process started)"
         );
     }
+    // How the agent saw it (the path the kernel took: straight to the new MAC, or
+    // FAILED first; a MAC found by the agent's own retry is not logged).
+    let seen: Vec<String> = bed.agent.process().lines()[log_from..]
+        .iter()
+        .filter(|l| !l.contains("GET /api"))
+        .cloned()
+        .collect();
     let answered_after = attempts
         .iter()
         .filter(|a| a.start >= deadline && a.answered_by("b1"))
@@ -138,6 +145,7 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
         last_failure(&attempts, t0).map_or("none".into(), |s| format!("+{s:.3} s")),
         summary(&attempts)
     );
+    eprintln!("{label}: agent: {}", seen.join(" | "));
 }
 
 #[test]

@@ -111,6 +111,9 @@ impl Watch {
         let mut updates = self.resync().await;
         info!(interface = %self.interface, "watching neighbour and route changes over netlink");
         loop {
+            if !updates.is_empty() {
+                debug!(?updates, "MAC updates to the agent");
+            }
             if !updates.is_empty() && self.out.send(std::mem::take(&mut updates)).await.is_err() {
                 return; // the agent is gone
             }
@@ -135,7 +138,10 @@ impl Watch {
                                 Ok(events) => {
                                     for ev in events {
                                         match ev {
-                                            Event::Neigh(e) => updates.extend(self.state.neigh(e)),
+                                            Event::Neigh(e) => {
+                                                debug!(?e, "neighbour event");
+                                                updates.extend(self.state.neigh(e))
+                                            }
                                             Event::NeighGone { ifindex, addr } => {
                                                 updates.extend(self.state.neigh_gone(ifindex, addr))
                                             }
