@@ -113,9 +113,9 @@ impl Watch {
         loop {
             if !updates.is_empty() {
                 debug!(?updates, "MAC updates to the agent");
-            }
-            if !updates.is_empty() && self.out.send(std::mem::take(&mut updates)).await.is_err() {
-                return; // the agent is gone
+                if self.out.send(std::mem::take(&mut updates)).await.is_err() {
+                    return; // the agent is gone
+                }
             }
             let mut routes: Vec<RouteChange> = Vec::new();
             let mut overflow = false;
@@ -129,28 +129,18 @@ impl Watch {
                     updates.extend(self.route_lookups(fresh).await);
                 }
                 ready = socket.readable() => {
-                    let Ok(mut guard) = ready else { return };
+                    let mut guard = match ready {
+                        Ok(g) => g,
+                        Err(err) => {
+                            warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
+                            return;
+                        }
+                    };
                     // Everything queued now, then one pass over the route changes.
                     loop {
                         buf.clear();
                         match guard.try_io(|s| s.get_ref().recv(&mut buf, 0)) {
-                            Ok(Ok(_)) => match decode::datagram(&buf) {
-                                Ok(events) => {
-                                    for ev in events {
-                                        match ev {
-                                            Event::Neigh(e) => {
-                                                debug!(?e, "neighbour event");
-                                                updates.extend(self.state.neigh(e))
-                                            }
-                                            Event::NeighGone { ifindex, addr } => {
-                                                updates.extend(self.state.neigh_gone(ifindex, addr))
-                                            }
-                                            Event::Route(r) => routes.push(r),
-                                        }
-                                    }
-                                }
-                                Err(err) => debug!(error = %err, "netlink datagram skipped"),
-                            },
+                            Ok(Ok(_)) => self.take(&buf, &mut updates, &mut routes),
                             Ok(Err(err)) if err.raw_os_error() == Some(libc::ENOBUFS) => {
                                 overflow = true;
                             }
@@ -173,6 +163,27 @@ impl Watch {
                     .filter(|b| routes.iter().any(|r| r.covers(*b)))
                     .collect();
                 updates.extend(self.route_lookups(affected).await);
+            }
+        }
+    }
+
+    /// Applies one datagram's events: neighbour changes at once, route changes
+    /// collected for one pass of lookups.
+    fn take(&mut self, buf: &[u8], updates: &mut Vec<MacUpdate>, routes: &mut Vec<RouteChange>) {
+        let events = match decode::datagram(buf) {
+            Ok(events) => events,
+            Err(err) => return debug!(error = %err, "netlink datagram skipped"),
+        };
+        for ev in events {
+            match ev {
+                Event::Neigh(e) => {
+                    debug!(?e, "neighbour event");
+                    updates.extend(self.state.neigh(e));
+                }
+                Event::NeighGone { ifindex, addr } => {
+                    updates.extend(self.state.neigh_gone(ifindex, addr));
+                }
+                Event::Route(r) => routes.push(r),
             }
         }
     }
