@@ -56,6 +56,15 @@ pub struct NeighTiming {
 }
 
 impl NeighTiming {
+    /// Short enough for a scenario: 1000 ms, 1 s, 3 × 200 ms (Linux: 30000 ms, 5 s,
+    /// 3 × 1000 ms).
+    pub const FAST: NeighTiming = NeighTiming {
+        base_reachable_ms: 1000,
+        delay_first_probe_s: 1,
+        retrans_ms: 200,
+        ucast_solicit: 3,
+    };
+
     /// Writes the timing to both families' `eth0` tables in `ns`.
     pub fn apply(&self, ns: &NetNs) -> Result<(), NetnsError> {
         for fam in ["ipv4", "ipv6"] {
@@ -272,6 +281,39 @@ impl Moves {
             .spawn()
             .expect("starting arping (from iputils-arping)");
         Announcer { child: Some(child) }
+    }
+
+    /// The server at `addr` as the API shows it: its MAC (`None`: unknown), its state
+    /// and whether it takes new flows; `None` if the API did not answer.
+    pub fn server(&self, addr: SocketAddr) -> Option<(Option<String>, String, bool)> {
+        let text = self
+            .api
+            .request_ok("GET", "/api/v1/services/web", None)
+            .ok()?;
+        let v = crate::json::Json::parse(&text).ok()?;
+        let s = v
+            .get("servers")?
+            .as_array()?
+            .iter()
+            .find(|s| s.get("address").and_then(|a| a.as_str()) == Some(&addr.to_string()))?;
+        Some((
+            s.get("mac").and_then(|m| m.as_str()).map(str::to_owned),
+            s.get("state")?.as_str()?.to_owned(),
+            s.get("active")?.as_bool()?,
+        ))
+    }
+
+    /// Takes `role`'s `eth0` down (`false`) or up: a host that stops answering.
+    pub fn set_link(&self, role: &str, up: bool) {
+        self.backend_ns(role)
+            .ip(&[
+                "link",
+                "set",
+                "dev",
+                HOST_IF,
+                if up { "up" } else { "down" },
+            ])
+            .expect("setting the backend's link");
     }
 
     /// The lb's kernel neighbour entry for `addr` (`ip neigh show`), for messages.

@@ -27,12 +27,7 @@ const ANSWER_AGAIN: Duration = Duration::from_secs(5);
 /// Traffic kept running after the moved backend answered again, to see no failure.
 const SETTLE: Duration = Duration::from_secs(2);
 /// Timing of the lb's neighbour table for the unannounced move.
-const TIMING: NeighTiming = NeighTiming {
-    base_reachable_ms: 1000,
-    delay_first_probe_s: 1,
-    retrans_ms: 200,
-    ucast_solicit: 3,
-};
+const TIMING: NeighTiming = NeighTiming::FAST;
 
 /// Moves b1 (announced or not), runs traffic, returns nothing: asserts the bound.
 fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
