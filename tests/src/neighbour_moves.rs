@@ -95,12 +95,13 @@ impl NeighTiming {
     /// kernel next sends to it (a probe, within `probe_interval`), DELAY for
     /// delay_first_probe_time, PROBE for ucast_solicit × retrans_time; then FAILED, and
     /// the backend is unselectable ([`FOLLOW`] later) until the kernel has the new MAC.
+    /// The kernel's timers may fire up to 1/8 of their length late (the timer wheel's
+    /// granularity), so its share counts 9/8.
     pub fn silent_bound(&self, probe_interval: Duration) -> Duration {
-        Duration::from_millis(self.base_reachable_ms * 3 / 2)
-            + probe_interval
+        let kernel = Duration::from_millis(self.base_reachable_ms * 3 / 2)
             + Duration::from_secs(self.delay_first_probe_s)
-            + Duration::from_millis(self.retrans_ms * self.ucast_solicit)
-            + FOLLOW
+            + Duration::from_millis(self.retrans_ms * self.ucast_solicit);
+        kernel * 9 / 8 + probe_interval + FOLLOW
     }
 }
 
