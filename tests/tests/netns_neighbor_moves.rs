@@ -2,7 +2,8 @@
 //! in dsr: announced (a gratuitous ARP; IPv6: the kernel's unsolicited NA), no
 //! connection fails that starts later than 1 s after the announcement; unannounced, none
 //! fails later than the bound the lb's neighbour timing gives (`NeighTiming::silent_bound`).
-//! Either way the moved backend answers again: lb writes its new MAC.
+//! Either way the moved backend answers again: lb writes its new MAC; a connection
+//! established on it before an announced move keeps working after it.
 
 use std::{path::Path, thread, time::Duration};
 
@@ -12,6 +13,7 @@ use lb_tests::{
     },
     pacer::{summary, wall_now},
     topology::Forwarding,
+    traffic::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -52,6 +54,8 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
     if announced && v6 {
         bed.announce_on_change("b1");
     }
+    // An established connection on b1 (announced moves): it must survive the move.
+    let mut pinned = announced.then(|| pinned_to(&bed, "b1"));
     let pacer = bed.pacer(31_000, TRAFFIC_LIMIT);
     thread::sleep(WARM_UP);
     let before = bed.lb_neigh(b1);
@@ -126,6 +130,11 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
         .filter(|l| !l.contains("GET /api"))
         .cloned()
         .collect();
+    if let Some(conn) = pinned.as_mut() {
+        conn.check_echo("after the move").unwrap_or_else(|e| {
+            panic!("{label}: the connection established on b1 before the move broke: {e}")
+        });
+    }
     let answered_after = attempts
         .iter()
         .filter(|a| a.start >= deadline && a.answered_by("b1"))
@@ -141,6 +150,22 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
         summary(&attempts)
     );
     eprintln!("{label}: agent: {}", seen.join(" | "));
+}
+
+/// A connection from the client that the balancer gave to `role` (new connections
+/// until one lands there).
+fn pinned_to(bed: &Moves, role: &str) -> EchoConn {
+    let client = bed.topo.client();
+    let src = client.addr(bed.v6).expect("client address");
+    for _ in 0..64 {
+        let conn = EchoConn::connect(&client.ns, src, bed.vip)
+            .expect("entering the client namespace")
+            .expect("connecting through the balancer");
+        if conn.backend() == role {
+            return conn;
+        }
+    }
+    panic!("no connection out of 64 went to {role}");
 }
 
 #[test]
