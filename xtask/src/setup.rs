@@ -28,12 +28,14 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// (`chromium`: the status page's browser test; `bird2`: the multi-node scenarios run
 /// BIRD in namespaces, docs/multi-node.md; `nftables`: the SYN-check scenarios make a
 /// backend silent or forge its answers with `nft` rules, and the end-to-end benchmark's
-/// baseline is an nftables DNAT host).
+/// baseline is an nftables DNAT host; `iputils-arping`: the neighbour scenarios announce a
+/// moved backend with a gratuitous ARP, as keepalived does).
 const PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip"),
     ("chromium", "chromium"),
     ("bird2", "bird"),
     ("nftables", "nft"),
+    ("iputils-arping", "arping"),
 ];
 /// The Debian packages of the tests and benchmarks ([`PACKAGES`]); `cargo xtask test`
 /// and `bench` install what is missing.

@@ -651,6 +651,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
         }
         self.unknown_mac_count = self.unknown_macs().len();
+        self.neighbors.follow(self.server_ips());
     }
 
     /// [`Agent::refresh_macs`] after a server at `ip` was added: when every other MAC is
@@ -660,6 +661,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         if self.unknown_mac_count > 0 {
             return self.refresh_macs().await;
         }
+        self.neighbors.follow_one(ip);
         if self.macs.contains_key(&ip) {
             return;
         }

@@ -1,16 +1,63 @@
-//! Where the agent gets backend MAC addresses: the kernel (real runs) or a fixed table.
+//! Where the agent gets backend MAC addresses: the kernel (real runs) or a fixed table;
+//! and how MAC changes the kernel reports reach the maps ([`Agent::on_mac_updates`]).
 
 use std::{collections::HashMap, future::Future, net::IpAddr, time::Duration};
+
+use tokio::{sync::mpsc, time::Instant};
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::{
+    dataplane::Dataplane,
+    neighbor::{
+        NeighborError,
+        nexthops::MacUpdate,
+        rtnl::Rtnl,
+        watch::{self, Follow},
+    },
+    probe::Prober,
+    publish::PublishError,
+};
 
 /// Resolves the link-layer address to use toward a backend.
 pub trait Neighbors: Send + Sync + 'static {
     fn resolve(&self, ip: IpAddr) -> impl Future<Output = Result<[u8; 6], String>> + Send;
+
+    /// The backends whose MAC should be followed from now on (every server's address);
+    /// changes come back through [`Agent::on_mac_updates`]. Nothing by default.
+    fn follow(&self, _backends: Vec<IpAddr>) {}
+
+    /// One more backend to follow (a server added at runtime).
+    fn follow_one(&self, _backend: IpAddr) {}
 }
 
-/// The kernel's neighbour table on the attached interface ([`crate::neighbor`]).
+/// The kernel's neighbour table on the attached interface ([`crate::neighbor`]), read
+/// over rtnetlink, and followed by the netlink watch ([`crate::neighbor::watch`]).
 pub struct KernelNeighbors {
-    pub interface: String,
-    pub timeout: Duration,
+    interface: String,
+    timeout: Duration,
+    rtnl: Rtnl,
+    follow: Follow,
+}
+
+impl KernelNeighbors {
+    /// Opens the netlink connection and starts the watch (inside a tokio runtime). The
+    /// receiver carries the MAC changes: feed each batch to [`Agent::on_mac_updates`].
+    pub fn new(
+        interface: &str,
+        timeout: Duration,
+    ) -> Result<(Self, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+        let (follow, updates) = watch::spawn(interface)?;
+        Ok((
+            Self {
+                interface: interface.to_string(),
+                timeout,
+                rtnl: Rtnl::new()?,
+                follow,
+            },
+            updates,
+        ))
+    }
 }
 
 impl Neighbors for KernelNeighbors {
@@ -18,9 +65,17 @@ impl Neighbors for KernelNeighbors {
         if ip.is_loopback() || ip.is_unspecified() {
             return Err(format!("{ip} cannot be reached through {}", self.interface));
         }
-        crate::neighbor::resolve_mac(&self.interface, ip, self.timeout)
+        crate::neighbor::resolve_mac(&self.rtnl, &self.interface, ip, self.timeout)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    fn follow(&self, backends: Vec<IpAddr>) {
+        self.follow.set(backends);
+    }
+
+    fn follow_one(&self, backend: IpAddr) {
+        self.follow.add(backend);
     }
 }
 
@@ -38,5 +93,69 @@ impl Neighbors for StaticNeighbors {
             .copied()
             .or(self.default)
             .ok_or_else(|| format!("no static MAC for {ip}"))
+    }
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// MACs the kernel changed: a new address goes into the maps at once (the same
+    /// path a resolved MAC takes); `None` (FAILED, INCOMPLETE, deleted, no route) makes
+    /// the backend unselectable exactly as an unknown MAC, until the kernel has an
+    /// address again. Only the services with such a backend are recomputed.
+    pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
+        let mut changed = Vec::new();
+        for u in updates {
+            if self.macs.get(&u.backend).copied() == u.mac {
+                continue;
+            }
+            match u.mac {
+                Some(mac) => self.macs.insert(u.backend, mac),
+                None => self.macs.remove(&u.backend),
+            };
+            changed.push(*u);
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.unknown_mac_count = self.unknown_macs().len();
+        let ips: std::collections::HashSet<IpAddr> = changed.iter().map(|u| u.backend).collect();
+        for svc in &mut self.services {
+            if svc.servers.keys().any(|a| ips.contains(&a.ip())) {
+                svc.mark();
+            }
+        }
+        let published = self.recompute_marked(Instant::now(), std::time::Instant::now());
+        // Logged once the maps hold it.
+        for u in changed {
+            match u.mac {
+                Some(mac) => {
+                    info!(backend = %u.backend, mac = %fmt_mac(mac), "backend MAC follows the kernel's neighbour table")
+                }
+                None => {
+                    warn!(backend = %u.backend, "backend's next hop unresolved (neighbour FAILED, INCOMPLETE or gone): not selectable until resolved")
+                }
+            }
+        }
+        published
+    }
+}
+
+fn fmt_mac(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Every server's address, once.
+    pub(super) fn server_ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = self
+            .services
+            .iter()
+            .flat_map(|s| s.servers.keys().map(std::net::SocketAddr::ip))
+            .collect();
+        ips.sort();
+        ips.dedup();
+        ips
     }
 }

@@ -119,10 +119,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),
     };
-    let neighbors = Arc::new(KernelNeighbors {
-        interface: interface.clone(),
-        timeout: MAC_TIMEOUT,
-    });
+    // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
+    let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)
+        .context("opening the netlink connection for neighbours and routes")?;
+    let neighbors = Arc::new(neighbors);
     // Sets the SYN check up (or says once why tcp probes connect instead) before the
     // first probe runs.
     if cfg
@@ -256,6 +256,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
                 Ok(())
             }
             _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
+            Some(updates) = mac_updates.recv() => agent.on_mac_updates(&updates),
             _ = next_tick(&mut watchdog) => {
                 tell_systemd("WATCHDOG=1");
                 Ok(())

@@ -1,0 +1,227 @@
+//! The netlink watch: a socket in the neighbour and IPv4/IPv6 route multicast groups
+//! feeds [`NextHops`]; the MACs that change go to the agent. On overflow (ENOBUFS:
+//! events were lost) the neighbour table is dumped again and every route looked up again.
+
+use std::{io, net::IpAddr, sync::Arc};
+
+use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use tokio::{
+    io::unix::AsyncFd,
+    sync::{mpsc, watch},
+};
+use tracing::{debug, info, warn};
+
+use super::{
+    NeighborError,
+    decode::{self, Event, RouteChange},
+    nexthops::{MacUpdate, NextHops},
+    poke,
+    rtnl::{Rtnl, ifindex},
+};
+
+const RTNLGRP_NEIGH: u32 = 3;
+const RTNLGRP_IPV4_ROUTE: u32 = 7;
+const RTNLGRP_IPV6_ROUTE: u32 = 11;
+/// Receive buffer asked for (the kernel caps it at `net.core.rmem_max` without
+/// CAP_NET_ADMIN; an overflow only costs a resync).
+const RCVBUF: usize = 1 << 20;
+/// Batches of updates the agent has not taken yet.
+const UPDATES: usize = 64;
+
+/// The agent's side of the watch: tell it which backends to follow.
+#[derive(Clone)]
+pub struct Follow {
+    tx: watch::Sender<Arc<Vec<IpAddr>>>,
+}
+
+impl Follow {
+    /// Follows exactly these backends from now on.
+    pub fn set(&self, backends: Vec<IpAddr>) {
+        self.tx.send_replace(Arc::new(backends));
+    }
+
+    /// Follows one more backend.
+    pub fn add(&self, backend: IpAddr) {
+        self.tx.send_if_modified(|list| {
+            if list.contains(&backend) {
+                return false;
+            }
+            Arc::make_mut(list).push(backend);
+            true
+        });
+    }
+}
+
+/// Subscribes and starts the watch task for `interface`; must be called inside a tokio
+/// runtime. MAC changes arrive on the receiver, in batches.
+pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+    spawn_with_buffer(interface, RCVBUF)
+}
+
+/// [`spawn`] with a receive buffer of `rcvbuf` bytes (tests overflow a small one).
+pub fn spawn_with_buffer(
+    interface: &str,
+    rcvbuf: usize,
+) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+    let index = ifindex(interface)?;
+    let socket = subscribe(rcvbuf).map_err(NeighborError::Socket)?;
+    let rtnl = Rtnl::new()?;
+    let (tx, follow_rx) = watch::channel(Arc::new(Vec::new()));
+    let (updates_tx, updates) = mpsc::channel(UPDATES);
+    let task = Watch {
+        ifindex: index,
+        lo: ifindex("lo").ok(),
+        interface: interface.to_string(),
+        rtnl,
+        state: NextHops::new(index),
+        follow: follow_rx,
+        out: updates_tx,
+    };
+    tokio::spawn(task.run(socket));
+    Ok((Follow { tx }, updates))
+}
+
+fn subscribe(rcvbuf: usize) -> io::Result<AsyncFd<Socket>> {
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind(&SocketAddr::new(0, 0))?;
+    for group in [RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE] {
+        sock.add_membership(group)?;
+    }
+    let _ = sock.set_rx_buf_sz(rcvbuf);
+    sock.set_non_blocking(true)?;
+    // SAFETY: the socket owns its descriptor and `AsyncFd` owns the socket: the
+    // descriptor stays open and the same until the `AsyncFd` is dropped.
+    unsafe { AsyncFd::register(sock) }.map_err(io::Error::from)
+}
+
+struct Watch {
+    ifindex: u32,
+    /// Local addresses route through `lo`: the address itself is the next hop.
+    lo: Option<u32>,
+    interface: String,
+    rtnl: Rtnl,
+    state: NextHops,
+    follow: watch::Receiver<Arc<Vec<IpAddr>>>,
+    out: mpsc::Sender<Vec<MacUpdate>>,
+}
+
+impl Watch {
+    async fn run(mut self, socket: AsyncFd<Socket>) {
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+        let mut updates = self.resync().await;
+        info!(interface = %self.interface, "watching neighbour and route changes over netlink");
+        loop {
+            if !updates.is_empty() {
+                debug!(?updates, "MAC updates to the agent");
+                if self.out.send(std::mem::take(&mut updates)).await.is_err() {
+                    return; // the agent is gone
+                }
+            }
+            let mut routes: Vec<RouteChange> = Vec::new();
+            let mut overflow = false;
+            tokio::select! {
+                changed = self.follow.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let list = self.follow.borrow_and_update().clone();
+                    let fresh = self.state.set_backends(&list);
+                    updates.extend(self.route_lookups(fresh).await);
+                }
+                ready = socket.readable() => {
+                    let mut guard = match ready {
+                        Ok(g) => g,
+                        Err(err) => {
+                            warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
+                            return;
+                        }
+                    };
+                    // Everything queued now, then one pass over the route changes.
+                    loop {
+                        buf.clear();
+                        match guard.try_io(|s| s.get_ref().recv(&mut buf, 0)) {
+                            Ok(Ok(_)) => self.take(&buf, &mut updates, &mut routes),
+                            Ok(Err(err)) if err.raw_os_error() == Some(libc::ENOBUFS) => {
+                                overflow = true;
+                            }
+                            Ok(Err(err)) => {
+                                warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
+                                return;
+                            }
+                            Err(_would_block) => break,
+                        }
+                    }
+                }
+            }
+            if overflow {
+                warn!(interface = %self.interface, "netlink events lost (receive buffer overflow): reading the neighbour and route tables again");
+                updates.extend(self.resync().await);
+            } else if !routes.is_empty() {
+                let affected: Vec<IpAddr> = self
+                    .state
+                    .backends()
+                    .filter(|b| routes.iter().any(|r| r.covers(*b)))
+                    .collect();
+                updates.extend(self.route_lookups(affected).await);
+            }
+        }
+    }
+
+    /// Applies one datagram's events: neighbour changes at once, route changes
+    /// collected for one pass of lookups.
+    fn take(&mut self, buf: &[u8], updates: &mut Vec<MacUpdate>, routes: &mut Vec<RouteChange>) {
+        let events = match decode::datagram(buf) {
+            Ok(events) => events,
+            Err(err) => return debug!(error = %err, "netlink datagram skipped"),
+        };
+        for ev in events {
+            match ev {
+                Event::Neigh(e) => {
+                    debug!(?e, "neighbour event");
+                    updates.extend(self.state.neigh(e));
+                }
+                Event::NeighGone { ifindex, addr } => {
+                    updates.extend(self.state.neigh_gone(ifindex, addr));
+                }
+                Event::Route(r) => routes.push(r),
+            }
+        }
+    }
+
+    /// Reads the neighbour table and every followed backend's route again.
+    async fn resync(&mut self) -> Vec<MacUpdate> {
+        let mut updates = match self.rtnl.neighbours(self.ifindex).await {
+            Ok(entries) => self.state.replace_table(&entries),
+            Err(err) => {
+                warn!(error = %err, "neighbour table dump failed");
+                Vec::new()
+            }
+        };
+        let all: Vec<IpAddr> = self.state.backends().collect();
+        updates.extend(self.route_lookups(all).await);
+        updates
+    }
+
+    /// Looks up the routes of `backends`; a new next hop not resolved yet is poked so
+    /// the kernel resolves it (its answer arrives as a neighbour event).
+    async fn route_lookups(&mut self, backends: Vec<IpAddr>) -> Vec<MacUpdate> {
+        let mut updates = Vec::new();
+        for b in backends {
+            let hop = match self.rtnl.route(b).await {
+                Ok(r) if r.oif.is_none() || r.oif == Some(self.ifindex) || r.oif == self.lo => {
+                    Some(r.gateway.unwrap_or(b))
+                }
+                Ok(_) => None,
+                Err(err) => {
+                    debug!(backend = %b, error = %err, "route lookup failed");
+                    None
+                }
+            };
+            updates.extend(self.state.set_route(b, hop));
+        }
+        for (_, hop) in self.state.pending() {
+            poke(hop);
+        }
+        updates
+    }
+}
