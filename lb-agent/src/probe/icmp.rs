@@ -62,20 +62,27 @@ pub(super) async fn probe(ip: IpAddr, timeout: Duration) -> Result<Passed, Probe
             }
             () = tokio::time::sleep_until(wake) => true,
         };
+        if at_deadline {
+            super::lag::note_late(Instant::now().saturating_duration_since(wake));
+        }
         // Every datagram the kernel received before `drained` is read below.
         let drained = stamps::now();
         if let Some(rx) = read_replies(&sock, want).map_err(icmp_error)? {
             return match rx.map(|rx| stamps::answer(sent, rx, timeout)) {
                 Some(Judged::InTime(rtt)) => Ok(passed(Some(rtt))),
                 None => Ok(passed(None)),
-                Some(other) => Err(ProbeError::judged(other)),
+                Some(other) => Err(ProbeError::judged(stamps::confirm(other, sent.lo, timeout))),
             };
         }
         if !at_deadline {
             continue;
         }
         match stamps::silence(Some(sent), drained, timeout) {
-            Ok(judged) => return Err(ProbeError::judged(judged)),
+            Ok(judged) => {
+                return Err(ProbeError::judged(stamps::confirm(
+                    judged, sent.lo, timeout,
+                )));
+            }
             Err(owed) if !extended => {
                 extended = true;
                 wake = Instant::now() + owed;

@@ -13,6 +13,7 @@ pub mod condition;
 mod datagram;
 mod http;
 mod icmp;
+mod lag;
 mod local;
 mod schedule;
 mod stamps;
@@ -38,7 +39,9 @@ pub use schedule::{
 pub struct ProbeOutcome {
     /// The probe passed.
     pub ok: bool,
-    /// From the start of the probe to its verdict (the timeout when it timed out).
+    /// From the start of the probe to its verdict (the timeout when it timed out); for a
+    /// pass judged by kernel stamps (SYN check, icmp), the answer's receive stamp minus
+    /// the request's earliest send.
     pub duration: Duration,
     /// Short reason for logs and the API: "status 200", "status 500", "connection refused",
     /// "timeout", "body did not match".

@@ -247,6 +247,7 @@ impl<P: Prober> Task<P> {
         loop {
             tokio::time::sleep_until(next).await;
             let now = Instant::now();
+            super::lag::note_late(now.saturating_duration_since(next));
             if !respread && now.saturating_duration_since(next) > OVERDUE {
                 next = now + first_run_offset(self.server, self.probe, interval);
                 respread = true;

@@ -140,6 +140,23 @@ pub(crate) fn silence(
     }
 }
 
+/// A judgement confirmed against the agent's own lateness: a timeout (an answer stamped
+/// too late, or silence) while the agent was late during the probe (since `sent_lo`) by
+/// more than the timer's slack may be the agent's host's doing — its receive path, where
+/// the stamp is taken, shares the agent's lot — and gives no verdict ([`super::lag`]).
+pub(crate) fn confirm(judged: Judged, sent_lo: Stamp, timeout: Duration) -> Judged {
+    if judged != Judged::TimedOut {
+        return judged;
+    }
+    match super::lag::within(sent_lo, now()) {
+        Some(late) if late > super::local::on_time_slack(timeout) => Judged::Unknowable(format!(
+            "local fault: no answer within the timeout while the agent itself was {late:?} \
+             late (its host may have delayed or dropped the answer)"
+        )),
+        _ => judged,
+    }
+}
+
 /// A probe still owed time after the agent's last look: no verdict.
 pub(crate) fn still_owed(owed: Duration) -> Judged {
     Judged::Unknowable(format!(

@@ -419,6 +419,7 @@ pub(super) async fn probe(
             settled = &mut reply => return settle(settled.ok(), timeout),
             () = tokio::time::sleep_until(wake) => {}
         }
+        super::lag::note_late(tokio::time::Instant::now().saturating_duration_since(wake));
         // The deadline: read what the kernel has (the receiver thread may be starved).
         let drained = checker.drain(dst).map_err(|source| ProbeError::Io {
             what: "syn receive",
@@ -429,8 +430,12 @@ pub(super) async fn probe(
             Err(oneshot::error::TryRecvError::Closed) => return settle(None, timeout),
             Err(oneshot::error::TryRecvError::Empty) => {}
         }
-        match stamps::silence(checker.sent(&in_flight), drained, timeout) {
-            Ok(judged) => return Err(ProbeError::judged(judged)),
+        let sent = checker.sent(&in_flight);
+        match stamps::silence(sent, drained, timeout) {
+            Ok(judged) => {
+                let since = sent.map_or(drained, |s| s.lo);
+                return Err(ProbeError::judged(stamps::confirm(judged, since, timeout)));
+            }
             // The SYN left late: the server is owed the rest of its timeout, once.
             Err(owed) if !extended => {
                 extended = true;
@@ -448,7 +453,9 @@ fn settle(settled: Option<Settled>, timeout: std::time::Duration) -> Result<Pass
             let rtt = match (sent, rx) {
                 (Some(sent), Some(rx)) => match stamps::answer(sent, rx, timeout) {
                     Judged::InTime(rtt) => Some(rtt),
-                    other => return Err(ProbeError::judged(other)),
+                    other => {
+                        return Err(ProbeError::judged(stamps::confirm(other, sent.lo, timeout)));
+                    }
                 },
                 // No stamps (the kernel gave none): judged as it came.
                 _ => None,

@@ -70,6 +70,8 @@ fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: 
     s.queue_us_sum.fetch_add(sum, Ordering::Relaxed);
     s.queue_us_max.fetch_max(max, Ordering::Relaxed);
     s.sent_late.fetch_add(late, Ordering::Relaxed);
+    // A SYN waiting in the queue is the sender late (lag module).
+    crate::probe::lag::note_late(Duration::from_micros(max));
     // One sendmmsg per family present in the batch.
     for want_v4 in [true, false] {
         let group: Vec<&Outgoing> = batch
@@ -333,6 +335,10 @@ impl Receiver {
                 continue;
             };
             let mut replies = Vec::with_capacity(n);
+            // The oldest stamp read: the receiver was late by its age (lag module).
+            if let Some(oldest) = self.got.iter().filter_map(|g| g.1).min() {
+                crate::probe::lag::note(oldest, from.max(oldest));
+            }
             for i in 0..n {
                 let (len, rx) = self.got[i];
                 let from_ip = source_of(&self.names[i]);
