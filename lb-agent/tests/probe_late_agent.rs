@@ -178,3 +178,43 @@ async fn a_timeout_on_time_is_the_servers_and_a_late_one_is_a_local_fault() {
         assert!(out.detail.starts_with("local fault:"), "{}", out.detail);
     }
 }
+
+/// Connections the kernel established (and a reply it received) while the agent's only
+/// thread was blocked past the timeout are read when the agent wakes: the runtime polls
+/// the probe before its timer, so they pass instead of timing out (real time).
+#[test]
+fn an_answer_that_came_while_the_agent_was_blocked_passes() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and says "pong" at once, for the probe with `expect`.
+    let server = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().unwrap();
+            let _ = std::io::Write::write_all(&mut conn, b"pong\n");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let timeout = Duration::from_millis(300);
+    let mut connect = ProbeConfig::new("tcp", ProbeKind::Tcp);
+    connect.tcp_check = TcpCheck::Connect;
+    connect.timeout = timeout;
+    let mut expect = connect.clone();
+    expect.expect = Some(regex::Regex::new("pong").unwrap());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for cfg in [connect, expect] {
+        let out = rt.block_on(async move {
+            let probe = tokio::spawn(async move { execute(&cfg, addr).await });
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            // The agent starved for twice the timeout.
+            std::thread::sleep(timeout * 2);
+            probe.await.unwrap()
+        });
+        assert!(out.ok, "{out:?}");
+    }
+    server.join().unwrap();
+}
