@@ -11,7 +11,9 @@
 //! forged or stale SYN-ACK/RST can neither pass nor fail a target (it is counted in
 //! [`Stats`], never logged per packet). SYN-ACK passes, RST+ACK is a refusal, an ICMP
 //! error quoting our SYN (its ports and ISN) fails at once with the error a connect gets
-//! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe.
+//! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe —
+//! all judged by the kernel's receive stamps against the SYN's send, not by when the
+//! agent read the reply (`probe/stamps.rs`, docs/local-faults.md).
 
 mod filter;
 mod icmp;

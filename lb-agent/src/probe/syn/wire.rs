@@ -1,6 +1,8 @@
-//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`,
-//! and a receiver thread per raw socket that reads replies with `recvmmsg` and resolves
-//! the probes they verifiably answer.
+//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`
+//! (bracketing each call with the clock: the SYNs' send stamps), and a receiver thread
+//! per raw socket that reads replies with `recvmmsg` (each with the kernel's receive
+//! stamp) and resolves the probes they verifiably answer. A probe at its deadline drains
+//! the socket itself through the same [`Receiver`].
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
