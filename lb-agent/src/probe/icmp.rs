@@ -67,7 +67,7 @@ pub(super) async fn probe(ip: IpAddr, timeout: Duration) -> Result<Passed, Probe
         }
         // Every datagram the kernel received before `drained` is read below.
         let drained = stamps::now();
-        if let Some(rx) = read_replies(&sock, want).map_err(icmp_error)? {
+        if let Some(rx) = read_replies(&sock, want, at_deadline).map_err(icmp_error)? {
             return match rx.map(|rx| stamps::answer(sent, rx, timeout)) {
                 Some(Judged::InTime(rtt)) => Ok(passed(Some(rtt))),
                 None => Ok(passed(None)),
@@ -110,13 +110,20 @@ struct Want {
 }
 
 /// Reads every datagram queued on `sock` without waiting: `Some` with the kernel's
-/// receive stamp (`None` inside: the kernel gave none) once one is our reply.
-fn read_replies(sock: &UdpSocket, want: Want) -> std::io::Result<Option<Option<Stamp>>> {
+/// receive stamp (`None` inside: the kernel gave none) once one is our reply. `direct`
+/// (at the deadline) reads the socket whatever the runtime knows of its readiness: an
+/// event the runtime has not taken from the kernel yet must not hide a reply; otherwise
+/// through the runtime, which then forgets a readiness that read nothing.
+fn read_replies(
+    sock: &UdpSocket,
+    want: Want,
+    direct: bool,
+) -> std::io::Result<Option<Option<Stamp>>> {
     let mut buf = [0u8; 2048];
     // u64 words: the control buffer must be aligned for `cmsghdr`.
     let mut control = [0u64; stamps::CONTROL_BYTES / 8];
     loop {
-        let got = sock.try_io(Interest::READABLE, || {
+        let mut recv = || {
             let mut iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
                 iov_len: buf.len(),
@@ -135,7 +142,12 @@ fn read_replies(sock: &UdpSocket, want: Want) -> std::io::Result<Option<Option<S
             }
             // SAFETY: filled by the kernel; `control` is alive.
             Ok((n as usize, unsafe { stamps::received(&msg) }))
-        });
+        };
+        let got = if direct {
+            recv()
+        } else {
+            sock.try_io(Interest::READABLE, recv)
+        };
         let (n, rx) = match got {
             Ok(got) => got,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
