@@ -84,3 +84,58 @@ pub fn process_on_cpu(pid: u32) -> Duration {
         .map(|t| task_on_cpu(&format!("/proc/{pid}/task/{t}/schedstat")))
         .sum()
 }
+
+/// A thread spinning at real-time priority (`SCHED_FIFO` 1) on one CPU until a deadline:
+/// everything else on that CPU (processes not real-time) gets only what the kernel's
+/// real-time throttling leaves — by default 5 % (`sched_rt_runtime_us` 950,000 of each
+/// 1,000,000). Stops at its deadline or when dropped (joined).
+pub struct FifoHog {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<Duration>>>,
+}
+
+impl FifoHog {
+    /// Starts hogging `cpu` for at most `length`.
+    pub fn start(cpu: usize, length: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            pin_self(cpu)?;
+            let param = libc::sched_param { sched_priority: 1 };
+            // SAFETY: our own thread (0), a valid parameter.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let start = std::time::Instant::now();
+            while start.elapsed() < length && !flag.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            Ok(start.elapsed())
+        });
+        FifoHog {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits for the deadline; how long it spun, or why it could not.
+    pub fn join(mut self) -> std::io::Result<Duration> {
+        self.thread
+            .take()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("hog panicked")))
+            })
+            .unwrap_or(Ok(Duration::ZERO))
+    }
+}
+
+impl Drop for FifoHog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,15 +1,15 @@
 //! Local faults: probe errors caused by the agent's own host — out of descriptors,
-//! buffers, memory or source ports, no route to the target, or a runtime so starved that
-//! the probe's timer fired far too late. They say nothing about the server, so they
-//! count neither for nor against it (docs/local-faults.md).
+//! buffers, memory or source ports, no route to the target, or a probe whose timeout the
+//! agent cannot tell apart from its own lateness. They say nothing about the server, so
+//! they count neither for nor against it (docs/local-faults.md).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-/// A timeout that fires at least this much after it was due (or half the timeout, if
-/// longer) means the agent did not get the CPU: the probe's verdict is not the server's.
-pub const STARVED_MIN_LATE: Duration = Duration::from_millis(500);
+/// The least lateness a probe's timer is allowed before its timeout stops being the
+/// server's ([`on_time_slack`]): the timer's millisecond ticks and ordinary scheduling.
+pub const ON_TIME_MIN: Duration = Duration::from_millis(20);
 
 /// Why `err`, met while probing `target`, is a local fault; `None` when it may be the
 /// server's (or the network's) doing.
@@ -50,9 +50,25 @@ fn has_route(target: SocketAddr) -> bool {
     }
 }
 
-/// Whether a timeout of `timeout` that fired `late` after it was due shows a starved agent.
-pub(crate) fn starved(timeout: Duration, late: Duration) -> bool {
-    late >= STARVED_MIN_LATE.max(timeout / 2)
+/// How late a probe's timer may fire and its timeout still be the server's: 1/20 of the
+/// timeout, at least [`ON_TIME_MIN`] (50 ms for a 1 s timeout, 25 ms for 500 ms).
+pub fn on_time_slack(timeout: Duration) -> Duration {
+    ON_TIME_MIN.max(timeout / 20)
+}
+
+/// The rule for probes judged by the agent's timer (connect, http, https, udp): a
+/// timeout that fired `late` after it was due is the server's only if the agent was on
+/// time (`late` within [`on_time_slack`]); later, the agent cannot tell whether the
+/// server or its own lateness (a request sent late, a reply not read) made the probe
+/// miss, and it is a local fault — `Some` with its detail.
+pub(crate) fn late_timeout(timeout: Duration, late: Duration) -> Option<String> {
+    (late > on_time_slack(timeout)).then(|| {
+        format!(
+            "local fault: timeout fired {late:?} late (agent late by more than its {:?} \
+             slack: the timeout cannot be told from the agent's own lateness)",
+            on_time_slack(timeout)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -93,14 +109,18 @@ mod tests {
     }
 
     #[test]
-    fn starvation_needs_a_timer_far_behind() {
-        let s = Duration::from_secs;
-        assert!(!starved(s(1), Duration::from_millis(20)));
-        assert!(starved(s(1), Duration::from_millis(600)));
-        assert!(
-            !starved(s(4), Duration::from_millis(1500)),
-            "half the timeout"
-        );
-        assert!(starved(s(4), s(2)));
+    fn a_timeout_is_the_servers_only_when_the_timer_was_on_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(on_time_slack(ms(1000)), ms(50));
+        assert_eq!(on_time_slack(ms(500)), ms(25));
+        assert_eq!(on_time_slack(ms(100)), ON_TIME_MIN);
+        assert!(late_timeout(ms(1000), ms(0)).is_none());
+        assert!(late_timeout(ms(1000), ms(50)).is_none());
+        // Any lateness past the slack, not only a starved agent's half second.
+        for late in [ms(51), ms(120), ms(574), ms(698), ms(5000)] {
+            let detail = late_timeout(ms(1000), late).expect("late: no verdict");
+            assert!(detail.starts_with("local fault:"), "{detail}");
+        }
+        assert!(late_timeout(ms(500), ms(26)).is_some());
     }
 }

@@ -13,8 +13,10 @@ pub mod condition;
 mod datagram;
 mod http;
 mod icmp;
+mod lag;
 mod local;
 mod schedule;
+mod stamps;
 mod stream;
 pub mod syn;
 mod tls;
@@ -26,9 +28,9 @@ use tokio::time::Instant;
 
 use crate::config::{ProbeConfig, ProbeKind};
 
-pub use local::STARVED_MIN_LATE;
+pub use local::on_time_slack;
 pub use schedule::{
-    NetProber, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
+    NetProber, OVERDUE, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
     SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
 };
 
@@ -37,7 +39,9 @@ pub use schedule::{
 pub struct ProbeOutcome {
     /// The probe passed.
     pub ok: bool,
-    /// From the start of the probe to its verdict (the timeout when it timed out).
+    /// From the start of the probe to its verdict (the timeout when it timed out); for a
+    /// pass judged by kernel stamps (SYN check, icmp), the answer's receive stamp minus
+    /// the request's earliest send.
     pub duration: Duration,
     /// Short reason for logs and the API: "status 200", "status 500", "connection refused",
     /// "timeout", "body did not match".
@@ -149,6 +153,12 @@ pub(crate) enum ProbeError {
         #[source]
         source: regex::Error,
     },
+    /// Judged by kernel stamps: the server had its whole timeout and did not answer.
+    #[error("timeout")]
+    TimedOut,
+    /// Judged by kernel stamps: the agent was too late to tell (a local fault).
+    #[error("{detail}")]
+    Late { detail: String },
 }
 
 impl ProbeError {
@@ -167,6 +177,14 @@ impl ProbeError {
         local::cause(io, target)
     }
 
+    /// What kernel stamps that did not pass a probe say.
+    fn judged(judged: stamps::Judged) -> Self {
+        match judged {
+            stamps::Judged::Unknowable(detail) => ProbeError::Late { detail },
+            stamps::Judged::TimedOut | stamps::Judged::InTime(_) => ProbeError::TimedOut,
+        }
+    }
+
     /// Maps a connect error: a refusal is its own, common, verdict.
     fn connect(source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -180,11 +198,37 @@ impl ProbeError {
 /// What a kind-specific probe returns: the passing detail, or why it failed.
 type Verdict = Result<String, ProbeError>;
 
+/// A pass judged by kernel stamps: its detail and the measured round trip.
+#[derive(Debug)]
+pub(crate) struct Passed {
+    pub detail: String,
+    /// The answer's receive stamp minus the request's send stamp (`None`: no stamps).
+    pub rtt: Option<Duration>,
+}
+
 /// Runs `cfg` once against `target` (the server's address; `cfg.port` replaces its port),
-/// bounded by `cfg.timeout` as a whole.
+/// bounded by `cfg.timeout` as a whole. The SYN check and icmp are judged by the kernel's
+/// stamps of their packets; the others by the agent's timer, whose lateness beyond
+/// [`on_time_slack`] makes a timeout a local fault (docs/local-faults.md).
 pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     let addr = SocketAddr::new(target.ip(), cfg.port.unwrap_or(target.port()));
     let start = Instant::now();
+    let stamped = match cfg.kind {
+        ProbeKind::Tcp => match syn::route(cfg, addr) {
+            Some(Ok(checker)) => Some(syn::probe(checker, addr, cfg.timeout).await),
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
+        },
+        ProbeKind::Icmp => Some(Box::pin(icmp::probe(addr.ip(), cfg.timeout)).await),
+        _ => None,
+    };
+    if let Some(result) = stamped {
+        return match result {
+            Ok(p) => ProbeOutcome::pass(p.rtt.unwrap_or_else(|| start.elapsed()), p.detail),
+            Err(ProbeError::TimedOut) => ProbeOutcome::timed_out(cfg.timeout),
+            Err(e) => failed(e, addr, start),
+        };
+    }
     // The large futures (http with TLS, tcp and udp with their buffers) are boxed for the
     // length of one probe, so that every idle probe task stays small: at 100,000 tasks
     // the task's future is most of the agent's memory (BENCHMARKS.md §3). The SYN check's
@@ -192,37 +236,38 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     let run = async {
         match cfg.kind {
             ProbeKind::Http => Box::pin(http::probe(cfg, addr)).await,
-            ProbeKind::Tcp => match syn::route(cfg, addr) {
-                Some(Ok(checker)) => syn::probe(checker, addr, cfg.timeout).await,
-                Some(Err(e)) => Err(e),
-                None => Box::pin(stream::probe(cfg, addr)).await,
-            },
+            ProbeKind::Tcp => Box::pin(stream::probe(cfg, addr)).await,
             ProbeKind::Udp => Box::pin(datagram::probe(cfg, addr)).await,
-            ProbeKind::Icmp => Box::pin(icmp::probe(addr.ip())).await,
+            ProbeKind::Icmp => unreachable!("icmp is judged by stamps"),
         }
     };
-    match tokio::time::timeout(cfg.timeout, run).await {
+    let deadline = start + cfg.timeout;
+    match tokio::time::timeout_at(deadline, run).await {
         Ok(Ok(detail)) => ProbeOutcome::pass(start.elapsed(), detail),
-        Ok(Err(e)) => match e.local_cause(addr) {
-            Some(cause) => ProbeOutcome::local_fault(start.elapsed(), format!("{cause}: {e}")),
-            None => ProbeOutcome::fail(start.elapsed(), e.to_string()),
-        },
+        Ok(Err(e)) => failed(e, addr, start),
         // udp: silence is the answer when no reply is expected (only an ICMP
         // port-unreachable would have failed it).
         Err(_) if cfg.kind == ProbeKind::Udp && cfg.expect.is_none() && cfg.test.is_none() => {
             ProbeOutcome::pass(cfg.timeout, "no reply (none expected)")
         }
         Err(_) => {
-            let late = start.elapsed().saturating_sub(cfg.timeout);
-            if local::starved(cfg.timeout, late) {
-                ProbeOutcome::local_fault(
-                    start.elapsed(),
-                    format!("local fault: timeout fired {late:?} late (agent starved)"),
-                )
-            } else {
-                ProbeOutcome::timed_out(cfg.timeout)
+            let late = Instant::now().saturating_duration_since(deadline);
+            match local::late_timeout(cfg.timeout, late) {
+                Some(detail) => ProbeOutcome::local_fault(start.elapsed(), detail),
+                None => ProbeOutcome::timed_out(cfg.timeout),
             }
         }
+    }
+}
+
+/// The outcome of a probe that failed with `e` before its timeout.
+fn failed(e: ProbeError, addr: SocketAddr, start: Instant) -> ProbeOutcome {
+    if let ProbeError::Late { detail } = e {
+        return ProbeOutcome::local_fault(start.elapsed(), detail);
+    }
+    match e.local_cause(addr) {
+        Some(cause) => ProbeOutcome::local_fault(start.elapsed(), format!("{cause}: {e}")),
+        None => ProbeOutcome::fail(start.elapsed(), e.to_string()),
     }
 }
 

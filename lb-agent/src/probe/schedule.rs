@@ -5,6 +5,13 @@
 //! `jitter`. The probe runs inline in the task's loop, so it cannot overlap its previous
 //! run: a tick that passes while a probe is still running is skipped, as with
 //! `MissedTickBehavior::Skip`. `mode` gates each tick on what [`ServerSignals`] says.
+//!
+//! A task that wakes more than [`OVERDUE`] after its tick (the agent did not get the CPU,
+//! or was busy) does not probe at once: after a stall every task is overdue, and firing
+//! them all in one burst would flood the targets' accept queues and the agent's own
+//! receive path. It runs at its own offset within the next interval instead (the same
+//! stable hash as the first run, so the probes of many servers spread evenly), and runs
+//! then even if that wake-up is late too, so a continuously late agent still probes.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -23,6 +30,10 @@ use crate::config::{ProbeConfig, ProbeMode};
 
 /// The shortest interval a task accepts (a zero interval would spin).
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// A task that wakes later than this after its tick re-schedules at its spread offset
+/// within the next interval instead of probing at once (module docs).
+pub const OVERDUE: Duration = Duration::from_millis(50);
 
 /// Identifies the server a probe task reports for: an id chosen by the owner and the
 /// server's address (the resolved address for `resolve = true` servers). The agent uses
@@ -231,9 +242,19 @@ impl<P: Prober> Task<P> {
         let mut jitter = Jitter::new(self.cfg.jitter);
         let spread = self.spread.clamp(MIN_INTERVAL, interval);
         let mut next = Instant::now() + first_run_offset(self.server, self.probe, spread);
+        // This wake-up was already moved once for being overdue: it runs however late.
+        let mut respread = false;
         loop {
             tokio::time::sleep_until(next).await;
-            if self.wanted(Instant::now(), interval) {
+            let now = Instant::now();
+            super::lag::note_late(now.saturating_duration_since(next));
+            if !respread && now.saturating_duration_since(next) > OVERDUE {
+                next = now + first_run_offset(self.server, self.probe, interval);
+                respread = true;
+                continue;
+            }
+            respread = false;
+            if self.wanted(now, interval) {
                 let outcome = self.prober.probe(&self.cfg, self.server.addr).await;
                 let report = ProbeReport {
                     server: self.server,

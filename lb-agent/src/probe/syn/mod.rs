@@ -11,7 +11,9 @@
 //! forged or stale SYN-ACK/RST can neither pass nor fail a target (it is counted in
 //! [`Stats`], never logged per packet). SYN-ACK passes, RST+ACK is a refusal, an ICMP
 //! error quoting our SYN (its ports and ISN) fails at once with the error a connect gets
-//! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe.
+//! ([`icmp`]), silence runs into the probe's timeout, exactly as the connect probe —
+//! all judged by the kernel's receive stamps against the SYN's send, not by when the
+//! agent read the reply (`probe/stamps.rs`, docs/local-faults.md).
 
 mod filter;
 mod icmp;
@@ -30,7 +32,8 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::oneshot;
 
-use super::{ProbeError, Verdict};
+use super::stamps::{self, Judged, Sent, Stamp};
+use super::{Passed, ProbeError};
 use crate::config::{ProbeConfig, ProbeKind, TcpCheck};
 use packet::Answer;
 
@@ -161,8 +164,13 @@ fn checker() -> Result<&'static Checker, &'static str> {
 
 /// How a probe in flight ended, other than by its timeout.
 enum Settled {
-    /// A verified SYN-ACK or RST.
-    Answer(Answer),
+    /// A verified SYN-ACK or RST, with the kernel's receive stamp and the SYN's send
+    /// bracket (`None` where the kernel or the sender gave none).
+    Answer {
+        answer: Answer,
+        rx: Option<Stamp>,
+        sent: Option<Sent>,
+    },
     /// A verified ICMP error about the SYN: the error a connect gets from it.
     Unreachable(io::Error),
     /// The SYN could not be sent.
@@ -173,6 +181,9 @@ enum Settled {
 struct Pending {
     isn: u32,
     reply: oneshot::Sender<Settled>,
+    /// The realtime clock just before and just after the sender's send call (stamps).
+    sent_lo: Option<Stamp>,
+    sent_hi: Option<Stamp>,
 }
 
 /// (target, our source port) → the probe in flight.
@@ -193,6 +204,9 @@ struct Outgoing {
 pub(super) struct Checker {
     v4: Arc<Socket>,
     v6: Option<Arc<Socket>>,
+    /// Each socket's reader, shared by its receiver thread and probes at their deadline.
+    rx4: Arc<Mutex<wire::Receiver>>,
+    rx6: Option<Arc<Mutex<wire::Receiver>>>,
     ports: ports::Claimed,
     key: RandomState,
     round: AtomicU32,
@@ -214,17 +228,21 @@ impl Checker {
                 .name("lb-syn-send".into())
                 .spawn(move || wire::send_loop(rx, &v4, v6.as_deref(), &pending))?;
         }
-        for (sock, ipv4) in
-            std::iter::once((v4.clone(), true)).chain(v6.clone().map(|s| (s, false)))
+        let rx4: Arc<Mutex<wire::Receiver>> = Arc::default();
+        let rx6: Option<Arc<Mutex<wire::Receiver>>> = v6.as_ref().map(|_| Arc::default());
+        for (sock, ipv4, receiver) in std::iter::once((v4.clone(), true, rx4.clone()))
+            .chain(v6.clone().zip(rx6.clone()).map(|(s, r)| (s, false, r)))
         {
             let pending = pending.clone();
             std::thread::Builder::new()
                 .name(if ipv4 { "lb-syn-recv4" } else { "lb-syn-recv6" }.into())
-                .spawn(move || wire::recv_loop(&sock, ipv4, &pending))?;
+                .spawn(move || wire::recv_loop(&sock, ipv4, &pending, &receiver))?;
         }
         Ok(Checker {
             v4,
             v6,
+            rx4,
+            rx6,
             ports,
             key: RandomState::new(),
             round: AtomicU32::new(0),
@@ -240,6 +258,33 @@ impl Checker {
             IpAddr::V4(_) => Some(&self.v4),
             IpAddr::V6(_) => self.v6.as_deref(),
         }
+    }
+
+    /// Drains `dst`'s raw socket now (waiting for its receiver thread if that is
+    /// reading): every reply the kernel received before the returned stamp has reached
+    /// its probe.
+    fn drain(&self, dst: SocketAddr) -> io::Result<Stamp> {
+        let (sock, receiver, ipv4) = match (dst.ip(), &self.v6, &self.rx6) {
+            (IpAddr::V4(_), _, _) => (&self.v4, &self.rx4, true),
+            (IpAddr::V6(_), Some(sock), Some(rx)) => (sock, rx, false),
+            (IpAddr::V6(_), _, _) => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(sock, ipv4, &self.pending)
+    }
+
+    /// The send bracket of probe `flight`, if its SYN went out (an unfinished send's
+    /// bracket ends now).
+    fn sent(&self, flight: &InFlight) -> Option<Sent> {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let p = pending.get(&flight.key).filter(|p| p.isn == flight.isn)?;
+        let lo = p.sent_lo?;
+        Some(Sent {
+            lo,
+            hi: p.sent_hi.unwrap_or_else(stamps::now),
+        })
     }
 
     /// Registers a probe of `dst` from `src_ip` on a source port not in flight to `dst`.
@@ -258,7 +303,12 @@ impl Checker {
                 let src = SocketAddr::new(src_ip, sport);
                 let isn = packet::isn(&self.key, src, dst, round);
                 let (tx, rx) = oneshot::channel();
-                slot.insert(Pending { isn, reply: tx });
+                slot.insert(Pending {
+                    isn,
+                    reply: tx,
+                    sent_lo: None,
+                    sent_hi: None,
+                });
                 let out = Outgoing {
                     queued: std::time::Instant::now(),
                     timeout,
@@ -303,6 +353,8 @@ impl Drop for InFlight {
 fn raw(domain: Domain, ports: &[u16]) -> io::Result<Socket> {
     let sock = Socket::new(domain, Type::RAW, Some(Protocol::TCP))?;
     filter::attach(&sock, domain == Domain::IPV4, ports)?;
+    // Replies are judged by when the kernel received them (stamps module).
+    stamps::enable(&sock)?;
     // Without it the kernel hides a SYN its own queue dropped (ENOBUFS) from a raw
     // socket, and the probe would time out against the target instead of failing locally.
     let (level, name) = if domain == Domain::IPV4 {
@@ -335,17 +387,23 @@ fn raw(domain: Domain, ports: &[u16]) -> io::Result<Socket> {
     Ok(sock)
 }
 
-/// Runs one SYN check of `dst` (the caller bounds it by the probe's timeout).
+/// Runs one SYN check of `dst`, judged by the kernel's stamps (docs/local-faults.md):
+/// an answer the kernel received within `timeout` of the SYN's send passes (or refuses)
+/// however late the agent read it; silence is a timeout only once the agent has drained
+/// the socket at a moment when the server had had its whole timeout; when the agent was
+/// too late to tell, no verdict ([`ProbeError::Late`]). Takes at most about twice
+/// `timeout` (one extension when the SYN left late).
 pub(super) async fn probe(
     checker: &'static Checker,
     dst: SocketAddr,
     timeout: std::time::Duration,
-) -> Verdict {
+) -> Result<Passed, ProbeError> {
+    let start = tokio::time::Instant::now();
     let src_ip = checker
         .sources
         .for_target(dst)
         .map_err(|source| ProbeError::Connect { source })?;
-    let (out, reply, _in_flight) = checker.register(src_ip, dst, timeout)?;
+    let (out, mut reply, in_flight) = checker.register(src_ip, dst, timeout)?;
     checker
         .queue
         .lock()
@@ -355,17 +413,71 @@ pub(super) async fn probe(
             what: "syn send",
             source: io::Error::other("sender thread gone"),
         })?;
-    match reply.await {
-        Ok(Settled::Answer(Answer::Accepts)) => Ok("connected (SYN-ACK)".into()),
-        Ok(Settled::Answer(Answer::Refuses)) => Err(ProbeError::Refused),
+    let mut wake = start + timeout;
+    let mut extended = false;
+    loop {
+        tokio::select! {
+            biased;
+            settled = &mut reply => return settle(settled.ok(), timeout),
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        super::lag::note_late(tokio::time::Instant::now().saturating_duration_since(wake));
+        // The deadline: read what the kernel has (the receiver thread may be starved).
+        let drained = checker.drain(dst).map_err(|source| ProbeError::Io {
+            what: "syn receive",
+            source,
+        })?;
+        match reply.try_recv() {
+            Ok(settled) => return settle(Some(settled), timeout),
+            Err(oneshot::error::TryRecvError::Closed) => return settle(None, timeout),
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+        let sent = checker.sent(&in_flight);
+        match stamps::silence(sent, drained, timeout) {
+            Ok(judged) => {
+                let since = sent.map_or(drained, |s| s.lo);
+                return Err(ProbeError::judged(stamps::confirm(judged, since, timeout)));
+            }
+            // The SYN left late: the server is owed the rest of its timeout, once.
+            Err(owed) if !extended => {
+                extended = true;
+                wake = tokio::time::Instant::now() + owed;
+            }
+            Err(owed) => return Err(ProbeError::judged(stamps::still_owed(owed))),
+        }
+    }
+}
+
+/// The verdict of a settled SYN check.
+fn settle(settled: Option<Settled>, timeout: std::time::Duration) -> Result<Passed, ProbeError> {
+    match settled {
+        Some(Settled::Answer { answer, rx, sent }) => {
+            let rtt = match (sent, rx) {
+                (Some(sent), Some(rx)) => match stamps::answer(sent, rx, timeout) {
+                    Judged::InTime(rtt) => Some(rtt),
+                    other => {
+                        return Err(ProbeError::judged(stamps::confirm(other, sent.lo, timeout)));
+                    }
+                },
+                // No stamps (the kernel gave none): judged as it came.
+                _ => None,
+            };
+            match answer {
+                Answer::Accepts => Ok(Passed {
+                    detail: "connected (SYN-ACK)".into(),
+                    rtt,
+                }),
+                Answer::Refuses => Err(ProbeError::Refused),
+            }
+        }
         // As a connect fails on the same ICMP error: a port unreachable is a refusal,
         // the others "connect: <errno>" (No route to host…).
-        Ok(Settled::Unreachable(source)) => Err(ProbeError::connect(source)),
-        Ok(Settled::NotSent(source)) => Err(ProbeError::Io {
+        Some(Settled::Unreachable(source)) => Err(ProbeError::connect(source)),
+        Some(Settled::NotSent(source)) => Err(ProbeError::Io {
             what: "syn send",
             source,
         }),
-        Err(_) => Err(ProbeError::Io {
+        None => Err(ProbeError::Io {
             what: "syn",
             source: io::Error::other("probe dropped by the checker"),
         }),
@@ -410,6 +522,47 @@ mod tests {
         let fut = execute(&cfg, "127.0.0.1:1".parse().unwrap());
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "execute's future is {size} bytes");
+    }
+
+    /// The answer reaches the kernel in time while the agent cannot read it (the
+    /// receiver is held past the deadline, as a starved receiver thread would be): judged
+    /// by the kernel's stamps, the probe passes, with the stamps' round trip. Judged by
+    /// when the agent read it, it would be a timeout.
+    #[test]
+    fn an_answer_received_in_time_but_read_late_passes() {
+        if availability() == Err("no CAP_NET_RAW") {
+            eprintln!("skipped: needs CAP_NET_RAW");
+            return;
+        }
+        let checker = checker().unwrap();
+        let open = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = open.local_addr().unwrap();
+        let cfg = syn_probe();
+        let hold = cfg.timeout * 2;
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let _receiver = checker.rx4.lock().unwrap();
+            held_tx.send(()).unwrap();
+            std::thread::sleep(hold);
+        });
+        held_rx.recv().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let began = std::time::Instant::now();
+        let out = rt.block_on(execute(&cfg, addr));
+        let took = began.elapsed();
+        holder.join().unwrap();
+        assert!(out.ok, "{out:?}");
+        assert!(
+            took >= hold - Duration::from_millis(50),
+            "read only once the receiver was free ({took:?})"
+        );
+        assert!(
+            out.duration < cfg.timeout,
+            "measured by the stamps, not by the read: {out:?}"
+        );
     }
 
     async fn refuses_and_passes(host: &str) {

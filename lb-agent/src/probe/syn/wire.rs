@@ -1,12 +1,14 @@
-//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`,
-//! and a receiver thread per raw socket that reads replies with `recvmmsg` and resolves
-//! the probes they verifiably answer.
+//! The SYN check's packet I/O: a sender thread that writes queued SYNs with `sendmmsg`
+//! (bracketing each call with the clock: the SYNs' send stamps), and a receiver thread
+//! per raw socket that reads replies with `recvmmsg` (each with the kernel's receive
+//! stamp) and resolves the probes they verifiably answer. A probe at its deadline drains
+//! the socket itself through the same [`Receiver`].
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
@@ -14,6 +16,7 @@ use socket2::{SockAddr, Socket};
 use super::icmp::{self, Ignored, Unreachable};
 use super::packet::{self, SYN_LEN};
 use super::{Outgoing, PendingMap, Settled, stats};
+use crate::probe::stamps::{self, Sent, Stamp};
 
 /// SYNs per `sendmmsg` and replies per `recvmmsg` at most.
 const BATCH: usize = 64;
@@ -69,6 +72,8 @@ fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: 
     s.queue_us_sum.fetch_add(sum, Ordering::Relaxed);
     s.queue_us_max.fetch_max(max, Ordering::Relaxed);
     s.sent_late.fetch_add(late, Ordering::Relaxed);
+    // A SYN waiting in the queue is the sender late (lag module).
+    crate::probe::lag::note_late(Duration::from_micros(max));
     // One sendmmsg per family present in the batch.
     for want_v4 in [true, false] {
         let group: Vec<&Outgoing> = batch
@@ -80,7 +85,14 @@ fn send_families(batch: &[Outgoing], v4: &Socket, v6: Option<&Socket>, pending: 
         }
         let sock = if want_v4 { Some(v4) } else { v6 };
         let failed = match sock {
-            Some(sock) => send_batch(sock, &group),
+            Some(sock) => {
+                // The send's bracket (stamps module): its start before the call, its end
+                // after it.
+                mark(pending, &group, |p, at| p.sent_lo = Some(at));
+                let failed = send_batch(sock, &group);
+                mark(pending, &group, |p, at| p.sent_hi = Some(at));
+                failed
+            }
             None => (0..group.len())
                 .map(|i| (i, io::Error::from_raw_os_error(libc::EAFNOSUPPORT)))
                 .collect(),
@@ -151,6 +163,19 @@ fn send_batch(sock: &Socket, group: &[&Outgoing]) -> Vec<(usize, io::Error)> {
     failed
 }
 
+/// Sets a send stamp, the clock now, on the probes of `group` still in flight.
+fn mark(pending: &PendingMap, group: &[&Outgoing], set: impl Fn(&mut super::Pending, Stamp)) {
+    let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
+    let at = stamps::now();
+    for o in group {
+        if let Some(p) = map.get_mut(&(o.dst, o.sport))
+            && p.isn == o.isn
+        {
+            set(p, at);
+        }
+    }
+}
+
 /// Resolves the probes of `group` with the send error `err` (a local fault or not, as
 /// the connect probe's errors: [`crate::probe::local`]).
 fn fail(pending: &PendingMap, group: &[&Outgoing], err: &io::Error) {
@@ -169,82 +194,175 @@ fn fail(pending: &PendingMap, group: &[&Outgoing], err: &io::Error) {
     }
 }
 
-/// Reads replies from `sock` until it fails for good.
-pub(super) fn recv_loop(sock: &Socket, ipv4: bool, pending: &PendingMap) {
-    let mut bufs = vec![[0u8; REPLY_BYTES]; BATCH];
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+/// Reads replies from `sock` until it fails for good: waits until the socket has
+/// something, then drains it under `receiver`'s lock (which a probe at its deadline takes
+/// to drain the socket itself: [`Receiver::drain`]).
+pub(super) fn recv_loop(
+    sock: &Socket,
+    ipv4: bool,
+    pending: &PendingMap,
+    receiver: &Mutex<Receiver>,
+) {
     loop {
-        let mut iovs: Vec<libc::iovec> = bufs
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, alive for the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::error!(error = %err, "SYN check receiver stopped");
+            return;
+        }
+        let drained = receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(sock, ipv4, pending);
+        if let Err(err) = drained {
+            tracing::error!(error = %err, "SYN check receiver stopped");
+            return;
+        }
+        std::thread::sleep(GATHER);
+    }
+}
+
+/// Buffers for reading replies in batches; one per raw socket, behind a lock that the
+/// receiver thread and probes at their deadline share.
+pub(super) struct Receiver {
+    bufs: Vec<[u8; REPLY_BYTES]>,
+    names: Vec<libc::sockaddr_storage>,
+    /// u64 words: a control buffer must be aligned for `cmsghdr`.
+    controls: Vec<[u64; stamps::CONTROL_BYTES / 8]>,
+    /// The last read's packets: bytes kept and the kernel's receive stamp.
+    got: Vec<(usize, Option<Stamp>)>,
+}
+
+impl Default for Receiver {
+    fn default() -> Self {
+        Receiver {
+            bufs: vec![[0u8; REPLY_BYTES]; BATCH],
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            names: vec![unsafe { std::mem::zeroed() }; BATCH],
+            controls: vec![[0u64; stamps::CONTROL_BYTES / 8]; BATCH],
+            got: Vec::with_capacity(BATCH),
+        }
+    }
+}
+
+impl Receiver {
+    /// One `recvmmsg` without waiting: `Some(n)` packets read (0: none queued), `None`
+    /// when the socket reports a queued error instead.
+    fn read(&mut self, sock: &Socket) -> io::Result<Option<usize>> {
+        let mut iovs: Vec<libc::iovec> = self
+            .bufs
             .iter_mut()
             .map(|b| libc::iovec {
                 iov_base: b.as_mut_ptr().cast(),
                 iov_len: REPLY_BYTES,
             })
             .collect();
-        let mut msgs: Vec<libc::mmsghdr> = names
+        let mut msgs: Vec<libc::mmsghdr> = self
+            .names
             .iter_mut()
             .zip(iovs.iter_mut())
-            .map(|(name, iov)| {
+            .zip(self.controls.iter_mut())
+            .map(|((name, iov), control)| {
                 // SAFETY: all-zero is a valid mmsghdr.
                 let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
                 m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
                 m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
                 m.msg_hdr.msg_iov = iov;
                 m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                m.msg_hdr.msg_controllen = stamps::CONTROL_BYTES;
                 m
             })
             .collect();
-        // SAFETY: every header points at a name and a buffer alive for the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
+        self.got.clear();
+        loop {
+            // SAFETY: every header points at a name, a buffer and a control buffer alive
+            // for the call.
+            let n = unsafe {
+                libc::recvmmsg(
+                    sock.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                for m in &msgs[..n as usize] {
+                    let len = (m.msg_len as usize).min(REPLY_BYTES);
+                    // SAFETY: filled by the kernel; its control buffer is alive.
+                    let rx = unsafe { stamps::received(&m.msg_hdr) };
+                    self.got.push((len, rx));
+                }
+                return Ok(Some(n as usize));
+            }
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => return Ok(Some(0)),
                 Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL | libc::EFAULT) => {
-                    tracing::error!(error = %err, "SYN check receiver stopped");
-                    return;
+                    return Err(err);
                 }
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Reads every packet queued on `sock` (and queued ICMP errors) without waiting and
+    /// hands each verified reply, with the kernel's receive stamp, to its probe. Returns
+    /// the realtime clock read before the first read: every packet the kernel received
+    /// up to then has been read and dispatched when this returns.
+    pub(super) fn drain(
+        &mut self,
+        sock: &Socket,
+        ipv4: bool,
+        pending: &PendingMap,
+    ) -> io::Result<Stamp> {
+        let from = stamps::now();
+        loop {
+            let n = self.read(sock)?;
+            let Some(n) = n else {
                 // A queued error (`IP_RECVERR`): an ICMP error about a TCP packet of
                 // this host, maybe one of our SYNs.
-                _ => {
-                    read_errors(sock, ipv4, pending);
-                    continue;
-                }
-            }
-        }
-        let mut replies = Vec::with_capacity(n as usize);
-        for i in 0..n as usize {
-            let len = (msgs[i].msg_len as usize).min(REPLY_BYTES);
-            let from = source_of(&names[i]);
-            let segment = if ipv4 {
-                packet::strip_ipv4(&bufs[i][..len])
-            } else {
-                Ok(&bufs[i][..len])
+                read_errors(sock, ipv4, pending);
+                continue;
             };
-            match (from, segment.and_then(packet::parse)) {
-                (Some(ip), Ok(reply)) => replies.push((ip, reply)),
-                _ => {
-                    stats().malformed.fetch_add(1, Ordering::Relaxed);
+            let mut replies = Vec::with_capacity(n);
+            // The oldest stamp read: the receiver was late by its age (lag module).
+            if let Some(oldest) = self.got.iter().filter_map(|g| g.1).min() {
+                crate::probe::lag::note(oldest, from.max(oldest));
+            }
+            for i in 0..n {
+                let (len, rx) = self.got[i];
+                let from_ip = source_of(&self.names[i]);
+                let segment = if ipv4 {
+                    packet::strip_ipv4(&self.bufs[i][..len])
+                } else {
+                    Ok(&self.bufs[i][..len])
+                };
+                match (from_ip, segment.and_then(packet::parse)) {
+                    (Some(ip), Ok(reply)) => replies.push((ip, reply, rx)),
+                    _ => {
+                        stats().malformed.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
-        }
-        drop(msgs);
-        drop(iovs);
-        resolve(pending, &replies);
-        if (n as usize) < BATCH {
-            std::thread::sleep(GATHER);
+            resolve(pending, &replies);
+            if n < BATCH {
+                return Ok(from);
+            }
         }
     }
 }
-
 /// Reads up to [`BATCH`] errors from the socket's error queue (`MSG_ERRQUEUE`) and fails
 /// the probes whose SYN an ICMP error verifiably quotes; counts the others. The rest
 /// waits for the next round, after the replies queued meanwhile.
@@ -289,13 +407,14 @@ fn resolve_unreachable(pending: &PendingMap, errors: &[Unreachable]) {
     }
 }
 
-/// Hands each verified reply to its probe; counts the others.
-fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply)]) {
+/// Hands each verified reply, with its receive stamp and its SYN's send stamps, to its
+/// probe; counts the others.
+fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply, Option<Stamp>)]) {
     if replies.is_empty() {
         return;
     }
     let mut map = pending.lock().unwrap_or_else(|e| e.into_inner());
-    for &(ip, reply) in replies {
+    for &(ip, reply, rx) in replies {
         let key = (SocketAddr::new(ip, reply.from_port), reply.to_port);
         match map.get(&key) {
             None => {
@@ -311,7 +430,17 @@ fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply)]) 
                     packet::Answer::Refuses => &stats().refused,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                let _ = p.reply.send(Settled::Answer(reply.answer));
+                // The SYN left before its answer came: an unfinished send's bracket
+                // ends at the answer's stamp.
+                let sent = p.sent_lo.map(|lo| Sent {
+                    lo,
+                    hi: p.sent_hi.or(rx).unwrap_or(lo),
+                });
+                let _ = p.reply.send(Settled::Answer {
+                    answer: reply.answer,
+                    rx,
+                    sent,
+                });
             }
         }
     }
@@ -357,10 +486,15 @@ mod tests {
         let pending = PendingMap::default();
         let target: SocketAddr = "[fd00::2]:80".parse().unwrap();
         let (tx, mut rx) = oneshot::channel();
-        pending
-            .lock()
-            .unwrap()
-            .insert((target, 40000), Pending { isn: 77, reply: tx });
+        pending.lock().unwrap().insert(
+            (target, 40000),
+            Pending {
+                isn: 77,
+                reply: tx,
+                sent_lo: None,
+                sent_hi: None,
+            },
+        );
         let other_port: SocketAddr = "[fd00::2]:81".parse().unwrap();
         let other_host: SocketAddr = "[fd00::3]:80".parse().unwrap();
         let (rejected, unmatched) = (

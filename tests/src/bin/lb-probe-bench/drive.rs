@@ -408,6 +408,7 @@ impl Tally {
             return;
         }
         self.failed += 1;
+        self.local += u64::from(r.outcome.local);
         let was_closed = phase == Phase::Failing && closed(target_index(r.server.addr));
         if !was_closed {
             self.open_failed += 1;
@@ -420,10 +421,12 @@ impl Tally {
 }
 
 /// A failure's detail without the figures that make each one unique ("timeout fired
-/// 2.03s late"), so that the report counts kinds.
+/// 2.03s late"), so that the report counts kinds: a local fault's up to its first digit.
 fn detail_kind(detail: &str) -> &str {
-    if detail.contains("late (agent starved)") {
-        "local fault: timeout fired late (agent starved)"
+    if detail.starts_with("local fault:") {
+        detail
+            .find(|c: char| c.is_ascii_digit())
+            .map_or(detail, |i| detail[..i].trim_end())
     } else {
         detail
     }

@@ -98,6 +98,9 @@ pub(super) struct Tally {
     pub(super) failed: u64,
     /// Failures of targets that were listening.
     pub(super) open_failed: u64,
+    /// Reports without a verdict (local faults, counted in `failed` too): the agent's
+    /// own trouble, not held against the target.
+    pub(super) local: u64,
     pub(super) publish_errors: u64,
     /// Iterations of the select loop.
     pub(super) iterations: u64,
@@ -210,6 +213,13 @@ pub(super) fn window_figures(f: &mut Figures, prefix: &str, a: &Mark, b: &Mark) 
     put(
         "open_failed",
         (b.tally.open_failed - a.tally.open_failed).to_string(),
+    );
+    put("local", (b.tally.local - a.tally.local).to_string());
+    // Failures that were verdicts (not local faults): what the health state machine
+    // counts against a server.
+    put(
+        "verdicts_failed",
+        ((b.tally.failed - b.tally.local) - (a.tally.failed - a.tally.local)).to_string(),
     );
     put(
         "publish_errors",

@@ -77,7 +77,7 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
 
 /// Header of [`summary_row`]'s lines (one scenario's steady window on one line).
 pub(super) const SUMMARY_HEADER: &str = "| data plane | cpus | agent cores (user + sys) | probes/s | \
-     agent CPU per probe | failed (of open targets) | peak RSS | agent host's NAPI cores | \
+     agent CPU per probe | failed (of open targets) | of them verdicts / local faults | peak RSS | agent host's NAPI cores | \
      targets' cores | machine busy | load avg |";
 
 /// One scenario's steady window on one line, under [`SUMMARY_HEADER`].
@@ -85,7 +85,7 @@ pub(super) fn summary_row(f: &Figures) -> String {
     let get = |k: &str| f.get(k).cloned().unwrap_or_else(|| "?".into());
     let num = |k: &str| get(k).parse::<f64>().unwrap_or(f64::NAN);
     format!(
-        "{SUMMARY_HEADER}\n| {} | {} | {} ({} + {}) | {} | {:.1} µs | {} ({}) | {} MB | {} | {} | {} of {} | {} |",
+        "{SUMMARY_HEADER}\n| {} | {} | {} ({} + {}) | {} | {:.1} µs | {} ({}) | {} / {} | {} MB | {} | {} | {} of {} | {} |",
         get("dataplane"),
         get("cpus"),
         get("cores"),
@@ -95,6 +95,8 @@ pub(super) fn summary_row(f: &Figures) -> String {
         num("cores") / num("probes_per_s") * 1e6,
         get("failed"),
         get("open_failed"),
+        get("verdicts_failed"),
+        get("local"),
         get("peak_rss_mb"),
         get("agent_napi_cores"),
         get("target_cores"),
