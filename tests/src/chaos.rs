@@ -1,8 +1,9 @@
 //! A seeded chaos run on the realistic bed: ordinary clients (new connections back to back
 //! from OS-chosen ports, keep-alive clients) run throughout while faults come one at a
 //! time, in an order drawn from a seed: a server SIGKILLed and started again, a backend's
-//! link down for 3 s, a server whose health check answers 500 for a while, a reload, an
-//! agent restart by SIGTERM and one by SIGKILL. After each fault the run waits until every
+//! link down for 3 s, a server whose health check answers 500 for a while, a backend's
+//! address moving to another MAC (announced by the kernel's gratuitous ARP, as after a
+//! NIC swap or a VRRP failover), a reload, an agent restart by SIGTERM and one by SIGKILL. After each fault the run waits until every
 //! server is up again, then lets traffic run quietly before the next.
 //!
 //! The verdict ([`Run::violations`]): no server changes state outside its own fault's
@@ -53,6 +54,8 @@ pub enum Fault {
     LinkDown(&'static str),
     /// The server's health endpoint answers 500 for [`SICK_FOR`]; its web port works.
     Sick(&'static str),
+    /// The backend's `eth0` takes another MAC; `arp_notify` makes its kernel announce it.
+    MacMove(&'static str),
     /// SIGHUP with the config unchanged.
     Reload,
     /// SIGTERM, then `lb-agent run` again.
@@ -65,7 +68,7 @@ impl Fault {
     /// The server whose state may change during the fault.
     pub fn server(self) -> Option<&'static str> {
         match self {
-            Fault::Kill(s) | Fault::LinkDown(s) | Fault::Sick(s) => Some(s),
+            Fault::Kill(s) | Fault::LinkDown(s) | Fault::Sick(s) | Fault::MacMove(s) => Some(s),
             _ => None,
         }
     }
@@ -127,6 +130,7 @@ pub fn plan(seed: u64, servers: &[&'static str]) -> Vec<Fault> {
         Fault::Kill(pick()),
         Fault::LinkDown(pick()),
         Fault::Sick(pick()),
+        Fault::MacMove(pick()),
         Fault::Reload,
         Fault::RestartTerm,
         Fault::RestartKill,
@@ -213,6 +217,15 @@ fn apply(bed: &mut Bed, fault: Fault, events: &mut Vec<EventView>, since: f64) -
             bed.servers.control(s, "http 500\n");
             thread::sleep(SICK_FOR);
             bed.servers.control(s, "");
+        }
+        Fault::MacMove(s) => {
+            let index = backend_of(bed, s);
+            let ns = &bed.topo.backends()[index].ns;
+            ns.sysctl("net.ipv4.conf.eth0.arp_notify", "1")
+                .expect("arp_notify");
+            let mac = format!("02:c4:a0:5e:00:{:02x}", index + 1);
+            ns.ip(&["link", "set", "dev", "eth0", "address", &mac])
+                .expect("a new MAC");
         }
         Fault::Reload => {
             bed.agent
@@ -336,11 +349,12 @@ mod tests {
         let servers = ["b1", "b2", "b3", "b4"];
         let a = plan(1, &servers);
         assert_eq!(a, plan(1, &servers), "same seed, same plan");
-        assert_eq!(a.len(), 6);
+        assert_eq!(a.len(), 7);
         for kind in [
             |f: &Fault| matches!(f, Fault::Kill(_)),
             |f: &Fault| matches!(f, Fault::LinkDown(_)),
             |f: &Fault| matches!(f, Fault::Sick(_)),
+            |f: &Fault| matches!(f, Fault::MacMove(_)),
             |f: &Fault| *f == Fault::Reload,
             |f: &Fault| *f == Fault::RestartTerm,
             |f: &Fault| *f == Fault::RestartKill,

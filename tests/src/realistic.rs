@@ -176,11 +176,35 @@ impl Bed {
         testserver: &Path,
         udp: bool,
     ) -> Bed {
+        Bed::start_on(forwarding, subnet, roles, testserver, udp, true)
+    }
+
+    /// [`start`](Self::start) with the kernels resolving every neighbour by ARP/NDP, as
+    /// on a real network (no permanent entries): a backend whose MAC changes is learnt
+    /// from its announcement.
+    pub fn start_resolving(
+        forwarding: Forwarding,
+        subnet: u8,
+        roles: &[Role],
+        testserver: &Path,
+    ) -> Bed {
+        Bed::start_on(forwarding, subnet, roles, testserver, false, false)
+    }
+
+    fn start_on(
+        forwarding: Forwarding,
+        subnet: u8,
+        roles: &[Role],
+        testserver: &Path,
+        udp: bool,
+        static_neighbours: bool,
+    ) -> Bed {
         let backends = roles.iter().map(|r| r.backend + 1).max().unwrap_or(1);
         let topo = Topology::builder()
             .backends(backends)
             .forwarding(forwarding)
             .subnet(subnet)
+            .static_neighbours(static_neighbours)
             .build()
             .expect("building the topology");
         let servers =

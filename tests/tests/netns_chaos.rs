@@ -1,9 +1,10 @@
 //! A seeded chaos run in nat and in dsr (`lb_tests::chaos`): four backends under ordinary
 //! traffic (four loops of new connections from OS-chosen ports, about 160 a second, and
 //! two keep-alive clients) while a server is killed and started again, a backend's link
-//! goes down for 3 s, a health check fails for 6 s, the config is reloaded and the agent
-//! is restarted by SIGTERM and by SIGKILL, one at a time in an order drawn from the seed
-//! (`LB_CHAOS_SEED`, printed). No server may change state outside its own fault, nothing
+//! goes down for 3 s, a health check fails for 6 s, a backend's address moves to another
+//! MAC, the config is reloaded and the agent is restarted by SIGTERM and by SIGKILL, one at a time in an order drawn from the seed
+//! (`LB_CHAOS_SEED`, printed). Every host resolves its neighbours by ARP, as on a real
+//! network. No server may change state outside its own fault, nothing
 //! may fail open, and no request may fail outside the window of a kill or a link down.
 
 use std::{path::Path, time::Duration};
@@ -18,7 +19,7 @@ const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 
 fn chaos_run(forwarding: Forwarding, subnet: u8) {
     let label = forwarding.as_str();
-    let mut bed = Bed::start(
+    let mut bed = Bed::start_resolving(
         forwarding,
         subnet,
         &Role::primaries(4),
