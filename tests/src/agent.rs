@@ -336,15 +336,7 @@ impl Agent {
     /// `config reloaded` line, or an error with the `reload failed` line.
     pub fn reload(&self, config: &AgentConfig, timeout: Duration) -> Result<String, AgentError> {
         write_config(&self.config_path, config)?;
-        let since = self.process.cursor();
-        self.process.signal(libc::SIGHUP)?;
-        let (which, line) =
-            self.process
-                .wait_for_any(since, &[RELOADED_LINE, RELOAD_FAILED_LINE], timeout)?;
-        if which == 1 {
-            return Err(AgentError::ReloadRefused { line });
-        }
-        Ok(line)
+        self.reload_unchanged(timeout)
     }
 
     /// The agent process (log, signals).

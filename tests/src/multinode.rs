@@ -428,6 +428,35 @@ impl MultiNode {
     }
 }
 
+/// Whether BIRD is installed: without it a multi-node scenario fails when `CI` is set
+/// (setup installs bird2) and is skipped with a message otherwise.
+pub fn bird_present() -> bool {
+    match which("bird") {
+        Ok(_) => true,
+        Err(e) if std::env::var_os("CI").is_some() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
+impl MultiNode {
+    /// `n` new connections from the client, source ports from `first_port`, each
+    /// answered by a backend's name (60 s at most for the batch).
+    pub fn batch(&self, first_port: u16, n: usize) -> crate::traffic::Tally {
+        crate::traffic::tcp_names(
+            &self.client,
+            CLIENT.into(),
+            first_port,
+            self.vip(),
+            n,
+            Duration::from_secs(60),
+        )
+        .expect("client namespace")
+    }
+}
+
 /// The next hops of `router`'s route to the VIP, sorted (empty: no route).
 fn next_hops(router: &NetNs) -> Result<Vec<Ipv4Addr>, Error> {
     let out = router.ip(&["-4", "route", "show", &format!("{VIP}/32")])?;

@@ -26,27 +26,8 @@ const BATCH: usize = 120;
 /// The agent reads data-plane counters every 500 ms: wait this long before reading them.
 const STATS_SETTLE: Duration = Duration::from_millis(1200);
 
-fn bird_present() -> bool {
-    match multinode::which("bird") {
-        Ok(_) => true,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
-
 fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::Tally {
-    tcp_names(
-        &topo.client,
-        multinode::CLIENT.into(),
-        first_port,
-        topo.vip(),
-        BATCH,
-        Duration::from_secs(60),
-    )
-    .expect("client namespace")
+    topo.batch(first_port, BATCH)
 }
 
 /// Connections made in batches of 10 every few milliseconds (source ports from 35000)
@@ -125,7 +106,7 @@ fn check_all(conns: &mut [EchoConn], what: &str) {
 
 #[test]
 fn two_nodes_behind_ecmp_survive_bird_loss_drain_and_restart() {
-    if !bird_present() {
+    if !multinode::bird_present() {
         return;
     }
     let mut topo = MultiNode::build(2, 2).expect("building the multi-node topology");

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use lb_tests::multinode::{self, MultiNode};
-use lb_tests::traffic::{EchoConn, tcp_names};
+use lb_tests::traffic::EchoConn;
 
 /// The lifetime under test: long enough that a SIGKILL + restart (a few seconds on a
 /// loaded machine) never lets it end, short enough to keep the test short.
@@ -27,32 +27,13 @@ const EXPIRY_SLACK: Duration = Duration::from_secs(4);
 const CONVERGE: Duration = Duration::from_secs(30);
 const BATCH: usize = 60;
 
-fn bird_present() -> bool {
-    match multinode::which("bird") {
-        Ok(_) => true,
-        Err(e) if std::env::var_os("CI").is_some() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
-
 fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::Tally {
-    tcp_names(
-        &topo.client,
-        multinode::CLIENT.into(),
-        first_port,
-        topo.vip(),
-        BATCH,
-        Duration::from_secs(60),
-    )
-    .expect("client namespace")
+    topo.batch(first_port, BATCH)
 }
 
 #[test]
 fn a_dead_agent_is_withdrawn_after_the_lifetime_and_a_quick_restart_withdraws_nothing() {
-    if !bird_present() {
+    if !multinode::bird_present() {
         return;
     }
     assert_eq!(

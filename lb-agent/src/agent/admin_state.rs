@@ -6,7 +6,6 @@
 
 use std::{
     collections::BTreeMap,
-    io::Write,
     net::SocketAddr,
     path::{Path, PathBuf},
 };
@@ -188,35 +187,17 @@ impl AdminState {
     /// Writes `path` atomically: a temporary file in the same directory, fsync, rename,
     /// fsync of the directory. The directory is created (0700) when missing.
     pub fn save(&self, path: &Path) -> Result<(), StateFileError> {
-        let io = |what, source| StateFileError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
-        };
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        if !dir.exists() {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| io("creating the directory of", e))?;
-        }
         let mut state = self.clone();
         state.version = VERSION;
         state.services.retain(|_, s| !s.is_empty());
         let text = serde_json::to_string_pretty(&state).expect("plain data serializes");
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
-        f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| io("writing", e))?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(|e| io("renaming into", e))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing the directory of", e))?;
-        Ok(())
+        super::durable::write_atomic(path, "tmp", text.as_bytes()).map_err(|(what, source)| {
+            StateFileError::Io {
+                what,
+                path: path.to_path_buf(),
+                source,
+            }
+        })
     }
 
     /// Records an applied PATCH of `server` (its values after the change).

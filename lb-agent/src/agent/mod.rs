@@ -8,6 +8,7 @@
 
 mod admin_state;
 mod departing;
+mod durable;
 mod local_faults;
 mod neighbors;
 mod ordered_join;

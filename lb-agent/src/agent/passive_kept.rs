@@ -8,7 +8,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::Write,
     net::SocketAddr,
     path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -202,20 +201,6 @@ fn read(path: &Path) -> Result<HashMap<Key, u64>, PassiveFileError> {
 }
 
 fn write(path: &Path, servers: &BTreeMap<Key, u64>) -> Result<(), PassiveFileError> {
-    let io = |what, source| PassiveFileError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    if !dir.exists() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| io("creating the directory of", e))?;
-    }
     let body = FileBody {
         version: VERSION,
         servers: servers
@@ -228,17 +213,13 @@ fn write(path: &Path, servers: &BTreeMap<Key, u64>) -> Result<(), PassiveFileErr
             .collect(),
     };
     let text = serde_json::to_string_pretty(&body).expect("plain data serializes");
-    let tmp = path.with_extension("passive.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| io("writing", e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io("renaming into", e))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("syncing the directory of", e))?;
-    Ok(())
+    super::durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(|(what, source)| {
+        PassiveFileError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]
