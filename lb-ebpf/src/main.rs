@@ -27,6 +27,7 @@ mod events;
 mod flow;
 mod forward;
 mod full;
+mod hash;
 mod icmp;
 mod icmp_nat;
 mod maps;
