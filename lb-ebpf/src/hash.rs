@@ -7,6 +7,8 @@
 
 use lb_common::maps::FlowKey;
 
+use crate::opaque::after;
+
 /// murmur3's round, as `lb_common::hash`.
 #[inline(always)]
 const fn mix(h: u32, k: u32) -> u32 {
@@ -30,21 +32,11 @@ const fn finish(mut h: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// `key`, as a pointer the compiler takes to depend on `h` (an empty asm statement: no
-/// instruction), so that a load through it waits for `h`.
+/// `key`, read only once `h` exists ([`after`]).
 #[inline(always)]
-fn after(key: &FlowKey, h: u32) -> &FlowKey {
-    let mut p: *const FlowKey = key;
-    // SAFETY: emits nothing; `p` comes out as it went in.
-    unsafe {
-        core::arch::asm!(
-            "/* {p} {h} */",
-            p = inout(reg) p,
-            h = in(reg) h as u64,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-        &*p
-    }
+fn after_h(key: &FlowKey, h: u32) -> &FlowKey {
+    // SAFETY: the same reference, passed through an empty asm statement.
+    unsafe { &*after(key, h as u64) }
 }
 
 /// `lb_common::hash::flow_hash(key, seed)`, round by round (see above).
@@ -53,13 +45,13 @@ pub fn flow_hash(key: &FlowKey, seed: u32) -> u32 {
     let mut h = seed;
     let mut i = 0;
     while i < 4 {
-        h = mix(h, after(key, h).src[i]);
-        h = mix(h, after(key, h).dst[i]);
+        h = mix(h, after_h(key, h).src[i]);
+        h = mix(h, after_h(key, h).dst[i]);
         i += 1;
     }
-    let k = after(key, h);
+    let k = after_h(key, h);
     h = mix(h, ((k.sport as u32) << 16) | k.dport as u32);
-    let k = after(key, h);
+    let k = after_h(key, h);
     h = mix(h, ((k.proto as u32) << 8) | k.family as u32);
     finish(h)
 }

@@ -32,6 +32,7 @@ mod icmp;
 mod icmp_nat;
 mod maps;
 mod nat;
+mod opaque;
 mod parse;
 mod pkt;
 mod reduced;

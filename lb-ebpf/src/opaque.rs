@@ -1,0 +1,21 @@
+//! An ordering hint for the BPF stack budget: a pointer the compiler takes to depend on
+//! another value, so that loads through it are issued where the code reads them, not
+//! hoisted ahead (into a loop's preheader, or before a chain of arithmetic) where their
+//! results would wait in stack slots. docs/fast-path.md, "Stack budget".
+
+/// `p`, as a pointer the compiler takes to depend on `dep` (an empty asm statement: no
+/// instruction is emitted, the verifier sees the same register).
+#[inline(always)]
+pub fn after<T>(p: *const T, dep: u64) -> *const T {
+    let mut p = p;
+    // SAFETY: emits nothing; `p` comes out as it went in.
+    unsafe {
+        core::arch::asm!(
+            "/* {p} {dep} */",
+            p = inout(reg) p,
+            dep = in(reg) dep,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    p
+}
