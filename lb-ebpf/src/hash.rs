@@ -35,7 +35,7 @@ const fn finish(mut h: u32) -> u32 {
 /// `key`, read only once `h` exists ([`after`]).
 #[inline(always)]
 fn after_h(key: &FlowKey, h: u32) -> &FlowKey {
-    // SAFETY: the same reference, passed through an empty asm statement.
+    // SAFETY: the same reference, passed through `after`.
     unsafe { &*after(key, h as u64) }
 }
 

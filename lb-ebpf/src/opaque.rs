@@ -3,15 +3,19 @@
 //! hoisted ahead (into a loop's preheader, or before a chain of arithmetic) where their
 //! results would wait in stack slots. docs/fast-path.md, "Stack budget".
 
-/// `p`, as a pointer the compiler takes to depend on `dep` (an empty asm statement: no
-/// instruction is emitted, the verifier sees the same register).
+/// `p`, as a pointer the compiler takes to depend on `dep`: one register move of `p` to
+/// itself (the verifier sees the same pointer). Not an empty asm statement: with no
+/// instruction, its line record shares the next instruction's offset in `.BTF.ext`,
+/// and the kernel refuses a program whose line records repeat an offset ("Invalid
+/// line_info").
 #[inline(always)]
 pub fn after<T>(p: *const T, dep: u64) -> *const T {
     let mut p = p;
-    // SAFETY: emits nothing; `p` comes out as it went in.
+    // SAFETY: `p` comes out as it went in.
     unsafe {
         core::arch::asm!(
-            "/* {p} {dep} */",
+            "/* {dep} */",
+            "{p} = {p}",
             p = inout(reg) p,
             dep = in(reg) dep,
             options(pure, nomem, nostack, preserves_flags),
