@@ -3,7 +3,8 @@
 //! word loads and multiplications ahead of the chain and spill them (up to ten 8-byte
 //! stack slots each time the hash is inlined: the largest part of `lb_xdp_full`'s frame
 //! at its deepest point, docs/fast-path.md "Stack budget"). Same function, same
-//! values: the fixtures compare Maglev choices and nat ports with `lb_common`'s.
+//! values: the fixtures compare Maglev slots and nat ports with `lb_common`'s
+//! (`flows::maglev_slot_is_the_flow_hash_modulo_the_ring`, `maglev_pool`, `nat_ports`).
 
 use lb_common::maps::FlowKey;
 
