@@ -12,7 +12,7 @@
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, NO_BACKEND,
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
-    hash::{SEED_MAGLEV, flow_hash},
+    hash::SEED_MAGLEV,
     maglev_block_index,
     maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
     table::{FLOW_BUCKETS, FlowBucket, flow_reclaimable, flow_table_hash},
@@ -20,6 +20,7 @@ use lb_common::{
 
 use crate::{
     counters,
+    hash::flow_hash,
     maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN},
     slots::{self, Claim},
 };

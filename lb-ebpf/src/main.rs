@@ -8,7 +8,8 @@
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
-//! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`pkt`]
+//! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
+//! hash as the stack budget wants it, [`opaque`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
 #![no_main]
@@ -27,10 +28,12 @@ mod events;
 mod flow;
 mod forward;
 mod full;
+mod hash;
 mod icmp;
 mod icmp_nat;
 mod maps;
 mod nat;
+mod opaque;
 mod parse;
 mod pkt;
 mod reduced;

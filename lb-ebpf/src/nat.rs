@@ -18,7 +18,7 @@ use lb_common::{
         PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
     },
     events::EVENT_RST_ON_SYN,
-    hash::{SEED_NAT_PORT, flow_hash},
+    hash::SEED_NAT_PORT,
     maps::{
         Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue,
         MAX_SNAT_ADDRS, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED, NAT_S_BACKEND_FIRST,
@@ -32,6 +32,7 @@ use lb_common::{
 
 use crate::{
     Verdict, clock, counters, events, flow,
+    hash::flow_hash,
     maps::LB_NAT,
     parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     rewrite::{retarget_l2, translate},

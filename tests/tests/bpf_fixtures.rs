@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`],
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget,
 //! and [`testbed`] the probe bench's SYN responder (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
@@ -43,6 +43,8 @@ mod passive;
 mod settled;
 #[path = "bpf_fixtures/split.rs"]
 mod split;
+#[path = "bpf_fixtures/stack.rs"]
+mod stack;
 #[path = "bpf_fixtures/syn_resend.rs"]
 mod syn_resend;
 #[path = "bpf_fixtures/testbed.rs"]
