@@ -159,16 +159,13 @@ impl AdminState {
 
     /// Reads `path`; a missing file is an empty state.
     pub fn load(path: &Path) -> Result<AdminState, StateFileError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(source) => {
-                return Err(StateFileError::Io {
-                    what: "reading",
-                    path: path.to_path_buf(),
-                    source,
-                });
-            }
+        let read = super::durable::read_if_present(path).map_err(|source| StateFileError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let Some(text) = read else {
+            return Ok(Self::default());
         };
         let state: AdminState =
             serde_json::from_str(&text).map_err(|e| StateFileError::Format {

@@ -1,4 +1,4 @@
-//! Durable writes of the agent's small state files (admin state, passive ejections): a
+//! Durable writes (and reads) of the agent's small state files (admin state, passive ejections): a
 //! temporary file beside the target, fsync, rename over it, fsync of the directory,
 //! which is created (0700) when missing. A crash leaves the old file or the new one,
 //! never a torn one.
@@ -31,4 +31,13 @@ pub(super) fn write_atomic(
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| ("syncing the directory of", e))
+}
+
+/// The text of `path`, `None` when there is no such file (nothing kept yet).
+pub(super) fn read_if_present(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }

@@ -172,16 +172,13 @@ impl PassiveKept {
 }
 
 fn read(path: &Path) -> Result<HashMap<Key, u64>, PassiveFileError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
-        Err(source) => {
-            return Err(PassiveFileError::Io {
-                what: "reading",
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+    let read = super::durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
+        what: "reading",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Some(text) = read else {
+        return Ok(HashMap::new());
     };
     let body: FileBody = serde_json::from_str(&text).map_err(|e| PassiveFileError::Format {
         path: path.to_path_buf(),
