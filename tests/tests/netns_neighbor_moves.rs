@@ -153,19 +153,41 @@ fn moved(forwarding: Forwarding, subnet: u8, v6: bool, announced: bool) {
 }
 
 /// A connection from the client that the balancer gave to `role` (new connections
-/// until one lands there).
+/// until one lands there). A setup step, not what the scenario measures: one connect
+/// that times out is retried, as any client retries, after printing what the balancer
+/// held; a second one fails the test with the same.
 fn pinned_to(bed: &Moves, role: &str) -> EchoConn {
     let client = bed.topo.client();
     let src = client.addr(bed.v6).expect("client address");
+    let mut timed_out = 0;
     for _ in 0..64 {
-        let conn = EchoConn::connect(&client.ns, src, bed.vip)
+        let conn = match EchoConn::connect(&client.ns, src, bed.vip)
             .expect("entering the client namespace")
-            .expect("connecting through the balancer");
+        {
+            Ok(conn) => conn,
+            Err(e) if timed_out == 0 && e.kind() == std::io::ErrorKind::TimedOut => {
+                timed_out += 1;
+                eprintln!("a setup connection timed out ({e}); {}", held(bed));
+                continue;
+            }
+            Err(e) => panic!("connecting through the balancer: {e}; {}", held(bed)),
+        };
         if conn.backend() == role {
             return conn;
         }
     }
     panic!("no connection out of 64 went to {role}");
+}
+
+/// What the balancer holds for the servers: the agent's view and the lb's kernel's
+/// neighbour entries.
+fn held(bed: &Moves) -> String {
+    let view = bed
+        .api
+        .request_ok("GET", "/api/v1/services/web", None)
+        .unwrap_or_else(|e| format!("no service view: {e}"));
+    let neigh: Vec<String> = bed.addrs.iter().map(|a| bed.lb_neigh(a.ip())).collect();
+    format!("agent: {view}; lb's neighbours: {}", neigh.join(" | "))
 }
 
 #[test]
