@@ -16,7 +16,7 @@
 //! changed backends only and the table slots that change; given the changed
 //! backends alone ([`Publisher::apply_backends`]), no pass over the service. Anything else
 //! (servers added or removed, a weight, the VIP) takes the full path, linear in the
-//! service's backends. See docs/publish.md.
+//! service's backends. See docs/internals/publish.md.
 
 mod failover;
 mod incremental;

@@ -28,7 +28,7 @@ pub struct Snapshot {
     /// VIP announcement to the routers (docs/multi-node.md).
     #[serde(default)]
     pub announce: AnnounceStatus,
-    /// Failed publishes and their retry (docs/publish.md, *A publish that fails*).
+    /// Failed publishes and their retry (docs/internals/publish.md, *A publish that fails*).
     #[serde(default)]
     pub publish: PublishStatus,
 }

@@ -2,7 +2,7 @@
 //! once (a rack, a zone, the probes' network), one more leaves while they are out, then
 //! all return at once. Every step must give the maps a publish from scratch gives, and
 //! the work per publish stays bounded: a storm is computed whole, and while most of the
-//! table is out no walk state is kept (docs/publish.md, "Storms"). As a test it runs one
+//! table is out no walk state is kept (docs/internals/publish.md, "Storms"). As a test it runs one
 //! service of 1,000 servers; as the benchmark of BENCHMARKS.md §2, 10,000:
 //! `LB_STORM_SERVERS=10000 cargo test --release -p lb-agent --test bench_verdict_storm -- --nocapture`.
 

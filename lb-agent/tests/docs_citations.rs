@@ -3,7 +3,7 @@
 //! names a file that exists, a Markdown link in README/DESIGN/docs points at a file that
 //! exists, nothing cites the outside reference texts (`reference/…`), which a reader
 //! of the repository does not have (their content is restated in docs/), and README.md
-//! links every page of docs/.
+//! reaches every page of docs/ through docs/index.md.
 
 use std::path::{Path, PathBuf};
 
@@ -171,22 +171,47 @@ fn markdown_links(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// README.md is the entry point: every page of docs/ is reachable from it.
-#[test]
-fn readme_links_every_docs_page() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let links = markdown_links(&readme);
-    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+/// The pages of `dir` and its subdirectories, as paths from the repository root.
+fn pages(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "md") {
-            let name = format!("docs/{}", p.file_name().unwrap().to_string_lossy());
-            assert!(
-                links
-                    .iter()
-                    .any(|l| l.split('#').next() == Some(name.as_str())),
-                "README.md does not link {name}"
-            );
+        if p.is_dir() {
+            pages(&p, out);
+        } else if p.extension().is_some_and(|x| x == "md") {
+            out.push(p);
         }
+    }
+}
+
+/// README.md is the entry point and links the docs index; every page of docs/ (user guide
+/// and internals) is reachable from one of the two.
+#[test]
+fn every_docs_page_is_reachable_from_the_readme() {
+    let root = repo();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let index = std::fs::read_to_string(root.join("docs/index.md")).unwrap();
+    let linked: Vec<PathBuf> = markdown_links(&readme)
+        .iter()
+        .map(|l| root.join(l.split('#').next().unwrap()))
+        .chain(
+            markdown_links(&index)
+                .iter()
+                .map(|l| root.join("docs").join(l.split('#').next().unwrap())),
+        )
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    assert!(
+        linked.contains(&root.join("docs/index.md").canonicalize().unwrap()),
+        "README.md does not link docs/index.md"
+    );
+    let mut all = Vec::new();
+    pages(&root.join("docs"), &mut all);
+    for page in all {
+        assert!(
+            linked.contains(&page.canonicalize().unwrap()),
+            "neither README.md nor docs/index.md links {}",
+            page.strip_prefix(&root).unwrap().display()
+        );
     }
 }
 

@@ -31,13 +31,18 @@ fn toml_blocks(text: &str) -> Vec<(usize, String)> {
 }
 
 fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![repo().join("README.md"), repo().join("DESIGN.md")];
-    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "md") {
-            files.push(p);
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
         }
     }
+    let mut files = vec![repo().join("README.md"), repo().join("DESIGN.md")];
+    walk(&repo().join("docs"), &mut files);
     files.sort();
     files
 }
@@ -71,7 +76,7 @@ fn every_readme_example_is_a_golden_example() {
         })
         .collect();
     let blocks = toml_blocks(&readme);
-    assert!(blocks.len() >= 2, "README.md lost its config examples");
+    assert!(!blocks.is_empty(), "README.md lost its config example");
     for (line, body) in blocks {
         assert!(
             examples.iter().any(|(_, e)| *e == body),

@@ -85,7 +85,7 @@ pub const FLOW_EVICTED: u32 = 28;
 /// Dropped: `lb_xdp` could not hand a packet that needs the whole path to
 /// `lb_xdp_full` (its tail call failed: `LB_PROGRAMS` empty). The loader fills it
 /// before attaching, so this stays zero unless something is broken; dropped rather than
-/// passed, so that the host stack never answers for a VIP (docs/fast-path.md).
+/// passed, so that the host stack never answers for a VIP (docs/internals/fast-path.md).
 pub const DROP_NO_FULL_PATH: u32 = 29;
 
 /// The counters of which every packet increments exactly one.

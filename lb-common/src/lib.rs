@@ -77,7 +77,7 @@ pub const fn maglev_table_blocks(size: u32) -> u32 {
 }
 
 /// Entries of `LB_MAGLEV`: the pool every service's pair of tables is allocated from
-/// (contiguous runs of blocks; docs/fast-path.md "Maglev tables"). 64 MiB, what 128
+/// (contiguous runs of blocks; docs/internals/fast-path.md "Maglev tables"). 64 MiB, what 128
 /// services of 65,537 slots took when every service had that size: 1,024 services of
 /// 4,099 slots take half of it; 32 services of 262,147 slots fill it.
 pub const MAGLEV_BLOCKS: u32 = 128 * MAGLEV_TABLES_PER_SERVICE * maglev_table_blocks(65537);
@@ -190,7 +190,7 @@ pub mod map_names {
     /// The interface's MAC (`maps::DataplaneConfig`); written at every attach, not pinned.
     pub const CONFIG: &str = "LB_CONFIG";
     /// `lb_xdp`'s tail-call target, `lb_xdp_full` at [`super::FULL_PATH_INDEX`]; filled
-    /// at every load, never adopted (docs/fast-path.md, "Two programs").
+    /// at every load, never adopted (docs/internals/fast-path.md, "Two programs").
     pub const PROGRAMS: &str = "LB_PROGRAMS";
 }
 

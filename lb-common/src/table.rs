@@ -8,7 +8,7 @@
 //! 2..32, so a reader can tell that the slot changed under it), carries the key's whole
 //! 32-bit hash as a tag in its high half (a way whose tag differs is skipped without a
 //! key compare), and, in way 0 only, the bucket's writer lock ([`SLOT_LOCK`]). The protocol is in
-//! lb-ebpf's `slots` module and docs/fast-path.md.
+//! lb-ebpf's `slots` module and docs/internals/fast-path.md.
 
 use crate::{
     hash::table_hash,

@@ -13,7 +13,7 @@
 //! flow that moves to another CPU finds its entry in `LB_FLOWS`, and a change of table
 //! or health reaches a cached flow within one tick at most (a backend leaving traffic:
 //! at once). A collision simply replaces the slot's flow (it goes through `LB_FLOWS`
-//! on its next packet). docs/fast-path.md has the argument in full.
+//! on its next packet). docs/internals/fast-path.md has the argument in full.
 
 use lb_common::{
     NO_BACKEND,

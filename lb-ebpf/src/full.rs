@@ -2,7 +2,7 @@
 //! itself (a packet to no service, a nat reply, a settled flow from this CPU's cache,
 //! a VIP packet `validate::to_vip` refuses) and hands every other packet to
 //! `lb_xdp_full`, the whole path, by a tail call through `LB_PROGRAMS`.
-//! docs/fast-path.md, "Two programs".
+//! docs/internals/fast-path.md, "Two programs".
 
 use aya_ebpf::programs::XdpContext;
 use lb_common::{FULL_PATH_INDEX, counters::DROP_NO_FULL_PATH};

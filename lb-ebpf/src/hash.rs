@@ -2,7 +2,7 @@
 //! its key word only once the previous round's hash exists, so LLVM cannot hoist the ten
 //! word loads and multiplications ahead of the chain and spill them (up to ten 8-byte
 //! stack slots each time the hash is inlined: the largest part of `lb_xdp_full`'s frame
-//! at its deepest point, docs/fast-path.md "Stack budget"). Same function, same
+//! at its deepest point, docs/internals/fast-path.md "Stack budget"). Same function, same
 //! values: the fixtures compare Maglev slots and nat ports with `lb_common`'s
 //! (`flows::maglev_slot_is_the_flow_hash_modulo_the_ring`, `maglev_pool`, `nat_ports`).
 

@@ -1,7 +1,7 @@
 //! An ordering hint for the BPF stack budget: a pointer the compiler takes to depend on
 //! another value, so that loads through it are issued where the code reads them, not
 //! hoisted ahead (into a loop's preheader, or before a chain of arithmetic) where their
-//! results would wait in stack slots. docs/fast-path.md, "Stack budget".
+//! results would wait in stack slots. docs/internals/fast-path.md, "Stack budget".
 
 /// `p`, as a pointer the compiler takes to depend on `dep`: one register move of `p` to
 /// itself (the verifier sees the same pointer). Not an empty asm statement: with no

@@ -7,7 +7,7 @@
 //! `validate::to_vip` (lengths, TTL / hop limit, TCP flags) runs before it: each one
 //! is a refusal the full path makes whatever the flow, so a cached flow must pass them
 //! all, and they cost three compares. A cache miss (or a backend out of traffic)
-//! returns `None` and the packet goes through `LB_FLOWS` as before. docs/fast-path.md,
+//! returns `None` and the packet goes through `LB_FLOWS` as before. docs/internals/fast-path.md,
 //! "The settled-flow path".
 
 use lb_common::{

@@ -3,7 +3,7 @@
 //! the kernel's hash table) and compares keys; writers take the bucket with a
 //! compare-and-swap on way 0's word and publish a slot by its word.
 //!
-//! Protocol (the argument in full: docs/fast-path.md, "The nat table"):
+//! Protocol (the argument in full: docs/internals/fast-path.md, "The nat table"):
 //! - a writer holds the bucket lock (`SLOT_LOCK` in way 0's word, taken by
 //!   `BPF_CMPXCHG`; never waited for: a busy bucket is reported, the caller moves on);
 //! - it rewrites a slot by swapping its word to "not live, generation + 1", writing key

@@ -1,7 +1,7 @@
 //! The BPF stack each program of an object needs, read from the object itself: every
 //! function's frame (the deepest `r10 - N` it touches) and its BPF-to-BPF calls, summed
 //! along the deepest call chain as the verifier does (each frame rounded up to 16 bytes,
-//! its rule for JIT-compiled programs; 512 bytes in all). docs/fast-path.md,
+//! its rule for JIT-compiled programs; 512 bytes in all). docs/internals/fast-path.md,
 //! "Stack budget".
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -208,7 +208,7 @@ fn page_shows_servers_and_follows_a_failure_live() {
         .unwrap_or("");
     assert!(!cause.is_empty(), "the transition shows its cause");
 
-    // 3. The screenshot the README shows.
+    // 3. The screenshot docs/operations.md shows.
     // CARGO_TARGET_TMPDIR is <target>/tmp: the PNG goes to <target>/status-page.png.
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()

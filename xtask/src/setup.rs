@@ -8,7 +8,7 @@
 //! - bpf-linker built against that nightly's own libLLVM (no system LLVM of that version
 //!   exists here), in a prefix named after the nightly (`pins::prefix`): the library is
 //!   linked into the prefix and bpf-linker built with `LLVM_PREFIX` pointing at it
-//!   (DESIGN.md §2, docs/toolchain.md);
+//!   (DESIGN.md §2, docs/internals/toolchain.md);
 //! - the Debian packages the tests and benchmarks use: only for `cargo xtask test` and
 //!   `bench` ([`test_packages`]), so that building and running the product needs none.
 

@@ -1,5 +1,5 @@
 //! [`PublishRetry`]: services whose publish failed, tried again on a spaced schedule
-//! (docs/publish.md, *A publish that fails*).
+//! (docs/internals/publish.md, *A publish that fails*).
 //!
 //! A failed publish holds its services: later batches of verdicts leave them alone (a
 //! verdict about a held service is kept in its server's health, not published), and

@@ -1,6 +1,6 @@
 //! Builds the operator's [`Snapshot`] from the agent's state and data-plane counters,
 //! incrementally: each server's status record is kept between builds and rebuilt only
-//! when what it is made of changed (docs/snapshot.md, *Built incrementally*).
+//! when what it is made of changed (docs/internals/snapshot.md, *Built incrementally*).
 
 use std::{
     collections::{BTreeMap, HashMap},

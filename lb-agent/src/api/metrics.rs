@@ -114,7 +114,7 @@ pub fn render(snap: &Snapshot) -> String {
         o,
         "lb_agent_publish_failures_total",
         "counter",
-        "publishes to the data plane that failed (retried on a backoff, docs/publish.md)",
+        "publishes to the data plane that failed (retried on a backoff, docs/internals/publish.md)",
     );
     line(
         o,

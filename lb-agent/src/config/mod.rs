@@ -40,7 +40,7 @@
 //! | `snat_ports` | `"LOW-HIGH"` | `"1024-32767"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
 //! | `source_rate` | integer >= 0 | 1000 | nat: new flows per second one client address may open on average; 0 = no limit |
 //! | `source_burst` | integer >= 1 | 2000 | nat: new flows one client address may open at once |
-//! | `maglev_size` | 4099, 16411, 65537, 262147 | by server count | slots of the service's Maglev table; default: the smallest with at least 100 per server (docs/fast-path.md "Maglev tables") |
+//! | `maglev_size` | 4099, 16411, 65537, 262147 | by server count | slots of the service's Maglev table; default: the smallest with at least 100 per server (docs/internals/fast-path.md "Maglev tables") |
 //! | `max_fails` | integer >= 0 | 3 | passive failures within `fail_timeout` that make a server `unavailable` (with probes it returns when they all pass again); 0 = off |
 //! | `fail_timeout` | duration | `10s` | > 0 when `max_fails` > 0 |
 //! | `max_unhealthy_percent` | 0..=100 | 100 | |

@@ -207,7 +207,7 @@ impl BpfDataplane {
                 interface,
                 "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
                  reach): attaching the whole-path program lb_xdp_full, without the hot-path \
-                 split (docs/fast-path.md, \"Two programs\")"
+                 split (docs/internals/fast-path.md, \"Two programs\")"
             );
             FULL_PROGRAM_NAME
         };

@@ -9,7 +9,7 @@
 //! `lb_xdp_full` itself: the whole path in one program, as before the split. The next
 //! agent's `lb_xdp` has an array of its own (never adopted), pinned under its own id;
 //! the pins of programs that are gone or were just replaced are removed, and `lb-agent
-//! detach` removes the detached program's pin. docs/fast-path.md, "Two programs".
+//! detach` removes the detached program's pin. docs/internals/fast-path.md, "Two programs".
 
 use std::{
     collections::BTreeSet,

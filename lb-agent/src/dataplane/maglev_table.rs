@@ -212,7 +212,7 @@ impl MaglevTables {
     /// the generation nor the retired half is touched: [`GRACE`] is not involved (a
     /// packet still reading the retired half after a flip reads the table it saw).
     /// Which ids may be written when (both the old and the new id must be allowed to take
-    /// the packet) is the caller's rule: docs/publish.md.
+    /// the packet) is the caller's rule: docs/internals/publish.md.
     pub(super) fn write_slots(
         &mut self,
         service_id: u32,

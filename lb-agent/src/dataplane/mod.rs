@@ -55,7 +55,7 @@ pub trait Dataplane {
     /// Writes `(slot, backend id)` into the service's live Maglev table in place, slot by
     /// slot: a packet reads each slot's old or new backend (one aligned `u32`), so the
     /// caller writes only slots whose old and new backend may both take the packet at
-    /// that moment (docs/publish.md, *Rewriting only the changed slots*). The service must
+    /// that moment (docs/internals/publish.md, *Rewriting only the changed slots*). The service must
     /// have a published table holding every slot given.
     fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError>;
     /// Global outcome counters, summed over CPUs, indexed by `lb_common::counters`.

@@ -1,6 +1,6 @@
 //! The live table kept up to date slot by slot: a backend starting or stopping to take
 //! new flows rewrites only the slots [`maglev::failover_table`] would change, found
-//! without a pass over the table (docs/publish.md, *Rewriting only the changed slots*).
+//! without a pass over the table (docs/internals/publish.md, *Rewriting only the changed slots*).
 //!
 //! Each slot's failover walk (step 0 is the slot itself, then
 //! [`maglev::failover_walk`]) stops at the first step whose home owner is active. Kept:

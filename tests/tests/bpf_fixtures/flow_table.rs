@@ -1,4 +1,4 @@
-//! The flow table's buckets (`LB_FLOWS`, a set-associative array, docs/fast-path.md): a
+//! The flow table's buckets (`LB_FLOWS`, a set-associative array, docs/internals/fast-path.md): a
 //! bucket full of active flows gives its longest-idle way to a new flow (counted
 //! `FLOW_EVICTED`), an idle flow's way is reused without counting, and two CPUs opening
 //! flows into the same buckets at once never put a key in twice.

@@ -1,4 +1,4 @@
-//! The nat reverse table's buckets (`LB_NAT`, a set-associative array, docs/fast-path.md):
+//! The nat reverse table's buckets (`LB_NAT`, a set-associative array, docs/internals/fast-path.md):
 //! a bucket full of live entries is never overwritten (allocation moves on to its next
 //! candidate port), an expired entry of another flow gives its way to a new one, and a
 //! bucket another writer holds counts as taken.

@@ -1,4 +1,4 @@
-//! The stack budget (docs/fast-path.md, "Stack budget"): read from the object the
+//! The stack budget (docs/internals/fast-path.md, "Stack budget"): read from the object the
 //! fixtures load, every function's frame and the deepest BPF-to-BPF call chain of each
 //! program. The programs lb attaches (`lb_xdp`, `lb_xdp_full`, `lb_pass`,
 //! `lb_reflect`) stay within `STACK_BUDGET` (the verifier's 512 bytes less 64), so that
@@ -45,7 +45,7 @@ fn programs_fit_the_stack_budget() {
         assert!(
             chain.bytes <= STACK_BUDGET,
             "{name} needs {} bytes of stack ({}), over the budget of {STACK_BUDGET} \
-             (the verifier's {STACK_LIMIT} less a margin of 64): see docs/fast-path.md, \
+             (the verifier's {STACK_LIMIT} less a margin of 64): see docs/internals/fast-path.md, \
              \"Stack budget\"",
             chain.bytes,
             frames.join(" + "),
