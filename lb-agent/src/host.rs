@@ -1,5 +1,6 @@
 //! Facts about this host that a config depends on: the addresses configured on it
-//! (a nat service's `snat_ip` must be one, or replies could never reach the balancer).
+//! (a nat service's `snat_ip` must be one, or replies could never reach the balancer;
+//! a tunnel's outer source is one of the interface's).
 
 use std::{collections::BTreeSet, net::IpAddr};
 
@@ -7,28 +8,43 @@ use crate::config::{Config, Forwarding};
 
 /// Every address configured on an interface of this network namespace.
 pub fn local_addresses() -> std::io::Result<BTreeSet<IpAddr>> {
+    Ok(addresses(None)?.into_iter().collect())
+}
+
+/// The addresses configured on `interface`, in the kernel's order.
+pub fn interface_addresses(interface: &str) -> std::io::Result<Vec<IpAddr>> {
+    addresses(Some(interface))
+}
+
+/// Addresses of every interface, or of `only` that one.
+fn addresses(only: Option<&str>) -> std::io::Result<Vec<IpAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list freed below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
         let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
+        // SAFETY: ifa_name is a NUL-terminated interface name.
+        let named = only.is_none_or(|want| {
+            !ifa.ifa_name.is_null()
+                && unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_bytes() == want.as_bytes()
+        });
+        if named && !ifa.ifa_addr.is_null() {
             // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
             match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
                 libc::AF_INET => {
                     let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                    out.insert(IpAddr::from(
+                    out.push(IpAddr::from(
                         u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
                     ));
                 }
                 libc::AF_INET6 => {
                     let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                    out.insert(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
                 }
                 _ => {}
             }

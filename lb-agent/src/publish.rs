@@ -33,8 +33,8 @@ use std::{
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAX_BACKENDS, MAX_SERVICES,
     maps::{
-        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, MAX_SNAT_ADDRS, SERVICE_F_NAT, ServiceMeta,
-        VipKey,
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, MAX_SNAT_ADDRS, SERVICE_F_GUE, SERVICE_F_NAT,
+        SERVICE_F_TUNNEL, ServiceMeta, VipKey,
     },
 };
 
@@ -80,6 +80,15 @@ pub struct DesiredBackend {
     pub role: Role,
 }
 
+/// How a tunnel service encapsulates (docs/tunnel.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tunnel {
+    /// IP-in-IP (IPv4 protocol 4 / IPv6 next header 41).
+    Ipip,
+    /// The same inside UDP to `lb_common::maps::GUE_PORT`.
+    Gue,
+}
+
 /// nat parameters of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NatSpec {
@@ -102,6 +111,9 @@ pub struct DesiredService {
     pub proto: u8,
     /// `Some` for full NAT, `None` for direct server return.
     pub nat: Option<NatSpec>,
+    /// `Some` for tunnel forwarding (with `nat` `None`): each packet encapsulated toward
+    /// its backend's address.
+    pub tunnel: Option<Tunnel>,
     pub backends: Vec<DesiredBackend>,
     /// Slots of its Maglev table (one of `lb_common::MAGLEV_SIZES`); `None`: chosen by
     /// its backend count ([`lb_common::maglev_size_for`]).
@@ -941,6 +953,11 @@ fn service_meta(id: u32, want: &DesiredService) -> ServiceMeta {
         }
         None => ServiceMeta {
             service_id: id,
+            flags: match want.tunnel {
+                None => 0,
+                Some(Tunnel::Ipip) => SERVICE_F_TUNNEL,
+                Some(Tunnel::Gue) => SERVICE_F_TUNNEL | SERVICE_F_GUE,
+            },
             ..ServiceMeta::default()
         },
     }
@@ -969,6 +986,7 @@ mod tests {
             name: "web".into(),
             vip: "10.0.0.100:80".parse().unwrap(),
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: Some(NatSpec {
                 snat_ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.3".parse().unwrap()],
                 ports: 20000..=29999,
@@ -1238,6 +1256,7 @@ mod tests {
         let gone = DesiredService {
             name: "old".into(),
             vip: "10.0.0.101:80".parse().unwrap(),
+            tunnel: None,
             nat: None,
             ..web(vec![backend("10.0.2.1:80", 1, Role::Active)])
         };

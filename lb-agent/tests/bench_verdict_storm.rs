@@ -45,6 +45,7 @@ fn service(backends: Vec<DesiredBackend>) -> DesiredService {
         name: "web".into(),
         vip: "10.255.0.1:80".parse().unwrap(),
         proto: lb_common::IPPROTO_TCP,
+        tunnel: None,
         nat: Some(NatSpec {
             snat_ips: vec!["10.255.0.2".parse().unwrap()],
             ports: 20000..=59999,

@@ -521,6 +521,57 @@ fn dsr_rules() {
 }
 
 #[test]
+fn tunnel_rules() {
+    for forwarding in ["ipip", "gue"] {
+        let tunnel = |svc: &str, server: &str| {
+            format!(
+                "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"{forwarding}\"\n\
+                 {svc}\n[[service.server]]\naddress = {server}\n"
+            )
+        };
+        check(
+            &tunnel("", "\"192.168.7.11:8080\" # here"),
+            "# here",
+            "service[0].server[0].address",
+            &[
+                &format!("forwarding = \"{forwarding}\" keeps the destination port"),
+                "(80), got 8080",
+            ],
+        );
+        check(
+            &tunnel("snat_ip = \"10.0.0.2\" # here", "\"192.168.7.11\""),
+            "# here",
+            "service[0].snat_ip",
+            &[
+                "forwarding = \"nat\" only",
+                &format!("{forwarding} keeps the client's source"),
+            ],
+        );
+        check(
+            &tunnel("snat_ports = \"1-2\" # here", "\"192.168.7.11\""),
+            "# here",
+            "service[0].snat_ports",
+            &["forwarding = \"nat\" only"],
+        );
+    }
+    for (bad, says) in [
+        (
+            "\"0.0.0.0\"",
+            "0.0.0.0 is not a unicast address of this host",
+        ),
+        ("\"127.0.0.1\"", "127.0.0.1 is not a unicast address"),
+        ("\"10.0.0.2:80\"", "not an IP address (no port)"),
+    ] {
+        check(
+            &format!("[agent]\ntunnel_source = {bad} # here\n"),
+            "# here",
+            "agent.tunnel_source",
+            &[says],
+        );
+    }
+}
+
+#[test]
 fn mixed_families_rejected() {
     check(
         &service(

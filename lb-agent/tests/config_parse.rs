@@ -742,3 +742,33 @@ fn warnings_for_suspicious_configs() {
         "{w:?}"
     );
 }
+
+fn tunnel_service(forwarding: &str, agent: &str) -> Config {
+    parse(&format!(
+        "[agent]\n{agent}\n[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\n\
+         forwarding = \"{forwarding}\"\n[[service.server]]\naddress = \"192.168.7.11\"\n"
+    ))
+}
+
+#[test]
+fn a_tunnel_service_is_warned_of_its_mtu_cost_and_keeps_the_vip_port() {
+    for (forwarding, v4, v6) in [("ipip", 20, 40), ("gue", 28, 48)] {
+        let c = tunnel_service(forwarding, "tunnel_source = \"10.0.0.2\"");
+        assert_eq!(c.services[0].forwarding.to_string(), forwarding);
+        assert!(c.services[0].forwarding.is_tunnel());
+        assert!(c.services[0].snat_ips.is_empty(), "no source translation");
+        assert_eq!(
+            c.services[0].servers[0].address.port(),
+            Some(80),
+            "the VIP's port"
+        );
+        assert_eq!(c.agent.tunnel_source, Some("10.0.0.2".parse().unwrap()));
+        let w = warnings(&c);
+        assert!(
+            w.iter().any(|l| l.contains(&format!("adds {v4} bytes"))
+                && l.contains(&format!("({v6} toward IPv6)"))
+                && l.contains("tx_icmp_too_big")),
+            "{forwarding}: {w:?}"
+        );
+    }
+}

@@ -87,9 +87,19 @@ pub const FLOW_EVICTED: u32 = 28;
 /// before attaching, so this stays zero unless something is broken; dropped rather than
 /// passed, so that the host stack never answers for a VIP (docs/internals/fast-path.md).
 pub const DROP_NO_FULL_PATH: u32 = 29;
+/// Transmitted: tunnel (ipip/gue), encapsulated toward the backend's address.
+pub const TX_TUNNEL: u32 = 30;
+/// Transmitted: an ICMP fragmentation-needed (IPv4 with DF) or packet-too-big (IPv6)
+/// answer to the client: its packet to a tunnel service would not fit the interface's
+/// MTU once encapsulated.
+pub const TX_ICMP_TOO_BIG: u32 = 31;
+/// Dropped: a tunnel packet that could not be encapsulated: too big for the MTU
+/// without DF (IPv4), VLAN-tagged, no outer source address for the backend's family,
+/// or no headroom.
+pub const DROP_TUNNEL: u32 = 32;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 19] = [
+pub const OUTCOMES: [u32; 22] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -109,20 +119,23 @@ pub const OUTCOMES: [u32; 19] = [
     DROP_SOURCE_LIMIT,
     TX_ICMP_NAT,
     DROP_NO_FULL_PATH,
+    TX_TUNNEL,
+    TX_ICMP_TOO_BIG,
+    DROP_TUNNEL,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 30;
+pub const TX_DSR_CACHED: u32 = 33;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 31;
+pub const TX_NAT_FORWARD_CACHED: u32 = 34;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 30;
+pub const COUNT: u32 = 33;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 32;
+pub const RAW_COUNT: u32 = 35;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -174,6 +187,9 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nat_port_reclaimed",
     "flow_evicted",
     "drop_no_full_path",
+    "tx_tunnel",
+    "tx_icmp_too_big",
+    "drop_tunnel",
 ];
 
 #[cfg(test)]

@@ -192,6 +192,10 @@ pub mod map_names {
     /// `lb_xdp`'s tail-call target, `lb_xdp_full` at [`super::FULL_PATH_INDEX`]; filled
     /// at every load, never adopted (docs/internals/fast-path.md, "Two programs").
     pub const PROGRAMS: &str = "LB_PROGRAMS";
+    /// `lb_decap`: the host's addresses whose tunnel packets it strips.
+    pub const DECAP_ADDRS: &str = "LB_DECAP_ADDRS";
+    /// `lb_decap`: its per-CPU counters (`DECAP_*`).
+    pub const DECAP_COUNTERS: &str = "LB_DECAP_COUNTERS";
 }
 
 /// Name of the XDP program function in the eBPF object.
@@ -203,6 +207,17 @@ pub const FULL_PROGRAM_NAME: &str = "lb_xdp_full";
 pub const FULL_PATH_INDEX: u32 = 0;
 /// Name of the pass-through XDP program (for veth peers and as the benchmark floor's twin).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
+/// Name of the backend-side decapsulation program (`lb-agent decap attach`).
+pub const DECAP_PROGRAM_NAME: &str = "lb_decap";
+/// `LB_DECAP_ADDRS` entries: addresses of one host.
+pub const DECAP_ADDRS_MAX: u32 = 64;
+/// `LB_DECAP_COUNTERS` index: a tunnel packet decapsulated and passed up the stack.
+pub const DECAP_STRIPPED: u32 = 0;
+/// `LB_DECAP_COUNTERS` index: a packet passed untouched (not a tunnel packet to one of
+/// the host's addresses, or one whose inner header is cut or of no known family).
+pub const DECAP_PASSED: u32 = 1;
+/// `LB_DECAP_COUNTERS` slots.
+pub const DECAP_COUNTERS: u32 = 2;
 /// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.
 pub const REFLECT_PROGRAM_NAME: &str = "lb_reflect";
 

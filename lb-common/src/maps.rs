@@ -24,6 +24,22 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 
 /// Service flag: full NAT forwarding (absent: L2 direct server return).
 pub const SERVICE_F_NAT: u32 = 1 << 0;
+/// Service flag: tunnel forwarding: each packet is encapsulated toward its backend's
+/// address (IPv4-in-IPv4, IPv6-in-IPv6, or across families), the backend answers the
+/// client directly (as dsr). Never with [`SERVICE_F_NAT`].
+pub const SERVICE_F_TUNNEL: u32 = 1 << 1;
+/// Service flag, with [`SERVICE_F_TUNNEL`]: GUE (an outer UDP header to
+/// [`GUE_PORT`], the inner packet right after it) instead of plain IP-in-IP.
+pub const SERVICE_F_GUE: u32 = 1 << 2;
+/// GUE's destination port (host order): Katran's, and what `ip fou add port 6080` or
+/// `lb-agent decap` listen on.
+pub const GUE_PORT: u16 = 6080;
+/// Bytes an IP-in-IP tunnel adds to a packet: an outer IPv4 header.
+pub const TUNNEL_V4_OVERHEAD: u16 = 20;
+/// Bytes an IPv6 outer header adds.
+pub const TUNNEL_V6_OVERHEAD: u16 = 40;
+/// Bytes GUE adds on top of the outer IP header (the UDP header).
+pub const TUNNEL_GUE_OVERHEAD: u16 = 8;
 
 /// A service's parameters, held in its `LB_VIP_INDEX` slot.
 #[repr(C)]
@@ -412,11 +428,32 @@ pub struct DataplaneConfig {
     /// MAC differs is passed untouched (`PASS_NOT_FOR_HOST`). All zero: not configured
     /// (the program is loaded but not attached, or the interface has no MAC): no check.
     pub mac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// The interface's MTU, host order: tunnel packets that no longer fit once
+    /// encapsulated are answered with ICMP fragmentation-needed / packet-too-big. 0:
+    /// unknown, no check.
+    pub mtu: u16,
     /// `CONFIG_F_*` bits (none defined yet; 0).
     pub flags: u32,
+    /// Tunnel: outer source address toward IPv4 backends (network order; 0: none, such
+    /// packets are dropped, `drop_tunnel`).
+    pub tunnel_src4: u32,
+    /// Tunnel: outer source address toward IPv6 backends (all zero: none).
+    pub tunnel_src6: [u32; 4],
 }
-const _: () = assert!(size_of::<DataplaneConfig>() == 12);
+const _: () = assert!(size_of::<DataplaneConfig>() == 32);
+
+/// `LB_DECAP_ADDRS` key: an address of the host `lb_decap` runs on (outer
+/// destinations it strips), as in [`VipKey`] without port and protocol.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapAddr {
+    /// Address, network order (IPv4 in word 0).
+    pub addr: [u32; 4],
+    /// `FAMILY_V4` or `FAMILY_V6`.
+    pub family: u8,
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(size_of::<DecapAddr>() == 20);
 
 /// `LB_BACKEND_STATS` value (per CPU), indexed by backend id.
 #[repr(C)]
@@ -629,6 +666,7 @@ mod pod {
     unsafe impl aya::Pod for VipSlot {}
     unsafe impl aya::Pod for VipIndexHeader {}
     unsafe impl aya::Pod for Backend {}
+    unsafe impl aya::Pod for DecapAddr {}
     unsafe impl aya::Pod for FlowKey {}
     unsafe impl aya::Pod for FlowValue {}
     unsafe impl aya::Pod for NatValue {}

@@ -1,17 +1,18 @@
 //! The VIP path: a settled flow this CPU cached in this tick goes straight to its backend
 //! (`settled`); any other packet that `validate` admits pins the flow to a backend (flow
 //! table, else Maglev), is accounted, has its TCP handshake watched for passive signals,
-//! and refreshes the cache; then dsr or nat forwards it.
+//! and refreshes the cache; then dsr, nat or tunnel forwards it.
 
 use lb_common::{
     counters::{
         DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
+        TX_TUNNEL,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
         BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED,
         FLOW_F_SYN_PENDING, FlowValue, NAT_H_PENDING, NAT_S_ACKED, NAT_S_ASSURED,
-        NAT_S_ESTABLISHED, SERVICE_F_NAT, ServiceMeta,
+        NAT_S_ESTABLISHED, SERVICE_F_NAT, SERVICE_F_TUNNEL, ServiceMeta,
     },
     table::SYN_WAIT_MAX_NS,
 };
@@ -23,7 +24,7 @@ use crate::{
     dsr, events, flow,
     nat::{self, Reverse, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
-    settled, source, validate,
+    settled, source, tunnel, validate,
 };
 
 /// A client's SYN on a flow still waiting for its handshake counts as a retransmission
@@ -159,6 +160,8 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     counters::backend_packet(backend_id, pkt.len, new_flow);
     if use_nat {
         nat::forward(pkt, l4, svc, backend, src, end)
+    } else if svc.flags & SERVICE_F_TUNNEL != 0 {
+        tunnel::forward(svc, backend_id, TX_TUNNEL)
     } else {
         dsr::forward(pkt, backend)
     }

@@ -1,4 +1,4 @@
-//! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr or nat) — the hot
+//! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr, nat or tunnel) — the hot
 //! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full`]) —, `lb_pass`
 //! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
 //! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only),
@@ -8,7 +8,8 @@
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
-//! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
+//! [`counters`] the outputs, [`tunnel`] the ipip/gue encapsulation and [`too_big`] its
+//! ICMP answer, [`decap`] the backends' `lb_decap`, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
 //! hash as the stack budget wants it, [`opaque`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
@@ -23,6 +24,7 @@
 mod cache;
 mod clock;
 mod counters;
+mod decap;
 mod dsr;
 mod events;
 mod flow;
@@ -43,6 +45,8 @@ mod settled;
 mod slots;
 mod source;
 mod testbed;
+mod too_big;
+mod tunnel;
 mod validate;
 mod vip;
 
@@ -94,6 +98,7 @@ pub fn lb_xdp(ctx: XdpContext) -> u32 {
         Some(v) => v,
         None => full::enter(&ctx),
     };
+    let verdict = tunnel::finish(&ctx, verdict);
     counters::count(verdict.counter);
     verdict.action
 }
@@ -103,7 +108,7 @@ pub fn lb_xdp(ctx: XdpContext) -> u32 {
 #[xdp]
 #[inline(always)]
 pub fn lb_xdp_full(ctx: XdpContext) -> u32 {
-    let verdict = balance(&ctx);
+    let verdict = tunnel::finish(&ctx, balance(&ctx));
     counters::count(verdict.counter);
     verdict.action
 }

@@ -1,17 +1,17 @@
 //! Every BPF map of the data plane, declared as BTF maps under the names in `lb_common::map_names`.
 
 use aya_ebpf::{
-    btf_maps::{Array, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, MAGLEV_BLOCKS,
-    MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE, VIP_INDEX_SLOTS, VIP_INDEX_TABLES,
-    counters,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, DECAP_ADDRS_MAX, DECAP_COUNTERS, EVENT_RING_BYTES,
+    FLOW_CACHE_SLOTS, MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE,
+    VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
     events::PassiveEvent,
     maps::{
-        Backend, BackendStats, DataplaneConfig, FlowCacheEntry, ServiceStats, SourceBucket,
-        SourceKey, TickClock, VipIndexHeader, VipSlot,
+        Backend, BackendStats, DataplaneConfig, DecapAddr, FlowCacheEntry, ServiceStats,
+        SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
     table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
 };
@@ -126,3 +126,12 @@ pub static LB_CONFIG: Array<DataplaneConfig, 1> = Array::new();
 /// the program is attached; never adopted from a previous program.
 #[btf_map]
 pub static LB_PROGRAMS: ProgramArray<1> = ProgramArray::new();
+
+/// `lb_decap`: the host's addresses (outer destinations whose tunnel packets it strips),
+/// written by `lb-agent decap attach`.
+#[btf_map]
+pub static LB_DECAP_ADDRS: HashMap<DecapAddr, u32, { DECAP_ADDRS_MAX as usize }> = HashMap::new();
+
+/// `lb_decap`'s counters (`lb_common::DECAP_*`).
+#[btf_map]
+pub static LB_DECAP_COUNTERS: PerCpuArray<u64, { DECAP_COUNTERS as usize }> = PerCpuArray::new();

@@ -11,8 +11,8 @@
 //! "The settled-flow path".
 
 use lb_common::{
-    counters::{FLOW_HIT, TX_DSR_CACHED, TX_NAT_FORWARD, TX_NAT_FORWARD_CACHED},
-    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, SERVICE_F_NAT, ServiceMeta},
+    counters::{FLOW_HIT, TX_DSR_CACHED, TX_NAT_FORWARD, TX_NAT_FORWARD_CACHED, TX_TUNNEL},
+    maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, SERVICE_F_NAT, SERVICE_F_TUNNEL, ServiceMeta},
 };
 
 use crate::{
@@ -21,6 +21,7 @@ use crate::{
     dsr, flow,
     nat::{self, Source},
     parse::{L4, Packet, TCP_FIN, TCP_RST, TCP_SYN},
+    tunnel,
 };
 
 /// Forwards a packet of a flow this CPU cached in this tick, while its backend is in
@@ -40,6 +41,10 @@ pub fn forward(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Option<Ve
     }
     counters::service_packet(svc.service_id, pkt.len, false);
     counters::backend_packet(id, pkt.len, false);
+    if svc.flags & SERVICE_F_TUNNEL != 0 {
+        count(FLOW_HIT);
+        return Some(tunnel::forward(svc, id, TX_TUNNEL));
+    }
     if !use_nat {
         // The cache outcome stands for `TX_DSR` and the `FLOW_HIT` (one counter
         // update, not two: `lb_common::counters::derive`).

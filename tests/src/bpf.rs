@@ -98,7 +98,7 @@ pub struct Lb {
 }
 
 impl Lb {
-    /// Loads `lb_agent::EBPF_OBJECT` and all three programs (this runs the verifier).
+    /// Loads `lb_agent::EBPF_OBJECT` and its programs (this runs the verifier).
     pub fn load() -> Self {
         let mut ebpf = EbpfLoader::new()
             .load(lb_agent::EBPF_OBJECT)
@@ -107,6 +107,7 @@ impl Lb {
             lb_common::PROGRAM_NAME,
             lb_common::PASS_PROGRAM_NAME,
             lb_common::REFLECT_PROGRAM_NAME,
+            lb_common::DECAP_PROGRAM_NAME,
         ] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
@@ -136,6 +137,15 @@ impl Lb {
             pool: Pool::new(MAGLEV_BLOCKS),
             pairs: BTreeMap::new(),
         }
+    }
+
+    /// The kernel's count of instructions the verifier processed for program `name`
+    /// (`BPF_OBJ_GET_INFO_BY_FD`'s `verified_insns`).
+    pub fn verified_insns(&self, name: &str) -> Option<u32> {
+        self.ebpf
+            .program(name)
+            .and_then(|p| p.info().ok())
+            .and_then(|i| i.verified_instruction_count())
     }
 
     /// Runs program `name` once on `packet`.
@@ -218,6 +228,43 @@ impl Lb {
             ..DataplaneConfig::default()
         };
         map.set(0, &value, 0).expect("writing LB_CONFIG");
+    }
+
+    /// Writes the whole `LB_CONFIG` value (interface MAC, MTU, tunnel sources).
+    pub fn set_config(&mut self, value: DataplaneConfig) {
+        let mut map: Array<_, DataplaneConfig> =
+            Array::try_from(self.ebpf.map_mut(map_names::CONFIG).expect("LB_CONFIG"))
+                .expect("LB_CONFIG type");
+        map.set(0, &value, 0).expect("writing LB_CONFIG");
+    }
+
+    /// `lb_decap`: adds `addr` to the host's addresses (`LB_DECAP_ADDRS`) as
+    /// `lb-agent decap attach` does.
+    pub fn add_decap_addr(&mut self, addr: IpAddr) {
+        let mut map: aya::maps::HashMap<_, lb_common::maps::DecapAddr, u32> =
+            aya::maps::HashMap::try_from(
+                self.ebpf
+                    .map_mut(map_names::DECAP_ADDRS)
+                    .expect("LB_DECAP_ADDRS"),
+            )
+            .expect("LB_DECAP_ADDRS type");
+        let key = lb_agent::dataplane::decap::decap_key(addr);
+        map.insert(&key, &1, 0).expect("writing LB_DECAP_ADDRS");
+    }
+
+    /// `lb_decap`'s counters summed over CPUs (`lb_common::DECAP_*`).
+    pub fn decap_counters(&self) -> [u64; lb_common::DECAP_COUNTERS as usize] {
+        let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map(map_names::DECAP_COUNTERS)
+                .expect("LB_DECAP_COUNTERS"),
+        )
+        .expect("LB_DECAP_COUNTERS type");
+        let mut out = [0u64; lb_common::DECAP_COUNTERS as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = map.get(&(i as u32), 0).expect("counter").iter().sum();
+        }
+        out
     }
 
     /// Adds a service: lays out the VIP index as the agent does (`vip_index::build`) and

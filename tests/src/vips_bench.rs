@@ -266,6 +266,7 @@ fn services(vips: usize) -> anyhow::Result<Vec<DesiredService>> {
         name: "dsr".into(),
         vip: DSR_VIP.parse()?,
         proto: IPPROTO_TCP,
+        tunnel: None,
         nat: None,
         backends: backends(80),
         maglev_size: None,
@@ -275,6 +276,7 @@ fn services(vips: usize) -> anyhow::Result<Vec<DesiredService>> {
             name: "nat".into(),
             vip: NAT_VIP.parse()?,
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: Some(NatSpec {
                 // Four source addresses: rounds x BLOCK new nat flows (82,000 at 41
                 // rounds) stay far from running out of ports.
@@ -293,6 +295,7 @@ fn services(vips: usize) -> anyhow::Result<Vec<DesiredService>> {
             name: format!("extra{i}"),
             vip: SocketAddr::new(IpAddr::from([10, 8, hi, lo]), 443),
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: None,
             backends: vec![DesiredBackend {
                 addr: SocketAddr::new(IpAddr::from([10, 7, hi, lo]), 443),

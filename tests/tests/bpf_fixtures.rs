@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget,
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tunnel`] ipip/gue and `lb_decap`,
 //! and [`testbed`] the probe bench's SYN responder (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
@@ -49,6 +49,8 @@ mod stack;
 mod syn_resend;
 #[path = "bpf_fixtures/testbed.rs"]
 mod testbed;
+#[path = "bpf_fixtures/tunnel.rs"]
+mod tunnel;
 #[path = "bpf_fixtures/vips.rs"]
 mod vips;
 #[path = "bpf_fixtures/world.rs"]

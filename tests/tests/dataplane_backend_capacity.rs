@@ -28,6 +28,7 @@ fn dsr_service(name: &str, vip: [u8; 4], first: usize, count: usize) -> DesiredS
         name: name.into(),
         vip: SocketAddr::new(IpAddr::V4(Ipv4Addr::from(vip)), 80),
         proto: IPPROTO_TCP,
+        tunnel: None,
         nat: None,
         backends: (first..first + count)
             .map(|i| DesiredBackend {

@@ -49,7 +49,7 @@ use crate::{
     health::{PassivePolicy, ServerHealth, StartState, Transition},
     membership::{Admin, Outcome, Policy, ServiceMembership},
     probe::{PROMPT_SPREAD, ProbeReport, Prober, ServerKey, SharedSignals, spawn_spread},
-    publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher},
+    publish::{DesiredBackend, DesiredService, NatSpec, PublishError, Publisher, Tunnel},
     status::{Event, Histogram, Snapshot},
 };
 
@@ -1502,7 +1502,12 @@ fn desired_service(
                 source_rate: svc.cfg.source_rate,
                 source_burst: svc.cfg.source_burst,
             }),
-            Forwarding::Dsr => None,
+            Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue => None,
+        },
+        tunnel: match svc.cfg.forwarding {
+            Forwarding::Ipip => Some(Tunnel::Ipip),
+            Forwarding::Gue => Some(Tunnel::Gue),
+            Forwarding::Nat | Forwarding::Dsr => None,
         },
         // `outcome.roles` follows the input order, which is `svc.servers`' order.
         backends: svc

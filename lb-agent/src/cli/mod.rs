@@ -1,6 +1,7 @@
 //! Command-line surface of `lb-agent` (DESIGN.md §8).
 
 mod check;
+mod decap;
 mod detach;
 mod generate;
 mod http;
@@ -56,6 +57,12 @@ enum Command {
         #[arg(long)]
         interface: Option<String>,
     },
+    /// On a backend of `ipip`/`gue` services: lb's decapsulation program, which strips
+    /// the tunnel headers of packets to this host (docs/tunnel.md).
+    Decap {
+        #[command(subcommand)]
+        action: DecapCommand,
+    },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
         /// The config file, e.g. /etc/lb/lb.toml.
@@ -102,6 +109,29 @@ enum Command {
     Manpages {
         /// The directory to write them into (created if missing).
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DecapCommand {
+    /// Attach `lb_decap` (it stays attached after this command exits).
+    Attach {
+        /// The interface tunnel packets arrive on.
+        #[arg(long)]
+        interface: String,
+        /// An outer destination to decapsulate (repeatable); default: the interface's
+        /// addresses.
+        #[arg(long = "address")]
+        addresses: Vec<std::net::IpAddr>,
+        /// XDP attach mode.
+        #[arg(long, value_enum, default_value = "auto")]
+        xdp_mode: XdpModeArg,
+    },
+    /// Remove `lb_decap` from the interface.
+    Detach {
+        /// The interface.
+        #[arg(long)]
+        interface: String,
     },
 }
 
@@ -246,6 +276,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             reset,
         }),
         Command::Detach { config, interface } => detach::detach(&config, interface),
+        Command::Decap { action } => match action {
+            DecapCommand::Attach {
+                interface,
+                addresses,
+                xdp_mode,
+            } => decap::attach(&interface, addresses, xdp_mode.into()),
+            DecapCommand::Detach { interface } => decap::detach(&interface),
+        },
         Command::CheckConfig { config } => check::check(&config),
         Command::Status { api, json } => block_on(status::status(&api.target()?, json)),
         Command::Reload { api } => block_on(async {

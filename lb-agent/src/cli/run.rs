@@ -148,6 +148,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .await
         .context("publishing the configured services")?;
     // Attached (or swapped in) only now: the program never runs on unpublished maps.
+    agent
+        .dataplane_mut()
+        .set_tunnel_source(cfg.agent.tunnel_source);
     lifecycle::attach(agent.dataplane_mut(), &interface, mode, previous.as_ref())?;
     drop(previous);
     let xdp_mode = agent.dataplane().mode_name();

@@ -37,6 +37,21 @@ pub fn detection_bounds(p: &ProbeConfig) -> Bounds {
     }
 }
 
+/// The MTU a tunnel service costs (docs/tunnel.md, "MTU"): said for every `ipip` /
+/// `gue` service, since check-config cannot see the path to the servers.
+fn tunnel_mtu_warning(at: &str, forwarding: Forwarding) -> String {
+    let gue = if forwarding == Forwarding::Gue { 8 } else { 0 };
+    format!(
+        "{at}: forwarding = \"{forwarding}\" adds {} bytes to every packet toward an IPv4 server \
+         ({} toward IPv6): a client packet that no longer fits the interface's MTU once \
+         encapsulated is answered with ICMP fragmentation-needed / packet-too-big (counted \
+         tx_icmp_too_big), which shrinks TCP's segments through path MTU discovery; raise the \
+         MTU of the path to the servers by that much to avoid it (docs/tunnel.md)",
+        20 + gue,
+        40 + gue
+    )
+}
+
 /// Things that are allowed but look like mistakes, one line each, prefixed with the key
 /// path (`service[0].probe[1]`) and the service or probe name.
 pub fn warnings(cfg: &Config) -> Vec<String> {
@@ -70,6 +85,9 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
         if let Some(gap) = passive_gap(s) {
             out.push(format!("{at}: {gap}"));
+        }
+        if s.forwarding.is_tunnel() {
+            out.push(tunnel_mtu_warning(&at, s.forwarding));
         }
         if s.max_unhealthy_percent == 0 {
             out.push(format!(

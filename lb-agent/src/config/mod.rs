@@ -26,6 +26,7 @@
 //! | `announce_lifetime` | duration 3s..1d, or `"forever"` | `60s` | lifetime of the announced addresses; the running agent restarts it every third, so a node whose agent stays dead is withdrawn when it ends (docs/multi-node.md) |
 //! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
 //! | `log_format` | `"text"` or `"json"` | `"text"` | how `lb-agent run` writes its log to stderr: human lines (colour only on a terminal) or one JSON object per event; restart to change |
+//! | `tunnel_source` | IP | the interface's address | outer source of `ipip`/`gue` packets for its family; restart to change |
 //! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
 //!
 //! `[[service]]`
@@ -34,7 +35,7 @@
 //! | `name` | string | required | unique; letters, digits, `_ - .`, at most 64 bytes |
 //! | `vip` | `"IP:PORT"` | required | port required (1..65535); unique with `protocol`; not unspecified/multicast |
 //! | `protocol` | `tcp`, `udp` | `tcp` | |
-//! | `forwarding` | `nat`, `dsr` | `nat` | |
+//! | `forwarding` | `nat`, `dsr`, `ipip`, `gue` | `nat` | `ipip`/`gue`: tunnel to the backend (docs/tunnel.md) |
 //! | `snat_ip` | IP | required with `nat` (or `snat_ips`) | the VIP's family; not allowed with `dsr` |
 //! | `snat_ips` | array of IP | instead of `snat_ip` | 1..=4 distinct addresses of the VIP's family; flows spread over (address, port) |
 //! | `snat_ports` | `"LOW-HIGH"` | `"1024-32767"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
@@ -59,7 +60,7 @@
 //! | `resolve` | bool | false | needs a name address; re-resolved while running. A name without `resolve` is resolved once per load |
 //! | `service` | string | none | SRV service; needs `resolve = true` and a name without a port. `"http"` (no dot) means `"_http._tcp"` (`._udp` for udp services); a name with a dot is used as given (`"_http._tcp"`) |
 //!
-//! With `forwarding = "dsr"` every server port must equal the VIP's (SRV ports are checked
+//! With `forwarding = "dsr"`, `"ipip"` or `"gue"` every server port must equal the VIP's (SRV ports are checked
 //! when resolved). Names resolve to the VIP's family only (A for IPv4, AAAA for IPv6).
 //!
 //! `[[service.probe]]` — see DESIGN.md §5 for meanings.
@@ -220,6 +221,9 @@ pub struct AgentConfig {
     pub max_backends: u32,
     /// How the log is written (restart to change).
     pub log_format: LogFormat,
+    /// Outer source address of tunnel services' packets for its family; `None` (and
+    /// the other family): the interface's first address of that family.
+    pub tunnel_source: Option<IpAddr>,
 }
 
 impl Default for AgentConfig {
@@ -238,6 +242,7 @@ impl Default for AgentConfig {
             announce_lifetime: Some(DEFAULT_ANNOUNCE_LIFETIME),
             bird_socket: None,
             max_backends: DEFAULT_MAX_BACKENDS,
+            tunnel_source: None,
             log_format: LogFormat::Text,
         }
     }
@@ -289,6 +294,25 @@ pub enum Forwarding {
     Nat,
     /// L2 direct server return; backends on the segment hold the VIP.
     Dsr,
+    /// IP-in-IP tunnel to the backend's address (anywhere routable); backends
+    /// decapsulate, hold the VIP and answer clients directly (docs/tunnel.md).
+    Ipip,
+    /// As [`Forwarding::Ipip`] inside UDP to port 6080 (GUE), spread by ECMP on the
+    /// outer source port.
+    Gue,
+}
+
+impl Forwarding {
+    /// Whether the packet keeps its destination address and port (dsr and the tunnels:
+    /// every server port must be the VIP's, the backend holds the VIP).
+    pub fn keeps_destination(self) -> bool {
+        self != Forwarding::Nat
+    }
+
+    /// Whether packets travel encapsulated (`ipip`, `gue`).
+    pub fn is_tunnel(self) -> bool {
+        matches!(self, Forwarding::Ipip | Forwarding::Gue)
+    }
 }
 
 /// `service.backup_switch`.
@@ -633,7 +657,7 @@ macro_rules! names {
 }
 names!(XdpMode { Auto => "auto", Native => "native", Generic => "generic" });
 names!(Protocol { Tcp => "tcp", Udp => "udp" });
-names!(Forwarding { Nat => "nat", Dsr => "dsr" });
+names!(Forwarding { Nat => "nat", Dsr => "dsr", Ipip => "ipip", Gue => "gue" });
 names!(ProbeKind { Http => "http", Tcp => "tcp", Udp => "udp", Icmp => "icmp" });
 names!(ProbeMode { Always => "always", Idle => "idle", Onfail => "onfail" });
 

@@ -38,9 +38,13 @@ impl PassiveCoverage {
 pub fn passive_coverage(protocol: Protocol, forwarding: Forwarding) -> PassiveCoverage {
     match (protocol, forwarding) {
         (Protocol::Tcp, Forwarding::Nat) => PassiveCoverage::Full,
-        (Protocol::Tcp, Forwarding::Dsr) => PassiveCoverage::SynResendOnly,
+        (Protocol::Tcp, Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue) => {
+            PassiveCoverage::SynResendOnly
+        }
         (Protocol::Udp, Forwarding::Nat) => PassiveCoverage::IcmpOnly,
-        (Protocol::Udp, Forwarding::Dsr) => PassiveCoverage::None,
+        (Protocol::Udp, Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue) => {
+            PassiveCoverage::None
+        }
     }
 }
 
@@ -54,17 +58,19 @@ pub fn passive_gap(svc: &ServiceConfig) -> Option<String> {
     match passive_coverage(svc.protocol, svc.forwarding) {
         PassiveCoverage::Full => None,
         PassiveCoverage::None => Some(format!(
-            "max_fails = {n} has nothing to count: a udp service with forwarding = \"dsr\" \
+            "max_fails = {n} has nothing to count: a udp service with forwarding = \"{}\" \
              produces no passive signal (no handshake, and the servers' ICMP errors go straight \
-             to the client); use probes"
+             to the client); use probes",
+            svc.forwarding
         )),
         PassiveCoverage::IcmpOnly => Some(format!(
             "max_fails = {n} counts only ICMP unreachables from the server: a udp server \
              that goes silent is never counted; use probes"
         )),
         PassiveCoverage::SynResendOnly => Some(format!(
-            "max_fails = {n} sees almost nothing with forwarding = \"dsr\": replies \
-             bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)"
+            "max_fails = {n} sees almost nothing with forwarding = \"{}\": replies \
+             bypass lb, so only client SYN retransmissions count (no RST or ICMP from the server)",
+            svc.forwarding
         )),
     }
 }
@@ -82,5 +88,9 @@ mod tests {
         assert_eq!(passive_coverage(Udp, Nat).signals(), ["icmp_unreachable"]);
         assert!(!passive_coverage(Udp, Dsr).any());
         assert!(passive_coverage(Udp, Dsr).signals().is_empty());
+        for tunnel in [Ipip, Gue] {
+            assert_eq!(passive_coverage(Tcp, tunnel), passive_coverage(Tcp, Dsr));
+            assert!(!passive_coverage(Udp, tunnel).any());
+        }
     }
 }

@@ -25,6 +25,7 @@ const AGENT_KEYS: &[&str] = &[
     "bird_socket",
     "max_backends",
     "log_format",
+    "tunnel_source",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "name",
@@ -55,7 +56,12 @@ const XDP_MODES: &[(&str, XdpMode)] = &[
 ];
 const LOG_FORMATS: &[(&str, LogFormat)] = &[("text", LogFormat::Text), ("json", LogFormat::Json)];
 const PROTOCOLS: &[(&str, Protocol)] = &[("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
-const FORWARDINGS: &[(&str, Forwarding)] = &[("nat", Forwarding::Nat), ("dsr", Forwarding::Dsr)];
+const FORWARDINGS: &[(&str, Forwarding)] = &[
+    ("nat", Forwarding::Nat),
+    ("dsr", Forwarding::Dsr),
+    ("ipip", Forwarding::Ipip),
+    ("gue", Forwarding::Gue),
+];
 pub(super) type R<T> = Result<T, ConfigError>;
 
 pub(super) fn parse(text: &str, path: &Path) -> R<Config> {
@@ -249,6 +255,16 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
     })?
     .unwrap_or(d.max_backends);
     let log_format = opt(t, "log_format", |f| f.choice(LOG_FORMATS))?.unwrap_or(d.log_format);
+    let tunnel_source = opt(t, "tunnel_source", |f| {
+        let ip = f.parse(|s| {
+            s.parse::<IpAddr>()
+                .map_err(|_| format!("{s:?} is not an IP address (no port), e.g. \"10.0.0.2\""))
+        })?;
+        if ip.is_unspecified() || ip.is_multicast() || ip.is_loopback() {
+            return Err(f.err(format!("{ip} is not a unicast address of this host")));
+        }
+        Ok(ip)
+    })?;
     if api_socket_group.is_some() && api_socket.is_none() {
         let f = t
             .get("api_socket_group")
@@ -270,6 +286,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         bird_socket,
         max_backends,
         log_format,
+        tunnel_source,
     })
 }
 
@@ -368,10 +385,10 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
 
     let snat_ips = snat_ips(t, forwarding, vip)?;
     let snat_ports = match (forwarding, t.get("snat_ports")) {
-        (Forwarding::Dsr, Some(f)) => {
-            return Err(
-                f.err("applies to forwarding = \"nat\" only (dsr allocates no source ports)")
-            );
+        (fw, Some(f)) if fw != Forwarding::Nat => {
+            return Err(f.err(format!(
+                "applies to forwarding = \"nat\" only ({fw} allocates no source ports)"
+            )));
         }
         (_, Some(f)) => f.parse(values::port_range)?,
         (_, None) => DEFAULT_SNAT_PORTS,
@@ -490,9 +507,9 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
 /// A key that applies to nat services only.
 fn nat_only<'a>(t: &Table<'a>, forwarding: Forwarding, key: &str) -> R<Option<Field<'a>>> {
     match (forwarding, t.get(key)) {
-        (Forwarding::Dsr, Some(f)) => {
-            Err(f.err("applies to forwarding = \"nat\" only (dsr allocates no source ports)"))
-        }
+        (fw, Some(f)) if fw != Forwarding::Nat => Err(f.err(format!(
+            "applies to forwarding = \"nat\" only ({fw} allocates no source ports)"
+        ))),
         (_, f) => Ok(f),
     }
 }
@@ -500,11 +517,11 @@ fn nat_only<'a>(t: &Table<'a>, forwarding: Forwarding, key: &str) -> R<Option<Fi
 /// `snat_ip = "IP"` or `snat_ips = ["IP", ...]` (one of them, required with nat).
 fn snat_ips(t: &Table<'_>, forwarding: Forwarding, vip: SocketAddr) -> R<Vec<IpAddr>> {
     let fields = match (forwarding, t.get("snat_ip"), t.get("snat_ips")) {
-        (Forwarding::Dsr, one, many) => {
+        (fw @ (Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue), one, many) => {
             if let Some(f) = one.or(many) {
-                return Err(f.err(
-                    "applies to forwarding = \"nat\" only (dsr keeps the client's source address)",
-                ));
+                return Err(f.err(format!(
+                    "applies to forwarding = \"nat\" only ({fw} keeps the client's source address)"
+                )));
             }
             return Ok(Vec::new());
         }
@@ -660,12 +677,13 @@ fn server(t: &Table<'_>, ctx: &ServiceCtx) -> R<ServerConfig> {
     {
         return Err(f.err("an SRV service needs resolve = true"));
     }
-    if ctx.forwarding == Forwarding::Dsr
+    if ctx.forwarding.keeps_destination()
         && let Some(p) = address.port()
         && p != ctx.vip.port()
     {
         return Err(addr_field.err(format!(
-            "forwarding = \"dsr\" keeps the destination port: the server port must be the VIP's ({}), got {p}",
+            "forwarding = \"{}\" keeps the destination port: the server port must be the VIP's ({}), got {p}",
+            ctx.forwarding,
             ctx.vip.port()
         )));
     }

@@ -47,9 +47,9 @@ pub fn check_server_address(
             "{ip} is the VIP itself: packets to it would come back to the balancer"
         ));
     }
-    if forwarding == Forwarding::Dsr && addr.port() != vip.port() {
+    if forwarding.keeps_destination() && addr.port() != vip.port() {
         return err(format!(
-            "forwarding = \"dsr\" keeps the destination port: the server port must be the VIP's ({}), got {}",
+            "forwarding = \"{forwarding}\" keeps the destination port: the server port must be the VIP's ({}), got {}",
             vip.port(),
             addr.port()
         ));
@@ -141,6 +141,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         bird_socket,
         max_backends,
         log_format,
+        tunnel_source,
     } = running;
     let mut keys = Vec::new();
     let mut diff = |changed: bool, key| {
@@ -170,6 +171,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
     diff(*bird_socket != new.bird_socket, "bird_socket");
     diff(*max_backends != new.max_backends, "max_backends");
     diff(*log_format != new.log_format, "log_format");
+    diff(*tunnel_source != new.tunnel_source, "tunnel_source");
     AgentKeyChanges(keys)
 }
 

@@ -11,7 +11,7 @@ use lb_common::{
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
-use std::os::fd::AsFd;
+use std::{net::IpAddr, os::fd::AsFd};
 
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
@@ -48,6 +48,9 @@ pub struct BpfDataplane {
     /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` where the
     /// split's tail-call array could not outlive the agent ([`full_path::lasting_dir`]).
     serving: &'static str,
+    /// `agent.tunnel_source`: the outer source of tunnel packets for its family (else
+    /// the interface's first address of the family, read at attach).
+    tunnel_source: Option<IpAddr>,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -174,6 +177,7 @@ impl BpfDataplane {
             pins,
             sizes,
             serving: PROGRAM_NAME,
+            tunnel_source: None,
         })
     }
 
@@ -197,6 +201,7 @@ impl BpfDataplane {
             },
         })?;
         self.set_interface_mac(mac)?;
+        self.set_tunnel_config(interface)?;
         let ifindex = attach::if_index(interface)?;
         // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
         let lasting = full_path::lasting_dir(self.pins.as_ref());
@@ -349,6 +354,29 @@ impl BpfDataplane {
         config.set(0, &value, 0).map_err(map_err(name))
     }
 
+    /// Sets `agent.tunnel_source` (written to `LB_CONFIG` at the next attach).
+    pub fn set_tunnel_source(&mut self, source: Option<IpAddr>) {
+        self.tunnel_source = source;
+    }
+
+    /// Writes what tunnel forwarding needs into `LB_CONFIG`, keeping the MAC: the
+    /// interface's MTU and the outer source addresses (docs/tunnel.md).
+    fn set_tunnel_config(&mut self, interface: &str) -> Result<(), DataplaneError> {
+        let tunnel = crate::dataplane::tunnel::TunnelConfig::of(interface, self.tunnel_source)
+            .map_err(|source| DataplaneError::Io {
+                what: "reading the interface's MTU and addresses",
+                source,
+            })?;
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
+        config.set(0, &value, 0).map_err(map_err(name))
+    }
+
     /// The pin directory, if the maps are pinned.
     pub fn pins(&self) -> Option<&PinDir> {
         self.pins.as_ref()
@@ -487,7 +515,7 @@ fn take_backend_stats(
     Ok((typed, batch))
 }
 
-fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
+pub(super) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
     move |source| DataplaneError::Map { name, source }
 }
 

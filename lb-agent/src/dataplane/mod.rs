@@ -7,6 +7,7 @@ mod attach;
 mod batch;
 mod bpf;
 pub mod caps;
+pub mod decap;
 mod error;
 mod events;
 pub mod full_path;
@@ -22,6 +23,7 @@ pub mod previous;
 mod sizing;
 mod staging;
 mod sys;
+pub mod tunnel;
 pub mod vip_index;
 
 pub use attach::{AttachMode, detach, if_index};

@@ -76,11 +76,11 @@ pub fn expand(
             });
             continue;
         }
-        if forwarding == Forwarding::Dsr && port != vip.port() {
+        if forwarding.keeps_destination() && port != vip.port() {
             skipped.push(Skipped {
                 target: format!("{name} ({})", t.ip),
                 reason: format!(
-                    "port {port}: forwarding = \"dsr\" keeps the destination port, so it must be the VIP's ({})",
+                    "port {port}: forwarding = \"{forwarding}\" keeps the destination port, so it must be the VIP's ({})",
                     vip.port()
                 ),
             });

@@ -34,6 +34,7 @@ fn service(index: usize, backends: Vec<DesiredBackend>) -> DesiredService {
         } else {
             IPPROTO_UDP
         },
+        tunnel: None,
         nat: (index % 3 != 2).then(|| NatSpec {
             snat_ips: vec!["10.0.9.2".parse().unwrap()],
             ports: 20000..=29999,

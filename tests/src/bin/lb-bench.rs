@@ -672,6 +672,7 @@ fn publish(
             name: "dsr".into(),
             vip: dsr_vip,
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: None,
             backends: backends(80),
             maglev_size: None,
@@ -680,6 +681,7 @@ fn publish(
             name: "nat".into(),
             vip: nat_vip,
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: Some(NatSpec {
                 snat_ips: vec![snat],
                 ports: 20_000..=59_999,
@@ -698,6 +700,7 @@ fn publish(
                 443,
             ),
             proto: IPPROTO_TCP,
+            tunnel: None,
             nat: None,
             backends: vec![DesiredBackend {
                 addr: SocketAddr::new(
