@@ -44,5 +44,6 @@ pub mod syn_forge;
 pub mod syn_responder;
 pub mod topology;
 pub mod traffic;
+pub mod tunnel_bed;
 pub mod unit_file;
 pub mod vips_bench;

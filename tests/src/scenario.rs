@@ -64,7 +64,7 @@ pub fn start_testservers(
 /// The VIP port of a service: dsr keeps the backend's port, nat maps `nat_port` to it.
 pub fn vip_port(forwarding: Forwarding, backend_port: u16, nat_port: u16) -> u16 {
     match forwarding {
-        Forwarding::Dsr => backend_port,
+        Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue => backend_port,
         Forwarding::Nat => nat_port,
     }
 }

@@ -53,6 +53,10 @@ pub enum Forwarding {
     Dsr,
     /// Full NAT: backends see the lb's address and answer it.
     Nat,
+    /// IP-in-IP to backends anywhere routable, which answer the client directly.
+    Ipip,
+    /// The same inside UDP (GUE).
+    Gue,
 }
 
 impl Forwarding {
@@ -61,6 +65,8 @@ impl Forwarding {
         match self {
             Forwarding::Dsr => "dsr",
             Forwarding::Nat => "nat",
+            Forwarding::Ipip => "ipip",
+            Forwarding::Gue => "gue",
         }
     }
 }

@@ -32,7 +32,7 @@ fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     // the agent says so at start (docs/passive-signals.md), max_fails being set.
     let said = match forwarding {
         Forwarding::Nat => "counts only ICMP unreachables from the server",
-        Forwarding::Dsr => "has nothing to count",
+        Forwarding::Dsr | Forwarding::Ipip | Forwarding::Gue => "has nothing to count",
     };
     let lines = agent.process().lines();
     assert!(

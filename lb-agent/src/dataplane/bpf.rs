@@ -374,7 +374,15 @@ impl BpfDataplane {
             .ok_or(DataplaneError::MissingMap { name })?;
         let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
         let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
-        config.set(0, &value, 0).map_err(map_err(name))
+        config.set(0, &value, 0).map_err(map_err(name))?;
+        tracing::debug!(
+            interface,
+            mtu = tunnel.mtu,
+            source4 = ?tunnel.src4,
+            source6 = ?tunnel.src6,
+            "tunnel parameters written"
+        );
+        Ok(())
     }
 
     /// The pin directory, if the maps are pinned.

@@ -1,0 +1,302 @@
+//! Tunnel forwarding end to end (docs/tunnel.md): three backends on subnets of their own
+//! behind a router (`lb_tests::tunnel_bed`), each decapsulating with `lb-agent decap
+//! attach`. One ipip service (weights 1, 2, 1) and one gue service on the same VIP:
+//!
+//! - new connections spread by weight, every one answered;
+//! - the backend sees the client's own address (not the balancer's);
+//! - a 4 MiB download through the gue service arrives intact (replies go straight
+//!   from the backend to the client), and a 2 MiB upload too: its full-size segments no
+//!   longer fit once encapsulated, so the balancer answers "fragmentation needed"
+//!   (`tx_icmp_too_big`) and the client's path MTU discovery shrinks them;
+//! - a backend whose server is killed is taken out by its probe within the probe's
+//!   bound, and new connections all go to the others.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use lb_tests::{
+    agent::{AgentConfig, Proto, READY_LINE, START_TIMEOUT, Service, locate_binary},
+    api::{self, Api},
+    bpffs::PrivateBpffs,
+    health::{
+        HealthServers, MARGIN, Probe, ProbeKind, wait_all_probed_up, wait_event, with_health,
+    },
+    pacer::wall_now,
+    pmtu::{self, TransferServer},
+    process::NsProcess,
+    topology::{Forwarding, HOST_IF},
+    traffic::{EchoConn, tcp_names},
+    tunnel_bed::{BACKENDS, CLIENT, TunnelBed, VIP},
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const WEB_PORT: u16 = 80;
+const BULK_PORT: u16 = 8080;
+const WEIGHTS: [u32; 3] = [1, 2, 1];
+/// Connections for the weight check: enough for ±25 % (relative) on a quarter share.
+const CONNECTIONS: usize = 400;
+const TRAFFIC_LIMIT: Duration = Duration::from_secs(20);
+const DOWNLOAD: usize = 4 << 20;
+const UPLOAD: usize = 2 << 20;
+const TRANSFER_LIMIT: Duration = Duration::from_secs(30);
+const FIRST_VERDICTS: Duration = Duration::from_secs(20);
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How long the agent may take to show a counter that moved.
+const METRICS_WAIT: Duration = Duration::from_secs(10);
+
+fn metric(api: &Api, counter: &str) -> f64 {
+    let text = api.metrics().expect("GET /metrics");
+    api::metric(&text, "lb_dataplane_packets_total", &[("counter", counter)])
+        .unwrap_or_else(|| panic!("{counter} in the metrics"))
+}
+
+/// Waits until `counter` reaches `at_least`; returns its last value.
+fn metric_reaching(api: &Api, counter: &str, at_least: f64) -> f64 {
+    let deadline = Instant::now() + METRICS_WAIT;
+    loop {
+        let v = metric(api, counter);
+        if v >= at_least || Instant::now() >= deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `lb-agent decap attach --interface eth0` in `ns` and checks it succeeded.
+fn decap_attach(ns: &lb_tests::netns::NetNs, binary: &Path) {
+    let out = ns
+        .run(|| {
+            std::process::Command::new(binary)
+                .args(["decap", "attach", "--interface", HOST_IF])
+                .output()
+        })
+        .expect("entering the backend's namespace")
+        .expect("running lb-agent decap attach");
+    assert!(
+        out.status.success(),
+        "lb-agent decap attach failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The peers of the established TCP connections to `port` in `ns` (`ss`).
+fn peers(ns: &lb_tests::netns::NetNs, port: u16) -> String {
+    lb_tests::cmd::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            ns.name(),
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ],
+    )
+    .unwrap_or_else(|e| format!("ss failed: {e}"))
+}
+
+#[test]
+fn backends_behind_a_router_serve_through_ipip_and_gue() {
+    let bed = TunnelBed::build().expect("building the tunnel network");
+    let binary = locate_binary("lb-agent").expect("finding lb-agent");
+    for b in &bed.backends {
+        decap_attach(b, &binary);
+    }
+    let hosts: BTreeMap<String, _> = BACKENDS
+        .iter()
+        .zip(&bed.backends)
+        .map(|(n, ns)| ((*n).to_owned(), ns.clone()))
+        .collect();
+    let mut servers = HealthServers::start_on(
+        bed.dir(),
+        Path::new(TESTSERVER),
+        hosts,
+        vec!["--tcp".into(), WEB_PORT.to_string()],
+        &BACKENDS,
+    )
+    .expect("starting lb-testserver on t1..t3");
+    let _bulk: Vec<TransferServer> = bed
+        .backends
+        .iter()
+        .map(|ns| {
+            TransferServer::start(ns, SocketAddr::new(IpAddr::V4(VIP), BULK_PORT))
+                .expect("starting a transfer server")
+        })
+        .collect();
+
+    let probe = Probe::new("tcp", ProbeKind::Tcp, PROBE_INTERVAL, PROBE_TIMEOUT, 1, 1);
+    let web = Service {
+        name: "web".into(),
+        vip: SocketAddr::new(IpAddr::V4(VIP), WEB_PORT),
+        protocol: Proto::Tcp,
+        forwarding: Forwarding::Ipip,
+        snat_ip: None,
+        snat_ports: None,
+        servers: (0..3)
+            .map(|i| (bed.backend_addr(i, WEB_PORT), WEIGHTS[i]))
+            .collect(),
+        extra: Vec::new(),
+    };
+    let web = with_health(web, &["max_fails = 0"], std::slice::from_ref(&probe));
+    let bulk = Service {
+        name: "bulk".into(),
+        vip: SocketAddr::new(IpAddr::V4(VIP), BULK_PORT),
+        protocol: Proto::Tcp,
+        forwarding: Forwarding::Gue,
+        snat_ip: None,
+        snat_ports: None,
+        servers: (0..2)
+            .map(|i| (bed.backend_addr(i, BULK_PORT), 1))
+            .collect(),
+        extra: vec!["max_fails = 0".into()],
+    };
+    // A bpffs that outlives the agent: `lb_xdp` is attached with its tail call into
+    // `lb_xdp_full`, so both programs' encapsulation is on the path.
+    let bpffs = PrivateBpffs::mount("tunnel").expect("mounting a bpffs");
+    let mut config = AgentConfig::new(vec![web, bulk]);
+    config.pin_path = bpffs.pins().display().to_string();
+    config
+        .agent_extra
+        .push(format!("tunnel_source = \"{}\"", lb_tests::tunnel_bed::LB));
+    let path = bed.dir().join("lb.toml");
+    std::fs::write(&path, config.render()).expect("writing lb.toml");
+    let agent = NsProcess::spawn(
+        &bed.lb,
+        "lb-agent",
+        &binary,
+        &[
+            "run",
+            "--config",
+            &path.display().to_string(),
+            "--interface",
+            HOST_IF,
+        ],
+        &[("NO_COLOR", "1")],
+    )
+    .expect("starting lb-agent");
+    agent
+        .wait_for_line(0, READY_LINE, START_TIMEOUT)
+        .expect("lb-agent ready");
+    let api = Api::new(&bed.lb);
+    let web_addrs: Vec<SocketAddr> = (0..3).map(|i| bed.backend_addr(i, WEB_PORT)).collect();
+    wait_all_probed_up(&api, "web", &web_addrs, FIRST_VERDICTS)
+        .expect("t1..t3 up after their first probes");
+
+    // Weights, through ipip.
+    let vip = SocketAddr::new(IpAddr::V4(VIP), WEB_PORT);
+    let tally = tcp_names(
+        &bed.client,
+        IpAddr::V4(CLIENT),
+        40_000,
+        vip,
+        CONNECTIONS,
+        TRAFFIC_LIMIT,
+    )
+    .expect("client traffic");
+    let expected: Vec<(&str, u32)> = BACKENDS.iter().copied().zip(WEIGHTS).collect();
+    if let Err(e) = tally.check_shares(&expected, 0.25) {
+        panic!("ipip: shares by weight\n{e}\n{}", agent.tail(20));
+    }
+    println!("ipip weights:\n{}", tally.table(&expected));
+    let tunnelled = metric_reaching(&api, "tx_tunnel", CONNECTIONS as f64 * 3.0);
+    assert!(
+        tunnelled >= CONNECTIONS as f64 * 3.0,
+        "tx_tunnel {tunnelled}: every client packet is encapsulated"
+    );
+
+    // The backend sees the client's address.
+    let conn = EchoConn::connect(&bed.client, IpAddr::V4(CLIENT), vip)
+        .expect("entering the client's namespace")
+        .expect("connecting to the VIP");
+    let local = conn.local_addr().expect("the client's address");
+    let at = BACKENDS
+        .iter()
+        .position(|b| *b == conn.backend())
+        .expect("a known backend answered");
+    let seen = peers(&bed.backends[at], WEB_PORT);
+    // `ss` writes a dual-stack socket's peer as `[::ffff:10.93.0.10]:PORT`.
+    let ip = local.ip().to_string();
+    let port = format!(":{}", local.port());
+    assert!(
+        seen.lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .any(|peer| peer.trim_start_matches("[::ffff:").starts_with(&ip)
+                && peer.ends_with(&port)),
+        "{} should see the client {local} as the peer of its connection; ss says:\n{seen}",
+        conn.backend()
+    );
+    drop(conn);
+
+    // A download through gue (the data returns directly), then an upload whose
+    // full-size segments need the balancer's "fragmentation needed".
+    let bulk_vip = SocketAddr::new(IpAddr::V4(VIP), BULK_PORT);
+    let started = Instant::now();
+    let got = pmtu::download(&bed.client, bulk_vip, DOWNLOAD, TRANSFER_LIMIT)
+        .expect("downloading through gue");
+    assert_eq!(
+        got, DOWNLOAD,
+        "the 4 MiB download through gue arrives intact"
+    );
+    let took = started.elapsed();
+    let too_big = metric(&api, "tx_icmp_too_big");
+    let answer =
+        pmtu::upload(&bed.client, bulk_vip, UPLOAD, TRANSFER_LIMIT).expect("uploading through gue");
+    assert_eq!(
+        answer,
+        format!("OK {UPLOAD}"),
+        "the 2 MiB upload arrives intact"
+    );
+    let too_big_after = metric_reaching(&api, "tx_icmp_too_big", too_big + 1.0);
+    assert!(
+        too_big_after > too_big,
+        "the upload's full-size segments were answered with fragmentation needed \
+         (tx_icmp_too_big {too_big} -> {too_big_after})"
+    );
+    println!(
+        "gue: 4 MiB download in {took:.2?}; upload needed {} ICMP answers",
+        too_big_after - too_big
+    );
+
+    // A backend dies: its probe takes it out, the others serve every new connection.
+    let dead = bed.backend_addr(2, WEB_PORT);
+    let killed = servers.kill("t3").expect("killing t3's server");
+    let bound = probe.detection_bound() + MARGIN;
+    let down = wait_event(&api, dead, "unhealthy", killed, bound + PROBE_INTERVAL)
+        .unwrap_or_else(|e| panic!("t3 never left after its server died: {e}"));
+    println!(
+        "t3 out {:.2} s after its server died (bound {bound:?})",
+        lb_tests::health::event_time(&down) - killed
+    );
+    let after = tcp_names(
+        &bed.client,
+        IpAddr::V4(CLIENT),
+        41_000,
+        vip,
+        CONNECTIONS / 2,
+        TRAFFIC_LIMIT,
+    )
+    .expect("client traffic after the kill");
+    let expected: Vec<(&str, u32)> = vec![("t1", 1), ("t2", 2)];
+    if let Err(e) = after.check_shares(&expected, 0.25) {
+        panic!("after t3 left\n{e}");
+    }
+    assert!(wall_now() > killed);
+    let counters = ["drop_tunnel", "drop_no_backend"].map(|c| (c, metric(&api, c)));
+    assert_eq!(
+        counters,
+        [("drop_tunnel", 0.0), ("drop_no_backend", 0.0)],
+        "no packet was dropped"
+    );
+    agent
+        .stop(Duration::from_secs(5))
+        .expect("stopping lb-agent");
+}
