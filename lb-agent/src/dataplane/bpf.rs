@@ -367,14 +367,7 @@ impl BpfDataplane {
                 what: "reading the interface's MTU and addresses",
                 source,
             })?;
-        let name = map_names::CONFIG;
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(DataplaneError::MissingMap { name })?;
-        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
-        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
-        config.set(0, &value, 0).map_err(map_err(name))?;
+        self.set_tunnel(&tunnel)?;
         tracing::debug!(
             interface,
             mtu = tunnel.mtu,
@@ -383,6 +376,22 @@ impl BpfDataplane {
             "tunnel parameters written"
         );
         Ok(())
+    }
+
+    /// Writes `tunnel` (MTU, outer sources) into `LB_CONFIG`, keeping the MAC; done at
+    /// every attach, and by benchmarks that run the program unattached.
+    pub fn set_tunnel(
+        &mut self,
+        tunnel: &crate::dataplane::tunnel::TunnelConfig,
+    ) -> Result<(), DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
+        config.set(0, &value, 0).map_err(map_err(name))
     }
 
     /// The pin directory, if the maps are pinned.

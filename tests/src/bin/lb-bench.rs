@@ -22,9 +22,10 @@ use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
     api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
+    dataplane::tunnel::TunnelConfig,
     dataplane::{BpfDataplane, Dataplane},
     probe::{ProbeOutcome, ProbeReport, Prober},
-    publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role},
+    publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
 };
 use lb_common::{IPPROTO_TCP, REFLECT_PROGRAM_NAME, counters};
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
@@ -73,9 +74,15 @@ fn main() -> anyhow::Result<()> {
     let mut dp = BpfDataplane::load().context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
     let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp, args.vips)?;
-    // As when attached: the program compares destination MACs with the interface's.
+    // As when attached: the program compares destination MACs with the interface's,
+    // and the ipip service needs an outer source (and the MTU).
     let frame_dst_mac = Frame::tcp(dsr_vip.ip(), 1, dsr_vip.ip(), 1, 0).dst_mac;
     dp.set_interface_mac(frame_dst_mac)?;
+    dp.set_tunnel(&TunnelConfig {
+        mtu: 1500,
+        src4: Some("10.9.1.2".parse()?),
+        src6: None,
+    })?;
 
     let mut reflect_obj = aya::Ebpf::load(lb_agent::EBPF_OBJECT)?;
     let reflect: &mut Xdp = reflect_obj
@@ -110,8 +117,10 @@ fn main() -> anyhow::Result<()> {
     // Established flows: the first call creates the flow, the measured ones hit it.
     let est_dsr = tcp(client, 40_000, dsr_vip, TCP_ACK);
     let est_nat = tcp(client, 40_001, nat_vip, TCP_ACK);
+    let est_ipip = tcp(client, 40_004, IPIP_VIP.parse()?, TCP_ACK);
     run_once(dp.program_mut()?, &est_dsr)?;
     run_once(dp.program_mut()?, &est_nat)?;
+    run_once(dp.program_mut()?, &est_ipip)?;
 
     // A nat reply: learn the allocated source port from a forwarded SYN.
     let syn = tcp(client, 40_002, nat_vip, TCP_SYN);
@@ -157,8 +166,18 @@ fn main() -> anyhow::Result<()> {
             expect: XDP_TX,
         },
         Case {
+            name: "established flow, ipip",
+            packets: vec![est_ipip],
+            expect: XDP_TX,
+        },
+        Case {
             name: "new flow, dsr",
             packets: new_flows(dsr_vip, 20),
+            expect: XDP_TX,
+        },
+        Case {
+            name: "new flow, ipip",
+            packets: new_flows(IPIP_VIP.parse()?, 22),
             expect: XDP_TX,
         },
         Case {
@@ -199,8 +218,9 @@ fn main() -> anyhow::Result<()> {
     }
     let c = dp.counters()?;
     println!(
-        "counters: tx_dsr {} tx_nat_forward {} tx_nat_reply {} flow_new {} flow_hit {} pass_not_vip {}",
+        "counters: tx_dsr {} tx_tunnel {} tx_nat_forward {} tx_nat_reply {} flow_new {} flow_hit {} pass_not_vip {}",
         c[counters::TX_DSR as usize],
+        c[counters::TX_TUNNEL as usize],
         c[counters::TX_NAT_FORWARD as usize],
         c[counters::TX_NAT_REPLY as usize],
         c[counters::FLOW_NEW as usize],
@@ -648,7 +668,11 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(parsed)
 }
 
-/// One dsr and one nat service, three backends each, through the real publisher.
+/// The ipip service's VIP (published besides the `--vips` count's services).
+const IPIP_VIP: &str = "10.9.1.102:80";
+
+/// One dsr, one nat and one ipip service, three backends each, through the real
+/// publisher.
 fn publish(
     publisher: &mut Publisher,
     dp: &mut BpfDataplane,
@@ -668,6 +692,15 @@ fn publish(
             .collect()
     };
     let mut services = vec![
+        DesiredService {
+            name: "ipip".into(),
+            vip: IPIP_VIP.parse()?,
+            proto: IPPROTO_TCP,
+            tunnel: Some(Tunnel::Ipip),
+            nat: None,
+            backends: backends(80),
+            maglev_size: None,
+        },
         DesiredService {
             name: "dsr".into(),
             vip: dsr_vip,
