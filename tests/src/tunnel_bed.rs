@@ -9,12 +9,15 @@
 //!                                          └─(t3)── t3 10.94.3.10/24
 //! ```
 //!
-//! | host   | address     |
-//! |--------|-------------|
-//! | router | 10.93.0.1 (lan), 10.94.N.1 (tN) |
-//! | lb     | 10.93.0.2 (the tunnels' outer source) |
-//! | client | 10.93.0.10  |
-//! | VIP    | 10.99.0.1: the client routes it to the lb; every backend holds it on `lo` |
+//! | host   | IPv4        | IPv6 |
+//! |--------|-------------|------|
+//! | router | 10.93.0.1 (lan), 10.94.N.1 (tN) | fd93::1, fd94:N::1 |
+//! | lb     | 10.93.0.2 (the tunnels' outer source) | fd93::2 |
+//! | client | 10.93.0.10  | fd93::a |
+//! | tN     | 10.94.N.10  | fd94:N::a |
+//! | VIP    | 10.99.0.1   | fd99::1 |
+//!
+//! The client routes the VIPs to the lb; every backend holds them on `lo`.
 //!
 //! The lb routes 10.94.0.0/16 through the router, so the next hop it writes for every
 //! backend is the router's MAC. Backends answer the client directly through the router
@@ -23,7 +26,7 @@
 //! also when a test fails.
 
 use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     path::{Path, PathBuf},
 };
 
@@ -39,6 +42,12 @@ use crate::{
 
 /// The VIP.
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+/// The IPv6 VIP.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1);
+/// The client's IPv6 address.
+pub const CLIENT6: Ipv6Addr = Ipv6Addr::new(0xfd93, 0, 0, 0, 0, 0, 0, 0xa);
+const LB6: Ipv6Addr = Ipv6Addr::new(0xfd93, 0, 0, 0, 0, 0, 0, 2);
+const ROUTER6: Ipv6Addr = Ipv6Addr::new(0xfd93, 0, 0, 0, 0, 0, 0, 1);
 /// The lb's address (the tunnels' outer source).
 pub const LB: Ipv4Addr = Ipv4Addr::new(10, 93, 0, 2);
 /// The client's address.
@@ -153,42 +162,59 @@ impl TunnelBed {
     }
 
     fn configure(&self) -> Result<(), TunnelBedError> {
-        let neigh = |addr: Ipv4Addr, mac: Mac| {
+        let neigh = |addr: IpAddr, mac: Mac| {
             format!("neigh replace {addr} lladdr {mac} dev {HOST_IF} nud permanent")
         };
+        let (v4, v6) = (IpAddr::V4, IpAddr::V6);
         let mut router = vec![
             format!("link set {HOST_IF} up"),
             format!("addr add {ROUTER}/24 dev {HOST_IF}"),
-            neigh(LB, MAC_LB),
-            neigh(CLIENT, MAC_CLIENT),
+            format!("addr add {ROUTER6}/64 dev {HOST_IF} nodad"),
+            neigh(v4(LB), MAC_LB),
+            neigh(v4(CLIENT), MAC_CLIENT),
+            neigh(v6(LB6), MAC_LB),
+            neigh(v6(CLIENT6), MAC_CLIENT),
         ];
         for (i, name) in BACKENDS.iter().enumerate() {
             router.push(format!("link set {name} up"));
             router.push(format!("addr add 10.94.{}.1/24 dev {name}", i + 1));
+            router.push(format!("addr add fd94:{}::1/64 dev {name} nodad", i + 1));
         }
         self.router.ip_batch(&router)?;
         self.router.sysctl("net.ipv4.ip_forward", "1")?;
+        self.router.sysctl("net.ipv6.conf.all.forwarding", "1")?;
         self.router.sysctl("net.ipv4.conf.all.rp_filter", "0")?;
         self.lb.ip_batch(&[
             format!("link set {HOST_IF} up"),
             format!("addr add {LB}/24 dev {HOST_IF}"),
+            format!("addr add {LB6}/64 dev {HOST_IF} nodad"),
             format!("route add 10.94.0.0/16 via {ROUTER}"),
-            neigh(ROUTER, MAC_ROUTER),
-            neigh(CLIENT, MAC_CLIENT),
+            format!("route add fd94::/16 via {ROUTER6}"),
+            neigh(v4(ROUTER), MAC_ROUTER),
+            neigh(v4(CLIENT), MAC_CLIENT),
+            neigh(v6(ROUTER6), MAC_ROUTER),
+            neigh(v6(CLIENT6), MAC_CLIENT),
         ])?;
         self.client.ip_batch(&[
             format!("link set {HOST_IF} up"),
             format!("addr add {CLIENT}/24 dev {HOST_IF}"),
+            format!("addr add {CLIENT6}/64 dev {HOST_IF} nodad"),
             format!("route add {VIP}/32 via {LB}"),
-            neigh(ROUTER, MAC_ROUTER),
-            neigh(LB, MAC_LB),
+            format!("route add {VIP6}/128 via {LB6}"),
+            neigh(v4(ROUTER), MAC_ROUTER),
+            neigh(v4(LB), MAC_LB),
+            neigh(v6(ROUTER6), MAC_ROUTER),
+            neigh(v6(LB6), MAC_LB),
         ])?;
         for (i, host) in self.backends.iter().enumerate() {
             host.ip_batch(&[
                 format!("link set {HOST_IF} up"),
                 format!("addr add {}/24 dev {HOST_IF}", self.backend_ip(i)),
+                format!("addr add {}/64 dev {HOST_IF} nodad", self.backend_ip6(i)),
                 format!("route add default via 10.94.{}.1", i + 1),
+                format!("route add default via fd94:{}::1", i + 1),
                 format!("addr add {VIP}/32 dev lo"),
+                format!("addr add {VIP6}/128 dev lo"),
             ])?;
         }
         for (ns, dev) in [
@@ -208,6 +234,11 @@ impl TunnelBed {
     /// Backend `i`'s address (`10.94.{i+1}.10`).
     pub fn backend_ip(&self, i: usize) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(10, 94, i as u8 + 1, 10))
+    }
+
+    /// Backend `i`'s IPv6 address (`fd94:{i+1}::a`).
+    pub fn backend_ip6(&self, i: usize) -> IpAddr {
+        IpAddr::V6(Ipv6Addr::new(0xfd94, i as u16 + 1, 0, 0, 0, 0, 0, 0xa))
     }
 
     /// Backend `i` on `port`.

@@ -1,15 +1,18 @@
 //! Tunnel forwarding end to end (docs/tunnel.md): three backends on subnets of their own
 //! behind a router (`lb_tests::tunnel_bed`), each decapsulating with `lb-agent decap
-//! attach`. One ipip service (weights 1, 2, 1) and one gue service on the same VIP:
+//! attach`. One ipip service (weights 1, 2, 1) and one gue service on the same VIP, and
+//! the same pair on the IPv6 VIP (IPv6-in-IPv6, GUE over IPv6):
 //!
-//! - new connections spread by weight, every one answered;
+//! - new connections spread by weight, every one answered, in both families;
 //! - the backend sees the client's own address (not the balancer's);
 //! - a 4 MiB download through the gue service arrives intact (replies go straight
 //!   from the backend to the client), and a 2 MiB upload too: its full-size segments no
 //!   longer fit once encapsulated, so the balancer answers "fragmentation needed"
-//!   (`tx_icmp_too_big`) and the client's path MTU discovery shrinks them;
+//!   (`tx_icmp_too_big`) and the client's path MTU discovery shrinks them; the same over
+//!   IPv6 (ICMPv6 packet-too-big);
 //! - a backend whose server is killed is taken out by its probe within the probe's
-//!   bound, and new connections all go to the others.
+//!   bound, and new connections all go to the others;
+//! - `lb-agent decap detach` removes the decapsulator.
 
 use std::{
     collections::BTreeMap,
@@ -30,7 +33,7 @@ use lb_tests::{
     process::NsProcess,
     topology::{Forwarding, HOST_IF},
     traffic::{EchoConn, tcp_names},
-    tunnel_bed::{BACKENDS, CLIENT, TunnelBed, VIP},
+    tunnel_bed::{BACKENDS, CLIENT, CLIENT6, TunnelBed, VIP, VIP6},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -127,8 +130,9 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     let _bulk: Vec<TransferServer> = bed
         .backends
         .iter()
-        .map(|ns| {
-            TransferServer::start(ns, SocketAddr::new(IpAddr::V4(VIP), BULK_PORT))
+        .flat_map(|ns| [IpAddr::V4(VIP), IpAddr::V6(VIP6)].map(|vip| (ns, vip)))
+        .map(|(ns, vip)| {
+            TransferServer::start(ns, SocketAddr::new(vip, BULK_PORT))
                 .expect("starting a transfer server")
         })
         .collect();
@@ -146,7 +150,16 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
             .collect(),
         extra: Vec::new(),
     };
+    let web6 = Service {
+        name: "web6".into(),
+        vip: SocketAddr::new(IpAddr::V6(VIP6), WEB_PORT),
+        servers: (0..3)
+            .map(|i| (SocketAddr::new(bed.backend_ip6(i), WEB_PORT), WEIGHTS[i]))
+            .collect(),
+        ..web.clone()
+    };
     let web = with_health(web, &["max_fails = 0"], std::slice::from_ref(&probe));
+    let web6 = with_health(web6, &["max_fails = 0"], std::slice::from_ref(&probe));
     let bulk = Service {
         name: "bulk".into(),
         vip: SocketAddr::new(IpAddr::V4(VIP), BULK_PORT),
@@ -162,7 +175,15 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     // A bpffs that outlives the agent: `lb_xdp` is attached with its tail call into
     // `lb_xdp_full`, so both programs' encapsulation is on the path.
     let bpffs = PrivateBpffs::mount("tunnel").expect("mounting a bpffs");
-    let mut config = AgentConfig::new(vec![web, bulk]);
+    let bulk6 = Service {
+        name: "bulk6".into(),
+        vip: SocketAddr::new(IpAddr::V6(VIP6), BULK_PORT),
+        servers: (0..2)
+            .map(|i| (SocketAddr::new(bed.backend_ip6(i), BULK_PORT), 1))
+            .collect(),
+        ..bulk.clone()
+    };
+    let mut config = AgentConfig::new(vec![web, bulk, web6, bulk6]);
     config.pin_path = bpffs.pins().display().to_string();
     config
         .agent_extra
@@ -190,6 +211,11 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     let web_addrs: Vec<SocketAddr> = (0..3).map(|i| bed.backend_addr(i, WEB_PORT)).collect();
     wait_all_probed_up(&api, "web", &web_addrs, FIRST_VERDICTS)
         .expect("t1..t3 up after their first probes");
+    let web6_addrs: Vec<SocketAddr> = (0..3)
+        .map(|i| SocketAddr::new(bed.backend_ip6(i), WEB_PORT))
+        .collect();
+    wait_all_probed_up(&api, "web6", &web6_addrs, FIRST_VERDICTS)
+        .expect("t1..t3 up over IPv6 after their first probes");
 
     // Weights, through ipip.
     let vip = SocketAddr::new(IpAddr::V4(VIP), WEB_PORT);
@@ -207,6 +233,21 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         panic!("ipip: shares by weight\n{e}\n{}", agent.tail(20));
     }
     println!("ipip weights:\n{}", tally.table(&expected));
+    // The same through IPv6-in-IPv6.
+    let vip6 = SocketAddr::new(IpAddr::V6(VIP6), WEB_PORT);
+    let tally6 = tcp_names(
+        &bed.client,
+        IpAddr::V6(CLIENT6),
+        40_000,
+        vip6,
+        CONNECTIONS,
+        TRAFFIC_LIMIT,
+    )
+    .expect("client traffic over IPv6");
+    if let Err(e) = tally6.check_shares(&expected, 0.25) {
+        panic!("ip6ip6: shares by weight\n{e}\n{}", agent.tail(20));
+    }
+    println!("ip6ip6 weights:\n{}", tally6.table(&expected));
     let tunnelled = metric_reaching(&api, "tx_tunnel", CONNECTIONS as f64 * 3.0);
     assert!(
         tunnelled >= CONNECTIONS as f64 * 3.0,
@@ -247,6 +288,13 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         "the 4 MiB download through gue arrives intact"
     );
     let took = started.elapsed();
+    let bulk6_vip = SocketAddr::new(IpAddr::V6(VIP6), BULK_PORT);
+    let got = pmtu::download(&bed.client, bulk6_vip, DOWNLOAD, TRANSFER_LIMIT)
+        .expect("downloading through gue over IPv6");
+    assert_eq!(
+        got, DOWNLOAD,
+        "the 4 MiB download through gue over IPv6 arrives intact"
+    );
     let too_big = metric(&api, "tx_icmp_too_big");
     let answer =
         pmtu::upload(&bed.client, bulk_vip, UPLOAD, TRANSFER_LIMIT).expect("uploading through gue");
@@ -264,6 +312,25 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     println!(
         "gue: 4 MiB download in {took:.2?}; upload needed {} ICMP answers",
         too_big_after - too_big
+    );
+    // Over IPv6 the answer is ICMPv6 packet-too-big (its checksum covers a
+    // pseudo-header: a wrong one and the client's kernel ignores it, the upload stalls).
+    let answer = pmtu::upload(&bed.client, bulk6_vip, UPLOAD, TRANSFER_LIMIT)
+        .expect("uploading through gue over IPv6");
+    assert_eq!(
+        answer,
+        format!("OK {UPLOAD}"),
+        "the 2 MiB upload over IPv6 arrives intact"
+    );
+    let too_big6 = metric_reaching(&api, "tx_icmp_too_big", too_big_after + 1.0);
+    assert!(
+        too_big6 > too_big_after,
+        "the IPv6 upload's full-size segments were answered with packet-too-big \
+         (tx_icmp_too_big {too_big_after} -> {too_big6})"
+    );
+    println!(
+        "gue over IPv6: upload needed {} ICMPv6 answers",
+        too_big6 - too_big_after
     );
 
     // A backend dies: its probe takes it out, the others serve every new connection.
@@ -296,7 +363,29 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         [("drop_tunnel", 0.0), ("drop_no_backend", 0.0)],
         "no packet was dropped"
     );
+    assert!(
+        !agent
+            .lines()
+            .iter()
+            .any(|l| l.contains("lb_xdp_full, without the hot-path split")),
+        "the agent attached lb_xdp with its tail call (a bpffs outlives it)"
+    );
     agent
         .stop(Duration::from_secs(5))
         .expect("stopping lb-agent");
+
+    // The decapsulator comes off with `decap detach`, and only it.
+    let out = bed.backends[0]
+        .run(|| {
+            std::process::Command::new(&binary)
+                .args(["decap", "detach", "--interface", HOST_IF])
+                .output()
+        })
+        .expect("entering t1's namespace")
+        .expect("running lb-agent decap detach");
+    assert!(out.status.success(), "decap detach: {out:?}");
+    let link = bed.backends[0]
+        .ip(&["link", "show", HOST_IF])
+        .expect("ip link show");
+    assert!(!link.contains("xdp"), "t1's eth0 still runs XDP:\n{link}");
 }
