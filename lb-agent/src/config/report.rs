@@ -280,16 +280,17 @@ fn passive_line(svc: &ServiceConfig) -> String {
         ),
         PassiveCoverage::SynResendOnly => format!(
             "passive checks: {rule}; counted: only a SYN resent after the server stayed silent \
-             (dsr: replies bypass lb)"
+             ({}: replies bypass lb)",
+            svc.forwarding
         ),
         PassiveCoverage::IcmpOnly => format!(
             "passive checks: {rule}; counted: only ICMP unreachables from the server (udp has \
              no handshake: a server that goes silent is not counted)"
         ),
         PassiveCoverage::None => format!(
-            "passive checks: unavailable (udp with dsr: no handshake, and the server's ICMP \
+            "passive checks: unavailable (udp with {}: no handshake, and the server's ICMP \
              errors go straight to the client); max_fails = {} counts nothing",
-            svc.max_fails
+            svc.forwarding, svc.max_fails
         ),
     }
 }
