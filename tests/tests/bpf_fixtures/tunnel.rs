@@ -5,7 +5,7 @@
 use super::prelude::*;
 use lb_common::{
     DECAP_PASSED, DECAP_STRIPPED,
-    maps::{DataplaneConfig, GUE_PORT, SERVICE_F_GUE, SERVICE_F_TUNNEL},
+    maps::{DataplaneConfig, FlowCacheEntry, FlowValue, GUE_PORT, SERVICE_F_GUE, SERVICE_F_TUNNEL},
 };
 
 /// ipip, TCP, 10.0.0.110:80 -> backend 21 (192.168.7.21, routed).
@@ -232,6 +232,8 @@ fn forward(lb: &mut Lb, t: Tun, desc: &str, inner: &Frame, counters: &[(u32, u64
 
 #[test]
 fn ipip_and_gue_encapsulate_toward_the_backends_next_hop() {
+    // One CPU: the settled packets below are served from this CPU's flow cache.
+    lb_tests::cpu::pin_self(0).expect("pinning to CPU 0");
     let mut lb = tunnels();
     for t in ALL {
         let syn = t.packet(CPORT, TCP_SYN).payload(b"hello");
@@ -247,12 +249,8 @@ fn ipip_and_gue_encapsulate_toward_the_backends_next_hop() {
             .expect("the flow is pinned as in dsr");
         assert_eq!(flow.backend_id, t.id);
         let ack = t.packet(CPORT, TCP_ACK | TCP_PSH).payload(b"more");
-        let want: &[(u32, u64)] = if t.proto == IPPROTO_TCP {
-            // The ACK completes the handshake as in dsr (the backend answers directly).
-            &[(TX_TUNNEL, 1), (FLOW_HIT, 1)]
-        } else {
-            &[(TX_TUNNEL, 1), (FLOW_HIT, 1)]
-        };
+        // TCP: the ACK completes the handshake as in dsr (the backend answers directly).
+        let want: &[(u32, u64)] = &[(TX_TUNNEL, 1), (FLOW_HIT, 1)];
         forward(
             &mut lb,
             t,
@@ -260,22 +258,108 @@ fn ipip_and_gue_encapsulate_toward_the_backends_next_hop() {
             &ack,
             want,
         );
-        // Settled: the next one is served by lb_xdp from the per-CPU cache.
-        forward(
-            &mut lb,
-            t,
-            &format!("{}: a settled packet from the cache", t.vip),
-            &ack,
-            &[(TX_TUNNEL, 1), (FLOW_HIT, 1)],
+        // Settled flows are served by lb_xdp itself from this CPU's cache (its
+        // encapsulation too), even with lb_xdp_full out of reach.
+        let (f, out) = from_cache(&mut lb, t);
+        let (sport, label) = chosen(t, &out);
+        assert_frames_eq(
+            &format!(
+                "{}: a settled packet from the cache, in lb_xdp alone",
+                t.vip
+            ),
+            &encapsulated(t, &f, sport, label),
+            &out,
         );
         let s = lb.backend_stats(t.id);
-        assert_eq!((s.packets, s.new_flows), (3, 1), "{}: backend stats", t.vip);
+        assert!(
+            s.packets >= 3 && s.new_flows == 1,
+            "{}: backend stats {s:?}",
+            t.vip
+        );
     }
     let s = lb.backend_stats(TUN4.id);
     assert_eq!(
         s.conn_ok, 1,
         "the client's ACK completes a tunnel handshake (as dsr)"
     );
+}
+
+/// Flows cached by hand for the ticks after the one the whole path cached a flow in
+/// (as `split.rs` does): emptying `LB_PROGRAMS` can take longer than a tick.
+const CACHED_FLOWS: u16 = 1500;
+
+/// A packet of service `t` served by `lb_xdp` alone from CPU 0's flow cache, with
+/// `lb_xdp_full` out of reach (`LB_PROGRAMS` emptied), and its output. A cached flow
+/// serves only the tick it was cached in, so flow `i` (pinned in `LB_FLOWS`) is cached
+/// by hand for tick `t0 + i` after the one the whole path cached the first in, and they
+/// are sent in that order: at least one meets its tick; the others are dropped.
+fn from_cache(lb: &mut Lb, t: Tun) -> (Frame, Vec<u8>) {
+    let key = |sport: u16| flow_key(t.packet(sport, 0).src, sport, t.vip(), t.port, t.proto);
+    let pinned = FlowValue {
+        backend_id: t.id,
+        ..FlowValue::default()
+    };
+    let first = 30_000;
+    lb.set_flow(&key(first), pinned);
+    let ack = t.packet(first, TCP_ACK).payload(b"data");
+    assert_eq!(
+        lb.run(&ack.bytes()).action,
+        XDP_TX,
+        "through the whole path"
+    );
+    let t0 = lb
+        .cached_flow(0, &key(first))
+        .expect("cached on CPU 0")
+        .tick;
+    lb.clear_full_path();
+    let mut slots = std::collections::BTreeSet::new();
+    let flows: Vec<u16> = (first + 1..first + 20_000)
+        .filter(|&sport| slots.insert(lb_common::hash::flow_cache_slot(&key(sport))))
+        .take(CACHED_FLOWS as usize)
+        .collect();
+    for (i, &sport) in flows.iter().enumerate() {
+        lb.set_flow(&key(sport), pinned);
+        lb.set_cached_flow(
+            0,
+            FlowCacheEntry {
+                key: key(sport),
+                backend_id: t.id,
+                tick: t0.wrapping_add(i as u32),
+                ..FlowCacheEntry::default()
+            },
+        );
+    }
+    let mut served = None;
+    for &sport in &flows {
+        let f = t.packet(sport, TCP_ACK).payload(b"more");
+        let run = lb.run(&f.bytes());
+        if run.action == XDP_TX {
+            served = Some((f, run.out));
+            break;
+        }
+        assert_eq!(run.action, XDP_DROP, "a cache miss without the full path");
+    }
+    lb.fill_full_path();
+    served.expect("no flow was served from the cache in its tick")
+}
+
+#[test]
+fn ipv4_options_travel_inside_the_tunnel_untouched() {
+    let mut lb = tunnels();
+    for t in [TUN4, GUE4, TUN46] {
+        let mut f = t.packet(CPORT, TCP_SYN).payload(b"opts");
+        f.v4.options = vec![1, 1, 1, 0]; // NOP NOP NOP EOL: IHL 6
+        forward(
+            &mut lb,
+            t,
+            &format!(
+                "{}: IPv4 with options (IHL 6) encapsulated as it came",
+                t.vip
+            ),
+            &f,
+            &[(TX_TUNNEL, 1), (FLOW_NEW, 1)],
+        );
+    }
 }
 
 #[test]
