@@ -1087,6 +1087,35 @@ mod tests {
     }
 
     #[test]
+    fn a_tunnel_service_carries_its_mode_and_a_change_of_mode_rewrites_its_slot() {
+        let dsr = DesiredService {
+            nat: None,
+            ..web(two_active())
+        };
+        let (mut dp, mut p) = applied(std::slice::from_ref(&dsr));
+        let vip = vip_key(dsr.vip, IPPROTO_TCP);
+        assert_eq!(dp.service(&vip).expect("published").flags, 0, "dsr");
+        for (tunnel, flags) in [
+            (Tunnel::Ipip, SERVICE_F_TUNNEL),
+            (Tunnel::Gue, SERVICE_F_TUNNEL | SERVICE_F_GUE),
+        ] {
+            let svc = DesiredService {
+                tunnel: Some(tunnel),
+                ..dsr.clone()
+            };
+            let log = writes(&mut p, &mut dp, std::slice::from_ref(&svc));
+            assert_eq!(
+                log,
+                vec![Write::Service(vip)],
+                "{tunnel:?}: only the VIP slot"
+            );
+            let meta = dp.service(&vip).expect("published");
+            assert_eq!(meta.flags, flags, "{tunnel:?}");
+            assert_eq!(meta.snat_count, 0, "{tunnel:?}: no source translation");
+        }
+    }
+
+    #[test]
     fn unchanged_apply_writes_nothing() {
         let svc = web(vec![backend("10.0.1.1:80", 1, Role::Active)]);
         let (mut dp, mut p) = applied(std::slice::from_ref(&svc));

@@ -23,6 +23,7 @@ impl PublishedService {
             || last.vip != want.vip
             || last.proto != want.proto
             || last.nat != want.nat
+            || last.tunnel != want.tunnel
             || last.maglev_size != want.maglev_size
             || last.backends.len() != want.backends.len()
         {
