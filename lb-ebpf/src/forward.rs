@@ -6,7 +6,6 @@
 use lb_common::{
     counters::{
         DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
-        TX_TUNNEL,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
@@ -161,7 +160,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     if use_nat {
         nat::forward(pkt, l4, svc, backend, src, end)
     } else if svc.flags & SERVICE_F_TUNNEL != 0 {
-        tunnel::forward(svc, backend_id, TX_TUNNEL)
+        tunnel::forward(svc, backend_id)
     } else {
         dsr::forward(pkt, backend)
     }

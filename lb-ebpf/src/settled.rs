@@ -11,7 +11,7 @@
 //! "The settled-flow path".
 
 use lb_common::{
-    counters::{FLOW_HIT, TX_DSR_CACHED, TX_NAT_FORWARD, TX_NAT_FORWARD_CACHED, TX_TUNNEL},
+    counters::{FLOW_HIT, TX_DSR_CACHED, TX_NAT_FORWARD, TX_NAT_FORWARD_CACHED},
     maps::{BACKEND_F_LIVE, BACKEND_F_SERVING, SERVICE_F_NAT, SERVICE_F_TUNNEL, ServiceMeta},
 };
 
@@ -43,7 +43,7 @@ pub fn forward(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Option<Ve
     counters::backend_packet(id, pkt.len, false);
     if svc.flags & SERVICE_F_TUNNEL != 0 {
         count(FLOW_HIT);
-        return Some(tunnel::forward(svc, id, TX_TUNNEL));
+        return Some(tunnel::forward(svc, id));
     }
     if !use_nat {
         // The cache outcome stands for `TX_DSR` and the `FLOW_HIT` (one counter

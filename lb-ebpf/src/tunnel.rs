@@ -54,16 +54,17 @@ pub const IPPROTO_IPV6: u8 = 41;
 /// The outer header's TTL / hop limit.
 const OUTER_TTL: u8 = 64;
 
-/// The verdict of a tunnel service's packet bound for backend `backend_id`, counted as
-/// `counter` once [`finish`] has encapsulated it.
+/// The verdict of a tunnel service's packet bound for backend `backend_id`: [`finish`]
+/// replaces it with the outcome of the encapsulation (`TX_TUNNEL`, or the ICMP answer or
+/// drop).
 #[inline(always)]
-pub fn forward(svc: &ServiceMeta, backend_id: u32, counter: u32) -> Verdict {
+pub fn forward(svc: &ServiceMeta, backend_id: u32) -> Verdict {
     let gue = if svc.flags & SERVICE_F_GUE != 0 {
         ENCAP_GUE
     } else {
         0
     };
-    Verdict::new(ENCAP | gue | (backend_id & ID_MASK), counter)
+    Verdict::new(ENCAP | gue | (backend_id & ID_MASK), TX_TUNNEL)
 }
 
 /// At the entry point, after the path: a verdict asking for encapsulation is carried out

@@ -139,15 +139,6 @@ impl Lb {
         }
     }
 
-    /// The kernel's count of instructions the verifier processed for program `name`
-    /// (`BPF_OBJ_GET_INFO_BY_FD`'s `verified_insns`).
-    pub fn verified_insns(&self, name: &str) -> Option<u32> {
-        self.ebpf
-            .program(name)
-            .and_then(|p| p.info().ok())
-            .and_then(|i| i.verified_instruction_count())
-    }
-
     /// Runs program `name` once on `packet`.
     pub fn run_prog(&mut self, name: &str, packet: &[u8]) -> Run {
         self.run_shared(name, packet)
