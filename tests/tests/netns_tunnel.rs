@@ -12,7 +12,8 @@
 //!   IPv6 (ICMPv6 packet-too-big);
 //! - a backend whose server is killed is taken out by its probe within the probe's
 //!   bound, and new connections all go to the others;
-//! - `lb-agent decap detach` removes the decapsulator.
+//! - `lb-agent decap attach` replaces its own program, refuses the balancer's;
+//!   `lb-agent decap detach` removes it.
 
 use std::{
     collections::BTreeMap,
@@ -71,22 +72,28 @@ fn metric_reaching(api: &Api, counter: &str, at_least: f64) -> f64 {
     }
 }
 
-/// Runs `lb-agent decap attach --interface eth0` in `ns` and checks it succeeded.
-fn decap_attach(ns: &lb_tests::netns::NetNs, binary: &Path) {
+/// Runs `lb-agent decap ARGS --interface eth0` in `ns`: its exit status and output.
+fn decap(ns: &lb_tests::netns::NetNs, binary: &Path, action: &str) -> (bool, String) {
     let out = ns
         .run(|| {
             std::process::Command::new(binary)
-                .args(["decap", "attach", "--interface", HOST_IF])
+                .args(["decap", action, "--interface", HOST_IF])
                 .output()
         })
-        .expect("entering the backend's namespace")
-        .expect("running lb-agent decap attach");
-    assert!(
-        out.status.success(),
-        "lb-agent decap attach failed: {}{}",
+        .expect("entering the namespace")
+        .expect("running lb-agent decap");
+    let text = format!(
+        "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    (out.status.success(), text)
+}
+
+/// Runs `lb-agent decap attach --interface eth0` in `ns` and checks it succeeded.
+fn decap_attach(ns: &lb_tests::netns::NetNs, binary: &Path) {
+    let (ok, text) = decap(ns, binary, "attach");
+    assert!(ok, "lb-agent decap attach failed: {text}");
 }
 
 /// The peers of the established TCP connections to `port` in `ns` (`ss`).
@@ -114,6 +121,8 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     for b in &bed.backends {
         decap_attach(b, &binary);
     }
+    // Attaching again replaces the program (after an address change, say).
+    decap_attach(&bed.backends[0], &binary);
     let hosts: BTreeMap<String, _> = BACKENDS
         .iter()
         .zip(&bed.backends)
@@ -207,6 +216,12 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     agent
         .wait_for_line(0, READY_LINE, START_TIMEOUT)
         .expect("lb-agent ready");
+    // The balancer's own interface runs lb_xdp: decap refuses to take its place.
+    let (ok, text) = decap(&bed.lb, &binary, "attach");
+    assert!(
+        !ok && text.contains("lb_xdp"),
+        "decap attach over the balancer's program must be refused, naming it: {text}"
+    );
     let api = Api::new(&bed.lb);
     let web_addrs: Vec<SocketAddr> = (0..3).map(|i| bed.backend_addr(i, WEB_PORT)).collect();
     wait_all_probed_up(&api, "web", &web_addrs, FIRST_VERDICTS)
@@ -375,15 +390,8 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         .expect("stopping lb-agent");
 
     // The decapsulator comes off with `decap detach`, and only it.
-    let out = bed.backends[0]
-        .run(|| {
-            std::process::Command::new(&binary)
-                .args(["decap", "detach", "--interface", HOST_IF])
-                .output()
-        })
-        .expect("entering t1's namespace")
-        .expect("running lb-agent decap detach");
-    assert!(out.status.success(), "decap detach: {out:?}");
+    let (ok, text) = decap(&bed.backends[0], &binary, "detach");
+    assert!(ok, "decap detach: {text}");
     let link = bed.backends[0]
         .ip(&["link", "show", HOST_IF])
         .expect("ip link show");
