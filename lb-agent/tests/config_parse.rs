@@ -763,6 +763,10 @@ fn a_tunnel_service_is_warned_of_its_mtu_cost_and_keeps_the_vip_port() {
             "the VIP's port"
         );
         assert_eq!(c.agent.tunnel_source, Some("10.0.0.2".parse().unwrap()));
+        assert!(
+            c.services[0].probes.is_empty(),
+            "{forwarding}: no probe configured"
+        );
         let w = warnings(&c);
         assert!(
             w.iter().any(|l| l.contains(&format!("adds {v4} bytes"))
@@ -771,4 +775,33 @@ fn a_tunnel_service_is_warned_of_its_mtu_cost_and_keeps_the_vip_port() {
             "{forwarding}: {w:?}"
         );
     }
+}
+
+#[test]
+fn an_icmp_probe_of_a_tunnel_service_goes_through_the_tunnel_to_the_vip() {
+    let text = |forwarding: &str| {
+        format!(
+            "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"{forwarding}\"\n\
+             [[service.server]]\naddress = \"192.168.7.11\"\n\
+             [[service.probe]]\ntype = \"icmp\"\n[[service.probe]]\ntype = \"tcp\"\n"
+        )
+    };
+    for (forwarding, gue) in [("ipip", false), ("gue", true)] {
+        let c = parse(&text(forwarding));
+        let probes = &c.services[0].probes;
+        assert_eq!(
+            probes[0].tunnel,
+            Some(lb_agent::config::TunnelProbe {
+                vip: "10.0.0.100".parse().unwrap(),
+                gue
+            }),
+            "{forwarding}: the icmp probe"
+        );
+        assert_eq!(
+            probes[1].tunnel, None,
+            "{forwarding}: the tcp probe goes direct"
+        );
+    }
+    let c = parse(&text("dsr"));
+    assert_eq!(c.services[0].probes[0].tunnel, None, "dsr: direct");
 }

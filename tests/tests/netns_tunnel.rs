@@ -12,6 +12,9 @@
 //!   IPv6 (ICMPv6 packet-too-big);
 //! - a backend whose server is killed is taken out by its probe within the probe's
 //!   bound, and new connections all go to the others;
+//! - a server whose tunnel breaks (`lb_decap` detached) is taken out by the icmp probe,
+//!   which travels through the tunnel to the VIP, though its server still answers;
+//!   back in once it decapsulates again;
 //! - `lb-agent decap attach` replaces its own program, refuses the balancer's;
 //!   `lb-agent decap detach` removes it.
 
@@ -167,8 +170,18 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
             .collect(),
         ..web.clone()
     };
-    let web = with_health(web, &["max_fails = 0"], std::slice::from_ref(&probe));
-    let web6 = with_health(web6, &["max_fails = 0"], std::slice::from_ref(&probe));
+    // The icmp probe of a tunnel service travels through the tunnel to the VIP.
+    let echo = Probe::new(
+        "tunnel",
+        ProbeKind::Icmp,
+        PROBE_INTERVAL,
+        PROBE_TIMEOUT,
+        1,
+        1,
+    );
+    let probes = [probe.clone(), echo.clone()];
+    let web = with_health(web, &["max_fails = 0"], &probes);
+    let web6 = with_health(web6, &["max_fails = 0"], &probes);
     let bulk = Service {
         name: "bulk".into(),
         vip: SocketAddr::new(IpAddr::V4(VIP), BULK_PORT),
@@ -179,8 +192,10 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         servers: (0..2)
             .map(|i| (bed.backend_addr(i, BULK_PORT), 1))
             .collect(),
-        extra: vec!["max_fails = 0".into()],
+        extra: Vec::new(),
     };
+    // GUE's echo probe travels inside UDP to port 6080.
+    let bulk = with_health(bulk, &["max_fails = 0"], std::slice::from_ref(&echo));
     // A bpffs that outlives the agent: `lb_xdp` is attached with its tail call into
     // `lb_xdp_full`, so both programs' encapsulation is on the path.
     let bpffs = PrivateBpffs::mount("tunnel").expect("mounting a bpffs");
@@ -231,6 +246,22 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         .collect();
     wait_all_probed_up(&api, "web6", &web6_addrs, FIRST_VERDICTS)
         .expect("t1..t3 up over IPv6 after their first probes");
+    for (service, addrs) in [
+        (
+            "bulk",
+            [
+                bed.backend_addr(0, BULK_PORT),
+                bed.backend_addr(1, BULK_PORT),
+            ],
+        ),
+        (
+            "bulk6",
+            [0, 1].map(|i| SocketAddr::new(bed.backend_ip6(i), BULK_PORT)),
+        ),
+    ] {
+        wait_all_probed_up(&api, service, &addrs, FIRST_VERDICTS)
+            .unwrap_or_else(|e| panic!("{service}: echo through gue: {e}"));
+    }
 
     // Weights, through ipip.
     let vip = SocketAddr::new(IpAddr::V4(VIP), WEB_PORT);
@@ -372,6 +403,32 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         panic!("after t3 left\n{e}");
     }
     assert!(wall_now() > killed);
+
+    // A broken tunnel: t2 stops decapsulating. Its server still answers direct probes,
+    // but the echo through the tunnel fails and takes it out; decapsulating again
+    // brings it back.
+    let t2 = bed.backend_addr(1, WEB_PORT);
+    let broken = wall_now();
+    let (ok, text) = decap(&bed.backends[1], &binary, "detach");
+    assert!(ok, "decap detach on t2: {text}");
+    let bound = echo.detection_bound() + MARGIN;
+    let out = wait_event(&api, t2, "unhealthy", broken, bound + PROBE_INTERVAL)
+        .unwrap_or_else(|e| panic!("t2 stayed in with its tunnel broken: {e}"));
+    let (_, probes) = lb_tests::health::server_health(&api, "web", t2).expect("t2's health");
+    println!(
+        "t2 out {:.2} s after its tunnel broke (bound {bound:?}); probes: {probes:?}",
+        lb_tests::health::event_time(&out) - broken
+    );
+    let mended = wall_now();
+    decap_attach(&bed.backends[1], &binary);
+    wait_event(
+        &api,
+        t2,
+        "up",
+        mended,
+        echo.recovery_bound() + MARGIN + PROBE_INTERVAL,
+    )
+    .unwrap_or_else(|e| panic!("t2 did not return once decapsulating again: {e}"));
     let counters = ["drop_tunnel", "drop_no_backend"].map(|c| (c, metric(&api, c)));
     assert_eq!(
         counters,

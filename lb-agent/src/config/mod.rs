@@ -491,6 +491,19 @@ pub struct ProbeConfig {
     pub test: Option<crate::probe::condition::Condition>,
     /// tcp only.
     pub tcp_check: TcpCheck,
+    /// icmp of an `ipip` / `gue` service: the echo request travels through the tunnel
+    /// to the VIP (docs/tunnel.md, "Health"); set by the loader, not a key.
+    pub tunnel: Option<TunnelProbe>,
+}
+
+/// Where an icmp probe of a tunnel service sends its echo request: encapsulated toward
+/// the server, addressed to the service's VIP, so that a server whose decapsulation is
+/// broken fails it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelProbe {
+    pub vip: IpAddr,
+    /// GUE (UDP to port 6080) rather than IP-in-IP.
+    pub gue: bool,
 }
 
 impl ProbeConfig {
@@ -514,6 +527,7 @@ impl ProbeConfig {
             jitter: Duration::ZERO,
             test: None,
             tcp_check: TcpCheck::Auto,
+            tunnel: None,
         }
     }
 }
@@ -544,6 +558,7 @@ impl PartialEq for ProbeConfig {
             jitter,
             test,
             tcp_check,
+            tunnel,
         } = self;
         *name == o.name
             && *kind == o.kind
@@ -562,6 +577,7 @@ impl PartialEq for ProbeConfig {
             && *jitter == o.jitter
             && *test == o.test
             && *tcp_check == o.tcp_check
+            && *tunnel == o.tunnel
     }
 }
 

@@ -183,6 +183,14 @@ fn probe_line(p: &ProbeConfig) -> String {
     if !p.jitter.is_zero() {
         let _ = write!(head, ", jitter {}", human(p.jitter));
     }
+    if let Some(t) = p.tunnel {
+        let _ = write!(
+            head,
+            ", through the {} tunnel to {}",
+            if t.gue { "gue" } else { "ipip" },
+            t.vip
+        );
+    }
     if p.essential {
         head.push_str(if p.persistent {
             ", essential, persistent"

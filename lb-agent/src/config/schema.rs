@@ -483,6 +483,14 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
             probes.push(p);
         }
     }
+    if forwarding.is_tunnel() {
+        for p in probes.iter_mut().filter(|p| p.kind == ProbeKind::Icmp) {
+            p.tunnel = Some(super::TunnelProbe {
+                vip: vip.ip(),
+                gue: forwarding == Forwarding::Gue,
+            });
+        }
+    }
 
     Ok(ServiceConfig {
         name,

@@ -20,6 +20,7 @@ mod stamps;
 mod stream;
 pub mod syn;
 mod tls;
+mod tunnel_echo;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -219,7 +220,13 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
             Some(Err(e)) => Some(Err(e)),
             None => None,
         },
-        ProbeKind::Icmp => Some(Box::pin(icmp::probe(addr.ip(), cfg.timeout)).await),
+        ProbeKind::Icmp => match cfg.tunnel {
+            // Through the tunnel when the inner packet can be of the server's family.
+            Some(t) if t.vip.is_ipv4() == addr.ip().is_ipv4() => {
+                Some(Box::pin(tunnel_echo::probe(t, addr.ip(), cfg.timeout)).await)
+            }
+            _ => Some(Box::pin(icmp::probe(addr.ip(), cfg.timeout)).await),
+        },
         _ => None,
     };
     if let Some(result) = stamped {
