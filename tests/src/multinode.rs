@@ -56,6 +56,9 @@ pub struct Node {
     pub bird: Option<NsProcess>,
     /// More `[agent]` lines for the agent's config (e.g. `announce_lifetime = "4s"`).
     pub agent_keys: String,
+    /// The service's `forwarding`: `dsr` unless a scenario sets another (`ipip`, whose
+    /// backends then decapsulate).
+    pub forwarding: &'static str,
 }
 
 impl Node {
@@ -90,17 +93,18 @@ impl Node {
         Ok(())
     }
 
-    /// Starts `lb-agent run` (dsr service `web` on the VIP over `backends` with their
-    /// weights, fail-closed) and waits until it is ready.
+    /// Starts `lb-agent run` (service `web` on the VIP over `backends` with their
+    /// weights, fail-closed, in `forwarding`) and waits until it is ready.
     pub fn start_agent(&mut self, backends: &[(Ipv4Addr, u32)]) -> Result<(), Error> {
         let mut cfg = format!(
             "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"\"\npin_path = \"\"\n\
              api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n{}\n\
-             [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"dsr\"\nfail_open = false\n",
+             [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"{}\"\nfail_open = false\n",
             self.socket().display().to_string(),
             self.dir.join("admin-state.json").display().to_string(),
             self.bird_socket().display().to_string(),
             self.agent_keys,
+            self.forwarding,
         );
         for (b, weight) in backends {
             cfg.push_str(&format!(
@@ -289,6 +293,7 @@ impl MultiNode {
                 agent: None,
                 bird: None,
                 agent_keys: String::new(),
+                forwarding: "dsr",
             });
         }
         let mut backend_list = Vec::new();
