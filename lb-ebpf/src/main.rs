@@ -167,7 +167,7 @@ pub fn lb_reflect(ctx: XdpContext) -> u32 {
     };
     // Byte-array copies, not `Hdr::mac`'s scalar accesses: this is what the floor
     // measured before and after that change, and the cheaper of the two here
-    // (BENCHMARKS.md §1, "Issue 9, round 2").
+    // (docs/internals/benchmark-log.md §1, "Issue 9, round 2").
     let at = eth.as_ptr();
     // SAFETY: the 14 bytes of the Ethernet header were bounds-checked above.
     unsafe {

@@ -269,7 +269,7 @@ fn first_candidate(client: &FlowKey, svc: &ServiceMeta) -> Option<(u32, u32, u32
 /// needed (`slots::prefetch2`). Read one after the other (the lookup's miss, then the
 /// claim ~400 instructions later) the second miss starts only when the first has
 /// returned; on this machine two cold reads overlap only when a few dozen
-/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7").
+/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
 #[inline(always)]
 pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
     let Some(backend) = flow::any_backend(backend_id) else {

@@ -359,8 +359,8 @@ pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
 /// used (BPF has no prefetch instruction; a load nobody waits for is the nearest
 /// thing). Back to back in one assembly block, both addresses computed before the
 /// first load: on this machine a cold read overlaps a later one only if a few dozen
-/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7"), and LLVM would
-/// otherwise compute the second address between the two.
+/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7"), and
+/// LLVM would otherwise compute the second address between the two.
 #[inline(always)]
 pub fn prefetch2<A: Table, B: Table>(a: &FlowKey, b: &FlowKey) {
     let (Some(ba), Some(bb)) = (A::at(A::index(A::hash(a))), B::at(B::index(B::hash(b)))) else {

@@ -1,6 +1,7 @@
 //! `lb-components`: what each cost component of the XDP balancer costs on this kernel,
 //! measured with the reduced programs of `lb-ebpf/src/reduced.rs` next to the reflector
-//! floor, on the same packets, in the same run (BENCHMARKS.md §1, "Where the rest goes").
+//! floor, on the same packets, in the same run (docs/internals/benchmark-log.md §1, "Where
+//! the rest goes").
 //!
 //! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
 //! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
@@ -13,7 +14,7 @@
 //! The VIP-hit rows send an established packet to a dsr service published into
 //! `LB_VIP_INDEX` (`publish_hit_service`) whose flow is pinned to backend 1: the
 //! established path's parts grown step by step to `lb_xdp` itself on the same packet
-//! (BENCHMARKS.md §1, "Issue 9, round 7").
+//! (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
 //!
 //! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
 //! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of
