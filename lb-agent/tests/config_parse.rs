@@ -624,7 +624,12 @@ fn detection_bounds_follow_tr7() {
     let b = detection_bounds(&p);
     assert_eq!(b.detect_worst, Duration::from_secs(45));
     assert_eq!(b.recover_min, Duration::from_secs(10));
-    assert_eq!(b.recover_max, Duration::from_secs(15));
+    assert_eq!(
+        b.recover_max,
+        Duration::from_secs(20),
+        "timeout > interval: the failing probe in flight at the recovery ends at its 10s \
+         timeout, then 2 more passes 5s apart (TR7's 3 × 5s leaves it out)"
+    );
     p.jitter = Duration::from_secs(1);
     let b = detection_bounds(&p);
     assert_eq!(
@@ -637,7 +642,20 @@ fn detection_bounds_follow_tr7() {
         Duration::from_secs(10),
         "jitter never shortens a wait"
     );
-    assert_eq!(b.recover_max, Duration::from_secs(18));
+    assert_eq!(
+        b.recover_max,
+        Duration::from_secs(22),
+        "max(6s, 10s) + 2 × 6s"
+    );
+    // Below the scheduler's 1 ms, bounds use 1 ms.
+    let mut p = ProbeConfig::new("p", ProbeKind::Icmp);
+    p.interval = Duration::from_micros(100);
+    p.timeout = Duration::from_micros(50);
+    p.passes = 2;
+    let b = detection_bounds(&p);
+    assert_eq!(b.detect_fast, Duration::from_millis(1));
+    assert_eq!(b.recover_min, Duration::from_millis(1));
+    assert_eq!(b.recover_max, Duration::from_millis(2));
 }
 
 #[test]
@@ -691,10 +709,10 @@ fn warnings_for_suspicious_configs() {
     let w = warnings(&one_service("max_unhealthy_percent = 0", probes));
     let expect = [
         "service[0] (\"web\"): max_unhealthy_percent = 0",
-        "service[0].probe[0] (\"slow\"): timeout 2s >= interval 1s",
+        "service[0].probe[0] (\"slow\"): timeout 2s > interval 1s",
         "service[0].probe[1] (\"ping\"): jitter 10s >= interval 5s",
         "service[0].probe[1] (\"ping\"): port is ignored by icmp probes",
-        "service[0].probe[2] (\"u\"): a udp probe without expect passes on silence",
+        "service[0].probe[2] (\"u\"): a udp probe without expect or test passes on silence",
         "service[0].probe[3] (\"h\"): sni is ignored without tls = true",
     ];
     assert_eq!(w.len(), expect.len(), "{w:#?}");

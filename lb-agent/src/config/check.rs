@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::passive::{passive_coverage, passive_gap};
 use super::report::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
+use crate::probe::MIN_INTERVAL;
 
 /// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
 /// counting propagation (< 1 ms).
@@ -19,21 +20,34 @@ pub struct Bounds {
     pub detect_fast: Duration,
     /// Recovery takes at least `(passes − 1) × interval` ...
     pub recover_min: Duration,
-    /// ... and at most `passes × (interval + jitter)`.
+    /// ... and at most `max(interval + jitter, timeout) + (passes − 1) × (interval +
+    /// jitter)`: a probe that started just before the recovery may still fail at its
+    /// timeout, and the next one starts when it ends if its tick has passed.
     pub recover_max: Duration,
 }
 
-/// The bounds of one probe. With `jitter = 0` (the default) these are exactly the TR7
-/// formulas; jitter only lengthens waits (each is `interval + random(0..=jitter)`).
+/// The interval the scheduler runs `p` at: at least [`MIN_INTERVAL`] (1 ms).
+pub fn effective_interval(p: &ProbeConfig) -> Duration {
+    p.interval.max(MIN_INTERVAL)
+}
+
+/// The bounds of one probe. With `jitter = 0` (the default) and `timeout <= interval`
+/// these are exactly the TR7 formulas; jitter only lengthens waits (each is `interval +
+/// random(0..=jitter)`); an interval below 1 ms counts as 1 ms, as the scheduler runs it.
+/// A probe whose timeout exceeds its interval has a longer recovery bound: the failing
+/// probe in flight when the server recovers runs until its timeout, and the first
+/// passing probe starts when it ends (`probe::schedule`).
 /// A probe in `onfail` mode does not run while the server is healthy, so its detection
 /// bounds only hold for failures that passive checks report first.
 pub fn detection_bounds(p: &ProbeConfig) -> Bounds {
-    let period = p.interval.saturating_add(p.jitter);
+    let interval = effective_interval(p);
+    let period = interval.saturating_add(p.jitter);
+    let passes_after_first = period.saturating_mul(p.passes.saturating_sub(1));
     Bounds {
         detect_worst: period.saturating_add(p.timeout).saturating_mul(p.fails),
         detect_fast: period.saturating_mul(p.fails),
-        recover_min: p.interval.saturating_mul(p.passes.saturating_sub(1)),
-        recover_max: period.saturating_mul(p.passes),
+        recover_min: interval.saturating_mul(p.passes.saturating_sub(1)),
+        recover_max: period.max(p.timeout).saturating_add(passes_after_first),
     }
 }
 
@@ -114,10 +128,19 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
         for (pi, p) in s.probes.iter().enumerate() {
             let at = format!("service[{si}].probe[{pi}] ({:?})", p.name);
-            if p.timeout >= p.interval {
+            if p.timeout > p.interval {
                 out.push(format!(
-                    "{at}: timeout {} >= interval {}: a server that stops answering is probed less often than \
-                     every interval (a probe never overlaps the previous one)",
+                    "{at}: timeout {} > interval {}: a server that stops answering is probed every {} \
+                     (a probe never overlaps the previous one), and a recovery can wait for a failing \
+                     probe's timeout (the printed bounds include it)",
+                    human(p.timeout),
+                    human(p.interval),
+                    human(p.timeout)
+                ));
+            } else if p.timeout == p.interval {
+                out.push(format!(
+                    "{at}: timeout {} = interval {}: a server that stops answering is probed back to back \
+                     (a probe never overlaps the previous one)",
                     human(p.timeout),
                     human(p.interval)
                 ));
@@ -137,7 +160,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             }
             if p.kind == ProbeKind::Udp && p.expect.is_none() && p.test.is_none() {
                 out.push(format!(
-                    "{at}: a udp probe without expect passes on silence: only an ICMP port-unreachable fails it"
+                    "{at}: a udp probe without expect or test passes on silence: only an ICMP port-unreachable fails it"
                 ));
             }
         }
