@@ -146,7 +146,71 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
     }
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
+    out.extend(spare_line(svc).map(|l| format!("  {l}")));
+    out.extend(cap_line(svc).map(|l| format!("  {l}")));
     out.push(format!("  {}", maglev_line(svc)));
+}
+
+/// With spares and probes: a spare takes traffic only once every probe has passed.
+fn spare_line(svc: &ServiceConfig) -> Option<String> {
+    let spares = svc.servers.iter().filter(|s| s.spare).count();
+    if spares == 0 || svc.probes.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "spares: {} only after every probe has passed ({}), also at start",
+        if spares == 1 {
+            "the spare may run"
+        } else {
+            "a spare may run"
+        },
+        if svc.probes.iter().all(|p| p.essential) {
+            "all are essential"
+        } else {
+            "essential or not"
+        }
+    ))
+}
+
+/// With a removal cap (`max_unhealthy_percent` below 100): what it removes at most, per
+/// group of configured servers, and Azure's all-unhealthy rule.
+fn cap_line(svc: &ServiceConfig) -> Option<String> {
+    let pct = svc.max_unhealthy_percent.min(100);
+    if pct >= 100 {
+        return None;
+    }
+    if pct == 0 {
+        return Some("removal cap: 0%: health never removes a server".to_string());
+    }
+    let mut groups: std::collections::BTreeMap<Option<u32>, usize> = Default::default();
+    for s in &svc.servers {
+        let level = match s.backup {
+            BackupLevel::Level(n) if s.service.is_none() => Some(n),
+            // SRV names: their levels come from the records.
+            _ => None,
+        };
+        *groups.entry(level).or_default() += 1;
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .filter_map(|(level, &n)| {
+            let name = match level {
+                Some(0) => "primary group".to_string(),
+                Some(l) => format!("backup level {l}"),
+                None => return None,
+            };
+            Some(format!("{name}: {} of {n}", n * usize::from(pct) / 100))
+        })
+        .collect();
+    Some(format!(
+        "removal cap: health removes at most {pct}% of a group at once ({}); a group whose \
+         servers are all unhealthy keeps them all in traffic (Azure)",
+        if parts.is_empty() {
+            "servers from SRV names counted as they resolve".to_string()
+        } else {
+            parts.join(", ")
+        }
+    ))
 }
 
 /// `maglev table 4099 slots (chosen for 3 servers: at least 100 per server)`.
