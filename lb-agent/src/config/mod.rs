@@ -76,14 +76,14 @@
 //! | `mode` | `always`, `idle`, `onfail` | `always` | |
 //! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
 //! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
-//! | `method` | string | `GET` | http only; an HTTP token |
+//! | `method` | string | `GET` | http only; an HTTP token (`"get"` is refused: methods are case-sensitive) |
 //! | `headers` | table | none | http only; `{ "X-Name" = "value" }`, or a value read at load and reload from `{ file = "/abs/path" }` (one trailing newline dropped) or `{ env = "NAME" }` (never printed); no `Host` (use `host`) |
 //! | `body` | string | none | http only; the request body, sent with `Content-Length` |
 //! | `host` | string | the server address | http only |
 //! | `tls`, `verify` | bool | false, true | http only |
 //! | `sni` | string | the server name/address | http only; a DNS name |
 //! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
-//! | `expect_body` | regex | none | http only; needs `max_body` > 0 |
+//! | `expect_body` | regex | none | http only; needs `max_body` > 0; refused with `method = "HEAD"` (no body) |
 //! | `max_body` | size | `256k` | http only |
 //! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`); Angie's `data:` prefix is dropped |
 //! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
