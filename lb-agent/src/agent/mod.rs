@@ -581,6 +581,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         start: StartState,
         now: Instant,
     ) -> ServerRt {
+        // A spare takes traffic only once every probe has passed (Angie), also at start.
+        let start = if start == StartState::New && conf.spare && conf.backup == 0 {
+            StartState::NewSpare
+        } else {
+            start
+        };
         let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
         self.passive_kept.restore(&svc.name, addr, &mut health, now);
         let signals = Arc::new(SharedSignals::new(health.usable()));

@@ -59,8 +59,11 @@ enum Command {
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
         /// The config file, e.g. /etc/lb/lb.toml.
-        #[arg(long, short)]
-        config: PathBuf,
+        #[arg(long, short, required_unless_present = "file")]
+        config: Option<PathBuf>,
+        /// The config file, as `--config` (`check-config lb.toml` works too).
+        #[arg(value_name = "FILE", conflicts_with = "config")]
+        file: Option<PathBuf>,
     },
     /// Make the running agent re-read its config file (as SIGHUP does); prints why if
     /// the new file is refused (the running config then stays in force).
@@ -246,7 +249,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             reset,
         }),
         Command::Detach { config, interface } => detach::detach(&config, interface),
-        Command::CheckConfig { config } => check::check(&config),
+        Command::CheckConfig { config, file } => {
+            check::check(&config.or(file).expect("clap requires one of them"))
+        }
         Command::Status { api, json } => block_on(status::status(&api.target()?, json)),
         Command::Reload { api } => block_on(async {
             let answer =

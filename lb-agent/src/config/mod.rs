@@ -76,19 +76,19 @@
 //! | `mode` | `always`, `idle`, `onfail` | `always` | |
 //! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
 //! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
-//! | `method` | string | `GET` | http only; an HTTP token |
+//! | `method` | string | `GET` | http only; an HTTP token (`"get"` is refused: methods are case-sensitive) |
 //! | `headers` | table | none | http only; `{ "X-Name" = "value" }`, or a value read at load and reload from `{ file = "/abs/path" }` (one trailing newline dropped) or `{ env = "NAME" }` (never printed); no `Host` (use `host`) |
 //! | `body` | string | none | http only; the request body, sent with `Content-Length` |
 //! | `host` | string | the server address | http only |
 //! | `tls`, `verify` | bool | false, true | http only |
 //! | `sni` | string | the server name/address | http only; a DNS name |
 //! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
-//! | `expect_body` | regex | none | http only; needs `max_body` > 0 |
+//! | `expect_body` | regex | none | http only; needs `max_body` > 0; refused with `method = "HEAD"` (no body) |
 //! | `max_body` | size | `256k` | http only |
 //! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`); Angie's `data:` prefix is dropped |
 //! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
 //! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
-//! | `max_response` | size | `256k` | tcp/udp only; 0 = don't wait for a reply |
+//! | `max_response` | size | `256k` | tcp/udp only; 0 = read no reply (tcp passes on the connect; udp still waits `timeout` for an ICMP port unreachable) |
 //! | `tcp_check` | `auto`, `syn`, `connect` | `auto` | tcp only; how a probe without `send`/`expect`/`test` checks the port: a SYN and its answer (raw socket, needs CAP_NET_RAW; `auto` uses it when available) or a full connect; `syn` cannot be combined with `send`/`expect`/`test` |
 //!
 //! Durations: `"500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`, `"1m30s"`, `"1.5s"`, `"0"`.
@@ -459,7 +459,8 @@ pub struct ProbeConfig {
     pub http: HttpProbe,
     pub send: Option<Vec<u8>>,
     pub expect: Option<regex::Regex>,
-    /// 0 = don't wait for a reply.
+    /// 0 = read no reply (tcp: the connect decides; udp: a port unreachable within the
+    /// timeout fails, anything else passes).
     pub max_response: usize,
     pub jitter: Duration,
     /// `test`: the condition a response must meet (http, tcp, udp); it replaces

@@ -30,8 +30,8 @@ use crate::config::{ProbeConfig, ProbeKind};
 
 pub use local::on_time_slack;
 pub use schedule::{
-    NetProber, OVERDUE, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
-    SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
+    MIN_INTERVAL, NetProber, OVERDUE, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey,
+    ServerSignals, SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
 };
 
 /// The verdict of one probe execution.
