@@ -1,0 +1,162 @@
+//! Upgrade from the previous release to this build and roll back, under traffic, the
+//! way an operator does (docs/upgrades.md): stop the running agent (its XDP program stays
+//! attached and forwarding), start the other build, which adopts the program's maps and
+//! swaps its own program in. The previous release is the commit in
+//! `tests/previous-release`, a build from before schema versions (`LB_SCHEMA`), built by
+//! `cargo xtask prev-release`.
+//!
+//! Steps: previous release → this build (adopts a program that recorded no versions:
+//! baseline, every map kept) → this build restarted (adopts its own record) → the
+//! previous release again (rollback; it judges by layout). Throughout, keep-alive
+//! connections send requests and new connections are opened back to back: no request
+//! may fail and every keep-alive connection keeps its backend. In nat and in dsr.
+
+use std::{path::Path, process::Command, thread, time::Duration};
+
+use lb_tests::{
+    agent::{Agent, AgentConfig, locate_binary},
+    restart::{Stream, assert_stream_clean},
+    scenario::{self, WEIGHTS},
+    topology::Forwarding,
+    upgrade::{KeepAlive, PREVIOUS_RELEASE, line_with, previous_agent},
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const START: Duration = Duration::from_secs(30);
+/// Keep-alive connections held through the upgrade and the rollback.
+const KEEPALIVE: usize = 8;
+/// Traffic between two steps, and while no agent runs.
+const SETTLE: Duration = Duration::from_secs(1);
+const ADOPTED: &str = "adopted the previous state";
+
+fn stop(agent: Agent, mode: &str, which: &str) {
+    let status = agent
+        .stop(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{mode}: stopping the {which} agent: {e}"));
+    assert!(
+        status.success(),
+        "{mode}: SIGTERM should stop the {which} agent with 0, got {status}"
+    );
+    // Traffic with no agent at all: the program forwards on its own.
+    thread::sleep(SETTLE);
+}
+
+fn all_maps_kept(agent: &Agent, mode: &str, step: &str) -> String {
+    let line = line_with(agent, ADOPTED, step);
+    assert!(
+        line.contains("maps_kept=12") && line.contains("maps_fresh=0"),
+        "{mode}: {step}: every map should be adopted: {line}"
+    );
+    line
+}
+
+fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
+    let mode = forwarding.as_str();
+    let previous = previous_agent();
+    let current = locate_binary("lb-agent").expect("this build's lb-agent");
+    let version = Command::new(&previous)
+        .arg("--version")
+        .output()
+        .expect("running the previous release's --version");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        version.contains(&PREVIOUS_RELEASE.trim()[..12]),
+        "the previous release's binary should name its commit: {version}"
+    );
+
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service]);
+    let start = |binary: &Path, which: &str| {
+        Agent::start(topo, binary, &config, Some("native"), START)
+            .unwrap_or_else(|e| panic!("{mode}: starting the {which} agent: {e}"))
+    };
+
+    // The previous release serves.
+    let agent = start(&previous, "previous");
+    line_with(
+        &agent,
+        "starting fresh",
+        "the previous release on a bare interface",
+    );
+    let keepalive = KeepAlive::start(topo, vip, KEEPALIVE);
+    let stream = Stream::start(topo, vip);
+    thread::sleep(SETTLE);
+
+    // Upgrade: stop the previous release, start this build.
+    stop(agent, mode, "previous");
+    let agent = start(&current, "upgraded");
+    all_maps_kept(&agent, mode, "upgrade");
+    let summary = line_with(&agent, "maps adopted:", "upgrade summary");
+    assert!(
+        summary.contains("all 12 maps kept") && summary.contains("none recorded"),
+        "{mode}: upgrading from a build without versions: the baseline, all kept: {summary}"
+    );
+    println!("{mode}: upgrade: {summary}");
+    thread::sleep(SETTLE);
+
+    // A restart of this build finds the versions it recorded, through the program.
+    stop(agent, mode, "upgraded");
+    let agent = start(&current, "restarted");
+    all_maps_kept(&agent, mode, "restart of this build");
+    let summary = line_with(&agent, "maps adopted:", "restart summary");
+    assert!(
+        summary.contains("all 12 maps kept") && summary.contains("recorded for 12 maps"),
+        "{mode}: a restart reads this build's own versions: {summary}"
+    );
+    println!("{mode}: restart: {summary}");
+    thread::sleep(SETTLE);
+
+    // Rollback: stop this build, start the previous release again.
+    stop(agent, mode, "restarted");
+    let agent = start(&previous, "rolled-back");
+    all_maps_kept(&agent, mode, "rollback");
+    thread::sleep(SETTLE);
+
+    let tally = stream.finish();
+    let kept = keepalive.finish();
+    stop(agent, mode, "rolled-back");
+    println!(
+        "{mode}: upgrade {} -> this build -> restart -> rollback: {} new connections in \
+         {:?}, {} failed; {} keep-alive connections ({:?}), {} requests, {} failed, {} kept \
+         their backend",
+        &PREVIOUS_RELEASE.trim()[..12],
+        tally.attempted,
+        tally.elapsed,
+        tally.failures.len(),
+        kept.connections,
+        kept.backends,
+        kept.requests,
+        kept.failures.len(),
+        kept.kept_backend
+    );
+    assert_stream_clean(&tally, mode);
+    assert!(
+        kept.failures.is_empty(),
+        "{mode}: no request over a keep-alive connection may fail or reach another backend: \
+         {:?}",
+        kept.failures
+    );
+    assert_eq!(
+        kept.kept_backend, KEEPALIVE,
+        "{mode}: every connection kept its backend"
+    );
+    assert!(
+        kept.requests >= KEEPALIVE * 20,
+        "{mode}: the keep-alive requests should have run all along (got {})",
+        kept.requests
+    );
+}
+
+#[test]
+fn upgrade_and_rollback_under_traffic_nat() {
+    upgrade_and_rollback(Forwarding::Nat, 214);
+}
+
+#[test]
+fn upgrade_and_rollback_under_traffic_dsr() {
+    upgrade_and_rollback(Forwarding::Dsr, 215);
+}
