@@ -10,14 +10,20 @@
 //! previous release again (rollback; it judges by layout). Throughout, keep-alive
 //! connections send requests and new connections are opened back to back: no request
 //! may fail and every keep-alive connection keeps its backend. In nat and in dsr.
+//!
+//! And a schema change on real maps: a previous program whose `LB_SCHEMA` records another
+//! version of `LB_FLOWS` (same layout) gets that one map created fresh, said in the log.
 
 use std::{path::Path, process::Command, thread, time::Duration};
 
+use aya::maps::{HashMap, Map, MapData};
+use lb_agent::dataplane::previous;
+use lb_common::{map_names, schema};
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
     restart::{Stream, assert_stream_clean},
     scenario::{self, WEIGHTS},
-    topology::Forwarding,
+    topology::{Forwarding, HOST_IF, Topology},
     upgrade::{KeepAlive, PREVIOUS_RELEASE, line_with, previous_agent},
 };
 
@@ -159,4 +165,103 @@ fn upgrade_and_rollback_under_traffic_nat() {
 #[test]
 fn upgrade_and_rollback_under_traffic_dsr() {
     upgrade_and_rollback(Forwarding::Dsr, 215);
+}
+
+/// Rewrites the version of `map` in the `LB_SCHEMA` of the program attached to the lb
+/// namespace's interface, as a build that changed that map's meaning would have recorded.
+fn record_version(topo: &Topology, map: &str, version: u32) {
+    let map = map.to_owned();
+    topo.lb()
+        .ns
+        .run(move || {
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            let program = previous::attached_program(ifindex, HOST_IF)
+                .expect("reading the interface's program")
+                .expect("a program on the interface");
+            let data = program
+                .map_ids()
+                .iter()
+                .filter_map(|&id| MapData::from_id(id).ok())
+                .find(|m| {
+                    m.info()
+                        .is_ok_and(|i| i.name() == schema::META_MAP.as_bytes())
+                })
+                .expect("the running program lists LB_SCHEMA among its maps");
+            let mut recorded: HashMap<MapData, [u8; schema::NAME_LEN], u32> =
+                HashMap::try_from(Map::HashMap(data)).expect("LB_SCHEMA is a hash map");
+            recorded
+                .insert(&schema::key(&map), &version, 0)
+                .expect("rewriting a version in LB_SCHEMA");
+        })
+        .expect("entering the lb namespace");
+}
+
+/// A build whose `LB_FLOWS` means something else (its recorded version differs, its
+/// layout does not): the new agent keeps the eleven other maps, creates the flow table
+/// fresh and says so; established dsr connections are re-hashed by the same Maglev
+/// tables, so they keep their backend.
+#[test]
+fn a_schema_change_recreates_only_that_map_dsr() {
+    let mode = "dsr";
+    let current = locate_binary("lb-agent").expect("this build's lb-agent");
+    let bed = scenario::Testbed::start(Forwarding::Dsr, 216, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let config = AgentConfig::new(vec![service]);
+    let start = |which: &str| {
+        Agent::start(topo, &current, &config, Some("native"), START)
+            .unwrap_or_else(|e| panic!("{mode}: starting the {which} agent: {e}"))
+    };
+
+    let agent = start("first");
+    let keepalive = KeepAlive::start(topo, vip, KEEPALIVE);
+    let stream = Stream::start(topo, vip);
+    thread::sleep(SETTLE);
+    stop(agent, mode, "first");
+    let theirs = schema::BASELINE + 1;
+    record_version(topo, map_names::FLOWS, theirs);
+
+    let agent = start("next");
+    let line = line_with(&agent, ADOPTED, "across a schema change");
+    assert!(
+        line.contains("maps_kept=11") && line.contains("maps_fresh=1"),
+        "{mode}: eleven maps kept, the flow table fresh: {line}"
+    );
+    let warning = line_with(&agent, "map not adopted, created fresh", "the fresh map");
+    assert!(
+        warning.contains("LB_FLOWS")
+            && warning.contains(&format!("schema v{theirs} -> v{}", schema::BASELINE))
+            && warning.contains("same layout")
+            && warning.contains("re-hashed by Maglev"),
+        "{mode}: the warning names the map, both versions and the consequence: {warning}"
+    );
+    let summary = line_with(&agent, "maps adopted:", "the summary");
+    assert!(
+        summary.contains("11 of 12 maps kept, 1 created fresh (LB_FLOWS)"),
+        "{mode}: {summary}"
+    );
+    println!("{mode}: {warning}\n{mode}: {summary}");
+    thread::sleep(SETTLE);
+
+    let tally = stream.finish();
+    let kept = keepalive.finish();
+    stop(agent, mode, "next");
+    println!(
+        "{mode}: across a schema change of LB_FLOWS: {} new connections, {} failed; {} \
+         keep-alive connections, {} requests, {} failed, {} kept their backend",
+        tally.attempted,
+        tally.failures.len(),
+        kept.connections,
+        kept.requests,
+        kept.failures.len(),
+        kept.kept_backend
+    );
+    assert_stream_clean(&tally, mode);
+    assert!(
+        kept.failures.is_empty() && kept.kept_backend == KEEPALIVE,
+        "{mode}: re-hashed by unchanged tables, every connection keeps its backend: {:?}",
+        kept.failures
+    );
 }

@@ -53,6 +53,12 @@ impl AttachedProgram {
         self.name == PROGRAM_NAME || self.name == FULL_PROGRAM_NAME
     }
 
+    /// Ids of its maps (with its tail-call target's), `LB_SCHEMA` among them when the
+    /// build that loaded it recorded its versions.
+    pub fn map_ids(&self) -> &[u32] {
+        &self.map_ids
+    }
+
     /// The refusal for an interface this program occupies: names it and how to remove it.
     pub fn in_the_way(&self, interface: &str) -> DataplaneError {
         DataplaneError::Occupied {

@@ -1,4 +1,4 @@
-//! `LB_SCHEMA` in the kernel: this build's map versions written into a small frozen hash
+//! `LB_SCHEMA` in the kernel: this build's map versions written into a small hash
 //! map bound to the loaded programs (`BPF_PROG_BIND_MAP`), so the next agent finds it
 //! among the attached program's map ids as it finds the maps themselves; and read back
 //! from a previous program's copy (`lb_common::schema`, docs/upgrades.md).
@@ -20,7 +20,6 @@ const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_PIN: libc::c_long = 6;
-const BPF_MAP_FREEZE: libc::c_long = 22;
 const BPF_PROG_BIND_MAP: libc::c_long = 35;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 /// Room for every adopted map and the format entry, with spare for later builds.
@@ -49,12 +48,6 @@ struct MapElem {
     flags: u64,
 }
 
-/// `bpf_attr` for `BPF_MAP_FREEZE`.
-#[repr(C)]
-struct MapFd {
-    map_fd: u32,
-}
-
 /// `bpf_attr` for `BPF_PROG_BIND_MAP`.
 #[repr(C)]
 struct ProgBindMap {
@@ -71,7 +64,7 @@ struct ObjPin {
     file_flags: u32,
 }
 
-/// Creates `LB_SCHEMA` holding this build's versions, frozen (read-only from user space).
+/// Creates `LB_SCHEMA` holding this build's versions (written once, at load).
 pub fn create() -> io::Result<OwnedFd> {
     let mut name = [0u8; 16];
     name[..schema::META_MAP.len()].copy_from_slice(schema::META_MAP.as_bytes());
@@ -101,10 +94,6 @@ pub fn create() -> io::Result<OwnedFd> {
         };
         bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
     }
-    let mut attr = MapFd {
-        map_fd: map.as_raw_fd() as u32,
-    };
-    bpf(BPF_MAP_FREEZE, &mut attr)?;
     Ok(map)
 }
 
