@@ -95,7 +95,8 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
     // Upgrade: stop the previous release, start this build.
     stop(agent, mode, "previous");
     let agent = start(&current, "upgraded");
-    all_maps_kept(&agent, mode, "upgrade");
+    let adopted = all_maps_kept(&agent, mode, "upgrade");
+    println!("{mode}: upgrade: {adopted}");
     let summary = line_with(&agent, "maps adopted:", "upgrade summary");
     assert!(
         summary.contains("all 12 maps kept") && summary.contains("none recorded"),
@@ -239,7 +240,7 @@ fn a_schema_change_recreates_only_that_map_dsr() {
     );
     let summary = line_with(&agent, "maps adopted:", "the summary");
     assert!(
-        summary.contains("11 of 12 maps kept, 1 created fresh (LB_FLOWS)"),
+        summary.contains("11 of 12 maps kept, 1 created fresh (LB_FLOWS):"),
         "{mode}: {summary}"
     );
     println!("{mode}: {warning}\n{mode}: {summary}");

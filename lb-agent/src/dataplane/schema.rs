@@ -194,8 +194,8 @@ pub fn summary(kept: usize, fresh: &[&str], recorded: &Recorded) -> String {
     let total = kept + fresh.len();
     if fresh.is_empty() {
         return format!(
-            "all {total} maps kept (schema versions {}): established connections keep \
-             their backends and nat translations",
+            "all {total} maps kept: established connections keep their backends and nat \
+             translations; the previous build's schema versions: {}",
             recorded.describe()
         );
     }
@@ -210,8 +210,8 @@ pub fn summary(kept: usize, fresh: &[&str], recorded: &Recorded) -> String {
         "nat translations kept"
     };
     format!(
-        "{kept} of {total} maps kept, {} created fresh ({}); {flows}, {nat} (schema \
-         versions of the previous build: {})",
+        "{kept} of {total} maps kept, {} created fresh ({}): {flows}, {nat}; the \
+         previous build's schema versions: {}",
         fresh.len(),
         fresh.join(", "),
         recorded.describe()
@@ -344,13 +344,17 @@ mod tests {
             assert_ne!(consequence(name), consequence("LB_UNKNOWN"), "{name}");
         }
         let all = summary(12, &[], &Recorded::Nothing);
-        assert!(all.starts_with("all 12 maps kept (schema versions none recorded"));
+        assert!(all.starts_with("all 12 maps kept: established connections keep"));
+        assert!(all.ends_with(
+            "schema versions: none recorded (a build from before schema \
+             versions: baseline v1 for every map, judged by layout)"
+        ));
         let some = summary(10, &[map_names::FLOWS, map_names::COUNTERS], &versions(&[]));
         assert_eq!(
             some,
-            "10 of 12 maps kept, 2 created fresh (LB_FLOWS, LB_COUNTERS); established flows \
-             re-hashed by Maglev, nat translations kept (schema versions of the previous \
-             build: recorded for 0 maps)"
+            "10 of 12 maps kept, 2 created fresh (LB_FLOWS, LB_COUNTERS): established flows \
+             re-hashed by Maglev, nat translations kept; the previous build's schema \
+             versions: recorded for 0 maps"
         );
     }
 }
