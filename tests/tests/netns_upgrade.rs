@@ -9,7 +9,8 @@
 //! baseline, every map kept) → this build restarted (adopts its own record) → the
 //! previous release again (rollback; it judges by layout). Throughout, keep-alive
 //! connections send requests and new connections are opened back to back: no request
-//! may fail and every keep-alive connection keeps its backend. In nat and in dsr.
+//! may fail and every keep-alive connection keeps its backend. In nat (with
+//! `agent.pin_path`: this build pins `LB_SCHEMA` there too) and in dsr.
 //!
 //! And a schema change on real maps: a previous program whose `LB_SCHEMA` records another
 //! version of `LB_FLOWS` (same layout) gets that one map created fresh, said in the log.
@@ -21,6 +22,7 @@ use lb_agent::dataplane::previous;
 use lb_common::{map_names, schema};
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
+    bpffs::PrivateBpffs,
     restart::{Stream, assert_stream_clean},
     scenario::{self, WEIGHTS},
     topology::{Forwarding, HOST_IF, Topology},
@@ -56,7 +58,20 @@ fn all_maps_kept(agent: &Agent, mode: &str, step: &str) -> String {
     line
 }
 
-fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
+/// The version `LB_SCHEMA` pinned in `pins` records for `map`.
+fn pinned_version(pins: &Path, map: &str) -> u32 {
+    let data = MapData::from_pin(pins.join(schema::META_MAP))
+        .unwrap_or_else(|e| panic!("LB_SCHEMA pinned in {}: {e}", pins.display()));
+    let recorded: HashMap<MapData, [u8; schema::NAME_LEN], u32> =
+        HashMap::try_from(Map::HashMap(data)).expect("LB_SCHEMA is a hash map");
+    recorded
+        .get(&schema::key(map), 0)
+        .unwrap_or_else(|e| panic!("{map} in the pinned LB_SCHEMA: {e}"))
+}
+
+/// With `pinned`, both builds also pin their maps in `agent.pin_path` (this build adds
+/// `LB_SCHEMA` there).
+fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8, pinned: bool) {
     let mode = forwarding.as_str();
     let previous = previous_agent();
     let current = locate_binary("lb-agent").expect("this build's lb-agent");
@@ -75,7 +90,11 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
     let backends = scenario::weighted(topo, &WEIGHTS);
     let service = scenario::tcp_service(topo, &backends);
     let vip = service.vip;
-    let config = AgentConfig::new(vec![service]);
+    let pins = pinned.then(|| PrivateBpffs::mount(mode).expect("mounting a bpffs for the pins"));
+    let mut config = AgentConfig::new(vec![service]);
+    if let Some(p) = &pins {
+        config.pin_path = p.pins().display().to_string();
+    }
     let start = |binary: &Path, which: &str| {
         Agent::start(topo, binary, &config, Some("native"), START)
             .unwrap_or_else(|e| panic!("{mode}: starting the {which} agent: {e}"))
@@ -103,6 +122,13 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
         "{mode}: upgrading from a build without versions: the baseline, all kept: {summary}"
     );
     println!("{mode}: upgrade: {summary}");
+    if let Some(p) = &pins {
+        assert_eq!(
+            pinned_version(p.pins(), map_names::FLOWS),
+            schema::BASELINE,
+            "{mode}: this build pins its versions in pin_path"
+        );
+    }
     thread::sleep(SETTLE);
 
     // A restart of this build finds the versions it recorded, through the program.
@@ -160,12 +186,12 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8) {
 
 #[test]
 fn upgrade_and_rollback_under_traffic_nat() {
-    upgrade_and_rollback(Forwarding::Nat, 214);
+    upgrade_and_rollback(Forwarding::Nat, 214, true);
 }
 
 #[test]
 fn upgrade_and_rollback_under_traffic_dsr() {
-    upgrade_and_rollback(Forwarding::Dsr, 215);
+    upgrade_and_rollback(Forwarding::Dsr, 215, false);
 }
 
 /// Rewrites the version of `map` in the `LB_SCHEMA` of the program attached to the lb

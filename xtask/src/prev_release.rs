@@ -10,7 +10,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
     time::Instant,
 };
 
@@ -109,6 +109,7 @@ fn reachable(root: &Path, commit: &str) -> anyhow::Result<()> {
         Command::new("git")
             .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .current_dir(root)
+            .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
