@@ -13,7 +13,8 @@
 //! `agent.pin_path`: this build pins `LB_SCHEMA` there too) and in dsr.
 //!
 //! And a schema change on real maps: a previous program whose `LB_SCHEMA` records another
-//! version of `LB_FLOWS` (same layout) gets that one map created fresh, said in the log.
+//! version of `LB_FLOWS` (same layout) gets that one map created fresh, said in the log
+//! with its consequence, which the traffic shows (dsr and nat).
 
 use std::{path::Path, process::Command, thread, time::Duration};
 
@@ -225,13 +226,13 @@ fn record_version(topo: &Topology, map: &str, version: u32) {
 
 /// A build whose `LB_FLOWS` means something else (its recorded version differs, its
 /// layout does not): the new agent keeps the eleven other maps, creates the flow table
-/// fresh and says so; established dsr connections are re-hashed by the same Maglev
-/// tables, so they keep their backend.
-#[test]
-fn a_schema_change_recreates_only_that_map_dsr() {
-    let mode = "dsr";
+/// fresh and says so, and what it says happens: established dsr connections are
+/// re-hashed by the same Maglev tables, so they keep their backend; established nat
+/// connections break; new connections are all served.
+fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive: bool) {
+    let mode = forwarding.as_str();
     let current = locate_binary("lb-agent").expect("this build's lb-agent");
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 216, false, Path::new(TESTSERVER));
+    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
     let backends = scenario::weighted(topo, &WEIGHTS);
     let service = scenario::tcp_service(topo, &backends);
@@ -248,7 +249,7 @@ fn a_schema_change_recreates_only_that_map_dsr() {
     thread::sleep(SETTLE);
     stop(agent, mode, "first");
     let theirs = schema::BASELINE + 1;
-    record_version(topo, map_names::FLOWS, theirs);
+    record_version(topo, map, theirs);
 
     let agent = start("next");
     let line = line_with(&agent, ADOPTED, "across a schema change");
@@ -258,15 +259,15 @@ fn a_schema_change_recreates_only_that_map_dsr() {
     );
     let warning = line_with(&agent, "map not adopted, created fresh", "the fresh map");
     assert!(
-        warning.contains("LB_FLOWS")
+        warning.contains(&format!("map=\"{map}\""))
             && warning.contains(&format!("schema v{theirs} -> v{}", schema::BASELINE))
             && warning.contains("same layout")
-            && warning.contains("re-hashed by Maglev"),
+            && warning.contains(schema_consequence(map)),
         "{mode}: the warning names the map, both versions and the consequence: {warning}"
     );
     let summary = line_with(&agent, "maps adopted:", "the summary");
     assert!(
-        summary.contains("11 of 12 maps kept, 1 created fresh (LB_FLOWS):"),
+        summary.contains(&format!("11 of 12 maps kept, 1 created fresh ({map}):")),
         "{mode}: {summary}"
     );
     println!("{mode}: {warning}\n{mode}: {summary}");
@@ -276,7 +277,7 @@ fn a_schema_change_recreates_only_that_map_dsr() {
     let kept = keepalive.finish();
     stop(agent, mode, "next");
     println!(
-        "{mode}: across a schema change of LB_FLOWS: {} new connections, {} failed; {} \
+        "{mode}: across a schema change of {map}: {} new connections, {} failed; {} \
          keep-alive connections, {} requests, {} failed, {} kept their backend",
         tally.attempted,
         tally.failures.len(),
@@ -286,9 +287,50 @@ fn a_schema_change_recreates_only_that_map_dsr() {
         kept.kept_backend
     );
     assert_stream_clean(&tally, mode);
-    assert!(
-        kept.failures.is_empty() && kept.kept_backend == KEEPALIVE,
-        "{mode}: re-hashed by unchanged tables, every connection keeps its backend: {:?}",
-        kept.failures
-    );
+    if survive {
+        assert!(
+            kept.failures.is_empty() && kept.kept_backend == KEEPALIVE,
+            "{mode}: every established connection keeps its backend across a fresh {map}: \
+             {:?}",
+            kept.failures
+        );
+    } else {
+        // As the warning says: the connection breaks (the backend resets it), it does not
+        // move to another backend.
+        assert!(
+            kept.kept_backend == 0
+                && kept.failures.len() == KEEPALIVE
+                && kept.failures.iter().all(|f| f.contains("got error")),
+            "{mode}: every established connection should break across a fresh {map}, none \
+             answer from elsewhere: {:?}",
+            kept.failures
+        );
+    }
+}
+
+/// The part of the warning the scenario checks.
+fn schema_consequence(map: &str) -> &'static str {
+    match map {
+        map_names::FLOWS => "re-hashed by Maglev",
+        map_names::NAT => "reverse entry is made again from its next client packet",
+        _ => unreachable!("only these maps are changed here"),
+    }
+}
+
+/// dsr: the flows re-hashed by unchanged tables keep their backend.
+#[test]
+fn a_flow_schema_change_keeps_dsr_connections() {
+    schema_change(Forwarding::Dsr, 216, map_names::FLOWS, true);
+}
+
+/// nat: a flow's entry held its source port; without it the connection breaks.
+#[test]
+fn a_flow_schema_change_breaks_nat_connections() {
+    schema_change(Forwarding::Nat, 217, map_names::FLOWS, false);
+}
+
+/// nat: the kept flows make their reverse entries again from the next client packet.
+#[test]
+fn a_nat_schema_change_keeps_nat_connections() {
+    schema_change(Forwarding::Nat, 218, map_names::NAT, true);
 }

@@ -154,9 +154,10 @@ impl fmt::Display for Fresh {
 pub fn consequence(name: &str) -> &'static str {
     match name {
         map_names::FLOWS => {
-            "new flow table: established flows are re-hashed by Maglev (connections whose \
-             service keeps the same servers and weights keep their backend; others may \
-             move and break)"
+            "new flow table: established flows are re-hashed by Maglev (dsr connections \
+             whose service keeps the same servers and weights keep their backend, others \
+             may move and break; established nat connections break: the backend resets \
+             them); new connections are not affected"
         }
         map_names::NAT => {
             "new nat table: each established nat connection's reverse entry is made again \
@@ -200,14 +201,14 @@ pub fn summary(kept: usize, fresh: &[&str], recorded: &Recorded) -> String {
         );
     }
     let flows = if fresh.contains(&map_names::FLOWS) {
-        "established flows re-hashed by Maglev"
+        "established flows re-hashed by Maglev (nat connections break)"
     } else {
         "established flows keep their backends"
     };
     let nat = if fresh.contains(&map_names::NAT) {
         "nat reverse entries made again from each flow's next client packet"
     } else {
-        "nat translations kept"
+        "nat reverse entries kept"
     };
     format!(
         "{kept} of {total} maps kept, {} created fresh ({}): {flows}, {nat}; the \
@@ -353,7 +354,7 @@ mod tests {
         assert_eq!(
             some,
             "10 of 12 maps kept, 2 created fresh (LB_FLOWS, LB_COUNTERS): established flows \
-             re-hashed by Maglev, nat translations kept; the previous build's schema \
+             re-hashed by Maglev (nat connections break), nat reverse entries kept; the previous build's schema \
              versions: recorded for 0 maps"
         );
     }
