@@ -196,12 +196,14 @@ pub fn adopt_maps(
             .position(|(n, _, _)| n == short)
             .map(|at| by_name.swap_remove(at));
         let have = found.as_ref().map(|(_, info, _)| Layout {
+            kind: info.map_type().map_or(u32::MAX, |t| t as u32),
             key: info.key_size(),
             value: info.value_size(),
             entries: info.max_entries(),
             flags: info.map_flags(),
         });
         let wanted = parsed.maps.get(name).map(|want| Layout {
+            kind: want.map_type(),
             key: want.key_size(),
             value: created_value_size(want),
             entries: sizes.entries(name).unwrap_or(want.max_entries()),

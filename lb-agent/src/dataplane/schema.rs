@@ -11,9 +11,11 @@ use std::{collections::BTreeMap, fmt};
 
 use lb_common::{map_names, schema};
 
-/// What the kernel says about a map's shape: (key size, value size, entries, flags).
+/// What the kernel says about a map's shape: type, key size, value size, entries, flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// `bpf_map_type`.
+    pub kind: u32,
     pub key: u32,
     pub value: u32,
     pub entries: u32,
@@ -22,12 +24,31 @@ pub struct Layout {
 
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match type_name(self.kind) {
+            Some(name) => write!(f, "{name}")?,
+            None => write!(f, "type {}", self.kind)?,
+        }
         write!(
             f,
-            "key {} B, value {} B, {} entries, flags {:#x}",
+            ", key {} B, value {} B, {} entries, flags {:#x}",
             self.key, self.value, self.entries, self.flags
         )
     }
+}
+
+/// The kernel's name of the map types lb uses (`bpf_map_type`).
+fn type_name(kind: u32) -> Option<&'static str> {
+    Some(match kind {
+        1 => "hash",
+        2 => "array",
+        3 => "prog_array",
+        5 => "percpu_hash",
+        6 => "percpu_array",
+        9 => "lru_hash",
+        10 => "lru_percpu_hash",
+        27 => "ringbuf",
+        _ => return None,
+    })
 }
 
 /// The schema versions the previous program recorded.
@@ -224,6 +245,7 @@ mod tests {
     use super::*;
 
     const FLOWS_LAYOUT: Layout = Layout {
+        kind: 2,
         key: 4,
         value: 64,
         entries: 262_144,
@@ -282,7 +304,7 @@ mod tests {
             unreachable!()
         };
         let line = fresh_line(map_names::FLOWS, &why);
-        assert!(line.starts_with("LB_FLOWS: schema v2 -> v1 (same layout: key 4 B"));
+        assert!(line.starts_with("LB_FLOWS: schema v2 -> v1 (same layout: array, key 4 B"));
         assert!(line.contains("re-hashed by Maglev"), "{line}");
     }
 
@@ -319,11 +341,33 @@ mod tests {
         };
         let line = fresh_line(map_names::NAT, &why);
         assert!(
-            line.contains("schema v7 -> v1 (layout was key 4 B, value 64 B"),
+            line.contains("schema v7 -> v1 (layout was array, key 4 B, value 64 B"),
             "{line}"
         );
-        assert!(line.contains("now key 4 B, value 72 B"), "{line}");
+        assert!(line.contains("now array, key 4 B, value 72 B"), "{line}");
         assert!(line.contains("reverse entry is made again"), "{line}");
+    }
+
+    #[test]
+    fn another_map_type_of_the_same_sizes_is_a_layout_change() {
+        let lru = Layout {
+            kind: 9,
+            ..FLOWS_LAYOUT
+        };
+        let v = decide(
+            map_names::FLOWS,
+            Some(lru),
+            Some(FLOWS_LAYOUT),
+            &Recorded::Nothing,
+        );
+        let Verdict::Fresh(why) = v else {
+            panic!("adopted a map of another type")
+        };
+        assert_eq!(
+            why.to_string(),
+            "layout changed, same schema version: was lru_hash, key 4 B, value 64 B, 262144 \
+             entries, flags 0x400; now array, key 4 B, value 64 B, 262144 entries, flags 0x400"
+        );
     }
 
     #[test]
