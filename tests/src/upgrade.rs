@@ -21,8 +21,9 @@ pub const PREVIOUS_RELEASE: &str = include_str!("../previous-release");
 
 /// Pause between two rounds of requests over the keep-alive connections.
 const ROUND_PAUSE: Duration = Duration::from_millis(20);
-/// Upper bound on the keep-alive traffic, whatever happens.
+/// Upper bounds on the keep-alive traffic, whatever happens.
 const KEEPALIVE_LIMIT: Duration = Duration::from_secs(90);
+const MAX_ROUNDS: u64 = 4_000;
 
 /// The previous release's `lb-agent`: `$LB_PREV_AGENT_BIN`, else
 /// `<target>/prev-release/<commit>/target/debug/lb-agent` next to this test's target
@@ -112,7 +113,8 @@ fn run(mut conns: Vec<EchoConn>, stop: &AtomicBool) -> KeepAliveTally {
     };
     let mut broken = vec![false; conns.len()];
     let mut round = 0u64;
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < KEEPALIVE_LIMIT {
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < KEEPALIVE_LIMIT && round < MAX_ROUNDS
+    {
         for (i, conn) in conns.iter_mut().enumerate() {
             if broken[i] {
                 continue;

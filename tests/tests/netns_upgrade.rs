@@ -12,9 +12,9 @@
 //! may fail and every keep-alive connection keeps its backend. In nat (with
 //! `agent.pin_path`: this build pins `LB_SCHEMA` there too) and in dsr.
 //!
-//! And a schema change on real maps: a previous program whose `LB_SCHEMA` records another
-//! version of `LB_FLOWS` (same layout) gets that one map created fresh, said in the log
-//! with its consequence, which the traffic shows (dsr and nat).
+//! And schema changes on real maps: a previous program whose `LB_SCHEMA` records another
+//! version of `LB_FLOWS` or `LB_NAT` (same layout) gets that one map created fresh, said
+//! in the log with its consequence, which the traffic then shows (dsr and nat).
 
 use std::{path::Path, process::Command, thread, time::Duration};
 
