@@ -45,4 +45,5 @@ pub mod syn_responder;
 pub mod topology;
 pub mod traffic;
 pub mod unit_file;
+pub mod upgrade;
 pub mod vips_bench;

@@ -10,6 +10,7 @@ use lb_agent::dataplane::{
     owner,
     pin::{self, PinDir},
     previous::{self, AttachedProgram},
+    schema,
 };
 use tracing::{error, info, warn};
 
@@ -92,7 +93,19 @@ pub fn prepare(
                 "adopted the previous state: the running program's maps are kept"
             );
             for (name, why) in &m.fresh {
-                warn!(map = name, reason = %why, "map not adopted, created fresh");
+                warn!(
+                    map = name,
+                    reason = %why,
+                    consequence = schema::consequence(name),
+                    "map not adopted, created fresh"
+                );
+            }
+            let fresh: Vec<&str> = m.fresh.iter().map(|(n, _)| *n).collect();
+            let summary = schema::summary(m.maps.len(), &fresh, &m.recorded);
+            if fresh.is_empty() {
+                info!("maps adopted: {summary}");
+            } else {
+                warn!("maps adopted: {summary}");
             }
         }
         (Some(p), None) => info!(

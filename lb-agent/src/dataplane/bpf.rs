@@ -21,6 +21,7 @@ use super::{
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
+    schema_map,
     sizing::MapSizes,
     staging::Staging,
     vip_index,
@@ -141,6 +142,8 @@ impl BpfDataplane {
         })?;
         // `lb_xdp`'s tail-call target, in place before anything can attach `lb_xdp`.
         full_path::load(&mut ebpf)?;
+        // For the next agent: this build's map versions, found through the programs.
+        schema_map::record(&ebpf, &[PROGRAM_NAME, FULL_PROGRAM_NAME], pins.as_ref());
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         let vips = vip_index::VipIndex::new(
             take_array(&mut ebpf, map_names::VIP_INDEX)?,

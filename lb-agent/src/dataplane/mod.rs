@@ -19,6 +19,8 @@ pub mod netlink;
 pub mod owner;
 pub mod pin;
 pub mod previous;
+pub mod schema;
+mod schema_map;
 mod sizing;
 mod staging;
 mod sys;
