@@ -28,6 +28,7 @@ pub mod build_info;
 pub mod config;
 pub mod dataplane;
 pub mod discovery;
+pub mod doctor;
 pub mod health;
 pub mod host;
 pub mod hwaddr;

@@ -314,6 +314,7 @@ fn every_argument_has_help() {
         &["run"],
         &["detach"],
         &["check-config"],
+        &["doctor"],
     ];
     for cmd in commands {
         let out = Command::new(env!("CARGO_BIN_EXE_lb-agent"))

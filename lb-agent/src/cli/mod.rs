@@ -2,6 +2,7 @@
 
 mod check;
 mod detach;
+mod doctor;
 mod events;
 mod generate;
 mod http;
@@ -53,6 +54,17 @@ enum Command {
         /// The config file, e.g. /etc/lb/lb.toml.
         #[arg(long, short)]
         config: PathBuf,
+        /// The interface (overrides `agent.interface`).
+        #[arg(long)]
+        interface: Option<String>,
+    },
+    /// Check this host before running the balancer: kernel, privileges, the interface and
+    /// its driver, sysctls, addresses, bpffs, BIRD. One line per check (ok, warning,
+    /// blocker, with what to do); exit status 1 when something blocks (docs/doctor.md).
+    Doctor {
+        /// The config the agent will run with (without it, only host-wide checks run).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
         /// The interface (overrides `agent.interface`).
         #[arg(long)]
         interface: Option<String>,
@@ -296,6 +308,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }),
         Command::Detach { config, interface } => detach::detach(&config, interface),
         Command::CheckConfig { config } => check::check(&config),
+        Command::Doctor { config, interface } => {
+            block_on(doctor::doctor(config.as_deref(), interface))
+        }
         Command::Status { api, json } => block_on(status::status(&api.target()?, json)),
         Command::Reload { api } => block_on(async {
             let answer =
