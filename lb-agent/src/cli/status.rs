@@ -87,8 +87,8 @@ pub fn render(services: &[ServiceStatus]) -> String {
             .max(MIN_ADDRESS_WIDTH);
         let _ = writeln!(
             out,
-            "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8}  note",
-            "server", "weight", "state", "spare", "backup", "active", "packets", "flows"
+            "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8} {:>6}  note",
+            "server", "weight", "state", "spare", "backup", "active", "packets", "flows", "open"
         );
         for srv in &s.servers {
             let mut notes = srv.differs_from_config.clone();
@@ -97,7 +97,7 @@ pub fn render(services: &[ServiceStatus]) -> String {
             }
             let _ = writeln!(
                 out,
-                "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8}  {}",
+                "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8} {:>6}  {}",
                 srv.address,
                 srv.weight,
                 srv.state,
@@ -106,6 +106,8 @@ pub fn render(services: &[ServiceStatus]) -> String {
                 if srv.active { "yes" } else { "no" },
                 srv.stats.packets,
                 srv.stats.flows,
+                srv.active_flows
+                    .map_or_else(|| "-".to_string(), |n| n.to_string()),
                 notes.join(", ")
             );
         }
@@ -144,6 +146,26 @@ mod tests {
         assert_eq!(weight_end(rows[1]), weight_end(rows[2]), "{out}");
         assert_eq!(weight_end(rows[0]), weight_end(rows[1]), "{out}");
         assert!(rows[1].starts_with("  [2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535 "));
+        // `open`: the server's active flows as last counted, `-` before the first count.
+        assert!(rows[0].contains("   open  note"), "{out}");
+        assert!(rows[1].ends_with("      -  MAC unknown"), "{out}");
+    }
+
+    #[test]
+    fn open_shows_the_active_flows() {
+        let s = ServiceStatus {
+            name: "web".into(),
+            servers: vec![std::sync::Arc::new(lb_agent::status::ServerStatus {
+                address: "10.0.1.1:80".into(),
+                state: "draining".into(),
+                active_flows: Some(12345),
+                mac: Some("02:00:00:00:00:01".into()),
+                ..Default::default()
+            })],
+            ..Default::default()
+        };
+        let out = render(&[s]);
+        assert!(out.lines().nth(2).unwrap().ends_with(" 12345  "), "{out}");
     }
 
     #[test]

@@ -15,8 +15,11 @@ use super::{Finding, read_sysctl};
 /// backend is routed out of another interface than the attached one.
 pub async fn rp_filter(interface: &str, cfg: Option<&Config>) -> Vec<Finding> {
     let all = read_sysctl("net.ipv4.conf.all.rp_filter").and_then(|v| v.parse::<u8>().ok());
-    let own =
-        read_sysctl(&format!("net.ipv4.conf.{interface}.rp_filter")).and_then(|v| v.parse().ok());
+    // By path: an interface name may hold dots (`eth0.100`), which the dotted form
+    // would take for separators.
+    let own = std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{interface}/rp_filter"))
+        .ok()
+        .and_then(|v| v.trim().parse().ok());
     let (Some(all), Some(own)) = (all, own) else {
         return vec![Finding::warning(
             "rp_filter",
