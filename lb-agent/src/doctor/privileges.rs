@@ -17,9 +17,14 @@ pub fn check() -> Vec<Finding> {
     });
     out.push(memlock());
     let loads = eff.is_none_or(|eff| crate::dataplane::caps::missing_from_mask(eff).is_none());
-    if loads {
-        out.push(load());
-    }
+    out.push(if loads {
+        load()
+    } else {
+        Finding::blocker(
+            "bpf load",
+            "not tried: without the capabilities above the kernel refuses it",
+        )
+    });
     out
 }
 
