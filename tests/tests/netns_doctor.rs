@@ -2,7 +2,8 @@
 //! passes (exit 0, no blocker), and each blocker is found on a host or config that has
 //! it — a missing interface, strict rp_filter with a backend routed out of another
 //! interface, a snat_ip that is not local, snat_ports overlapping the ephemeral ports,
-//! a pin_path off bpffs, BIRD's socket absent, a dsr backend off the segment.
+//! a pin_path off bpffs, BIRD's socket absent, a dsr backend off the segment, an MTU
+//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`).
 //!
 //! Layout: namespace `lb` with `eth0` (10.70.0.2/24, the attached interface) and `eth1`
 //! (10.71.0.2/24), each a veth to a peer namespace; BIRD runs in `lb` with a minimal
@@ -249,6 +250,30 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         |t| t.replace("10.70.0.12:53", "10.71.0.12:53"),
         &[],
     );
+
+    // An MTU native XDP does not take: a warning with "auto" (it falls back to generic
+    // mode), a blocker with "native" (the attach is refused).
+    h.lb.ip(&["link", "set", "eth0", "mtu", "9000"])
+        .expect("mtu");
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("warning  mtu: 9000")),
+        "{text}"
+    );
+    expect_blocker(
+        &h,
+        "mtu",
+        |t| {
+            t.replace(
+                "interface = \"eth0\"",
+                "interface = \"eth0\"\nxdp_mode = \"native\"",
+            )
+        },
+        &[],
+    );
+    h.lb.ip(&["link", "set", "eth0", "mtu", "1500"])
+        .expect("mtu");
 
     // Strict rp_filter: fine while every backend is routed through eth0, a blocker once
     // one is routed out of eth1.
