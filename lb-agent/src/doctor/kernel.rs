@@ -62,9 +62,9 @@ pub fn btf(present: bool) -> Finding {
     } else {
         Finding::warning(
             "btf",
-            "/sys/kernel/btf/vmlinux missing (kernel built without CONFIG_DEBUG_INFO_BTF): lb \
-             loads without it (its maps carry their own BTF), but `bpftool map dump` shows raw \
-             bytes and kernel BTF-based tools will not work; use a kernel with BTF",
+            "/sys/kernel/btf/vmlinux missing (kernel built without CONFIG_DEBUG_INFO_BTF): the \
+             `bpf load` check tells whether lb loads without it; tools that need the kernel's \
+             BTF will not work; prefer a kernel with BTF",
         )
     }
 }
