@@ -30,6 +30,9 @@ const REPORT_BATCH: usize = 256;
 /// How often the agent checks that the interface still runs its XDP program, at least
 /// (link notifications trigger a check at once).
 const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often the flow and nat tables are counted (`lb_flow_table_entries`,
+/// `lb_server_active_flows`; docs/metrics.md).
+const TABLE_CENSUS_EVERY: Duration = Duration::from_secs(5);
 
 pub struct RunOptions {
     pub config: PathBuf,
@@ -115,6 +118,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             .context("agent.max_backends out of range (the config check allows 1..=1048575)")?,
     )?;
     let mut events = dp.take_events().transpose()?;
+    // Counted off the agent's task: a scan reads both tables (about 130 MB).
+    if let Err(err) = dp.start_census(TABLE_CENSUS_EVERY) {
+        warn!("flow and nat table figures unavailable: {err}");
+    }
     let env = Environment {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),

@@ -49,6 +49,8 @@ pub struct BpfDataplane {
     /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` where the
     /// split's tail-call array could not outlive the agent ([`full_path::lasting_dir`]).
     serving: &'static str,
+    /// Counts the flow and nat tables every few seconds, once started.
+    census: Option<super::census::CensusSampler>,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -177,6 +179,7 @@ impl BpfDataplane {
             pins,
             sizes,
             serving: PROGRAM_NAME,
+            census: None,
         })
     }
 
@@ -440,6 +443,28 @@ impl BpfDataplane {
         self.maglev.free_blocks()
     }
 
+    /// Starts counting the flow and nat tables every `every` on a thread of its own
+    /// ([`Dataplane::table_census`] then answers).
+    pub fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
+        let array = |name: &'static str| match self.ebpf.map(name) {
+            Some(Map::Array(data)) => Ok(data),
+            Some(_) => Err(DataplaneError::Map {
+                name,
+                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
+            }),
+            None => Err(DataplaneError::MissingMap { name }),
+        };
+        let reader =
+            super::census::TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?)
+                .and_then(|r| super::census::CensusSampler::start(r, every))
+                .map_err(|source| DataplaneError::Io {
+                    what: "starting the flow and nat table count",
+                    source,
+                })?;
+        self.census = Some(reader);
+        Ok(())
+    }
+
     /// Takes the passive-event stream (once).
     pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
         self.events.take().map(EventStream::new)
@@ -586,5 +611,9 @@ impl Dataplane for BpfDataplane {
             })?;
         all.resize(limit as usize, BackendStats::default());
         Ok(all)
+    }
+
+    fn table_census(&self) -> Option<std::sync::Arc<super::census::TableCensus>> {
+        self.census.as_ref().and_then(|c| c.latest())
     }
 }

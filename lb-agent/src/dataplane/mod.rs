@@ -7,6 +7,7 @@ mod attach;
 mod batch;
 mod bpf;
 pub mod caps;
+pub mod census;
 mod error;
 mod events;
 pub mod full_path;
@@ -70,5 +71,9 @@ pub trait Dataplane {
     /// zero). The real data plane reads them all in one call.
     fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
         (0..limit).map(|id| self.backend_stats(id)).collect()
+    }
+    /// The last count of the flow and nat tables (`None`: not counted, or not yet).
+    fn table_census(&self) -> Option<std::sync::Arc<census::TableCensus>> {
+        None
     }
 }
