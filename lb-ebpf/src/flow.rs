@@ -12,15 +12,16 @@
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, NO_BACKEND,
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
-    hash::SEED_MAGLEV,
+    hash::{SEED_MAGLEV, table_hash},
     maglev_block_index,
     maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
-    table::{FLOW_BUCKETS, FlowBucket, flow_reclaimable, flow_table_hash},
+    table::{FlowBucket, flow_reclaimable},
 };
 
 use crate::{
     counters,
     hash::flow_hash,
+    layout,
     maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN},
     slots::{self, Claim},
 };
@@ -36,12 +37,12 @@ impl slots::Table for FlowTable {
 
     #[inline(always)]
     fn hash(key: &FlowKey) -> u32 {
-        flow_table_hash(key)
+        table_hash(key, layout::flow_seed())
     }
 
     #[inline(always)]
     fn index(hash: u32) -> u32 {
-        hash & (FLOW_BUCKETS - 1)
+        hash & layout::flow_mask()
     }
 
     #[inline(always)]

@@ -112,7 +112,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         cfg.agent.pin_path.as_deref(),
         opts.reset,
         MapSizes::for_backends(cfg.agent.max_backends)
-            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?,
+            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?
+            .with_flows(config::max_flows(&cfg.agent))
+            .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?,
     )?;
     let mut events = dp.take_events().transpose()?;
     let env = Environment {

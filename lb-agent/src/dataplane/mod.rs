@@ -19,9 +19,10 @@ pub mod netlink;
 pub mod owner;
 pub mod pin;
 pub mod previous;
-mod sizing;
+pub mod sizing;
 mod staging;
 mod sys;
+pub mod tables;
 pub mod vip_index;
 
 pub use attach::{AttachMode, detach, if_index};

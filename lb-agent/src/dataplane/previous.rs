@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use aya::maps::MapData;
-use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names};
+use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names, table::TableLayout};
 
 use super::{
     DataplaneError,
@@ -49,6 +49,11 @@ impl AttachedProgram {
     /// Whether it is lb's balancer (`lb_xdp`, or `lb_xdp_full` attached on its own).
     pub fn is_ours(&self) -> bool {
         self.name == PROGRAM_NAME || self.name == FULL_PROGRAM_NAME
+    }
+
+    /// The ids of the maps it uses (its tail-call target's included).
+    pub fn map_ids(&self) -> &[u32] {
+        &self.map_ids
     }
 
     /// The refusal for an interface this program occupies: names it and how to remove it.
@@ -145,10 +150,15 @@ fn tail_call_target(map_ids: &[u32]) -> Option<u32> {
 
 /// Opens the maps of `program` that the object `object` (ELF bytes), loaded with
 /// `sizes`, can use as they are.
+///
+/// `was` is the layout the previous program's tables were built with
+/// (`super::tables::previous_tables`): `LB_FLOWS` and `LB_NAT` are adopted only with the
+/// same buckets and seed.
 pub fn adopt_maps(
     program: &AttachedProgram,
     object: &[u8],
     sizes: MapSizes,
+    was: TableLayout,
 ) -> Result<AdoptedMaps, DataplaneError> {
     let parsed = aya_obj::Object::parse(object).map_err(|e| DataplaneError::Previous {
         what: "parsing the embedded XDP object".to_string(),
@@ -192,6 +202,17 @@ pub fn adopt_maps(
             sizes.entries(name).unwrap_or(want.max_entries()),
             want.map_flags(),
         );
+        if have == wanted && !super::tables::same_table(name, &was, &sizes.tables()) {
+            out.fresh.push((
+                name,
+                format!(
+                    "table layout changed (buckets, seed): was {:?}, now {:?}; live entries copied",
+                    was,
+                    sizes.tables()
+                ),
+            ));
+            continue;
+        }
         if have != wanted {
             out.fresh.push((
                 name,

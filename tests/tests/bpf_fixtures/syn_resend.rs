@@ -8,7 +8,7 @@ use super::passive::age_flow;
 use super::prelude::*;
 use lb_common::{
     maps::{FlowValue, NAT_H_PENDING, nat_reclaimable, nat_seconds},
-    table::{SYN_WAIT_MAX_NS, TABLE_WAYS, flow_bucket},
+    table::{SYN_WAIT_MAX_NS, TABLE_WAYS},
 };
 use lb_tests::clock::monotonic_ns as now_ns;
 
@@ -301,7 +301,7 @@ fn dsr_a_failed_handshake_past_the_window_frees_its_way() {
         ),
     ] {
         let key = client_key(DSR4, cport);
-        let index = flow_bucket(&key);
+        let index = lb.layout().flow_bucket(&key);
         for way in 0..TABLE_WAYS as usize {
             let value = if way == 1 { pending(ago) } else { active() };
             lb.write_flow_way(index, way, stranger(way as u16 + cport), value);
@@ -352,7 +352,11 @@ fn nat_a_failed_handshake_past_the_window_frees_its_way_and_its_port() {
     let vip = svc(NAT4).vip;
     let (client, cport) = (1..=250u8)
         .flat_map(|c| (1000..=60000u16).map(move |p| (ip4(10, 88, 0, c), p)))
-        .find(|&(c, p)| flow_bucket(&flow_key(c, p, vip, 80, IPPROTO_TCP)) == index)
+        .find(|&(c, p)| {
+            lb.layout()
+                .flow_bucket(&flow_key(c, p, vip, 80, IPPROTO_TCP))
+                == index
+        })
         .expect("a client 5-tuple in the same bucket");
     for w in 0..TABLE_WAYS as usize {
         if w != way {

@@ -1,0 +1,133 @@
+//! The flow and nat tables sized and seeded at load (`agent.max_flows`, the install's
+//! secret seeds): the program puts each flow in the bucket the loaded layout names, in
+//! maps of the loaded size, and the kernel charges what `MapSizes::table_memory` says.
+
+use lb_agent::dataplane::MapSizes;
+use lb_common::map_names;
+
+use super::prelude::*;
+
+/// Tables for 1,024 flows with these seeds, every service configured.
+fn small(flow_seed: u32, nat_seed: u32) -> Lb {
+    let sizes = MapSizes::default()
+        .with_flows(1024)
+        .expect("in range")
+        .with_seeds(flow_seed, nat_seed);
+    world_in(Lb::load_sized(sizes), &[DSR4, NAT4])
+}
+
+/// Client `i` of a flood of distinct sources (10.1.x.y, port 1024 + i).
+fn client(i: u32) -> (IpAddr, u16) {
+    (
+        ip4(10, 1, (i / 250) as u8, (i % 250) as u8 + 1),
+        1024 + i as u16,
+    )
+}
+
+#[test]
+fn flows_land_in_the_buckets_of_the_loaded_size_and_seed() {
+    const FLOWS: u32 = 300;
+    let mut moved = 0;
+    let seeds = [(0x0123_4567, 0x89ab_cdef), (0x5eed_0001, 0x5eed_0002)];
+    let mut where_first = Vec::new();
+    for (round, (flow_seed, nat_seed)) in seeds.into_iter().enumerate() {
+        let mut lb = small(flow_seed, nat_seed);
+        assert_eq!(
+            lb.map_footprint(map_names::FLOWS).0,
+            1024,
+            "LB_FLOWS buckets"
+        );
+        assert_eq!(lb.map_footprint(map_names::NAT).0, 512, "LB_NAT buckets");
+        assert_eq!(
+            lb.map_footprint(map_names::SOURCES).0,
+            256,
+            "LB_SOURCES entries"
+        );
+        let (dsr, nat) = (svc(DSR4), svc(NAT4));
+        for i in 0..FLOWS {
+            let (addr, port) = client(i);
+            for s in [&dsr, &nat] {
+                let f = Frame::tcp(addr, port, s.vip, s.port, TCP_SYN).macs(CLIENT_MAC, LB_MAC);
+                let run = lb.run(&f.bytes());
+                assert_eq!(run.action, XDP_TX, "flow {i} to {}", s.vip);
+            }
+        }
+        assert_eq!(
+            lb.counters()[FLOW_EVICTED as usize],
+            0,
+            "no bucket overflowed"
+        );
+        assert_eq!(lb.flow_count(), 2 * FLOWS as usize, "every flow pinned");
+        assert_eq!(
+            lb.nat_count(),
+            FLOWS as usize,
+            "every nat flow's reverse entry"
+        );
+        for i in 0..FLOWS {
+            let (addr, port) = client(i);
+            let key = flow_key(addr, port, dsr.vip, dsr.port, IPPROTO_TCP);
+            let flow = lb
+                .flow(&key)
+                .unwrap_or_else(|| panic!("flow {i} is not in the bucket the layout names"));
+            assert_eq!(flow.backend_id, dsr.backend);
+            let bucket = lb.layout().flow_bucket(&key);
+            assert!(bucket < 1024);
+            if round == 0 {
+                where_first.push(bucket);
+            } else if where_first[i as usize] != bucket {
+                moved += 1;
+            }
+            let nat_key = flow_key(addr, port, nat.vip, nat.port, IPPROTO_TCP);
+            let nat_flow = lb.flow(&nat_key).expect("the nat flow");
+            let reverse = lb.nat_entry(&reply_key(NAT4, u16::from_be(nat_flow.nat_port)));
+            assert!(
+                reverse.is_some_and(|r| r.client_port == port.to_be()),
+                "nat flow {i}'s reverse entry is in the bucket the layout names"
+            );
+        }
+    }
+    // Another seed puts a flow in another of 1,024 buckets but 1 time in 1,024.
+    assert!(
+        moved > FLOWS * 9 / 10,
+        "the seed decides the bucket: {moved} of {FLOWS} flows moved"
+    );
+}
+
+#[test]
+fn the_kernel_charges_what_the_sizes_say() {
+    for flows in [1024, 1 << 16] {
+        let sizes = MapSizes::default()
+            .with_flows(flows)
+            .expect("in range")
+            .with_seeds(7, 11);
+        let lb = Lb::load_sized(sizes);
+        let want = sizes.table_memory();
+        let (_, flows_mem) = lb.map_footprint(map_names::FLOWS);
+        let (_, nat_mem) = lb.map_footprint(map_names::NAT);
+        let (_, sources_mem) = lb.map_footprint(map_names::SOURCES);
+        println!(
+            "max_flows {flows}: LB_FLOWS {flows_mem} B (computed {}), LB_NAT {nat_mem} B \
+             (computed {}), LB_SOURCES {sources_mem} B (computed {}); {} B per flow",
+            want.flows,
+            want.nat,
+            want.sources,
+            (flows_mem + nat_mem + sources_mem) / u64::from(flows)
+        );
+        // Arrays: the values and one page of header at most.
+        for (name, got, computed) in [
+            ("LB_FLOWS", flows_mem, want.flows),
+            ("LB_NAT", nat_mem, want.nat),
+        ] {
+            assert!(
+                got >= computed && got <= computed + 8192,
+                "{name}: the kernel charges {got} B, the sizes say {computed} B"
+            );
+        }
+        // An LRU hash: its elements and a per-CPU list header.
+        assert!(
+            sources_mem >= want.sources && sources_mem <= want.sources + 16384,
+            "LB_SOURCES: the kernel charges {sources_mem} B, the sizes say {} B",
+            want.sources
+        );
+    }
+}

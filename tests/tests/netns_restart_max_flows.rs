@@ -1,0 +1,144 @@
+//! A restart that changes `agent.max_flows` (root, netns, nat): the flow and nat tables
+//! of the new size cannot take over the old ones, so they are created fresh and the old
+//! tables' live entries are copied into them before the new program is swapped in. A
+//! nat connection opened before the restart keeps working after it — which it cannot
+//! without the copy (its flow entry names its nat source port, and the backend knows the
+//! connection by that port) — and its entries are found in the new, smaller tables. A
+//! restart at the same size adopts both tables again, with the install's seeds.
+
+use std::{net::IpAddr, path::Path, time::Duration};
+
+use aya::maps::{Array, Map, MapData, loaded_maps};
+use lb_common::{
+    map_names,
+    maps::{FlowValue, NatValue},
+    table::{Bucket, SLOT_LIVE, Slot},
+};
+use lb_tests::{
+    agent::{Agent, AgentConfig, locate_binary},
+    bpf::flow_key,
+    operator,
+    restart::echoes,
+    scenario::{self, WEIGHTS},
+    topology::Forwarding,
+    traffic::EchoConn,
+};
+
+const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
+const START: Duration = Duration::from_secs(30);
+const MODE: &str = "nat";
+
+/// Lines of `agent`'s log containing `needle`.
+fn lines_with(agent: &Agent, needle: &str) -> Vec<String> {
+    let lines = agent.process().lines();
+    lines.into_iter().filter(|l| l.contains(needle)).collect()
+}
+
+fn stop(agent: Agent, what: &str) {
+    agent
+        .process()
+        .signal(libc::SIGTERM)
+        .expect("signalling the agent");
+    let status = agent.stop(Duration::from_secs(10)).expect("stopping");
+    assert!(status.success(), "{what}: SIGTERM should exit 0: {status}");
+}
+
+/// The newest map named `name` (the agent's program runs on it): its size and whether
+/// one of its live slots is one `matches` accepts (every bucket read).
+fn newest_table_holds<V>(name: &str, matches: impl Fn(&Slot<V>) -> bool) -> (u32, bool)
+where
+    Bucket<V>: aya::Pod,
+{
+    let short = &name[..name.len().min(15)];
+    let id = loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some(short))
+        .map(|m| m.id())
+        .max()
+        .unwrap_or_else(|| panic!("no map {name} loaded"));
+    let data = MapData::from_id(id).expect("opening the map by id");
+    let map: Array<MapData, Bucket<V>> = Array::try_from(Map::Array(data)).expect("its type");
+    let len = map.len();
+    let found = (0..len).any(|i| {
+        let b = map.get(&i, 0).expect("reading a bucket");
+        b.ways.iter().any(|s| s.word & SLOT_LIVE != 0 && matches(s))
+    });
+    (len, found)
+}
+
+#[test]
+fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
+    let bed = scenario::Testbed::start(Forwarding::Nat, 94, false, Path::new(TESTSERVER));
+    let topo = &bed.topo;
+    let backends = scenario::weighted(topo, &WEIGHTS);
+    let service = scenario::tcp_service(topo, &backends);
+    let vip = service.vip;
+    let binary = locate_binary("lb-agent").expect("lb-agent binary");
+    let start = |extra: &[&str], what: &str| {
+        let mut config = AgentConfig::new(vec![service.clone()]);
+        config.agent_extra = extra.iter().map(|s| s.to_string()).collect();
+        Agent::start(topo, &binary, &config, Some("native"), START)
+            .unwrap_or_else(|e| panic!("{what}: starting lb-agent: {e}"))
+    };
+
+    let agent = start(&[], "default size");
+    let client = topo.client();
+    let mut conn = EchoConn::connect(&client.ns, client.ipv4.into(), vip)
+        .expect("entering the client namespace")
+        .unwrap_or_else(|e| panic!("a connection to {vip} should be answered: {e}"));
+    echoes(&mut conn, "before the restart", MODE, "at the default size");
+    let local = conn.local_addr().expect("the connection's address");
+    let key = flow_key(
+        IpAddr::from(client.ipv4),
+        local.port(),
+        vip.ip(),
+        vip.port(),
+        lb_common::IPPROTO_TCP,
+    );
+    stop(agent, "default size");
+
+    let agent = start(&["max_flows = 4096"], "smaller tables");
+    let line = operator::line_with(agent.process(), operator::ADOPTED, "smaller tables");
+    assert!(
+        line.contains("maps_kept=10") && line.contains("maps_fresh=2"),
+        "the two tables fresh, the other ten kept: {line}"
+    );
+    let copied = lines_with(&agent, "live entries were copied");
+    for map in [map_names::FLOWS, map_names::NAT] {
+        assert!(
+            copied
+                .iter()
+                .any(|l| l.contains(map) && !l.contains("kept=0") && l.contains("dropped=0")),
+            "{map}: its live entries copied, none dropped: {copied:?}"
+        );
+    }
+    let (flows_len, flow_found) =
+        newest_table_holds::<FlowValue>(map_names::FLOWS, |s| s.key == key);
+    assert_eq!(flows_len, 4096, "LB_FLOWS sized for 4,096 flows");
+    assert!(flow_found, "the connection's flow is in the new LB_FLOWS");
+    // The reverse entry is keyed by the backend's side; its value names the client.
+    let (nat_len, nat_found) = newest_table_holds::<NatValue>(map_names::NAT, |s| {
+        s.value.client_addr == key.src && s.value.client_port == key.sport
+    });
+    assert_eq!(nat_len, 2048, "LB_NAT: half a bucket per flow");
+    assert!(
+        nat_found,
+        "the connection's reverse entry is in the new LB_NAT"
+    );
+    echoes(&mut conn, "after the resize", MODE, "after the resize");
+    stop(agent, "smaller tables");
+
+    let agent = start(&["max_flows = 4096"], "same size again");
+    let line = operator::line_with(agent.process(), operator::ADOPTED, "same size again");
+    assert!(
+        line.contains("maps_kept=12") && line.contains("maps_fresh=0"),
+        "both tables adopted as they are (same size, the install's seeds): {line}"
+    );
+    echoes(
+        &mut conn,
+        "after the second restart",
+        MODE,
+        "same size again",
+    );
+    stop(agent, "same size again");
+}
