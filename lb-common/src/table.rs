@@ -19,6 +19,12 @@ use crate::{
 /// bucket of `LB_NAT` is 416 bytes (6.5 cache lines).
 pub const TABLE_WAYS: u32 = 4;
 
+/// At most this many ways of an `LB_FLOWS` bucket hold flows still waiting for their
+/// handshake (`FLOW_F_SYN_PENDING`, not yet reclaimable): a flood of SYNs from spoofed
+/// sources fills at most half of each bucket, and never takes an established flow's way
+/// (lb-ebpf's `slots::claim_admitted`, docs/fast-path.md "Floods").
+pub const PENDING_WAYS_MAX: u32 = 2;
+
 /// Slot word bit: the slot holds a key (its key and value are complete).
 pub const SLOT_LIVE: u64 = 1 << 0;
 /// Slot word bit, way 0 only: a writer holds the bucket (taken with compare-and-swap).

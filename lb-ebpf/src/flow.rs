@@ -14,7 +14,7 @@ use lb_common::{
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
     hash::{SEED_MAGLEV, table_hash},
     maglev_block_index,
-    maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
+    maps::{BACKEND_F_LIVE, Backend, FLOW_F_SYN_PENDING, FlowKey, FlowValue, ServiceMeta},
     table::{FlowBucket, flow_reclaimable},
 };
 
@@ -65,10 +65,13 @@ pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
     slots::find::<FlowTable>(key)
 }
 
-/// `slots::claim` in `LB_FLOWS`: a free way, else one whose flow is idle or whose
-/// handshake failed (`flow_reclaimable` at `now_ns`), else the way of the flow idle longest (evicted). A key
-/// already present (another CPU pinned it meanwhile) is kept. The result is
-/// `Claim::code`.
+/// `slots::claim_admitted` in `LB_FLOWS`: a free way, else one whose flow is idle or
+/// whose handshake failed (`flow_reclaimable` at `now_ns`), else the way of the oldest
+/// flow still waiting for its handshake (displaced), else — for a flow that does not
+/// wait for one — the way of the established flow idle longest (evicted). A flow that
+/// waits for its handshake (`FLOW_F_SYN_PENDING`: a SYN's) takes at most
+/// `PENDING_WAYS_MAX` ways of a bucket and never an established flow's. A key already
+/// present (another CPU pinned it meanwhile) is kept. The result is `Claim::code`.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, now_ns: u64) -> u64 {
@@ -82,12 +85,15 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         let idle = now_ns.wrapping_sub(v.last_seen_ns) as i64;
         if idle > 0 { idle as u64 } else { 0 }
     };
-    slots::claim::<FlowTable>(
+    let pending = |v: &FlowValue| v.flags & FLOW_F_SYN_PENDING != 0;
+    slots::claim_admitted::<FlowTable>(
         key,
         value,
         |_, _| false,
         |v, _| flow_reclaimable(v, now_ns),
         Some(age),
+        pending,
+        pending(value),
     )
     .code()
 }
@@ -100,17 +106,19 @@ pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
     slots::value_at::<FlowTable>(lb_flow_find(key)).map(|v| v as *mut FlowValue)
 }
 
-/// Pins a new flow (stamped `value.last_seen_ns`): a free or idle way of its bucket,
-/// else the longest-idle flow's (counted `FLOW_EVICTED`). A key another CPU pinned
-/// meanwhile is kept (the same Maglev choice). A bucket another CPU is writing at this
-/// instant is not waited for: the packet is forwarded anyway and the flow's next
-/// packet pins it.
+/// Pins a new flow (stamped `value.last_seen_ns`) as [`lb_flow_claim`] admits it; an
+/// established flow evicted is counted `FLOW_EVICTED` (a waiting one displaced is not).
+/// A key another CPU pinned meanwhile is kept (the same Maglev choice). A bucket
+/// another CPU is writing at this instant is not waited for: the packet is forwarded
+/// anyway and the flow's next packet pins it. `false` only when the flow was refused:
+/// it waits for its handshake and its bucket is full of established flows.
 #[inline(always)]
-pub fn insert(key: &FlowKey, value: &FlowValue) {
-    let code = lb_flow_claim(key, value, value.last_seen_ns);
-    if Claim::from_code(code) == Claim::Evicted {
+pub fn insert(key: &FlowKey, value: &FlowValue) -> bool {
+    let code = Claim::from_code(lb_flow_claim(key, value, value.last_seen_ns));
+    if code == Claim::Evicted {
         counters::count(FLOW_EVICTED);
     }
+    code != Claim::Full
 }
 
 /// Backend `id` whatever its flags (the caller checks them).

@@ -358,7 +358,7 @@ pub fn allocate(
                 counters::count(NAT_PORT_RECLAIMED);
                 return Some(src);
             }
-            Claim::Taken | Claim::Full | Claim::Busy | Claim::Evicted => {}
+            Claim::Taken | Claim::Full | Claim::Busy | Claim::Evicted | Claim::Displaced => {}
         }
         // off < total and stride < total: one subtraction wraps.
         off += stride;

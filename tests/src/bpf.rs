@@ -508,6 +508,25 @@ impl Lb {
             .sum()
     }
 
+    /// Every live flow of `LB_FLOWS`, bucket by bucket.
+    pub fn for_each_flow(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) {
+        let map = self.flow_map();
+        for i in 0..self.layout().flow_buckets {
+            let b = map.get(&i, 0).expect("reading LB_FLOWS");
+            for s in b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0) {
+                f(&s.key, &s.value);
+            }
+        }
+    }
+
+    /// Writes bucket `index` of `LB_FLOWS` whole (its ways as given: the caller sets
+    /// their words, e.g. with `live_word` and the layout's hash).
+    pub fn set_flow_bucket(&mut self, index: u32, bucket: &FlowBucket) {
+        self.flow_map_mut()
+            .set(index, bucket, 0)
+            .expect("writing LB_FLOWS");
+    }
+
     fn flow_map(&self) -> Array<&aya::maps::MapData, FlowBucket> {
         Array::try_from(self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS")).expect("LB_FLOWS type")
     }

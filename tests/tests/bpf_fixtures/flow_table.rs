@@ -42,7 +42,7 @@ fn fill_bucket(lb: &mut Lb, key: &FlowKey, idle: impl Fn(usize) -> u64) -> u32 {
 }
 
 #[test]
-fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_flow() {
+fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_established_flow() {
     let mut lb = world(&[DSR4]);
     let key = client_key(DSR4, CPORT);
     // All active (seen within the idle timeout); way 2 longest ago.
@@ -59,10 +59,29 @@ fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_flow() {
     check(
         &mut lb,
         Fixture {
-            desc: "a SYN into a full bucket: forwarded, the longest-idle flow evicted",
+            desc: "a SYN into a bucket full of established flows: forwarded, not pinned",
             input: syn.bytes(),
             action: XDP_TX,
             output: Out::Frame(dsr_expected(&syn, 1)),
+            counters: &[(TX_DSR, 1), (FLOW_NEW, 1)],
+        },
+    );
+    let (_, bucket) = lb.flow_bucket_of(&key);
+    for w in 0..TABLE_WAYS as u16 {
+        let way = &bucket.ways[w as usize];
+        assert_eq!((way.key, way.word & 1), (stranger(w), 1), "way {w} kept");
+    }
+
+    // The handshake's ACK is an established flow's first packet: it takes the way of
+    // the flow idle longest.
+    let ack = to_vip(DSR4, CPORT, TCP_ACK);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "its ACK: pinned, the longest-idle flow evicted",
+            input: ack.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&ack, 1)),
             counters: &[(TX_DSR, 1), (FLOW_NEW, 1), (FLOW_EVICTED, 1)],
         },
     );
