@@ -31,6 +31,22 @@ pub struct Snapshot {
     /// Failed publishes and their retry (docs/publish.md, *A publish that fails*).
     #[serde(default)]
     pub publish: PublishStatus,
+    /// The flow, nat and source tables' sizes (docs/capacity.md).
+    #[serde(default)]
+    pub tables: TablesStatus,
+}
+
+/// The flow, nat and source tables as loaded (`agent.max_flows`, docs/capacity.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TablesStatus {
+    /// Live flows the flow table is sized for (one bucket of four ways each).
+    pub max_flows: u32,
+    /// Buckets of `LB_FLOWS` and `LB_NAT` (four ways each), entries of `LB_SOURCES`.
+    pub flow_buckets: u32,
+    pub nat_buckets: u32,
+    pub source_entries: u32,
+    /// Kernel memory of the three, in bytes.
+    pub memory_bytes: u64,
 }
 
 /// Publishes to the data plane that failed, and the services waiting for the retry.

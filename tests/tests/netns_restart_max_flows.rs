@@ -8,7 +8,7 @@
 
 use std::{net::IpAddr, path::Path, time::Duration};
 
-use aya::maps::{Array, Map, MapData, loaded_maps};
+use aya::maps::{Array, Map, MapData};
 use lb_common::{
     map_names,
     maps::{FlowValue, NatValue},
@@ -16,11 +16,12 @@ use lb_common::{
 };
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
+    api::{self, Api},
     bpf::flow_key,
     operator,
     restart::echoes,
     scenario::{self, WEIGHTS},
-    topology::Forwarding,
+    topology::{Forwarding, HOST_IF, Topology},
     traffic::EchoConn,
 };
 
@@ -43,20 +44,36 @@ fn stop(agent: Agent, what: &str) {
     assert!(status.success(), "{what}: SIGTERM should exit 0: {status}");
 }
 
-/// The newest map named `name` (the agent's program runs on it): its size and whether
-/// one of its live slots is one `matches` accepts (every bucket read).
-fn newest_table_holds<V>(name: &str, matches: impl Fn(&Slot<V>) -> bool) -> (u32, bool)
+/// The map named `name` of the program attached to the lb host's interface (the
+/// agent's): its size and whether one of its live slots is one `matches` accepts (every
+/// bucket read). Found through the interface, not by name among all loaded maps: other
+/// tests on the machine load maps of the same name.
+fn attached_table_holds<V>(
+    topo: &Topology,
+    name: &str,
+    matches: impl Fn(&Slot<V>) -> bool,
+) -> (u32, bool)
 where
     Bucket<V>: aya::Pod,
 {
+    let ids = topo
+        .lb()
+        .ns
+        .run(|| {
+            let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
+            lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
+                .expect("reading the attached program")
+                .expect("a program attached")
+                .map_ids()
+                .to_vec()
+        })
+        .expect("entering the lb namespace");
     let short = &name[..name.len().min(15)];
-    let id = loaded_maps()
-        .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some(short))
-        .map(|m| m.id())
-        .max()
-        .unwrap_or_else(|| panic!("no map {name} loaded"));
-    let data = MapData::from_id(id).expect("opening the map by id");
+    let data = ids
+        .into_iter()
+        .filter_map(|id| MapData::from_id(id).ok())
+        .find(|m| m.info().is_ok_and(|i| i.name_as_str() == Some(short)))
+        .unwrap_or_else(|| panic!("the attached program has no map {name}"));
     let map: Array<MapData, Bucket<V>> = Array::try_from(Map::Array(data)).expect("its type");
     let len = map.len();
     let found = (0..len).any(|i| {
@@ -113,11 +130,11 @@ fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
         );
     }
     let (flows_len, flow_found) =
-        newest_table_holds::<FlowValue>(map_names::FLOWS, |s| s.key == key);
+        attached_table_holds::<FlowValue>(topo, map_names::FLOWS, |s| s.key == key);
     assert_eq!(flows_len, 4096, "LB_FLOWS sized for 4,096 flows");
     assert!(flow_found, "the connection's flow is in the new LB_FLOWS");
     // The reverse entry is keyed by the backend's side; its value names the client.
-    let (nat_len, nat_found) = newest_table_holds::<NatValue>(map_names::NAT, |s| {
+    let (nat_len, nat_found) = attached_table_holds::<NatValue>(topo, map_names::NAT, |s| {
         s.value.client_addr == key.src && s.value.client_port == key.sport
     });
     assert_eq!(nat_len, 2048, "LB_NAT: half a bucket per flow");
@@ -126,6 +143,22 @@ fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
         "the connection's reverse entry is in the new LB_NAT"
     );
     echoes(&mut conn, "after the resize", MODE, "after the resize");
+    // The operator sees the sizes.
+    let api = Api::new(&topo.lb().ns);
+    let status = api::cli(
+        &topo.lb().ns,
+        &binary,
+        &["status", "--api", &api.url()],
+        Duration::from_secs(10),
+    )
+    .expect("lb-agent status");
+    assert!(
+        status.contains(
+            "flow tables: 4096 live flows: LB_FLOWS 4096 buckets, LB_NAT 2048 buckets (4 ways \
+             each), LB_SOURCES 1024 entries; 2.0 MiB"
+        ),
+        "status shows the tables:\n{status}"
+    );
     stop(agent, "smaller tables");
 
     let agent = start(&["max_flows = 4096"], "same size again");

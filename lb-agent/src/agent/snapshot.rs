@@ -354,6 +354,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         build: crate::build_info::current(),
         interface: agent.env.interface.clone(),
         xdp_mode: agent.env.xdp_mode.clone(),
+        tables: agent.env.tables.clone(),
         services,
         counters,
         propagation: agent.propagation.clone(),

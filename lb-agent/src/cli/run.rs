@@ -120,6 +120,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let env = Environment {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),
+        tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
     let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)

@@ -150,6 +150,17 @@ impl MapSizes {
         }
     }
 
+    /// What status shows of the tables.
+    pub fn status(&self) -> crate::status::TablesStatus {
+        crate::status::TablesStatus {
+            max_flows: self.max_flows(),
+            flow_buckets: self.tables.flow_buckets,
+            nat_buckets: self.tables.nat_buckets,
+            source_entries: self.source_entries,
+            memory_bytes: self.table_memory().total(),
+        }
+    }
+
     /// The size map `name` is created with, when it is not the object's.
     pub fn entries(&self, name: &str) -> Option<u32> {
         match name {
