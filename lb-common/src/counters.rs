@@ -87,11 +87,12 @@ pub const FLOW_EVICTED: u32 = 28;
 /// before attaching, so this stays zero unless something is broken; dropped rather than
 /// passed, so that the host stack never answers for a VIP (docs/fast-path.md).
 pub const DROP_NO_FULL_PATH: u32 = 29;
-/// Dropped: a nat SYN whose `LB_FLOWS` bucket is full of established flows (none idle,
-/// none waiting for a handshake). The new connection is refused rather than an
-/// established one evicted, as conntrack drops a new connection when its table is full
-/// of assured ones (docs/fast-path.md, "Floods"); its client resends the SYN. In dsr
-/// such a SYN is forwarded unpinned (its first ACK pins it).
+/// Dropped: a nat SYN whose `LB_FLOWS` bucket is full of established flows that all
+/// talked within the last 10 s (none idle, none waiting for a handshake). The new
+/// connection is refused rather than an established one evicted, as conntrack drops a
+/// new connection when its table is full of assured ones (docs/fast-path.md, "Floods");
+/// its client resends the SYN. In dsr such a SYN is forwarded unpinned (its first ACK
+/// pins it).
 pub const DROP_FLOWS_FULL: u32 = 30;
 
 /// The counters of which every packet increments exactly one.

@@ -26,6 +26,11 @@ use crate::{
     slots::{self, Claim},
 };
 
+/// How long an established flow must have been silent before a nat SYN may take its
+/// way (docs/fast-path.md, "Floods"): a flood cannot push out flows that are talking,
+/// and a real client's SYN is refused only while all four flows of its bucket are.
+pub const NAT_SYN_EVICTS_IDLE_NS: u64 = 10_000_000_000;
+
 /// `last_seen_ns` is rewritten at most this often, to spare cache-line writes.
 pub const REFRESH_NS: u64 = 1_000_000_000;
 
@@ -67,11 +72,12 @@ pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
 
 /// `slots::claim_admitted` in `LB_FLOWS`: a free way, else one whose flow is idle or
 /// whose handshake failed (`flow_reclaimable` at `now_ns`), else the way of the oldest
-/// flow still waiting for its handshake (displaced), else — for a flow that does not
-/// wait for one — the way of the established flow idle longest (evicted). A flow that
-/// waits for its handshake (`FLOW_F_SYN_PENDING`: a SYN's) takes at most
-/// `PENDING_WAYS_MAX` ways of a bucket and never an established flow's. A key already
-/// present (another CPU pinned it meanwhile) is kept. The result is `Claim::code`.
+/// flow still waiting for its handshake (displaced), else the way of the established
+/// flow idle longest (evicted). A flow that waits for its handshake
+/// (`FLOW_F_SYN_PENDING`: a SYN's) takes a free way only while fewer than
+/// `PENDING_WAYS_MAX` ways of its bucket wait, and an established flow's way never in
+/// dsr, in nat only one silent for `NAT_SYN_EVICTS_IDLE_NS`. A key already present
+/// (another CPU pinned it meanwhile) is kept. The result is `Claim::code`.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, now_ns: u64) -> u64 {
@@ -86,6 +92,16 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         if idle > 0 { idle as u64 } else { 0 }
     };
     let pending = |v: &FlowValue| v.flags & FLOW_F_SYN_PENDING != 0;
+    // A SYN's flow takes an established flow's way only in nat (unpinned, its next
+    // packet would get another source: the connection would fail), and only one silent
+    // for `NAT_SYN_EVICTS_IDLE_NS`; in dsr never (unpinned, its ACK pins it).
+    let limit = if !pending(value) {
+        0
+    } else if value.nat_port != 0 {
+        NAT_SYN_EVICTS_IDLE_NS
+    } else {
+        u64::MAX
+    };
     slots::claim_admitted::<FlowTable>(
         key,
         value,
@@ -93,7 +109,7 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         |v, _| flow_reclaimable(v, now_ns),
         Some(age),
         pending,
-        pending(value),
+        limit,
     )
     .code()
 }

@@ -37,8 +37,8 @@ pub trait Table {
 }
 
 // [`claim_admitted`]'s ranks of the ways it may take when none is free: a way
-// `reusable` lets go (the first), else an unconfirmed entry's (the oldest), else — only
-// for a confirmed newcomer — a confirmed entry's (idle longest; age + 1, so 0 is none).
+// `reusable` lets go (the first), else an unconfirmed entry's (the oldest), else a
+// confirmed entry's idle at least `limit` (idle longest; age + 1, so 0 is none).
 const RANK_REUSABLE: u64 = 3 << 62;
 const RANK_PENDING: u64 = 2 << 62;
 /// Ages kept below the class bits (36 years of nanoseconds).
@@ -285,21 +285,23 @@ pub fn claim<T: Table>(
     reusable: impl Fn(&T::Value, &FlowKey) -> bool,
     evict: Option<impl Fn(&T::Value) -> u64>,
 ) -> Claim {
-    claim_admitted::<T>(key, value, replace, reusable, evict, |_| false, false)
+    claim_admitted::<T>(key, value, replace, reusable, evict, |_| false, 0)
 }
 
 /// [`claim`] with unconfirmed entries admitted apart (`LB_FLOWS`' handshakes, as
 /// conntrack and Cilium keep unconfirmed entries apart from confirmed ones): an entry
-/// is unconfirmed when `pending` says so, and the new one is when `new_pending`.
+/// is unconfirmed when `pending` says so; the new one is unconfirmed when `limit` is not
+/// 0, and may then take a confirmed entry's way only if that entry's `age` is at least
+/// `limit` (`u64::MAX`: never).
 ///
 /// - A new unconfirmed entry takes a free way only while fewer than
 ///   [`PENDING_WAYS_MAX`] ways of the bucket hold live unconfirmed entries that
 ///   `reusable` keeps; past that share it takes a reusable way, else the oldest
 ///   unconfirmed entry's (`Displaced`): the free ways stay for confirmed flows.
 /// - With no free way, a reusable way goes first, then the oldest unconfirmed entry's
-///   (`Displaced`); only a new *confirmed* entry may take a confirmed entry's way (the
-///   one idle longest, `Evicted`). A new unconfirmed entry in a bucket full of
-///   confirmed ones is refused (`Full`).
+///   (`Displaced`), then the confirmed entry idle longest (`Evicted`) — for a new
+///   unconfirmed entry only one idle at least `limit`. Else the new entry is refused
+///   (`Full`).
 #[inline(always)]
 pub fn claim_admitted<T: Table>(
     key: &FlowKey,
@@ -308,7 +310,7 @@ pub fn claim_admitted<T: Table>(
     reusable: impl Fn(&T::Value, &FlowKey) -> bool,
     evict: Option<impl Fn(&T::Value) -> u64>,
     pending: impl Fn(&T::Value) -> bool,
-    new_pending: bool,
+    limit: u64,
 ) -> Claim {
     let hash = T::hash(key);
     let Some(b) = T::at(T::index(hash)) else {
@@ -352,10 +354,10 @@ pub fn claim_admitted<T: Table>(
                 if pending(v) {
                     at += 1 << 8;
                     RANK_PENDING | a
-                } else if new_pending {
-                    0
-                } else {
+                } else if a >= limit {
                     a + 1
+                } else {
+                    0
                 }
             } else {
                 0
@@ -371,7 +373,7 @@ pub fn claim_admitted<T: Table>(
         // Past its share an unconfirmed newcomer leaves the free ways to confirmed flows:
         // it takes a reusable way, else the oldest unconfirmed entry's.
         let free = at & 0xf;
-        let crowded = new_pending && at >> 8 >= PENDING_WAYS_MAX;
+        let crowded = limit != 0 && at >> 8 >= PENDING_WAYS_MAX;
         let target = if free < TABLE_WAYS && !crowded {
             free
         } else {

@@ -3,7 +3,8 @@
 //! wait for their handshake take at most `PENDING_WAYS_MAX` ways of a bucket and never
 //! an established flow's, so every established flow keeps its backend; a real client's
 //! handshake after the flood is still pinned (its ACK takes a waiting flow's way); in
-//! nat, a SYN whose bucket is full of established flows is refused, its port released.
+//! nat, a SYN whose bucket is full of established flows is refused, its port released,
+//! unless one of them has been silent for `NAT_SYN_EVICTS_IDLE_NS`.
 
 use lb_agent::dataplane::{MapSizes, sizing::random_seeds};
 use lb_common::{
@@ -11,6 +12,9 @@ use lb_common::{
     table::{PENDING_WAYS_MAX, SLOT_LIVE, TABLE_WAYS},
 };
 use lb_tests::clock::monotonic_ns as now_ns;
+
+/// lb-ebpf's `flow::NAT_SYN_EVICTS_IDLE_NS`.
+const NAT_SYN_EVICTS_IDLE_NS: u64 = 10_000_000_000;
 
 use super::prelude::*;
 
@@ -204,4 +208,26 @@ fn a_full_table_of_established_flows_takes_no_syn_and_nat_refuses_it() {
         "the refused SYNs' source ports are released"
     );
     assert_eq!(lb.flow_count(), flows);
+
+    // One flow of a nat SYN's bucket silent for longer than a nat SYN must wait: the
+    // SYN takes its way (counted as an eviction) and is forwarded.
+    let key = source(NAT4, 130, 0);
+    let (index, bucket) = lb.flow_bucket_of(&key);
+    let quiet = FlowValue {
+        last_seen_ns: now_ns() - NAT_SYN_EVICTS_IDLE_NS - 1_000_000_000,
+        ..bucket.ways[3].value
+    };
+    lb.write_flow_way(index, 3, bucket.ways[3].key, quiet);
+    let before = lb.counters();
+    assert_eq!(lb.run(&syn_of(&key, NAT4)).action, XDP_TX, "nat: forwarded");
+    let after = lb.counters();
+    assert_eq!(
+        after[FLOW_EVICTED as usize] - before[FLOW_EVICTED as usize],
+        1
+    );
+    let (_, bucket) = lb.flow_bucket_of(&key);
+    assert_eq!(
+        bucket.ways[3].key, key,
+        "the silent flow's way holds the SYN's flow"
+    );
 }
