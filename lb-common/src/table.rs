@@ -133,9 +133,10 @@ const _: () = assert!(core::mem::size_of::<FlowBucket>() == 288);
 /// The XDP program reads it from a frozen `.rodata` global (`LB_TABLE_LAYOUT`) that the
 /// loader sets, so the verifier sees constants; the agent also keeps a copy in
 /// `LB_CONFIG` (`DataplaneConfig::tables`) for the next agent to find.
-/// All zero (`Default`): no layout recorded.
+/// All zero (`Default`): no layout recorded. `Debug` leaves the seeds out: they are the
+/// install's secret, never logged.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableLayout {
     /// Buckets of `LB_FLOWS` (a power of two).
     pub flow_buckets: u32,
@@ -147,6 +148,15 @@ pub struct TableLayout {
     pub nat_seed: u32,
 }
 const _: () = assert!(core::mem::size_of::<TableLayout>() == 16);
+
+impl core::fmt::Debug for TableLayout {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TableLayout")
+            .field("flow_buckets", &self.flow_buckets)
+            .field("nat_buckets", &self.nat_buckets)
+            .finish_non_exhaustive()
+    }
+}
 
 impl TableLayout {
     /// What the object is compiled with: [`FLOW_BUCKETS`], [`NAT_BUCKETS`] and the public

@@ -11,8 +11,8 @@ use std::{net::IpAddr, path::Path, time::Duration};
 use aya::maps::{Array, Map, MapData};
 use lb_common::{
     map_names,
-    maps::{FlowValue, NatValue},
-    table::{Bucket, SLOT_LIVE, Slot},
+    maps::{DataplaneConfig, FlowValue, NatValue},
+    table::{Bucket, SLOT_LIVE, Slot, TableLayout},
 };
 use lb_tests::{
     agent::{Agent, AgentConfig, locate_binary},
@@ -44,18 +44,8 @@ fn stop(agent: Agent, what: &str) {
     assert!(status.success(), "{what}: SIGTERM should exit 0: {status}");
 }
 
-/// The map named `name` of the program attached to the lb host's interface (the
-/// agent's): its size and whether one of its live slots is one `matches` accepts (every
-/// bucket read). Found through the interface, not by name among all loaded maps: other
-/// tests on the machine load maps of the same name.
-fn attached_table_holds<V>(
-    topo: &Topology,
-    name: &str,
-    matches: impl Fn(&Slot<V>) -> bool,
-) -> (u32, bool)
-where
-    Bucket<V>: aya::Pod,
-{
+/// The maps of the program attached to the lb host's interface (the agent's), by id.
+fn attached_map(topo: &Topology, name: &str) -> MapData {
     let ids = topo
         .lb()
         .ns
@@ -69,11 +59,32 @@ where
         })
         .expect("entering the lb namespace");
     let short = &name[..name.len().min(15)];
-    let data = ids
-        .into_iter()
+    ids.into_iter()
         .filter_map(|id| MapData::from_id(id).ok())
         .find(|m| m.info().is_ok_and(|i| i.name_as_str() == Some(short)))
-        .unwrap_or_else(|| panic!("the attached program has no map {name}"));
+        .unwrap_or_else(|| panic!("the attached program has no map {name}"))
+}
+
+/// The tables' layout the running program recorded in its `LB_CONFIG`.
+fn attached_layout(topo: &Topology) -> TableLayout {
+    let config: Array<MapData, DataplaneConfig> =
+        Array::try_from(Map::Array(attached_map(topo, map_names::CONFIG))).expect("its type");
+    config.get(&0, 0).expect("LB_CONFIG's entry").tables
+}
+
+/// The map named `name` of the program attached to the lb host's interface (the
+/// agent's): its size and whether one of its live slots is one `matches` accepts (every
+/// bucket read). Found through the interface, not by name among all loaded maps: other
+/// tests on the machine load maps of the same name.
+fn attached_table_holds<V>(
+    topo: &Topology,
+    name: &str,
+    matches: impl Fn(&Slot<V>) -> bool,
+) -> (u32, bool)
+where
+    Bucket<V>: aya::Pod,
+{
+    let data = attached_map(topo, name);
     let map: Array<MapData, Bucket<V>> = Array::try_from(Map::Array(data)).expect("its type");
     let len = map.len();
     let found = (0..len).any(|i| {
@@ -111,6 +122,16 @@ fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
         vip.ip(),
         vip.port(),
         lb_common::IPPROTO_TCP,
+    );
+    // The install's own seeds, recorded with the program and never in the log.
+    let first = attached_layout(topo);
+    assert_ne!(
+        (first.flow_seed, first.nat_seed),
+        (
+            TableLayout::BUILT_IN.flow_seed,
+            TableLayout::BUILT_IN.nat_seed
+        ),
+        "seeds drawn for this install"
     );
     stop(agent, "default size");
 
@@ -159,6 +180,7 @@ fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
         ),
         "status shows the tables:\n{status}"
     );
+    let resized_log = agent.process().lines().join("\n");
     stop(agent, "smaller tables");
 
     let agent = start(&["max_flows = 4096"], "same size again");
@@ -173,5 +195,18 @@ fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
         MODE,
         "same size again",
     );
+    let now = attached_layout(topo);
+    assert_eq!(
+        (now.flow_seed, now.nat_seed, now.flow_buckets),
+        (first.flow_seed, first.nat_seed, 4096),
+        "the restarts kept the install's seeds"
+    );
+    let text = agent.process().lines().join("\n") + &resized_log;
+    for seed in [first.flow_seed, first.nat_seed] {
+        assert!(
+            !text.contains(&seed.to_string()) && !text.contains(&format!("{seed:x}")),
+            "a seed is in the log"
+        );
+    }
     stop(agent, "same size again");
 }

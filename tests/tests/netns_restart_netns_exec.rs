@@ -527,7 +527,7 @@ fn adoption_across_layout_change_link_and_reset() {
     assert!(
         fresh
             .iter()
-            .any(|l| l.contains("LB_NAT") && l.contains("table layout changed")),
+            .any(|l| l.contains("LB_NAT") && l.contains("re-seeded")),
         "LB_NAT re-seeded: {fresh:?}"
     );
     assert_ne!(xdp_prog_id(topo), Some(old_id), "swapped in");

@@ -104,7 +104,11 @@ pub fn prepare(
                 kept = copied.kept,
                 dropped = copied.dropped,
                 incompatible = copied.incompatible,
-                was = ?was,
+                was_buckets = if map == lb_common::map_names::FLOWS {
+                    was.flow_buckets
+                } else {
+                    was.nat_buckets
+                },
                 "table resized or re-seeded: the previous table's live entries were copied"
             );
         }

@@ -205,11 +205,9 @@ pub fn adopt_maps(
         if have == wanted && !super::tables::same_table(name, &was, &sizes.tables()) {
             out.fresh.push((
                 name,
-                format!(
-                    "table layout changed (buckets, seed): was {:?}, now {:?}; live entries copied",
-                    was,
-                    sizes.tables()
-                ),
+                "re-seeded: the previous program's table used another hash seed (an earlier \
+                 release's public one); live entries copied"
+                    .to_string(),
             ));
             continue;
         }
