@@ -519,6 +519,20 @@ impl Lb {
         }
     }
 
+    /// Copies the live flows of `from`'s `LB_FLOWS` into this object's, as a restarted
+    /// agent copies a previous program's table of another size
+    /// (`lb_agent::dataplane::tables::copy_flows`).
+    pub fn copy_flows_from(&mut self, from: &Lb) -> lb_agent::dataplane::tables::Copied {
+        let id = match from.ebpf.map(map_names::FLOWS).expect("LB_FLOWS") {
+            aya::maps::Map::Array(d) => d.info().expect("map info").id(),
+            _ => panic!("LB_FLOWS is an array"),
+        };
+        let old = aya::maps::MapData::from_id(id).expect("opening LB_FLOWS by id");
+        let layout = self.layout();
+        let new = self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS");
+        lb_agent::dataplane::tables::copy_flows(old, new, &layout).expect("copying")
+    }
+
     /// Writes bucket `index` of `LB_FLOWS` whole (its ways as given: the caller sets
     /// their words, e.g. with `live_word` and the layout's hash).
     pub fn set_flow_bucket(&mut self, index: u32, bucket: &FlowBucket) {

@@ -1,6 +1,7 @@
 //! The flow and nat tables sized and seeded at load (`agent.max_flows`, the install's
 //! secret seeds): the program puts each flow in the bucket the loaded layout names, in
-//! maps of the loaded size, and the kernel charges what `MapSizes::table_memory` says.
+//! maps of the loaded size, the kernel charges what `MapSizes::table_memory` says, and a
+//! copy into a table of another size (a restart) keeps what fits.
 
 use lb_agent::dataplane::MapSizes;
 use lb_common::{
@@ -161,4 +162,83 @@ fn the_kernel_charges_what_the_sizes_say() {
             want.sources
         );
     }
+}
+
+/// A restart to a smaller `max_flows` copies the live flows into the new table: each
+/// into its bucket of the new size under the same seed, the most recently seen four
+/// where more land in one bucket, and the program finds every copied flow.
+#[test]
+fn a_copy_into_a_smaller_table_keeps_the_most_recent_flows_of_each_bucket() {
+    const FLOWS: u32 = 6000;
+    let (flow_seed, nat_seed) = (0x0bad_5eed, 0x0dd_5eed);
+    let sized = |flows| {
+        MapSizes::default()
+            .with_flows(flows)
+            .expect("in range")
+            .with_seeds(flow_seed, nat_seed)
+    };
+    let mut old = world_in(Lb::load_sized(sized(8192)), &[DSR4]);
+    let now = lb_tests::clock::monotonic_ns();
+    let dsr = svc(DSR4);
+    let key = |i: u32| {
+        let (addr, port) = client(i);
+        flow_key(addr, port, dsr.vip, dsr.port, IPPROTO_TCP)
+    };
+    // Flows that fit the old table's buckets; flow i last seen i ms ago: the lower i,
+    // the more recent.
+    let mut old_per = std::collections::HashMap::<u32, u32>::new();
+    let chosen: Vec<u32> = (0..)
+        .filter(|&i| {
+            let n = old_per
+                .entry(old.layout().flow_bucket(&key(i)))
+                .or_default();
+            *n += 1;
+            *n <= 4
+        })
+        .take(FLOWS as usize)
+        .collect();
+    for &i in &chosen {
+        let value = lb_common::maps::FlowValue {
+            backend_id: dsr.backend,
+            last_seen_ns: now - u64::from(i) * 1_000_000,
+            ..Default::default()
+        };
+        old.set_flow(&key(i), value);
+    }
+    assert_eq!(old.flow_count(), FLOWS as usize);
+
+    let mut new = world_in(Lb::load_sized(sized(1024)), &[DSR4]);
+    let copied = new.copy_flows_from(&old);
+    let layout = new.layout();
+    let mut per = std::collections::HashMap::<u32, Vec<u32>>::new();
+    for &i in &chosen {
+        per.entry(layout.flow_bucket(&key(i))).or_default().push(i);
+    }
+    let want_kept: usize = per.values().map(|v| v.len().min(4)).sum();
+    println!(
+        "{FLOWS} flows from 8,192 buckets into 1,024: {} kept, {} dropped",
+        copied.kept, copied.dropped
+    );
+    assert_eq!(copied.kept as usize, want_kept);
+    assert_eq!(copied.dropped as usize, FLOWS as usize - want_kept);
+    assert!(!copied.incompatible);
+    assert_eq!(new.flow_count(), want_kept);
+    for flows in per.values() {
+        // `flows` is in order of i: the first four are the most recent.
+        for (rank, &i) in flows.iter().enumerate() {
+            assert_eq!(
+                new.flow(&key(i)).is_some(),
+                rank < 4,
+                "flow {i}, the {rank}th most recent of its new bucket"
+            );
+        }
+    }
+    // The program finds a copied flow (its packet is a hit, not a new flow).
+    let (addr, port) = client(per.values().next().expect("a bucket")[0]);
+    let before = new.counters();
+    let ack = Frame::tcp(addr, port, dsr.vip, dsr.port, TCP_ACK).macs(CLIENT_MAC, LB_MAC);
+    assert_eq!(new.run(&ack.bytes()).action, XDP_TX);
+    let after = new.counters();
+    assert_eq!(after[FLOW_HIT as usize] - before[FLOW_HIT as usize], 1);
+    assert_eq!(after[FLOW_NEW as usize], before[FLOW_NEW as usize]);
 }
