@@ -88,7 +88,9 @@ impl BpfDataplane {
     }
 
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
-    /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]).
+    /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]), with
+    /// the compiled sizes and the built-in (public) table seeds; `lb-agent run` loads
+    /// through [`BpfDataplane::load_sized`] with the install's seeds.
     pub fn load() -> Result<Self, DataplaneError> {
         Self::load_with(None, None)
     }
