@@ -31,15 +31,31 @@ pub struct Snapshot {
     /// Failed publishes and their retry (docs/internals/publish.md, *A publish that fails*).
     #[serde(default)]
     pub publish: PublishStatus,
+    /// The flow, nat and source tables' sizes (docs/capacity.md).
+    #[serde(default)]
+    pub tables: TablesStatus,
     /// The flow and nat tables' occupancy as last sampled; `None` before the first
     /// sample (or without a kernel data plane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tables: Option<TablesStatus>,
+    pub occupancy: Option<TablesOccupancy>,
+}
+
+/// The flow, nat and source tables as loaded (`agent.max_flows`, docs/capacity.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TablesStatus {
+    /// Live flows the flow table is sized for (one bucket of four ways each).
+    pub max_flows: u32,
+    /// Buckets of `LB_FLOWS` and `LB_NAT` (four ways each), entries of `LB_SOURCES`.
+    pub flow_buckets: u32,
+    pub nat_buckets: u32,
+    pub source_entries: u32,
+    /// Kernel memory of the three, in bytes.
+    pub memory_bytes: u64,
 }
 
 /// The flow and nat tables' occupancy, sampled by a scan every few seconds.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct TablesStatus {
+pub struct TablesOccupancy {
     /// Flows held (live, neither idle nor failed).
     pub flow_entries: u64,
     /// Ways of the flow table.

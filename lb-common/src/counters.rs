@@ -87,9 +87,16 @@ pub const FLOW_EVICTED: u32 = 28;
 /// before attaching, so this stays zero unless something is broken; dropped rather than
 /// passed, so that the host stack never answers for a VIP (docs/internals/fast-path.md).
 pub const DROP_NO_FULL_PATH: u32 = 29;
+/// Dropped: a nat SYN whose `LB_FLOWS` bucket is full of established flows that all
+/// talked within the last 10 s (none idle, none waiting for a handshake). The new
+/// connection is refused rather than an established one evicted, as conntrack drops a
+/// new connection when its table is full of assured ones (docs/internals/fast-path.md, "Floods");
+/// its client resends the SYN. In dsr such a SYN is forwarded unpinned (its first ACK
+/// pins it).
+pub const DROP_FLOWS_FULL: u32 = 30;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 19] = [
+pub const OUTCOMES: [u32; 20] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -109,20 +116,21 @@ pub const OUTCOMES: [u32; 19] = [
     DROP_SOURCE_LIMIT,
     TX_ICMP_NAT,
     DROP_NO_FULL_PATH,
+    DROP_FLOWS_FULL,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 30;
+pub const TX_DSR_CACHED: u32 = 31;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 31;
+pub const TX_NAT_FORWARD_CACHED: u32 = 32;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 30;
+pub const COUNT: u32 = 31;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 32;
+pub const RAW_COUNT: u32 = 33;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -174,6 +182,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "nat_port_reclaimed",
     "flow_evicted",
     "drop_no_full_path",
+    "drop_flows_full",
 ];
 
 #[cfg(test)]

@@ -415,8 +415,12 @@ pub struct DataplaneConfig {
     pub _pad: [u8; 2],
     /// `CONFIG_F_*` bits (none defined yet; 0).
     pub flags: u32,
+    /// The layout the program was loaded with (its `.rodata` copy is what it reads): kept
+    /// here for the next agent, which adopts the tables only with the same seeds and
+    /// sizes (all zero in a config written by a release without it).
+    pub tables: crate::table::TableLayout,
 }
-const _: () = assert!(size_of::<DataplaneConfig>() == 12);
+const _: () = assert!(size_of::<DataplaneConfig>() == 28);
 
 /// `LB_BACKEND_STATS` value (per CPU), indexed by backend id.
 #[repr(C)]
@@ -639,6 +643,7 @@ mod pod {
     unsafe impl aya::Pod for TickClock {}
     unsafe impl aya::Pod for FlowCacheEntry {}
     unsafe impl aya::Pod for DataplaneConfig {}
+    unsafe impl aya::Pod for crate::table::TableLayout {}
     unsafe impl aya::Pod for SourceKey {}
     unsafe impl aya::Pod for SourceBucket {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}

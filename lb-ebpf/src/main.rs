@@ -9,7 +9,7 @@
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
 //! [`counters`] the outputs, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
-//! hash as the stack budget wants it, [`opaque`] its ordering hint, [`pkt`]
+//! hash as the stack budget wants it, [`layout`] the tables' sizes and seeds set at load, [`opaque`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
 #![no_main]
@@ -31,6 +31,7 @@ mod full;
 mod hash;
 mod icmp;
 mod icmp_nat;
+mod layout;
 mod maps;
 mod nat;
 mod opaque;

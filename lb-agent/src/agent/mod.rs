@@ -163,6 +163,8 @@ pub struct MembershipWork {
 pub struct Environment {
     pub interface: String,
     pub xdp_mode: String,
+    /// The tables' sizes as loaded.
+    pub tables: crate::status::TablesStatus,
 }
 
 /// The agent.

@@ -364,6 +364,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         build: crate::build_info::current(),
         interface: agent.env.interface.clone(),
         xdp_mode: agent.env.xdp_mode.clone(),
+        tables: agent.env.tables.clone(),
         services,
         counters,
         propagation: agent.propagation.clone(),
@@ -371,7 +372,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         passive_events: agent.passive.clone(),
         local_faults: agent.local_faults.status(now, at),
         publish: agent.publish_retry.status(now),
-        tables: census.map(|c| crate::status::TablesStatus {
+        occupancy: census.map(|c| crate::status::TablesOccupancy {
             flow_entries: c.flow_entries,
             flow_capacity: c.flow_capacity,
             nat_entries: c.nat_entries,

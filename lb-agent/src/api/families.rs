@@ -53,6 +53,7 @@ pub const FAMILIES: &[Family] = &[
             ("drop_bad_flags", "bad_flags"),
             ("drop_bad_backend", "bad_backend"),
             ("drop_no_full_path", "no_full_path"),
+            ("drop_flows_full", "flows_full"),
         ],
     },
     Family {

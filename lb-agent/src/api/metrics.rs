@@ -64,7 +64,7 @@ pub fn render(snap: &Snapshot) -> String {
             *value as f64,
         );
     }
-    tables(o, snap.tables.as_ref());
+    tables(o, snap.occupancy.as_ref());
 
     header(
         o,
@@ -317,7 +317,7 @@ fn family(
 }
 
 /// The flow and nat tables' occupancy, as last sampled (docs/metrics.md).
-fn tables(o: &mut String, t: Option<&crate::status::TablesStatus>) {
+fn tables(o: &mut String, t: Option<&crate::status::TablesOccupancy>) {
     let Some(t) = t else {
         return;
     };

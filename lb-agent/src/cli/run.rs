@@ -115,7 +115,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         cfg.agent.pin_path.as_deref(),
         opts.reset,
         MapSizes::for_backends(cfg.agent.max_backends)
-            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?,
+            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?
+            .with_flows(config::max_flows(&cfg.agent))
+            .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?,
     )?;
     let mut events = dp.take_events().transpose()?;
     // Counted off the agent's task: a scan reads both tables (about 130 MB).
@@ -125,6 +127,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let env = Environment {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),
+        tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
     let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)

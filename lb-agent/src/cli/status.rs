@@ -26,6 +26,18 @@ pub async fn status(api: &http::Target, json: bool) -> anyhow::Result<ExitCode> 
             agent.interface,
             agent.xdp_mode
         );
+        // An agent from before sized tables says nothing of them.
+        if let Some(t) = agent.tables.filter(|t| t.max_flows > 0) {
+            println!(
+                "flow tables: {} live flows: LB_FLOWS {} buckets, LB_NAT {} buckets (4 ways \
+                 each), LB_SOURCES {} entries; {:.1} MiB",
+                t.max_flows,
+                t.flow_buckets,
+                t.nat_buckets,
+                t.source_entries,
+                t.memory_bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
     }
     print!("{}", render(&services));
     Ok(ExitCode::SUCCESS)
@@ -37,6 +49,8 @@ struct AgentView {
     build: lb_agent::build_info::BuildInfo,
     interface: String,
     xdp_mode: String,
+    #[serde(default)]
+    tables: Option<lb_agent::status::TablesStatus>,
 }
 
 /// The narrowest the address column gets (an `IPv4:port` fits in 21).

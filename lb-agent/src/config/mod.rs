@@ -27,6 +27,7 @@
 //! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
 //! | `log_format` | `"text"` or `"json"` | `"text"` | how `lb-agent run` writes its log to stderr: human lines (colour only on a terminal) or one JSON object per event; restart to change |
 //! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
+//! | `max_flows` | integer | 0.25 % of the host's memory, at least 262144 | 1024..=16777216, rounded up to a power of two; live flows the flow table holds, the nat and source tables sized from it (~500 B per flow, docs/capacity.md); restart to change (live entries are copied) |
 //!
 //! `[[service]]`
 //! | key | type | default | rule |
@@ -165,6 +166,18 @@ pub const ANNOUNCE_LIFETIMES: RangeInclusive<Duration> =
     Duration::from_secs(3)..=Duration::from_secs(86_400);
 /// Largest `agent.max_backends`.
 pub const MAX_MAX_BACKENDS: u32 = lb_common::BACKEND_ENTRIES_LIMIT - 1;
+/// Smallest and largest `agent.max_flows`.
+pub use crate::dataplane::sizing::{MAX_MAX_FLOWS, MIN_MAX_FLOWS};
+/// `agent.max_flows`, or its default on this host (0.25 % of its memory for the three
+/// tables, at least 262,144 flows; `dataplane::sizing::default_max_flows`).
+pub fn max_flows(agent: &AgentConfig) -> u32 {
+    agent.max_flows.unwrap_or_else(|| {
+        crate::dataplane::sizing::default_max_flows(
+            crate::dataplane::sizing::host_memory().unwrap_or(0),
+        )
+    })
+}
+
 /// Default `service.max_fails`.
 pub const DEFAULT_MAX_FAILS: u32 = 3;
 /// Default `service.fail_timeout`.
@@ -218,6 +231,9 @@ pub struct AgentConfig {
     /// Backends the data plane holds over all services (the backend maps' size, set
     /// at load; docs/capacity.md).
     pub max_backends: u32,
+    /// Live flows the flow table holds (the nat and source tables are sized from it,
+    /// docs/capacity.md); `None`: derived from the host's memory at start.
+    pub max_flows: Option<u32>,
     /// How the log is written (restart to change).
     pub log_format: LogFormat,
 }
@@ -238,6 +254,7 @@ impl Default for AgentConfig {
             announce_lifetime: Some(DEFAULT_ANNOUNCE_LIFETIME),
             bird_socket: None,
             max_backends: DEFAULT_MAX_BACKENDS,
+            max_flows: None,
             log_format: LogFormat::Text,
         }
     }

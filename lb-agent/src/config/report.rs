@@ -24,6 +24,8 @@ pub struct HostFacts {
     /// Whether a raw TCP socket opens here (the SYN check of tcp probes); `Err` says why
     /// not; `None`: not asked.
     pub raw_tcp_socket: Option<Result<(), String>>,
+    /// This host's physical memory in bytes, if known (the default `agent.max_flows`).
+    pub memory: Option<u64>,
 }
 
 /// The lines `check-config` prints for `cfg`, loaded from `path`.
@@ -37,6 +39,7 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
         service_lines(svc, &mut out);
     }
     out.extend(capacity_line(cfg));
+    out.push(tables_line(cfg, host));
     out.extend(announce_line(cfg));
     out.extend(tcp_check_line(cfg, host));
     if let Some(warning) = super::non_loopback_api(&cfg.agent) {
@@ -545,6 +548,57 @@ fn capacity_line(cfg: &Config) -> Option<String> {
          + {mib:.1} MiB per CPU ({:.1} MiB on this host's {cpus} CPUs)",
         mib * (1 + cpus) as f64
     ))
+}
+
+/// The flow, nat and source tables: how many flows, why that many, and their memory.
+fn tables_line(cfg: &Config, host: &HostFacts) -> String {
+    use crate::dataplane::sizing::{DEFAULT_MEMORY_DIVISOR, MapSizes, default_max_flows};
+    let (flows, why) = match cfg.agent.max_flows {
+        Some(n) => (n, "agent.max_flows".to_string()),
+        None => match host.memory {
+            Some(m) => (
+                default_max_flows(m),
+                format!(
+                    "the default: 1/{DEFAULT_MEMORY_DIVISOR} of this host's {} of memory, at \
+                     least {}",
+                    mib_text(m),
+                    crate::dataplane::sizing::DEFAULT_FLOWS_FLOOR
+                ),
+            ),
+            None => (
+                default_max_flows(0),
+                "the default; this host's memory is unknown".to_string(),
+            ),
+        },
+    };
+    let Some(sizes) = MapSizes::default().with_flows(flows) else {
+        return format!("flow tables: agent.max_flows {flows} is out of range");
+    };
+    let m = sizes.table_memory();
+    format!(
+        "flow tables: {} live flows ({why}): LB_FLOWS {} ({} buckets of 4 ways), \
+         LB_NAT {} ({} buckets of 4 ways), LB_SOURCES {} ({} entries); {} in all, {} B per flow",
+        sizes.max_flows(),
+        mib_text(m.flows),
+        sizes.tables().flow_buckets,
+        mib_text(m.nat),
+        sizes.tables().nat_buckets,
+        mib_text(m.sources),
+        sizes.source_entries(),
+        mib_text(m.total()),
+        m.total() / u64::from(sizes.max_flows()),
+    )
+}
+
+/// Bytes as MiB (or GiB past 10 GiB), one decimal.
+fn mib_text(bytes: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let mib = bytes as f64 / MIB;
+    if mib >= 10.0 * 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.1} MiB")
+    }
 }
 
 #[cfg(test)]

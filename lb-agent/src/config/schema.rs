@@ -24,6 +24,7 @@ const AGENT_KEYS: &[&str] = &[
     "announce_lifetime",
     "bird_socket",
     "max_backends",
+    "max_flows",
     "log_format",
 ];
 const SERVICE_KEYS: &[&str] = &[
@@ -284,6 +285,10 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         f.int_in(1, MAX_MAX_BACKENDS.into()).map(|n| n as u32)
     })?
     .unwrap_or(d.max_backends);
+    let max_flows = opt(t, "max_flows", |f| {
+        f.int_in(MIN_MAX_FLOWS.into(), MAX_MAX_FLOWS.into())
+            .map(|n| n as u32)
+    })?;
     let log_format = opt(t, "log_format", |f| f.choice(LOG_FORMATS))?.unwrap_or(d.log_format);
     if api_socket_group.is_some() && api_socket.is_none() {
         let f = t
@@ -305,6 +310,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         announce_lifetime,
         bird_socket,
         max_backends,
+        max_flows,
         log_format,
     })
 }

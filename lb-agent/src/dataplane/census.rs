@@ -1,6 +1,6 @@
 //! The flow and nat tables counted: how many ways hold a flow (or a nat source port)
 //! that is still in use, and how many of them each backend holds. The tables are plain
-//! arrays of 75 MB (`LB_FLOWS`) and 54 MB (`LB_NAT`), too large to read at every
+//! arrays (75 MB and 54 MB at the floor of `agent.max_flows`), too large to read at every
 //! scrape: a thread of its own reads them every few seconds in `BPF_MAP_LOOKUP_BATCH`
 //! chunks, off the agent's task, and the snapshot shows the last count.
 
@@ -18,10 +18,7 @@ use aya::maps::MapData;
 use aya_obj::generated::{bpf_attr, bpf_cmd};
 use lb_common::{
     maps::{nat_reclaimable, nat_seconds},
-    table::{
-        FLOW_BUCKETS, FLOW_SLOTS, FlowBucket, NAT_BUCKETS, NAT_SLOTS, NatBucket, SLOT_LIVE,
-        flow_reclaimable,
-    },
+    table::{FlowBucket, NatBucket, SLOT_LIVE, TABLE_WAYS, flow_reclaimable},
 };
 
 /// Buckets read per syscall (288 KB of `LB_FLOWS`, 416 KB of `LB_NAT`).
@@ -50,12 +47,12 @@ pub struct TableCensus {
 }
 
 impl TableCensus {
-    fn empty() -> Self {
+    fn empty(flow_buckets: u32, nat_buckets: u32) -> Self {
         Self {
             flow_entries: 0,
-            flow_capacity: u64::from(FLOW_SLOTS),
+            flow_capacity: u64::from(flow_buckets) * u64::from(TABLE_WAYS),
             nat_entries: 0,
-            nat_capacity: u64::from(NAT_SLOTS),
+            nat_capacity: u64::from(nat_buckets) * u64::from(TABLE_WAYS),
             flows_by_backend: HashMap::new(),
             nat_by_backend: HashMap::new(),
             scan: Duration::ZERO,
@@ -69,13 +66,23 @@ impl TableCensus {
 pub struct TableReader {
     flows: OwnedFd,
     nat: OwnedFd,
+    /// The buckets each was created with (`agent.max_flows`, docs/capacity.md).
+    flow_buckets: u32,
+    nat_buckets: u32,
 }
 
 impl TableReader {
     pub fn new(flows: &MapData, nat: &MapData) -> io::Result<Self> {
+        let entries = |m: &MapData| {
+            m.info()
+                .map(|i| i.max_entries())
+                .map_err(|e| io::Error::other(e.to_string()))
+        };
         Ok(Self {
             flows: flows.fd().as_fd().try_clone_to_owned()?,
             nat: nat.fd().as_fd().try_clone_to_owned()?,
+            flow_buckets: entries(flows)?,
+            nat_buckets: entries(nat)?,
         })
     }
 
@@ -83,10 +90,10 @@ impl TableReader {
     pub fn scan(&self) -> io::Result<TableCensus> {
         let start = Instant::now();
         let now_ns = monotonic_ns();
-        let mut c = TableCensus::empty();
+        let mut c = TableCensus::empty(self.flow_buckets, self.nat_buckets);
         // Plain loops over the ways, only the word read for a free one: most are free,
         // and the debug build the tests run pays for every iterator adapter.
-        read_chunks::<FlowBucket>(&self.flows, FLOW_BUCKETS, |buckets| {
+        read_chunks::<FlowBucket>(&self.flows, self.flow_buckets, |buckets| {
             for b in buckets {
                 for slot in &b.ways {
                     if slot.word & SLOT_LIVE != 0 && !flow_reclaimable(&slot.value, now_ns) {
@@ -97,7 +104,7 @@ impl TableReader {
             }
         })?;
         let now = nat_seconds(now_ns);
-        read_chunks::<NatBucket>(&self.nat, NAT_BUCKETS, |buckets| {
+        read_chunks::<NatBucket>(&self.nat, self.nat_buckets, |buckets| {
             for b in buckets {
                 for slot in &b.ways {
                     if slot.word & SLOT_LIVE != 0

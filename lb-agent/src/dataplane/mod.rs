@@ -22,9 +22,10 @@ pub mod pin;
 pub mod previous;
 pub mod schema;
 mod schema_map;
-mod sizing;
+pub mod sizing;
 mod staging;
 mod sys;
+pub mod tables;
 pub mod vip_index;
 
 pub use attach::{AttachMode, detach, if_index};

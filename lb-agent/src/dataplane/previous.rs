@@ -5,7 +5,10 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use aya::maps::MapData;
-use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names, schema as versions};
+use lb_common::{
+    FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names, schema as versions,
+    table::TableLayout,
+};
 
 use super::{
     DataplaneError,
@@ -155,10 +158,15 @@ fn tail_call_target(map_ids: &[u32]) -> Option<u32> {
 
 /// Opens the maps of `program` that the object `object` (ELF bytes), loaded with
 /// `sizes`, can use as they are.
+///
+/// `was` is the layout the previous program's tables were built with
+/// (`super::tables::previous_tables`): `LB_FLOWS` and `LB_NAT` are adopted only with the
+/// same buckets and seed.
 pub fn adopt_maps(
     program: &AttachedProgram,
     object: &[u8],
     sizes: MapSizes,
+    was: TableLayout,
 ) -> Result<AdoptedMaps, DataplaneError> {
     let parsed = aya_obj::Object::parse(object).map_err(|e| DataplaneError::Previous {
         what: "parsing the embedded XDP object".to_string(),
@@ -209,7 +217,15 @@ pub fn adopt_maps(
             entries: sizes.entries(name).unwrap_or(want.max_entries()),
             flags: want.map_flags(),
         });
-        match (schema::decide(name, have, wanted, &recorded), found) {
+        let verdict = match schema::decide(name, have, wanted, &recorded) {
+            // Same layout and version, but hashed with another seed (an earlier
+            // release's public one): fresh, and the live entries are copied.
+            Verdict::Adopt if !super::tables::same_table(name, &was, &sizes.tables()) => {
+                Verdict::Fresh(Fresh::Reseeded)
+            }
+            v => v,
+        };
+        match (verdict, found) {
             (Verdict::Adopt, Some((_, _, map))) => out.maps.push((name, map)),
             (Verdict::Fresh(why), _) => out.fresh.push((name, why)),
             (Verdict::Adopt, None) => out.fresh.push((name, Fresh::NotInPrevious)),

@@ -101,9 +101,34 @@ pub enum Fresh {
         now: u32,
         layouts: (Layout, Layout),
     },
-    /// Same version, another layout (a resized table: `agent.max_backends`, or a build
-    /// that changed a size).
+    /// Same version, another layout (a resized table: `agent.max_backends`,
+    /// `agent.max_flows`, or a build that changed a size).
     Layout { was: Layout, now: Layout },
+    /// Same layout and version, but the previous table was hashed with another seed (an
+    /// earlier release's public one, docs/capacity.md).
+    Reseeded,
+}
+
+impl Fresh {
+    /// Whether the previous map's live entries can be copied into the fresh one: the
+    /// same schema and entry layout, only another size or seed (`LB_FLOWS` and
+    /// `LB_NAT`, `super::tables`). A schema change never copies: its entries mean
+    /// something else.
+    pub fn entries_copyable(&self) -> bool {
+        match self {
+            Fresh::Reseeded => true,
+            Fresh::Layout { was, now } => {
+                was.kind == now.kind && was.key == now.key && was.value == now.value
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether `name` is a table whose live entries are copied when it cannot be adopted
+/// but [`Fresh::entries_copyable`] holds.
+pub fn copies_entries(name: &str) -> bool {
+    name == map_names::FLOWS || name == map_names::NAT
 }
 
 /// The verdict for one map.
@@ -167,6 +192,11 @@ impl fmt::Display for Fresh {
                     "layout changed, same schema version: was {was}; now {now}"
                 )
             }
+            Fresh::Reseeded => write!(
+                f,
+                "same layout and schema, hashed with another seed (an earlier release's \
+                 public one)"
+            ),
         }
     }
 }
@@ -205,14 +235,27 @@ pub fn consequence(name: &str) -> &'static str {
     }
 }
 
+/// What a fresh `name` means, given why it is fresh: a table whose entries are
+/// copied keeps them.
+pub fn consequence_of(name: &str, why: &Fresh) -> &'static str {
+    if copies_entries(name) && why.entries_copyable() {
+        "the previous table's live entries are copied into the new one before the swap \
+         (established connections keep their backends and nat translations; entries the \
+         previous program writes between the copy and the swap are not carried over)"
+    } else {
+        consequence(name)
+    }
+}
+
 /// The warning line of one map created fresh: the map, both versions or layouts, and
 /// the consequence.
 pub fn fresh_line(name: &str, why: &Fresh) -> String {
-    format!("{name}: {why}: {}", consequence(name))
+    format!("{name}: {why}: {}", consequence_of(name, why))
 }
 
-/// The summary of an adoption: `kept` and `fresh` map names (fresh in the order given).
-pub fn summary(kept: usize, fresh: &[&str], recorded: &Recorded) -> String {
+/// The summary of an adoption: `kept` and `fresh` map names (fresh in the order given),
+/// `copied` the fresh tables whose live entries were copied.
+pub fn summary(kept: usize, fresh: &[&str], copied: &[&str], recorded: &Recorded) -> String {
     let total = kept + fresh.len();
     if fresh.is_empty() {
         return format!(
@@ -221,12 +264,16 @@ pub fn summary(kept: usize, fresh: &[&str], recorded: &Recorded) -> String {
             recorded.describe()
         );
     }
-    let flows = if fresh.contains(&map_names::FLOWS) {
+    let flows = if copied.contains(&map_names::FLOWS) {
+        "established flows copied into the new flow table (they keep their backends)"
+    } else if fresh.contains(&map_names::FLOWS) {
         "established flows re-hashed by Maglev (nat connections break)"
     } else {
         "established flows keep their backends"
     };
-    let nat = if fresh.contains(&map_names::NAT) {
+    let nat = if copied.contains(&map_names::NAT) {
+        "nat reverse entries copied into the new nat table"
+    } else if fresh.contains(&map_names::NAT) {
         "nat reverse entries made again from each flow's next client packet"
     } else {
         "nat reverse entries kept"
@@ -388,13 +435,18 @@ mod tests {
         for (name, _) in schema::VERSIONS {
             assert_ne!(consequence(name), consequence("LB_UNKNOWN"), "{name}");
         }
-        let all = summary(12, &[], &Recorded::Nothing);
+        let all = summary(12, &[], &[], &Recorded::Nothing);
         assert!(all.starts_with("all 12 maps kept: established connections keep"));
         assert!(all.ends_with(
             "schema versions: none recorded (a build from before schema \
              versions: baseline v1 for every map, judged by layout)"
         ));
-        let some = summary(10, &[map_names::FLOWS, map_names::COUNTERS], &versions(&[]));
+        let some = summary(
+            10,
+            &[map_names::FLOWS, map_names::COUNTERS],
+            &[],
+            &versions(&[]),
+        );
         assert_eq!(
             some,
             "10 of 12 maps kept, 2 created fresh (LB_FLOWS, LB_COUNTERS): established flows \

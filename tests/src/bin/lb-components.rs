@@ -43,7 +43,7 @@ use lb_common::{
         BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, DataplaneConfig, FlowKey, ServiceMeta,
         VIP_SLOT_SERVICE, VipKey, VipSlot,
     },
-    table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, flow_bucket, nat_bucket},
+    table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, TableLayout},
     vip_bucket_index,
 };
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
@@ -270,10 +270,21 @@ fn main() -> anyhow::Result<()> {
         let base = 20 + 3 * round as u8;
         // The claim case's keys, then the open case's: keys whose buckets still have a
         // free way once the keys before them are in.
-        let claims = with_room(&flows, flow_bucket, distinct(base, 2 * KEYS), KEYS)?;
+        let claims = with_room(
+            &flows,
+            |k| TableLayout::BUILT_IN.flow_bucket(k),
+            distinct(base, 2 * KEYS),
+            KEYS,
+        )?;
         let mut opens = claims.clone();
         opens.extend(distinct(base + 2, 2 * KEYS));
-        let opens = with_room(&flows, flow_bucket, opens, 2 * KEYS)?.split_off(KEYS);
+        let opens = with_room(
+            &flows,
+            |k| TableLayout::BUILT_IN.flow_bucket(k),
+            opens,
+            2 * KEYS,
+        )?
+        .split_off(KEYS);
         let cases = [
             fixed("XDP_PASS only (lb_pass)", "lb_pass", XDP_PASS),
             fixed("XDP_TX only", "lbr_tx", XDP_TX),
@@ -327,7 +338,12 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_nat_insert",
                 // Only keys whose bucket has a free way (with a full table a few
                 // buckets are full: that claim fails, and costs less).
-                packets: with_room(&nat, nat_bucket, distinct(base + 1, 2 * KEYS), KEYS)?,
+                packets: with_room(
+                    &nat,
+                    |k| TableLayout::BUILT_IN.nat_bucket(k),
+                    distinct(base + 1, 2 * KEYS),
+                    KEYS,
+                )?,
                 expect: XDP_TX,
                 lines: [1, 1, 0],
             },
