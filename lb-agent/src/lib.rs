@@ -17,6 +17,7 @@
 //! - [`rlimit`]: the file-descriptor limit, raised at start;
 //! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
+//! - [`doctor`]: the host preflight of `lb-agent doctor` (docs/doctor.md);
 //! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -28,6 +29,7 @@ pub mod build_info;
 pub mod config;
 pub mod dataplane;
 pub mod discovery;
+pub mod doctor;
 pub mod health;
 pub mod host;
 pub mod hwaddr;

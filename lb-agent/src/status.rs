@@ -31,6 +31,43 @@ pub struct Snapshot {
     /// Failed publishes and their retry (docs/internals/publish.md, *A publish that fails*).
     #[serde(default)]
     pub publish: PublishStatus,
+    /// The flow, nat and source tables' sizes (docs/capacity.md).
+    #[serde(default)]
+    pub tables: TablesStatus,
+    /// The flow and nat tables' occupancy as last sampled; `None` before the first
+    /// sample (or without a kernel data plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occupancy: Option<TablesOccupancy>,
+}
+
+/// The flow, nat and source tables as loaded (`agent.max_flows`, docs/capacity.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TablesStatus {
+    /// Live flows the flow table is sized for (one bucket of four ways each).
+    pub max_flows: u32,
+    /// Buckets of `LB_FLOWS` and `LB_NAT` (four ways each), entries of `LB_SOURCES`.
+    pub flow_buckets: u32,
+    pub nat_buckets: u32,
+    pub source_entries: u32,
+    /// Kernel memory of the three, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// The flow and nat tables' occupancy, sampled by a scan every few seconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TablesOccupancy {
+    /// Flows held (live, neither idle nor failed).
+    pub flow_entries: u64,
+    /// Ways of the flow table.
+    pub flow_capacity: u64,
+    /// nat entries holding their source port (not reclaimable).
+    pub nat_entries: u64,
+    /// Ways of the nat table.
+    pub nat_capacity: u64,
+    /// How long the scan took.
+    pub scan_seconds: f64,
+    /// How old the figures are.
+    pub age_seconds: f64,
 }
 
 /// Publishes to the data plane that failed, and the services waiting for the retry.
@@ -133,6 +170,10 @@ pub struct ServiceStatus {
     #[serde(default)]
     pub maglev_size: u32,
     pub stats: Stats,
+    /// Probe durations of all the service's servers, by probe name (`/metrics`'
+    /// `lb_probe_duration_seconds`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub probe_durations: BTreeMap<String, Histogram>,
     /// Shared with the snapshots before and after this one while a server's record does
     /// not change (built incrementally: `agent/snapshot.rs`).
     pub servers: Vec<Arc<ServerStatus>>,
@@ -161,6 +202,11 @@ pub struct ServerStatus {
     pub mac: Option<String>,
     pub health: HealthStatus,
     pub stats: Stats,
+    /// Flows pinned to the server that are still open (nat: the connection has not
+    /// closed; dsr: a packet within the flow idle timeout), as last sampled; `None`
+    /// before the first sample. 0 after a drain: the server is free.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub active_flows: Option<u64>,
     /// Settings changed at runtime that differ from the config file.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub differs_from_config: Vec<String>,
@@ -238,6 +284,12 @@ impl Default for Histogram {
         ])
     }
 }
+
+/// Bucket bounds of probe durations (seconds): 0.5 ms to 10 s, around the probe
+/// timeouts (1 s by default).
+pub const PROBE_DURATION_BOUNDS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 impl Histogram {
     pub fn new(bounds: &[f64]) -> Self {

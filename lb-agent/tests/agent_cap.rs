@@ -83,3 +83,40 @@ async fn held_server_is_removed_once_an_earlier_failure_recovers() {
     );
     assert!(h.live("web", c) && !h.serving("web", c));
 }
+
+/// Azure's rule for the case every server is unhealthy: none is removed. With
+/// `max_unhealthy_percent = 50` and all four failing, all four keep their slots (before,
+/// the cap held the two latest failures and the two earliest left: half out).
+#[tokio::test(start_paused = true)]
+async fn every_server_unhealthy_under_a_cap_none_is_removed() {
+    let mut h = three_failed().await;
+    let all = four();
+    h.set(all[3], Verdict::Refuse);
+    h.run_until(secs(5), |h| h.state("web", all[3]) == "unhealthy")
+        .await
+        .expect("the last server turns unhealthy");
+    h.run_for(secs(1)).await;
+    for s in all {
+        assert_eq!(h.state("web", s), "unhealthy", "status keeps the truth");
+        assert!(
+            h.slots("web", s) > 0,
+            "{s}: every server unhealthy, none removed (Azure)"
+        );
+        assert!((h.share("web", s) - 0.25).abs() < 0.01);
+    }
+    // One recovers: the cap's arithmetic applies again, 2 of the 3 failing removed.
+    h.set(all[0], Verdict::Pass);
+    h.run_until(secs(5), |h| h.state("web", all[0]) == "up")
+        .await
+        .expect("the first failure recovers");
+    h.run_for(secs(1)).await;
+    let kept: Vec<_> = all[1..]
+        .iter()
+        .filter(|s| h.slots("web", **s) > 0)
+        .collect();
+    assert_eq!(
+        kept,
+        vec![&all[3]],
+        "the latest failure is held, the others go"
+    );
+}

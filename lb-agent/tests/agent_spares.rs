@@ -7,6 +7,7 @@ mod agent_util;
 use std::net::SocketAddr;
 
 use agent_util::{Harness, Verdict, sa, secs, servers, web};
+use lb_agent::api::{AdminChange, ServerPatch};
 
 /// Primaries .1 and .2 (weight 1), spares .3 (weight 1) and .4 (weight 2).
 fn config() -> String {
@@ -84,6 +85,8 @@ async fn spares_are_idle_while_primaries_cover_main_weight() {
 async fn one_primary_failing_runs_the_largest_spare_alone() {
     let mut h = running().await;
     let f = four();
+    // The spares' own checking -> up at start are transitions too.
+    let before = h.snapshot().transitions;
     h.set(f.p1, Verdict::Refuse);
     h.run_until(secs(5), |h| h.slots("web", f.p1) == 0)
         .await
@@ -94,7 +97,7 @@ async fn one_primary_failing_runs_the_largest_spare_alone() {
         "the weight-2 spare must take slots as the primary leaves"
     );
     assert_eq!(
-        h.snapshot().transitions,
+        h.snapshot().transitions - before,
         1,
         "one server changed state (p1 up -> unhealthy); the spare starting to run is a \
          membership note in the event log, not a server transition"
@@ -181,4 +184,65 @@ async fn both_primaries_failing_still_needs_only_the_weight_two_spare() {
         h.table("web").len(),
         "the running spare takes every slot"
     );
+}
+
+/// Angie: a spare with active probes is not used until they pass, also at start (only
+/// `essential` probes hold a primary back there). The primary is downed before any probe
+/// has run: the spare covers it only once its own (non-essential) probe has passed, and a
+/// spare whose probe fails never runs.
+#[tokio::test(start_paused = true)]
+async fn a_spare_at_start_runs_only_after_its_probes_pass() {
+    let config = web(
+        "",
+        &(servers(&[
+            ("10.0.1.1:80", ""),
+            ("10.0.1.3:80", "spare = true"),
+            ("10.0.1.4:80", "spare = true"),
+        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"10s\"\n"),
+    );
+    let (p1, good, dead) = (sa("10.0.1.1:80"), sa("10.0.1.3:80"), sa("10.0.1.4:80"));
+    let mut h = Harness::start(&config).await;
+    h.set(dead, Verdict::Refuse);
+    for s in [good, dead] {
+        assert_eq!(
+            h.state("web", s),
+            "checking",
+            "{s}: a spare waits for its probe"
+        );
+    }
+    assert_eq!(
+        h.state("web", p1),
+        "up",
+        "a primary without essential probes is up at once"
+    );
+    let down = ServerPatch {
+        down: Some(true),
+        ..Default::default()
+    };
+    h.admin("web", &p1.to_string(), AdminChange::Patch(down))
+        .await
+        .expect("down is accepted");
+    for s in [good, dead] {
+        assert_eq!(
+            h.slots("web", s),
+            0,
+            "{s}: no slot before its first probe passed, although the primary is down"
+        );
+    }
+    h.run_until(secs(11), |h| h.state("web", good) == "up")
+        .await
+        .expect("the good spare's first probe passes within an interval");
+    assert_eq!(spare_status(&h, good), "running");
+    assert!(
+        h.slots("web", good) > 0,
+        "then it covers the downed primary"
+    );
+    h.run_for(secs(11)).await;
+    assert_ne!(h.state("web", dead), "up");
+    assert_eq!(
+        h.slots("web", dead),
+        0,
+        "a spare failing its probe never runs"
+    );
+    assert!(!h.live("web", dead), "it never had traffic to keep");
 }

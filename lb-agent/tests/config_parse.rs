@@ -506,7 +506,7 @@ persistent = true
 mode = "idle"
 jitter = "100ms"
 uri = "/health?full=1"
-method = "HEAD"
+method = "OPTIONS"
 headers = { "X-Probe" = "lb", Authorization = "Bearer t" }
 host = "app.example"
 tls = true
@@ -527,7 +527,7 @@ max_body = "1m"
     assert_eq!(p.jitter, Duration::from_millis(100));
     let h = &p.http;
     assert_eq!(h.uri, "/health?full=1");
-    assert_eq!(h.method, "HEAD");
+    assert_eq!(h.method, "OPTIONS");
     assert_eq!(
         h.headers,
         vec![
@@ -624,7 +624,12 @@ fn detection_bounds_follow_tr7() {
     let b = detection_bounds(&p);
     assert_eq!(b.detect_worst, Duration::from_secs(45));
     assert_eq!(b.recover_min, Duration::from_secs(10));
-    assert_eq!(b.recover_max, Duration::from_secs(15));
+    assert_eq!(
+        b.recover_max,
+        Duration::from_secs(20),
+        "timeout > interval: the failing probe in flight at the recovery ends at its 10s \
+         timeout, then 2 more passes 5s apart (TR7's 3 × 5s leaves it out)"
+    );
     p.jitter = Duration::from_secs(1);
     let b = detection_bounds(&p);
     assert_eq!(
@@ -637,7 +642,20 @@ fn detection_bounds_follow_tr7() {
         Duration::from_secs(10),
         "jitter never shortens a wait"
     );
-    assert_eq!(b.recover_max, Duration::from_secs(18));
+    assert_eq!(
+        b.recover_max,
+        Duration::from_secs(22),
+        "max(6s, 10s) + 2 × 6s"
+    );
+    // Below the scheduler's 1 ms, bounds use 1 ms.
+    let mut p = ProbeConfig::new("p", ProbeKind::Icmp);
+    p.interval = Duration::from_micros(100);
+    p.timeout = Duration::from_micros(50);
+    p.passes = 2;
+    let b = detection_bounds(&p);
+    assert_eq!(b.detect_fast, Duration::from_millis(1));
+    assert_eq!(b.recover_min, Duration::from_millis(1));
+    assert_eq!(b.recover_max, Duration::from_millis(2));
 }
 
 #[test]
@@ -691,10 +709,10 @@ fn warnings_for_suspicious_configs() {
     let w = warnings(&one_service("max_unhealthy_percent = 0", probes));
     let expect = [
         "service[0] (\"web\"): max_unhealthy_percent = 0",
-        "service[0].probe[0] (\"slow\"): timeout 2s >= interval 1s",
+        "service[0].probe[0] (\"slow\"): timeout 2s > interval 1s",
         "service[0].probe[1] (\"ping\"): jitter 10s >= interval 5s",
         "service[0].probe[1] (\"ping\"): port is ignored by icmp probes",
-        "service[0].probe[2] (\"u\"): a udp probe without expect passes on silence",
+        "service[0].probe[2] (\"u\"): a udp probe without expect or test passes on silence",
         "service[0].probe[3] (\"h\"): sni is ignored without tls = true",
     ];
     assert_eq!(w.len(), expect.len(), "{w:#?}");
@@ -804,4 +822,45 @@ fn an_icmp_probe_of_a_tunnel_service_goes_through_the_tunnel_to_the_vip() {
     }
     let c = parse(&text("dsr"));
     assert_eq!(c.services[0].probes[0].tunnel, None, "dsr: direct");
+}
+
+/// Values a reference treats as a mistake (TR7 applies 1 s to a Period or Timeout of
+/// 120 s or more), values the scheduler clamps, and probes that check less than they
+/// seem: valid, each with a warning that names the probe and the consequence.
+#[test]
+fn absurd_and_hollow_values_are_warned() {
+    let probes = "[[service.probe]]\nname = \"decade\"\ntype = \"icmp\"\ninterval = \"3650d\"\ntimeout = \"200d\"\nfails = 4294967295\n\
+                  [[service.probe]]\nname = \"fast\"\ntype = \"icmp\"\ninterval = \"0.0001s\"\ntimeout = \"0.00005s\"\npasses = 11\n\
+                  [[service.probe]]\nname = \"dns\"\ntype = \"udp\"\nexpect = \"ok\"\n\
+                  [[service.probe]]\nname = \"head\"\ntype = \"http\"\nmethod = \"HEAD\"\ntest = \"$upstream_probe_response ~ ok\"\n";
+    let w = warnings(&one_service("fail_timeout = \"365d\"", probes));
+    let expect = [
+        "service[0] (\"web\"): fail_timeout 8760h is 2m or more",
+        "service[0].probe[0] (\"decade\"): interval 87600h is 2m or more, which TR7 takes for a mistake (it applies 1s)",
+        "service[0].probe[0] (\"decade\"): timeout 4800h is 2m or more",
+        "service[0].probe[0] (\"decade\"): fails = 4294967295 (Azure allows at most 10)",
+        "service[0].probe[1] (\"fast\"): interval 100us is below 1ms: the scheduler probes at most every 1ms",
+        "service[0].probe[1] (\"fast\"): timeout 50us is below 1ms",
+        "service[0].probe[1] (\"fast\"): passes = 11: a recovered server waits at least 10ms",
+        "service[0].probe[2] (\"dns\"): a udp probe with expect but no send sends an empty datagram",
+        "service[0].probe[3] (\"head\"): test reads $upstream_probe_response, but a HEAD response has no body",
+    ];
+    for (got, want) in w.iter().zip(expect) {
+        assert!(
+            got.starts_with(want),
+            "expected a warning starting with {want:?}, got {got:?}\n{w:#?}"
+        );
+    }
+    assert_eq!(w.len(), expect.len(), "{w:#?}");
+    // Bounds use the clamped 1 ms, as the scheduler runs the probe.
+    let c = one_service("", probes);
+    let b = detection_bounds(&c.services[0].probes[1]);
+    assert_eq!(b.detect_worst, Duration::from_millis(2));
+    assert_eq!(b.recover_min, Duration::from_millis(10));
+    // Ordinary values warn about nothing of this.
+    let w = warnings(&one_service(
+        "fail_timeout = \"119s\"",
+        "[[service.probe]]\ntype = \"http\"\ninterval = \"119s\"\ntimeout = \"1s\"\nfails = 10\npasses = 10\n",
+    ));
+    assert!(w.is_empty(), "{w:#?}");
 }

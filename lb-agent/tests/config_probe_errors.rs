@@ -260,3 +260,92 @@ fn stream_probe_rules() {
         &["more than 0 when expect is set"],
     );
 }
+
+/// Probes that could never pass are refused, naming the file, the line and the key.
+#[test]
+fn probes_that_can_never_pass() {
+    check(
+        &probe("type = \"http\"\nmethod = \"HEAD\"\nexpect_body = \"ok\" # here"),
+        "# here",
+        "service[0].probe[0].expect_body",
+        &["can never match with method = \"HEAD\"", "no body"],
+    );
+    check(
+        &probe("type = \"http\"\nmethod = \"get\" # here"),
+        "# here",
+        "service[0].probe[0].method",
+        &["case-sensitive", "write \"GET\""],
+    );
+    check(
+        &probe("type = \"http\"\ntest = \"$upstream_status == 2xx\" # here"),
+        "# here",
+        "service[0].probe[0].test",
+        &["three-digit code", "never holds", "$upstream_status ~ ^2"],
+    );
+}
+
+/// Slips from Angie's syntax, from other languages and from TOML get the fix in the
+/// message.
+#[test]
+fn mistakes_get_a_hint() {
+    check(
+        &probe("type = \"ping\" # here"),
+        "# here",
+        "service[0].probe[0].type",
+        &["type = \"icmp\""],
+    );
+    check(
+        &probe("type = \"icmp\"\nping_timeout = \"3s\" # here"),
+        "# here",
+        "service[0].probe[0].ping_timeout",
+        &["Angie's", "timeout"],
+    );
+    check(
+        &probe("type = \"http\"\ntest = \"$upstream_http_X-Foo ~ ok\" # here"),
+        "# here",
+        "service[0].probe[0].test",
+        &["$upstream_http_x_foo"],
+    );
+    check(
+        &probe("type = \"http\"\ntest = \"$upstream_status ~ 200|204\" # here"),
+        "# here",
+        "service[0].probe[0].test",
+        &["quote a value with `|`", "\"^(200|204)$\"", "`||`"],
+    );
+    check(
+        &probe("type = \"http\"\ntest = \"$upstream_status ~ ^2 & $upstream_http_a\" # here"),
+        "# here",
+        "service[0].probe[0].test",
+        &["a single `&`: write `&&`"],
+    );
+    check(
+        &probe("type = \"http\"\nmax_fails = 2 # here"),
+        "# here",
+        "service[0].probe[0].max_fails",
+        &[
+            "is a [[service]] key",
+            "move it above the service's first [[service.server]]",
+        ],
+    );
+    check(
+        &config_util::service("", "fail_timeout = \"5s\" # here"),
+        "# here",
+        "service[0].server[0].fail_timeout",
+        &["is a [[service]] key", "after a [[service.server]] header"],
+    );
+    check(
+        &config_util::service("", "interval = \"5s\" # here"),
+        "# here",
+        "service[0].server[0].interval",
+        &["is a [[service.probe]] key"],
+    );
+    // TOML itself refuses a bare `200|204`; the message says how to write it.
+    let e = config_util::error(&probe("type = \"http\"\nexpect_status = 200|204"));
+    assert!(e.to_string().contains("expect_status = [200, 204]"), "{e}");
+    let e = config_util::error(&probe("type = \"http\"\ntest = $upstream_status ~ 200|204"));
+    assert!(
+        e.to_string()
+            .contains("test = '$upstream_status ~ \"^(200|204)$\"'"),
+        "{e}"
+    );
+}

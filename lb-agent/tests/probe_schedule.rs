@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lb_agent::config::{ProbeConfig, ProbeKind, ProbeMode};
+use lb_agent::config::{ProbeConfig, ProbeKind, ProbeMode, detection_bounds};
 use lb_agent::health::{HealthState, PassivePolicy, ServerHealth, StartState};
 use lb_agent::probe::{
     PROMPT_SPREAD, ProbeOutcome, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
@@ -180,7 +180,7 @@ async fn probe_runs_every_interval() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn probes_never_overlap_and_skip_missed_ticks() {
+async fn probes_never_overlap_and_a_missed_tick_runs_when_the_probe_ends() {
     // Each probe takes 2.5 intervals (its timeout is longer than the interval).
     let fake = Fake::new(Answer::Pass(secs(2.5)));
     let (_task, mut rx) = start(&fake, key(1), &cfg(secs(1.0), secs(5.0)), up());
@@ -197,8 +197,8 @@ async fn probes_never_overlap_and_skip_missed_ticks() {
     for w in starts.windows(2) {
         assert_eq!(
             w[1] - w[0],
-            secs(3.0),
-            "the ticks at +1 s and +2 s are skipped: {starts:?}"
+            secs(2.5),
+            "the tick that passed during a probe runs as soon as it ends: {starts:?}"
         );
     }
 }
@@ -474,5 +474,62 @@ async fn a_prompt_spread_puts_every_first_run_in_its_window_then_the_interval_ap
     );
     for v in runs.values() {
         assert_eq!(v[1] - v[0], interval, "then every interval");
+    }
+}
+
+/// A probe whose timeout exceeds its interval: the server recovers just after a probe
+/// started that will fail at its timeout. The next probe starts when that one ends, so
+/// the server is back within the printed bound `max(interval, timeout) + (passes − 1) ×
+/// interval`; skipping to the next tick brought it back up to an interval later.
+#[tokio::test(start_paused = true)]
+async fn recovery_with_timeout_above_interval_stays_within_the_printed_bound() {
+    for (passes, t) in [(1, 1.5), (2, 1.5), (1, 2.0), (3, 3.7)] {
+        let mut p = cfg(secs(1.0), secs(t));
+        p.passes = passes;
+        let bound = detection_bounds(&p).recover_max;
+        assert_eq!(
+            bound,
+            secs(t) + (passes - 1) * p.interval,
+            "max(interval, timeout) + (passes − 1) × interval"
+        );
+        let fake = Fake::new(Answer::Silent);
+        let (_task, mut rx) = start(&fake, key(1), &p, up());
+        let mut health = ServerHealth::new(
+            std::slice::from_ref(&p),
+            PassivePolicy {
+                max_fails: 0,
+                fail_timeout: secs(10.0),
+            },
+            StartState::New,
+            Instant::now(),
+        );
+        // Unhealthy after the first timeout; then wait until a probe has just started.
+        let r = rx.recv().await.unwrap();
+        health.on_probe(r.probe, &r.outcome, r.at);
+        assert_eq!(health.state(), HealthState::Unhealthy);
+        let before = fake.starts().len();
+        while fake.starts().len() == before {
+            sleep(secs(0.001)).await;
+        }
+        // The server recovers 1 ms after that probe started; the probe still times out.
+        fake.set(Answer::Pass(secs(0.001)));
+        let recovered = Instant::now();
+        let back = loop {
+            let r = timeout(secs(60.0), rx.recv()).await.unwrap().unwrap();
+            if let Some(tr) = health.on_probe(r.probe, &r.outcome, r.at)
+                && tr.to == HealthState::Up
+            {
+                break r.at - recovered;
+            }
+        };
+        // The passing probe itself takes 1 ms.
+        assert!(
+            back <= bound + secs(0.001),
+            "passes {passes}, timeout {t}s: back after {back:?}, printed bound {bound:?}"
+        );
+        assert!(
+            back + secs(0.5) > bound - secs(0.001),
+            "passes {passes}, timeout {t}s: the worst case comes close to the bound ({back:?} vs {bound:?})"
+        );
     }
 }

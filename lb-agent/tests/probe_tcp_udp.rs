@@ -194,3 +194,36 @@ async fn udp_any_reply_passes_without_expect() {
     assert!(o.ok, "expected a pass, got {o:?}");
     assert!(o.duration < TIMEOUT, "the reply ends the probe: {o:?}");
 }
+
+/// `max_response = 0` reads no reply, but the probe still checks the port: a closed one
+/// answers the datagram with an ICMP port-unreachable, which a receive on the connected
+/// socket reports (it used to pass right after the send and never see it).
+#[tokio::test]
+async fn udp_max_response_zero_still_fails_on_a_closed_port() {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let closed = sock.local_addr().unwrap();
+    drop(sock);
+    let mut p = probe(ProbeKind::Udp);
+    p.send = Some(b"PING".to_vec());
+    p.max_response = 0;
+    let o = execute(&p, closed).await;
+    assert_fails(&o, "port unreachable", true);
+    assert!(
+        o.duration < Duration::from_millis(200),
+        "the ICMP error ends the probe: {o:?}"
+    );
+
+    let silent = udp_server(None).await;
+    let start = Instant::now();
+    let o = execute(&p, silent).await;
+    assert!(o.ok, "an open, silent port passes, got {o:?}");
+    assert!(
+        start.elapsed() >= TIMEOUT,
+        "after waiting the timeout for an ICMP error: {o:?}"
+    );
+
+    let answering = udp_server(Some(b"PONG")).await;
+    let o = execute(&p, answering).await;
+    assert!(o.ok, "an answering port passes, got {o:?}");
+    assert!(o.duration < TIMEOUT, "the reply ends the probe: {o:?}");
+}

@@ -7,7 +7,7 @@
 //! of the outcomes, and a packet forwarded from the per-CPU flow cache increments one
 //! raw counter ([`TX_DSR_CACHED`], [`TX_NAT_FORWARD_CACHED`]) that counts both as its
 //! transmit outcome and as a `FLOW_HIT` — one counter update per packet fewer on the
-//! established path (BENCHMARKS.md §1, "Issue 9, round 7").
+//! established path (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
 
 /// Every packet the program saw (derived: see [`derive`]).
 pub const RX: u32 = 0;
@@ -97,9 +97,16 @@ pub const TX_ICMP_TOO_BIG: u32 = 31;
 /// without DF (IPv4), VLAN-tagged, no outer source address for the backend's family,
 /// or no headroom.
 pub const DROP_TUNNEL: u32 = 32;
+/// Dropped: a nat SYN whose `LB_FLOWS` bucket is full of established flows that all
+/// talked within the last 10 s (none idle, none waiting for a handshake). The new
+/// connection is refused rather than an established one evicted, as conntrack drops a
+/// new connection when its table is full of assured ones (docs/internals/fast-path.md, "Floods");
+/// its client resends the SYN. In dsr such a SYN is forwarded unpinned (its first ACK
+/// pins it).
+pub const DROP_FLOWS_FULL: u32 = 33;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 22] = [
+pub const OUTCOMES: [u32; 23] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -122,20 +129,21 @@ pub const OUTCOMES: [u32; 22] = [
     TX_TUNNEL,
     TX_ICMP_TOO_BIG,
     DROP_TUNNEL,
+    DROP_FLOWS_FULL,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 33;
+pub const TX_DSR_CACHED: u32 = 34;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 34;
+pub const TX_NAT_FORWARD_CACHED: u32 = 35;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 33;
+pub const COUNT: u32 = 34;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 35;
+pub const RAW_COUNT: u32 = 36;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -190,6 +198,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "tx_tunnel",
     "tx_icmp_too_big",
     "drop_tunnel",
+    "drop_flows_full",
 ];
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! - [`events`]: the passive-failure records sent through the ring buffer;
 //! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
 //! - [`hash`]: the flow hash used for Maglev slots and NAT port choice;
+//! - [`schema`]: the schema version of each map a new agent adopts;
 //! - [`table`]: the set-associative `ARRAY` tables (`LB_NAT`): layout and key search.
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` and fixed width so that the kernel and
@@ -17,6 +18,7 @@ pub mod csum;
 pub mod events;
 pub mod hash;
 pub mod maps;
+pub mod schema;
 pub mod table;
 
 /// The Maglev table sizes a service may have (primes, as Maglev requires, ascending).

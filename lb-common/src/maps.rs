@@ -434,13 +434,17 @@ pub struct DataplaneConfig {
     pub mtu: u16,
     /// `CONFIG_F_*` bits (none defined yet; 0).
     pub flags: u32,
+    /// The layout the program was loaded with (its `.rodata` copy is what it reads): kept
+    /// here for the next agent, which adopts the tables only with the same seeds and
+    /// sizes (all zero in a config written by a release without it).
+    pub tables: crate::table::TableLayout,
     /// Tunnel: outer source address toward IPv4 backends (network order; 0: none, such
     /// packets are dropped, `drop_tunnel`).
     pub tunnel_src4: u32,
     /// Tunnel: outer source address toward IPv6 backends (all zero: none).
     pub tunnel_src6: [u32; 4],
 }
-const _: () = assert!(size_of::<DataplaneConfig>() == 32);
+const _: () = assert!(size_of::<DataplaneConfig>() == 48);
 
 /// `LB_DECAP_ADDRS` key: an address of the host `lb_decap` runs on (outer
 /// destinations it strips), as in [`VipKey`] without port and protocol.
@@ -677,6 +681,7 @@ mod pod {
     unsafe impl aya::Pod for TickClock {}
     unsafe impl aya::Pod for FlowCacheEntry {}
     unsafe impl aya::Pod for DataplaneConfig {}
+    unsafe impl aya::Pod for crate::table::TableLayout {}
     unsafe impl aya::Pod for SourceKey {}
     unsafe impl aya::Pod for SourceBucket {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}

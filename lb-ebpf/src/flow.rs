@@ -12,18 +12,24 @@
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, NO_BACKEND,
     counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
-    hash::SEED_MAGLEV,
+    hash::{SEED_MAGLEV, table_hash},
     maglev_block_index,
-    maps::{BACKEND_F_LIVE, Backend, FlowKey, FlowValue, ServiceMeta},
-    table::{FLOW_BUCKETS, FlowBucket, flow_reclaimable, flow_table_hash},
+    maps::{BACKEND_F_LIVE, Backend, FLOW_F_SYN_PENDING, FlowKey, FlowValue, ServiceMeta},
+    table::{FlowBucket, flow_reclaimable},
 };
 
 use crate::{
     counters,
     hash::flow_hash,
+    layout,
     maps::{LB_BACKENDS, LB_FLOWS, LB_MAGLEV, LB_MAGLEV_GEN},
     slots::{self, Claim},
 };
+
+/// How long an established flow must have been silent before a nat SYN may take its
+/// way (docs/internals/fast-path.md, "Floods"): a flood cannot push out flows that are talking,
+/// and a real client's SYN is refused only while all four flows of its bucket are.
+pub const NAT_SYN_EVICTS_IDLE_NS: u64 = 10_000_000_000;
 
 /// `last_seen_ns` is rewritten at most this often, to spare cache-line writes.
 pub const REFRESH_NS: u64 = 1_000_000_000;
@@ -36,12 +42,12 @@ impl slots::Table for FlowTable {
 
     #[inline(always)]
     fn hash(key: &FlowKey) -> u32 {
-        flow_table_hash(key)
+        table_hash(key, layout::flow_seed())
     }
 
     #[inline(always)]
     fn index(hash: u32) -> u32 {
-        hash & (FLOW_BUCKETS - 1)
+        hash & layout::flow_mask()
     }
 
     #[inline(always)]
@@ -64,10 +70,14 @@ pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
     slots::find::<FlowTable>(key)
 }
 
-/// `slots::claim` in `LB_FLOWS`: a free way, else one whose flow is idle or whose
-/// handshake failed (`flow_reclaimable` at `now_ns`), else the way of the flow idle longest (evicted). A key
-/// already present (another CPU pinned it meanwhile) is kept. The result is
-/// `Claim::code`.
+/// `slots::claim_admitted` in `LB_FLOWS`: a free way, else one whose flow is idle or
+/// whose handshake failed (`flow_reclaimable` at `now_ns`), else the way of the oldest
+/// flow still waiting for its handshake (displaced), else the way of the established
+/// flow idle longest (evicted). A flow that waits for its handshake
+/// (`FLOW_F_SYN_PENDING`: a SYN's) takes a free way only while fewer than
+/// `PENDING_WAYS_MAX` ways of its bucket wait, and an established flow's way never in
+/// dsr, in nat only one silent for `NAT_SYN_EVICTS_IDLE_NS`. A key already present
+/// (another CPU pinned it meanwhile) is kept. The result is `Claim::code`.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, now_ns: u64) -> u64 {
@@ -81,12 +91,25 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         let idle = now_ns.wrapping_sub(v.last_seen_ns) as i64;
         if idle > 0 { idle as u64 } else { 0 }
     };
-    slots::claim::<FlowTable>(
+    let pending = |v: &FlowValue| v.flags & FLOW_F_SYN_PENDING != 0;
+    // A SYN's flow takes an established flow's way only in nat (unpinned, its next
+    // packet would get another source: the connection would fail), and only one silent
+    // for `NAT_SYN_EVICTS_IDLE_NS`; in dsr never (unpinned, its ACK pins it).
+    let limit = if !pending(value) {
+        0
+    } else if value.nat_port != 0 {
+        NAT_SYN_EVICTS_IDLE_NS
+    } else {
+        u64::MAX
+    };
+    slots::claim_admitted::<FlowTable>(
         key,
         value,
         |_, _| false,
         |v, _| flow_reclaimable(v, now_ns),
         Some(age),
+        pending,
+        limit,
     )
     .code()
 }
@@ -99,17 +122,19 @@ pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
     slots::value_at::<FlowTable>(lb_flow_find(key)).map(|v| v as *mut FlowValue)
 }
 
-/// Pins a new flow (stamped `value.last_seen_ns`): a free or idle way of its bucket,
-/// else the longest-idle flow's (counted `FLOW_EVICTED`). A key another CPU pinned
-/// meanwhile is kept (the same Maglev choice). A bucket another CPU is writing at this
-/// instant is not waited for: the packet is forwarded anyway and the flow's next
-/// packet pins it.
+/// Pins a new flow (stamped `value.last_seen_ns`) as [`lb_flow_claim`] admits it; an
+/// established flow evicted is counted `FLOW_EVICTED` (a waiting one displaced is not).
+/// A key another CPU pinned meanwhile is kept (the same Maglev choice). A bucket
+/// another CPU is writing at this instant is not waited for: the packet is forwarded
+/// anyway and the flow's next packet pins it. `false` only when the flow was refused:
+/// it waits for its handshake and its bucket is full of established flows.
 #[inline(always)]
-pub fn insert(key: &FlowKey, value: &FlowValue) {
-    let code = lb_flow_claim(key, value, value.last_seen_ns);
-    if Claim::from_code(code) == Claim::Evicted {
+pub fn insert(key: &FlowKey, value: &FlowValue) -> bool {
+    let code = Claim::from_code(lb_flow_claim(key, value, value.last_seen_ns));
+    if code == Claim::Evicted {
         counters::count(FLOW_EVICTED);
     }
+    code != Claim::Full
 }
 
 /// Backend `id` whatever its flags (the caller checks them).

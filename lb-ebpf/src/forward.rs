@@ -5,7 +5,8 @@
 
 use lb_common::{
     counters::{
-        DROP_BAD_BACKEND, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW, FLOW_REHASH,
+        DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NAT_PORTS, DROP_SOURCE_LIMIT, FLOW_HIT, FLOW_NEW,
+        FLOW_REHASH,
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
@@ -149,10 +150,18 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
                 f.nat_port = src.port;
                 f.nat_addr = src.addr;
             }
-            None => pin(pkt, backend_id, syn, src, now, end),
+            None => {
+                if !pin(pkt, backend_id, syn, src, now, end) {
+                    // Unpinned, the client's next packet would get another source:
+                    // the connection is refused instead (its SYN is resent).
+                    nat::release(&pkt.key, svc, backend, src);
+                    return Verdict::drop(DROP_FLOWS_FULL);
+                }
+            }
         }
     } else if flow.is_none() {
-        pin(pkt, backend_id, syn, src, now, end);
+        // dsr: unpinned, the flow's next packet chooses the same backend by Maglev.
+        let _ = pin(pkt, backend_id, syn, src, now, end);
     }
 
     counters::service_packet(sid, pkt.len, new_flow);
@@ -405,13 +414,15 @@ fn new_flow(backend_id: u32, syn: bool, isn: u32, src: Source, now: Now) -> Flow
 }
 
 /// Pins a new flow to `backend_id` (nat: from `src`); a SYN's ISN is read here.
+/// `false`: a SYN refused by its bucket, full of established flows (`flow::insert`).
 #[inline(always)]
-fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now, end: usize) {
+fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now, end: usize) -> bool {
     let isn = if syn { pkt.tcp_seq(end) } else { 0 };
-    flow::insert(&pkt.key, &new_flow(backend_id, syn, isn, src, now));
+    let pinned = flow::insert(&pkt.key, &new_flow(backend_id, syn, isn, src, now));
     // A copy this CPU may still hold of an evicted entry must not outlive the new one.
     cache::forget(&pkt.key);
     count(FLOW_NEW);
+    pinned
 }
 
 /// The Maglev choice (from the slot read `early`, if it was); nat needs a backend of

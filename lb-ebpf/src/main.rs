@@ -10,7 +10,7 @@
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
 //! [`counters`] the outputs, [`tunnel`] the ipip/gue encapsulation and [`too_big`] its
 //! ICMP answer, [`decap`] the backends' `lb_decap`, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
-//! hash as the stack budget wants it, [`opaque`] its ordering hint, [`pkt`]
+//! hash as the stack budget wants it, [`layout`] the tables' sizes and seeds set at load, [`opaque`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
 #![no_main]
@@ -33,6 +33,7 @@ mod full;
 mod hash;
 mod icmp;
 mod icmp_nat;
+mod layout;
 mod maps;
 mod nat;
 mod opaque;
@@ -172,7 +173,7 @@ pub fn lb_reflect(ctx: XdpContext) -> u32 {
     };
     // Byte-array copies, not `Hdr::mac`'s scalar accesses: this is what the floor
     // measured before and after that change, and the cheaper of the two here
-    // (BENCHMARKS.md §1, "Issue 9, round 2").
+    // (docs/internals/benchmark-log.md §1, "Issue 9, round 2").
     let at = eth.as_ptr();
     // SAFETY: the 14 bytes of the Ethernet header were bounds-checked above.
     unsafe {

@@ -27,12 +27,12 @@ use lb_common::{
         nat_reclaimable, nat_seconds,
     },
     nat_stride,
-    table::{NAT_BUCKETS, nat_hash},
 };
 
 use crate::{
     Verdict, clock, counters, events, flow,
     hash::flow_hash,
+    layout,
     maps::LB_NAT,
     parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     rewrite::{retarget_l2, translate},
@@ -47,12 +47,12 @@ impl slots::Table for NatTable {
 
     #[inline(always)]
     fn hash(key: &FlowKey) -> u32 {
-        nat_hash(key)
+        lb_common::hash::table_hash(key, layout::nat_seed())
     }
 
     #[inline(always)]
     fn index(hash: u32) -> u32 {
-        hash & (NAT_BUCKETS - 1)
+        hash & layout::nat_mask()
     }
 
     #[inline(always)]
@@ -269,7 +269,7 @@ fn first_candidate(client: &FlowKey, svc: &ServiceMeta) -> Option<(u32, u32, u32
 /// needed (`slots::prefetch2`). Read one after the other (the lookup's miss, then the
 /// claim ~400 instructions later) the second miss starts only when the first has
 /// returned; on this machine two cold reads overlap only when a few dozen
-/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7").
+/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
 #[inline(always)]
 pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
     let Some(backend) = flow::any_backend(backend_id) else {
@@ -358,7 +358,7 @@ pub fn allocate(
                 counters::count(NAT_PORT_RECLAIMED);
                 return Some(src);
             }
-            Claim::Taken | Claim::Full | Claim::Busy | Claim::Evicted => {}
+            Claim::Taken | Claim::Full | Claim::Busy | Claim::Evicted | Claim::Displaced => {}
         }
         // off < total and stride < total: one subtraction wraps.
         off += stride;

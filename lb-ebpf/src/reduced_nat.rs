@@ -1,7 +1,7 @@
 //! Reduced programs for the nat new flow's two cold misses (`LB_FLOWS`, then `LB_NAT`;
-//! BENCHMARKS.md §1, "Issue 9, round 7"): what placed between two independent cold
-//! reads keeps them from overlapping, and the real lookup/claim pair in two orders.
-//! Benchmark only (`lb-components`), never attached.
+//! docs/internals/benchmark-log.md §1, "Issue 9, round 7"): what placed between two
+//! independent cold reads keeps them from overlapping, and the real lookup/claim pair in
+//! two orders. Benchmark only (`lb-components`), never attached.
 
 use aya_ebpf::{btf_maps::Array, macros::btf_map, macros::xdp, programs::XdpContext};
 use lb_common::{hash::table_hash, maps::NatValue};

@@ -19,7 +19,10 @@ use core::{
 
 use lb_common::{
     maps::FlowKey,
-    table::{Bucket, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS, free_word, live_word},
+    table::{
+        Bucket, PENDING_WAYS_MAX, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS,
+        free_word, live_word,
+    },
 };
 
 /// A table: its map and its hash.
@@ -32,6 +35,14 @@ pub trait Table {
     /// Bucket `index` (one inlined array lookup).
     fn at(index: u32) -> Option<*mut Bucket<Self::Value>>;
 }
+
+// [`claim_admitted`]'s ranks of the ways it may take when none is free: a way
+// `reusable` lets go (the first), else an unconfirmed entry's (the oldest), else a
+// confirmed entry's idle at least `limit` (idle longest; age + 1, so 0 is none).
+const RANK_REUSABLE: u64 = 3 << 62;
+const RANK_PENDING: u64 = 2 << 62;
+/// Ages kept below the class bits (36 years of nanoseconds).
+const RANK_AGE: u64 = (1 << 60) - 1;
 
 /// [`find`]'s answer when the key is absent.
 pub const NOT_FOUND: u64 = u64::MAX;
@@ -91,6 +102,8 @@ pub enum Claim {
     /// Every way held a live entry of another key that `reusable` keeps, and (the
     /// caller allowed eviction) the one `age` called oldest now holds the value.
     Evicted,
+    /// An unconfirmed entry (`claim_admitted`'s `pending`) gave its way to the value.
+    Displaced,
 }
 
 impl Claim {
@@ -109,6 +122,7 @@ impl Claim {
             2 => Claim::Taken,
             3 => Claim::Full,
             5 => Claim::Evicted,
+            6 => Claim::Displaced,
             _ => Claim::Busy,
         }
     }
@@ -262,7 +276,7 @@ fn clear<V>(s: *mut Slot<V>) {
 /// whose entry `reusable` lets go (`reusable(value, key)`). A present key is replaced
 /// only when `replace` lets its own entry go (`replace(value, key)`). With `evict`, a bucket
 /// full of kept entries gives the way whose entry has the largest `age` (idle longest)
-/// to the key. Never waits.
+/// to the key. Never waits. (The table of entries that are never evicted: nat's.)
 #[inline(always)]
 pub fn claim<T: Table>(
     key: &FlowKey,
@@ -270,6 +284,33 @@ pub fn claim<T: Table>(
     replace: impl Fn(&T::Value, &FlowKey) -> bool,
     reusable: impl Fn(&T::Value, &FlowKey) -> bool,
     evict: Option<impl Fn(&T::Value) -> u64>,
+) -> Claim {
+    claim_admitted::<T>(key, value, replace, reusable, evict, |_| false, 0)
+}
+
+/// [`claim`] with unconfirmed entries admitted apart (`LB_FLOWS`' handshakes, as
+/// conntrack and Cilium keep unconfirmed entries apart from confirmed ones): an entry
+/// is unconfirmed when `pending` says so; the new one is unconfirmed when `limit` is not
+/// 0, and may then take a confirmed entry's way only if that entry's `age` is at least
+/// `limit` (`u64::MAX`: never).
+///
+/// - A new unconfirmed entry takes a free way only while fewer than
+///   [`PENDING_WAYS_MAX`] ways of the bucket hold live unconfirmed entries that
+///   `reusable` keeps; past that share it takes a reusable way, else the oldest
+///   unconfirmed entry's (`Displaced`): the free ways stay for confirmed flows.
+/// - With no free way, a reusable way goes first, then the oldest unconfirmed entry's
+///   (`Displaced`), then the confirmed entry idle longest (`Evicted`) — for a new
+///   unconfirmed entry only one idle at least `limit`. Else the new entry is refused
+///   (`Full`).
+#[inline(always)]
+pub fn claim_admitted<T: Table>(
+    key: &FlowKey,
+    value: &T::Value,
+    replace: impl Fn(&T::Value, &FlowKey) -> bool,
+    reusable: impl Fn(&T::Value, &FlowKey) -> bool,
+    evict: Option<impl Fn(&T::Value) -> u64>,
+    pending: impl Fn(&T::Value) -> bool,
+    limit: u64,
 ) -> Claim {
     let hash = T::hash(key);
     let Some(b) = T::at(T::index(hash)) else {
@@ -279,18 +320,19 @@ pub fn claim<T: Table>(
     if !lock(way0) {
         return Claim::Busy;
     }
-    // Way numbers, not pointers: fewer registers to keep across the loop.
-    let mut free = TABLE_WAYS;
-    let mut spent = TABLE_WAYS;
-    let mut oldest = 0;
-    let mut oldest_age = 0;
+    // Way numbers, not pointers, in one register (the frame has no room for more
+    // kept across the loop): the first free way (bits 0..4), the way to take when none
+    // is free (bits 4..8, by `victim_rank`: one rank, not a way and an age per kind; 0:
+    // none), and the count of unconfirmed entries (from bit 8). `TABLE_WAYS`: none.
+    let mut at = TABLE_WAYS | (TABLE_WAYS << 4);
+    let mut victim_rank = 0u64;
     let mut outcome = Claim::Full;
     let mut w = 0;
     while w < TABLE_WAYS {
         let s = way(b, w);
         if word(s) & SLOT_LIVE == 0 {
-            if free == TABLE_WAYS {
-                free = w;
+            if at & 0xf == TABLE_WAYS {
+                at = (at & !0xf) | w;
             }
         } else {
             // SAFETY: bucket held: no other writer; the value's fields may still be
@@ -305,27 +347,47 @@ pub fn claim<T: Table>(
                 };
                 break;
             }
-            if spent == TABLE_WAYS && reusable(v, k) {
-                spent = w;
-            }
-            if let Some(age) = &evict {
-                let a = age(v);
-                if a > oldest_age {
-                    oldest_age = a;
-                    oldest = w;
+            let rank = if reusable(v, k) {
+                RANK_REUSABLE
+            } else if let Some(age) = &evict {
+                let a = age(v) & RANK_AGE;
+                if pending(v) {
+                    at += 1 << 8;
+                    RANK_PENDING | a
+                } else if a >= limit {
+                    a + 1
+                } else {
+                    0
                 }
+            } else {
+                0
+            };
+            if rank > victim_rank {
+                victim_rank = rank;
+                at = (at & !0xf0) | (w << 4);
             }
         }
         w += 1;
     }
     if outcome == Claim::Full {
-        let target = if free < TABLE_WAYS { free } else { spent };
+        // Past its share an unconfirmed newcomer leaves the free ways to confirmed flows:
+        // it takes a reusable way, else the oldest unconfirmed entry's.
+        let free = at & 0xf;
+        let crowded = limit != 0 && at >> 8 >= PENDING_WAYS_MAX;
+        let target = if free < TABLE_WAYS && !crowded {
+            free
+        } else {
+            (at >> 4) & 0xf
+        };
         if target < TABLE_WAYS {
             write(way(b, target), key, value, hash);
-            outcome = Claim::Fresh;
-        } else if evict.is_some() {
-            write(way(b, oldest), key, value, hash);
-            outcome = Claim::Evicted;
+            outcome = if target == free || victim_rank >= RANK_REUSABLE {
+                Claim::Fresh
+            } else if victim_rank >= RANK_PENDING {
+                Claim::Displaced
+            } else {
+                Claim::Evicted
+            };
         }
     }
     unlock(way0);
@@ -359,8 +421,8 @@ pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
 /// used (BPF has no prefetch instruction; a load nobody waits for is the nearest
 /// thing). Back to back in one assembly block, both addresses computed before the
 /// first load: on this machine a cold read overlaps a later one only if a few dozen
-/// instructions separate them (BENCHMARKS.md §1, "Issue 9, round 7"), and LLVM would
-/// otherwise compute the second address between the two.
+/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7"), and
+/// LLVM would otherwise compute the second address between the two.
 #[inline(always)]
 pub fn prefetch2<A: Table, B: Table>(a: &FlowKey, b: &FlowKey) {
     let (Some(ba), Some(bb)) = (A::at(A::index(A::hash(a))), B::at(B::index(B::hash(b)))) else {

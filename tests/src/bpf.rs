@@ -11,7 +11,9 @@ use aya::{
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_agent::dataplane::{
+    MapSizes,
     maglev_pool::{Pool, pair_blocks},
+    sizing::random_seeds,
     vip_index,
 };
 use lb_common::{
@@ -25,8 +27,8 @@ use lb_common::{
         ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
     table::{
-        FLOW_BUCKETS, FlowBucket, FlowSlot, NAT_BUCKETS, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK,
-        find_way, flow_bucket, flow_table_hash, free_word, live_word, nat_bucket, nat_hash,
+        FlowBucket, FlowSlot, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK, TableLayout, find_way,
+        free_word, live_word,
     },
 };
 
@@ -95,12 +97,24 @@ pub struct Lb {
     /// service id's pair of tables: (base block, size).
     pool: Pool,
     pairs: BTreeMap<u32, (u32, u32)>,
+    /// The sizes and table layout it was loaded with.
+    sizes: MapSizes,
 }
 
 impl Lb {
-    /// Loads `lb_agent::EBPF_OBJECT` and its programs (this runs the verifier).
+    /// Loads `lb_agent::EBPF_OBJECT` and its programs (this runs the verifier),
+    /// with the compiled sizes and fresh secret table seeds, as a first start does.
     pub fn load() -> Self {
-        let mut ebpf = EbpfLoader::new()
+        let (flow, nat) = random_seeds().expect("getrandom");
+        Self::load_sized(MapSizes::default().with_seeds(flow, nat))
+    }
+
+    /// [`Lb::load`] with the maps sized and the tables laid out by `sizes` (as the
+    /// agent's loader does: `MapSizes::apply`).
+    pub fn load_sized(sizes: MapSizes) -> Self {
+        let mut loader = EbpfLoader::new();
+        sizes.apply(&mut loader);
+        let mut ebpf = loader
             .load(lb_agent::EBPF_OBJECT)
             .unwrap_or_else(|e| panic!("loading the eBPF object failed: {e:#?}"));
         for name in [
@@ -136,7 +150,41 @@ impl Lb {
             vip_table: None,
             pool: Pool::new(MAGLEV_BLOCKS),
             pairs: BTreeMap::new(),
+            sizes,
         }
+    }
+
+    /// The tables' layout (bucket counts, seeds) the program was loaded with.
+    pub fn layout(&self) -> TableLayout {
+        self.sizes.tables()
+    }
+
+    /// The sizes the maps were loaded with.
+    pub fn sizes(&self) -> MapSizes {
+        self.sizes
+    }
+
+    /// Map `name` as the kernel created it: (max_entries, bytes it charges, from
+    /// `memlock:` in the descriptor's `/proc/self/fdinfo`).
+    pub fn map_footprint(&self, name: &str) -> (u32, u64) {
+        use std::os::fd::{AsFd, AsRawFd};
+        let map = self.ebpf.map(name).unwrap_or_else(|| panic!("map {name}"));
+        let data = match map {
+            aya::maps::Map::Array(d)
+            | aya::maps::Map::LruHashMap(d)
+            | aya::maps::Map::PerCpuArray(d) => d,
+            _ => panic!("{name}: not an array or LRU hash"),
+        };
+        let entries = data.info().expect("map info").max_entries();
+        let fd = data.fd().as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+            .expect("reading the map's fdinfo");
+        let memlock = info
+            .lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no memlock in fdinfo: {info}"));
+        (entries, memlock)
     }
 
     /// Runs program `name` once on `packet`.
@@ -490,12 +538,45 @@ impl Lb {
     /// Live entries in `LB_FLOWS` (every bucket read: a fraction of a second).
     pub fn flow_count(&self) -> usize {
         let map = self.flow_map();
-        (0..FLOW_BUCKETS)
+        (0..self.layout().flow_buckets)
             .map(|i| {
                 let b = map.get(&i, 0).expect("reading LB_FLOWS");
                 b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
             })
             .sum()
+    }
+
+    /// Every live flow of `LB_FLOWS`, bucket by bucket.
+    pub fn for_each_flow(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) {
+        let map = self.flow_map();
+        for i in 0..self.layout().flow_buckets {
+            let b = map.get(&i, 0).expect("reading LB_FLOWS");
+            for s in b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0) {
+                f(&s.key, &s.value);
+            }
+        }
+    }
+
+    /// Copies the live flows of `from`'s `LB_FLOWS` into this object's, as a restarted
+    /// agent copies a previous program's table of another size
+    /// (`lb_agent::dataplane::tables::copy_flows`).
+    pub fn copy_flows_from(&mut self, from: &Lb) -> lb_agent::dataplane::tables::Copied {
+        let id = match from.ebpf.map(map_names::FLOWS).expect("LB_FLOWS") {
+            aya::maps::Map::Array(d) => d.info().expect("map info").id(),
+            _ => panic!("LB_FLOWS is an array"),
+        };
+        let old = aya::maps::MapData::from_id(id).expect("opening LB_FLOWS by id");
+        let layout = self.layout();
+        let new = self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS");
+        lb_agent::dataplane::tables::copy_flows(old, new, &layout).expect("copying")
+    }
+
+    /// Writes bucket `index` of `LB_FLOWS` whole (its ways as given: the caller sets
+    /// their words, e.g. with `live_word` and the layout's hash).
+    pub fn set_flow_bucket(&mut self, index: u32, bucket: &FlowBucket) {
+        self.flow_map_mut()
+            .set(index, bucket, 0)
+            .expect("writing LB_FLOWS");
     }
 
     fn flow_map(&self) -> Array<&aya::maps::MapData, FlowBucket> {
@@ -509,7 +590,7 @@ impl Lb {
 
     /// `key`'s `LB_FLOWS` bucket, with its index.
     pub fn flow_bucket_of(&self, key: &FlowKey) -> (u32, FlowBucket) {
-        let index = flow_bucket(key);
+        let index = self.layout().flow_bucket(key);
         (
             index,
             self.flow_map().get(&index, 0).expect("reading LB_FLOWS"),
@@ -519,9 +600,10 @@ impl Lb {
     /// Writes way `way` of `LB_FLOWS` bucket `index` as the program publishes a slot
     /// (live, next generation; way 0's lock bit is left as it was).
     pub fn write_flow_way(&mut self, index: u32, way: usize, key: FlowKey, value: FlowValue) {
+        let hash = self.layout().flow_hash(&key);
         let mut map = self.flow_map_mut();
         let mut bucket = map.get(&index, 0).expect("reading LB_FLOWS");
-        let word = live_word(bucket.ways[way].word, flow_table_hash(&key));
+        let word = live_word(bucket.ways[way].word, hash);
         bucket.ways[way] = FlowSlot { word, key, value };
         map.set(index, &bucket, 0).expect("writing LB_FLOWS");
     }
@@ -529,7 +611,7 @@ impl Lb {
     /// Live entries in `LB_NAT` (every bucket read: a fraction of a second).
     pub fn nat_count(&self) -> usize {
         let map = self.nat_map();
-        (0..NAT_BUCKETS)
+        (0..self.layout().nat_buckets)
             .map(|i| {
                 let b = map.get(&i, 0).expect("reading LB_NAT");
                 b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
@@ -547,7 +629,7 @@ impl Lb {
 
     /// `key`'s `LB_NAT` bucket, with its index.
     pub fn nat_bucket_of(&self, key: &FlowKey) -> (u32, NatBucket) {
-        let index = nat_bucket(key);
+        let index = self.layout().nat_bucket(key);
         (
             index,
             self.nat_map().get(&index, 0).expect("reading LB_NAT"),
@@ -557,9 +639,10 @@ impl Lb {
     /// Writes way `way` of `LB_NAT` bucket `index` as the program publishes a slot
     /// (live, next generation; way 0's lock bit is left as it was).
     pub fn write_nat_way(&mut self, index: u32, way: usize, key: FlowKey, value: NatValue) {
+        let hash = self.layout().nat_hash(&key);
         let mut map = self.nat_map_mut();
         let mut bucket = map.get(&index, 0).expect("reading LB_NAT");
-        let word = live_word(bucket.ways[way].word, nat_hash(&key));
+        let word = live_word(bucket.ways[way].word, hash);
         bucket.ways[way] = NatSlot { word, key, value };
         map.set(index, &bucket, 0).expect("writing LB_NAT");
     }

@@ -46,4 +46,5 @@ pub mod topology;
 pub mod traffic;
 pub mod tunnel_bed;
 pub mod unit_file;
+pub mod upgrade;
 pub mod vips_bench;

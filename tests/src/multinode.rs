@@ -489,7 +489,8 @@ impl HopWatch {
     }
 }
 
-fn start_bird(ns: &NetNs, label: &str, conf: &Path, socket: &Path) -> Result<NsProcess, Error> {
+/// Starts `bird -f -c CONF -s SOCKET` in `ns`; ready once its control socket exists.
+pub fn start_bird(ns: &NetNs, label: &str, conf: &Path, socket: &Path) -> Result<NsProcess, Error> {
     let bird = which("bird")?;
     let args = [
         "-f".to_string(),

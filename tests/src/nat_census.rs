@@ -21,7 +21,7 @@ use lb_common::{
         nat_backend_time_wait, nat_owned_by, nat_reclaimable,
     },
     nat_stride,
-    table::{NAT_BUCKETS, NatBucket, SLOT_LIVE},
+    table::{NatBucket, SLOT_LIVE},
 };
 
 /// What holds one candidate pair of a client 5-tuple toward one backend.
@@ -114,7 +114,7 @@ fn read_newest() -> Result<Vec<(FlowKey, NatValue)>, CensusError> {
     let map: Array<MapData, NatBucket> =
         Array::try_from(Map::Array(data)).map_err(|e| CensusError::Map(e.to_string()))?;
     let mut out = Vec::new();
-    for i in 0..NAT_BUCKETS {
+    for i in 0..map.len() {
         let b = map
             .get(&i, 0)
             .map_err(|e| CensusError::Map(e.to_string()))?;

@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tunnel`] ipip/gue and `lb_decap`,
+//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tables`] the tables' load-time sizes and seeds, [`flood`] SYN floods against established flows, [`tunnel`] ipip/gue and `lb_decap`,
 //! and [`testbed`] the probe bench's SYN responder (files under `bpf_fixtures/`).
 
 #[path = "bpf_fixtures/cache.rs"]
@@ -17,6 +17,8 @@ mod cache;
 mod dsr;
 #[path = "bpf_fixtures/fixture.rs"]
 mod fixture;
+#[path = "bpf_fixtures/flood.rs"]
+mod flood;
 #[path = "bpf_fixtures/flow_table.rs"]
 mod flow_table;
 #[path = "bpf_fixtures/flows.rs"]
@@ -47,6 +49,8 @@ mod split;
 mod stack;
 #[path = "bpf_fixtures/syn_resend.rs"]
 mod syn_resend;
+#[path = "bpf_fixtures/tables.rs"]
+mod tables;
 #[path = "bpf_fixtures/testbed.rs"]
 mod testbed;
 #[path = "bpf_fixtures/tunnel.rs"]

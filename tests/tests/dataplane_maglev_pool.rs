@@ -98,7 +98,7 @@ fn pairs_follow_sizes_and_survive_an_adopting_restart() {
         .collect();
     let adopted = AdoptedMaps {
         maps,
-        fresh: Vec::new(),
+        ..AdoptedMaps::default()
     };
     let mut second = BpfDataplane::load_with(Some(&adopted), None).expect("adopting");
     drop(first);

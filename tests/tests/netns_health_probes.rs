@@ -3,7 +3,8 @@
 //! `fails × (interval + timeout)` (+ 1 s), while the healthy servers stay `up`.
 //! - tcp: the server is killed (connection refused);
 //! - udp (`send` / `expect`): one responder answers the wrong text, one falls silent,
-//!   one is killed (ICMP port unreachable);
+//!   one is killed (ICMP port unreachable); with `max_response = 0` (no reply read) a
+//!   killed one still fails on the port unreachable, a silent one stays up;
 //! - icmp: the backend's namespace ignores echo requests; icmp ignores ports, so a
 //!   backend whose service port is closed stays up.
 
@@ -175,6 +176,45 @@ fn health_udp_probe_detects_wrong_silent_and_closed_responders() {
          fails 2; bound {}):\n  {}",
         secs((probe.detection_bound() + MARGIN).as_secs_f64()),
         lines.join("\n  ")
+    );
+}
+
+/// `max_response = 0` reads no reply, but the probe still waits its timeout for the ICMP
+/// port unreachable of a closed port (a probe that stopped after its send checked
+/// nothing): the killed responder turns unhealthy, a silent one and an answering one stay
+/// up.
+#[test]
+fn health_udp_probe_without_reading_a_reply_still_detects_a_closed_port() {
+    let probe = Probe::new("udp", ProbeKind::Udp, INTERVAL, TIMEOUT, 2, 2)
+        .key("send = \"ping\\r\\n\"")
+        .key("max_response = 0");
+    let service = |topo: &Topology| {
+        let backends = scenario::weighted(topo, &[1, 1, 1]);
+        with_health(
+            scenario::udp_service(topo, &backends),
+            &["max_fails = 0"],
+            std::slice::from_ref(&probe),
+        )
+    };
+    let mut s = setup(74, 3, service, "dns", BACKEND_UDP_PORT);
+    let a = addrs(&s.topo, BACKEND_UDP_PORT);
+    s.servers.control("b1", "udp silent");
+    let t_kill = s.servers.kill("b2").expect("killing b2's server");
+    let (took, last) = expect_unhealthy(&s, "dns", a[1], t_kill, &probe, "closed port");
+    assert!(
+        last.contains("unreachable"),
+        "the closed port's ICMP error fails the probe: {last:?}"
+    );
+    // Two more probe rounds: the silent and the answering responder stay up.
+    std::thread::sleep(2 * INTERVAL + TIMEOUT);
+    assert_up(&s, "dns", a[0], "udp silent, max_response = 0");
+    assert_up(&s, "dns", a[2], "udp answering, max_response = 0");
+    println!(
+        "udp probe (send \"ping\\r\\n\", max_response = 0, interval 1 s, timeout 500 ms, \
+         fails 2): b2 killed -> unhealthy after {} (bound {}), last result {last:?}; silent b1 \
+         and answering b3 up",
+        secs(took),
+        secs((probe.detection_bound() + MARGIN).as_secs_f64())
     );
 }
 

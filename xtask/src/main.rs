@@ -1,5 +1,5 @@
-//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, dist, test, run,
-//! bench, fuzz.
+//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, prev-release, dist,
+//! test, run, bench, fuzz.
 //!
 //! Every command first makes sure the toolchains are complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
@@ -7,6 +7,7 @@
 
 mod dist;
 mod pins;
+mod prev_release;
 mod setup;
 mod supply_chain;
 
@@ -37,6 +38,9 @@ enum Cmd {
     BuildEbpf,
     /// Build the product (release): target/release/lb-agent, the one file to run.
     Build,
+    /// Build the previous release's lb-agent (the commit in tests/previous-release) for
+    /// the upgrade scenario, into target/prev-release/<commit>/ (once; `test` does it too).
+    PrevRelease,
     /// Build and pack the product: a Debian package, a tarball and the split-off debug
     /// info in target/dist.
     Dist,
@@ -91,6 +95,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::Build => {
             setup::run(&root, false)?;
             cargo(&["build", "--release", "-p", "lb-agent"])
+        }
+        Cmd::PrevRelease => {
+            setup::run(&root, false)?;
+            prev_release::build(&root, &target_dir(&root)).map(|_| ())
         }
         Cmd::Dist => {
             setup::run(&root, false)?;
@@ -207,6 +215,9 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     // and the package the packaging test installs (target/dist).
     cargo(&["build", "--workspace", "--bins"])?;
     dist::run(root, &target_dir(root))?;
+    // The previous release the upgrade scenario replaces and rolls back to (built once,
+    // minutes; outside the test's own timeouts).
+    prev_release::build(root, &target_dir(root))?;
     let mut root_tests = vec!["test", "-p", "lb-tests"];
     root_tests.extend(extra.iter().map(String::as_str));
     // Scenarios measure detection and balance: one at a time on a 2-core machine.

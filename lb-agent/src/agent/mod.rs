@@ -13,6 +13,7 @@ mod local_faults;
 mod neighbors;
 mod ordered_join;
 mod passive_kept;
+mod probe_durations;
 mod publish_retry;
 mod report_routes;
 mod resolve;
@@ -90,6 +91,8 @@ struct ServiceRt {
     /// Servers whose health changed since the last recompute: when they are all that
     /// changed, membership and the publish are updated for them alone.
     changed_health: Vec<SocketAddr>,
+    /// Probe durations over all servers, by probe (`/metrics`).
+    probe_durations: probe_durations::ProbeDurations,
 }
 
 impl ServiceRt {
@@ -160,6 +163,8 @@ pub struct MembershipWork {
 pub struct Environment {
     pub interface: String,
     pub xdp_mode: String,
+    /// The tables' sizes as loaded.
+    pub tables: crate::status::TablesStatus,
 }
 
 /// The agent.
@@ -532,6 +537,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                         marked: false,
                         marked_whole: false,
                         changed_health: Vec::new(),
+                        probe_durations: Default::default(),
                     }
                 }
             };
@@ -581,6 +587,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         start: StartState,
         now: Instant,
     ) -> ServerRt {
+        // A spare takes traffic only once every probe has passed (Angie), also at start.
+        let start = if start == StartState::New && conf.spare && conf.backup == 0 {
+            StartState::NewSpare
+        } else {
+            start
+        };
         let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
         self.passive_kept.restore(&svc.name, addr, &mut health, now);
         let signals = Arc::new(SharedSignals::new(health.usable()));
@@ -729,6 +741,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let Some(server) = svc.servers.at_mut(index) else {
                 continue;
             };
+            if !report.outcome.local {
+                svc.probe_durations.observe(
+                    &svc.cfg.probes,
+                    report.probe,
+                    report.outcome.duration.as_secs_f64(),
+                );
+            }
             if report.outcome.local {
                 svc.local_faults.note(&report.outcome.detail, report.at);
                 self.local_faults.record(

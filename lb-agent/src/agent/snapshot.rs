@@ -68,6 +68,7 @@ struct Scalar {
     downtime_ms: u64,
     downstart: Option<Instant>,
     stats: Stats,
+    active_flows: Option<u64>,
 }
 
 impl Inputs {
@@ -234,6 +235,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         })
         .unwrap_or_default();
 
+    let census = agent.dp.table_census();
     let mut rebuilt = 0;
     let services = agent
         .services
@@ -306,6 +308,13 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
                             bytes: bstats.bytes,
                             flows: bstats.new_flows,
                         },
+                        active_flows: census.as_ref().map(|c| {
+                            let by = match svc.cfg.forwarding {
+                                crate::config::Forwarding::Nat => &c.nat_by_backend,
+                                crate::config::Forwarding::Dsr => &c.flows_by_backend,
+                            };
+                            backend.map_or(0, |(id, _)| by.get(&id).copied().unwrap_or(0))
+                        }),
                     };
                     if !entry.inputs.as_ref().is_some_and(|k| k.same(&scalar, s)) {
                         entry.record = Arc::new(record(&scalar, s, &at));
@@ -344,6 +353,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
                     .live_table(&svc.cfg.name)
                     .map_or(0, |(t, _)| t.len() as u32),
                 stats,
+                probe_durations: svc.probe_durations.status(),
                 servers,
             }
         })
@@ -354,6 +364,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         build: crate::build_info::current(),
         interface: agent.env.interface.clone(),
         xdp_mode: agent.env.xdp_mode.clone(),
+        tables: agent.env.tables.clone(),
         services,
         counters,
         propagation: agent.propagation.clone(),
@@ -361,6 +372,14 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         passive_events: agent.passive.clone(),
         local_faults: agent.local_faults.status(now, at),
         publish: agent.publish_retry.status(now),
+        occupancy: census.map(|c| crate::status::TablesOccupancy {
+            flow_entries: c.flow_entries,
+            flow_capacity: c.flow_capacity,
+            nat_entries: c.nat_entries,
+            nat_capacity: c.nat_capacity,
+            scan_seconds: c.scan.as_secs_f64(),
+            age_seconds: c.taken.elapsed().as_secs_f64(),
+        }),
         announce: {
             let mut a = agent.announcer.status();
             a.quiet_seconds = agent
@@ -434,6 +453,7 @@ fn record(scalar: &Scalar, s: &ServerRt, at: &impl Fn(Instant) -> String) -> Ser
             probes,
         },
         stats: scalar.stats,
+        active_flows: scalar.active_flows,
         // Made of `configured`, `weight`, `spare` and `admin` (in `Scalar`).
         differs_from_config: s.differs_from_config(),
     }

@@ -47,11 +47,14 @@ pub fn render(snap: &Snapshot) -> String {
         1.0,
     );
 
+    for f in super::families::FAMILIES {
+        family(o, f, &snap.counters);
+    }
     header(
         o,
         "lb_dataplane_packets_total",
         "counter",
-        "XDP outcomes and flow events by counter",
+        "DEPRECATED, removed in the next release: the same counters by name in one family (use lb_packets_{forwarded,passed,dropped}_total and the event families)",
     );
     for (name, value) in &snap.counters {
         line(
@@ -61,6 +64,7 @@ pub fn render(snap: &Snapshot) -> String {
             *value as f64,
         );
     }
+    tables(o, snap.occupancy.as_ref());
 
     header(
         o,
@@ -241,9 +245,15 @@ pub fn render(snap: &Snapshot) -> String {
     );
     header(
         o,
-        "lb_probe_duration_seconds",
+        "lb_probe_last_duration_seconds",
         "gauge",
-        "duration of the last probe",
+        "duration of the server's last probe",
+    );
+    header(
+        o,
+        "lb_server_active_flows",
+        "gauge",
+        "flows pinned to the server that are still open (nat: its connection has not closed; dsr: a packet within the flow idle timeout), sampled every few seconds; 0 after a drain means the server is free",
     );
     for s in &snap.services {
         for srv in &s.servers {
@@ -272,17 +282,117 @@ pub fn render(snap: &Snapshot) -> String {
                 line(o, "lb_probe_consecutive_failures", &pl, p.fails as f64);
                 line(
                     o,
-                    "lb_probe_duration_seconds",
+                    "lb_probe_last_duration_seconds",
                     &pl,
                     p.last_duration_ms / 1000.0,
                 );
             }
+            if let Some(n) = srv.active_flows {
+                line(o, "lb_server_active_flows", &l, n as f64);
+            }
         }
     }
+    probe_durations(o, &snap.services);
     if snap.announce.enabled {
         announce(o, &snap.announce);
     }
     out
+}
+
+/// One family of the regrouped data-plane counters.
+fn family(
+    o: &mut String,
+    f: &super::families::Family,
+    counters: &std::collections::BTreeMap<String, u64>,
+) {
+    header(o, f.name, "counter", f.help);
+    for (counter, value) in f.members {
+        let v = counters.get(*counter).copied().unwrap_or(0) as f64;
+        if f.label.is_empty() {
+            line(o, f.name, &[], v);
+        } else {
+            line(o, f.name, &[(f.label, value)], v);
+        }
+    }
+}
+
+/// The flow and nat tables' occupancy, as last sampled (docs/metrics.md).
+fn tables(o: &mut String, t: Option<&crate::status::TablesOccupancy>) {
+    let Some(t) = t else {
+        return;
+    };
+    for (name, help, v) in [
+        (
+            "lb_flow_table_entries",
+            "flows held in the flow table (not yet idle or failed), sampled",
+            t.flow_entries,
+        ),
+        (
+            "lb_flow_table_capacity",
+            "ways of the flow table (sized for a quarter of them live)",
+            t.flow_capacity,
+        ),
+        (
+            "lb_nat_table_entries",
+            "nat entries whose source port is held (not yet reclaimable), sampled",
+            t.nat_entries,
+        ),
+        (
+            "lb_nat_table_capacity",
+            "ways of the nat table",
+            t.nat_capacity,
+        ),
+    ] {
+        header(o, name, "gauge", help);
+        line(o, name, &[], v as f64);
+    }
+    header(
+        o,
+        "lb_table_sample_duration_seconds",
+        "gauge",
+        "how long the last scan of the flow and nat tables took",
+    );
+    line(o, "lb_table_sample_duration_seconds", &[], t.scan_seconds);
+    header(
+        o,
+        "lb_table_sample_age_seconds",
+        "gauge",
+        "age of the table figures (sampled every few seconds)",
+    );
+    line(o, "lb_table_sample_age_seconds", &[], t.age_seconds);
+}
+
+/// Probe durations per service and probe (all servers together).
+fn probe_durations(o: &mut String, services: &[crate::status::ServiceStatus]) {
+    let name = "lb_probe_duration_seconds";
+    header(
+        o,
+        name,
+        "histogram",
+        "probe durations of the service's servers, by probe",
+    );
+    for s in services {
+        for (probe, h) in &s.probe_durations {
+            let l = [("service", s.name.as_str()), ("probe", probe.as_str())];
+            let mut cumulative = 0;
+            for (i, count) in h.counts.iter().enumerate() {
+                cumulative += count;
+                let le = h
+                    .bounds
+                    .get(i)
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| "+Inf".into());
+                line(
+                    o,
+                    &format!("{name}_bucket"),
+                    &[l[0], l[1], ("le", &le)],
+                    cumulative as f64,
+                );
+            }
+            line(o, &format!("{name}_sum"), &l, h.sum);
+            line(o, &format!("{name}_count"), &l, h.count as f64);
+        }
+    }
 }
 
 /// VIP announcement (docs/multi-node.md): one series per VIP and BGP protocol.

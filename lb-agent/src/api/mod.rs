@@ -7,6 +7,7 @@
 
 mod auth;
 mod counters;
+mod families;
 mod limits;
 mod metrics;
 mod page;

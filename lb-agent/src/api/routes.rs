@@ -46,6 +46,7 @@ async fn agent(State(st): State<ApiState>) -> Response {
         "build": snap.build,
         "interface": snap.interface,
         "xdp_mode": snap.xdp_mode,
+        "tables": snap.tables,
     }))
     .into_response()
 }

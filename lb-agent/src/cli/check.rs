@@ -18,6 +18,7 @@ pub fn check(path: &Path) -> anyhow::Result<ExitCode> {
         local_addresses: Some(lb_agent::host::local_addresses().map_err(|e| e.to_string())),
         ephemeral_ports: lb_agent::host::ephemeral_ports().ok(),
         raw_tcp_socket: Some(lb_agent::probe::syn::raw_socket_opens()),
+        memory: lb_agent::dataplane::sizing::host_memory(),
     };
     for line in config::render(&cfg, path, &host) {
         println!("{line}");

@@ -47,6 +47,33 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Where the agent run with the config file `path` serves its API: its `api_socket`,
+    /// or, when that is disabled (`""`), its `api_listen` over TCP with the token of its
+    /// `api_token_file` (when this user can read it: reads need none).
+    pub fn from_config(path: &Path) -> anyhow::Result<Target> {
+        let cfg = lb_agent::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(socket) = cfg.agent.api_socket {
+            return Ok(Target::Socket(socket));
+        }
+        let Some(listen) = cfg.agent.api_listen else {
+            bail!(
+                "{} disables both api_socket and api_listen: the agent serves no API",
+                path.display()
+            );
+        };
+        let token = cfg
+            .agent
+            .api_token_file
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| t.trim().to_string());
+        Ok(Target::Tcp {
+            base: format!("http://{listen}"),
+            token,
+        })
+    }
+}
+
 /// Sends one request to `target` + `path` and returns (status, body).
 pub async fn request(
     target: &Target,

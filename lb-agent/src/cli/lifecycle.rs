@@ -10,7 +10,9 @@ use lb_agent::dataplane::{
     owner,
     pin::{self, PinDir},
     previous::{self, AttachedProgram},
+    schema, tables,
 };
+use lb_common::table::TableLayout;
 use tracing::{error, info, warn};
 
 /// The loaded (not yet attached) data plane and what it took over.
@@ -55,6 +57,16 @@ pub fn prepare(
         None => (None, None),
     };
     let previous = previous::attached_program(ifindex, interface)?;
+    // The tables' seeds are the install's: a restart finds them in the running
+    // program's `LB_CONFIG` (a first start, or `--reset`, draws new ones).
+    let old_tables = match &previous {
+        Some(p) if p.is_ours() && !reset => Some(
+            tables::previous_tables(p)
+                .with_context(|| format!("reading the table layout of program id {}", p.id))?,
+        ),
+        _ => None,
+    };
+    let sizes = tables::with_seeds(sizes, old_tables.as_ref())?;
     let maps = match &previous {
         Some(p) if !p.is_ours() => return Err(p.in_the_way(interface).into()),
         Some(p) if reset => {
@@ -67,13 +79,50 @@ pub fn prepare(
             None
         }
         Some(p) => Some(
-            previous::adopt_maps(p, lb_agent::EBPF_OBJECT, sizes)
-                .with_context(|| format!("adopting the maps of program id {}", p.id))?,
+            previous::adopt_maps(
+                p,
+                lb_agent::EBPF_OBJECT,
+                sizes,
+                old_tables
+                    .as_ref()
+                    .map_or(TableLayout::BUILT_IN, |t| t.layout),
+            )
+            .with_context(|| format!("adopting the maps of program id {}", p.id))?,
         ),
         None => None,
     };
-    let dp =
+    let mut dp =
         BpfDataplane::load_sized(maps.as_ref(), pins, sizes).context("loading the XDP program")?;
+    if let (Some(old), Some(m)) = (old_tables, &maps) {
+        let was = old.layout;
+        for (map, copied) in dp
+            .copy_tables(old, m)
+            .context("copying the previous flow and nat tables")?
+        {
+            info!(
+                map,
+                kept = copied.kept,
+                dropped = copied.dropped,
+                incompatible = copied.incompatible,
+                was_buckets = if map == lb_common::map_names::FLOWS {
+                    was.flow_buckets
+                } else {
+                    was.nat_buckets
+                },
+                "table resized or re-seeded: the previous table's live entries were copied"
+            );
+        }
+    }
+    let layout = sizes.tables();
+    let memory = sizes.table_memory();
+    info!(
+        max_flows = sizes.max_flows(),
+        flow_buckets = layout.flow_buckets,
+        nat_buckets = layout.nat_buckets,
+        source_entries = sizes.source_entries(),
+        memory_mib = memory.total() / (1 << 20),
+        "flow and nat tables"
+    );
     let adopted = if maps.as_ref().is_some_and(|m| !m.maps.is_empty()) {
         dp.published_state().context("reading the adopted state")?
     } else {
@@ -92,7 +141,25 @@ pub fn prepare(
                 "adopted the previous state: the running program's maps are kept"
             );
             for (name, why) in &m.fresh {
-                warn!(map = name, reason = %why, "map not adopted, created fresh");
+                warn!(
+                    map = name,
+                    reason = %why,
+                    consequence = schema::consequence_of(name, why),
+                    "map not adopted, created fresh"
+                );
+            }
+            let fresh: Vec<&str> = m.fresh.iter().map(|(n, _)| *n).collect();
+            let copied: Vec<&str> = m
+                .fresh
+                .iter()
+                .filter(|(n, why)| schema::copies_entries(n) && why.entries_copyable())
+                .map(|(n, _)| *n)
+                .collect();
+            let summary = schema::summary(m.maps.len(), &fresh, &copied, &m.recorded);
+            if fresh.is_empty() {
+                info!("maps adopted: {summary}");
+            } else {
+                warn!("maps adopted: {summary}");
             }
         }
         (Some(p), None) => info!(

@@ -3,6 +3,8 @@
 mod check;
 mod decap;
 mod detach;
+mod doctor;
+mod events;
 mod generate;
 mod http;
 mod lifecycle;
@@ -63,11 +65,25 @@ enum Command {
         #[command(subcommand)]
         action: DecapCommand,
     },
+    /// Check this host before running the balancer: kernel, privileges, the interface and
+    /// its driver, sysctls, addresses, bpffs, BIRD. One line per check (ok, warning,
+    /// blocker, with what to do); exit status 1 when something blocks (docs/doctor.md).
+    Doctor {
+        /// The config the agent will run with (without it, only host-wide checks run).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The interface (overrides `agent.interface`).
+        #[arg(long)]
+        interface: Option<String>,
+    },
     /// Validate a config file and print each probe's detection and recovery bounds.
     CheckConfig {
         /// The config file, e.g. /etc/lb/lb.toml.
-        #[arg(long, short)]
-        config: PathBuf,
+        #[arg(long, short, required_unless_present = "file")]
+        config: Option<PathBuf>,
+        /// The config file, as `--config` (`check-config lb.toml` works too).
+        #[arg(value_name = "FILE", conflicts_with = "config")]
+        file: Option<PathBuf>,
     },
     /// Make the running agent re-read its config file (as SIGHUP does); prints why if
     /// the new file is refused (the running config then stays in force).
@@ -82,6 +98,18 @@ enum Command {
         /// Print the API's JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// The agent's recent state transitions (`GET /api/v1/events`), oldest first.
+    Events {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print the API's JSON instead of one line per transition.
+        #[arg(long, conflicts_with = "follow")]
+        json: bool,
+        /// Keep polling (every second) and print new transitions as they come; stop
+        /// with Ctrl-C.
+        #[arg(long, short)]
+        follow: bool,
     },
     /// This node's VIP announcement to the routers (docs/multi-node.md).
     Node {
@@ -135,28 +163,56 @@ enum DecapCommand {
     },
 }
 
-/// Where the agent's API is (docs/api-security.md).
+/// Where the agent's API is (docs/api-security.md): `--api`, else `--socket`, else the
+/// `--config` file's `api_socket` (or its `api_listen` when the socket is disabled),
+/// else the default socket.
 #[derive(clap::Args, Debug)]
 struct ApiArgs {
-    /// The agent's Unix socket (`agent.api_socket`): every command, no token.
-    #[arg(long, default_value = http::DEFAULT_SOCKET, global = true)]
-    socket: PathBuf,
+    /// The agent's Unix socket (`agent.api_socket`): every command, no token [default:
+    /// the config's `api_socket`, else /run/lb-agent/lb-agent.sock].
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
     /// Use the TCP API instead, e.g. `http://127.0.0.1:9900` (`agent.api_listen`).
     #[arg(long, global = true)]
     api: Option<String>,
     /// With --api: the bearer token file (`agent.api_token_file`) changes need.
     #[arg(long, global = true, requires = "api")]
     token_file: Option<PathBuf>,
+    /// The agent's config file: its `api_socket` (or `api_listen` and `api_token_file`
+    /// when the socket is disabled) says where the API is.
+    #[arg(long, short, global = true)]
+    config: Option<PathBuf>,
 }
 
 impl ApiArgs {
     fn target(&self) -> anyhow::Result<http::Target> {
-        http::Target::new(
-            &self.socket,
-            self.api.as_deref(),
-            self.token_file.as_deref(),
-        )
+        if self.api.is_some() {
+            return http::Target::new(
+                self.socket
+                    .as_deref()
+                    .unwrap_or(http::DEFAULT_SOCKET.as_ref()),
+                self.api.as_deref(),
+                self.token_file.as_deref(),
+            );
+        }
+        if let Some(socket) = &self.socket {
+            return http::Target::new(socket, None, None);
+        }
+        match &self.config {
+            Some(path) => http::Target::from_config(path),
+            None => http::Target::new(http::DEFAULT_SOCKET.as_ref(), None, None),
+        }
     }
+}
+
+/// The server a `server` command changes.
+#[derive(clap::Args, Debug)]
+struct ServerRef {
+    /// The service's `name` in the config, e.g. `web`.
+    service: String,
+    /// The server's address as the service lists it: `IP:PORT` or `[IPv6]:PORT`
+    /// (`lb-agent status` shows them).
+    address: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -180,37 +236,45 @@ enum NodeCommand {
 #[derive(Subcommand, Debug)]
 enum ServerCommand {
     /// No new flows; existing flows continue.
-    Drain { service: String, address: String },
+    Drain(ServerRef),
     /// Undo `drain`.
-    Undrain { service: String, address: String },
+    Undrain(ServerRef),
     /// Take out of traffic now (pinned flows move).
-    Down { service: String, address: String },
+    Down(ServerRef),
     /// Undo `down`.
-    Up { service: String, address: String },
+    Up(ServerRef),
     /// Change weight and/or spare flag.
     Set {
-        service: String,
-        address: String,
+        #[command(flatten)]
+        server: ServerRef,
+        /// The new weight (1..10000): share of new flows.
         #[arg(long)]
         weight: Option<u32>,
-        #[arg(long)]
+        /// Make the server a spare of its primary group (`--spare` or `--spare=true`),
+        /// or a primary again (`--spare=false`).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
         spare: Option<bool>,
     },
-    /// Add a server.
+    /// Add a server (it takes traffic once every probe passes).
     Add {
-        service: String,
-        address: String,
+        #[command(flatten)]
+        server: ServerRef,
+        /// Its weight (1..10000): share of new flows.
         #[arg(long, default_value_t = 1)]
         weight: u32,
-        #[arg(long)]
-        spare: bool,
-        #[arg(long, default_value_t = 0)]
+        /// A spare of the primary group: idle until the primaries lose weight
+        /// (`--spare` or `--spare=true`; `--spare=false` is the default).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+        spare: Option<bool>,
+        /// Backup level (0 = primary group): used only when no lower level has a usable
+        /// server.
+        #[arg(long, default_value_t = 0, value_name = "LEVEL")]
         backup: u32,
     },
     /// Remove a server.
-    Remove { service: String, address: String },
+    Remove(ServerRef),
     /// Forget the server's runtime changes (weight, spare, drain, down): back to the file.
-    Reset { service: String, address: String },
+    Reset(ServerRef),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -284,7 +348,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             } => decap::attach(&interface, addresses, xdp_mode.into()),
             DecapCommand::Detach { interface } => decap::detach(&interface),
         },
-        Command::CheckConfig { config } => check::check(&config),
+        Command::CheckConfig { config, file } => {
+            check::check(&config.or(file).expect("clap requires one of them"))
+        }
+        Command::Doctor { config, interface } => {
+            block_on(doctor::doctor(config.as_deref(), interface))
+        }
         Command::Status { api, json } => block_on(status::status(&api.target()?, json)),
         Command::Reload { api } => block_on(async {
             let answer =
@@ -314,38 +383,43 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             block_on(node::node(&api.target()?, action))
         }
+        Command::Events { api, json, follow } => {
+            block_on(events::events(&api.target()?, json, follow))
+        }
         Command::Server { api, action } => {
             use server::ServerAction as A;
-            let (service, address, action) = match action {
-                ServerCommand::Drain { service, address } => (service, address, A::Drain),
-                ServerCommand::Undrain { service, address } => (service, address, A::Undrain),
-                ServerCommand::Down { service, address } => (service, address, A::Down),
-                ServerCommand::Up { service, address } => (service, address, A::Up),
+            let (server, action) = match action {
+                ServerCommand::Drain(s) => (s, A::Drain),
+                ServerCommand::Undrain(s) => (s, A::Undrain),
+                ServerCommand::Down(s) => (s, A::Down),
+                ServerCommand::Up(s) => (s, A::Up),
                 ServerCommand::Set {
-                    service,
-                    address,
+                    server,
                     weight,
                     spare,
-                } => (service, address, A::Set { weight, spare }),
+                } => (server, A::Set { weight, spare }),
                 ServerCommand::Add {
-                    service,
-                    address,
+                    server,
                     weight,
                     spare,
                     backup,
                 } => (
-                    service,
-                    address,
+                    server,
                     A::Add {
                         weight,
-                        spare,
+                        spare: spare.unwrap_or(false),
                         backup,
                     },
                 ),
-                ServerCommand::Remove { service, address } => (service, address, A::Remove),
-                ServerCommand::Reset { service, address } => (service, address, A::Reset),
+                ServerCommand::Remove(s) => (s, A::Remove),
+                ServerCommand::Reset(s) => (s, A::Reset),
             };
-            block_on(server::server(&api.target()?, &service, &address, action))
+            block_on(server::server(
+                &api.target()?,
+                &server.service,
+                &server.address,
+                action,
+            ))
         }
     }
 }

@@ -30,6 +30,9 @@ const REPORT_BATCH: usize = 256;
 /// How often the agent checks that the interface still runs its XDP program, at least
 /// (link notifications trigger a check at once).
 const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often the flow and nat tables are counted (`lb_flow_table_entries`,
+/// `lb_server_active_flows`; docs/metrics.md).
+const TABLE_CENSUS_EVERY: Duration = Duration::from_secs(5);
 
 pub struct RunOptions {
     pub config: PathBuf,
@@ -112,12 +115,19 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         cfg.agent.pin_path.as_deref(),
         opts.reset,
         MapSizes::for_backends(cfg.agent.max_backends)
-            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?,
+            .context("agent.max_backends out of range (the config check allows 1..=1048575)")?
+            .with_flows(config::max_flows(&cfg.agent))
+            .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?,
     )?;
     let mut events = dp.take_events().transpose()?;
+    // Counted off the agent's task: a scan reads both tables (about 130 MB).
+    if let Err(err) = dp.start_census(TABLE_CENSUS_EVERY) {
+        warn!("flow and nat table figures unavailable: {err}");
+    }
     let env = Environment {
         interface: interface.clone(),
         xdp_mode: dp.mode_name().to_string(),
+        tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
     let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)

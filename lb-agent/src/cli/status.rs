@@ -26,6 +26,18 @@ pub async fn status(api: &http::Target, json: bool) -> anyhow::Result<ExitCode> 
             agent.interface,
             agent.xdp_mode
         );
+        // An agent from before sized tables says nothing of them.
+        if let Some(t) = agent.tables.filter(|t| t.max_flows > 0) {
+            println!(
+                "flow tables: {} live flows: LB_FLOWS {} buckets, LB_NAT {} buckets (4 ways \
+                 each), LB_SOURCES {} entries; {:.1} MiB",
+                t.max_flows,
+                t.flow_buckets,
+                t.nat_buckets,
+                t.source_entries,
+                t.memory_bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
     }
     print!("{}", render(&services));
     Ok(ExitCode::SUCCESS)
@@ -37,7 +49,12 @@ struct AgentView {
     build: lb_agent::build_info::BuildInfo,
     interface: String,
     xdp_mode: String,
+    #[serde(default)]
+    tables: Option<lb_agent::status::TablesStatus>,
 }
+
+/// The narrowest the address column gets (an `IPv4:port` fits in 21).
+const MIN_ADDRESS_WIDTH: usize = 21;
 
 /// The human table.
 pub fn render(services: &[ServiceStatus]) -> String {
@@ -74,10 +91,18 @@ pub fn render(services: &[ServiceStatus]) -> String {
                 s.local_faults.last_detail.as_deref().unwrap_or("-")
             );
         }
+        // Wide enough for the longest address (`[IPv6]:port` is up to 47 characters).
+        let w = s
+            .servers
+            .iter()
+            .map(|srv| srv.address.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(MIN_ADDRESS_WIDTH);
         let _ = writeln!(
             out,
-            "  {:<24} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8}  note",
-            "server", "weight", "state", "spare", "backup", "active", "packets", "flows"
+            "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8} {:>6}  note",
+            "server", "weight", "state", "spare", "backup", "active", "packets", "flows", "open"
         );
         for srv in &s.servers {
             let mut notes = srv.differs_from_config.clone();
@@ -86,7 +111,7 @@ pub fn render(services: &[ServiceStatus]) -> String {
             }
             let _ = writeln!(
                 out,
-                "  {:<24} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8}  {}",
+                "  {:<w$} {:>6} {:<12} {:<8} {:>6} {:>6} {:>10} {:>8} {:>6}  {}",
                 srv.address,
                 srv.weight,
                 srv.state,
@@ -95,6 +120,8 @@ pub fn render(services: &[ServiceStatus]) -> String {
                 if srv.active { "yes" } else { "no" },
                 srv.stats.packets,
                 srv.stats.flows,
+                srv.active_flows
+                    .map_or_else(|| "-".to_string(), |n| n.to_string()),
                 notes.join(", ")
             );
         }
@@ -107,6 +134,53 @@ mod tests {
     use lb_agent::status::LocalFaultStatus;
 
     use super::*;
+
+    #[test]
+    fn columns_line_up_with_ipv6_addresses() {
+        let srv = |a: &str| {
+            std::sync::Arc::new(lb_agent::status::ServerStatus {
+                address: a.into(),
+                state: "up".into(),
+                ..Default::default()
+            })
+        };
+        let s = ServiceStatus {
+            name: "web6".into(),
+            servers: vec![
+                srv("[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535"),
+                srv("10.0.1.1:80"),
+            ],
+            ..Default::default()
+        };
+        let out = render(&[s]);
+        let rows: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(rows.len(), 3, "{out}");
+        // Every column starts at the same offset on the header and both rows.
+        let weight_end = |l: &str| l.find(" up ").or_else(|| l.find(" state")).unwrap();
+        assert_eq!(weight_end(rows[1]), weight_end(rows[2]), "{out}");
+        assert_eq!(weight_end(rows[0]), weight_end(rows[1]), "{out}");
+        assert!(rows[1].starts_with("  [2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535 "));
+        // `open`: the server's active flows as last counted, `-` before the first count.
+        assert!(rows[0].contains("   open  note"), "{out}");
+        assert!(rows[1].ends_with("      -  MAC unknown"), "{out}");
+    }
+
+    #[test]
+    fn open_shows_the_active_flows() {
+        let s = ServiceStatus {
+            name: "web".into(),
+            servers: vec![std::sync::Arc::new(lb_agent::status::ServerStatus {
+                address: "10.0.1.1:80".into(),
+                state: "draining".into(),
+                active_flows: Some(12345),
+                mac: Some("02:00:00:00:00:01".into()),
+                ..Default::default()
+            })],
+            ..Default::default()
+        };
+        let out = render(&[s]);
+        assert!(out.lines().nth(2).unwrap().ends_with(" 12345  "), "{out}");
+    }
 
     #[test]
     fn the_table_says_the_fail_open_tier_and_a_local_fault() {

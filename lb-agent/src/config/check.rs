@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::passive::{passive_coverage, passive_gap};
 use super::report::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
+use crate::probe::MIN_INTERVAL;
 
 /// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
 /// counting propagation (< 1 ms).
@@ -19,21 +20,110 @@ pub struct Bounds {
     pub detect_fast: Duration,
     /// Recovery takes at least `(passes − 1) × interval` ...
     pub recover_min: Duration,
-    /// ... and at most `passes × (interval + jitter)`.
+    /// ... and at most `max(interval + jitter, timeout) + (passes − 1) × (interval +
+    /// jitter)`: a probe that started just before the recovery may still fail at its
+    /// timeout, and the next one starts when it ends if its tick has passed.
     pub recover_max: Duration,
 }
 
-/// The bounds of one probe. With `jitter = 0` (the default) these are exactly the TR7
-/// formulas; jitter only lengthens waits (each is `interval + random(0..=jitter)`).
+/// The interval the scheduler runs `p` at: at least [`MIN_INTERVAL`] (1 ms).
+pub fn effective_interval(p: &ProbeConfig) -> Duration {
+    p.interval.max(MIN_INTERVAL)
+}
+
+/// The bounds of one probe. With `jitter = 0` (the default) and `timeout <= interval`
+/// these are exactly the TR7 formulas; jitter only lengthens waits (each is `interval +
+/// random(0..=jitter)`); an interval below 1 ms counts as 1 ms, as the scheduler runs it.
+/// A probe whose timeout exceeds its interval has a longer recovery bound: the failing
+/// probe in flight when the server recovers runs until its timeout, and the first
+/// passing probe starts when it ends (`probe::schedule`).
 /// A probe in `onfail` mode does not run while the server is healthy, so its detection
 /// bounds only hold for failures that passive checks report first.
 pub fn detection_bounds(p: &ProbeConfig) -> Bounds {
-    let period = p.interval.saturating_add(p.jitter);
+    let interval = effective_interval(p);
+    // tokio's timer fires on whole milliseconds: a shorter timeout may last up to 1 ms.
+    let timeout = p.timeout.max(MIN_INTERVAL);
+    let period = interval.saturating_add(p.jitter);
+    let passes_after_first = period.saturating_mul(p.passes.saturating_sub(1));
     Bounds {
-        detect_worst: period.saturating_add(p.timeout).saturating_mul(p.fails),
+        detect_worst: period.saturating_add(timeout).saturating_mul(p.fails),
         detect_fast: period.saturating_mul(p.fails),
-        recover_min: p.interval.saturating_mul(p.passes.saturating_sub(1)),
-        recover_max: period.saturating_mul(p.passes),
+        recover_min: interval.saturating_mul(p.passes.saturating_sub(1)),
+        recover_max: period.max(timeout).saturating_add(passes_after_first),
+    }
+}
+
+/// From this value on, TR7 takes a probe's Period or Timeout for a mistake and applies
+/// 1 s instead; lb uses what is written and warns (also for `fail_timeout`).
+pub const LONG: Duration = Duration::from_secs(120);
+
+/// More than this many `fails` (Azure's largest) is warned about.
+pub const MANY_FAILS: u32 = 10;
+
+/// Values that are valid but that a reference treats as a mistake, or that the
+/// scheduler clamps: one warning each.
+fn absurd_values(at: &str, p: &ProbeConfig, out: &mut Vec<String>) {
+    let b = detection_bounds(p);
+    for (key, d) in [("interval", p.interval), ("timeout", p.timeout)] {
+        if d >= LONG {
+            out.push(format!(
+                "{at}: {key} {} is {} or more, which TR7 takes for a mistake (it applies 1s); \
+                 lb uses it as written: a server that stops answering stays in traffic up to {}",
+                human(d),
+                human(LONG),
+                human(b.detect_worst)
+            ));
+        }
+    }
+    if p.interval < MIN_INTERVAL {
+        out.push(format!(
+            "{at}: interval {} is below 1ms: the scheduler probes at most every 1ms; the bounds \
+             above use 1ms",
+            human(p.interval)
+        ));
+    }
+    if p.timeout < MIN_INTERVAL {
+        out.push(format!(
+            "{at}: timeout {} is below 1ms: the timer counts whole milliseconds, so a probe may \
+             run up to 1ms (the bounds above use 1ms) and a server farther than that always fails",
+            human(p.timeout)
+        ));
+    }
+    if p.fails > MANY_FAILS {
+        out.push(format!(
+            "{at}: fails = {} (Azure allows at most {MANY_FAILS}): a server that stops answering \
+             stays in traffic up to {}",
+            p.fails,
+            human(b.detect_worst)
+        ));
+    }
+    if p.passes > MANY_FAILS {
+        out.push(format!(
+            "{at}: passes = {}: a recovered server waits at least {} before it takes traffic again",
+            p.passes,
+            human(b.recover_min)
+        ));
+    }
+}
+
+/// Probes that can never pass, or never check what they seem to, although each key alone
+/// is valid (the ones that can never pass at all are config errors in `probe.rs`).
+fn hollow_probes(at: &str, p: &ProbeConfig, out: &mut Vec<String>) {
+    if p.kind == ProbeKind::Udp && p.send.is_none() && (p.expect.is_some() || p.test.is_some()) {
+        out.push(format!(
+            "{at}: a udp probe with {} but no send sends an empty datagram, which few services \
+             answer: the probe may never pass; set send",
+            if p.expect.is_some() { "expect" } else { "test" }
+        ));
+    }
+    if p.kind == ProbeKind::Http
+        && p.http.method == "HEAD"
+        && p.test.as_ref().is_some_and(|t| t.reads_response())
+    {
+        out.push(format!(
+            "{at}: test reads $upstream_probe_response, but a HEAD response has no body: it is \
+             always empty"
+        ));
     }
 }
 
@@ -89,6 +179,15 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         if s.forwarding.is_tunnel() {
             out.push(tunnel_mtu_warning(&at, s.forwarding));
         }
+        if s.max_fails > 0 && s.fail_timeout >= LONG {
+            out.push(format!(
+                "{at}: fail_timeout {} is {} or more: max_fails counts failures over that whole \
+                 window, and a server removed by passive checks stays out at least that long \
+                 (Angie's default: 10s)",
+                human(s.fail_timeout),
+                human(LONG)
+            ));
+        }
         if s.max_unhealthy_percent == 0 {
             out.push(format!(
                 "{at}: max_unhealthy_percent = 0: health checks can never remove a server"
@@ -132,10 +231,19 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
         }
         for (pi, p) in s.probes.iter().enumerate() {
             let at = format!("service[{si}].probe[{pi}] ({:?})", p.name);
-            if p.timeout >= p.interval {
+            if p.timeout > p.interval {
                 out.push(format!(
-                    "{at}: timeout {} >= interval {}: a server that stops answering is probed less often than \
-                     every interval (a probe never overlaps the previous one)",
+                    "{at}: timeout {} > interval {}: a server that stops answering is probed every {} \
+                     (a probe never overlaps the previous one), and a recovery can wait for a failing \
+                     probe's timeout (the printed bounds include it)",
+                    human(p.timeout),
+                    human(p.interval),
+                    human(p.timeout)
+                ));
+            } else if p.timeout == p.interval {
+                out.push(format!(
+                    "{at}: timeout {} = interval {}: a server that stops answering is probed back to back \
+                     (a probe never overlaps the previous one)",
                     human(p.timeout),
                     human(p.interval)
                 ));
@@ -147,6 +255,8 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                     human(p.interval)
                 ));
             }
+            absurd_values(&at, p, &mut out);
+            hollow_probes(&at, p, &mut out);
             if p.kind == ProbeKind::Icmp && p.port.is_some() {
                 out.push(format!("{at}: port is ignored by icmp probes"));
             }
@@ -155,7 +265,7 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             }
             if p.kind == ProbeKind::Udp && p.expect.is_none() && p.test.is_none() {
                 out.push(format!(
-                    "{at}: a udp probe without expect passes on silence: only an ICMP port-unreachable fails it"
+                    "{at}: a udp probe without expect or test passes on silence: only an ICMP port-unreachable fails it"
                 ));
             }
         }

@@ -131,11 +131,24 @@ impl<'a> Table<'a> {
 
     /// Rejects keys not in `allowed`, listing the allowed ones.
     pub(crate) fn check_keys(&self, allowed: &[&str]) -> Result<(), ConfigError> {
+        self.check_keys_hinted(allowed, |_| None)
+    }
+
+    /// [`check_keys`](Self::check_keys), with `hint` saying more about a key it knows
+    /// (a key of another table, another product's name for a key).
+    pub(crate) fn check_keys_hinted(
+        &self,
+        allowed: &[&str],
+        hint: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
         for (key, _) in self.inner.iter() {
             if allowed.contains(&key) {
                 continue;
             }
             let field = self.get(key).expect("iterated key exists");
+            if let Some(h) = hint(key) {
+                return Err(field.err(format!("unknown key here: {h}")));
+            }
             let hint = values::did_you_mean(key, allowed)
                 .map(|k| format!(" (did you mean `{k}`?)"))
                 .unwrap_or_default();

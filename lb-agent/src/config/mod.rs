@@ -28,6 +28,7 @@
 //! | `log_format` | `"text"` or `"json"` | `"text"` | how `lb-agent run` writes its log to stderr: human lines (colour only on a terminal) or one JSON object per event; restart to change |
 //! | `tunnel_source` | IP | the interface's address | outer source of `ipip`/`gue` packets for its family; restart to change |
 //! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
+//! | `max_flows` | integer | 0.25 % of the host's memory, at least 262144 | 1024..=16777216, rounded up to a power of two; live flows the flow table holds, the nat and source tables sized from it (~500 B per flow, docs/capacity.md); restart to change (live entries are copied) |
 //!
 //! `[[service]]`
 //! | key | type | default | rule |
@@ -77,19 +78,19 @@
 //! | `mode` | `always`, `idle`, `onfail` | `always` | |
 //! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
 //! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
-//! | `method` | string | `GET` | http only; an HTTP token |
+//! | `method` | string | `GET` | http only; an HTTP token (`"get"` is refused: methods are case-sensitive) |
 //! | `headers` | table | none | http only; `{ "X-Name" = "value" }`, or a value read at load and reload from `{ file = "/abs/path" }` (one trailing newline dropped) or `{ env = "NAME" }` (never printed); no `Host` (use `host`) |
 //! | `body` | string | none | http only; the request body, sent with `Content-Length` |
 //! | `host` | string | the server address | http only |
 //! | `tls`, `verify` | bool | false, true | http only |
 //! | `sni` | string | the server name/address | http only; a DNS name |
 //! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
-//! | `expect_body` | regex | none | http only; needs `max_body` > 0 |
+//! | `expect_body` | regex | none | http only; needs `max_body` > 0; refused with `method = "HEAD"` (no body) |
 //! | `max_body` | size | `256k` | http only |
 //! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`); Angie's `data:` prefix is dropped |
 //! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
 //! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
-//! | `max_response` | size | `256k` | tcp/udp only; 0 = don't wait for a reply |
+//! | `max_response` | size | `256k` | tcp/udp only; 0 = read no reply (tcp passes on the connect; udp still waits `timeout` for an ICMP port unreachable) |
 //! | `tcp_check` | `auto`, `syn`, `connect` | `auto` | tcp only; how a probe without `send`/`expect`/`test` checks the port: a SYN and its answer (raw socket, needs CAP_NET_RAW; `auto` uses it when available) or a full connect; `syn` cannot be combined with `send`/`expect`/`test` |
 //!
 //! Durations: `"500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`, `"1m30s"`, `"1.5s"`, `"0"`.
@@ -166,6 +167,18 @@ pub const ANNOUNCE_LIFETIMES: RangeInclusive<Duration> =
     Duration::from_secs(3)..=Duration::from_secs(86_400);
 /// Largest `agent.max_backends`.
 pub const MAX_MAX_BACKENDS: u32 = lb_common::BACKEND_ENTRIES_LIMIT - 1;
+/// Smallest and largest `agent.max_flows`.
+pub use crate::dataplane::sizing::{MAX_MAX_FLOWS, MIN_MAX_FLOWS};
+/// `agent.max_flows`, or its default on this host (0.25 % of its memory for the three
+/// tables, at least 262,144 flows; `dataplane::sizing::default_max_flows`).
+pub fn max_flows(agent: &AgentConfig) -> u32 {
+    agent.max_flows.unwrap_or_else(|| {
+        crate::dataplane::sizing::default_max_flows(
+            crate::dataplane::sizing::host_memory().unwrap_or(0),
+        )
+    })
+}
+
 /// Default `service.max_fails`.
 pub const DEFAULT_MAX_FAILS: u32 = 3;
 /// Default `service.fail_timeout`.
@@ -219,6 +232,9 @@ pub struct AgentConfig {
     /// Backends the data plane holds over all services (the backend maps' size, set
     /// at load; docs/capacity.md).
     pub max_backends: u32,
+    /// Live flows the flow table holds (the nat and source tables are sized from it,
+    /// docs/capacity.md); `None`: derived from the host's memory at start.
+    pub max_flows: Option<u32>,
     /// How the log is written (restart to change).
     pub log_format: LogFormat,
     /// Outer source address of tunnel services' packets for its family; `None` (and
@@ -243,6 +259,7 @@ impl Default for AgentConfig {
             bird_socket: None,
             max_backends: DEFAULT_MAX_BACKENDS,
             tunnel_source: None,
+            max_flows: None,
             log_format: LogFormat::Text,
         }
     }
@@ -483,7 +500,8 @@ pub struct ProbeConfig {
     pub http: HttpProbe,
     pub send: Option<Vec<u8>>,
     pub expect: Option<regex::Regex>,
-    /// 0 = don't wait for a reply.
+    /// 0 = read no reply (tcp: the connect decides; udp: a port unreachable within the
+    /// timeout fails, anything else passes).
     pub max_response: usize,
     pub jitter: Duration,
     /// `test`: the condition a response must meet (http, tcp, udp); it replaces

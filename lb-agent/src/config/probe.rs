@@ -36,6 +36,10 @@ const PROBE_HTTP_KEYS: &[&str] = &[
     "max_body",
 ];
 const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
+/// RFC 9110's methods, for the case hint.
+const HTTP_METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
 const PROBE_TCP_CHECKS: &[(&str, TcpCheck)] = &[
     ("auto", TcpCheck::Auto),
     ("syn", TcpCheck::Syn),
@@ -79,6 +83,49 @@ fn regex(f: &Field<'_>) -> R<regex::Regex> {
     })
 }
 
+/// Every key a probe table may have (of some type).
+pub(super) const PROBE_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "port",
+    "interval",
+    "timeout",
+    "fails",
+    "passes",
+    "essential",
+    "persistent",
+    "mode",
+    "jitter",
+    "test",
+    "uri",
+    "method",
+    "headers",
+    "body",
+    "host",
+    "tls",
+    "sni",
+    "verify",
+    "expect_status",
+    "expect_body",
+    "max_body",
+    "send",
+    "expect",
+    "max_response",
+    "tcp_check",
+];
+
+/// Angie's `upstream_probe` parameters that lb spells differently.
+fn angie_name(key: &str) -> Option<String> {
+    let lb = match key {
+        "ping" => "type = \"icmp\"",
+        "ping_timeout" => "timeout",
+        "upstream_probe_timeout" => "timeout",
+        "header" => "headers = { \"Name\" = \"value\" }",
+        _ => return None,
+    };
+    Some(format!("`{key}` is Angie's; lb writes {lb}"))
+}
+
 pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
     let all: Vec<&str> = [
         PROBE_COMMON_KEYS,
@@ -87,10 +134,18 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
         &["tcp_check"],
     ]
     .concat();
-    t.check_keys(&all)?;
-    let kind = t
-        .require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?
-        .choice(PROBE_KINDS)?;
+    debug_assert_eq!(all, PROBE_KEYS);
+    t.check_keys_hinted(&all, |key| {
+        angie_name(key).or_else(|| super::schema::misplaced(key, "[[service.probe]]"))
+    })?;
+    let type_field = t.require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?;
+    if type_field.as_str_opt() == Some("ping") {
+        return Err(type_field.err(
+            "must be one of \"http\", \"tcp\", \"udp\", \"icmp\" (got \"ping\"): Angie's `ping` \
+             probe is type = \"icmp\" here (and its ping_timeout is timeout)",
+        ));
+    }
+    let kind = type_field.choice(PROBE_KINDS)?;
     for (key, f) in t.entries() {
         if key == "tcp_check" && kind != ProbeKind::Tcp {
             return Err(f.err(format!(
@@ -258,7 +313,14 @@ fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
     }
     if let Some(f) = t.get("method") {
         h.method = f.parse(|s| {
-            if values::http_token(s) {
+            let upper = s.to_ascii_uppercase();
+            if upper != s && HTTP_METHODS.contains(&upper.as_str()) {
+                // Methods are case-sensitive (RFC 9110 §9.1): servers answer "get" with 400
+                // or 501, a probe that could never pass.
+                Err(format!(
+                    "{s:?}: HTTP methods are case-sensitive; write \"{upper}\""
+                ))
+            } else if values::http_token(s) {
                 Ok(s.to_string())
             } else {
                 Err(format!(
@@ -336,6 +398,14 @@ fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
             .collect::<R<_>>()?;
     }
     h.expect_body = opt(t, "expect_body", regex)?;
+    if h.method == "HEAD"
+        && let Some(f) = t.get("expect_body")
+    {
+        return Err(f.err(
+            "can never match with method = \"HEAD\": a HEAD response has no body \
+             (use GET, or check the status only)",
+        ));
+    }
     if let Some(n) = opt(t, "max_body", size)? {
         h.max_body = n;
     }

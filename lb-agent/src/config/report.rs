@@ -24,6 +24,8 @@ pub struct HostFacts {
     /// Whether a raw TCP socket opens here (the SYN check of tcp probes); `Err` says why
     /// not; `None`: not asked.
     pub raw_tcp_socket: Option<Result<(), String>>,
+    /// This host's physical memory in bytes, if known (the default `agent.max_flows`).
+    pub memory: Option<u64>,
 }
 
 /// The lines `check-config` prints for `cfg`, loaded from `path`.
@@ -37,6 +39,7 @@ pub fn render(cfg: &Config, path: &Path, host: &HostFacts) -> Vec<String> {
         service_lines(svc, &mut out);
     }
     out.extend(capacity_line(cfg));
+    out.push(tables_line(cfg, host));
     out.extend(announce_line(cfg));
     out.extend(tcp_check_line(cfg, host));
     if let Some(warning) = super::non_loopback_api(&cfg.agent) {
@@ -146,7 +149,71 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
     }
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
+    out.extend(spare_line(svc).map(|l| format!("  {l}")));
+    out.extend(cap_line(svc).map(|l| format!("  {l}")));
     out.push(format!("  {}", maglev_line(svc)));
+}
+
+/// With spares and probes: a spare takes traffic only once every probe has passed.
+fn spare_line(svc: &ServiceConfig) -> Option<String> {
+    let spares = svc.servers.iter().filter(|s| s.spare).count();
+    if spares == 0 || svc.probes.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "spares: {} only after every probe has passed ({}), also at start",
+        if spares == 1 {
+            "the spare may run"
+        } else {
+            "a spare may run"
+        },
+        if svc.probes.iter().all(|p| p.essential) {
+            "all are essential"
+        } else {
+            "essential or not"
+        }
+    ))
+}
+
+/// With a removal cap (`max_unhealthy_percent` below 100): what it removes at most, per
+/// group of configured servers, and Azure's all-unhealthy rule.
+fn cap_line(svc: &ServiceConfig) -> Option<String> {
+    let pct = svc.max_unhealthy_percent.min(100);
+    if pct >= 100 {
+        return None;
+    }
+    if pct == 0 {
+        return Some("removal cap: 0%: health never removes a server".to_string());
+    }
+    let mut groups: std::collections::BTreeMap<Option<u32>, usize> = Default::default();
+    for s in &svc.servers {
+        let level = match s.backup {
+            BackupLevel::Level(n) if s.service.is_none() => Some(n),
+            // SRV names: their levels come from the records.
+            _ => None,
+        };
+        *groups.entry(level).or_default() += 1;
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .filter_map(|(level, &n)| {
+            let name = match level {
+                Some(0) => "primary group".to_string(),
+                Some(l) => format!("backup level {l}"),
+                None => return None,
+            };
+            Some(format!("{name}: {} of {n}", n * usize::from(pct) / 100))
+        })
+        .collect();
+    Some(format!(
+        "removal cap: health removes at most {pct}% of a group at once ({}); a group whose \
+         servers are all unhealthy keeps them all in traffic (Azure)",
+        if parts.is_empty() {
+            "servers from SRV names counted as they resolve".to_string()
+        } else {
+            parts.join(", ")
+        }
+    ))
 }
 
 /// `maglev table 4099 slots (chosen for 3 servers: at least 100 per server)`.
@@ -227,26 +294,43 @@ fn detection(p: &ProbeConfig, b: &Bounds) -> String {
             human(b.detect_worst)
         )
     } else {
-        "a server that stops answering is not noticed (without expect, silence passes)".to_string()
+        "a server that stops answering is not noticed (without expect or test, silence passes)"
+            .to_string()
     };
-    match fast_fail(p.kind) {
+    match fast_fail(p) {
         Some(what) => format!("{dead}, {what} within {}", human(b.detect_fast)),
         None => dead,
     }
 }
 
-/// Does a probe fail when the server says nothing? A udp probe without `expect` passes
-/// on silence.
+/// Does a probe fail when the server says nothing? A udp probe fails on silence only
+/// when it waits for a reply (`expect` or `test`, as `probe::execute` decides).
 fn detects_silence(p: &ProbeConfig) -> bool {
-    !(p.kind == ProbeKind::Udp && p.expect.is_none())
+    p.kind != ProbeKind::Udp || p.expect.is_some() || p.test.is_some()
 }
 
-/// What makes a probe of `kind` fail without waiting for its timeout.
-fn fast_fail(kind: ProbeKind) -> Option<&'static str> {
-    match kind {
-        ProbeKind::Http => Some("one that refuses the connection or answers wrongly"),
-        ProbeKind::Tcp => Some("one that refuses the connection or answers wrongly"),
-        ProbeKind::Udp => Some("one that answers with ICMP port unreachable or wrongly"),
+/// Can a probe see a wrong answer? http always (status, body, test); tcp and udp only
+/// when they check the reply (`expect` or `test`): a tcp probe without them (the SYN
+/// check or a connect) sees only whether the port accepts, a udp one only a port
+/// unreachable.
+fn sees_wrong_answers(p: &ProbeConfig) -> bool {
+    match p.kind {
+        ProbeKind::Http => true,
+        ProbeKind::Tcp | ProbeKind::Udp => p.expect.is_some() || p.test.is_some(),
+        ProbeKind::Icmp => false,
+    }
+}
+
+/// What makes a probe fail without waiting for its timeout.
+fn fast_fail(p: &ProbeConfig) -> Option<&'static str> {
+    let wrong = sees_wrong_answers(p);
+    match p.kind {
+        ProbeKind::Http | ProbeKind::Tcp if wrong => {
+            Some("one that refuses the connection or answers wrongly")
+        }
+        ProbeKind::Http | ProbeKind::Tcp => Some("one that refuses the connection"),
+        ProbeKind::Udp if wrong => Some("one that answers with ICMP port unreachable or wrongly"),
+        ProbeKind::Udp => Some("one that answers with ICMP port unreachable"),
         ProbeKind::Icmp => None,
     }
 }
@@ -319,8 +403,33 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
         .min_by_key(|(_, b)| b.detect_worst);
     let fast = always
         .iter()
-        .filter(|(p, _)| fast_fail(p.kind).is_some())
+        .filter(|(p, _)| fast_fail(p).is_some())
         .min_by_key(|(_, b)| b.detect_fast);
+    // The fastest probe that sees a wrong answer: not always the fastest one that sees a
+    // refusal (a SYN check sees no answer at all).
+    let wrong = always
+        .iter()
+        .filter(|(p, _)| sees_wrong_answers(p))
+        .min_by_key(|(_, b)| b.detect_fast);
+    let fast_text = |(fp, fb): &(&ProbeConfig, Bounds)| match wrong {
+        Some((wp, _)) if wp.name == fp.name => format!(
+            "one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
+            human(fb.detect_fast),
+            fp.name
+        ),
+        Some((wp, wb)) => format!(
+            "one that refuses within {} (probe {:?}), one that answers wrongly within {} (probe {:?})",
+            human(fb.detect_fast),
+            fp.name,
+            human(wb.detect_fast),
+            wp.name
+        ),
+        None => format!(
+            "one that refuses within {} (probe {:?}; no probe checks the answer)",
+            human(fb.detect_fast),
+            fp.name
+        ),
+    };
     let idle = svc.probes.iter().any(|p| p.mode == ProbeMode::Idle);
     let unwatched = if svc.probes.is_empty() {
         "no probe"
@@ -337,13 +446,8 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
                 human(db.detect_worst),
                 dp.name
             );
-            if let Some((fp, fb)) = fast {
-                let _ = write!(
-                    s,
-                    ", one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
-                    human(fb.detect_fast),
-                    fp.name
-                );
+            if let Some(f) = fast {
+                let _ = write!(s, ", {}", fast_text(f));
             }
             s.push_str(", + propagation (< 1ms)");
             if passive {
@@ -351,16 +455,14 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
             }
             s
         }
-        (None, Some((fp, fb))) => format!(
-            "a server that refuses or answers wrongly leaves traffic within {} (probe {:?}), \
-             + propagation (< 1ms); one that goes silent {}",
-            human(fb.detect_fast),
-            fp.name,
+        (None, Some(f)) => format!(
+            "a server that goes silent {}; {}, + propagation (< 1ms)",
             if passive {
-                "only when passive checks count enough failures under client traffic (no time bound)"
+                "leaves only when passive checks count enough failures under client traffic (no time bound)"
             } else {
                 "is never noticed"
-            }
+            },
+            fast_text(f),
         ),
         (None, None) if passive => format!(
             "{unwatched}: only passive checks notice a failure, and only under client traffic \
@@ -455,6 +557,57 @@ fn capacity_line(cfg: &Config) -> Option<String> {
          + {mib:.1} MiB per CPU ({:.1} MiB on this host's {cpus} CPUs)",
         mib * (1 + cpus) as f64
     ))
+}
+
+/// The flow, nat and source tables: how many flows, why that many, and their memory.
+fn tables_line(cfg: &Config, host: &HostFacts) -> String {
+    use crate::dataplane::sizing::{DEFAULT_MEMORY_DIVISOR, MapSizes, default_max_flows};
+    let (flows, why) = match cfg.agent.max_flows {
+        Some(n) => (n, "agent.max_flows".to_string()),
+        None => match host.memory {
+            Some(m) => (
+                default_max_flows(m),
+                format!(
+                    "the default: 1/{DEFAULT_MEMORY_DIVISOR} of this host's {} of memory, at \
+                     least {}",
+                    mib_text(m),
+                    crate::dataplane::sizing::DEFAULT_FLOWS_FLOOR
+                ),
+            ),
+            None => (
+                default_max_flows(0),
+                "the default; this host's memory is unknown".to_string(),
+            ),
+        },
+    };
+    let Some(sizes) = MapSizes::default().with_flows(flows) else {
+        return format!("flow tables: agent.max_flows {flows} is out of range");
+    };
+    let m = sizes.table_memory();
+    format!(
+        "flow tables: {} live flows ({why}): LB_FLOWS {} ({} buckets of 4 ways), \
+         LB_NAT {} ({} buckets of 4 ways), LB_SOURCES {} ({} entries); {} in all, {} B per flow",
+        sizes.max_flows(),
+        mib_text(m.flows),
+        sizes.tables().flow_buckets,
+        mib_text(m.nat),
+        sizes.tables().nat_buckets,
+        mib_text(m.sources),
+        sizes.source_entries(),
+        mib_text(m.total()),
+        m.total() / u64::from(sizes.max_flows()),
+    )
+}
+
+/// Bytes as MiB (or GiB past 10 GiB), one decimal.
+fn mib_text(bytes: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let mib = bytes as f64 / MIB;
+    if mib >= 10.0 * 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.1} MiB")
+    }
 }
 
 #[cfg(test)]

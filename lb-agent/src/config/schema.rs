@@ -24,6 +24,7 @@ const AGENT_KEYS: &[&str] = &[
     "announce_lifetime",
     "bird_socket",
     "max_backends",
+    "max_flows",
     "log_format",
     "tunnel_source",
 ];
@@ -68,9 +69,45 @@ pub(super) fn parse(text: &str, path: &Path) -> R<Config> {
     let src = Source::new(path, text);
     let doc = toml_edit::Document::parse(text).map_err(|e| {
         let msg = e.message().trim_end().replace('\n', "; ");
-        src.error(src.line_of(e.span()), None, format!("invalid TOML: {msg}"))
+        let line = src.line_of(e.span());
+        let hint = line
+            .and_then(|l| text.lines().nth(l - 1))
+            .and_then(bare_alternatives)
+            .map(|h| format!(" ({h})"))
+            .unwrap_or_default();
+        src.error(line, None, format!("invalid TOML: {msg}{hint}"))
     })?;
     config(Table::root(&src, doc.as_table()))
+}
+
+/// A hint for a line such as `expect_status = 200|204`: a value with `|` written without
+/// quotes, which TOML refuses.
+fn bare_alternatives(line: &str) -> Option<String> {
+    let (key, value) = line.split_once('=')?;
+    let (key, value) = (key.trim(), value.split('#').next()?.trim());
+    if value.starts_with(['"', '\'', '[', '{']) || !value.contains('|') {
+        return None;
+    }
+    let parts: Vec<&str> = value.split('|').map(str::trim).collect();
+    Some(match key {
+        "expect_status" => format!(
+            "a list of statuses is an array: expect_status = [{}]",
+            parts.join(", ")
+        ),
+        "test" => format!(
+            "quote the condition, and inside it a value with `|`: test = '{}'",
+            match value.rsplit_once(['~', '=']) {
+                Some((head, alts)) if !alts.contains(['&', '$']) => format!(
+                    "{} {} \"^({})$\"",
+                    head.trim_end(),
+                    &value[head.len()..head.len() + 1],
+                    alts.trim()
+                ),
+                _ => value.to_string(),
+            }
+        ),
+        _ => format!("quote the value: {key} = \"{value}\""),
+    })
 }
 
 /// `Some(f(field))` when `key` is present.
@@ -254,6 +291,10 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         f.int_in(1, MAX_MAX_BACKENDS.into()).map(|n| n as u32)
     })?
     .unwrap_or(d.max_backends);
+    let max_flows = opt(t, "max_flows", |f| {
+        f.int_in(MIN_MAX_FLOWS.into(), MAX_MAX_FLOWS.into())
+            .map(|n| n as u32)
+    })?;
     let log_format = opt(t, "log_format", |f| f.choice(LOG_FORMATS))?.unwrap_or(d.log_format);
     let tunnel_source = opt(t, "tunnel_source", |f| {
         let ip = f.parse(|s| {
@@ -285,6 +326,7 @@ fn agent(t: &Table<'_>) -> R<AgentConfig> {
         announce_lifetime,
         bird_socket,
         max_backends,
+        max_flows,
         log_format,
         tunnel_source,
     })
@@ -373,6 +415,30 @@ pub(super) fn positive_duration(f: &Field<'_>) -> R<Duration> {
         return Err(f.err("must be more than 0"));
     }
     Ok(d)
+}
+
+/// Why a `[[service]]` (or probe) key is not allowed in a `table` (`[[service.server]]`,
+/// `[[service.probe]]`): TOML gives every key after such a header to that table, so a
+/// service key written below a server or probe belongs to it there.
+pub(super) fn misplaced(key: &str, table: &str) -> Option<String> {
+    if SERVICE_KEYS.contains(&key) && !matches!(key, "server" | "probe") {
+        return Some(format!(
+            "`{key}` is a [[service]] key, but it comes after a {table} header, so TOML \
+             gives it to that {table}; move it above the service's first [[service.server]] \
+             or [[service.probe]] header"
+        ));
+    }
+    if table == "[[service.server]]" && key == "port" {
+        return Some(
+            "a server's port is part of its address, e.g. address = \"10.0.1.11:8080\"".into(),
+        );
+    }
+    if table == "[[service.server]]" && super::probe::PROBE_KEYS.contains(&key) {
+        return Some(format!(
+            "`{key}` is a [[service.probe]] key: put it in a [[service.probe]] table"
+        ));
+    }
+    None
 }
 
 fn service(t: &Table<'_>) -> R<ServiceConfig> {
@@ -612,7 +678,7 @@ struct ServiceCtx {
 }
 
 fn server(t: &Table<'_>, ctx: &ServiceCtx) -> R<ServerConfig> {
-    t.check_keys(SERVER_KEYS)?;
+    t.check_keys_hinted(SERVER_KEYS, |key| misplaced(key, "[[service.server]]"))?;
     let addr_field = t.require("address", "\"10.0.1.11:8080\"")?;
     let mut address = addr_field.parse(values::server_address)?;
     let weight = opt(t, "weight", |f| f.int_in(1, MAX_WEIGHT.into()))?.map_or(1, |n| n as u32);

@@ -140,6 +140,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
         announce_lifetime,
         bird_socket,
         max_backends,
+        max_flows,
         log_format,
         tunnel_source,
     } = running;
@@ -170,6 +171,7 @@ pub fn restart_only_changes(running: &AgentConfig, new: &AgentConfig) -> AgentKe
     );
     diff(*bird_socket != new.bird_socket, "bird_socket");
     diff(*max_backends != new.max_backends, "max_backends");
+    diff(*max_flows != new.max_flows, "max_flows");
     diff(*log_format != new.log_format, "log_format");
     diff(*tunnel_source != new.tunnel_source, "tunnel_source");
     AgentKeyChanges(keys)

@@ -21,9 +21,10 @@ use super::{
     netlink::{self, XdpAttached},
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
+    schema_map,
     sizing::MapSizes,
     staging::Staging,
-    vip_index,
+    tables, vip_index,
 };
 
 /// The loaded and attached XDP program with every map handle.
@@ -43,7 +44,7 @@ pub struct BpfDataplane {
     events: Option<RingBuf<MapData>>,
     /// Where maps and link are pinned (hitless restarts), if anywhere.
     pins: Option<PinDir>,
-    /// The backend maps' size.
+    /// The maps' sizes and the tables' layout.
     sizes: MapSizes,
     /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` where the
     /// split's tail-call array could not outlive the agent ([`full_path::lasting_dir`]).
@@ -51,6 +52,8 @@ pub struct BpfDataplane {
     /// `agent.tunnel_source`: the outer source of tunnel packets for its family (else
     /// the interface's first address of the family, read at attach).
     tunnel_source: Option<IpAddr>,
+    /// Counts the flow and nat tables every few seconds, once started.
+    census: Option<super::census::CensusSampler>,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -91,7 +94,9 @@ impl BpfDataplane {
     }
 
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
-    /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]).
+    /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]), with
+    /// the compiled sizes and the built-in (public) table seeds; `lb-agent run` loads
+    /// through [`BpfDataplane::load_sized`] with the install's seeds.
     pub fn load() -> Result<Self, DataplaneError> {
         Self::load_with(None, None)
     }
@@ -130,6 +135,14 @@ impl BpfDataplane {
         if let Some(p) = &pins {
             p.pin_all(&ebpf, &ALL_MAPS)?;
         }
+        // The layout, recorded for the next agent before anything can attach.
+        write_config(
+            &mut ebpf,
+            &DataplaneConfig {
+                tables: sizes.tables(),
+                ..DataplaneConfig::default()
+            },
+        )?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
             .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
@@ -144,6 +157,8 @@ impl BpfDataplane {
         })?;
         // `lb_xdp`'s tail-call target, in place before anything can attach `lb_xdp`.
         full_path::load(&mut ebpf)?;
+        // For the next agent: this build's map versions, found through the programs.
+        schema_map::record(&ebpf, &[PROGRAM_NAME, FULL_PROGRAM_NAME], pins.as_ref());
         let (backend_stats, backend_stats_batch) = take_backend_stats(&mut ebpf)?;
         let vips = vip_index::VipIndex::new(
             take_array(&mut ebpf, map_names::VIP_INDEX)?,
@@ -178,6 +193,7 @@ impl BpfDataplane {
             sizes,
             serving: PROGRAM_NAME,
             tunnel_source: None,
+            census: None,
         })
     }
 
@@ -341,17 +357,57 @@ impl BpfDataplane {
 
     /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
     pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
-        let name = map_names::CONFIG;
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(DataplaneError::MissingMap { name })?;
-        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
         let value = DataplaneConfig {
             mac,
+            tables: self.sizes.tables(),
             ..DataplaneConfig::default()
         };
-        config.set(0, &value, 0).map_err(map_err(name))
+        write_config(&mut self.ebpf, &value)
+    }
+
+    /// The sizes the maps were created with, and the tables' layout.
+    pub fn sizes(&self) -> MapSizes {
+        self.sizes
+    }
+
+    /// Copies the live entries of a previous program's flow and nat tables that were
+    /// not adopted for another size or seed (not a schema change) into this program's
+    /// fresh ones
+    /// ([`tables::copy_flows`]); before the new program is attached.
+    pub fn copy_tables(
+        &mut self,
+        previous: tables::PreviousTables,
+        adopted: &AdoptedMaps,
+    ) -> Result<Vec<(&'static str, tables::Copied)>, DataplaneError> {
+        // Only a table fresh for its size or seed: a schema change's entries mean
+        // something else (`schema::Fresh::entries_copyable`).
+        let copyable = |name| {
+            adopted
+                .fresh
+                .iter()
+                .any(|(n, why)| *n == name && why.entries_copyable())
+        };
+        let layout = self.sizes.tables();
+        let mut out = Vec::new();
+        for (name, old) in [
+            (map_names::FLOWS, previous.flows),
+            (map_names::NAT, previous.nat),
+        ] {
+            let Some(old) = old.filter(|_| copyable(name)) else {
+                continue;
+            };
+            let new = self
+                .ebpf
+                .map_mut(name)
+                .ok_or(DataplaneError::MissingMap { name })?;
+            let copied = if name == map_names::FLOWS {
+                tables::copy_flows(old, new, &layout)?
+            } else {
+                tables::copy_nat(old, new, &layout)?
+            };
+            out.push((name, copied));
+        }
+        Ok(out)
     }
 
     /// Sets `agent.tunnel_source` (written to `LB_CONFIG` at the next attach).
@@ -482,10 +538,42 @@ impl BpfDataplane {
         self.maglev.free_blocks()
     }
 
+    /// Starts counting the flow and nat tables every `every` on a thread of its own
+    /// ([`Dataplane::table_census`] then answers).
+    pub fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
+        let array = |name: &'static str| match self.ebpf.map(name) {
+            Some(Map::Array(data)) => Ok(data),
+            Some(_) => Err(DataplaneError::Map {
+                name,
+                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
+            }),
+            None => Err(DataplaneError::MissingMap { name }),
+        };
+        let reader =
+            super::census::TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?)
+                .and_then(|r| super::census::CensusSampler::start(r, every))
+                .map_err(|source| DataplaneError::Io {
+                    what: "starting the flow and nat table count",
+                    source,
+                })?;
+        self.census = Some(reader);
+        Ok(())
+    }
+
     /// Takes the passive-event stream (once).
     pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
         self.events.take().map(EventStream::new)
     }
+}
+
+/// Writes `LB_CONFIG`'s one entry.
+fn write_config(ebpf: &mut Ebpf, value: &DataplaneConfig) -> Result<(), DataplaneError> {
+    let name = map_names::CONFIG;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or(DataplaneError::MissingMap { name })?;
+    let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+    config.set(0, value, 0).map_err(map_err(name))
 }
 
 fn take<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, DataplaneError>
@@ -628,5 +716,9 @@ impl Dataplane for BpfDataplane {
             })?;
         all.resize(limit as usize, BackendStats::default());
         Ok(all)
+    }
+
+    fn table_census(&self) -> Option<std::sync::Arc<super::census::TableCensus>> {
+        self.census.as_ref().and_then(|c| c.latest())
     }
 }

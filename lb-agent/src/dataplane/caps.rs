@@ -21,6 +21,11 @@ pub fn missing() -> Option<String> {
     missing_from(eff)
 }
 
+/// [`missing`] for the effective capability mask `eff` (`CapEff`).
+pub fn missing_from_mask(eff: u64) -> Option<String> {
+    missing_from(eff)
+}
+
 fn missing_from(eff: u64) -> Option<String> {
     let has = |cap: u32| eff & (1u64 << cap) != 0;
     let mut missing = Vec::new();

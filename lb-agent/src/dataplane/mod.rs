@@ -7,6 +7,7 @@ mod attach;
 mod batch;
 mod bpf;
 pub mod caps;
+pub mod census;
 pub mod decap;
 mod error;
 mod events;
@@ -20,9 +21,12 @@ pub mod netlink;
 pub mod owner;
 pub mod pin;
 pub mod previous;
-mod sizing;
+pub mod schema;
+mod schema_map;
+pub mod sizing;
 mod staging;
 mod sys;
+pub mod tables;
 pub mod tunnel;
 pub mod vip_index;
 
@@ -70,5 +74,9 @@ pub trait Dataplane {
     /// zero). The real data plane reads them all in one call.
     fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
         (0..limit).map(|id| self.backend_stats(id)).collect()
+    }
+    /// The last count of the flow and nat tables (`None`: not counted, or not yet).
+    fn table_census(&self) -> Option<std::sync::Arc<census::TableCensus>> {
+        None
     }
 }

@@ -5,11 +5,16 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use aya::maps::MapData;
-use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names};
+use lb_common::{
+    FULL_PATH_INDEX, FULL_PROGRAM_NAME, PROGRAM_NAME, map_names, schema as versions,
+    table::TableLayout,
+};
 
 use super::{
     DataplaneError,
     netlink::{self, XdpAttached, XdpProgram},
+    schema::{self, Fresh, Layout, Recorded, Verdict},
+    schema_map,
     sizing::MapSizes,
     sys,
 };
@@ -51,6 +56,12 @@ impl AttachedProgram {
         self.name == PROGRAM_NAME || self.name == FULL_PROGRAM_NAME
     }
 
+    /// Ids of its maps (with its tail-call target's), `LB_SCHEMA` among them when the
+    /// build that loaded it recorded its versions.
+    pub fn map_ids(&self) -> &[u32] {
+        &self.map_ids
+    }
+
     /// The refusal for an interface this program occupies: names it and how to remove it.
     pub fn in_the_way(&self, interface: &str) -> DataplaneError {
         DataplaneError::Occupied {
@@ -73,8 +84,10 @@ impl AttachedProgram {
 pub struct AdoptedMaps {
     /// By object map name; only maps whose layout matches the new object's.
     pub maps: Vec<(&'static str, MapData)>,
-    /// Maps created fresh instead, with the reason (layout changed or missing).
-    pub fresh: Vec<(&'static str, String)>,
+    /// Maps created fresh instead, with the reason (schema or layout changed, missing).
+    pub fresh: Vec<(&'static str, Fresh)>,
+    /// The schema versions the previous program recorded.
+    pub recorded: Recorded,
 }
 
 /// The program attached to `ifindex`, with a descriptor of it, if any.
@@ -145,10 +158,15 @@ fn tail_call_target(map_ids: &[u32]) -> Option<u32> {
 
 /// Opens the maps of `program` that the object `object` (ELF bytes), loaded with
 /// `sizes`, can use as they are.
+///
+/// `was` is the layout the previous program's tables were built with
+/// (`super::tables::previous_tables`): `LB_FLOWS` and `LB_NAT` are adopted only with the
+/// same buckets and seed.
 pub fn adopt_maps(
     program: &AttachedProgram,
     object: &[u8],
     sizes: MapSizes,
+    was: TableLayout,
 ) -> Result<AdoptedMaps, DataplaneError> {
     let parsed = aya_obj::Object::parse(object).map_err(|e| DataplaneError::Previous {
         what: "parsing the embedded XDP object".to_string(),
@@ -167,41 +185,51 @@ pub fn adopt_maps(
         let name = String::from_utf8_lossy(info.name()).into_owned();
         by_name.push((name, info, map));
     }
-    let mut out = AdoptedMaps::default();
+    // The versions the previous build recorded (none: a build from before them).
+    let recorded = match by_name.iter().position(|(n, _, _)| n == versions::META_MAP) {
+        Some(at) => {
+            let (_, info, map) = by_name.swap_remove(at);
+            schema_map::read(map.fd().as_fd(), info.key_size(), info.value_size())
+        }
+        None => Recorded::Nothing,
+    };
+    let mut out = AdoptedMaps {
+        recorded: recorded.clone(),
+        ..AdoptedMaps::default()
+    };
     for name in ADOPTED_MAPS {
         let short = &name[..name.len().min(KERNEL_NAME_LEN)];
-        let Some(at) = by_name.iter().position(|(n, _, _)| n == short) else {
-            out.fresh
-                .push((name, "the previous program has no such map".into()));
-            continue;
+        let found = by_name
+            .iter()
+            .position(|(n, _, _)| n == short)
+            .map(|at| by_name.swap_remove(at));
+        let have = found.as_ref().map(|(_, info, _)| Layout {
+            kind: info.map_type().map_or(u32::MAX, |t| t as u32),
+            key: info.key_size(),
+            value: info.value_size(),
+            entries: info.max_entries(),
+            flags: info.map_flags(),
+        });
+        let wanted = parsed.maps.get(name).map(|want| Layout {
+            kind: want.map_type(),
+            key: want.key_size(),
+            value: created_value_size(want),
+            entries: sizes.entries(name).unwrap_or(want.max_entries()),
+            flags: want.map_flags(),
+        });
+        let verdict = match schema::decide(name, have, wanted, &recorded) {
+            // Same layout and version, but hashed with another seed (an earlier
+            // release's public one): fresh, and the live entries are copied.
+            Verdict::Adopt if !super::tables::same_table(name, &was, &sizes.tables()) => {
+                Verdict::Fresh(Fresh::Reseeded)
+            }
+            v => v,
         };
-        let (_, info, map) = by_name.swap_remove(at);
-        let Some(want) = parsed.maps.get(name) else {
-            out.fresh.push((name, "not in the new object".into()));
-            continue;
-        };
-        let have = (
-            info.key_size(),
-            info.value_size(),
-            info.max_entries(),
-            info.map_flags(),
-        );
-        let wanted = (
-            want.key_size(),
-            created_value_size(want),
-            sizes.entries(name).unwrap_or(want.max_entries()),
-            want.map_flags(),
-        );
-        if have != wanted {
-            out.fresh.push((
-                name,
-                format!(
-                    "layout changed (key, value, entries, flags): was {have:?}, now {wanted:?}"
-                ),
-            ));
-            continue;
+        match (verdict, found) {
+            (Verdict::Adopt, Some((_, _, map))) => out.maps.push((name, map)),
+            (Verdict::Fresh(why), _) => out.fresh.push((name, why)),
+            (Verdict::Adopt, None) => out.fresh.push((name, Fresh::NotInPrevious)),
         }
-        out.maps.push((name, map));
     }
     Ok(out)
 }

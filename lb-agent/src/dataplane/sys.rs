@@ -51,7 +51,7 @@ pub struct ProgInfo {
     pub map_ids: Vec<u32>,
 }
 
-fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+pub(super) fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a properly laid out prefix of `union bpf_attr` for `cmd`; the
     // kernel reads at most `size_of::<T>()` bytes of it.
     let rc = unsafe {

@@ -4,7 +4,8 @@
 //!
 //! States:
 //! - `checking`: a new server with essential probes, waiting for all of them to pass
-//!   (a server added at runtime waits for every probe, [`StartState::Added`]);
+//!   (a server added at runtime, and a spare, wait for every probe,
+//!   [`StartState::Added`], [`StartState::NewSpare`]);
 //! - `up`: usable;
 //! - `unhealthy`: a probe reached its `fails`; back to `up` when every probe has reached
 //!   its `passes`;
@@ -94,6 +95,17 @@ pub enum StartState {
     /// back in `checking` until **every** probe has passed, essential or not (Azure and
     /// TR7 hold new instances back; docs/probes.md). Without probes: up at once.
     Added,
+    /// A spare (`spare = true`, primary group) the agent has not seen before: held back in
+    /// `checking` until **every** probe has passed, essential or not (Angie: a spare with
+    /// active checks is not used until they pass). Without probes: up at once.
+    NewSpare,
+}
+
+impl StartState {
+    /// Every probe gates `checking`, not only essential ones.
+    fn every_probe_gates(self) -> bool {
+        matches!(self, StartState::Added | StartState::NewSpare)
+    }
 }
 
 /// The passive-check parameters of a service.
@@ -188,8 +200,9 @@ pub struct ServerHealth {
     /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
     /// `checking` it may still hold established flows.
     was_up_before: bool,
-    /// Started as [`StartState::Added`]: every probe gates `checking`.
-    added_at_runtime: bool,
+    /// Started as [`StartState::Added`] or [`StartState::NewSpare`]: every probe gates
+    /// `checking`; which one, for the transition's cause.
+    every_probe_gates: Option<StartState>,
 }
 
 impl ServerHealth {
@@ -206,7 +219,7 @@ impl ServerHealth {
                 name: p.name.clone(),
                 fails: p.fails.max(1),
                 passes: p.passes.max(1),
-                essential: p.essential || start == StartState::Added,
+                essential: p.essential || start.every_probe_gates(),
                 gated: p.mode != ProbeMode::Always,
                 verdict: Verdict::Unknown,
                 stats: ProbeStats::default(),
@@ -237,7 +250,7 @@ impl ServerHealth {
             downstart: state.is_down().then_some(now),
             since: now,
             was_up_before: start == StartState::ReloadedWasUp,
-            added_at_runtime: start == StartState::Added,
+            every_probe_gates: start.every_probe_gates().then_some(start),
         }
     }
 
@@ -437,10 +450,10 @@ impl ServerHealth {
                         now,
                     ),
                     None => {
-                        let cause = if self.added_at_runtime {
-                            "added at runtime: all probes passed"
-                        } else {
-                            "all essential probes passed"
+                        let cause = match self.every_probe_gates {
+                            Some(StartState::Added) => "added at runtime: all probes passed",
+                            Some(_) => "spare: all probes passed",
+                            None => "all essential probes passed",
                         };
                         self.go(HealthState::Up, cause.into(), now)
                     }

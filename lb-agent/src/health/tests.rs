@@ -585,6 +585,28 @@ fn server_added_at_runtime_that_fails_a_plain_probe_never_gets_up() {
 }
 
 #[test]
+fn a_spare_at_start_waits_for_every_probe_essential_or_not() {
+    let t0 = Instant::now();
+    let probes = [probe("plain", 1, 1)];
+    let mut h = ServerHealth::new(&probes, NO_PASSIVE, StartState::NewSpare, t0);
+    assert_eq!(
+        h.state(),
+        HealthState::Checking,
+        "no essential probe, still held back"
+    );
+    assert!(!h.was_up_before());
+    let tr = h
+        .on_probe(0, &ok(), t0 + secs(1))
+        .expect("its probe passed");
+    assert_eq!(
+        (tr.to, tr.cause.as_str()),
+        (HealthState::Up, "spare: all probes passed")
+    );
+    let h = ServerHealth::new(&[], NO_PASSIVE, StartState::NewSpare, t0);
+    assert_eq!(h.state(), HealthState::Up, "without probes: up at once");
+}
+
+#[test]
 fn server_added_at_runtime_without_probes_is_up_at_once() {
     let h = ServerHealth::new(&[], NO_PASSIVE, StartState::Added, Instant::now());
     assert_eq!(h.state(), HealthState::Up);

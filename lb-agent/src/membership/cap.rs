@@ -1,5 +1,7 @@
 //! The removal cap (`max_unhealthy_percent`): how many unhealthy servers health may remove
-//! from one group at once, and which unhealthy servers stay in traffic.
+//! from one group at once, and which unhealthy servers stay in traffic. As Azure's
+//! health check: with a cap below 100 %, a group whose servers are **all** unhealthy
+//! has none removed (removing them all would take the group out entirely; docs/references.md).
 
 use std::{collections::BTreeMap, net::SocketAddr};
 
@@ -16,8 +18,10 @@ pub(super) struct Capped {
     pub servers: usize,
     /// Of those, unhealthy ones.
     pub unusable: usize,
-    /// `floor(servers × pct / 100)`.
+    /// `floor(servers × pct / 100)`; 0 when every server is unusable (`all`).
     pub removable: usize,
+    /// Every server of the group is unusable: none is removed.
+    pub all: bool,
     /// Unhealthy servers kept in traffic: the most recent failures.
     pub held: Vec<SocketAddr>,
 }
@@ -40,7 +44,12 @@ pub(super) fn apply(servers: &[MemberInput], pct: u8) -> Vec<Capped> {
     groups
         .into_iter()
         .filter_map(|(level, (n, mut unhealthy))| {
-            let removable = usize::try_from(n as u64 * pct / 100).expect("at most n");
+            let all = pct < 100 && unhealthy.len() == n;
+            let removable = if all {
+                0
+            } else {
+                usize::try_from(n as u64 * pct / 100).expect("at most n")
+            };
             if unhealthy.len() <= removable {
                 return None;
             }
@@ -51,6 +60,7 @@ pub(super) fn apply(servers: &[MemberInput], pct: u8) -> Vec<Capped> {
                 servers: n,
                 unusable: unhealthy.len(),
                 removable,
+                all,
                 held: unhealthy[removable..].iter().map(|&(_, k)| k).collect(),
             })
         })

@@ -105,10 +105,15 @@ impl Counts {
         self.usable.iter().filter(|&(_, &n)| n > 0).map(|(&l, _)| l)
     }
 
-    /// Whether the cap holds servers in `level`'s group at `pct`.
+    /// Whether the cap holds servers in `level`'s group at `pct` (as `cap::apply`: below
+    /// 100 %, a group with every server unusable has all of them held).
     fn over_cap(&self, level: u32, pct: u8) -> bool {
         let (n, unusable) = self.cap.get(&level).copied().unwrap_or_default();
-        let removable = n as u64 * u64::from(pct.min(100)) / 100;
+        let pct = pct.min(100);
+        if pct < 100 && unusable > 0 && unusable == n {
+            return true;
+        }
+        let removable = n as u64 * u64::from(pct) / 100;
         unusable as u64 > removable
     }
 }

@@ -27,7 +27,9 @@
 //!    once. When more are unusable, the ones that became unusable first (earliest
 //!    `since`; equal `since`: lower address first) are removed and the rest — the most
 //!    recent failures — are *held*: they stay `Active` while their group is the active
-//!    level, and a note says so. A held server is **not healthy**: it never makes its
+//!    level, and a note says so. When **every** such server of the group is unusable and
+//!    `pct < 100`, none is removed: all are held (Azure: "when every instance is
+//!    unhealthy, none is removed"). A held server is **not healthy**: it never makes its
 //!    group usable, never covers missing weight for spares and never keeps fail-open
 //!    from starting. Drained and down servers are neither in `n` nor in the count: an
 //!    operator's decision never uses up health's budget. Example: 4 servers at 50% → at
@@ -280,6 +282,16 @@ impl ServiceMembership {
         let held: BTreeSet<SocketAddr> = caps.iter().flat_map(|c| c.held.iter().copied()).collect();
         for c in &caps {
             for k in c.held.iter().filter(|k| !self.held.contains(k)) {
+                if c.all {
+                    changes.push(format!(
+                        "removal cap: all {} servers of {} unusable, none is removed \
+                         (max_unhealthy_percent {}, as Azure's): {k} kept in traffic",
+                        c.servers,
+                        Level(c.level),
+                        policy.max_unhealthy_percent.min(100),
+                    ));
+                    continue;
+                }
                 changes.push(format!(
                     "removal cap: {} of {} servers of {} unusable, at most {} may be removed \
                      (max_unhealthy_percent {}): {k} kept in traffic as one of the most recent failures",

@@ -113,9 +113,22 @@ impl Condition {
     pub fn holds(&self, response: &Response<'_>) -> bool {
         self.expr.holds(response)
     }
+
+    /// Whether the condition looks at the body or reply (`$upstream_probe_response`).
+    pub fn reads_response(&self) -> bool {
+        self.expr.reads_response()
+    }
 }
 
 impl Expr {
+    fn reads_response(&self) -> bool {
+        match self {
+            Expr::Any(all) | Expr::All(all) => all.iter().any(Expr::reads_response),
+            Expr::Not(e) => e.reads_response(),
+            Expr::Set(v) | Expr::Equals(v, _) | Expr::Matches(v, _) => *v == Var::Response,
+        }
+    }
+
     fn holds(&self, r: &Response<'_>) -> bool {
         match self {
             Expr::Any(all) => all.iter().any(|e| e.holds(r)),
@@ -251,6 +264,29 @@ impl Parser {
             )));
         };
         let column = t.column;
+        if var == Var::Status
+            && matches!(op, "==" | "=" | "!=")
+            && !(text.len() == 3 && text.bytes().all(|b| b.is_ascii_digit()))
+        {
+            let never = if op == "!=" {
+                "always holds"
+            } else {
+                "never holds"
+            };
+            let class = text
+                .chars()
+                .next()
+                .filter(char::is_ascii_digit)
+                .map_or_else(|| "^2".to_string(), |d| format!("^{d}"));
+            return Err(ConditionError {
+                column,
+                message: format!(
+                    "$upstream_status is a three-digit code such as 200: `{op} {text}` {never}; \
+                     for a class of codes match it, e.g. $upstream_status {}~ {class}",
+                    if op == "!=" { "!" } else { "" }
+                ),
+            });
+        }
         let expr = match op {
             "==" | "=" | "!=" => Expr::Equals(var, text.clone().into_bytes()),
             _ => {

@@ -1,7 +1,10 @@
 //! The udp probe: send `send` (or an empty datagram) on a connected socket and wait for a
 //! reply matching `expect`. The socket is connected so that an ICMP port-unreachable
 //! comes back as ECONNREFUSED and fails the probe at once. Silence is handled by the
-//! caller's timeout (a pass only when neither `expect` nor `test` is set).
+//! caller's timeout (a pass only when neither `expect` nor `test` is set). With
+//! `max_response = 0` the reply is not read, but the probe still waits for its timeout:
+//! the port-unreachable that a closed port answers arrives after the send, and only a
+//! receive on the connected socket sees it (docs/probes.md, "udp probes").
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -26,12 +29,14 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
     sock.send(cfg.send.as_deref().unwrap_or_default())
         .await
         .map_err(io("send"))?;
-    if cfg.max_response == 0 {
-        return Ok("sent (no reply awaited)".into());
-    }
     let re = cfg.expect.as_ref().map(bytes_regex).transpose()?;
-    let mut buf = vec![0u8; cfg.max_response.min(MAX_DATAGRAM)];
+    // One byte at least: a datagram larger than the buffer is truncated, and a closed
+    // port's ICMP error is reported on this receive either way.
+    let mut buf = vec![0u8; cfg.max_response.clamp(1, MAX_DATAGRAM)];
     let n = sock.recv(&mut buf).await.map_err(io("receive"))?;
+    if cfg.max_response == 0 {
+        return Ok("reply (not read: max_response = 0)".into());
+    }
     let reply = &buf[..n];
     if let Some(test) = &cfg.test {
         return if test.holds(&Observed {

@@ -31,8 +31,8 @@ use crate::config::{ProbeConfig, ProbeKind};
 
 pub use local::on_time_slack;
 pub use schedule::{
-    NetProber, OVERDUE, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey, ServerSignals,
-    SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
+    MIN_INTERVAL, NetProber, OVERDUE, PROMPT_SPREAD, ProbeReport, ProbeTask, Prober, ServerKey,
+    ServerSignals, SharedSignals, first_run_offset, spawn, spawn_spread, spawn_with,
 };
 
 /// The verdict of one probe execution.
@@ -238,8 +238,8 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     }
     // The large futures (http with TLS, tcp and udp with their buffers) are boxed for the
     // length of one probe, so that every idle probe task stays small: at 100,000 tasks
-    // the task's future is most of the agent's memory (BENCHMARKS.md §3). The SYN check's
-    // future is small and runs unboxed.
+    // the task's future is most of the agent's memory (docs/internals/benchmark-log.md §3).
+    // The SYN check's future is small and runs unboxed.
     let run = async {
         match cfg.kind {
             ProbeKind::Http => Box::pin(http::probe(cfg, addr)).await,

@@ -3,8 +3,12 @@
 //! A task first runs at a deterministic offset inside the first interval (so a restart
 //! does not fire every probe at once), then every `interval` plus a random share of
 //! `jitter`. The probe runs inline in the task's loop, so it cannot overlap its previous
-//! run: a tick that passes while a probe is still running is skipped, as with
-//! `MissedTickBehavior::Skip`. `mode` gates each tick on what [`ServerSignals`] says.
+//! run: a tick that passes while a probe is still running waits for it, and the next
+//! probe starts as soon as that one ends (as `MissedTickBehavior::Delay`), never later.
+//! Skipping to the next tick instead would make a probe whose `timeout` is at least its
+//! `interval` start up to `interval` after a failure that ended by timeout, beyond the
+//! recovery bound `check-config` prints (`config::check::detection_bounds`). `mode`
+//! gates each tick on what [`ServerSignals`] says.
 //!
 //! A task that wakes more than [`OVERDUE`] after its tick (the agent did not get the CPU,
 //! or was busy) does not probe at once: after a stall every task is overdue, and firing
@@ -28,8 +32,9 @@ use tokio::time::Instant;
 use super::{ProbeOutcome, execute};
 use crate::config::{ProbeConfig, ProbeMode};
 
-/// The shortest interval a task accepts (a zero interval would spin).
-const MIN_INTERVAL: Duration = Duration::from_millis(1);
+/// The shortest interval a task accepts (a zero interval would spin; tokio's timer
+/// counts whole milliseconds). `check-config` prints its bounds with it.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// A task that wakes later than this after its tick re-schedules at its spread offset
 /// within the next interval instead of probing at once (module docs).
@@ -267,12 +272,8 @@ impl<P: Prober> Task<P> {
                 }
             }
             next += interval + jitter.sample();
-            let now = Instant::now();
-            if next < now {
-                // The probe outlasted one or more ticks: skip them, keep the phase.
-                let behind = (now - next).as_nanos() / interval.as_nanos();
-                next += interval.saturating_mul(u32::try_from(behind + 1).unwrap_or(u32::MAX));
-            }
+            // The probe outlasted its tick: the next one starts now, not a tick later.
+            next = next.max(Instant::now());
         }
     }
 

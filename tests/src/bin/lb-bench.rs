@@ -23,7 +23,7 @@ use lb_agent::{
     api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
     dataplane::tunnel::TunnelConfig,
-    dataplane::{BpfDataplane, Dataplane},
+    dataplane::{BpfDataplane, Dataplane, MapSizes},
     probe::{ProbeOutcome, ProbeReport, Prober},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
 };
@@ -71,7 +71,19 @@ fn main() -> anyhow::Result<()> {
     // One CPU: the per-CPU structures (flow cache, clock) behave as under RSS.
     lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
     let _spinner = args.busy.then(Spinner::start);
-    let mut dp = BpfDataplane::load().context("loading the balancer (are you root?)")?;
+    // Tables sized for `--flows N` (fresh seeds, as a first start), else the compiled size.
+    let sizes = match args.flows {
+        Some(n) => {
+            let (flow, nat) = lb_agent::dataplane::sizing::random_seeds()?;
+            MapSizes::default()
+                .with_flows(n)
+                .context("--flows: 1024..=16777216")?
+                .with_seeds(flow, nat)
+        }
+        None => MapSizes::default(),
+    };
+    let mut dp = BpfDataplane::load_sized(None, None, sizes)
+        .context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
     let (dsr_vip, nat_vip, snat) = publish(&mut publisher, &mut dp, args.vips)?;
     // As when attached: the program compares destination MACs with the interface's,
@@ -97,20 +109,40 @@ fn main() -> anyhow::Result<()> {
             .payload(&[0u8; 64])
             .bytes()
     };
-    if args.full_table {
-        // Live flows from other clients, as many as the table is sized for (its array
-        // holds twice as many ways; a flow whose bucket is full evicts its longest-idle
-        // way).
-        for i in 0..lb_common::FLOW_TABLE_SIZE as usize {
+    let fill = match args.flows {
+        Some(_) => Some(sizes.max_flows() as usize),
+        None if args.full_table => Some(lb_common::FLOW_TABLE_SIZE as usize),
+        None => None,
+    };
+    if let Some(fill) = fill {
+        // Live (established) flows from other clients, as many as the table is sized
+        // for: each opened by an ACK (a SYN's flow would wait for its handshake, and
+        // waiting flows take at most two ways of a bucket); a flow whose bucket is full
+        // evicts its longest-idle way.
+        let started = std::time::Instant::now();
+        for i in 0..fill {
             let src = IpAddr::from([10, 30 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
-            let (action, _) = run_once(dp.program_mut()?, &tcp(src, 5000, dsr_vip, TCP_SYN))?;
+            let (action, _) = run_once(dp.program_mut()?, &tcp(src, 5000, dsr_vip, TCP_ACK))?;
             if action != XDP_TX {
                 bail!("filling the flow table: action {action}");
             }
         }
+        let filled_in = started.elapsed();
+        // A nat SYN whose bucket holds four flows takes the way of one silent for 10 s
+        // (else it is refused, `drop_flows_full`): the filled flows fall silent first,
+        // so that every measured nat SYN is forwarded.
+        std::thread::sleep(Duration::from_secs(11));
+        let m = sizes.table_memory();
         println!(
-            "flow table filled with {} flows",
-            lb_common::FLOW_TABLE_SIZE
+            "flow table ({} buckets of 4 ways, {} flows) filled with {fill} flows in {:.1?}; \
+             LB_FLOWS {} B, LB_NAT {} B, LB_SOURCES {} B: {} B per flow it is sized for",
+            sizes.tables().flow_buckets,
+            sizes.max_flows(),
+            filled_in,
+            m.flows,
+            m.nat,
+            m.sources,
+            m.total() / u64::from(sizes.max_flows())
         );
     }
 
@@ -581,6 +613,9 @@ struct Args {
     vip_rounds: usize,
     /// Fill the flow table (`FLOW_TABLE_SIZE` live flows) before measuring.
     full_table: bool,
+    /// `--flows N`: tables sized for N flows (`agent.max_flows`), filled with that many
+    /// live flows before measuring.
+    flows: Option<u32>,
     /// Keep the other CPU busy (a spinning thread pinned to CPU 1) while measuring;
     /// the benchmark itself runs on CPU 0.
     busy: bool,
@@ -592,7 +627,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
-                         [--vips N | --vips N,N,...] [--full-table] [--busy] [--whole] [--servers N] \
+                         [--vips N | --vips N,N,...] [--full-table | --flows N] [--busy] [--whole] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
@@ -603,6 +638,7 @@ fn parse_args() -> anyhow::Result<Args> {
         vip_counts: None,
         vip_rounds: 15,
         full_table: false,
+        flows: None,
         busy: false,
         whole: false,
         scale: Scale::default(),
@@ -636,6 +672,7 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
             }
             "--full-table" => parsed.full_table = true,
+            "--flows" => parsed.flows = Some(number("--flows")? as u32),
             "--busy" => parsed.busy = true,
             "--whole" => parsed.whole = true,
             "--servers" => parsed.scale.servers = number("--servers")?,

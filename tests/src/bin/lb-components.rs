@@ -1,6 +1,7 @@
 //! `lb-components`: what each cost component of the XDP balancer costs on this kernel,
 //! measured with the reduced programs of `lb-ebpf/src/reduced.rs` next to the reflector
-//! floor, on the same packets, in the same run (BENCHMARKS.md §1, "Where the rest goes").
+//! floor, on the same packets, in the same run (docs/internals/benchmark-log.md §1, "Where
+//! the rest goes").
 //!
 //! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
 //! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
@@ -13,7 +14,7 @@
 //! The VIP-hit rows send an established packet to a dsr service published into
 //! `LB_VIP_INDEX` (`publish_hit_service`) whose flow is pinned to backend 1: the
 //! established path's parts grown step by step to `lb_xdp` itself on the same packet
-//! (BENCHMARKS.md §1, "Issue 9, round 7").
+//! (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
 //!
 //! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
 //! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of
@@ -42,7 +43,7 @@ use lb_common::{
         BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, DataplaneConfig, FlowKey, ServiceMeta,
         VIP_SLOT_SERVICE, VipKey, VipSlot,
     },
-    table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, flow_bucket, nat_bucket},
+    table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, TableLayout},
     vip_bucket_index,
 };
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
@@ -269,10 +270,21 @@ fn main() -> anyhow::Result<()> {
         let base = 20 + 3 * round as u8;
         // The claim case's keys, then the open case's: keys whose buckets still have a
         // free way once the keys before them are in.
-        let claims = with_room(&flows, flow_bucket, distinct(base, 2 * KEYS), KEYS)?;
+        let claims = with_room(
+            &flows,
+            |k| TableLayout::BUILT_IN.flow_bucket(k),
+            distinct(base, 2 * KEYS),
+            KEYS,
+        )?;
         let mut opens = claims.clone();
         opens.extend(distinct(base + 2, 2 * KEYS));
-        let opens = with_room(&flows, flow_bucket, opens, 2 * KEYS)?.split_off(KEYS);
+        let opens = with_room(
+            &flows,
+            |k| TableLayout::BUILT_IN.flow_bucket(k),
+            opens,
+            2 * KEYS,
+        )?
+        .split_off(KEYS);
         let cases = [
             fixed("XDP_PASS only (lb_pass)", "lb_pass", XDP_PASS),
             fixed("XDP_TX only", "lbr_tx", XDP_TX),
@@ -326,7 +338,12 @@ fn main() -> anyhow::Result<()> {
                 program: "lbr_nat_insert",
                 // Only keys whose bucket has a free way (with a full table a few
                 // buckets are full: that claim fails, and costs less).
-                packets: with_room(&nat, nat_bucket, distinct(base + 1, 2 * KEYS), KEYS)?,
+                packets: with_room(
+                    &nat,
+                    |k| TableLayout::BUILT_IN.nat_bucket(k),
+                    distinct(base + 1, 2 * KEYS),
+                    KEYS,
+                )?,
                 expect: XDP_TX,
                 lines: [1, 1, 0],
             },

@@ -6,7 +6,7 @@
 use super::prelude::*;
 use lb_common::{
     maps::FlowValue,
-    table::{FLOW_IDLE_NS, TABLE_WAYS, flow_bucket},
+    table::{FLOW_IDLE_NS, TABLE_WAYS, TableLayout},
 };
 use lb_tests::clock::monotonic_ns as now_ns;
 
@@ -34,7 +34,7 @@ fn seen_ago(idle_ns: u64) -> FlowValue {
 /// Fills every way of `key`'s bucket with flows of other clients, way `w` last seen
 /// `idle(w)` ago; returns the bucket's index.
 fn fill_bucket(lb: &mut Lb, key: &FlowKey, idle: impl Fn(usize) -> u64) -> u32 {
-    let index = flow_bucket(key);
+    let index = lb.layout().flow_bucket(key);
     for way in 0..TABLE_WAYS as usize {
         lb.write_flow_way(index, way, stranger(way as u16), seen_ago(idle(way)));
     }
@@ -42,7 +42,7 @@ fn fill_bucket(lb: &mut Lb, key: &FlowKey, idle: impl Fn(usize) -> u64) -> u32 {
 }
 
 #[test]
-fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_flow() {
+fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_established_flow() {
     let mut lb = world(&[DSR4]);
     let key = client_key(DSR4, CPORT);
     // All active (seen within the idle timeout); way 2 longest ago.
@@ -59,10 +59,29 @@ fn a_full_flow_bucket_gives_its_longest_idle_way_to_a_new_flow() {
     check(
         &mut lb,
         Fixture {
-            desc: "a SYN into a full bucket: forwarded, the longest-idle flow evicted",
+            desc: "a SYN into a bucket full of established flows: forwarded, not pinned",
             input: syn.bytes(),
             action: XDP_TX,
             output: Out::Frame(dsr_expected(&syn, 1)),
+            counters: &[(TX_DSR, 1), (FLOW_NEW, 1)],
+        },
+    );
+    let (_, bucket) = lb.flow_bucket_of(&key);
+    for w in 0..TABLE_WAYS as u16 {
+        let way = &bucket.ways[w as usize];
+        assert_eq!((way.key, way.word & 1), (stranger(w), 1), "way {w} kept");
+    }
+
+    // The handshake's ACK is an established flow's first packet: it takes the way of
+    // the flow idle longest.
+    let ack = to_vip(DSR4, CPORT, TCP_ACK);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "its ACK: pinned, the longest-idle flow evicted",
+            input: ack.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(dsr_expected(&ack, 1)),
             counters: &[(TX_DSR, 1), (FLOW_NEW, 1), (FLOW_EVICTED, 1)],
         },
     );
@@ -127,8 +146,12 @@ fn an_idle_flows_way_is_reused_without_an_eviction() {
 
     // A free way goes before an idle one: way 0 left free, a second new flow.
     let other = client_key(DSR4, CPORT + 1);
-    let index = flow_bucket(&other);
-    assert_ne!(index, flow_bucket(&key), "the two flows' buckets differ");
+    let index = lb.layout().flow_bucket(&other);
+    assert_ne!(
+        index,
+        lb.layout().flow_bucket(&key),
+        "the two flows' buckets differ"
+    );
     for way in 1..TABLE_WAYS as usize {
         let idle = if way == 3 {
             FLOW_IDLE_NS + 5_000_000_000
@@ -155,12 +178,12 @@ fn an_idle_flows_way_is_reused_without_an_eviction() {
 
 /// Client ports of DSR4's flows whose `LB_FLOWS` buckets are `BUCKETS` buckets,
 /// `TABLE_WAYS` keys each: every way of those buckets is wanted by exactly one flow.
-fn colliding_ports() -> Vec<u16> {
+fn colliding_ports(layout: TableLayout) -> Vec<u16> {
     const BUCKETS: usize = 8;
     let mut per: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
     let mut chosen = Vec::new();
     for port in 1024..u16::MAX {
-        let b = flow_bucket(&client_key(DSR4, port));
+        let b = layout.flow_bucket(&client_key(DSR4, port));
         let ports = per.entry(b).or_default();
         ports.push(port);
         if ports.len() == TABLE_WAYS as usize {
@@ -184,7 +207,7 @@ fn two_cpus_opening_flows_at_once_never_share_a_way() {
         panic!("this fixture needs two CPUs");
     }
     let lb = world(&[DSR4]);
-    let ports = colliding_ports();
+    let ports = colliding_ports(lb.layout());
     let before = lb.counters();
     const ROUNDS: usize = 20;
     for round in 0..ROUNDS {

@@ -8,7 +8,7 @@ use super::nat_ports::{check_syn, custom_service, syn_from};
 use super::prelude::*;
 use lb_common::{
     maps::{NAT_CLOSED_REUSE, NAT_S_ACKED, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT},
-    table::{TABLE_WAYS, nat_bucket},
+    table::TABLE_WAYS,
 };
 
 const CPORT: u16 = 41_000;
@@ -53,7 +53,7 @@ fn two_port_world() -> (Lb, IpAddr, u16, u16) {
 
 /// Fills every way of `port`'s bucket with live entries of other flows.
 fn fill_bucket(lb: &mut Lb, port: u16, value: impl Fn(u16) -> NatValue) -> u32 {
-    let index = nat_bucket(&key(port));
+    let index = lb.layout().nat_bucket(&key(port));
     for way in 0..TABLE_WAYS as usize {
         lb.write_nat_way(index, way, stranger(way as u16), value(way as u16));
     }
@@ -153,7 +153,7 @@ fn an_expired_entry_of_another_flow_gives_its_way_to_a_new_one() {
 #[test]
 fn a_bucket_another_writer_holds_counts_as_taken() {
     let (mut lb, vip, first, other) = two_port_world();
-    let index = nat_bucket(&key(first));
+    let index = lb.layout().nat_bucket(&key(first));
     lb.set_nat_lock(index, true);
     let run = check_syn(
         &mut lb,

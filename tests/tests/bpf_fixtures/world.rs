@@ -182,7 +182,11 @@ pub fn backend(addr: IpAddr, port: u16, id: u32, service_id: u32) -> Backend {
 /// of [`services`]; only the services in `tables` get a Maglev table (all slots on their
 /// backend), to keep setup fast.
 pub fn world(tables: &[u32]) -> Lb {
-    let mut lb = Lb::load();
+    world_in(Lb::load(), tables)
+}
+
+/// [`world`] on an object loaded by the caller (other sizes or seeds).
+pub fn world_in(mut lb: Lb, tables: &[u32]) -> Lb {
     lb.set_interface_mac(LB_MAC);
     for s in services() {
         let meta = ServiceMeta {

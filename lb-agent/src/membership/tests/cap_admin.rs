@@ -43,6 +43,68 @@ fn removal_cap_four_at_fifty_percent_removes_two_and_keeps_the_most_recent() {
 }
 
 #[test]
+fn removal_cap_removes_none_when_every_server_of_the_group_is_unhealthy() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    for pct in [1, 50, 99] {
+        let mut svc = Svc::new((1..=4).map(|i| primary(i, 1)).collect()).with(Policy {
+            fail_open: false,
+            ..capped(pct)
+        });
+        for i in 1..=3 {
+            svc.fail_since(i, t0 + s(u64::from(i)));
+        }
+        let o = svc.compute_at(t0 + s(5));
+        let removed = [1, 2, 3, 4]
+            .iter()
+            .filter(|&&i| role(&o, i) != Role::Active)
+            .count();
+        assert_eq!(
+            removed,
+            (3usize).min(4 * usize::from(pct) / 100),
+            "{pct}%: 3 of 4 unhealthy, floor(4 × pct / 100) removed"
+        );
+        // The last one fails too: Azure removes none when every instance is unhealthy.
+        svc.fail_since(4, t0 + s(6));
+        let o = svc.compute_at(t0 + s(7));
+        assert_eq!(
+            [role(&o, 1), role(&o, 2), role(&o, 3), role(&o, 4)],
+            [Role::Active; 4],
+            "{pct}%: every server unhealthy, none removed"
+        );
+        assert_eq!(o.held_by_cap.len(), 4);
+        assert_eq!(o.active_weight, 0, "held servers are not healthy");
+        assert_note(
+            &o,
+            "removal cap: all 4 servers of primary group unusable, none is removed",
+        );
+        // One recovers: the cap's arithmetic applies again to the other three.
+        svc.heal(1);
+        let o = svc.compute_at(t0 + s(8));
+        assert_eq!(role(&o, 1), Role::Active);
+        assert_eq!(
+            [2, 3, 4]
+                .iter()
+                .filter(|&&i| role(&o, i) == Role::Active)
+                .count(),
+            3 - (3usize).min(4 * usize::from(pct) / 100),
+            "{pct}%: back to floor(4 × pct / 100) removed"
+        );
+    }
+    // Without a cap (100 %) every unhealthy server is removed; fail_open decides.
+    let mut svc = Svc::new((1..=4).map(|i| primary(i, 1)).collect()).with(Policy {
+        fail_open: false,
+        ..capped(100)
+    });
+    for i in 1..=4 {
+        svc.fail_since(i, t0 + s(u64::from(i)));
+    }
+    let o = svc.compute_at(t0 + s(5));
+    assert!(o.held_by_cap.is_empty());
+    assert!((1..=4).all(|i| role(&o, i) == Role::Sticky));
+}
+
+#[test]
 fn removal_cap_rounds_down_and_counts_each_group_alone() {
     let t0 = Instant::now();
     let mut servers: Vec<MemberInput> = (1..=5).map(|i| primary(i, 1)).collect();
@@ -60,7 +122,7 @@ fn removal_cap_rounds_down_and_counts_each_group_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn admin_down_is_removed_and_not_counted_by_the_cap() {
-    let mut svc = Svc::new((1..=4).map(|i| primary(i, 1)).collect()).with(capped(50));
+    let mut svc = Svc::new((1..=5).map(|i| primary(i, 1)).collect()).with(capped(50));
     svc.admin(1, Admin::Down);
     svc.admin(2, Admin::Down);
     svc.fail(3);
@@ -70,11 +132,11 @@ async fn admin_down_is_removed_and_not_counted_by_the_cap() {
         (Role::Removed, Role::Removed),
         "down is honoured"
     );
-    // n = 2 servers up, floor(2 × 50 / 100) = 1: the two downs did not use the budget.
+    // n = 3 servers up, floor(3 × 50 / 100) = 1: the two downs did not use the budget.
     assert_eq!(role(&o, 3), Role::Sticky);
     assert!(o.held_by_cap.is_empty(), "nothing held: {o:?}");
 
-    // A second failure exceeds the budget of 1 (n = 2, not 4): the later one is held.
+    // A second failure exceeds the budget of 1 (n = 3, not 5): the later one is held.
     advance(Duration::from_secs(1)).await;
     svc.fail(4);
     let o = svc.compute();

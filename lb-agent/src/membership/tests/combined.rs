@@ -62,7 +62,11 @@ fn row2_servers_held_by_the_cap_do_not_keep_a_healthy_backup_level_out() {
     let mut svc = group(true, 50, true);
     fail_in_order(&mut svc, t0, &[1, 2, 3, 4]);
     let o = svc.compute_at(t0 + Duration::from_secs(10));
-    assert_eq!(o.held_by_cap, vec![a(3), a(4)]);
+    assert_eq!(
+        o.held_by_cap,
+        vec![a(1), a(2), a(3), a(4)],
+        "every primary unusable: none removed"
+    );
     assert_eq!(
         o.active_backup_level, 1,
         "held primaries are not healthy: the backup level takes over"
@@ -85,7 +89,7 @@ fn row2_servers_held_by_the_cap_do_not_keep_a_healthy_backup_level_out() {
 }
 
 #[test]
-fn row3_no_healthy_server_fails_open_first_over_the_servers_the_cap_holds() {
+fn row3_every_server_unhealthy_under_a_cap_none_is_removed() {
     let t0 = Instant::now();
     let mut svc = group(false, 50, true);
     fail_in_order(&mut svc, t0, &[1, 2, 3, 4]);
@@ -93,14 +97,18 @@ fn row3_no_healthy_server_fails_open_first_over_the_servers_the_cap_holds() {
     assert_eq!((o.fail_open, o.fail_open_tier), (true, 1));
     assert_eq!(
         roles(&o, &[1, 2, 3, 4]),
-        [Role::Sticky, Role::Sticky, Role::Active, Role::Active],
-        "tier 1: only the held servers; the removed ones keep their flows"
+        [Role::Active; 4],
+        "Azure: with every instance unhealthy none is removed; tier 1 spreads over all held"
+    );
+    assert_note(
+        &o,
+        "removal cap: all 4 servers of primary group unusable, none is removed",
     );
     assert_note(&o, "fail-open tier 1");
 }
 
 #[test]
-fn row4_no_healthy_server_without_fail_open_keeps_only_the_caps_promise() {
+fn row4_no_healthy_server_without_fail_open_keeps_the_caps_promise() {
     let t0 = Instant::now();
     let mut svc = group(false, 50, false);
     fail_in_order(&mut svc, t0, &[1, 2, 3, 4]);
@@ -108,12 +116,12 @@ fn row4_no_healthy_server_without_fail_open_keeps_only_the_caps_promise() {
     assert_eq!((o.fail_open, o.fail_open_tier), (false, 0));
     assert_eq!(
         roles(&o, &[1, 2, 3, 4]),
-        [Role::Sticky, Role::Sticky, Role::Active, Role::Active],
-        "fail_open = false: the cap still keeps half of the group in traffic"
+        [Role::Active; 4],
+        "fail_open = false: the cap keeps the whole group, none is removed (Azure)"
     );
     assert_note(
         &o,
-        "new flows go only to the 2 server(s) the removal cap holds",
+        "new flows go only to the 4 server(s) the removal cap holds",
     );
 }
 
@@ -203,12 +211,13 @@ fn row9_fail_open_tier1_spans_every_levels_held_servers() {
     let mut svc = Svc::new(servers).with(capped(50));
     fail_in_order(&mut svc, t0, &[1, 21, 2, 22]);
     let o = svc.compute_at(t0 + Duration::from_secs(10));
-    assert_eq!(o.held_by_cap, vec![a(2), a(22)]);
-    assert_eq!(o.fail_open_tier, 1);
     assert_eq!(
-        roles(&o, &[1, 2, 21, 22]),
-        [Role::Sticky, Role::Active, Role::Sticky, Role::Active]
+        o.held_by_cap,
+        vec![a(1), a(2), a(21), a(22)],
+        "each group is entirely unusable: none of it is removed"
     );
+    assert_eq!(o.fail_open_tier, 1);
+    assert_eq!(roles(&o, &[1, 2, 21, 22]), [Role::Active; 4]);
 }
 
 #[tokio::test(start_paused = true)]

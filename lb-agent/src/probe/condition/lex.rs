@@ -72,8 +72,24 @@ pub(super) fn lex(s: &str) -> Result<Vec<Spanned>, ConditionError> {
             if i == start {
                 return Err(err("`$` must start a variable name".into()));
             }
+            let name: String = chars[start..i].iter().collect();
+            if chars.get(i) == Some(&'-') && name.starts_with("upstream_http_") {
+                // `$upstream_http_X-Foo`: Angie's header variables are lower case with `_`.
+                let mut end = i;
+                while end < chars.len()
+                    && (chars[end].is_ascii_alphanumeric() || matches!(chars[end], '_' | '-'))
+                {
+                    end += 1;
+                }
+                let written: String = chars[start..end].iter().collect();
+                return Err(err(format!(
+                    "`${written}`: a header variable writes `-` as `_` (and any case as lower \
+                     case): write ${}",
+                    written.to_ascii_lowercase().replace('-', "_")
+                )));
+            }
             out.push(Spanned {
-                tok: Tok::Var(chars[start..i].iter().collect()),
+                tok: Tok::Var(name),
                 column,
             });
             continue;
@@ -133,7 +149,34 @@ pub(super) fn lex(s: &str) -> Result<Vec<Spanned>, ConditionError> {
             });
             continue;
         }
-        return Err(err(format!("unexpected {c:?}")));
+        return Err(err(match c {
+            '&' => "a single `&`: write `&&` for \"both\"".to_string(),
+            '|' if matches!(
+                out.last(),
+                Some(Spanned {
+                    tok: Tok::Value(_),
+                    ..
+                })
+            ) =>
+            {
+                let prev = match out.last() {
+                    Some(Spanned {
+                        tok: Tok::Value(v), ..
+                    }) => v.clone(),
+                    _ => String::new(),
+                };
+                let rest: String = chars[i..]
+                    .iter()
+                    .take_while(|&&c| word_char(c) || c == '|')
+                    .collect();
+                format!(
+                    "a single `|` ends the bare value {prev:?}: quote a value with `|` in it, e.g. \
+                     ~ \"^({prev}{rest})$\" (a regular expression), or write `||` for \"either\""
+                )
+            }
+            '|' => "a single `|`: write `||` for \"either\"".to_string(),
+            _ => format!("unexpected {c:?}"),
+        }));
     }
     Ok(out)
 }

@@ -132,7 +132,7 @@ fn parse_errors_name_the_column_and_what_is_allowed() {
     assert!(err("$upstream_status == \"200", Scope::Http).contains("not closed"));
     assert!(err("$upstream_status ~ \"\\d\"", Scope::Http).contains("only \\\" and \\\\"));
     assert!(err("$upstream_status == &&", Scope::Http).contains("expected a value"));
-    assert!(err("$upstream_status & 1", Scope::Http).contains("unexpected '&'"));
+    assert!(err("$upstream_status & 1", Scope::Http).contains("a single `&`: write `&&`"));
     assert!(err("", Scope::Http).contains("found the end"));
     assert!(err("$upstream_http_", Scope::Http).contains("needs a header name"));
 }
@@ -151,4 +151,44 @@ fn conditions_compare_by_their_text() {
         http("$upstream_status ~ ^2").to_string(),
         "$upstream_status ~ ^2"
     );
+}
+
+/// Conditions that could never do what they say, and slips from other syntaxes, are
+/// refused with the fix in the message.
+#[test]
+fn mistakes_get_a_hint() {
+    let err = |s: &str| Condition::parse(s, Scope::Http).unwrap_err().to_string();
+    assert_eq!(
+        err("$upstream_status == 2xx"),
+        "at column 21: $upstream_status is a three-digit code such as 200: `== 2xx` never \
+         holds; for a class of codes match it, e.g. $upstream_status ~ ^2"
+    );
+    assert!(
+        err("$upstream_status != 5xx").contains("`!= 5xx` always holds")
+            && err("$upstream_status != 5xx").contains("$upstream_status !~ ^5"),
+        "{}",
+        err("$upstream_status != 5xx")
+    );
+    assert!(err("$upstream_status == ok").contains("never holds"));
+    assert_eq!(
+        err("$upstream_http_X-Foo ~ ok"),
+        "at column 1: `$upstream_http_X-Foo`: a header variable writes `-` as `_` (and any \
+         case as lower case): write $upstream_http_x_foo"
+    );
+    assert_eq!(
+        err("$upstream_status ~ ^2 & $upstream_http_x_a"),
+        "at column 23: a single `&`: write `&&` for \"both\""
+    );
+    assert!(
+        err("$upstream_status ~ 200|204")
+            .contains("quote a value with `|` in it, e.g. ~ \"^(200|204)$\""),
+        "{}",
+        err("$upstream_status ~ 200|204")
+    );
+    assert!(err("$upstream_status | $upstream_http_a").contains("write `||` for \"either\""));
+    // What stays valid.
+    assert!(check("$upstream_status ~ \"^(200|204)$\""));
+    assert!(check("$upstream_status == 200 || $upstream_status == 204"));
+    assert!(http("$upstream_probe_response ~ ok").reads_response());
+    assert!(!http("$upstream_status ~ ^2 && !$upstream_http_x").reads_response());
 }

@@ -1,0 +1,203 @@
+//! Addresses: nat `snat_ip`s configured on the attached interface, and dsr backends —
+//! on the interface's segment, and their ARP sysctls where the backend is this host.
+
+use std::net::IpAddr;
+
+use crate::config::{Config, Forwarding, ServerAddress};
+
+use super::{Finding, read_sysctl};
+
+/// `(interface, address)` of every address of this network namespace.
+fn addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_name is a NUL-terminated string of the node.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                .to_string_lossy()
+                .into_owned();
+            // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
+            let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+                libc::AF_INET => {
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    Some(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            };
+            if let Some(ip) = ip {
+                out.push((name, ip));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Every nat `snat_ip` must be an address of this host (replies come back to it), best
+/// on the attached interface.
+pub fn snat(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
+    let check = "snat_ip";
+    let Ok(local) = addresses() else {
+        return vec![Finding::warning(check, "cannot list this host's addresses")];
+    };
+    let mut out = Vec::new();
+    for s in cfg
+        .services
+        .iter()
+        .filter(|s| s.forwarding == Forwarding::Nat)
+    {
+        for ip in &s.snat_ips {
+            let on: Vec<&str> = local
+                .iter()
+                .filter(|(_, a)| a == ip)
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let f = if on.is_empty() {
+                Finding::blocker(
+                    check,
+                    format!(
+                        "service {:?}: {ip} is not an address of this host: replies from the \
+                         backends to it never reach the balancer (`run` refuses it); `ip addr \
+                         add {ip}/32 dev {}` or fix snat_ip",
+                        s.name,
+                        interface.unwrap_or("IF")
+                    ),
+                )
+            } else if interface.is_some_and(|i| !on.contains(&i)) {
+                Finding::warning(
+                    check,
+                    format!(
+                        "service {:?}: {ip} is on {} rather than {}: the backends' replies must \
+                         still arrive on {} to be translated (check their route to {ip})",
+                        s.name,
+                        on.join(", "),
+                        interface.unwrap_or("-"),
+                        interface.unwrap_or("-")
+                    ),
+                )
+            } else {
+                Finding::ok(
+                    check,
+                    format!("service {:?}: {ip} is on {}", s.name, on.join(", ")),
+                )
+            };
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// dsr backends: on the attached interface's segment (the program rewrites only the
+/// destination MAC and sends the frame back out), and the ARP sysctls that keep a
+/// backend holding the VIP from answering ARP for it — checked where the backend is
+/// this host, printed as advice for the others.
+pub async fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
+    let dsr: Vec<_> = cfg
+        .services
+        .iter()
+        .filter(|s| s.forwarding == Forwarding::Dsr)
+        .collect();
+    if dsr.is_empty() {
+        return Vec::new();
+    }
+    let local: Vec<IpAddr> = addresses()
+        .map(|v| v.into_iter().map(|(_, a)| a).collect())
+        .unwrap_or_default();
+    let ifindex = interface.and_then(|i| crate::dataplane::if_index(i).ok());
+    let rtnl = crate::neighbor::rtnl::Rtnl::new().ok();
+    let mut out = Vec::new();
+    for s in dsr {
+        let check = format!("dsr {}", s.name);
+        let mut remote = 0;
+        for srv in &s.servers {
+            let ServerAddress::Socket(sa) = &srv.address else {
+                continue;
+            };
+            let ip = sa.ip();
+            if local.contains(&ip) {
+                out.push(local_arp(&check, ip));
+                continue;
+            }
+            remote += 1;
+            if let (Some(rtnl), Some(ifindex), Some(name)) = (&rtnl, ifindex, interface)
+                && let Ok(hop) = rtnl.route(ip).await
+            {
+                if let Some(gw) = hop.gateway {
+                    out.push(Finding::blocker(
+                        check.clone(),
+                        format!(
+                            "backend {ip} is reached through the router {gw}: dsr sends the \
+                             client's packet, addressed to the VIP, to the backend's MAC on \
+                             {name}'s segment; put the backend on that segment or use nat"
+                        ),
+                    ));
+                } else if hop.oif.is_some_and(|o| o != ifindex) {
+                    out.push(Finding::blocker(
+                        check.clone(),
+                        format!(
+                            "backend {ip} is on another interface's segment than {name}: dsr \
+                             sends frames back out of {name} only; put it on that segment or \
+                             use nat"
+                        ),
+                    ));
+                }
+            }
+        }
+        if remote > 0 {
+            out.push(Finding::ok(
+                check,
+                format!(
+                    "on each of the {remote} backends: the VIP {} on lo (`ip addr add {}/32 dev \
+                     lo`), `sysctl -w net.ipv4.conf.all.arp_ignore=1 \
+                     net.ipv4.conf.all.arp_announce=2` (not checked from here)",
+                    s.vip.ip(),
+                    s.vip.ip()
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// A dsr backend that is this host: its ARP sysctls.
+fn local_arp(check: &str, ip: IpAddr) -> Finding {
+    if ip.is_ipv6() {
+        return Finding::ok(
+            check,
+            format!("backend {ip} is this host (IPv6: no ARP settings)"),
+        );
+    }
+    let ignore = read_sysctl("net.ipv4.conf.all.arp_ignore").unwrap_or_default();
+    let announce = read_sysctl("net.ipv4.conf.all.arp_announce").unwrap_or_default();
+    if ignore.parse::<u8>().is_ok_and(|v| v >= 1) && announce.parse::<u8>().is_ok_and(|v| v >= 2) {
+        Finding::ok(
+            check,
+            format!("backend {ip} is this host: arp_ignore {ignore}, arp_announce {announce}"),
+        )
+    } else {
+        Finding::warning(
+            check,
+            format!(
+                "backend {ip} is this host and answers ARP for the VIP it holds (arp_ignore \
+                 {ignore}, arp_announce {announce}): `sysctl -w net.ipv4.conf.all.arp_ignore=1 \
+                 net.ipv4.conf.all.arp_announce=2`"
+            ),
+        )
+    }
+}

@@ -1,0 +1,281 @@
+//! The interface: exists, its driver and whether it has native XDP, the program
+//! attached now, the MTU against what native XDP takes, LRO and GRO.
+
+use crate::{
+    config::XdpMode,
+    dataplane::{self, netlink::XdpAttached},
+};
+
+use super::{Finding, Level, ethtool};
+
+/// The check name of a missing interface (the caller skips what needs it).
+pub const MISSING: &str = "interface";
+
+/// Drivers with native (driver-mode) XDP in mainline Linux, by the name `ethtool -i`
+/// gives. Knowledge, not a probe: a driver missing here may still have it.
+pub const NATIVE_XDP_DRIVERS: &[&str] = &[
+    "am65-cpsw-nuss",
+    "atlantic",
+    "bnxt_en",
+    "bonding",
+    "cpsw",
+    "ena",
+    "fec",
+    "fsl_dpaa2_eth",
+    "fsl_enetc",
+    "fsl_enetc_vf",
+    "gve",
+    "hv_netvsc",
+    "i40e",
+    "ice",
+    "igb",
+    "igc",
+    "ionic",
+    "ixgbe",
+    "ixgbevf",
+    "lan966x-switch",
+    "mana",
+    "mlx4_en",
+    "mlx5_core",
+    "mtk_soc_eth",
+    "mvneta",
+    "mvpp2",
+    "netdevsim",
+    "netsec",
+    "nfp",
+    "nicvf",
+    "qede",
+    "rvu_nicpf",
+    "rvu_nicvf",
+    "sfc",
+    "st_gmac",
+    "tsnep",
+    "tun",
+    "veth",
+    "virtio_net",
+    "vmxnet3",
+    "vif",
+];
+
+/// The largest MTU most drivers take in native XDP mode with single-buffer programs
+/// (a frame, its headroom and `skb_shared_info` in one 4 KiB page; mlx5, i40e, ice and
+/// virtio_net refuse above about this; the exact bound is the driver's).
+pub const NATIVE_XDP_MAX_MTU: u32 = 3498;
+
+pub fn check(name: &str, mode: XdpMode) -> Vec<Finding> {
+    let check = format!("interface {name}");
+    let ifindex = match dataplane::if_index(name) {
+        Ok(i) => i,
+        Err(_) => {
+            return vec![Finding::blocker(
+                MISSING,
+                format!(
+                    "`{name}` does not exist in this network namespace (`ip link` lists them; \
+                     run doctor where the agent will run, e.g. under `ip netns exec`)"
+                ),
+            )];
+        }
+    };
+    let mut out = Vec::new();
+    let up = read(name, "operstate").unwrap_or_default();
+    out.push(Finding::ok(
+        check.clone(),
+        format!("exists (index {ifindex}, {up})"),
+    ));
+    let driver = ethtool::driver(name)
+        .ok()
+        .or_else(|| sys_driver(name))
+        .unwrap_or_default();
+    out.push(native(name, &driver, mode));
+    out.push(attached(name, ifindex));
+    if let Some(mtu) = read(name, "mtu").and_then(|m| m.parse().ok()) {
+        out.push(mtu_finding(name, mtu, mode));
+    }
+    out.extend(offloads(name, mode));
+    out
+}
+
+fn read(name: &str, what: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/{what}"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn sys_driver(name: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/sys/class/net/{name}/device/driver")).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Whether `driver` has native XDP, and what `mode` then does.
+pub fn native(name: &str, driver: &str, mode: XdpMode) -> Finding {
+    let check = "xdp driver";
+    if driver.is_empty() {
+        return Finding::warning(
+            check,
+            format!("cannot tell `{name}`'s driver: native XDP unknown"),
+        );
+    }
+    let known = NATIVE_XDP_DRIVERS.contains(&driver);
+    match (known, mode) {
+        (true, XdpMode::Generic) => Finding::warning(
+            check,
+            format!(
+                "{driver} has native XDP but xdp_mode = \"generic\": the program runs after the \
+                 kernel allocated an skb per packet (several times slower); use \"auto\" or \
+                 \"native\""
+            ),
+        ),
+        (true, _) => Finding::ok(check, format!("{driver} has native XDP")),
+        (false, XdpMode::Generic) => Finding::ok(
+            check,
+            format!("{driver}: xdp_mode = \"generic\" works on every driver"),
+        ),
+        (false, XdpMode::Auto) => Finding::warning(
+            check,
+            format!(
+                "{driver} is not known to have native XDP: \"auto\" falls back to generic mode \
+                 (an skb per packet, several times slower); a NIC with native XDP (ice, i40e, \
+                 mlx5_core, bnxt_en, virtio_net, ...) runs lb at full speed"
+            ),
+        ),
+        (false, XdpMode::Native) => Finding::warning(
+            check,
+            format!(
+                "{driver} is not known to have native XDP and xdp_mode = \"native\": the attach \
+                 may be refused; use \"auto\" to fall back to generic"
+            ),
+        ),
+    }
+}
+
+/// The program attached to the interface now.
+fn attached(name: &str, ifindex: u32) -> Finding {
+    let check = "xdp program";
+    match dataplane::previous::attached_program(ifindex, name) {
+        Ok(None) => Finding::ok(check, format!("none attached to {name}")),
+        Ok(Some(p)) if p.is_ours() => Finding::ok(
+            check,
+            format!(
+                "lb's program (id {}, {}) is attached: `run` adopts it and its flows",
+                p.id,
+                p.mode.name()
+            ),
+        ),
+        Ok(Some(p)) => Finding::blocker(
+            check,
+            format!(
+                "another XDP program ({} id {}, {}) is attached to {name}: `run` will not \
+                 replace it; remove it with `ip link set dev {name} {}` if it is not needed",
+                p.name,
+                p.id,
+                p.mode.name(),
+                match p.mode {
+                    XdpAttached::Generic => "xdpgeneric off",
+                    XdpAttached::Driver => "xdpdrv off",
+                    XdpAttached::Offload => "xdpoffload off",
+                    XdpAttached::Multi => "xdp off",
+                }
+            ),
+        ),
+        Err(err) => Finding::warning(check, format!("cannot read it: {err}")),
+    }
+}
+
+/// The MTU against native XDP's bound.
+pub fn mtu_finding(name: &str, mtu: u32, mode: XdpMode) -> Finding {
+    let check = "mtu";
+    if mtu <= NATIVE_XDP_MAX_MTU || mode == XdpMode::Generic {
+        return Finding::ok(
+            check,
+            format!(
+                "{mtu} (native XDP takes up to about {NATIVE_XDP_MAX_MTU}; lb adds no header: \
+                 nat and dsr rewrite in place)"
+            ),
+        );
+    }
+    let level = if mode == XdpMode::Native {
+        Level::Blocker
+    } else {
+        Level::Warning
+    };
+    Finding::new(
+        check,
+        level,
+        format!(
+            "{mtu} is above the about {NATIVE_XDP_MAX_MTU} bytes most drivers take in native \
+             XDP (a frame in one page): the attach is refused{}; lower it (`ip link set dev \
+             {name} mtu 1500`) or accept generic mode",
+            if mode == XdpMode::Auto {
+                " and \"auto\" falls back to generic mode"
+            } else {
+                ""
+            }
+        ),
+    )
+}
+
+fn offloads(name: &str, mode: XdpMode) -> Vec<Finding> {
+    let mut out = Vec::new();
+    match ethtool::lro(name) {
+        Ok(true) => out.push(Finding::warning(
+            "lro",
+            format!(
+                "on: drivers refuse native XDP while LRO merges segments{}; `ethtool -K {name} \
+                 lro off`",
+                if mode == XdpMode::Generic {
+                    " (and in generic mode the program sees merged super-frames)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+        Ok(false) => out.push(Finding::ok("lro", "off")),
+        Err(_) => out.push(Finding::ok("lro", "not reported by the driver")),
+    }
+    match ethtool::gro(name) {
+        Ok(true) if mode == XdpMode::Generic => out.push(Finding::warning(
+            "gro",
+            format!(
+                "on: in generic mode the program sees segments GRO merged (correct, but each is \
+                 copied and re-segmented); `ethtool -K {name} gro off`, or native mode where \
+                 XDP runs before GRO"
+            ),
+        )),
+        Ok(true) => out.push(Finding::ok(
+            "gro",
+            "on (native XDP runs before GRO: the program sees every packet)",
+        )),
+        Ok(false) => out.push(Finding::ok("gro", "off")),
+        Err(_) => out.push(Finding::ok("gro", "not reported by the driver")),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_xdp_by_driver_and_mode() {
+        assert_eq!(native("eth0", "ice", XdpMode::Auto).level, Level::Ok);
+        assert_eq!(
+            native("eth0", "e1000e", XdpMode::Auto).level,
+            Level::Warning
+        );
+        assert_eq!(native("eth0", "e1000e", XdpMode::Generic).level, Level::Ok);
+        assert_eq!(
+            native("eth0", "mlx5_core", XdpMode::Generic).level,
+            Level::Warning
+        );
+        assert_eq!(mtu_finding("eth0", 1500, XdpMode::Auto).level, Level::Ok);
+        assert_eq!(
+            mtu_finding("eth0", 9000, XdpMode::Auto).level,
+            Level::Warning
+        );
+        assert_eq!(mtu_finding("eth0", 9000, XdpMode::Generic).level, Level::Ok);
+        assert_eq!(
+            mtu_finding("eth0", 9000, XdpMode::Native).level,
+            Level::Blocker
+        );
+    }
+}

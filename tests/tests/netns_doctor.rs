@@ -1,0 +1,300 @@
+//! `lb-agent doctor` on real network namespaces: a host prepared as docs/doctor.md says
+//! passes (exit 0, no blocker), and each blocker is found on a host or config that has
+//! it — a missing interface, strict rp_filter with a backend routed out of another
+//! interface, a snat_ip that is not local, snat_ports overlapping the ephemeral ports,
+//! a pin_path off bpffs, BIRD's socket absent, a dsr backend off the segment, an MTU
+//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`).
+//!
+//! Layout: namespace `lb` with `eth0` (10.70.0.2/24, the attached interface) and `eth1`
+//! (10.71.0.2/24), each a veth to a peer namespace; BIRD runs in `lb` with a minimal
+//! config; pin_path is on a private bpffs.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use lb_tests::{
+    agent::locate_binary,
+    bpffs::PrivateBpffs,
+    link::{Link, Mac, VethEnd, veth_pair},
+    multinode::{bird_present, start_bird},
+    names::unique_tag,
+    netns::NetNs,
+    process::NsProcess,
+};
+
+/// A directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Host {
+    lb: NetNs,
+    dir: TempDir,
+    pins: PrivateBpffs,
+    bird_socket: PathBuf,
+    // Dropped in field order: BIRD before the links and namespaces it runs in.
+    _bird: NsProcess,
+    _links: Vec<Link>,
+    _peers: Vec<NetNs>,
+}
+
+fn host() -> Host {
+    let tag = unique_tag();
+    let lb = NetNs::create(&format!("{tag}lb")).expect("lb namespace");
+    let mut peers = Vec::new();
+    let mut links = Vec::new();
+    for (i, net) in ["10.70.0", "10.71.0"].iter().enumerate() {
+        let peer = NetNs::create(&format!("{tag}p{i}")).expect("peer namespace");
+        let name = format!("eth{i}");
+        links.push(
+            veth_pair(
+                VethEnd {
+                    ns: &lb,
+                    name: &name,
+                    mac: Mac([0x02, 0x70, 0, 0, i as u8, 2]),
+                },
+                VethEnd {
+                    ns: &peer,
+                    name: "eth0",
+                    mac: Mac([0x02, 0x70, 0, 0, i as u8, 1]),
+                },
+            )
+            .expect("veth pair"),
+        );
+        lb.ip_batch(&[
+            format!("addr add {net}.2/24 dev {name}"),
+            format!("link set {name} up"),
+        ])
+        .expect("lb side");
+        peer.ip_batch(&[
+            format!("addr add {net}.1/24 dev eth0"),
+            "link set eth0 up".into(),
+        ])
+        .expect("peer side");
+        peers.push(peer);
+    }
+    lb.sysctl("net.ipv4.ip_local_port_range", "32768 60999")
+        .expect("port range");
+    lb.sysctl("net.ipv4.conf.all.rp_filter", "2")
+        .expect("rp_filter");
+    lb.sysctl("net.ipv4.conf.eth0.rp_filter", "0")
+        .expect("rp_filter");
+    let dir = std::env::temp_dir().join(format!("lb-doctor-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir(dir);
+    let conf = dir.0.join("bird.conf");
+    std::fs::write(&conf, "router id 10.70.0.2;\nprotocol device {}\n").unwrap();
+    let bird_socket = dir.0.join("bird.ctl");
+    let bird = start_bird(&lb, "doctor", &conf, &bird_socket).expect("BIRD starts");
+    let pins = PrivateBpffs::mount("doctor").expect("a private bpffs");
+    Host {
+        lb,
+        dir,
+        pins,
+        bird_socket,
+        _bird: bird,
+        _links: links,
+        _peers: peers,
+    }
+}
+
+/// The good config, with `edit` applied to its text.
+fn config(h: &Host, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = format!(
+        r#"[agent]
+interface = "eth0"
+api_listen = ""
+api_socket = ""
+state_file = ""
+pin_path = "{pins}"
+announce_interface = "lbvip"
+bird_socket = "{bird}"
+
+[[service]]
+name = "web"
+vip = "10.70.0.100:80"
+forwarding = "nat"
+snat_ip = "10.70.0.2"
+snat_ports = "1024-32767"
+
+[[service.server]]
+address = "10.70.0.11:8080"
+
+[[service]]
+name = "dns"
+vip = "10.70.0.100:53"
+protocol = "udp"
+forwarding = "dsr"
+
+[[service.server]]
+address = "10.70.0.12:53"
+"#,
+        pins = h.pins.pins().display(),
+        bird = h.bird_socket.display(),
+    );
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = h.dir.0.join(format!("lb-{n}.toml"));
+    std::fs::write(&path, edit(text)).unwrap();
+    path
+}
+
+/// `lb-agent doctor ARGS` in the lb namespace: exit code and stdout.
+fn doctor(h: &Host, config: &Path, extra: &[&str]) -> (i32, String) {
+    let bin = locate_binary("lb-agent").expect("lb-agent built (cargo build --workspace --bins)");
+    let out = Command::new("ip")
+        .args(["netns", "exec", h.lb.name()])
+        .arg(bin)
+        .args(["doctor", "--config"])
+        .arg(config)
+        .args(extra)
+        .output()
+        .expect("running lb-agent doctor");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn blockers(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with("blocker")).collect()
+}
+
+/// Runs doctor on the config edited by `edit` (after `prepare` on the host) and
+/// expects exactly one blocker, of check `check`.
+fn expect_blocker(h: &Host, check: &str, edit: impl Fn(String) -> String, extra: &[&str]) {
+    let path = config(h, edit);
+    let (code, text) = doctor(h, &path, extra);
+    assert_eq!(code, 1, "a blocker makes the exit status 1:\n{text}");
+    let b = blockers(&text);
+    assert_eq!(b.len(), 1, "exactly the {check} blocker:\n{text}");
+    assert!(
+        b[0].starts_with(&format!("blocker  {check}:")),
+        "expected a {check} blocker:\n{text}"
+    );
+}
+
+#[test]
+fn a_good_host_passes_and_each_blocker_is_found() {
+    if !bird_present() {
+        return;
+    }
+    let h = host();
+
+    let good = config(&h, |t| t);
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(blockers(&text).is_empty(), "{text}");
+    for expected in [
+        "ok       kernel:",
+        "ok       bpf load:",
+        "ok       interface eth0: exists",
+        "ok       xdp driver: veth has native XDP",
+        "ok       snat_ip: service \"web\": 10.70.0.2 is on eth0",
+        "ok       port range:",
+        "ok       bpffs:",
+        "ok       bird:",
+        "ok       rp_filter: 2 (all 2, eth0 0): loose",
+        "ok       dsr dns: on each of the 1 backends",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(expected)),
+            "missing `{expected}`:\n{text}"
+        );
+    }
+
+    expect_blocker(&h, "interface", |t| t, &["--interface", "nosuch0"]);
+    expect_blocker(
+        &h,
+        "snat_ip",
+        |t| t.replace("snat_ip = \"10.70.0.2\"", "snat_ip = \"10.70.0.99\""),
+        &[],
+    );
+    expect_blocker(
+        &h,
+        "port range",
+        |t| t.replace("1024-32767", "1024-40000"),
+        &[],
+    );
+    let off_bpffs = h.dir.0.join("pins");
+    expect_blocker(
+        &h,
+        "bpffs",
+        |t| {
+            t.replace(
+                &h.pins.pins().display().to_string(),
+                &off_bpffs.display().to_string(),
+            )
+        },
+        &[],
+    );
+    let no_bird = h.dir.0.join("nobird.ctl");
+    expect_blocker(
+        &h,
+        "bird",
+        |t| {
+            t.replace(
+                &h.bird_socket.display().to_string(),
+                &no_bird.display().to_string(),
+            )
+        },
+        &[],
+    );
+    expect_blocker(
+        &h,
+        "dsr dns",
+        |t| t.replace("10.70.0.12:53", "10.71.0.12:53"),
+        &[],
+    );
+
+    // An MTU native XDP does not take: a warning with "auto" (it falls back to generic
+    // mode), a blocker with "native" (the attach is refused).
+    h.lb.ip(&["link", "set", "eth0", "mtu", "9000"])
+        .expect("mtu");
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("warning  mtu: 9000")),
+        "{text}"
+    );
+    expect_blocker(
+        &h,
+        "mtu",
+        |t| {
+            t.replace(
+                "interface = \"eth0\"",
+                "interface = \"eth0\"\nxdp_mode = \"native\"",
+            )
+        },
+        &[],
+    );
+    h.lb.ip(&["link", "set", "eth0", "mtu", "1500"])
+        .expect("mtu");
+
+    // Strict rp_filter: fine while every backend is routed through eth0, a blocker once
+    // one is routed out of eth1.
+    h.lb.sysctl("net.ipv4.conf.all.rp_filter", "1")
+        .expect("rp_filter");
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l
+                .starts_with("ok       rp_filter: 1 (all 1, eth0 0): strict, and every backend")),
+        "{text}"
+    );
+    expect_blocker(
+        &h,
+        "rp_filter",
+        |t| {
+            t + "\n[[service.server]]\naddress = \"10.71.0.11:8080\"\n"
+                .replace("[[service.server]]", "[[service]]\nname = \"web2\"\nvip = \"10.70.0.101:80\"\nforwarding = \"nat\"\nsnat_ip = \"10.70.0.2\"\n\n[[service.server]]")
+                .as_str()
+        },
+        &[],
+    );
+}
