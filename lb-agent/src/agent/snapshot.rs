@@ -311,7 +311,10 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
                         active_flows: census.as_ref().map(|c| {
                             let by = match svc.cfg.forwarding {
                                 crate::config::Forwarding::Nat => &c.nat_by_backend,
-                                crate::config::Forwarding::Dsr => &c.flows_by_backend,
+                                // dsr and the tunnels see the client's side only.
+                                crate::config::Forwarding::Dsr
+                                | crate::config::Forwarding::Ipip
+                                | crate::config::Forwarding::Gue => &c.flows_by_backend,
                             };
                             backend.map_or(0, |(id, _)| by.get(&id).copied().unwrap_or(0))
                         }),
