@@ -67,6 +67,15 @@ pub fn prepare(
         _ => None,
     };
     let sizes = tables::with_seeds(sizes, old_tables.as_ref())?;
+    if tables::inherits_public_seeds(sizes, old_tables.as_ref()) {
+        warn!(
+            interface,
+            "the flow and nat tables keep the public hash seeds of the earlier release \
+             running here, so that this upgrade and a rollback to it keep every flow; \
+             another agent.max_flows, or --reset (which drops the flows), gives this \
+             install its own secret seeds (docs/capacity.md)"
+        );
+    }
     let maps = match &previous {
         Some(p) if !p.is_ours() => return Err(p.in_the_way(interface).into()),
         Some(p) if reset => {

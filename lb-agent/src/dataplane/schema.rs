@@ -194,8 +194,8 @@ impl fmt::Display for Fresh {
             }
             Fresh::Reseeded => write!(
                 f,
-                "same layout and schema, hashed with another seed (an earlier release's \
-                 public one)"
+                "re-seeded: same layout and schema, but the previous table was hashed with \
+                 another seed (an earlier release's public one)"
             ),
         }
     }

@@ -31,6 +31,9 @@ pub struct PreviousTables {
     pub layout: TableLayout,
     /// Whether `layout` was recorded (else: an earlier release's built-in one).
     pub recorded: bool,
+    /// Whether the previous program is an earlier release whose `LB_CONFIG` held only
+    /// the MAC: its tables were hashed with the public built-in seeds, known here.
+    pub legacy: bool,
     pub flows: Option<MapData>,
     pub nat: Option<MapData>,
 }
@@ -40,6 +43,7 @@ pub fn previous_tables(program: &AttachedProgram) -> Result<PreviousTables, Data
     let mut out = PreviousTables {
         layout: TableLayout::BUILT_IN,
         recorded: false,
+        legacy: false,
         flows: None,
         nat: None,
     };
@@ -53,6 +57,8 @@ pub fn previous_tables(program: &AttachedProgram) -> Result<PreviousTables, Data
             out.flows = Some(map);
         } else if name == map_names::NAT.as_bytes() {
             out.nat = Some(map);
+        } else if name == map_names::CONFIG.as_bytes() && info.value_size() == LEGACY_CONFIG_SIZE {
+            out.legacy = true;
         } else if name == map_names::CONFIG.as_bytes()
             && info.value_size() as usize == size_of::<DataplaneConfig>()
         {
@@ -74,8 +80,14 @@ pub fn previous_tables(program: &AttachedProgram) -> Result<PreviousTables, Data
     Ok(out)
 }
 
+/// `LB_CONFIG`'s value size in releases before the tables' layout was recorded (the
+/// MAC, padding and flags).
+const LEGACY_CONFIG_SIZE: u32 = 12;
+
 /// The sizes for this start: `configured`'s sizes with the previous install's seeds
-/// when it recorded them, else two fresh secret seeds.
+/// when it recorded them; the public built-in seeds when the previous program is an
+/// earlier release whose tables keep their sizes ([`inherits_public_seeds`]); else two
+/// fresh secret seeds.
 pub fn with_seeds(
     configured: MapSizes,
     previous: Option<&PreviousTables>,
@@ -83,11 +95,29 @@ pub fn with_seeds(
     if let Some(p) = previous.filter(|p| p.recorded) {
         return Ok(configured.with_seeds(p.layout.flow_seed, p.layout.nat_seed));
     }
+    if inherits_public_seeds(configured, previous) {
+        let b = TableLayout::BUILT_IN;
+        return Ok(configured.with_seeds(b.flow_seed, b.nat_seed));
+    }
     let (flow, nat) = super::sizing::random_seeds().map_err(|source| DataplaneError::Io {
         what: "drawing the flow and nat tables' seeds (getrandom)",
         source,
     })?;
     Ok(configured.with_seeds(flow, nat))
+}
+
+/// Whether this start keeps the public built-in seeds of an earlier release's tables:
+/// the previous program is such a release and the configured sizes are its sizes. The
+/// tables are then adopted as they are, so that neither the upgrade nor a rollback to
+/// that release loses a flow (a rollback could not find flows hashed with a secret
+/// seed: its nat connections would break). A new `agent.max_flows` or `--reset` draws
+/// this install's own seeds (docs/capacity.md).
+pub fn inherits_public_seeds(configured: MapSizes, previous: Option<&PreviousTables>) -> bool {
+    let built_in = TableLayout::BUILT_IN;
+    let now = configured.tables();
+    previous.is_some_and(|p| p.legacy && !p.recorded)
+        && now.flow_buckets == built_in.flow_buckets
+        && now.nat_buckets == built_in.nat_buckets
 }
 
 /// Whether a previous `name` table (`LB_FLOWS` or `LB_NAT`) can be adopted as it is:
