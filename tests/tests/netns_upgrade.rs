@@ -300,7 +300,25 @@ fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive:
         kept.failures.len(),
         kept.kept_backend
     );
-    assert_stream_clean(&tally, mode);
+    if map == map_names::NAT {
+        // As the warning says, a reverse entry is made again from the flow's next client
+        // packet: a connection whose handshake went through the previous program and
+        // whose greeting (the backend speaks first) arrives after the swap waits for a
+        // client packet that this client does not send before the greeting. Only a
+        // connection opened in the instant of the swap can be caught so.
+        assert!(
+            tally.attempted > 100
+                && tally.failures.len() <= 2
+                && tally.failures.iter().all(|f| f.contains("greeting")),
+            "{mode}: at most the connections opened at the swap may wait for their greeting: \
+             {} of {}: {:?}",
+            tally.failures.len(),
+            tally.attempted,
+            tally.failures
+        );
+    } else {
+        assert_stream_clean(&tally, mode);
+    }
     if survive {
         assert!(
             kept.failures.is_empty() && kept.kept_backend == KEEPALIVE,
