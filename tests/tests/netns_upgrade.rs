@@ -319,7 +319,19 @@ fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive:
     } else {
         assert_stream_clean(&tally, mode);
     }
-    if survive {
+    if survive && map == map_names::NAT {
+        // A reply in flight at the swap finds no reverse entry yet: it reaches the lb's
+        // kernel, which answers it with a reset (docs/upgrades.md). With a request every
+        // 20 ms and a sub-millisecond round trip that is rare; the others keep their
+        // backend, and none moves to another.
+        let reset = kept.failures.iter().filter(|f| f.contains("reset")).count();
+        assert!(
+            reset == kept.failures.len() && reset <= 2 && kept.kept_backend + reset == KEEPALIVE,
+            "{mode}: established connections keep their backend across a fresh {map}, but for \
+             a reply in flight at the swap (at most 2 of {KEEPALIVE}): {:?}",
+            kept.failures
+        );
+    } else if survive {
         assert!(
             kept.failures.is_empty() && kept.kept_backend == KEEPALIVE,
             "{mode}: every established connection keeps its backend across a fresh {map}: \

@@ -212,8 +212,9 @@ pub fn consequence(name: &str) -> &'static str {
         }
         map_names::NAT => {
             "new nat table: each established nat connection's reverse entry is made again \
-             from its next client packet (replies arriving before it are not translated); \
-             with a new LB_FLOWS too, connections get a new source port and break"
+             from its next client packet (a reply arriving before it is not translated: \
+             the host's kernel resets that connection); with a new LB_FLOWS too, \
+             connections get a new source port and break"
         }
         map_names::VIP_INDEX | map_names::VIP_GEN | map_names::VIP_HDR => {
             "services published again from the configuration before the swap (no traffic \
