@@ -1,5 +1,6 @@
-//! The hardware (MAC) address of a network interface, read with `SIOCGIFHWADDR` in the
-//! calling thread's network namespace (the one the XDP program is attached in).
+//! The hardware (MAC) address and the MTU of a network interface, read with
+//! `SIOCGIFHWADDR` / `SIOCGIFMTU` in the calling thread's network namespace (the one the
+//! XDP program is attached in).
 
 use std::io;
 
@@ -9,6 +10,30 @@ const ARPHRD_ETHER: u16 = 1;
 /// The MAC of `interface`; all zero when it is not an Ethernet interface (no MAC to
 /// check frames against). `ENODEV` when there is no such interface.
 pub fn of(interface: &str) -> io::Result<[u8; 6]> {
+    let req = interface_request(interface, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR succeeded, so the union holds `ifru_hwaddr`.
+    let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if addr.sa_family != ARPHRD_ETHER {
+        return Ok([0; 6]);
+    }
+    let mut mac = [0u8; 6];
+    for (dst, &src) in mac.iter_mut().zip(&addr.sa_data) {
+        *dst = src as u8;
+    }
+    Ok(mac)
+}
+
+/// The MTU of `interface` (`SIOCGIFMTU`, in the calling thread's network namespace, as
+/// the MAC is read: `/sys/class/net` shows the namespace that mounted `/sys`).
+pub fn mtu(interface: &str) -> io::Result<u32> {
+    let req = interface_request(interface, libc::SIOCGIFMTU)?;
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds `ifru_mtu`.
+    Ok(unsafe { req.ifr_ifru.ifru_mtu }.max(0) as u32)
+}
+
+/// One `SIOCGIF*` `request` about `interface` on a throwaway socket: the filled
+/// `ifreq`. `ENODEV` for a name that cannot be an interface's.
+fn interface_request(interface: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
     let name = interface.as_bytes();
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -23,24 +48,15 @@ pub fn of(interface: &str) -> io::Result<[u8; 6]> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: SIOCGIFHWADDR reads the name and fills `ifr_hwaddr` of our ifreq.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) };
+    // SAFETY: a SIOCGIF* request reads the name and fills the union of our ifreq.
+    let rc = unsafe { libc::ioctl(fd, request, &mut req) };
     let err = io::Error::last_os_error();
     // SAFETY: our descriptor, closed once.
     unsafe { libc::close(fd) };
     if rc < 0 {
         return Err(err);
     }
-    // SAFETY: SIOCGIFHWADDR succeeded, so the union holds `ifru_hwaddr`.
-    let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
-    if addr.sa_family != ARPHRD_ETHER {
-        return Ok([0; 6]);
-    }
-    let mut mac = [0u8; 6];
-    for (dst, &src) in mac.iter_mut().zip(&addr.sa_data) {
-        *dst = src as u8;
-    }
-    Ok(mac)
+    Ok(req)
 }
 
 #[cfg(test)]

@@ -68,33 +68,9 @@ impl TunnelConfig {
     }
 }
 
-/// The MTU of `interface` (`SIOCGIFMTU`, in the calling thread's network namespace, as
-/// the MAC is read: `/sys/class/net` shows the namespace that mounted `/sys`).
+/// The MTU of `interface` ([`crate::hwaddr::mtu`]).
 pub fn interface_mtu(interface: &str) -> io::Result<u32> {
-    let name = interface.as_bytes();
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    if name.is_empty() || name.len() >= req.ifr_name.len() || name.contains(&0) {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    for (dst, &src) in req.ifr_name.iter_mut().zip(name) {
-        *dst = src as libc::c_char;
-    }
-    // SAFETY: plain socket(2); the descriptor is closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: SIOCGIFMTU reads the name and fills `ifru_mtu` of our ifreq.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
-    let err = io::Error::last_os_error();
-    // SAFETY: our descriptor, closed once.
-    unsafe { libc::close(fd) };
-    if rc < 0 {
-        return Err(err);
-    }
-    // SAFETY: SIOCGIFMTU succeeded, so the union holds `ifru_mtu`.
-    Ok(unsafe { req.ifr_ifru.ifru_mtu }.max(0) as u32)
+    crate::hwaddr::mtu(interface)
 }
 
 #[cfg(test)]
