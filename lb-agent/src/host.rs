@@ -8,16 +8,21 @@ use crate::config::{Config, Forwarding};
 
 /// Every address configured on an interface of this network namespace.
 pub fn local_addresses() -> std::io::Result<BTreeSet<IpAddr>> {
-    Ok(addresses(None)?.into_iter().collect())
+    Ok(named_addresses()?.into_iter().map(|(_, ip)| ip).collect())
 }
 
 /// The addresses configured on `interface`, in the kernel's order.
 pub fn interface_addresses(interface: &str) -> std::io::Result<Vec<IpAddr>> {
-    addresses(Some(interface))
+    Ok(named_addresses()?
+        .into_iter()
+        .filter(|(name, _)| name == interface)
+        .map(|(_, ip)| ip)
+        .collect())
 }
 
-/// Addresses of every interface, or of `only` that one.
-fn addresses(only: Option<&str>) -> std::io::Result<Vec<IpAddr>> {
+/// `(interface, address)` of every IPv4 and IPv6 address of this network namespace, in
+/// the kernel's order (`getifaddrs(3)`).
+pub fn named_addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list freed below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -28,25 +33,27 @@ fn addresses(only: Option<&str>) -> std::io::Result<Vec<IpAddr>> {
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
         let ifa = unsafe { &*cur };
-        // SAFETY: ifa_name is a NUL-terminated interface name.
-        let named = only.is_none_or(|want| {
-            !ifa.ifa_name.is_null()
-                && unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_bytes() == want.as_bytes()
-        });
-        if named && !ifa.ifa_addr.is_null() {
+        if !ifa.ifa_addr.is_null() && !ifa.ifa_name.is_null() {
             // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
-            match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+            let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
                 libc::AF_INET => {
                     let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                    out.push(IpAddr::from(
+                    Some(IpAddr::from(
                         u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ));
+                    ))
                 }
                 libc::AF_INET6 => {
                     let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                    out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
                 }
-                _ => {}
+                _ => None,
+            };
+            if let Some(ip) = ip {
+                // SAFETY: ifa_name is a NUL-terminated interface name of the node.
+                let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((name, ip));
             }
         }
         cur = ifa.ifa_next;

@@ -7,53 +7,11 @@ use crate::config::{Config, Forwarding, ServerAddress};
 
 use super::{Finding, read_sysctl};
 
-/// `(interface, address)` of every address of this network namespace.
-fn addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_name is a NUL-terminated string of the node.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-                .to_string_lossy()
-                .into_owned();
-            // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
-            let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
-                libc::AF_INET => {
-                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            };
-            if let Some(ip) = ip {
-                out.push((name, ip));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
-}
-
 /// Every nat `snat_ip` must be an address of this host (replies come back to it), best
 /// on the attached interface.
 pub fn snat(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
     let check = "snat_ip";
-    let Ok(local) = addresses() else {
+    let Ok(local) = crate::host::named_addresses() else {
         return vec![Finding::warning(check, "cannot list this host's addresses")];
     };
     let mut out = Vec::new();
@@ -116,7 +74,7 @@ pub async fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
     if dsr.is_empty() {
         return Vec::new();
     }
-    let local: Vec<IpAddr> = addresses()
+    let local: Vec<IpAddr> = crate::host::named_addresses()
         .map(|v| v.into_iter().map(|(_, a)| a).collect())
         .unwrap_or_default();
     let ifindex = interface.and_then(|i| crate::dataplane::if_index(i).ok());
