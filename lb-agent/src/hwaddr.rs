@@ -71,4 +71,11 @@ mod tests {
         assert!(of("").is_err());
         assert!(of("a-name-longer-than-ifnamsiz").is_err());
     }
+
+    #[test]
+    fn the_mtu_is_read_from_the_interface() {
+        assert_eq!(mtu("lo").expect("lo exists"), 65536);
+        let err = mtu("no-such-if0").expect_err("no such interface");
+        assert_eq!(err.raw_os_error(), Some(libc::ENODEV));
+    }
 }

@@ -374,23 +374,7 @@ fn probe_durations(o: &mut String, services: &[crate::status::ServiceStatus]) {
     for s in services {
         for (probe, h) in &s.probe_durations {
             let l = [("service", s.name.as_str()), ("probe", probe.as_str())];
-            let mut cumulative = 0;
-            for (i, count) in h.counts.iter().enumerate() {
-                cumulative += count;
-                let le = h
-                    .bounds
-                    .get(i)
-                    .map(|b| b.to_string())
-                    .unwrap_or_else(|| "+Inf".into());
-                line(
-                    o,
-                    &format!("{name}_bucket"),
-                    &[l[0], l[1], ("le", &le)],
-                    cumulative as f64,
-                );
-            }
-            line(o, &format!("{name}_sum"), &l, h.sum);
-            line(o, &format!("{name}_count"), &l, h.count as f64);
+            histogram_series(o, name, &l, h);
         }
     }
 }
@@ -456,6 +440,12 @@ fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
 
 fn histogram(o: &mut String, name: &str, help: &str, h: &Histogram) {
     header(o, name, "histogram", help);
+    histogram_series(o, name, &[], h);
+}
+
+/// One series of a histogram whose header is written: cumulative buckets (`labels`, then
+/// `le`), sum and count.
+fn histogram_series(o: &mut String, name: &str, labels: &[(&str, &str)], h: &Histogram) {
     let mut cumulative = 0;
     for (i, count) in h.counts.iter().enumerate() {
         cumulative += count;
@@ -464,15 +454,12 @@ fn histogram(o: &mut String, name: &str, help: &str, h: &Histogram) {
             .get(i)
             .map(|b| b.to_string())
             .unwrap_or_else(|| "+Inf".into());
-        line(
-            o,
-            &format!("{name}_bucket"),
-            &[("le", &le)],
-            cumulative as f64,
-        );
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", &le));
+        line(o, &format!("{name}_bucket"), &with_le, cumulative as f64);
     }
-    line(o, &format!("{name}_sum"), &[], h.sum);
-    line(o, &format!("{name}_count"), &[], h.count as f64);
+    line(o, &format!("{name}_sum"), labels, h.sum);
+    line(o, &format!("{name}_count"), labels, h.count as f64);
 }
 
 fn escape(v: &str) -> String {

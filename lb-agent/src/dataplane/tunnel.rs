@@ -23,7 +23,7 @@ impl TunnelConfig {
     /// Reads `interface`'s MTU and addresses; `source` (`agent.tunnel_source`) wins for
     /// its family.
     pub fn of(interface: &str, source: Option<IpAddr>) -> io::Result<Self> {
-        let mtu = interface_mtu(interface)?;
+        let mtu = crate::hwaddr::mtu(interface)?;
         let addrs = crate::host::interface_addresses(interface)?;
         Ok(Self::choose(mtu, &addrs, source))
     }
@@ -68,11 +68,6 @@ impl TunnelConfig {
     }
 }
 
-/// The MTU of `interface` ([`crate::hwaddr::mtu`]).
-pub fn interface_mtu(interface: &str) -> io::Result<u32> {
-    crate::hwaddr::mtu(interface)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,13 +90,6 @@ mod tests {
         assert_eq!(c.src6, Some("2001:db8::2".parse().unwrap()));
         assert_eq!(c.mtu, 9000);
         assert_eq!(TunnelConfig::choose(70_000, &[], None).mtu, u16::MAX);
-    }
-
-    #[test]
-    fn the_mtu_is_read_from_the_interface() {
-        assert_eq!(interface_mtu("lo").expect("lo exists"), 65536);
-        let err = interface_mtu("no-such-if0").expect_err("no such interface");
-        assert_eq!(err.raw_os_error(), Some(libc::ENODEV));
     }
 
     #[test]
