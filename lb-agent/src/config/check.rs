@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::passive::{passive_coverage, passive_gap};
-use super::report::human;
+use super::values::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 use crate::probe::MIN_INTERVAL;
 

@@ -116,12 +116,13 @@ use std::time::Duration;
 pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
 pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
-pub use report::{HostFacts, human, render};
+pub use report::{HostFacts, render};
 pub use secret::Secret;
 pub use server_rules::{
     AgentKeyChanges, ServerRuleError, check_backup, check_server, check_server_address,
     check_weight, non_loopback_api, restart_only_changes,
 };
+pub use values::human;
 
 /// Default `agent.api_listen`.
 pub const DEFAULT_API_LISTEN: SocketAddr =

@@ -8,10 +8,10 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::path::Path;
-use std::time::Duration;
 
 use super::check::{Bounds, detection_bounds, warnings};
 use super::passive::{PassiveCoverage, passive_coverage};
+use super::values::human;
 use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck};
 
 /// What `check-config` needs to know about the host it runs on.
@@ -491,40 +491,6 @@ fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// A duration as the config file writes it: `0s`, `250ms`, `1.5s`, `6s`, `1m30s`, `2h`.
-pub fn human(d: Duration) -> String {
-    if d.is_zero() {
-        return "0s".to_string();
-    }
-    let nanos = d.subsec_nanos();
-    let secs = d.as_secs();
-    if secs == 0 {
-        return if nanos.is_multiple_of(1_000_000) {
-            format!("{}ms", nanos / 1_000_000)
-        } else if nanos.is_multiple_of(1_000) {
-            format!("{}us", nanos / 1_000)
-        } else {
-            format!("{nanos}ns")
-        };
-    }
-    if nanos != 0 {
-        let frac = format!("{:09}", nanos);
-        return format!("{secs}.{}s", frac.trim_end_matches('0'));
-    }
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        let _ = write!(out, "{h}h");
-    }
-    if m > 0 {
-        let _ = write!(out, "{m}m");
-    }
-    if s > 0 {
-        let _ = write!(out, "{s}s");
-    }
-    out
-}
-
 /// When announcing: where the VIPs go and the dead-man switch's bound.
 fn announce_line(cfg: &Config) -> Option<String> {
     let interface = cfg.agent.announce_interface.as_ref()?;
@@ -607,22 +573,5 @@ fn mib_text(bytes: u64) -> String {
         format!("{:.1} GiB", mib / 1024.0)
     } else {
         format!("{mib:.1} MiB")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_print_as_the_config_writes_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(human(Duration::ZERO), "0s");
-        assert_eq!(human(ms(250)), "250ms");
-        assert_eq!(human(ms(1500)), "1.5s");
-        assert_eq!(human(ms(6000)), "6s");
-        assert_eq!(human(ms(90_000)), "1m30s");
-        assert_eq!(human(ms(7_200_000)), "2h");
-        assert_eq!(human(Duration::from_micros(1500)), "1500us");
     }
 }

@@ -1,7 +1,9 @@
 //! Parsers for the string forms the config accepts: durations, sizes, port and status
 //! ranges, payload escapes, server addresses and DNS names. Errors are plain messages;
 //! the caller adds file, line and key.
+//! [`human`] writes a duration back in the form the file takes (check-config and warnings).
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -67,6 +69,40 @@ pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     }
     let ns = u64::try_from(total_ns).map_err(|_| format!("{s:?} is too long a duration"))?;
     Ok(Duration::from_nanos(ns))
+}
+
+/// A duration as the config file writes it: `0s`, `250ms`, `1.5s`, `6s`, `1m30s`, `2h`.
+pub fn human(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".to_string();
+    }
+    let nanos = d.subsec_nanos();
+    let secs = d.as_secs();
+    if secs == 0 {
+        return if nanos.is_multiple_of(1_000_000) {
+            format!("{}ms", nanos / 1_000_000)
+        } else if nanos.is_multiple_of(1_000) {
+            format!("{}us", nanos / 1_000)
+        } else {
+            format!("{nanos}ns")
+        };
+    }
+    if nanos != 0 {
+        let frac = format!("{:09}", nanos);
+        return format!("{secs}.{}s", frac.trim_end_matches('0'));
+    }
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        let _ = write!(out, "{h}h");
+    }
+    if m > 0 {
+        let _ = write!(out, "{m}m");
+    }
+    if s > 0 {
+        let _ = write!(out, "{s}s");
+    }
+    out
 }
 
 /// `"4096"`, `"256k"`, `"1m"`, `"1g"` (binary multiples: k = 1024).
@@ -493,5 +529,17 @@ mod tests {
         assert!(!http_text("a\r\nb"));
         assert_eq!(did_you_mean("weigth", &["weight", "spare"]), Some("weight"));
         assert_eq!(did_you_mean("zzz", &["weight", "spare"]), None);
+    }
+
+    #[test]
+    fn durations_print_as_the_config_writes_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(ms(250)), "250ms");
+        assert_eq!(human(ms(1500)), "1.5s");
+        assert_eq!(human(ms(6000)), "6s");
+        assert_eq!(human(ms(90_000)), "1m30s");
+        assert_eq!(human(ms(7_200_000)), "2h");
+        assert_eq!(human(Duration::from_micros(1500)), "1500us");
     }
 }
