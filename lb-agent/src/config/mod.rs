@@ -99,6 +99,7 @@
 mod check;
 mod doc;
 mod error;
+mod fields;
 mod passive;
 mod probe;
 mod report;

@@ -2,7 +2,7 @@
 //! allowed only for its probe type.
 
 use super::doc::{Field, Table};
-use super::schema::{R, duration, opt, positive_duration};
+use super::fields::{PROBE_KEYS, R, duration, misplaced, opt, positive_duration};
 use super::secret;
 use super::values;
 use super::*;
@@ -83,37 +83,6 @@ fn regex(f: &Field<'_>) -> R<regex::Regex> {
     })
 }
 
-/// Every key a probe table may have (of some type).
-pub(super) const PROBE_KEYS: &[&str] = &[
-    "name",
-    "type",
-    "port",
-    "interval",
-    "timeout",
-    "fails",
-    "passes",
-    "essential",
-    "persistent",
-    "mode",
-    "jitter",
-    "test",
-    "uri",
-    "method",
-    "headers",
-    "body",
-    "host",
-    "tls",
-    "sni",
-    "verify",
-    "expect_status",
-    "expect_body",
-    "max_body",
-    "send",
-    "expect",
-    "max_response",
-    "tcp_check",
-];
-
 /// Angie's `upstream_probe` parameters that lb spells differently.
 fn angie_name(key: &str) -> Option<String> {
     let lb = match key {
@@ -136,7 +105,7 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
     .concat();
     debug_assert_eq!(all, PROBE_KEYS);
     t.check_keys_hinted(&all, |key| {
-        angie_name(key).or_else(|| super::schema::misplaced(key, "[[service.probe]]"))
+        angie_name(key).or_else(|| misplaced(key, "[[service.probe]]"))
     })?;
     let type_field = t.require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?;
     if type_field.as_str_opt() == Some("ping") {

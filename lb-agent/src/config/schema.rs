@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::doc::{Field, Source, Table};
+use super::fields::{R, SERVICE_KEYS, duration, misplaced, opt, positive_duration};
 use super::values;
 use super::*;
 
@@ -28,25 +29,6 @@ const AGENT_KEYS: &[&str] = &[
     "log_format",
     "tunnel_source",
 ];
-const SERVICE_KEYS: &[&str] = &[
-    "name",
-    "vip",
-    "protocol",
-    "forwarding",
-    "snat_ip",
-    "snat_ips",
-    "snat_ports",
-    "source_rate",
-    "source_burst",
-    "maglev_size",
-    "max_fails",
-    "fail_timeout",
-    "max_unhealthy_percent",
-    "fail_open",
-    "backup_switch",
-    "server",
-    "probe",
-];
 const BACKUP_SWITCH_KEYS: &[&str] = &["permanent"];
 const SERVER_KEYS: &[&str] = &["address", "weight", "spare", "backup", "resolve", "service"];
 
@@ -63,7 +45,6 @@ const FORWARDINGS: &[(&str, Forwarding)] = &[
     ("ipip", Forwarding::Ipip),
     ("gue", Forwarding::Gue),
 ];
-pub(super) type R<T> = Result<T, ConfigError>;
 
 pub(super) fn parse(text: &str, path: &Path) -> R<Config> {
     let src = Source::new(path, text);
@@ -108,15 +89,6 @@ fn bare_alternatives(line: &str) -> Option<String> {
         ),
         _ => format!("quote the value: {key} = \"{value}\""),
     })
-}
-
-/// `Some(f(field))` when `key` is present.
-pub(super) fn opt<'a, T>(
-    t: &Table<'a>,
-    key: &str,
-    f: impl FnOnce(&Field<'a>) -> R<T>,
-) -> R<Option<T>> {
-    t.get(key).map(|field| f(&field)).transpose()
 }
 
 fn config(root: Table<'_>) -> R<Config> {
@@ -403,42 +375,6 @@ fn vip(s: &str) -> Result<SocketAddr, String> {
         return Err(format!("{s:?}: a VIP must be a unicast address"));
     }
     Ok(sa)
-}
-
-pub(super) fn duration(f: &Field<'_>) -> R<Duration> {
-    f.parse(values::duration)
-}
-
-pub(super) fn positive_duration(f: &Field<'_>) -> R<Duration> {
-    let d = duration(f)?;
-    if d.is_zero() {
-        return Err(f.err("must be more than 0"));
-    }
-    Ok(d)
-}
-
-/// Why a `[[service]]` (or probe) key is not allowed in a `table` (`[[service.server]]`,
-/// `[[service.probe]]`): TOML gives every key after such a header to that table, so a
-/// service key written below a server or probe belongs to it there.
-pub(super) fn misplaced(key: &str, table: &str) -> Option<String> {
-    if SERVICE_KEYS.contains(&key) && !matches!(key, "server" | "probe") {
-        return Some(format!(
-            "`{key}` is a [[service]] key, but it comes after a {table} header, so TOML \
-             gives it to that {table}; move it above the service's first [[service.server]] \
-             or [[service.probe]] header"
-        ));
-    }
-    if table == "[[service.server]]" && key == "port" {
-        return Some(
-            "a server's port is part of its address, e.g. address = \"10.0.1.11:8080\"".into(),
-        );
-    }
-    if table == "[[service.server]]" && super::probe::PROBE_KEYS.contains(&key) {
-        return Some(format!(
-            "`{key}` is a [[service.probe]] key: put it in a [[service.probe]] table"
-        ));
-    }
-    None
 }
 
 fn service(t: &Table<'_>) -> R<ServiceConfig> {

@@ -1,0 +1,109 @@
+//! The field readers and key lists that the service schema (`schema.rs`) and the probe
+//! tables (`probe.rs`) share: the room below both, so that `schema.rs` uses `probe.rs`
+//! and neither reads the other's lists.
+
+use std::time::Duration;
+
+use super::ConfigError;
+use super::doc::{Field, Table};
+use super::values;
+
+/// A config result: the error carries file, line and key.
+pub(super) type R<T> = Result<T, ConfigError>;
+
+/// Every key a `[[service]]` table may have.
+pub(super) const SERVICE_KEYS: &[&str] = &[
+    "name",
+    "vip",
+    "protocol",
+    "forwarding",
+    "snat_ip",
+    "snat_ips",
+    "snat_ports",
+    "source_rate",
+    "source_burst",
+    "maglev_size",
+    "max_fails",
+    "fail_timeout",
+    "max_unhealthy_percent",
+    "fail_open",
+    "backup_switch",
+    "server",
+    "probe",
+];
+
+/// Every key a probe table may have (of some type).
+pub(super) const PROBE_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "port",
+    "interval",
+    "timeout",
+    "fails",
+    "passes",
+    "essential",
+    "persistent",
+    "mode",
+    "jitter",
+    "test",
+    "uri",
+    "method",
+    "headers",
+    "body",
+    "host",
+    "tls",
+    "sni",
+    "verify",
+    "expect_status",
+    "expect_body",
+    "max_body",
+    "send",
+    "expect",
+    "max_response",
+    "tcp_check",
+];
+
+/// `Some(f(field))` when `key` is present.
+pub(super) fn opt<'a, T>(
+    t: &Table<'a>,
+    key: &str,
+    f: impl FnOnce(&Field<'a>) -> R<T>,
+) -> R<Option<T>> {
+    t.get(key).map(|field| f(&field)).transpose()
+}
+
+pub(super) fn duration(f: &Field<'_>) -> R<Duration> {
+    f.parse(values::duration)
+}
+
+pub(super) fn positive_duration(f: &Field<'_>) -> R<Duration> {
+    let d = duration(f)?;
+    if d.is_zero() {
+        return Err(f.err("must be more than 0"));
+    }
+    Ok(d)
+}
+
+/// Why a `[[service]]` (or probe) key is not allowed in a `table` (`[[service.server]]`,
+/// `[[service.probe]]`): TOML gives every key after such a header to that table, so a
+/// service key written below a server or probe belongs to it there.
+pub(super) fn misplaced(key: &str, table: &str) -> Option<String> {
+    if SERVICE_KEYS.contains(&key) && !matches!(key, "server" | "probe") {
+        return Some(format!(
+            "`{key}` is a [[service]] key, but it comes after a {table} header, so TOML \
+             gives it to that {table}; move it above the service's first [[service.server]] \
+             or [[service.probe]] header"
+        ));
+    }
+    if table == "[[service.server]]" && key == "port" {
+        return Some(
+            "a server's port is part of its address, e.g. address = \"10.0.1.11:8080\"".into(),
+        );
+    }
+    if table == "[[service.server]]" && PROBE_KEYS.contains(&key) {
+        return Some(format!(
+            "`{key}` is a [[service.probe]] key: put it in a [[service.probe]] table"
+        ));
+    }
+    None
+}
