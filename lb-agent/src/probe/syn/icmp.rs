@@ -153,7 +153,7 @@ pub(super) fn drain(
                     icmp_type: e.ee_type,
                     icmp_code: e.ee_code,
                     errno: e.ee_errno,
-                    target: super::wire::source_of(&name),
+                    target: super::sockname::source_of(&name),
                     quote: &quote[..len],
                 },
             ),

@@ -19,6 +19,7 @@ mod filter;
 mod icmp;
 mod packet;
 mod ports;
+mod sockname;
 mod source;
 mod wire;
 

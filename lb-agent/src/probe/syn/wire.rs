@@ -5,7 +5,7 @@
 //! the socket itself through the same [`Receiver`].
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, mpsc};
@@ -15,6 +15,7 @@ use socket2::{SockAddr, Socket};
 
 use super::icmp::{self, Ignored, Unreachable};
 use super::packet::{self, SYN_LEN};
+use super::sockname::source_of;
 use super::{Outgoing, PendingMap, Settled, stats};
 use crate::probe::stamps::{self, Sent, Stamp};
 
@@ -443,24 +444,6 @@ fn resolve(pending: &PendingMap, replies: &[(std::net::IpAddr, packet::Reply, Op
                 });
             }
         }
-    }
-}
-
-/// The address in a received packet's name: its sender (or, for a queued ICMP error,
-/// the destination of the packet it quotes).
-pub(super) fn source_of(name: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
-    match i32::from(name.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says it is a sockaddr_in; storage is large enough.
-            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in) };
-            Some(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into())
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, a sockaddr_in6.
-            let a = unsafe { &*(name as *const _ as *const libc::sockaddr_in6) };
-            Some(Ipv6Addr::from(a.sin6_addr.s6_addr).into())
-        }
-        _ => None,
     }
 }
 
