@@ -5,10 +5,15 @@
 //! [`REMOVED_IDLE`] (a nat TCP entry's own idle timeout), or after [`REMOVED_MAX`] at
 //! most; its flows then re-hash. Re-adding the address meanwhile keeps the same id, so its
 //! pinned flows simply continue (docs/membership.md, "Removal from the configuration").
+//! The agent keeps each service's departing backends in step with its servers here
+//! ([`Agent::sync_departing`]).
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use tokio::time::Instant;
+
+use super::{Agent, Neighbors};
+use crate::{dataplane::Dataplane, probe::Prober};
 
 /// A removed server's id is freed after this long without a forwarded packet.
 pub const REMOVED_IDLE: Duration = Duration::from_secs(900);
@@ -44,6 +49,46 @@ impl Departing {
     /// When its id is freed.
     pub fn deadline(&self) -> Instant {
         (self.last_traffic + REMOVED_IDLE).min(self.since + REMOVED_MAX)
+    }
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Keeps `departing` in step with the servers: a published backend no longer among a
+    /// service's servers starts departing; a departing address added again stops. Called
+    /// where servers are added or removed (config, API, DNS), not per verdict.
+    pub(super) fn sync_departing(&mut self, now: Instant) {
+        for svc in &mut self.services {
+            let servers = &svc.servers;
+            svc.departing.retain(|a, _| !servers.contains_key(a));
+            for addr in self.publisher.backend_addrs(&svc.cfg.name) {
+                if !svc.servers.contains_key(&addr) {
+                    svc.departing
+                        .entry(addr)
+                        .or_insert_with(|| Departing::new(now));
+                }
+            }
+        }
+        self.deadline_cache.set(None);
+    }
+
+    /// [`Agent::sync_departing`] for one address of one service, after an admin add or
+    /// remove: only that address can start or stop departing, so the work is one lookup,
+    /// not a walk over every service's published backends.
+    pub(super) fn sync_departing_server(&mut self, si: usize, addr: SocketAddr, now: Instant) {
+        let svc = &mut self.services[si];
+        let changed = if svc.servers.contains_key(&addr) {
+            svc.departing.remove(&addr).is_some()
+        } else if self.publisher.has_backend(&svc.cfg.name, &addr)
+            && !svc.departing.contains_key(&addr)
+        {
+            svc.departing.insert(addr, Departing::new(now));
+            true
+        } else {
+            false
+        };
+        if changed {
+            self.deadline_cache.set(None);
+        }
     }
 }
 

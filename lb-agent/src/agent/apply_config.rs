@@ -1,0 +1,264 @@
+//! Applying a (new or reloaded) configuration: services and servers matched by name and
+//! address, kept servers keep their health unless their probes changed, runtime admin
+//! state re-applied on top (docs/admin-state.md); and the start of a server's runtime
+//! (health, shared signals, probe tasks, report key).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::Arc,
+};
+
+use lb_common::{IPPROTO_TCP, IPPROTO_UDP};
+use tokio::time::Instant;
+use tracing::info;
+
+use super::{Agent, ApplyReport, Configured, Neighbors, ServerRt, ServiceRt, resolve};
+use crate::{
+    config::{Config, Protocol, ServiceConfig},
+    dataplane::Dataplane,
+    health::{PassivePolicy, ServerHealth, StartState},
+    membership::{Admin, ServiceMembership},
+    probe::{PROMPT_SPREAD, Prober, ServerKey, SharedSignals, spawn_spread},
+    publish::PublishError,
+};
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Applies a (new or reloaded) configuration: services and servers are matched by
+    /// name and address; kept servers keep their health unless their probes changed
+    /// (then they restart as after a reload: `persistent` probes skipped if they were
+    /// up). Runtime admin changes (drain, down, weight, spare, servers added at runtime)
+    /// are re-applied on top of the file (docs/admin-state.md); the returned report says
+    /// what was re-applied and what was dropped (and is logged).
+    pub async fn apply_config(&mut self, cfg: &Config) -> Result<(), PublishError> {
+        self.apply_config_reporting(cfg).await.map(drop)
+    }
+
+    /// [`Agent::apply_config`], returning what happened to the runtime admin state.
+    pub async fn apply_config_reporting(
+        &mut self,
+        cfg: &Config,
+    ) -> Result<ApplyReport, PublishError> {
+        let mut admin_report = ApplyReport::default();
+        let now = Instant::now();
+        let mut old: HashMap<String, ServiceRt> = self
+            .services
+            .drain(..)
+            .map(|s| (s.cfg.name.clone(), s))
+            .collect();
+        for svc_cfg in &cfg.services {
+            let addrs =
+                expand_servers(svc_cfg, self.discovery.with_resolver(cfg.agent.resolver)).await;
+            let mut rt = match old.remove(&svc_cfg.name) {
+                Some(mut prev) => {
+                    let probes_changed = prev.cfg.probes != svc_cfg.probes
+                        || prev.cfg.max_fails != svc_cfg.max_fails
+                        || prev.cfg.fail_timeout != svc_cfg.fail_timeout;
+                    let mut servers = Vec::with_capacity(addrs.len());
+                    for (addr, conf) in addrs {
+                        let server = match prev.servers.remove(&addr) {
+                            Some(mut s) if !probes_changed && !rechecked(svc_cfg, &s) => {
+                                s.weight = conf.weight;
+                                s.spare = conf.spare;
+                                s.backup = conf.backup;
+                                s.configured = Some(conf);
+                                s
+                            }
+                            Some(s) => {
+                                let start = restart_state(&s);
+                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                fresh.admin = s.admin;
+                                fresh
+                            }
+                            // Added to a running service: held back until every probe passes.
+                            None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
+                        };
+                        servers.push((addr, server));
+                    }
+                    for (addr, s) in std::mem::take(&mut prev.servers) {
+                        // Added at runtime: kept, with its health (`admin_state.rs`).
+                        if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
+                        {
+                            let kept = if probes_changed || rechecked(svc_cfg, &s) {
+                                let conf = Configured {
+                                    weight: s.weight,
+                                    spare: s.spare,
+                                    backup: s.backup,
+                                };
+                                let start = restart_state(&s);
+                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                fresh.configured = None;
+                                fresh
+                            } else {
+                                s
+                            };
+                            servers.push((addr, kept));
+                        } else {
+                            info!(service = svc_cfg.name, server = %addr, "server removed by reload");
+                        }
+                    }
+                    prev.servers = servers.into_iter().collect();
+                    prev.cfg = svc_cfg.clone();
+                    prev
+                }
+                None => {
+                    let proto = match svc_cfg.protocol {
+                        Protocol::Tcp => IPPROTO_TCP,
+                        Protocol::Udp => IPPROTO_UDP,
+                    };
+                    let servers = addrs
+                        .into_iter()
+                        .map(|(addr, conf)| {
+                            let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr)
+                            {
+                                Some(true) => StartState::ReloadedWasUp,
+                                Some(false) => StartState::ReloadedWasDown,
+                                None => StartState::New,
+                            };
+                            (addr, self.new_server(svc_cfg, addr, conf, start, now))
+                        })
+                        .collect();
+                    ServiceRt {
+                        cfg: svc_cfg.clone(),
+                        membership: ServiceMembership::new(),
+                        servers,
+                        outcome: None,
+                        departing: BTreeMap::new(),
+                        local_faults: Default::default(),
+                        marked: false,
+                        marked_whole: false,
+                        changed_health: Vec::new(),
+                        probe_durations: Default::default(),
+                    }
+                }
+            };
+            let mut admin_state = std::mem::take(&mut self.admin_state);
+            admin_state.apply(
+                svc_cfg,
+                &mut rt.servers,
+                |addr, conf| {
+                    // Restored after a restart: like a configured server, it keeps
+                    // traffic if the previous run's pinned state had it live.
+                    let proto = svc_cfg.protocol.ip_proto();
+                    let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr) {
+                        Some(true) => StartState::ReloadedWasUp,
+                        Some(false) => StartState::ReloadedWasDown,
+                        None => StartState::New,
+                    };
+                    self.new_server(svc_cfg, addr, conf, start, now)
+                },
+                &mut admin_report,
+            );
+            self.admin_state = admin_state;
+            rt.outcome = None;
+            self.services.push(rt);
+        }
+        self.place_routes();
+        self.admin_state.keep_services(
+            cfg.services.iter().map(|s| s.name.as_str()),
+            &mut admin_report,
+        );
+        admin_report.log();
+        self.passive_kept.restored_all();
+        if !admin_report.dropped.is_empty() {
+            self.admin_state.save_logged(self.state_file.as_deref());
+        }
+        self.sync_departing(now);
+        self.refresh_macs().await;
+        self.recompute(now, std::time::Instant::now())?;
+        self.publish_snapshot();
+        Ok(admin_report)
+    }
+
+    pub(super) fn new_server(
+        &self,
+        svc: &ServiceConfig,
+        addr: SocketAddr,
+        conf: Configured,
+        start: StartState,
+        now: Instant,
+    ) -> ServerRt {
+        // A spare takes traffic only once every probe has passed (Angie), also at start.
+        let start = if start == StartState::New && conf.spare && conf.backup == 0 {
+            StartState::NewSpare
+        } else {
+            start
+        };
+        let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
+        self.passive_kept.restore(&svc.name, addr, &mut health, now);
+        let signals = Arc::new(SharedSignals::new(health.usable()));
+        let incarnation = self.report_routes.borrow_mut().allocate();
+        let key = ServerKey {
+            service: incarnation,
+            addr,
+        };
+        // Out of traffic until its probes pass although the pool wants it (added at
+        // runtime, or in traffic before and checked again): first probes come promptly.
+        let waiting = start == StartState::Added
+            || (start == StartState::ReloadedWasUp
+                && health.state() == crate::health::HealthState::Checking);
+        let tasks = svc
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                spawn_spread(
+                    self.prober.clone(),
+                    key,
+                    i,
+                    Arc::new(p.clone()),
+                    signals.clone(),
+                    self.reports_tx.clone(),
+                    if waiting { PROMPT_SPREAD } else { p.interval },
+                )
+            })
+            .collect();
+        ServerRt {
+            addr,
+            addr_text: addr.to_string(),
+            incarnation,
+            weight: conf.weight,
+            spare: conf.spare,
+            backup: conf.backup,
+            configured: Some(conf),
+            admin: Admin::Up,
+            health,
+            signals,
+            _probes: tasks,
+            last_stats: Default::default(),
+        }
+    }
+}
+
+/// A server kept by a reload with its probes unchanged still starts its health again
+/// when it is up and its service has an essential probe that is not `persistent`: that
+/// probe must pass again before the server takes new flows (Angie; docs/probes.md).
+fn rechecked(svc: &ServiceConfig, s: &ServerRt) -> bool {
+    s.health.usable() && svc.probes.iter().any(|p| p.essential && !p.persistent)
+}
+
+/// How a server whose probes changed at a reload starts again: `persistent` probes
+/// skipped if it was up, checking again if it never passed.
+fn restart_state(s: &ServerRt) -> StartState {
+    if s.health.usable() {
+        StartState::ReloadedWasUp
+    } else if s.health.state() == crate::health::HealthState::Checking {
+        StartState::New
+    } else {
+        StartState::ReloadedWasDown
+    }
+}
+
+/// The addresses a service's server entries stand for, every name looked up now
+/// (`resolve = true` ones through DNS, SRV expanded; [`crate::discovery`] keeps the
+/// answers for re-resolution, see `resolve.rs`).
+async fn expand_servers(
+    svc: &ServiceConfig,
+    discovery: &mut crate::discovery::Discovery,
+) -> Vec<(SocketAddr, Configured)> {
+    let found = discovery.expand(svc).await;
+    found
+        .iter()
+        .map(|e| (e.addr, resolve::configured(e)))
+        .collect()
+}

@@ -1,0 +1,189 @@
+//! From marked services to the maps: membership recomputed (for the changed servers
+//! alone when that is all that changed, else over every server), the data-plane view
+//! described (`desired.rs`) and handed to the [`crate::publish::Publisher`]; a failed
+//! publish is retried on a spaced schedule (`publish_retry.rs`).
+
+use tokio::time::Instant;
+
+use super::desired::{desired_backend, desired_service};
+use super::{Agent, MembershipWork, Neighbors, ServerRt};
+use crate::{
+    dataplane::Dataplane,
+    probe::Prober,
+    publish::{DesiredBackend, DesiredService, PublishError},
+};
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Recomputes membership of every service and publishes what changed; `started` is
+    /// when the event that triggered this was taken (propagation is measured from it).
+    pub(super) fn recompute(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+    ) -> Result<(), PublishError> {
+        // Every service is tried now, including those waiting for a retry.
+        self.publish_retry.take_all();
+        for svc in &mut self.services {
+            svc.mark();
+        }
+        self.recompute_services(now, started, true)
+    }
+
+    /// Recomputes and publishes only the [marked](ServiceRt::marked) services: a verdict
+    /// about one server costs its service's membership, not every service's.
+    pub(super) fn recompute_marked(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+    ) -> Result<(), PublishError> {
+        if let Some(due) = self.publish_retry.take_due(now) {
+            if due.full {
+                return self.recompute(now, started);
+            }
+            for svc in &mut self.services {
+                if due.services.contains(&svc.cfg.name) {
+                    svc.mark();
+                }
+            }
+        }
+        self.recompute_services(now, started, false)
+    }
+
+    /// `all`: every service is marked and the publisher also removes what is no longer
+    /// wanted; otherwise the others stay as published.
+    pub(super) fn recompute_services(
+        &mut self,
+        now: Instant,
+        started: std::time::Instant,
+        all: bool,
+    ) -> Result<(), PublishError> {
+        if self.passive_kept.is_dirty() {
+            let servers = self.services.iter().flat_map(|s| {
+                s.servers.values().filter_map(|v| {
+                    let until = v.health.unavailable_until()?;
+                    Some((s.cfg.name.as_str(), v.addr, until))
+                })
+            });
+            self.passive_kept.save(servers);
+        }
+        let mut desired = Vec::new();
+        // The earliest deadline of the servers updated alone; a computation over every
+        // server makes the cached next deadline stale.
+        let mut updated_deadline: Option<Instant> = None;
+        let mut computed = false;
+        // Services whose verdicts changed only some roles: (service, changed backends).
+        let mut partial = Vec::new();
+        let mut notes = Vec::new();
+        let mut recomputed = Vec::new();
+        let mut work = MembershipWork::default();
+        let retry = &self.publish_retry;
+        for (si, svc) in self
+            .services
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.marked)
+        {
+            if !all && retry.holds(&svc.cfg.name) {
+                // Its publish failed: the retry recomputes it over every server (the
+                // verdicts stay in its servers' health until then).
+                svc.unmark();
+                continue;
+            }
+            recomputed.push(si);
+            if let Some(moved) = svc.update_membership(now, &mut work) {
+                for a in &svc.changed_health {
+                    let at = svc.servers.get(a).and_then(|s| s.health.next_deadline());
+                    updated_deadline = match (updated_deadline, at) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
+                svc.unmark();
+                let outcome = svc.outcome.as_ref().expect("updated above");
+                let backends: Vec<_> = moved
+                    .iter()
+                    .map(|&i| desired_backend(svc, outcome.roles[i], &self.macs))
+                    .collect();
+                if !backends.is_empty() {
+                    partial.push((si, backends));
+                }
+                continue;
+            }
+            svc.unmark();
+            computed = true;
+            let inputs: Vec<_> = svc.servers.values().map(ServerRt::member_input).collect();
+            work.inputs += inputs.len();
+            work.computed += 1;
+            let outcome = svc.membership.compute(&inputs, &svc.policy(), now);
+            for change in &outcome.changes {
+                notes.push((svc.cfg.name.clone(), change.clone()));
+            }
+            desired.push(desired_service(svc, &outcome, &self.macs));
+            svc.outcome = Some(outcome);
+        }
+        for (service, note) in notes {
+            self.record_note(&service, &note);
+        }
+        self.last_membership = work;
+        if computed {
+            self.deadline_cache.set(None);
+        } else {
+            self.lower_deadline(updated_deadline);
+        }
+        let applied = self.publish(desired, partial, all);
+        let report = match applied {
+            Ok(report) => report,
+            Err(e) => {
+                // Not published: the retry takes these services again, over every
+                // server (membership already took the verdicts in), on its schedule.
+                let names = recomputed
+                    .into_iter()
+                    .map(|si| self.services[si].cfg.name.clone());
+                self.publish_retry.failed(names, all, now, e.to_string());
+                self.deadline_cache.set(None);
+                self.snapshot_dirty = true;
+                return Err(e);
+            }
+        };
+        self.publish_retry.succeeded();
+        self.last_publish = report;
+        // After the tables: a VIP is announced only once the node can forward it.
+        self.announce();
+        if report.tables_published + report.backends_written + report.services_written > 0 {
+            self.propagation.observe(started.elapsed().as_secs_f64());
+        }
+        self.snapshot_dirty = true;
+        Ok(())
+    }
+
+    /// Publishes the whole descriptions in `desired` (every service when `all`) and
+    /// the changed backends in `partial`; a service whose changed backends are not
+    /// enough for the publisher (`Publisher::apply_backends`) is described whole.
+    pub(super) fn publish(
+        &mut self,
+        mut desired: Vec<DesiredService>,
+        partial: Vec<(usize, Vec<DesiredBackend>)>,
+        all: bool,
+    ) -> Result<crate::publish::ApplyReport, PublishError> {
+        let mut report = crate::publish::ApplyReport::default();
+        for (si, backends) in partial {
+            let svc = &self.services[si];
+            match self
+                .publisher
+                .apply_backends(&svc.cfg.name, &backends, &mut self.dp)?
+            {
+                Some(done) => report.absorb(done),
+                None => {
+                    let outcome = svc.outcome.as_ref().expect("computed before publishing");
+                    desired.push(desired_service(svc, outcome, &self.macs));
+                }
+            }
+        }
+        if all {
+            report.absorb(self.publisher.apply(&desired, &mut self.dp)?);
+        } else if !desired.is_empty() {
+            report.absorb(self.publisher.apply_some(&desired, &mut self.dp)?);
+        }
+        Ok(report)
+    }
+}

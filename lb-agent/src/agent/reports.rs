@@ -1,0 +1,196 @@
+//! What comes in from probes and the data plane: probe reports routed to their server's
+//! health state machine (`report_routes.rs`), passive failure events, and the per-backend
+//! counters that reset passive counts and feed `idle` probes. A verdict marks its
+//! service; `recompute.rs` publishes it.
+
+use lb_common::{events::PassiveEvent, events::event_name};
+use tokio::time::Instant;
+
+use super::{Agent, Lookup, Neighbors, server_table};
+use crate::{
+    dataplane::Dataplane,
+    probe::{ProbeReport, Prober, ServerKey},
+    publish::PublishError,
+};
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// A probe finished.
+    pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
+        self.on_probe_reports([report])
+    }
+
+    /// Several probe results at once (what the report channel held): every transition
+    /// is recorded, and membership is recomputed and published once for all of them, so
+    /// a storm of verdicts (a rack going down) costs one publish, not one per server.
+    pub fn on_probe_reports(
+        &mut self,
+        reports: impl IntoIterator<Item = ProbeReport>,
+    ) -> Result<(), PublishError> {
+        let mut earliest: Option<Instant> = None;
+        let mut latest: Option<Instant> = None;
+        let mut records = Vec::new();
+        for report in reports {
+            let Some((si, index)) = self.route_report(report.server) else {
+                continue; // a report of probes replaced or removed since
+            };
+            let svc = &mut self.services[si];
+            let Some(server) = svc.servers.at_mut(index) else {
+                continue;
+            };
+            if !report.outcome.local {
+                svc.probe_durations.observe(
+                    &svc.cfg.probes,
+                    report.probe,
+                    report.outcome.duration.as_secs_f64(),
+                );
+            }
+            if report.outcome.local {
+                svc.local_faults.note(&report.outcome.detail, report.at);
+                self.local_faults.record(
+                    &svc.cfg.name,
+                    &server.addr.to_string(),
+                    &report.outcome.detail,
+                    report.at,
+                );
+                self.snapshot_dirty = true;
+            }
+            if let Some(t) = server
+                .health
+                .on_probe(report.probe, &report.outcome, report.at)
+            {
+                server.signals.set_healthy(server.health.usable());
+                records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+                let addr = server.addr;
+                svc.mark_server(addr);
+                earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));
+                latest = Some(latest.map_or(report.at, |l| l.max(report.at)));
+            }
+        }
+        for (service, server, t) in &records {
+            self.record(service, server, t);
+        }
+        if let (Some(earliest), Some(latest)) = (earliest, latest) {
+            // Propagation counts from the (earliest) verdict, including its wait in the
+            // report channel.
+            let started = std::time::Instant::now()
+                .checked_sub(earliest.elapsed())
+                .unwrap_or_else(std::time::Instant::now);
+            self.recompute_marked(latest, started)?;
+        }
+        Ok(())
+    }
+
+    /// Where the server `key` reports for is (service index, position in its table);
+    /// `None` for a report of an incarnation that is gone. Routes are placed again, once,
+    /// when a server was added or removed since they were (`report_routes.rs`).
+    pub(super) fn route_report(&mut self, key: ServerKey) -> Option<(usize, usize)> {
+        let found = |agent: &Self| match agent.report_routes.borrow().lookup(key.service) {
+            Lookup::At(si, index) => agent
+                .services
+                .get(si)
+                .and_then(|s| s.servers.at(index))
+                .filter(|s| s.incarnation == key.service && s.addr == key.addr)
+                .map(|_| (si, index)),
+            Lookup::Stale | Lookup::Unplaced => None,
+        };
+        if let Some(at) = found(self) {
+            return Some(at);
+        }
+        let routes = self.report_routes.get_mut();
+        if routes.lookup(key.service) == Lookup::Stale
+            || routes.placed_at(server_table::layout_epoch())
+        {
+            return None;
+        }
+        self.place_routes();
+        found(self)
+    }
+
+    /// Places every server's report route (after the services or their servers moved).
+    pub(super) fn place_routes(&mut self) {
+        let epoch = server_table::layout_epoch();
+        let servers = self.services.iter().enumerate().flat_map(|(si, svc)| {
+            svc.servers
+                .values()
+                .enumerate()
+                .map(move |(i, s)| (si, i, s.incarnation))
+        });
+        self.report_routes.get_mut().place(servers, epoch);
+    }
+
+    /// Passive failure signals from the data plane.
+    pub fn on_passive_events(&mut self, events: &[PassiveEvent]) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
+        let now = Instant::now();
+        self.snapshot_dirty = true;
+        let mut changed = false;
+        for e in events {
+            *self
+                .passive
+                .entry(event_name(e.kind).to_string())
+                .or_default() += 1;
+            let Some((service, addr)) = self.publisher.backend_by_id(e.backend_id) else {
+                continue;
+            };
+            let Some(si) = self.services.iter().position(|s| s.cfg.name == service) else {
+                continue;
+            };
+            let Some(server) = self.services[si].servers.get_mut(&addr) else {
+                continue;
+            };
+            if let Some(mut t) = server.health.on_passive_failure(now) {
+                server.signals.set_healthy(server.health.usable());
+                t.cause = format!("{} ({})", t.cause, event_name(e.kind));
+                self.services[si].mark_server(addr);
+                self.record(&service, &addr.to_string(), &t);
+                changed = true;
+            }
+        }
+        if changed {
+            self.recompute_marked(now, started)?;
+        }
+        Ok(())
+    }
+
+    /// Reads per-backend counters: new successful connections reset passive failure
+    /// counts, new packets feed `idle` probe mode.
+    pub fn poll_stats(&mut self) {
+        let now = Instant::now();
+        // One read for every backend: one syscall per backend was most of this call's
+        // time at thousands of backends.
+        let Ok(all) = self
+            .dp
+            .backend_stats_below(self.publisher.backend_id_limit())
+        else {
+            return;
+        };
+        let total = all.iter().map(|s| s.packets).fold(0u64, u64::wrapping_add);
+        if total != self.traffic_total || self.traffic_moved.is_none() {
+            self.traffic_total = total;
+            self.traffic_moved = Some(now);
+        }
+        for svc in &mut self.services {
+            // Servers and published backends are both in address order: one pass, and a
+            // server whose counters did not move costs one comparison.
+            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
+            for (server, id) in super::ordered_join::join(svc.servers.iter_mut(), ids) {
+                let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
+                    continue;
+                };
+                if stats == server.last_stats {
+                    continue;
+                }
+                let (ok, _) = server.absorb_stats(stats, now);
+                if ok > 0 {
+                    server.health.on_passive_success(now);
+                }
+            }
+            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
+            for (d, id) in super::ordered_join::join(svc.departing.iter_mut(), ids) {
+                if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
+                    d.saw_packets(stats.packets, now);
+                }
+            }
+        }
+    }
+}
