@@ -3,11 +3,12 @@
 //! backends' entries and, if the set taking new flows changed, rewrites the live table's changed slots.
 //! [`Publisher::apply_backends`] takes the changed backends alone (the agent after a
 //! membership update), without a pass over the service's description.
+use super::plan::{backend_entry, takes_new_flows};
+use super::state::PublishedService;
+use super::write::{stage_entry, write_deferred};
 use super::{
-    ApplyReport, DesiredBackend, DesiredService, PublishError, PublishedService, Publisher,
-    backend_entry,
+    ApplyReport, DesiredBackend, DesiredService, PublishError, Publisher,
     failover::{Whole, slot_writes},
-    stage_entry, takes_new_flows, write_deferred,
 };
 use std::collections::HashSet;
 

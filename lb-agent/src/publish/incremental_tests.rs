@@ -1,12 +1,21 @@
 //! Tests of the incremental path: a verdict costs work for the changed backend only, and
 //! incremental publishing always yields the maps a full publish (and one from scratch) does.
 
-use std::{collections::BTreeMap, net::SocketAddr};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+};
 
-use lb_common::{IPPROTO_TCP, IPPROTO_UDP, NO_BACKEND, maps::BACKEND_F_LIVE};
+use lb_common::{
+    IPPROTO_TCP, IPPROTO_UDP, NO_BACKEND,
+    maps::{BACKEND_F_LIVE, Backend},
+};
 
 use super::*;
-use crate::dataplane::memory::{MemoryDataplane, Write};
+use crate::dataplane::{
+    PublishedState,
+    memory::{MemoryDataplane, Write},
+};
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
