@@ -81,15 +81,4 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let changes = self.announcer.update(input);
         self.log_announcements(changes);
     }
-
-    pub(super) fn log_announcements(&mut self, changes: Vec<crate::announce::Change>) {
-        for c in changes {
-            let to = if c.announced {
-                "announced"
-            } else {
-                "withdrawn"
-            };
-            self.log_event("-", &c.vip.to_string(), "-", to, c.reason);
-        }
-    }
 }

@@ -1,5 +1,6 @@
-//! Transitions and membership notes: logged, counted, and kept in the shared event log
-//! the API reads (`EventLog`, bounded by `EVENT_LOG_LEN`; pending while a reader holds it).
+//! Transitions, membership notes and VIP announcement changes: logged, counted, and kept
+//! in the shared event log the API reads (`EventLog`, bounded by `EVENT_LOG_LEN`; pending
+//! while a reader holds it).
 
 use std::time::SystemTime;
 
@@ -41,14 +42,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.log_event(service, "-", "-", "-", note);
     }
 
-    pub(super) fn log_event(
-        &mut self,
-        service: &str,
-        server: &str,
-        from: &str,
-        to: &str,
-        cause: &str,
-    ) {
+    pub(super) fn log_announcements(&mut self, changes: Vec<crate::announce::Change>) {
+        for c in changes {
+            let to = if c.announced {
+                "announced"
+            } else {
+                "withdrawn"
+            };
+            self.log_event("-", &c.vip.to_string(), "-", to, c.reason);
+        }
+    }
+
+    fn log_event(&mut self, service: &str, server: &str, from: &str, to: &str, cause: &str) {
         let event = Event {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             service: service.to_string(),

@@ -22,7 +22,7 @@
 //! | `departing.rs` | servers removed from the config keep their flows until idle | services' `departing` |
 //! | `macs.rs` | backend MAC resolution | `macs`, `unknown_mac_count` |
 //! | `announcing.rs` | VIP announcement and node drain | `announcer` |
-//! | `event_log.rs` | transitions and notes into the log | `pending_events`, `events`, `transitions` |
+//! | `event_log.rs` | transitions, notes and announcement changes into the log | `pending_events`, `events`, `transitions` |
 //! | `snapshot_schedule.rs` | when the snapshot is rebuilt | `snapshot_dirty`/`_built`/`_cost`/`_forced`/`_builds` |
 //! | `snapshot.rs`, `snapshot_readers.rs` | builds the snapshot; answers who waits for it | `snapshot_records`, `fingerprints`, `snapshot_readers` |
 //! | `resolve.rs` | DNS re-resolution of `resolve = true` servers | `discovery` |
