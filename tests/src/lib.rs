@@ -12,6 +12,7 @@ pub mod cmd;
 pub mod confine;
 pub mod cpu;
 pub mod drop_prog;
+pub mod flood_watch;
 pub mod flow_snapshot;
 pub mod forward;
 pub mod frame_stream;
