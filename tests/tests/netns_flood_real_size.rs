@@ -14,8 +14,9 @@
 //! The backends' kernels would answer the injected ACKs and SYNs (resets, SYN-ACKs to
 //! unrouted sources): an nftables rule on each backend's `eth0` ingress drops the
 //! spoofed range before the IP stack, as a backend behind a balancer under attack is
-//! not what this test measures. The client's `eth0` gets a packet queue, so that a
-//! full veth ring pushes back on the sender instead of dropping frames.
+//! not what this test measures. The client's `eth0` and the switch's port toward the lb
+//! get packet queues, so that a full veth ring holds frames back instead of dropping
+//! them: every one of the 3,000,000 reaches lb.
 
 use std::{
     collections::HashMap,
