@@ -134,6 +134,12 @@ pub const SOURCE_TABLE_SIZE: u32 = 65_536;
 pub const EVENT_RING_BYTES: u32 = 256 * 1024;
 /// How many source ports the NAT path tries for a new flow before it gives up.
 pub const NAT_PORT_ATTEMPTS: u32 = 8;
+/// How long (in `maps::nat_seconds`, 2^30 ns: 2 is 1.07–2.1 s) a TCP nat entry still
+/// waiting for its handshake (unanswered, or half-open) must have been silent before a
+/// new TCP flow whose first `NAT_PORT_ATTEMPTS` candidates are all held may take its
+/// pair over: a spoofed SYN flood holds a pair against real clients that long, not for
+/// its lifecycle row's 4.3–8.6 s (docs/nat-ports.md, "Spoofed SYN floods").
+pub const NAT_HANDSHAKE_DISPLACE: u32 = 2;
 
 /// The step between a new flow's successive nat candidates in a space of `total`
 /// (address, port) pairs (at most `maps::MAX_SNAT_ADDRS` x 65,536), from the flow's hash

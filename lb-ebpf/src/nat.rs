@@ -12,7 +12,7 @@
 
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
-    FAMILY_V4, NAT_PORT_ATTEMPTS,
+    FAMILY_V4, IPPROTO_TCP, NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS,
     counters::{
         DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED, PASS_MALFORMED,
         PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
@@ -24,7 +24,7 @@ use lb_common::{
         MAX_SNAT_ADDRS, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED, NAT_S_BACKEND_FIRST,
         NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue,
         ServiceMeta, nat_backend_time_wait as backend_time_wait, nat_owned_by as owned_by,
-        nat_reclaimable, nat_seconds,
+        nat_reclaimable, nat_reuse_after, nat_seconds,
     },
     nat_stride,
 };
@@ -95,10 +95,26 @@ pub fn entry(key: &FlowKey) -> Option<&'static mut NatValue> {
     slots::value_at::<NatTable>(lb_nat_find(key))
 }
 
+/// How long the entry of a pair a new flow found held in its second pass must have been
+/// silent before the flow may take the pair: its lifecycle row's time
+/// (`nat_reuse_after`), except for a TCP connection still waiting for its handshake (no
+/// client ACK after a SYN-ACK, no FIN, no reset): `NAT_HANDSHAKE_DISPLACE`. A real
+/// client's handshake is done within a round trip and its SYN retransmissions refresh
+/// the entry; a spoofed SYN's entry sits silent.
+#[inline(always)]
+fn displace_after(state: u8, proto: u8) -> u32 {
+    if proto == IPPROTO_TCP && state & !NAT_S_ESTABLISHED == 0 {
+        NAT_HANDSHAKE_DISPLACE
+    } else {
+        nat_reuse_after(state, proto)
+    }
+}
+
 /// Claims `key` for `value` (see `slots::claim`): a free way or one whose entry's port
 /// may be reused (`nat_reclaimable` at `now_s`); with `replace`, also the key's own
-/// entry when it may be, or when it is `value`'s own client 5-tuple's closed connection
-/// that waits out the backend's TIME_WAIT ([`own_time_wait`]).
+/// entry when it may be, when it is `value`'s own client 5-tuple's closed connection
+/// that waits out the backend's TIME_WAIT ([`own_time_wait`]), or when it is a TCP
+/// handshake left silent ([`displace_after`]).
 #[inline(always)]
 fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
     Claim::from_code(lb_nat_claim(key, value, replace as u64, now_s as u64))
@@ -122,7 +138,11 @@ pub extern "C" fn lb_nat_claim(
     slots::claim::<NatTable>(
         key,
         value,
-        |v, k| replace != 0 && (nat_reclaimable(v, k.proto, now_s) || own_time_wait(v, value)),
+        |v, k| {
+            replace != 0
+                && (now_s.wrapping_sub(v.last_seen) >= displace_after(v.state, k.proto)
+                    || own_time_wait(v, value))
+        },
         |v, k| nat_reclaimable(v, k.proto, now_s),
         slots::NO_EVICTION,
     )

@@ -48,7 +48,12 @@ pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), CmdError> {
     run_with_input("ip", &args, Some(&input)).map(drop)
 }
 
-fn run_with_input(program: &str, args: &[&str], input: Option<&str>) -> Result<String, CmdError> {
+/// Runs `program args…` with `input` on its stdin (if any) and returns its stdout.
+pub fn run_with_input(
+    program: &str,
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<String, CmdError> {
     let cmd = describe(program, args, input);
     let spawn_err = |source| CmdError::Spawn {
         cmd: cmd.clone(),

@@ -13,12 +13,12 @@ use std::{
 
 use aya::maps::{Array, Map, MapData, loaded_maps};
 use lb_common::{
-    FAMILY_V4, IPPROTO_TCP, NAT_PORT_ATTEMPTS,
+    FAMILY_V4, IPPROTO_TCP, NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS,
     hash::{SEED_NAT_PORT, flow_hash},
     map_names,
     maps::{
-        FlowKey, NAT_S_BACKEND_FIRST, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST, NatValue,
-        nat_backend_time_wait, nat_owned_by, nat_reclaimable,
+        FlowKey, NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT,
+        NAT_S_RST, NatValue, nat_backend_time_wait, nat_owned_by, nat_reclaimable,
     },
     nat_stride,
     table::{NatBucket, SLOT_LIVE},
@@ -162,6 +162,15 @@ pub fn walk(h: u32, total: u32) -> impl Iterator<Item = u32> {
     (0..WALK as u32).map(move |i| ((h % total) as u64 + i as u64 * stride as u64) as u32 % total)
 }
 
+/// Whether the second pass may take a TCP entry's pair: its row's time is over, or it
+/// is a handshake silent for `NAT_HANDSHAKE_DISPLACE` (docs/nat-ports.md, "Spoofed SYN
+/// floods").
+fn reclaimable(v: &NatValue, now: u32) -> bool {
+    nat_reclaimable(v, IPPROTO_TCP, now)
+        || (v.state & !NAT_S_ESTABLISHED == 0
+            && now.wrapping_sub(v.last_seen) >= NAT_HANDSHAKE_DISPLACE)
+}
+
 fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCensus {
     let mut out = NatCensus::default();
     let (Some(vip), Some(snat)) = (
@@ -216,7 +225,7 @@ fn census(entries: &[(FlowKey, NatValue)], scope: &Scope<'_>, now: u32) -> NatCe
                     ports.push(u16::from_be(reply.dport));
                     holders.push(match held.get(&reply) {
                         None => Holder::Free,
-                        Some(v) if nat_reclaimable(v, IPPROTO_TCP, now) => Holder::Reclaimable,
+                        Some(v) if reclaimable(v, now) => Holder::Reclaimable,
                         Some(v) if nat_owned_by(v, &key) => {
                             if nat_backend_time_wait(v.state) {
                                 Holder::OwnTimeWait

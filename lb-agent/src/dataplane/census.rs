@@ -134,8 +134,9 @@ fn monotonic_ns() -> u64 {
 }
 
 /// Reads entries `0..total` of the array map `fd` (values of type `V`), `CHUNK` at a
-/// time, handing each chunk to `f`.
-fn read_chunks<V: Copy + Default>(
+/// time, handing each chunk to `f` (also the flood scenario's reads of the running
+/// agent's `LB_FLOWS`).
+pub fn read_chunks<V: Copy + Default>(
     fd: &OwnedFd,
     total: u32,
     mut f: impl FnMut(&[V]),

@@ -11,7 +11,7 @@ use lb_common::maps::{
     NAT_UNANSWERED_REUSE, nat_reuse_after,
 };
 
-use lb_common::NAT_PORT_ATTEMPTS;
+use lb_common::{NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS};
 
 const EST: u8 = NAT_S_ESTABLISHED | NAT_S_ACKED;
 const BOTH_FINS: u8 = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
@@ -119,8 +119,17 @@ fn first_packet(vip: IpAddr, proto: u8, sport: u16) -> Frame {
 
 #[test]
 fn every_lifecycle_row_holds_its_port_exactly_as_long_as_the_table_says() {
-    for (row, proto, state, after) in LIFECYCLE {
-        assert_eq!(nat_reuse_after(state, proto), after, "{row}: the rule");
+    for (row, proto, state, row_after) in LIFECYCLE {
+        assert_eq!(nat_reuse_after(state, proto), row_after, "{row}: the rule");
+        // A TCP entry still waiting for its handshake gives its pair to a new TCP flow
+        // whose other candidates are held (here: its only one) once silent for
+        // `NAT_HANDSHAKE_DISPLACE`, before its row's time (docs/nat-ports.md,
+        // "Spoofed SYN floods").
+        let after = if proto == IPPROTO_TCP && state & !NAT_S_ESTABLISHED == 0 {
+            NAT_HANDSHAKE_DISPLACE
+        } else {
+            row_after
+        };
         let mut lb = world(&[]);
         let (vip, taken) = one_port_service_of(&mut lb, proto);
         let holder = NatValue {
@@ -908,6 +917,153 @@ fn spoofed_syns_hold_ports_only_seconds() {
     assert!(
         reclaimed >= 70,
         "at least 70 of the half-open ports came back, got {reclaimed}"
+    );
+}
+
+/// Spoofed SYNs that take every pair of a backend, answered (half-open) or not
+/// (unanswered), hold them against real clients only while younger than
+/// `NAT_HANDSHAKE_DISPLACE` (1.07–2.1 s), not for their rows' 4.3–8.6 s: a flood must
+/// then renew every pair within that time to starve real clients. Established
+/// connections are never taken that way, and a real client past its handshake keeps its
+/// pair through the next wave of the flood.
+#[test]
+fn a_spoofed_syn_flood_holds_ports_against_real_clients_only_briefly() {
+    const PAIRS: u16 = 200;
+    let mut lb = world(&[]);
+    let vip = custom_service(
+        &mut lb,
+        &[ip4(10, 0, 0, 2)],
+        (30000, 30000 + PAIRS - 1),
+        0,
+        1,
+    );
+    let reverse = |port| flow_key(ip4(10, 0, 1, 20), 80, ip4(10, 0, 0, 2), port, IPPROTO_TCP);
+    let synack = |port| {
+        Frame::tcp(
+            ip4(10, 0, 1, 20),
+            80,
+            ip4(10, 0, 0, 2),
+            port,
+            TCP_SYN | TCP_ACK,
+        )
+        .macs(backend_mac(20), LB_MAC)
+    };
+    // A wave of spoofed SYNs from distinct sources: every pair held, the rest refused.
+    let wave = |lb: &mut Lb, first: u16, count: u16| -> (Vec<FlowKey>, u64) {
+        let before = lb.counters();
+        let mut held = Vec::new();
+        for i in first..first + count {
+            let syn = syn_from(ip4(198, 18, (i >> 8) as u8, i as u8), 40000, vip);
+            let run = lb.run(&syn.bytes());
+            if run.action != XDP_TX {
+                continue;
+            }
+            let port = out_sport(&syn, &run.out);
+            // Half of them answered by the backend (half-open), half not (unanswered).
+            if i % 2 == 0 {
+                assert_eq!(lb.run(&synack(port).bytes()).action, XDP_TX, "SYN-ACK");
+            }
+            held.push(reverse(port));
+        }
+        (held, counter_delta(&before, &lb.counters(), DROP_NAT_PORTS))
+    };
+    let now = steady_nat_seconds();
+    let (flood, refused) = wave(&mut lb, 0, 4 * PAIRS);
+    assert_eq!(flood.len(), usize::from(PAIRS), "the flood took every pair");
+    assert_eq!(refused, u64::from(3 * PAIRS), "and the rest was refused");
+    let real = |i: u16| (client4(), 20000 + i);
+
+    // Silent for less than NAT_HANDSHAKE_DISPLACE: a real client is refused (its SYN
+    // is retransmitted a second later).
+    age_entries(&mut lb, &flood, NAT_HANDSHAKE_DISPLACE - 1);
+    assert_eq!(
+        now,
+        now_nat_seconds(),
+        "the fixture ran within one coarse second"
+    );
+    check_syn(
+        &mut lb,
+        "a real client against a fresh flood",
+        real(0),
+        vip,
+        XDP_DROP,
+        &[(DROP_NAT_PORTS, 1)],
+    );
+    // Silent for NAT_HANDSHAKE_DISPLACE (well within the 4.3 s and 8.6 s of rows 1-2):
+    // every real client gets a pair, each one the flood held.
+    age_entries(&mut lb, &flood, 1);
+    let before = lb.counters();
+    let mut real_keys = Vec::new();
+    // 60 of the 200: with more, the last ones' 8 second-pass candidates could all be
+    // real connections already (about (k/200)^8 for the k-th).
+    for i in 1..=60u16 {
+        let (ip, port) = real(i);
+        let syn = syn_from(ip, port, vip);
+        let run = lb.run(&syn.bytes());
+        assert_eq!(run.action, XDP_TX, "real client {i} got a pair");
+        let nat_port = out_sport(&syn, &run.out);
+        assert_eq!(
+            lb.run(&synack(nat_port).bytes()).action,
+            XDP_TX,
+            "its SYN-ACK"
+        );
+        let ack = Frame::tcp(ip, port, vip, 80, TCP_ACK).macs(CLIENT_MAC, LB_MAC);
+        assert_eq!(lb.run(&ack.bytes()).action, XDP_TX, "its ACK");
+        let key = reverse(nat_port);
+        assert_eq!(
+            lb.nat_entry(&key).expect("its entry").state,
+            NAT_S_ESTABLISHED | NAT_S_ACKED,
+            "real client {i} established"
+        );
+        real_keys.push((key, port));
+    }
+    let after = lb.counters();
+    assert_eq!(counter_delta(&before, &after, DROP_NAT_PORTS), 0);
+    assert_eq!(counter_delta(&before, &after, NAT_PORT_RECLAIMED), 60);
+
+    // The flood goes on: its older entries and the real connections, all silent for
+    // as long, meet a new wave. The wave takes the flood's pairs, never a connection's.
+    let rest: Vec<FlowKey> = flood
+        .iter()
+        .filter(|k| !real_keys.iter().any(|(r, _)| r == *k))
+        .copied()
+        .collect();
+    let reals: Vec<FlowKey> = real_keys.iter().map(|(k, _)| *k).collect();
+    age_entries(&mut lb, &reals, NAT_HANDSHAKE_DISPLACE);
+    let (second, _) = wave(&mut lb, 4 * PAIRS, 4 * PAIRS);
+    assert_eq!(
+        second.len(),
+        rest.len(),
+        "the new wave took the flood's old pairs"
+    );
+    for (i, (key, port)) in real_keys.iter().enumerate() {
+        let v = lb.nat_entry(key).expect("the real connection's entry");
+        assert_eq!(
+            v.client_port,
+            port.to_be(),
+            "real connection {i} kept its pair through the second wave"
+        );
+    }
+    // And established connections silent that long are not taken by a real client
+    // either: with every pair held by one, a new flow is refused.
+    let mut lb = world(&[]);
+    let vip = custom_service(&mut lb, &[ip4(10, 0, 0, 2)], (30000, 30000), 0, 1);
+    lb.insert_nat(
+        reverse(30000),
+        NatValue {
+            client_port: 1234u16.to_be(),
+            state: NAT_S_ESTABLISHED | NAT_S_ACKED,
+            last_seen: now_nat_seconds().wrapping_sub(NAT_HANDSHAKE_DISPLACE + 1),
+            ..NatValue::default()
+        },
+    );
+    check_syn(
+        &mut lb,
+        "an established connection's pair",
+        real(200),
+        vip,
+        XDP_DROP,
+        &[(DROP_NAT_PORTS, 1)],
     );
 }
 
