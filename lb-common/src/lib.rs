@@ -207,7 +207,7 @@ pub const PROGRAM_NAME: &str = "lb_xdp";
 pub const FULL_PROGRAM_NAME: &str = "lb_xdp_full";
 /// `LB_PROGRAMS`' index of [`FULL_PROGRAM_NAME`].
 pub const FULL_PATH_INDEX: u32 = 0;
-/// Name of the pass-through XDP program (for veth peers and as the benchmark floor's twin).
+/// Name of the pass-through XDP program (for veth peers).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
 /// Name of the backend-side decapsulation program (`lb-agent decap attach`).
 pub const DECAP_PROGRAM_NAME: &str = "lb_decap";
@@ -220,8 +220,6 @@ pub const DECAP_STRIPPED: u32 = 0;
 pub const DECAP_PASSED: u32 = 1;
 /// `LB_DECAP_COUNTERS` slots.
 pub const DECAP_COUNTERS: u32 = 2;
-/// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.
-pub const REFLECT_PROGRAM_NAME: &str = "lb_reflect";
 
 #[cfg(test)]
 mod tests {
