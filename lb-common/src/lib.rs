@@ -1,13 +1,18 @@
 //! Types, constants and pure helpers shared by the XDP program (`lb-ebpf`) and the agent.
 //!
 //! Layout:
+//! - [`keys`]: the VIP and 5-tuple keys (re-exported by [`maps`]);
 //! - [`maps`]: key and value types of every BPF map, with their sizes asserted;
 //! - [`counters`]: indices and names of the global per-CPU outcome counters;
 //! - [`events`]: the passive-failure records sent through the ring buffer;
 //! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
 //! - [`hash`]: the flow hash used for Maglev slots and NAT port choice;
 //! - [`schema`]: the schema version of each map a new agent adopts;
+//! - [`layout`]: the tables' bucket counts and seeds (`TableLayout`, re-exported by [`table`]);
 //! - [`table`]: the set-associative `ARRAY` tables (`LB_NAT`): layout and key search.
+//!
+//! Each module uses only those below it: [`keys`] ← [`hash`] ← [`layout`] ← [`maps`] ←
+//! [`table`].
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` and fixed width so that the kernel and
 //! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
@@ -17,6 +22,8 @@ pub mod counters;
 pub mod csum;
 pub mod events;
 pub mod hash;
+pub mod keys;
+pub mod layout;
 pub mod maps;
 pub mod schema;
 pub mod table;
