@@ -2,7 +2,8 @@
 //! embeds and attaches) has none of the lab's programs (`lb_reflect`, `lbr_*`, `lbrn_*`,
 //! `lbt_*`), the lab object (`lb_tests::lab::OBJECT`, lb-ebpf's `lab` feature) has them
 //! and every program of the product's; and the lab's reflector does what the benchmarks
-//! take as their floor.
+//! take as their floor; the lab's LRU table (Katran's, for `lb-fill-bench`) hits what it
+//! inserted.
 
 use std::collections::BTreeSet;
 
@@ -91,4 +92,40 @@ fn the_lab_reflector_swaps_the_macs_and_transmits() {
         &f.clone().macs(LB_MAC, CLIENT_MAC).bytes(),
         &out,
     );
+}
+
+#[test]
+fn the_lab_lru_programs_insert_then_hit() {
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries(map_names::FLOWS, 64)
+        .map_max_entries(map_names::NAT, 64)
+        .map_max_entries("LBR_LRU", 64)
+        .load(lab::OBJECT)
+        .expect("loading the lab object");
+    let mut run = |name: &str, frame: &Frame| -> u32 {
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .unwrap_or_else(|| panic!("{name} in the lab object"))
+            .try_into()
+            .expect("an XDP program");
+        if prog.fd().is_err() {
+            prog.load()
+                .unwrap_or_else(|e| panic!("the verifier rejects {name}: {e}"));
+        }
+        prog.test_run(TestRunOptions {
+            data_in: Some(&frame.bytes()),
+            ..TestRunOptions::default()
+        })
+        .expect("BPF_PROG_TEST_RUN")
+        .return_value
+    };
+    let (a, b) = (
+        to_vip(DSR4, CPORT, TCP_SYN),
+        to_vip(DSR4, CPORT + 1, TCP_SYN),
+    );
+    assert_eq!(run("lbr_lru_hit", &a), XDP_DROP, "not there yet: a miss");
+    assert_eq!(run("lbr_lru_new", &a), XDP_TX, "a new flow is inserted");
+    assert_eq!(run("lbr_lru_new", &a), XDP_DROP, "then it is no new flow");
+    assert_eq!(run("lbr_lru_hit", &a), XDP_TX, "an established flow hits");
+    assert_eq!(run("lbr_lru_hit", &b), XDP_DROP, "another flow misses");
 }
