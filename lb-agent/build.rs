@@ -9,71 +9,30 @@
 #[allow(dead_code)] // the userspace half is for xtask
 mod pins;
 
+#[path = "../xtask/src/ebpf_build.rs"]
+mod ebpf_build;
+
 use std::{
-    env, fs,
+    env,
     path::{Path, PathBuf},
     process::Command,
 };
 
-use anyhow::{Context, bail};
-
-/// Variables the outer (host, stable) cargo sets that must not leak into the nightly
-/// BPF build: they would pick the wrong compiler, flags or target.
-const SCRUBBED: &[&str] = &[
-    "RUSTC",
-    "RUSTC_WRAPPER",
-    "RUSTC_WORKSPACE_WRAPPER",
-    "RUSTDOC",
-    "RUSTFLAGS",
-    "RUSTUP_TOOLCHAIN",
-    "CARGO",
-    "CARGO_ENCODED_RUSTFLAGS",
-    "CARGO_BUILD_RUSTFLAGS",
-    "CARGO_BUILD_TARGET",
-    "CARGO_TARGET_DIR",
-    "CARGO_LLVM_COV",
-    "LLVM_PROFILE_FILE",
-    "TARGET",
-    "HOST",
-    "OUT_DIR",
-    "PROFILE",
-    "OPT_LEVEL",
-    "DEBUG",
-    "NUM_JOBS",
-];
+use anyhow::Context;
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let workspace = manifest_dir
         .parent()
         .context("lb-agent has no parent dir")?;
-    let ebpf_dir = workspace.join("lb-ebpf");
-    let out = PathBuf::from(env::var("OUT_DIR")?).join("lb-ebpf.o");
-
-    println!("cargo:rerun-if-env-changed=LB_EBPF_OBJ");
-    for watched in [
-        ebpf_dir.join("src"),
-        ebpf_dir.join("Cargo.toml"),
-        // Its rustflags (e.g. a target CPU) change the object too.
-        ebpf_dir.join(".cargo/config.toml"),
-        workspace.join("lb-common/src"),
-        workspace.join(pins::EBPF_FILE),
-    ] {
-        println!("cargo:rerun-if-changed={}", watched.display());
+    // The product object: never the `lab` feature (its programs are lb-tests').
+    let out = ebpf_build::Object {
+        prebuilt_var: "LB_EBPF_OBJ",
+        target_subdir: "ebpf",
+        features: &[],
+        file: "lb-ebpf.o",
     }
-
-    if let Some(prebuilt) = env::var_os("LB_EBPF_OBJ") {
-        fs::copy(&prebuilt, &out)
-            .with_context(|| format!("copying LB_EBPF_OBJ={}", Path::new(&prebuilt).display()))?;
-    } else {
-        let target_dir = env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace.join("target"))
-            .join("ebpf");
-        build_ebpf(workspace, &target_dir)?;
-        let built = target_dir.join("bpfel-unknown-none/release/lb-ebpf");
-        fs::copy(&built, &out).with_context(|| format!("copying {}", built.display()))?;
-    }
+    .build(workspace)?;
     println!("cargo:rustc-env=LB_EBPF_OBJ_PATH={}", out.display());
     println!("cargo:rustc-env=LB_BUILD_COMMIT={}", commit(workspace));
     Ok(())
@@ -110,55 +69,4 @@ fn commit(workspace: &Path) -> String {
         }
     }
     git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into())
-}
-
-fn build_ebpf(workspace: &Path, target_dir: &Path) -> anyhow::Result<()> {
-    let channel = pins::Pin::read(workspace, pins::EBPF_FILE)
-        .map_err(anyhow::Error::msg)?
-        .channel;
-    let linker = pins::bpf_linker(&channel);
-    if !linker.exists() {
-        bail!(
-            "{} is missing: the XDP program links with a bpf-linker built against \
-             {channel}'s LLVM. `cargo xtask setup` builds it.",
-            linker.display()
-        );
-    }
-    // rustc runs the linker by name: the pinned nightly's bpf-linker goes first on PATH.
-    let mut path = vec![linker.parent().expect("bin/bpf-linker").to_path_buf()];
-    path.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        &channel,
-        "cargo",
-        "build",
-        "--release",
-        "--target-dir",
-    ])
-    .arg(target_dir)
-    .env("PATH", env::join_paths(path)?)
-    .current_dir(workspace.join("lb-ebpf"));
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy();
-        if SCRUBBED.contains(&key.as_ref())
-            || key.starts_with("CARGO_CFG_")
-            || key.starts_with("CARGO_FEATURE_")
-            || key.starts_with("CARGO_PKG_")
-            || key.starts_with("CARGO_MANIFEST_")
-        {
-            cmd.env_remove(key.as_ref());
-        }
-    }
-    let status = cmd
-        .status()
-        .with_context(|| format!("running `rustup run {channel} cargo build` for lb-ebpf"))?;
-    if !status.success() {
-        bail!(
-            "building the XDP program (lb-ebpf) failed: {status}. \
-             It needs {channel} with rust-src and its bpf-linker; \
-             `cargo xtask setup` installs them."
-        );
-    }
-    Ok(())
 }

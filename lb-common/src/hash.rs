@@ -1,7 +1,7 @@
 //! The flow hash (Maglev slot choice, NAT source-port choice) and the VIP index hash
 //! (murmur3-style mixing).
 
-use crate::maps::{FlowKey, VipKey};
+use crate::keys::{FlowKey, VipKey};
 
 /// Seed for the Maglev slot hash.
 pub const SEED_MAGLEV: u32 = 0x9747_b28c;

@@ -1,13 +1,18 @@
 //! Types, constants and pure helpers shared by the XDP program (`lb-ebpf`) and the agent.
 //!
 //! Layout:
+//! - [`keys`]: the VIP and 5-tuple keys (re-exported by [`maps`]);
 //! - [`maps`]: key and value types of every BPF map, with their sizes asserted;
 //! - [`counters`]: indices and names of the global per-CPU outcome counters;
 //! - [`events`]: the passive-failure records sent through the ring buffer;
 //! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
 //! - [`hash`]: the flow hash used for Maglev slots and NAT port choice;
 //! - [`schema`]: the schema version of each map a new agent adopts;
+//! - [`layout`]: the tables' bucket counts and seeds (`TableLayout`, re-exported by [`table`]);
 //! - [`table`]: the set-associative `ARRAY` tables (`LB_NAT`): layout and key search.
+//!
+//! Each module uses only those below it: [`keys`] ← [`hash`] ← [`layout`] ← [`maps`] ←
+//! [`table`].
 //!
 //! Everything here is `#![no_std]`, `#[repr(C)]` and fixed width so that the kernel and
 //! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
@@ -17,6 +22,8 @@ pub mod counters;
 pub mod csum;
 pub mod events;
 pub mod hash;
+pub mod keys;
+pub mod layout;
 pub mod maps;
 pub mod schema;
 pub mod table;
@@ -213,7 +220,7 @@ pub const PROGRAM_NAME: &str = "lb_xdp";
 pub const FULL_PROGRAM_NAME: &str = "lb_xdp_full";
 /// `LB_PROGRAMS`' index of [`FULL_PROGRAM_NAME`].
 pub const FULL_PATH_INDEX: u32 = 0;
-/// Name of the pass-through XDP program (for veth peers and as the benchmark floor's twin).
+/// Name of the pass-through XDP program (for veth peers).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
 /// Name of the backend-side decapsulation program (`lb-agent decap attach`).
 pub const DECAP_PROGRAM_NAME: &str = "lb_decap";
@@ -226,8 +233,6 @@ pub const DECAP_STRIPPED: u32 = 0;
 pub const DECAP_PASSED: u32 = 1;
 /// `LB_DECAP_COUNTERS` slots.
 pub const DECAP_COUNTERS: u32 = 2;
-/// Name of the minimal reflector (swap MACs, `XDP_TX`): the benchmark floor.
-pub const REFLECT_PROGRAM_NAME: &str = "lb_reflect";
 
 #[cfg(test)]
 mod tests {

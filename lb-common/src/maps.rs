@@ -6,21 +6,7 @@
 
 use core::mem::size_of;
 
-/// A virtual service's identity (VIP address, port, protocol, family): the key the
-/// `LB_VIP_INDEX` slots hold.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct VipKey {
-    /// VIP address, network order.
-    pub addr: [u32; 4],
-    /// VIP port, network order.
-    pub port: u16,
-    /// `IPPROTO_TCP` or `IPPROTO_UDP`.
-    pub proto: u8,
-    /// `FAMILY_V4` or `FAMILY_V6`.
-    pub family: u8,
-}
-const _: () = assert!(size_of::<VipKey>() == 20);
+pub use crate::keys::{FlowKey, VipKey};
 
 /// Service flag: full NAT forwarding (absent: L2 direct server return).
 pub const SERVICE_F_NAT: u32 = 1 << 0;
@@ -196,26 +182,6 @@ pub struct Backend {
     pub service_id: u32,
 }
 const _: () = assert!(size_of::<Backend>() == 32);
-
-/// `LB_FLOWS` and `LB_NAT` key: a 5-tuple as seen on the wire in one direction.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    /// Source address, network order.
-    pub src: [u32; 4],
-    /// Destination address, network order.
-    pub dst: [u32; 4],
-    /// Source port, network order.
-    pub sport: u16,
-    /// Destination port, network order.
-    pub dport: u16,
-    /// `IPPROTO_TCP` or `IPPROTO_UDP`.
-    pub proto: u8,
-    /// `FAMILY_V4` or `FAMILY_V6`.
-    pub family: u8,
-    pub _pad: [u8; 2],
-}
-const _: () = assert!(size_of::<FlowKey>() == 40);
 
 /// Flow flag: a TCP SYN was forwarded and the backend has not been seen to answer it
 /// (nat: no packet from the backend; dsr: the client's ACK not seen yet).
@@ -437,7 +403,7 @@ pub struct DataplaneConfig {
     /// The layout the program was loaded with (its `.rodata` copy is what it reads): kept
     /// here for the next agent, which adopts the tables only with the same seeds and
     /// sizes (all zero in a config written by a release without it).
-    pub tables: crate::table::TableLayout,
+    pub tables: crate::layout::TableLayout,
     /// Tunnel: outer source address toward IPv4 backends (network order; 0: none, such
     /// packets are dropped, `drop_tunnel`).
     pub tunnel_src4: u32,
@@ -674,14 +640,12 @@ mod pod {
     unsafe impl aya::Pod for FlowKey {}
     unsafe impl aya::Pod for FlowValue {}
     unsafe impl aya::Pod for NatValue {}
-    unsafe impl aya::Pod for crate::table::NatBucket {}
-    unsafe impl aya::Pod for crate::table::FlowBucket {}
     unsafe impl aya::Pod for BackendStats {}
     unsafe impl aya::Pod for ServiceStats {}
     unsafe impl aya::Pod for TickClock {}
     unsafe impl aya::Pod for FlowCacheEntry {}
     unsafe impl aya::Pod for DataplaneConfig {}
-    unsafe impl aya::Pod for crate::table::TableLayout {}
+    unsafe impl aya::Pod for crate::layout::TableLayout {}
     unsafe impl aya::Pod for SourceKey {}
     unsafe impl aya::Pod for SourceBucket {}
     unsafe impl aya::Pod for crate::events::PassiveEvent {}

@@ -53,7 +53,9 @@ use crate::{
     events, flow,
     icmp_nat::{self, Target},
     nat::client_key,
-    parse::{ETH_SRC, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
+    parse::{
+        ETH_SRC, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, Quote, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+    },
     pkt::ptr_at,
     rewrite::retarget_l2,
     vip,
@@ -82,21 +84,6 @@ struct Kind {
     unreachable: bool,
     /// Only the quoted packet's destination host sends it (port or protocol unreachable).
     end_host: bool,
-}
-
-/// The packet quoted in an ICMP error.
-pub struct Quote {
-    /// Address of the quoted IP header.
-    pub ip: usize,
-    /// Address of the quoted TCP/UDP header (its ports are bounds-checked).
-    pub l4: usize,
-    /// Bytes of the quoted TCP/UDP header inside the ICMP message (at least 4; the
-    /// frame may carry padding after the message, which is not part of it).
-    pub l4_len: usize,
-    /// The quoted 5-tuple reversed (`key.src` is the quoted destination): the key of
-    /// the answer to the quoted packet, which is how `LB_NAT` (backend side) and
-    /// `LB_FLOWS` (client side) know the flow. One key for both keeps the stack small.
-    pub key: FlowKey,
 }
 
 /// Handles one ICMP message: translates an error about a nat flow (noting a believed

@@ -20,8 +20,7 @@ use lb_common::{
 };
 
 use crate::{
-    icmp::Quote,
-    parse::{ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, UDP_HLEN},
+    parse::{ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, Icmp, Quote, UDP_HLEN},
     pkt::{Hdr, ptr_at},
 };
 

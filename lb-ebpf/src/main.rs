@@ -1,8 +1,8 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr, nat or tunnel) — the hot
 //! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full`]) —, `lb_pass`
-//! passes everything (for veth peers), `lb_reflect` bounces frames (benchmark floor),
-//! [`reduced`] holds the `lbr_*` programs that price one component each (benchmark only),
-//! [`testbed`] the probe bench's SYN responder (`lbt_syn_responder_tc`, test bed only).
+//! passes everything (for veth peers). The benchmarks' and test beds' programs (`lb_reflect`,
+//! `lbr_*`, `lbt_*`) are in [`lab`], built only with the `lab` feature, which the product
+//! build never enables.
 //!
 //! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`settled`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
@@ -33,31 +33,26 @@ mod full;
 mod hash;
 mod icmp;
 mod icmp_nat;
+#[cfg(feature = "lab")]
+mod lab;
 mod layout;
 mod maps;
 mod nat;
 mod opaque;
 mod parse;
 mod pkt;
-mod reduced;
-mod reduced_nat;
 mod rewrite;
 mod settled;
 mod slots;
 mod source;
-mod testbed;
 mod too_big;
 mod tunnel;
 mod validate;
 mod vip;
 
-use crate::{
-    parse::{ETH_DST, ETH_HLEN, ETH_SRC, Parsed},
-    pkt::ptr_at,
-    vip::Dest,
-};
+use crate::{parse::Parsed, vip::Dest};
 use aya_ebpf::{
-    bindings::xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
+    bindings::xdp_action::{XDP_DROP, XDP_PASS},
     macros::xdp,
     programs::XdpContext,
 };
@@ -162,27 +157,6 @@ fn not_ours(pkt: &parse::Packet, end: usize) -> Verdict {
 #[xdp]
 pub fn lb_pass(_ctx: XdpContext) -> u32 {
     XDP_PASS
-}
-
-/// Swaps the Ethernet addresses and transmits: the cheapest possible XDP_TX program,
-/// the floor the balancer's per-packet cost is compared with.
-#[xdp]
-pub fn lb_reflect(ctx: XdpContext) -> u32 {
-    let Some(eth) = ptr_at::<ETH_HLEN>(ctx.data(), ctx.data_end()) else {
-        return XDP_PASS;
-    };
-    // Byte-array copies, not `Hdr::mac`'s scalar accesses: this is what the floor
-    // measured before and after that change, and the cheaper of the two here
-    // (docs/internals/benchmark-log.md §1, "Issue 9, round 2").
-    let at = eth.as_ptr();
-    // SAFETY: the 14 bytes of the Ethernet header were bounds-checked above.
-    unsafe {
-        let dst = core::ptr::read_unaligned(at.add(ETH_DST).cast::<[u8; 6]>());
-        let src = core::ptr::read_unaligned(at.add(ETH_SRC).cast::<[u8; 6]>());
-        core::ptr::write_unaligned(at.add(ETH_DST).cast::<[u8; 6]>(), src);
-        core::ptr::write_unaligned(at.add(ETH_SRC).cast::<[u8; 6]>(), dst);
-    }
-    XDP_TX
 }
 
 #[cfg(not(test))]

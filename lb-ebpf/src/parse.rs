@@ -99,6 +99,21 @@ pub struct Icmp {
     pub dst: [u32; 4],
 }
 
+/// The packet quoted in an ICMP error: read by `icmp`, rewritten by `icmp_nat`.
+pub struct Quote {
+    /// Address of the quoted IP header.
+    pub ip: usize,
+    /// Address of the quoted TCP/UDP header (its ports are bounds-checked).
+    pub l4: usize,
+    /// Bytes of the quoted TCP/UDP header inside the ICMP message (at least 4; the
+    /// frame may carry padding after the message, which is not part of it).
+    pub l4_len: usize,
+    /// The quoted 5-tuple reversed (`key.src` is the quoted destination): the key of
+    /// the answer to the quoted packet, which is how `LB_NAT` (backend side) and
+    /// `LB_FLOWS` (client side) know the flow. One key for both keeps the stack small.
+    pub key: FlowKey,
+}
+
 pub enum Parsed {
     Flow(Packet),
     Icmp(Icmp),

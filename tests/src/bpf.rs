@@ -120,7 +120,6 @@ impl Lb {
         for name in [
             lb_common::PROGRAM_NAME,
             lb_common::PASS_PROGRAM_NAME,
-            lb_common::REFLECT_PROGRAM_NAME,
             lb_common::DECAP_PROGRAM_NAME,
         ] {
             let prog: &mut Xdp = ebpf

@@ -22,6 +22,7 @@ pub mod icmp_forge;
 pub mod inject;
 pub mod interrupt;
 pub mod json;
+pub mod lab;
 pub mod link;
 pub mod multinode;
 pub mod mutate;

@@ -1,9 +1,9 @@
-//! Remote hosts for the probe bench, on one BPF program: `lbt_syn_responder_tc` (lb-ebpf's
-//! `testbed` module, at TC ingress) answers every TCP SYN to a target address with a
+//! Remote hosts for the probe bench, on one BPF program of the lab object
+//! ([`crate::lab`]): `lbt_syn_responder_tc` (lb-ebpf's `lab::testbed`, at TC ingress) answers every TCP SYN to a target address with a
 //! SYN-ACK, or with an RST-ACK for a target marked closed, out of the interface it came
 //! in on, and consumes the prober's other segments, so that 100,000 targets cost this
 //! machine a few percent of a CPU instead of a kernel's listen path per SYN
-//! (`lb-probe-bench --net remote`; why TC and not XDP: lb-ebpf's `testbed`).
+//! (`lb-probe-bench --net remote`; why TC and not XDP: lb-ebpf's `lab::testbed`).
 
 use std::ffi::CString;
 
@@ -29,7 +29,7 @@ pub const PORTS_PER_HOST: u32 = 10_000;
 /// Why the responder could not be loaded, attached or told about a target.
 #[derive(Debug, thiserror::Error)]
 pub enum SynResponderError {
-    #[error("loading the XDP object (lb_agent::EBPF_OBJECT)")]
+    #[error("loading the lab object (lb_tests::lab::OBJECT)")]
     Load(#[source] Box<aya::EbpfError>),
     #[error("the object has no program or map {0:?} of the expected type")]
     Missing(&'static str),
@@ -68,7 +68,7 @@ impl SynResponder {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(map_names::FLOWS, 64)
             .map_max_entries(map_names::NAT, 64)
-            .load(lb_agent::EBPF_OBJECT)
+            .load(crate::lab::OBJECT)
             .map_err(|e| SynResponderError::Load(Box::new(e)))?;
         classifier(&mut ebpf)?
             .load()

@@ -65,9 +65,9 @@ struct Setup {
 /// Runs the comparison for each count in `counts` over `rounds` rounds; prints the
 /// table and returns it (markdown).
 pub fn run(counts: &[usize], rounds: usize) -> anyhow::Result<String> {
-    let mut reflect_obj = aya::Ebpf::load(lb_agent::EBPF_OBJECT)?;
+    let mut reflect_obj = aya::Ebpf::load(crate::lab::OBJECT)?;
     let reflect: &mut Xdp = reflect_obj
-        .program_mut(lb_common::REFLECT_PROGRAM_NAME)
+        .program_mut(crate::lab::REFLECT_PROGRAM)
         .context("no reflector program")?
         .try_into()?;
     reflect.load()?;

@@ -1,9 +1,11 @@
 //! `lb-flood-bench` in its trickle mode (a few thousand paced packets per run instead of
 //! a flood), so the benchmark's machinery — the AF_PACKET sender, the counting XDP
 //! sinks (on the backends, or on the lb's switch port), the lb host's threaded NAPI
-//! thread, nftables and lb in nat and dsr — keeps working on a fresh machine: the
-//! packets reach the sinks, the counts add up, lb spreads the many flows by weight, and
-//! the namespaces are gone afterwards.
+//! thread, nftables, lb in nat and dsr, and the bare XDP_TX reflector the balancers are
+//! compared with — keeps working on a fresh machine: the packets reach the sinks (the
+//! reflector's come back to the sender's side), the counts add up, lb spreads the many
+//! flows by weight, the report has the ratios to the reflector, and the namespaces are
+//! gone afterwards.
 //! Speed is not asserted. Needs the lb-agent binary built (`cargo build --workspace
 //! --bins`); nftables is measured only where `nft` is installed.
 
@@ -71,6 +73,7 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
         .wait_with_output()
         .expect("waiting for lb-flood-bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = std::fs::read_to_string(out_dir.join("flood.md")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&out_dir);
     assert!(
         out.status.success(),
@@ -98,7 +101,7 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
         })
         .collect();
 
-    let mut kinds = vec!["nat", "dsr"];
+    let mut kinds = vec!["reflector", "nat", "dsr"];
     if nft_installed() {
         kinds.push("nftables");
     }
@@ -137,13 +140,17 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
             "the lb host's NAPI thread did the receiving: {r:?}"
         );
         let setup = r.fields.get("setup").map(String::as_str);
-        let sinks = if setup == Some("wire") {
+        // The reflector's frames come back to one sink: the client's end to end.
+        let sinks = if setup == Some("wire") || r.kind == "reflector" {
             1
         } else {
             WEIGHTS.len()
         };
         assert_eq!(r.per_backend().len(), sinks, "one count per sink: {r:?}");
-        if r.kind != "nftables" && r.flows == MANY_FLOWS && setup == Some("e2e") {
+        if ["nat", "dsr"].contains(&r.kind.as_str())
+            && r.flows == MANY_FLOWS
+            && setup == Some("e2e")
+        {
             let per = r.per_backend();
             let total: f64 = WEIGHTS.iter().sum();
             for (i, (&got, w)) in per.iter().zip(WEIGHTS).enumerate() {
@@ -157,6 +164,22 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
                 );
             }
         }
+    }
+
+    // The report: every lb row of both beds is a ratio to the reflector of its setup.
+    let lb_rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.contains("| lb (XDP,"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(lb_rows.len(), 2 * SETUPS.len() * 2, "{report}");
+    for cols in &lb_rows {
+        // | setup | balancer | … | vs nftables | vs reflector | limit |
+        let to_floor = cols[cols.len() - 3];
+        assert!(
+            to_floor.ends_with('×') && to_floor.trim_end_matches('×').parse::<f64>().is_ok(),
+            "no ratio to the reflector in {cols:?}:\n{report}"
+        );
     }
 
     let leftovers: Vec<String> = std::fs::read_dir(lb_tests::names::NETNS_DIR)

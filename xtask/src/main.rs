@@ -176,6 +176,15 @@ fn main() -> anyhow::Result<()> {
                 }
                 cargo(&args)?;
             }
+            // lb's flow table next to Katran's LRU_HASH at a million live flows (~2 min).
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "lb-tests",
+                "--bin",
+                "lb-fill-bench",
+            ])?;
             Ok(())
         }
         Cmd::Fuzz { frames, seed } => {

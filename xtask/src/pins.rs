@@ -1,6 +1,7 @@
 //! The pinned toolchains, read from their `rust-toolchain.toml` files (the single source
 //! of truth), and where the XDP program's bpf-linker lives. Shared by `cargo xtask setup`
-//! (which installs them) and `lb-agent/build.rs` (which builds with them, via `#[path]`).
+//! (which installs them) and the build scripts `lb-agent/build.rs` and `tests/build.rs`
+//! (which build with them, via `#[path]`).
 
 use std::path::{Path, PathBuf};
 

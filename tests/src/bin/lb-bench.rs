@@ -27,7 +27,7 @@ use lb_agent::{
     probe::{ProbeOutcome, ProbeReport, Prober},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
 };
-use lb_common::{IPPROTO_TCP, REFLECT_PROGRAM_NAME, counters};
+use lb_common::{IPPROTO_TCP, counters};
 use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
 
 /// Calls per block; blocks alternate program / floor.
@@ -96,9 +96,9 @@ fn main() -> anyhow::Result<()> {
         src6: None,
     })?;
 
-    let mut reflect_obj = aya::Ebpf::load(lb_agent::EBPF_OBJECT)?;
+    let mut reflect_obj = aya::Ebpf::load(lb_tests::lab::OBJECT)?;
     let reflect: &mut Xdp = reflect_obj
-        .program_mut(REFLECT_PROGRAM_NAME)
+        .program_mut(lb_tests::lab::REFLECT_PROGRAM)
         .context("no reflector program")?
         .try_into()?;
     reflect.load()?;

@@ -1,7 +1,7 @@
 //! `lb-components`: what each cost component of the XDP balancer costs on this kernel,
-//! measured with the reduced programs of `lb-ebpf/src/reduced.rs` next to the reflector
-//! floor, on the same packets, in the same run (docs/internals/benchmark-log.md §1, "Where
-//! the rest goes").
+//! measured with the reduced programs of `lb-ebpf/src/lab/reduced.rs` (the lab object,
+//! `lb_tests::lab`) next to the reflector floor, on the same packets, in the same run
+//! (docs/internals/benchmark-log.md §1, "Where the rest goes").
 //!
 //! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
 //! with `lb_reflect`, pinned to CPU 0; `--rounds N` rounds (default 7), each case's median
@@ -36,7 +36,7 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use lb_common::{
-    FLOW_TABLE_SIZE, REFLECT_PROGRAM_NAME,
+    FLOW_TABLE_SIZE,
     hash::vip_hash,
     map_names,
     maps::{
@@ -120,7 +120,7 @@ fn main() -> anyhow::Result<()> {
     let mut obj = EbpfLoader::new()
         .map_max_entries("LBR_LINES_A", LINES_MAX)
         .map_max_entries("LBR_LINES_B", LINES_MAX)
-        .load(lb_agent::EBPF_OBJECT)
+        .load(lb_tests::lab::OBJECT)
         .context("loading the object (root?)")?;
     for name in PROGRAMS {
         let p: &mut Xdp = obj
@@ -157,9 +157,9 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mut floor_obj = Ebpf::load(lb_agent::EBPF_OBJECT)?;
+    let mut floor_obj = Ebpf::load(lb_tests::lab::OBJECT)?;
     let floor: &mut Xdp = floor_obj
-        .program_mut(REFLECT_PROGRAM_NAME)
+        .program_mut(lb_tests::lab::REFLECT_PROGRAM)
         .context("no reflector")?
         .try_into()?;
     floor.load()?;
@@ -540,7 +540,7 @@ const PROGRAMS: &[&str] = &[
     "lbr_line2_dep",
     "lbr_line_claim",
     "lbr_line_prefetch",
-    // The nat new flow's two misses (`lb-ebpf/src/reduced_nat.rs`).
+    // The nat new flow's two misses (`lb-ebpf/src/lab/reduced_nat.rs`).
     "lbrn_call",
     "lbrn_call_read",
     "lbrn_cas",

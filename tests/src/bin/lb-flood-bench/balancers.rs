@@ -1,11 +1,14 @@
 //! The balancers the flood benchmark compares, each set up in the lb host of the same
 //! topology and removed again: an nftables DNAT + SNAT balancer (conntrack), and lb
 //! (XDP) with one udp service in nat and in dsr. All spread the VIP's UDP port over
-//! the backends' same port with weights 1:1:2.
+//! the backends' same port with weights 1:1:2. Next to them, the bed's physical limit:
+//! the bare XDP_TX reflector ([`crate::reflector`]), which sends every frame back.
 
 use std::net::SocketAddr;
 
 use anyhow::Context;
+
+use crate::reflector::Reflector;
 use lb_tests::{
     agent::{Agent, Proto, Service},
     cmd, nft_balancer,
@@ -23,16 +26,19 @@ pub enum Kind {
     Nftables,
     LbNat,
     LbDsr,
+    /// Not a balancer: the bare reflector, the bed's limit.
+    Reflector,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Nftables, Kind::LbNat, Kind::LbDsr];
+    pub const ALL: [Kind; 4] = [Kind::Reflector, Kind::Nftables, Kind::LbNat, Kind::LbDsr];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Nftables => "nftables DNAT",
             Kind::LbNat => "lb (XDP, nat)",
             Kind::LbDsr => "lb (XDP, dsr)",
+            Kind::Reflector => "XDP_TX reflector",
         }
     }
 
@@ -42,6 +48,7 @@ impl Kind {
             Kind::Nftables => "nftables",
             Kind::LbNat => "nat",
             Kind::LbDsr => "dsr",
+            Kind::Reflector => "reflector",
         }
     }
 }
@@ -50,13 +57,14 @@ impl Kind {
 pub enum Running {
     Nftables,
     Lb(Agent),
+    Reflector(Reflector),
 }
 
 impl Running {
     /// The balancer's process, if it has one.
     pub fn pid(&self) -> Option<u32> {
         match self {
-            Running::Nftables => None,
+            Running::Nftables | Running::Reflector(_) => None,
             Running::Lb(a) => Some(a.process().pid()),
         }
     }
@@ -67,6 +75,10 @@ impl Running {
                 topo.lb()
                     .ns
                     .run(|| cmd::run("nft", &["delete", "table", "ip", NFT_TABLE]))??;
+            }
+            Running::Reflector(reflector) => {
+                // Dropping it detaches the program (and the NAPI thread is re-created).
+                drop(reflector);
             }
             Running::Lb(agent) => {
                 agent.stop(STOP_GRACE)?;
@@ -88,6 +100,7 @@ pub fn nft_available() -> bool {
 /// Starts `kind` in the lb host (the agent: until it is ready).
 pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
     Ok(match kind {
+        Kind::Reflector => Running::Reflector(Reflector::attach(&topo.lb().ns)?),
         Kind::Nftables => {
             let path = topo.dir().join("lbflood.nft");
             std::fs::write(

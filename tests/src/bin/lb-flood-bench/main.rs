@@ -5,7 +5,9 @@
 //! where the generator sits too (setup `wire`, which can saturate the lb core) —
 //! reported as forwarded packets per CPU-second of the lb host's receive side (its
 //! threaded NAPI kernel thread, pinned to CPU 0 as in §4) and the ratio to nftables,
-//! with which side's CPU ran out. Results: stdout and `target/bench/flood.md`.
+//! with which side's CPU ran out; and, in the same rounds, the bed's physical limit, a
+//! bare XDP_TX reflector on the lb host (`lb_reflect`, the lab object's), to which each
+//! balancer's figure is also a ratio. Results: stdout and `target/bench/flood.md`.
 //!
 //! Run as root: `cargo run --release -p lb-tests --bin lb-flood-bench -- --out
 //! target/bench`. `--trickle N` sends N paced packets per run instead of a flood (the
@@ -15,6 +17,7 @@
 mod balancers;
 mod flood;
 mod measure;
+mod reflector;
 mod report;
 mod setup;
 
@@ -39,7 +42,7 @@ const CHECK_PACKETS: u64 = 64;
 /// Flood before every measured run (flows, conntrack entries, caches warm).
 pub const WARMUP: Duration = Duration::from_millis(500);
 const USAGE: &str = "usage: lb-flood-bench [--out DIR] [--seconds S] [--rounds R] \
-                     [--max-packets N] [--only nftables,nat,dsr] [--setup e2e,wire] \
+                     [--max-packets N] [--only reflector,nftables,nat,dsr] [--setup e2e,wire] \
                      [--trickle N]";
 
 pub struct Opts {
@@ -113,7 +116,7 @@ fn measure_bed(bed: &Bed, opts: &Opts, runs: &mut Vec<Run>) -> anyhow::Result<()
                     // The agent is not on the data path; keep it off the lb's CPU.
                     cpu::pin(pid, OTHER_CPU)?;
                 }
-                let probe = bed.probe(running.pid())?;
+                let probe = bed.probe(kind, running.pid())?;
                 let checked = probe.flood(&check, trickle(CHECK_PACKETS))?;
                 // A trickle, but CPUs are shared: a starved thread may lose a few.
                 if checked.delivered() < CHECK_PACKETS / 2 {

@@ -30,7 +30,8 @@ struct Snapshot {
 #[derive(Clone, Debug)]
 pub struct Measured {
     pub sent: Sent,
-    /// Frames each backend's XDP program counted (and dropped), b1..bN.
+    /// Frames each sink counted (and dropped): b1..bN end to end, the `p-lb` sink on the
+    /// wire; the client's for the reflector end to end.
     pub per_backend: Vec<u64>,
     /// Frames the lb host's `eth0` received.
     pub lb_rx: u64,

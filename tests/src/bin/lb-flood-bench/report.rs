@@ -90,8 +90,8 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
          (min–max in brackets). 60-byte frames from one sender thread; backends weighted \
          1:1:2 count and drop in XDP.\n\n\
          | setup | balancer | flows | offered (Mpps) | forwarded (Mpps) | lost (at the lb's queue) | sender CPU busy | lb core busy | \
-         forwarded per lb core-second (M) | vs nftables | limit |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+         forwarded per lb core-second (M) | vs nftables | vs reflector | limit |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
         opts.rounds
     );
     for (setup, flows) in Setup::ALL
@@ -106,6 +106,14 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
         let per_core =
             |rs: &[&Run]| -> Vec<f64> { rs.iter().map(|r| r.m.per_core_second() / 1e6).collect() };
         let baseline = median(per_core(&of(Kind::Nftables)));
+        let floor = median(per_core(&of(Kind::Reflector)));
+        let ratio_to = |pcm: f64, base: f64| {
+            if base.is_finite() && base > 0.0 {
+                format!("{:.2}×", pcm / base)
+            } else {
+                "–".to_owned()
+            }
+        };
         for kind in Kind::ALL {
             let rs = of(kind);
             if rs.is_empty() {
@@ -124,15 +132,11 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
             let into_lb = into_lb as f64 / sent.max(1) as f64;
             let busy = median(rs.iter().map(|r| r.m.busy() * 100.0).collect());
             let sender_busy = median(rs.iter().map(|r| r.m.sender_side_busy() * 100.0).collect());
-            let ratio = if baseline.is_finite() && baseline > 0.0 {
-                format!("{:.2}×", pcm / baseline)
-            } else {
-                "–".to_owned()
-            };
+            let (ratio, to_floor) = (ratio_to(pcm, baseline), ratio_to(pcm, floor));
             let _ = writeln!(
                 md,
                 "| {} | {} | {flows} | {offered:.2} | {:.2} ({flo:.2}–{fhi:.2}) | {:.1} % ({:.1} %) | {sender_busy:.0} % | {busy:.0} % | \
-                 **{pcm:.2}** ({lo:.2}–{hi:.2}) | {ratio} | {} |",
+                 **{pcm:.2}** ({lo:.2}–{hi:.2}) | {ratio} | {to_floor} | {} |",
                 setup.key(),
                 kind.name(),
                 median(fwd.clone()),
@@ -160,6 +164,12 @@ pub fn table(runs: &[Run], opts: &Opts) -> String {
          threads, lb core busy = the lb host's NAPI thread's (/proc/PID/schedstat), each \
          over the flood's wall time (the kernel's RT throttling caps a real-time thread at \
          95 %); forwarded per lb core-second = forwarded / the lb thread's on-CPU time. \
+         The XDP_TX reflector (lb_reflect: swap the MACs, XDP_TX) is no balancer but this \
+         bed's physical limit, measured in the same rounds: it sends every frame back out \
+         of the lb's eth0, to the p-lb sink on the wire and through the bridge to a sink on \
+         the client's eth0 end to end (as many bridge crossings as a forwarded frame); \
+         vs nftables and vs reflector are ratios of the per-core medians in the same \
+         setup and flow count. \
          Limit: the side over 90 % busy (`neither`: the machine's other work held both \
          back). Where the lb core is not the limit, its per-core figure includes the cost \
          of waking up for partial batches and is a lower bound of what a saturated core \

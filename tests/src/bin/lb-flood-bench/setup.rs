@@ -8,6 +8,10 @@
 //!   counting sink is that port's XDP program, as a traffic generator cabled to the lb's
 //!   NIC: the bridge and the backends' receive work leave the sender's CPU, so the lb
 //!   host's core can be driven to saturation.
+//!
+//! The reflector's frames go back toward the sender: on the wire into the same `p-lb`
+//! sink, end to end through the bridge to the client, whose `eth0` has a sink of its
+//! own for them (the balancers' frames never reach it).
 
 use anyhow::{Context, bail};
 use lb_tests::{
@@ -17,7 +21,10 @@ use lb_tests::{
     topology::{Forwarding, HOST_IF, Topology},
 };
 
-use crate::{balancers, measure::Probe};
+use crate::{
+    balancers::{self, Kind},
+    measure::Probe,
+};
 
 /// CPU of the lb host's receive side; everything else runs on the other one.
 pub const LB_CPU: usize = 0;
@@ -57,6 +64,8 @@ impl Setup {
 pub struct Bed {
     // Fields drop in order: the sinks before their interfaces.
     pub sinks: Vec<drop_prog::DropCounter>,
+    /// End to end: the sink on the client's `eth0`, where the reflector's frames arrive.
+    pub returned: Option<drop_prog::DropCounter>,
     pub topo: Topology,
     pub setup: Setup,
 }
@@ -80,6 +89,14 @@ impl Bed {
                 .collect::<Result<Vec<_>, _>>()?,
             Setup::Wire => vec![drop_prog::attach(topo.switch(), "p-lb", balancers::PORT)?],
         };
+        let returned = match setup {
+            Setup::EndToEnd => Some(drop_prog::attach(
+                &topo.client().ns,
+                HOST_IF,
+                balancers::PORT,
+            )?),
+            Setup::Wire => None,
+        };
         lb_tests::nft_balancer::prepare_lb_host(&topo)?;
         // The lb host receives in its own NAPI thread on LB_CPU; the switch receives from
         // the client and from the lb host in threads of their own on OTHER_CPU (in
@@ -91,7 +108,12 @@ impl Bed {
         for port in SWITCH_NAPI {
             link::set_threaded_napi(topo.switch(), port)?;
         }
-        Ok(Bed { sinks, topo, setup })
+        Ok(Bed {
+            sinks,
+            returned,
+            topo,
+            setup,
+        })
     }
 
     /// Where the sender puts its frames.
@@ -102,9 +124,14 @@ impl Bed {
         }
     }
 
-    /// What a measurement reads, with the NAPI threads pinned and prioritised: attaching
-    /// or detaching XDP re-creates them, so this follows every balancer's start.
-    pub fn probe(&self, pid: Option<u32>) -> anyhow::Result<Probe<'_>> {
+    /// What a measurement of `kind` reads (the sinks its frames reach), with the NAPI
+    /// threads pinned and prioritised: attaching or detaching XDP re-creates them, so
+    /// this follows every balancer's start.
+    pub fn probe(&self, kind: Kind, pid: Option<u32>) -> anyhow::Result<Probe<'_>> {
+        let sinks = match (&self.returned, kind) {
+            (Some(returned), Kind::Reflector) => std::slice::from_ref(returned),
+            _ => &self.sinks[..],
+        };
         let napi_threads = one_napi_thread(HOST_IF)?;
         for &t in &napi_threads {
             cpu::pin(t, LB_CPU)?;
@@ -121,7 +148,7 @@ impl Bed {
         }
         Ok(Probe {
             topo: &self.topo,
-            sinks: &self.sinks,
+            sinks,
             napi_threads,
             switch_threads,
             sender: self.sender(),

@@ -8,8 +8,8 @@ use lb_common::{hash::table_hash, maps::NatValue};
 
 use crate::{
     flow::{self, FlowTable},
+    lab::reduced::{Line, NEVER, SEED_A, SEED_B, cas, line, reflect_after, word},
     nat::{NatTable, lb_nat_claim},
-    reduced::{Line, NEVER, SEED_A, SEED_B, cas, line, reflect_after, word},
     slots::{self, Claim},
 };
 
