@@ -31,7 +31,7 @@ use lb_common::{
 use crate::{
     Verdict, flow,
     maps::LB_CONFIG,
-    parse::{ETH_DST, ETH_HLEN, ETH_SRC, IPV4_HLEN, IPV6_HLEN, UDP_HLEN},
+    parse::{ETH_HLEN, ETH_SRC, IPV4_HLEN, IPV6_HLEN, UDP_HLEN},
     pkt::{Hdr, ptr_at},
     too_big,
 };
