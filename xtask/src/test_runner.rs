@@ -413,7 +413,7 @@ fn file_name(name: &str) -> String {
 /// The closing table: every job by wall time, its lane, its result; then the total.
 fn table(outcomes: &[Outcome], total: Duration) {
     let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
-    sorted.sort_by(|a, b| b.wall.cmp(&a.wall));
+    sorted.sort_by_key(|o| std::cmp::Reverse(o.wall));
     let width = sorted
         .iter()
         .map(|o| o.name.len())
