@@ -146,7 +146,7 @@ impl Lb {
     /// empty, the event ring drained, `LB_PROGRAMS` holding `lb_xdp_full` — and no
     /// service, table or pool allocation remembered.
     pub fn recycled(mut self) -> Self {
-        crate::bpf_reset::reset_maps(&self.ebpf)
+        crate::bpf_maps::reset_maps(&self.ebpf)
             .unwrap_or_else(|e| panic!("resetting the loaded object's maps: {e}"));
         let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
             .expect("LB_EVENTS type");
@@ -163,7 +163,7 @@ impl Lb {
     /// Per map that [`Lb::recycled`] resets, how many array entries are not zero or
     /// how many keys a hash map holds (all 0 after a fresh load).
     pub fn dirty_maps(&self) -> Vec<(String, u64)> {
-        crate::bpf_reset::dirty_entries(&self.ebpf)
+        crate::bpf_maps::dirty_entries(&self.ebpf)
             .unwrap_or_else(|e| panic!("reading the loaded object's maps: {e}"))
     }
 
@@ -600,20 +600,35 @@ impl Lb {
 
     /// Live entries in `LB_FLOWS` (every bucket read: a fraction of a second).
     pub fn flow_count(&self) -> usize {
-        let map = self.flow_map();
-        (0..self.layout().flow_buckets)
-            .map(|i| {
-                let b = map.get(&i, 0).expect("reading LB_FLOWS");
-                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
-            })
+        self.flow_buckets()
+            .iter()
+            .map(|b| b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count())
             .sum()
+    }
+
+    /// Every bucket of `LB_FLOWS`, read in a few syscalls.
+    fn flow_buckets(&self) -> Vec<FlowBucket> {
+        let map = self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS");
+        let aya::maps::Map::Array(data) = map else {
+            panic!("LB_FLOWS is an array")
+        };
+        crate::bpf_maps::read_array(map_names::FLOWS, data)
+            .unwrap_or_else(|e| panic!("reading LB_FLOWS: {e}"))
+    }
+
+    /// Every bucket of `LB_NAT`, read in a few syscalls.
+    fn nat_buckets(&self) -> Vec<NatBucket> {
+        let map = self.ebpf.map(map_names::NAT).expect("LB_NAT");
+        let aya::maps::Map::Array(data) = map else {
+            panic!("LB_NAT is an array")
+        };
+        crate::bpf_maps::read_array(map_names::NAT, data)
+            .unwrap_or_else(|e| panic!("reading LB_NAT: {e}"))
     }
 
     /// Every live flow of `LB_FLOWS`, bucket by bucket.
     pub fn for_each_flow(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) {
-        let map = self.flow_map();
-        for i in 0..self.layout().flow_buckets {
-            let b = map.get(&i, 0).expect("reading LB_FLOWS");
+        for b in self.flow_buckets() {
             for s in b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0) {
                 f(&s.key, &s.value);
             }
@@ -673,12 +688,9 @@ impl Lb {
 
     /// Live entries in `LB_NAT` (every bucket read: a fraction of a second).
     pub fn nat_count(&self) -> usize {
-        let map = self.nat_map();
-        (0..self.layout().nat_buckets)
-            .map(|i| {
-                let b = map.get(&i, 0).expect("reading LB_NAT");
-                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
-            })
+        self.nat_buckets()
+            .iter()
+            .map(|b| b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count())
             .sum()
     }
 
