@@ -339,3 +339,33 @@ fn workspace_root() -> PathBuf {
         .expect("xtask lives in the workspace")
         .to_path_buf()
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Cmd};
+
+    fn test_args(argv: &[&str]) -> Vec<String> {
+        let mut full = vec!["cargo xtask", "test"];
+        full.extend(argv);
+        match Cli::try_parse_from(full).expect("parses").command {
+            Cmd::Test { args } => args,
+            _ => panic!("not test"),
+        }
+    }
+
+    #[test]
+    fn test_takes_cargo_options_a_filter_and_binary_args() {
+        assert_eq!(
+            test_args(&["--test", "netns_udp", "--", "--nocapture"]),
+            ["--test", "netns_udp", "--", "--nocapture"]
+        );
+        assert_eq!(test_args(&["dsr_ipv6"]), ["dsr_ipv6"]);
+        let filtered = test_args(&["--", "dsr_ipv6"]);
+        assert_eq!(
+            crate::test_runner::Extra::parse(&filtered).binary,
+            ["dsr_ipv6"]
+        );
+    }
+}
