@@ -10,7 +10,7 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{Arc, Mutex, RwLock},
+    sync::{Arc, Condvar, Mutex},
     thread,
     time::{Duration, Instant},
 };
@@ -281,7 +281,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    let gate = Arc::new(RwLock::new(()));
+    let gate = Arc::new(Gate::default());
     let print = Arc::new(Mutex::new(()));
     let outcomes = Arc::new(Mutex::new(Vec::new()));
     let lanes = [timed, light].map(|queue| {
@@ -292,13 +292,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
                 let outcome = {
                     // Light jobs share the machine; an alone job waits for the running
                     // light job and keeps the next one out until it ends.
-                    let _shared;
-                    let _exclusive;
-                    if job.class == Class::Alone {
-                        _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
-                    } else if job.class == Class::Light {
-                        _shared = gate.read().unwrap_or_else(|e| e.into_inner());
-                    }
+                    let _pass = gate.enter(job.class);
                     run_job(job, &logs, &print)
                 };
                 outcomes
@@ -323,6 +317,63 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         bail!("{} test job(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// Who is running beside whom: any number of light jobs, or one alone job. A waiting
+/// alone job keeps new light jobs out (it does not wait for the light lane to empty).
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    light: usize,
+    alone_waiting: bool,
+    alone: bool,
+}
+
+/// A job's place through the [`Gate`], given back on drop.
+struct Pass<'a> {
+    gate: &'a Gate,
+    class: Class,
+}
+
+impl Gate {
+    fn enter(&self, class: Class) -> Pass<'_> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match class {
+            Class::Light => {
+                while st.alone_waiting || st.alone {
+                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                st.light += 1;
+            }
+            Class::Alone => {
+                st.alone_waiting = true;
+                while st.light > 0 || st.alone {
+                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                st.alone_waiting = false;
+                st.alone = true;
+            }
+            Class::Timed => {}
+        }
+        Pass { gate: self, class }
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        let mut st = self.gate.state.lock().unwrap_or_else(|e| e.into_inner());
+        match self.class {
+            Class::Light => st.light -= 1,
+            Class::Alone => st.alone = false,
+            Class::Timed => {}
+        }
+        self.gate.changed.notify_all();
+    }
 }
 
 /// Runs one job with its output in `logs/NAME.log`, then prints that log whole.
@@ -490,6 +541,28 @@ mod tests {
                     test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n";
         assert_eq!(summarize(text), "4 passed, 2 failed, 1 ignored");
         assert_eq!(summarize("boom"), "no test result");
+    }
+
+    #[test]
+    fn a_waiting_alone_job_keeps_the_next_light_job_out() {
+        let gate = Arc::new(Gate::default());
+        let light = gate.enter(Class::Light);
+        let (g, order) = (gate.clone(), Arc::new(Mutex::new(Vec::new())));
+        let o = order.clone();
+        let alone = thread::spawn(move || {
+            let _p = g.enter(Class::Alone);
+            o.lock().unwrap().push("alone");
+            thread::sleep(Duration::from_millis(50));
+        });
+        // Let the alone job start waiting, then release the light job and ask again.
+        while !gate.state.lock().unwrap().alone_waiting {
+            thread::sleep(Duration::from_millis(1));
+        }
+        drop(light);
+        let _next = gate.enter(Class::Light);
+        order.lock().unwrap().push("light");
+        alone.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["alone", "light"]);
     }
 
     #[test]
