@@ -1,9 +1,18 @@
 //! A loaded copy of lb's XDP object for BPF_PROG_TEST_RUN fixtures: its own maps, typed
 //! helpers to fill them and to read counters (summed over CPUs) and events.
 //!
-//! Every `Lb` is an independent load (fresh maps), so tests can run in parallel.
+//! Loading runs the verifier over every program, the slow part of a fixture. So
+//! [`Lb::load`] verifies once per process: a dropped `Lb` returns its object to a
+//! process-wide pool, and the next `Lb::load` takes it back with every map as a fresh
+//! load leaves it ([`Lb::recycled`]). Each `Lb` alive at a time has its own object, so
+//! tests can still run in parallel. [`Lb::load_sized`] is always a fresh load.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::BTreeMap,
+    mem::ManuallyDrop,
+    net::IpAddr,
+    sync::{Mutex, OnceLock},
+};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -87,9 +96,24 @@ pub struct Run {
     pub out: Vec<u8>,
 }
 
+/// Objects loaded with [`pooled_sizes`], free for the next [`Lb::load`].
+static POOL: Mutex<Vec<Ebpf>> = Mutex::new(Vec::new());
+
+/// The sizes [`Lb::load`] loads with: the compiled sizes and secret table seeds drawn
+/// once per process, as a first start draws them.
+fn pooled_sizes() -> MapSizes {
+    static SIZES: OnceLock<MapSizes> = OnceLock::new();
+    *SIZES.get_or_init(|| {
+        let (flow, nat) = random_seeds().expect("getrandom");
+        MapSizes::default().with_seeds(flow, nat)
+    })
+}
+
 /// One load of the XDP object with its programs ready to test-run.
 pub struct Lb {
-    ebpf: Ebpf,
+    ebpf: ManuallyDrop<Ebpf>,
+    /// Whether the object goes back to [`POOL`] when this is dropped.
+    pooled: bool,
     /// The services added, and the VIP index table last written for them.
     services: BTreeMap<VipKey, ServiceMeta>,
     vip_table: Option<vip_index::Layout>,
@@ -102,11 +126,57 @@ pub struct Lb {
 }
 
 impl Lb {
-    /// Loads `lb_agent::EBPF_OBJECT` and its programs (this runs the verifier),
-    /// with the compiled sizes and fresh secret table seeds, as a first start does.
+    /// `lb_agent::EBPF_OBJECT` with its programs loaded, with the compiled sizes and
+    /// secret table seeds (drawn once per process), as a first start loads it: the
+    /// object a dropped `Lb` left, reset ([`Lb::recycled`]), or a fresh load (which runs
+    /// the verifier) when none is free.
     pub fn load() -> Self {
-        let (flow, nat) = random_seeds().expect("getrandom");
-        Self::load_sized(MapSizes::default().with_seeds(flow, nat))
+        let free = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match free {
+            Some(ebpf) => Self::wrap(ebpf, pooled_sizes(), true).recycled(),
+            None => {
+                let mut lb = Self::load_sized(pooled_sizes());
+                lb.pooled = true;
+                lb
+            }
+        }
+    }
+
+    /// This object with every map as a fresh load leaves it — arrays zero, hash maps
+    /// empty, the event ring drained, `LB_PROGRAMS` holding `lb_xdp_full` — and no
+    /// service, table or pool allocation remembered.
+    pub fn recycled(mut self) -> Self {
+        crate::bpf_maps::reset_maps(&self.ebpf)
+            .unwrap_or_else(|e| panic!("resetting the loaded object's maps: {e}"));
+        let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
+            .expect("LB_EVENTS type");
+        while ring.next().is_some() {}
+        drop(ring);
+        self.fill_full_path();
+        self.services.clear();
+        self.vip_table = None;
+        self.pool = Pool::new(MAGLEV_BLOCKS);
+        self.pairs.clear();
+        self
+    }
+
+    /// Per map that [`Lb::recycled`] resets, how many array entries are not zero or
+    /// how many keys a hash map holds (all 0 after a fresh load).
+    pub fn dirty_maps(&self) -> Vec<(String, u64)> {
+        crate::bpf_maps::dirty_entries(&self.ebpf)
+            .unwrap_or_else(|e| panic!("reading the loaded object's maps: {e}"))
+    }
+
+    fn wrap(ebpf: Ebpf, sizes: MapSizes, pooled: bool) -> Self {
+        Lb {
+            ebpf: ManuallyDrop::new(ebpf),
+            pooled,
+            services: BTreeMap::new(),
+            vip_table: None,
+            pool: Pool::new(MAGLEV_BLOCKS),
+            pairs: BTreeMap::new(),
+            sizes,
+        }
     }
 
     /// [`Lb::load`] with the maps sized and the tables laid out by `sizes` (as the
@@ -143,14 +213,7 @@ impl Lb {
                 e => panic!("filling LB_PROGRAMS failed: {e}"),
             }
         }
-        Lb {
-            ebpf,
-            services: BTreeMap::new(),
-            vip_table: None,
-            pool: Pool::new(MAGLEV_BLOCKS),
-            pairs: BTreeMap::new(),
-            sizes,
-        }
+        Self::wrap(ebpf, sizes, false)
     }
 
     /// The tables' layout (bucket counts, seeds) the program was loaded with.
@@ -536,20 +599,35 @@ impl Lb {
 
     /// Live entries in `LB_FLOWS` (every bucket read: a fraction of a second).
     pub fn flow_count(&self) -> usize {
-        let map = self.flow_map();
-        (0..self.layout().flow_buckets)
-            .map(|i| {
-                let b = map.get(&i, 0).expect("reading LB_FLOWS");
-                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
-            })
+        self.flow_buckets()
+            .iter()
+            .map(|b| b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count())
             .sum()
+    }
+
+    /// Every bucket of `LB_FLOWS`, read in a few syscalls.
+    fn flow_buckets(&self) -> Vec<FlowBucket> {
+        let map = self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS");
+        let aya::maps::Map::Array(data) = map else {
+            panic!("LB_FLOWS is an array")
+        };
+        crate::bpf_maps::read_array(map_names::FLOWS, data)
+            .unwrap_or_else(|e| panic!("reading LB_FLOWS: {e}"))
+    }
+
+    /// Every bucket of `LB_NAT`, read in a few syscalls.
+    fn nat_buckets(&self) -> Vec<NatBucket> {
+        let map = self.ebpf.map(map_names::NAT).expect("LB_NAT");
+        let aya::maps::Map::Array(data) = map else {
+            panic!("LB_NAT is an array")
+        };
+        crate::bpf_maps::read_array(map_names::NAT, data)
+            .unwrap_or_else(|e| panic!("reading LB_NAT: {e}"))
     }
 
     /// Every live flow of `LB_FLOWS`, bucket by bucket.
     pub fn for_each_flow(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) {
-        let map = self.flow_map();
-        for i in 0..self.layout().flow_buckets {
-            let b = map.get(&i, 0).expect("reading LB_FLOWS");
+        for b in self.flow_buckets() {
             for s in b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0) {
                 f(&s.key, &s.value);
             }
@@ -609,12 +687,9 @@ impl Lb {
 
     /// Live entries in `LB_NAT` (every bucket read: a fraction of a second).
     pub fn nat_count(&self) -> usize {
-        let map = self.nat_map();
-        (0..self.layout().nat_buckets)
-            .map(|i| {
-                let b = map.get(&i, 0).expect("reading LB_NAT");
-                b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count()
-            })
+        self.nat_buckets()
+            .iter()
+            .map(|b| b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0).count())
             .sum()
     }
 
@@ -779,6 +854,16 @@ impl Lb {
             out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<PassiveEvent>()) });
         }
         out
+    }
+}
+
+impl Drop for Lb {
+    fn drop(&mut self) {
+        // SAFETY: `ebpf` is not used again after this.
+        let ebpf = unsafe { ManuallyDrop::take(&mut self.ebpf) };
+        if self.pooled {
+            POOL.lock().unwrap_or_else(|e| e.into_inner()).push(ebpf);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod api;
 pub mod bpf;
+pub mod bpf_maps;
 pub mod bpf_stack;
 pub mod bpffs;
 pub mod browser;

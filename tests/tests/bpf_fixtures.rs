@@ -11,6 +11,9 @@
 //! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tables`] the tables' load-time sizes and seeds, [`flood`] SYN floods against established flows, [`tunnel`] ipip/gue and `lb_decap`,
 //! [`testbed`] the probe bench's SYN responder, and [`lab`] the lab object against the
 //! product's (files under `bpf_fixtures/`).
+//!
+//! The object is verified once per process: `Lb::load` hands a dropped object out again
+//! with every map reset ([`reuse`] checks that this is a fresh load's state).
 
 #[path = "bpf_fixtures/cache.rs"]
 mod cache;
@@ -44,6 +47,8 @@ mod nat_ports;
 mod nat_table;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
+#[path = "bpf_fixtures/reuse.rs"]
+mod reuse;
 #[path = "bpf_fixtures/settled.rs"]
 mod settled;
 #[path = "bpf_fixtures/split.rs"]

@@ -3,6 +3,10 @@
 //! other (25 ms apart, about 115 a second) from ephemeral ports, two keep-alive clients at 100 ms, the agent started as
 //! operators start it with the default passive settings and one http probe. For 60 s,
 //! in nat and in dsr: zero transitions, zero failed requests, every backend answering.
+//!
+//! `cargo xtask test` runs the nat soak (the mode with source ports and `TIME_WAIT` at
+//! stake); the dsr soak is ignored there and run by `cargo xtask bench` with the same
+//! checks (`--ignored`).
 
 use std::time::Duration;
 
@@ -68,6 +72,7 @@ fn ordinary_traffic_moves_no_health_nat() {
 }
 
 #[test]
+#[ignore = "a second 60 s soak: `cargo xtask bench` runs it"]
 fn ordinary_traffic_moves_no_health_dsr() {
     ordinary_traffic(Forwarding::Dsr, 162);
 }

@@ -10,6 +10,8 @@ mod pins;
 mod prev_release;
 mod setup;
 mod supply_chain;
+mod test_classes;
+mod test_runner;
 
 use std::{
     path::{Path, PathBuf},
@@ -45,10 +47,12 @@ enum Cmd {
     /// info in target/dist.
     Dist,
     /// Run every test: unit tests, BPF_PROG_TEST_RUN fixtures, network-namespace scenarios
-    /// (the last two need root).
+    /// (the last two need root). lb-tests' binaries run as separate processes: the
+    /// timing-bound ones one at a time, the others beside them (xtask/src/test_classes.rs).
     Test {
-        /// Extra arguments passed to every `cargo test` (e.g. a test name filter).
-        #[arg(trailing_var_arg = true)]
+        /// Extra arguments as `cargo test` takes them: cargo options (`--test NAME`
+        /// picks the package that has it), a test name filter, `-- <binary args>`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Build and run the balancer: with `--config`, `lb-agent run`; without, the
@@ -185,7 +189,8 @@ fn main() -> anyhow::Result<()> {
                 "--bin",
                 "lb-fill-bench",
             ])?;
-            Ok(())
+            // The dsr ordinary-traffic soak the test suite leaves out (60 s, same checks).
+            cargo(&test_runner::BENCH_SOAK)
         }
         Cmd::Fuzz { frames, seed } => {
             setup::run(&root, false)?;
@@ -216,9 +221,17 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
-    let mut unit = vec!["test", "--workspace", "--exclude", "lb-tests"];
-    unit.extend(extra.iter().map(String::as_str));
-    cargo(&unit)?;
+    let extra = test_runner::Extra::parse(extra);
+    let (root_side, unit_side) = extra.sides(root);
+    let channel = pins::Pin::read(root, pins::USERSPACE_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel;
+    // The other crates' tests are built here and run in the light lane below.
+    if let Some(args) = &unit_side {
+        let mut unit = vec!["test", "--workspace", "--exclude", "lb-tests", "--no-run"];
+        unit.extend(args.iter().map(String::as_str));
+        cargo(&unit)?;
+    }
     require_root("BPF fixtures and namespace scenarios need root")?;
     // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests,
     // and the package the packaging test installs (target/dist).
@@ -227,11 +240,35 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     // The previous release the upgrade scenario replaces and rolls back to (built once,
     // minutes; outside the test's own timeouts).
     prev_release::build(root, &target_dir(root))?;
-    let mut root_tests = vec!["test", "-p", "lb-tests"];
-    root_tests.extend(extra.iter().map(String::as_str));
-    // Scenarios measure detection and balance: one at a time on a 2-core machine.
-    root_tests.extend(["--", "--test-threads=1"]);
-    cargo(&root_tests)
+    let bins = match &root_side {
+        Some(args) => test_runner::build(Path::new("cargo"), &channel, args)?,
+        None => Vec::new(),
+    };
+    let unit = unit_side.map(|args| {
+        let mut cmd = Command::new("cargo");
+        cmd.arg(format!("+{channel}"))
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "lb-tests",
+                "--no-fail-fast",
+            ])
+            .args(extra.cargo_test_args(&args))
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .current_dir(root);
+        cmd
+    });
+    // Scenarios that measure detection, balance or rates run one at a time; the rest
+    // beside them (xtask/src/test_classes.rs).
+    test_runner::run(test_runner::Plan {
+        root,
+        unit,
+        bins,
+        extra: &extra,
+    })
 }
 
 fn build_ebpf(root: &Path) -> anyhow::Result<()> {
@@ -310,4 +347,34 @@ fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Cmd};
+
+    fn test_args(argv: &[&str]) -> Vec<String> {
+        let mut full = vec!["cargo xtask", "test"];
+        full.extend(argv);
+        match Cli::try_parse_from(full).expect("parses").command {
+            Cmd::Test { args } => args,
+            _ => panic!("not test"),
+        }
+    }
+
+    #[test]
+    fn test_takes_cargo_options_a_filter_and_binary_args() {
+        assert_eq!(
+            test_args(&["--test", "netns_udp", "--", "--nocapture"]),
+            ["--test", "netns_udp", "--", "--nocapture"]
+        );
+        assert_eq!(test_args(&["dsr_ipv6"]), ["dsr_ipv6"]);
+        let filtered = test_args(&["--", "dsr_ipv6"]);
+        assert_eq!(
+            crate::test_runner::Extra::parse(&filtered).binary,
+            ["dsr_ipv6"]
+        );
+    }
 }
