@@ -133,13 +133,27 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     if use_nat && src.port == NEEDS_SOURCE.port {
         // The one place a source is allocated (see `nat::allocate`).
         let mac = pkt.eth.mac::<ETH_SRC>();
-        let handshake = match flow {
-            // SAFETY: as below.
-            Some(f) => nat::handshake_bits(unsafe { &*f }),
-            None if syn => NAT_H_PENDING,
-            None => 0,
+        let (handshake, own) = match flow {
+            Some(f) => {
+                // SAFETY: as below.
+                let f = unsafe { &*f };
+                // A flow that keeps its backend and needs a new source (its pair is in
+                // the backend's TIME_WAIT, or another flow took it) offers its pair
+                // back to the walk; a re-hashed flow has none (`nat_port` 0).
+                let own = if f.backend_id == backend_id {
+                    Source {
+                        addr: f.nat_addr,
+                        port: f.nat_port,
+                    }
+                } else {
+                    NEEDS_SOURCE
+                };
+                (nat::handshake_bits(f), own)
+            }
+            None if syn => (NAT_H_PENDING, NEEDS_SOURCE),
+            None => (0, NEEDS_SOURCE),
         };
-        src = match nat::allocate(&pkt.key, svc, backend, backend_id, mac, handshake) {
+        src = match nat::allocate(&pkt.key, svc, backend, backend_id, mac, handshake, own) {
             Some(s) => s,
             None => return Verdict::drop(DROP_NAT_PORTS),
         };

@@ -327,6 +327,13 @@ pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
 /// probing of 8 refused 6.1 % of them, strided probing of 8 2.3–2.4 %, the walk of 16
 /// 0.33 %; at 67 % 0.45 % against 0.009 %.
 ///
+/// `own` is the pair a pinned flow held toward this backend before it needed a new one
+/// (`port` 0: none, or a new flow): its 5-tuple's earlier connection, now usually in the
+/// backend's TIME_WAIT (row 6). It replaces the walk's last candidate, so that a client
+/// reusing its 5-tuple faster than row 6 ends, whose other 15 candidates are all held
+/// (its own earlier pairs and other clients'), gets its own pair back as RFC 6191 lets a
+/// backend accept, instead of being refused.
+///
 /// The entry starts with `handshake` (`handshake_bits` of the flow it serves).
 ///
 /// Called from one place only (`forward::to_service`): its two probe loops are large,
@@ -340,8 +347,16 @@ pub fn allocate(
     backend_id: u32,
     client_mac: [u8; 6],
     handshake: u8,
+    own: Source,
 ) -> Option<Source> {
     let (min, range, total, h) = first_candidate(client, svc)?;
+    // The flow's own pair only while it lies in the service's space (a reload may have
+    // narrowed the range or the addresses).
+    let own_port = u16::from_be(own.port) as u32;
+    let has_own = own.port != 0
+        && (own.addr as u32) < snat_count(svc)
+        && own_port >= min
+        && own_port - min < range;
     let first = h % total;
     let stride = nat_stride(h, total);
     let now_s = nat_seconds(clock::now().ns);
@@ -358,7 +373,11 @@ pub fn allocate(
     let mut off = first;
     let mut i = 0;
     while i < 2 * NAT_PORT_ATTEMPTS {
-        let src = candidate(min, range, off);
+        let src = if has_own && i == 2 * NAT_PORT_ATTEMPTS - 1 {
+            own
+        } else {
+            candidate(min, range, off)
+        };
         key.dst = key_addr(snat_addr(svc, src), family);
         key.dport = src.port;
         match claim(&key, &value, i >= NAT_PORT_ATTEMPTS, now_s) {

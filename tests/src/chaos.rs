@@ -334,6 +334,25 @@ impl Run {
             );
         }
         let _ = writeln!(out, "  {}", self.report.summary());
+        // What the data plane and the backends' kernels saw: a failure outside every
+        // window is read against these (a SYN a backend's TIME_WAIT dropped, a pair
+        // taken over, a drop counted by lb).
+        match bed.counters() {
+            Ok(c) => {
+                let _ = writeln!(out, "  lb counters: {c:?}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  lb counters: unreadable ({e})");
+            }
+        }
+        match bed.paws_timewait() {
+            Ok(n) => {
+                let _ = writeln!(out, "  backends' TcpExtPAWSTimewait: {n}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  backends' TcpExtPAWSTimewait: unreadable ({e})");
+            }
+        }
         out.push_str("  events:\n");
         out.push_str(&bed.describe_events(&self.events, self.started));
         out

@@ -523,6 +523,66 @@ fn a_client_reusing_its_5_tuple_past_its_candidates_gets_its_own_pair_back() {
     assert_eq!(lb.counters()[DROP_NAT_PORTS as usize], 0, "nothing refused");
 }
 
+/// A client reusing its 5-tuple faster than the backend's TIME_WAIT ends, whose other
+/// 15 candidates are all held by other clients' connections in the backend's TIME_WAIT
+/// (rows nobody may take over), gets its own pair back: the walk's last candidate is the
+/// pair the flow held. Without it the SYN and its resends were refused
+/// (`drop_nat_ports`): `netns_chaos` saw one such connection time out in about one run
+/// of three, its client ports coming back every 15 s at 200 connections a second.
+#[test]
+fn a_client_whose_candidates_others_hold_gets_its_own_pair_back() {
+    let mut lb = world(&[NAT4]);
+    let own = established(&mut lb, CPORT);
+    close_backend_first(&mut lb, own);
+    let s = svc(NAT4);
+    let client = flow_key(client4(), CPORT, s.vip, s.port, IPPROTO_TCP);
+    let h = lb_common::hash::flow_hash(&client, lb_common::hash::SEED_NAT_PORT);
+    let (min, range) = (
+        NAT_PORT_MIN as u32,
+        (NAT_PORT_MAX - NAT_PORT_MIN) as u32 + 1,
+    );
+    let stride = lb_common::nat_stride(h, range);
+    let candidates: Vec<u16> = (0..2 * NAT_PORT_ATTEMPTS)
+        .map(|i| (min + (h % range + i * stride) % range) as u16)
+        .collect();
+    assert_eq!(
+        candidates[0], own,
+        "the first pass took the first candidate"
+    );
+    for (i, &port) in candidates.iter().enumerate().skip(1) {
+        let other = NatValue {
+            client_port: (CPORT + 1 + i as u16).to_be(),
+            state: EST | BOTH_FINS | NAT_S_BACKEND_FIRST,
+            last_seen: now_nat_seconds(),
+            ..NatValue::default()
+        };
+        lb.insert_nat(reply_key(NAT4, port), other);
+    }
+    let again = nat_forward(
+        &mut lb,
+        "the client reuses its 5-tuple, every other candidate held",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (NAT_PORT_RECLAIMED, 1)],
+    );
+    assert_eq!(again, own, "its own pair, not a refusal");
+    assert_eq!(
+        state_of(&lb, again),
+        0,
+        "the new connection's entry starts over"
+    );
+    for &port in &candidates[1..] {
+        assert_ne!(
+            lb.nat_entry(&reply_key(NAT4, port))
+                .expect("held")
+                .client_port,
+            CPORT.to_be(),
+            "port {port}: another client's entry is left alone"
+        );
+    }
+    assert_eq!(lb.counters()[DROP_NAT_PORTS as usize], 0, "nothing refused");
+}
+
 /// A nat TCP service 10.0.0.104:80 toward backend 20 with `snat` addresses, ports
 /// `ports`, per-source `interval_ns`/`burst`.
 pub(super) fn custom_service(
