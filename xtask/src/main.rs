@@ -47,8 +47,8 @@ enum Cmd {
     /// info in target/dist.
     Dist,
     /// Run every test: unit tests, BPF_PROG_TEST_RUN fixtures, network-namespace scenarios
-    /// (the last two need root). lb-tests' binaries run as separate processes: the
-    /// timing-bound ones one at a time, the others beside them (xtask/src/test_classes.rs).
+    /// (the last two need root). lb-tests' binaries run as separate processes, up to
+    /// three at a time as their classes allow (xtask/src/test_classes.rs).
     Test {
         /// Extra arguments as `cargo test` takes them: cargo options (`--test NAME`
         /// picks the package that has it), a test name filter, `-- <binary args>`.
@@ -226,7 +226,7 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     let channel = pins::Pin::read(root, pins::USERSPACE_FILE)
         .map_err(anyhow::Error::msg)?
         .channel;
-    // The other crates' tests are built here and run in the light lane below.
+    // The other crates' tests are built here and run as a light job below.
     if let Some(args) = &unit_side {
         let mut unit = vec!["test", "--workspace", "--exclude", "lb-tests", "--no-run"];
         unit.extend(args.iter().map(String::as_str));
@@ -261,8 +261,7 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
             .current_dir(root);
         cmd
     });
-    // Scenarios that measure detection, balance or rates run one at a time; the rest
-    // beside them (xtask/src/test_classes.rs).
+    // Each binary runs beside what its class allows (xtask/src/test_classes.rs).
     test_runner::run(test_runner::Plan {
         root,
         unit,

@@ -1,22 +1,26 @@
 //! Which lb-tests binaries may run next to others in `cargo xtask test`: the one list
 //! the runner reads, with the reason for each entry. A binary not listed here is
-//! timing-bound and runs in the timed lane, one at a time.
+//! timed: it runs with no other timed or paired binary beside it.
 //!
 //! - **light**: asserts no time bound, no balance share, no throughput and measures
 //!   nothing, and touches no state shared by the host (everything it creates is named
-//!   after its own pid: namespaces, temp dirs, private bpffs mounts). Light binaries run
-//!   one after another in the light lane, alongside the timed lane.
+//!   after its own pid: namespaces, temp dirs, private bpffs mounts). One light binary
+//!   runs at a time, beside the others.
+//! - **paired**: asserts detection or recovery bounds that are whole probe intervals or
+//!   timers with margins for a shared machine, and is mostly idle waiting for them; it
+//!   creates only what is named after its pid, as a light one. Two run at a time.
+//! - **timed** (everything else, and any new binary until it is classified): touches
+//!   state the host shares (systemd units, containers, dpkg) or has not been measured
+//!   beside others; no other timed or paired binary runs beside it.
 //! - **alone**: changes what every other process on the machine gets (a real-time hog
-//!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does): the
-//!   light lane waits while it runs.
-//! - **timed** (everything else, and any new binary until it is classified): asserts a
-//!   detection or recovery bound, a share, a rate, or a "nothing moved" under steady
-//!   traffic that a starved probe could break; one at a time.
+//!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does), or
+//!   fails on any neighbour's stall: nothing runs beside it.
 
 /// The lane a test binary runs in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
     Light,
+    Paired,
     Timed,
     Alone,
 }
@@ -25,6 +29,7 @@ impl Class {
     pub fn as_str(self) -> &'static str {
         match self {
             Class::Light => "light",
+            Class::Paired => "pair",
             Class::Timed => "timed",
             Class::Alone => "alone",
         }
@@ -91,8 +96,73 @@ const LIGHT: &[(&str, &str)] = &[
     ),
 ];
 
+/// Why a paired binary may run beside one other: its bounds are whole probe intervals,
+/// fail timeouts or neighbour timers (a tenth of a second and up) with margins made for
+/// a shared machine, and its processes are mostly idle, waiting for those timers: in
+/// the suite's table none used more than a third of a core on average (CPU s / wall s).
+const PROBES: &str = "probe detection and recovery bounds of whole intervals; mostly idle";
+const TRAFFIC: &str =
+    "ordinary traffic (about 200 requests a second) with probe bounds; a fifth of a core";
+const NEIGHBOURS: &str = "neighbour timing bounds (seconds) under a connection every 20 ms";
+const MULTINODE: &str = "two lb nodes and a BIRD router in its own namespaces; bounds of seconds";
+const RESTARTS: &str = "agent restarts with held connections; bounds of seconds";
+
+/// Timing-bound binaries whose bounds hold beside one other binary of this list (and a
+/// light one): two of them run at a time.
+const PAIRED: &[(&str, &str)] = &[
+    ("browser_status_page", PROBES),
+    ("netns_balance", PROBES),
+    ("netns_doctor", PROBES),
+    ("netns_flood_nat_ports", PROBES),
+    ("netns_health_hostile", PROBES),
+    ("netns_health_http", PROBES),
+    ("netns_health_icmp_forged", PROBES),
+    ("netns_health_keeps_connections", PROBES),
+    ("netns_health_local_faults", PROBES),
+    ("netns_health_passive", PROBES),
+    ("netns_health_probes", PROBES),
+    ("netns_health_reload_recheck", PROBES),
+    ("netns_health_syn_check", PROBES),
+    ("netns_health_syn_families", PROBES),
+    ("netns_health_syn_icmp_defaults", PROBES),
+    ("netns_health_syn_icmp_flood", PROBES),
+    ("netns_health_test_condition", PROBES),
+    ("netns_metrics", PROBES),
+    ("netns_multinode", MULTINODE),
+    ("netns_multinode_deadman", MULTINODE),
+    ("netns_multinode_tunnel", MULTINODE),
+    ("netns_nat_hostile", PROBES),
+    ("netns_nat_time_wait", PROBES),
+    ("netns_neighbor_failed", NEIGHBOURS),
+    ("netns_neighbor_gateway", NEIGHBOURS),
+    ("netns_neighbor_moves", NEIGHBOURS),
+    ("netns_passive_restart", RESTARTS),
+    ("netns_pmtu", PROBES),
+    ("netns_redundancy_backup", PROBES),
+    ("netns_redundancy_cap", PROBES),
+    ("netns_redundancy_drain", PROBES),
+    ("netns_redundancy_failopen", PROBES),
+    ("netns_redundancy_spare", PROBES),
+    ("netns_restart", RESTARTS),
+    ("netns_restart_netns_exec", RESTARTS),
+    ("netns_syn_port_reuse", PROBES),
+    ("netns_traffic_backup", TRAFFIC),
+    ("netns_traffic_hostile", TRAFFIC),
+    ("netns_traffic_keepalive", TRAFFIC),
+    ("netns_traffic_kill", TRAFFIC),
+    ("netns_traffic_ordinary", TRAFFIC),
+    ("netns_traffic_spare", TRAFFIC),
+    ("netns_tunnel", PROBES),
+    ("netns_udp", PROBES),
+];
+
 /// Binaries that must run with nothing else beside them.
 const ALONE: &[(&str, &str)] = &[
+    (
+        "netns_chaos",
+        "no request may fail outside a fault's window for 80 s per mode: a stall caused \
+         by a neighbour counts as a failure",
+    ),
     (
         "netns_health_starved_agent",
         "a SCHED_FIFO hog pinned to the agent's CPU for 15 s",
@@ -120,6 +190,8 @@ pub fn class_of(name: &str) -> Class {
     }
     if LIGHT.iter().any(|(n, _)| *n == name) {
         Class::Light
+    } else if PAIRED.iter().any(|(n, _)| *n == name) {
+        Class::Paired
     } else if ALONE.iter().any(|(n, _)| *n == name) {
         Class::Alone
     } else {
@@ -129,5 +201,5 @@ pub fn class_of(name: &str) -> Class {
 
 /// The classified names (to warn about a stale entry).
 pub fn listed() -> impl Iterator<Item = &'static str> {
-    LIGHT.iter().chain(ALONE).map(|(n, _)| *n)
+    LIGHT.iter().chain(PAIRED).chain(ALONE).map(|(n, _)| *n)
 }

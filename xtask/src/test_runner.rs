@@ -1,8 +1,7 @@
 //! The root half of `cargo xtask test`: lb-tests' binaries, built once, run as separate
-//! processes in lanes ([`crate::test_classes`]): the timed lane one binary at a time,
-//! the light lane beside it, and the binaries that need the machine to themselves with
-//! nothing beside them. Each binary's output is captured and printed whole when it ends;
-//! a table of every binary's wall time and result closes the run.
+//! processes, up to three at a time as their classes allow ([`crate::test_classes`]).
+//! Each binary's output is captured and printed whole when it ends; a table of every
+//! binary's wall time, CPU time and result closes the run.
 
 use std::{
     collections::VecDeque,
@@ -218,6 +217,8 @@ struct Outcome {
     name: String,
     class: Class,
     wall: Duration,
+    /// CPU time of the job and the processes it waited for (agents, servers, clients).
+    cpu: Option<Duration>,
     ok: bool,
     /// `test result:` lines, summed up for the table.
     summary: String,
@@ -226,7 +227,7 @@ struct Outcome {
 /// What the runner needs besides the binaries.
 pub struct Plan<'a> {
     pub root: &'a Path,
-    /// The other crates' tests, run as one job in the light lane (already built).
+    /// The other crates' tests, run as one light job (already built).
     pub unit: Option<Command>,
     pub bins: Vec<TestBin>,
     pub extra: &'a Extra,
@@ -243,10 +244,9 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         }
     }
 
-    let mut timed = VecDeque::new();
-    let mut light = VecDeque::new();
+    let mut queue = VecDeque::new();
     if let Some(unit) = plan.unit {
-        light.push_back(Job {
+        queue.push_back(Job {
             name: "unit tests (workspace but lb-tests)".into(),
             class: Class::Light,
             cmd: unit,
@@ -261,49 +261,57 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
             .env("CARGO_PKG_NAME", "lb-tests")
             .args(&plan.extra.binary)
             .arg("--test-threads=1");
-        let job = Job {
+        queue.push_back(Job {
             name: bin.name.clone(),
             class,
             cmd,
-        };
-        match class {
-            Class::Light => light.push_back(job),
-            // Alone jobs go through the timed lane, which keeps the light lane out.
-            Class::Timed | Class::Alone => timed.push_back(job),
-        }
+        });
     }
+    // The alone jobs first, while the machine is empty anyway; the rest in name order
+    // (each worker takes the first job the others' classes let it start).
+    queue
+        .make_contiguous()
+        .sort_by_key(|j| j.class != Class::Alone);
+    let count = |c: Class| queue.iter().filter(|j| j.class == c).count();
     println!(
-        "xtask test: {} timed/alone binaries one at a time, {} light jobs beside them; \
-         output of each printed when it ends (logs in {})",
-        timed.len(),
-        light.len(),
+        "xtask test: {} alone, {} timed (one at a time), {} paired (two at a time), {} light \
+         (one at a time beside them); output of each printed when it ends (logs in {})",
+        count(Class::Alone),
+        count(Class::Timed),
+        count(Class::Paired),
+        count(Class::Light),
         logs.display()
     );
 
     let started = Instant::now();
-    let gate = Arc::new(Gate::default());
+    let board = Arc::new(Board {
+        state: Mutex::new(BoardState {
+            queue,
+            running: Vec::new(),
+        }),
+        changed: Condvar::new(),
+    });
     let print = Arc::new(Mutex::new(()));
     let outcomes = Arc::new(Mutex::new(Vec::new()));
-    let lanes = [timed, light].map(|queue| {
-        let (gate, print, outcomes, logs) =
-            (gate.clone(), print.clone(), outcomes.clone(), logs.clone());
-        thread::spawn(move || {
-            for job in queue {
-                let outcome = {
-                    // Light jobs share the machine; an alone job waits for the running
-                    // light job and keeps the next one out until it ends.
-                    let _pass = gate.enter(job.class);
-                    run_job(job, &logs, &print)
-                };
-                outcomes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(outcome);
-            }
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (board, print, outcomes, logs) =
+                (board.clone(), print.clone(), outcomes.clone(), logs.clone());
+            thread::spawn(move || {
+                while let Some(job) = board.take() {
+                    let class = job.class;
+                    let outcome = run_job(job, &logs, &print);
+                    board.done(class);
+                    outcomes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(outcome);
+                }
+            })
         })
-    });
-    for lane in lanes {
-        lane.join().expect("a lane panicked");
+        .collect();
+    for worker in workers {
+        worker.join().expect("a worker panicked");
     }
     let total = started.elapsed();
     let outcomes = std::mem::take(&mut *outcomes.lock().unwrap_or_else(|e| e.into_inner()));
@@ -319,60 +327,69 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who is running beside whom: any number of light jobs, or one alone job. A waiting
-/// alone job keeps new light jobs out (it does not wait for the light lane to empty).
-#[derive(Default)]
-struct Gate {
-    state: Mutex<GateState>,
-    changed: Condvar,
-}
+/// Jobs at once at most: two paired and one light.
+const WORKERS: usize = 3;
 
-#[derive(Default)]
-struct GateState {
-    light: usize,
-    alone_waiting: bool,
-    alone: bool,
-}
-
-/// A job's place through the [`Gate`], given back on drop.
-struct Pass<'a> {
-    gate: &'a Gate,
-    class: Class,
-}
-
-impl Gate {
-    fn enter(&self, class: Class) -> Pass<'_> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match class {
-            Class::Light => {
-                while st.alone_waiting || st.alone {
-                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
-                st.light += 1;
-            }
-            Class::Alone => {
-                st.alone_waiting = true;
-                while st.light > 0 || st.alone {
-                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
-                st.alone_waiting = false;
-                st.alone = true;
-            }
-            Class::Timed => {}
-        }
-        Pass { gate: self, class }
+/// Whether a job of class `class` may start beside the jobs of classes `running`:
+/// - light: one at a time, beside anything but an alone job;
+/// - timed: no other timed or paired job beside it (light ones may run);
+/// - paired: beside at most one other paired job (and a light one);
+/// - alone: nothing beside it.
+fn may_start(class: Class, running: &[Class]) -> bool {
+    let n = |c: Class| running.iter().filter(|r| **r == c).count();
+    if n(Class::Alone) > 0 {
+        return false;
+    }
+    match class {
+        Class::Alone => running.is_empty(),
+        Class::Light => n(Class::Light) == 0,
+        Class::Timed => n(Class::Timed) + n(Class::Paired) == 0,
+        Class::Paired => n(Class::Timed) == 0 && n(Class::Paired) < 2,
     }
 }
 
-impl Drop for Pass<'_> {
-    fn drop(&mut self) {
-        let mut st = self.gate.state.lock().unwrap_or_else(|e| e.into_inner());
-        match self.class {
-            Class::Light => st.light -= 1,
-            Class::Alone => st.alone = false,
-            Class::Timed => {}
+/// The index of the first job in `queue` that may start beside `running`.
+fn pick(queue: &[Class], running: &[Class]) -> Option<usize> {
+    queue.iter().position(|c| may_start(*c, running))
+}
+
+/// The jobs not yet started and the classes of those running, shared by the workers.
+struct Board {
+    state: Mutex<BoardState>,
+    changed: Condvar,
+}
+
+struct BoardState {
+    queue: VecDeque<Job>,
+    running: Vec<Class>,
+}
+
+impl Board {
+    /// The next job this worker may start, waiting until one may; None once the
+    /// queue is empty.
+    fn take(&self) -> Option<Job> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if st.queue.is_empty() {
+                return None;
+            }
+            let classes: Vec<Class> = st.queue.iter().map(|j| j.class).collect();
+            if let Some(i) = pick(&classes, &st.running) {
+                let job = st.queue.remove(i).expect("picked from the queue");
+                st.running.push(job.class);
+                return Some(job);
+            }
+            // Something runs (with nothing running every class may start): wait for it.
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        self.gate.changed.notify_all();
+    }
+
+    fn done(&self, class: Class) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = st.running.iter().position(|c| *c == class) {
+            st.running.remove(i);
+        }
+        self.changed.notify_all();
     }
 }
 
@@ -380,15 +397,18 @@ impl Drop for Pass<'_> {
 fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
     let log_path = logs.join(format!("{}.log", file_name(&job.name)));
     let started = Instant::now();
+    let mut cpu = None;
     let result = (|| -> anyhow::Result<bool> {
         let log = File::create(&log_path)?;
-        let st = job
+        let child = job
             .cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .status()
+            .spawn()
             .with_context(|| format!("running {:?}", job.cmd))?;
+        let (st, used) = reap(child)?;
+        cpu = used;
         Ok(st.success())
     })();
     let wall = started.elapsed();
@@ -407,11 +427,12 @@ fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "\n===== {} [{}] {} in {:.1} s =====",
+        "\n===== {} [{}] {} in {:.1} s ({} CPU) =====",
         job.name,
         job.class.as_str(),
         if ok { "ok" } else { "FAILED" },
-        wall.as_secs_f64()
+        wall.as_secs_f64(),
+        cpu_text(cpu)
     );
     let _ = out.write_all(text.as_bytes());
     let _ = out.write_all(note.as_bytes());
@@ -420,9 +441,55 @@ fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
         name: job.name,
         class: job.class,
         wall,
+        cpu,
         ok,
         summary,
     }
+}
+
+/// Serializes reaping, so that the change in this process's children's CPU time
+/// across one reap is that child's.
+static REAPING: Mutex<()> = Mutex::new(());
+
+/// Waits for `child`; returns its status and the CPU time (user and system) that it and
+/// the processes it waited for used, read from `/proc/self/stat` around the reap
+/// (None where that file cannot be read).
+fn reap(
+    mut child: std::process::Child,
+) -> anyhow::Result<(std::process::ExitStatus, Option<Duration>)> {
+    loop {
+        {
+            let _one = REAPING.lock().unwrap_or_else(|e| e.into_inner());
+            let before = children_cpu();
+            if let Some(st) = child.try_wait()? {
+                let used = before.zip(children_cpu()).map(|(b, a)| a.saturating_sub(b));
+                return Ok((st, used));
+            }
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The CPU time of this process's waited-for children (`cutime + cstime`).
+fn children_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_children_cpu(&stat, 100)
+}
+
+/// `cutime + cstime` (fields 16 and 17) of a `/proc/PID/stat` line, in ticks of
+/// `1/hz` s. The command name (field 2) may hold spaces and parentheses: fields are
+/// counted after its closing parenthesis.
+fn parse_children_cpu(stat: &str, hz: u64) -> Option<Duration> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state).
+    let ticks = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let t = ticks(16)? + ticks(17)?;
+    Some(Duration::from_millis(t * 1000 / hz))
+}
+
+fn cpu_text(cpu: Option<Duration>) -> String {
+    cpu.map_or_else(|| "? s".into(), |c| format!("{:.1} s", c.as_secs_f64()))
 }
 
 /// `passed/failed/ignored` summed over the `test result:` lines of `text`.
@@ -472,12 +539,17 @@ fn table(outcomes: &[Outcome], total: Duration) {
         .unwrap_or(4)
         .max(4);
     println!("\n===== xtask test: {} jobs =====", sorted.len());
-    println!("{:<width$}  {:>8}  {:<5}  result", "job", "wall s", "lane");
+    println!(
+        "{:<width$}  {:>8}  {:>7}  {:<5}  result",
+        "job", "wall s", "CPU s", "lane"
+    );
     for o in &sorted {
         println!(
-            "{:<width$}  {:>8.1}  {:<5}  {} ({})",
+            "{:<width$}  {:>8.1}  {:>7}  {:<5}  {} ({})",
             o.name,
             o.wall.as_secs_f64(),
+            o.cpu
+                .map_or_else(|| "?".into(), |c| format!("{:.1}", c.as_secs_f64())),
             o.class.as_str(),
             if o.ok { "ok" } else { "FAILED" },
             o.summary
@@ -544,25 +616,98 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_alone_job_keeps_the_next_light_job_out() {
-        let gate = Arc::new(Gate::default());
-        let light = gate.enter(Class::Light);
-        let (g, order) = (gate.clone(), Arc::new(Mutex::new(Vec::new())));
-        let o = order.clone();
-        let alone = thread::spawn(move || {
-            let _p = g.enter(Class::Alone);
-            o.lock().unwrap().push("alone");
-            thread::sleep(Duration::from_millis(50));
+    fn classes_start_only_beside_the_classes_they_allow() {
+        use Class::*;
+        assert!(may_start(Alone, &[]));
+        assert!(!may_start(Alone, &[Light]));
+        assert!(!may_start(Light, &[Alone]) && !may_start(Paired, &[Alone]));
+        assert!(may_start(Light, &[Paired, Paired]) && may_start(Light, &[Timed]));
+        assert!(!may_start(Light, &[Light]));
+        assert!(may_start(Paired, &[Paired, Light]));
+        assert!(!may_start(Paired, &[Paired, Paired]));
+        assert!(!may_start(Paired, &[Timed]) && !may_start(Timed, &[Paired]));
+        assert!(!may_start(Timed, &[Timed]) && may_start(Timed, &[Light]));
+    }
+
+    #[test]
+    fn a_worker_takes_the_first_job_it_may_start() {
+        use Class::*;
+        // A timed job waits while two paired run; the light job behind it goes first.
+        assert_eq!(pick(&[Timed, Light], &[Paired, Paired]), Some(1));
+        assert_eq!(pick(&[Timed, Paired], &[Paired, Light]), Some(1));
+        assert_eq!(pick(&[Alone, Timed], &[Light]), Some(1));
+        assert_eq!(pick(&[Alone, Light], &[Alone]), None);
+    }
+
+    #[test]
+    fn every_job_runs_and_an_alone_job_runs_by_itself() {
+        use Class::*;
+        let classes = [Paired, Light, Alone, Paired, Timed, Paired, Light, Timed];
+        let queue = classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Job {
+                name: format!("job{i}"),
+                class: *c,
+                cmd: Command::new("true"),
+            })
+            .collect();
+        let board = Arc::new(Board {
+            state: Mutex::new(BoardState {
+                queue,
+                running: Vec::new(),
+            }),
+            changed: Condvar::new(),
         });
-        // Let the alone job start waiting, then release the light job and ask again.
-        while !gate.state.lock().unwrap().alone_waiting {
-            thread::sleep(Duration::from_millis(1));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (board, seen) = (board.clone(), seen.clone());
+                thread::spawn(move || {
+                    while let Some(job) = board.take() {
+                        let beside = board.state.lock().unwrap().running.clone();
+                        // `beside` holds this job's own class once.
+                        let others: Vec<Class> = {
+                            let mut v = beside.clone();
+                            let i = v.iter().position(|c| *c == job.class).unwrap();
+                            v.remove(i);
+                            v
+                        };
+                        assert!(
+                            may_start(job.class, &others),
+                            "{} beside {others:?}",
+                            job.name
+                        );
+                        thread::sleep(Duration::from_millis(20));
+                        seen.lock().unwrap().push(job.name.clone());
+                        board.done(job.class);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
         }
-        drop(light);
-        let _next = gate.enter(Class::Light);
-        order.lock().unwrap().push("light");
-        alone.join().unwrap();
-        assert_eq!(*order.lock().unwrap(), ["alone", "light"]);
+        assert_eq!(seen.lock().unwrap().len(), classes.len());
+    }
+
+    #[test]
+    fn children_cpu_is_read_after_the_command_name() {
+        let line = "4242 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 250 50 20 0 1 0 99";
+        assert_eq!(parse_children_cpu(line, 100), Some(Duration::from_secs(3)));
+        assert_eq!(parse_children_cpu("garbage", 100), None);
+    }
+
+    #[test]
+    fn a_reaped_child_reports_the_cpu_it_used() {
+        // A shell that spins for a moment: its CPU shows up in the reap.
+        let child = Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        let (st, cpu) = reap(child).unwrap();
+        assert!(st.success());
+        assert!(cpu.expect("/proc/self/stat is readable") > Duration::ZERO);
     }
 
     #[test]
@@ -574,5 +719,6 @@ mod tests {
             test_classes::class_of("netns_health_starved_agent"),
             Class::Alone
         );
+        assert_eq!(test_classes::class_of("package_install"), Class::Timed);
     }
 }
