@@ -90,7 +90,8 @@ impl Object<'_> {
     }
 }
 
-fn build_ebpf(workspace: &Path, target_dir: &Path, features: &[&str]) -> anyhow::Result<()> {
+/// Builds lb-ebpf with `features` into `target_dir` (`bpfel-unknown-none/release/lb-ebpf`).
+pub fn build_ebpf(workspace: &Path, target_dir: &Path, features: &[&str]) -> anyhow::Result<()> {
     let channel = pins::Pin::read(workspace, pins::EBPF_FILE)
         .map_err(anyhow::Error::msg)?
         .channel;

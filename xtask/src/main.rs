@@ -11,6 +11,9 @@ mod prev_release;
 mod setup;
 mod supply_chain;
 mod test_classes;
+// The build scripts' object builder; xtask uses only its build step.
+#[allow(dead_code)]
+mod ebpf_build;
 mod test_runner;
 
 use std::{
@@ -271,33 +274,12 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
 }
 
 fn build_ebpf(root: &Path) -> anyhow::Result<()> {
-    let channel = pins::Pin::read(root, pins::EBPF_FILE)
-        .map_err(anyhow::Error::msg)?
-        .channel;
-    let linker_dir = pins::prefix(&channel).join("bin");
-    let mut path = vec![linker_dir];
-    path.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        &channel,
-        "cargo",
-        "build",
-        "--release",
-        "--target-dir",
-    ])
-    .arg(root.join("target/ebpf"))
-    .env("PATH", std::env::join_paths(path)?)
-    .env_remove("RUSTUP_TOOLCHAIN")
-    .env_remove("CARGO")
-    .env_remove("RUSTC")
-    .current_dir(root.join("lb-ebpf"));
-    status(&mut cmd)?;
+    let target_dir = root.join("target/ebpf");
+    ebpf_build::build_ebpf(root, &target_dir, &[])?;
     println!(
         "built {}",
-        root.join("target/ebpf/bpfel-unknown-none/release/lb-ebpf")
+        target_dir
+            .join("bpfel-unknown-none/release/lb-ebpf")
             .display()
     );
     Ok(())

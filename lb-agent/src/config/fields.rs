@@ -32,8 +32,8 @@ pub(super) const SERVICE_KEYS: &[&str] = &[
     "probe",
 ];
 
-/// Every key a probe table may have (of some type).
-pub(super) const PROBE_KEYS: &[&str] = &[
+/// The keys every probe table may have.
+pub(super) const PROBE_COMMON_KEYS: &[&str] = &[
     "name",
     "type",
     "port",
@@ -46,6 +46,9 @@ pub(super) const PROBE_KEYS: &[&str] = &[
     "mode",
     "jitter",
     "test",
+];
+/// The keys of an http probe.
+pub(super) const PROBE_HTTP_KEYS: &[&str] = &[
     "uri",
     "method",
     "headers",
@@ -57,11 +60,22 @@ pub(super) const PROBE_KEYS: &[&str] = &[
     "expect_status",
     "expect_body",
     "max_body",
-    "send",
-    "expect",
-    "max_response",
-    "tcp_check",
 ];
+/// The keys of a tcp or udp probe's exchange.
+pub(super) const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
+/// The key of a tcp probe's check.
+pub(super) const PROBE_TCP_CHECK_KEY: &str = "tcp_check";
+
+/// Every key a probe table may have (of some type).
+pub(super) fn probe_keys() -> Vec<&'static str> {
+    [
+        PROBE_COMMON_KEYS,
+        PROBE_HTTP_KEYS,
+        PROBE_STREAM_KEYS,
+        &[PROBE_TCP_CHECK_KEY],
+    ]
+    .concat()
+}
 
 /// `Some(f(field))` when `key` is present.
 pub(super) fn opt<'a, T>(
@@ -100,7 +114,7 @@ pub(super) fn misplaced(key: &str, table: &str) -> Option<String> {
             "a server's port is part of its address, e.g. address = \"10.0.1.11:8080\"".into(),
         );
     }
-    if table == "[[service.server]]" && PROBE_KEYS.contains(&key) {
+    if table == "[[service.server]]" && probe_keys().contains(&key) {
         return Some(format!(
             "`{key}` is a [[service.probe]] key: put it in a [[service.probe]] table"
         ));

@@ -2,40 +2,15 @@
 //! allowed only for its probe type.
 
 use super::doc::{Field, Table};
-use super::fields::{PROBE_KEYS, R, duration, misplaced, opt, positive_duration};
+use super::fields::{
+    PROBE_HTTP_KEYS, PROBE_STREAM_KEYS, PROBE_TCP_CHECK_KEY, R, duration, misplaced, opt,
+    positive_duration, probe_keys,
+};
 use super::secret;
 use super::values;
 use super::*;
 use crate::probe::condition::{Condition, Scope};
 
-const PROBE_COMMON_KEYS: &[&str] = &[
-    "name",
-    "type",
-    "port",
-    "interval",
-    "timeout",
-    "fails",
-    "passes",
-    "essential",
-    "persistent",
-    "mode",
-    "jitter",
-    "test",
-];
-const PROBE_HTTP_KEYS: &[&str] = &[
-    "uri",
-    "method",
-    "headers",
-    "body",
-    "host",
-    "tls",
-    "sni",
-    "verify",
-    "expect_status",
-    "expect_body",
-    "max_body",
-];
-const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
 /// RFC 9110's methods, for the case hint.
 const HTTP_METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
@@ -96,15 +71,7 @@ fn angie_name(key: &str) -> Option<String> {
 }
 
 pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
-    let all: Vec<&str> = [
-        PROBE_COMMON_KEYS,
-        PROBE_HTTP_KEYS,
-        PROBE_STREAM_KEYS,
-        &["tcp_check"],
-    ]
-    .concat();
-    debug_assert_eq!(all, PROBE_KEYS);
-    t.check_keys_hinted(&all, |key| {
+    t.check_keys_hinted(&probe_keys(), |key| {
         angie_name(key).or_else(|| misplaced(key, "[[service.probe]]"))
     })?;
     let type_field = t.require("type", "\"http\" (or \"tcp\", \"udp\", \"icmp\")")?;
@@ -116,7 +83,7 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
     }
     let kind = type_field.choice(PROBE_KINDS)?;
     for (key, f) in t.entries() {
-        if key == "tcp_check" && kind != ProbeKind::Tcp {
+        if key == PROBE_TCP_CHECK_KEY && kind != ProbeKind::Tcp {
             return Err(f.err(format!(
                 "applies to tcp probes only (this probe is type = \"{kind}\")"
             )));
@@ -232,7 +199,7 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
             });
         }
     }
-    if let Some(f) = t.get("tcp_check") {
+    if let Some(f) = t.get(PROBE_TCP_CHECK_KEY) {
         p.tcp_check = f.choice(PROBE_TCP_CHECKS)?;
         let data = ["send", "expect", "test"];
         if p.tcp_check == TcpCheck::Syn
