@@ -6,14 +6,14 @@
 //! is sent again after a short pause, within a time limit.
 
 use std::{
-    ffi::CString,
     io,
     net::{IpAddr, Ipv4Addr},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::AsRawFd,
     time::{Duration, Instant},
 };
 
 use crate::{
+    inject,
     netns::NetNs,
     packet::{Frame, IPPROTO_TCP},
 };
@@ -141,22 +141,8 @@ pub fn send(
             source,
         }
     };
-    let name = CString::new(ifname).map_err(|_| {
-        err("interface name")(io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
-    })?;
     ns.run(|| -> Result<Sent, StreamError> {
-        // SAFETY: plain socket(2); owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(err("socket(AF_PACKET)")(io::Error::last_os_error()));
-        }
-        // SAFETY: the kernel just returned this fd to us.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a NUL-terminated name.
-        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if index == 0 {
-            return Err(err("if_nametoindex")(io::Error::last_os_error()));
-        }
+        let (sock, index) = inject::packet_socket(ifname).map_err(|(what, e)| err(what)(e))?;
         let sent = stream(sock.as_raw_fd(), index, template, count, &source, limit)
             .map_err(err("sendmmsg"))?;
         if sent.frames < count {

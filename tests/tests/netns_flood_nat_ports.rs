@@ -21,12 +21,11 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Proto, Service},
     api::{self, Api},
     frame_stream::{self, TcpTemplate},
     packet::TCP_SYN,
     process::STOP_GRACE,
-    scenario::{self, BACKEND_TCP_PORT},
+    scenario,
     topology::{Forwarding, HOST_IF},
     traffic,
 };
@@ -67,16 +66,7 @@ fn reclaimed(api: &Api) -> u64 {
 fn real_nat_clients_get_ports_during_a_sustained_spoofed_syn_flood() {
     let bed = scenario::Testbed::start(Forwarding::Nat, SUBNET, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &[1, 1, 1]);
-    let mut service = Service::on(
-        topo,
-        "web",
-        Proto::Tcp,
-        false,
-        80,
-        &backends,
-        BACKEND_TCP_PORT,
-    );
+    let mut service = scenario::tcp_service(topo, &scenario::weighted(topo, &[1, 1, 1]));
     service.snat_ports = Some("20000-20999".into());
     let vip = service.vip;
     let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");

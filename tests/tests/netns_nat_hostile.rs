@@ -22,7 +22,7 @@ use lb_tests::{
     inject,
     packet::{Frame, TCP_SYN},
     process::STOP_GRACE,
-    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
+    scenario::{self, BACKEND_UDP_PORT},
     topology::{Forwarding, HOST_IF},
     traffic,
 };
@@ -53,16 +53,7 @@ fn counter(api: &Api, name: &str) -> u64 {
 fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
     let bed = scenario::Testbed::start(Forwarding::Nat, 62, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &[1, 1, 1]);
-    let mut service = Service::on(
-        topo,
-        "web",
-        Proto::Tcp,
-        false,
-        80,
-        &backends,
-        BACKEND_TCP_PORT,
-    );
+    let mut service = scenario::tcp_service(topo, &scenario::weighted(topo, &[1, 1, 1]));
     service.snat_ports = Some("20000-20099".into());
     let vip = service.vip;
     let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
