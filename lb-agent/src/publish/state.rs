@@ -50,6 +50,33 @@ pub(super) struct PublishedService {
     pub(super) table_stale: bool,
 }
 
+impl PublishedService {
+    /// A service `id` at `vip` with `meta` (adopted) or none yet, `backends` as written,
+    /// and no table computed: the next publish builds its tables whole.
+    pub(super) fn new(
+        id: u32,
+        vip: VipKey,
+        meta: Option<ServiceMeta>,
+        backends: BTreeMap<SocketAddr, PublishedBackend>,
+    ) -> Self {
+        PublishedService {
+            id,
+            vip,
+            meta,
+            backends,
+            home_members: Vec::new(),
+            home: Vec::new(),
+            active: Vec::new(),
+            live: Vec::new(),
+            live_slots: Default::default(),
+            last_want: None,
+            live_version: 0,
+            failover: None,
+            table_stale: false,
+        }
+    }
+}
+
 /// Hands out ids, reusing freed ones as late as possible (oldest freed first), so that a
 /// stale flow pinned to a freed id is unlikely to meet a new backend under it.
 #[derive(Debug)]

@@ -131,12 +131,11 @@ impl Publisher {
             }
             self.services.insert(
                 want.name.clone(),
-                PublishedService {
-                    id: prev.id,
+                PublishedService::new(
+                    prev.id,
                     vip,
-                    meta: Some(prev.meta),
-                    backends: prev
-                        .backends
+                    Some(prev.meta),
+                    prev.backends
                         .into_iter()
                         .map(|(addr, (id, b))| {
                             let entry = Some(b);
@@ -150,16 +149,7 @@ impl Publisher {
                             )
                         })
                         .collect(),
-                    home_members: Vec::new(),
-                    home: Vec::new(),
-                    active: Vec::new(),
-                    live: Vec::new(),
-                    live_slots: Default::default(),
-                    last_want: None,
-                    live_version: 0,
-                    failover: None,
-                    table_stale: false,
-                },
+                ),
             );
         }
         if !self.services.contains_key(&want.name) {
@@ -169,21 +159,7 @@ impl Publisher {
                 .ok_or(PublishError::TooManyServices)?;
             self.services.insert(
                 want.name.clone(),
-                PublishedService {
-                    id,
-                    vip,
-                    meta: None,
-                    backends: BTreeMap::new(),
-                    home_members: Vec::new(),
-                    home: Vec::new(),
-                    active: Vec::new(),
-                    live: Vec::new(),
-                    live_slots: Default::default(),
-                    last_want: None,
-                    live_version: 0,
-                    failover: None,
-                    table_stale: false,
-                },
+                PublishedService::new(id, vip, None, BTreeMap::new()),
             );
         }
         let svc = self.services.get_mut(&want.name).expect("inserted above");
