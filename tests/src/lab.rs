@@ -18,3 +18,27 @@ pub fn is_lab_program(name: &str) -> bool {
             .iter()
             .any(|p| name.starts_with(p))
 }
+
+/// The XDP program `name` of a loaded object (the benchmarks' lookup).
+pub fn xdp<'a>(obj: &'a mut aya::Ebpf, name: &str) -> anyhow::Result<&'a mut aya::programs::Xdp> {
+    use anyhow::Context as _;
+    Ok(obj
+        .program_mut(name)
+        .with_context(|| format!("no program {name}"))?
+        .try_into()?)
+}
+
+/// One `BPF_PROG_TEST_RUN` of the reflector `floor` on `packet`: the kernel's time for
+/// it in ns; an error unless it reflected (`XDP_TX`).
+pub fn floor_ns(floor: &mut aya::programs::Xdp, packet: &[u8]) -> anyhow::Result<u128> {
+    use aya::programs::{TestRun, TestRunOptions};
+    const XDP_TX: u32 = 3;
+    let res = floor.test_run(TestRunOptions {
+        data_in: Some(packet),
+        ..TestRunOptions::default()
+    })?;
+    if res.return_value != XDP_TX {
+        anyhow::bail!("reflector returned {}", res.return_value);
+    }
+    Ok(res.duration.as_nanos())
+}

@@ -46,7 +46,10 @@ use lb_common::{
     table::{Bucket, FlowBucket, NatBucket, SLOT_LIVE, TableLayout},
     vip_bucket_index,
 };
-use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
+use lb_tests::{
+    lab,
+    packet::{Frame, TCP_ACK, TCP_SYN},
+};
 
 /// Calls per block; blocks alternate program / floor.
 const BLOCK: usize = 2_000;
@@ -120,7 +123,7 @@ fn main() -> anyhow::Result<()> {
     let mut obj = EbpfLoader::new()
         .map_max_entries("LBR_LINES_A", LINES_MAX)
         .map_max_entries("LBR_LINES_B", LINES_MAX)
-        .load(lb_tests::lab::OBJECT)
+        .load(lab::OBJECT)
         .context("loading the object (root?)")?;
     for name in PROGRAMS {
         let p: &mut Xdp = obj
@@ -134,14 +137,14 @@ fn main() -> anyhow::Result<()> {
     lb_agent::dataplane::full_path::load(&mut obj).context("loading lb_xdp_full")?;
     // The reduced tail-call programs' targets.
     for (index, target) in [(0, "lbr_tx"), (1, "lbr_vip")] {
-        let fd = program(&mut obj, target)?.fd()?.try_clone()?;
+        let fd = lab::xdp(&mut obj, target)?.fd()?.try_clone()?;
         let mut tail =
             aya::maps::ProgramArray::try_from(obj.map_mut("LBR_TAIL").context("no LBR_TAIL")?)?;
         tail.set(index, &fd, 0)?;
     }
     if let Some(path) = xlated {
         // What the verifier made of it: inlined array lookups and helpers have no call.
-        let p = program(&mut obj, &xlated_program)?;
+        let p = lab::xdp(&mut obj, &xlated_program)?;
         let id = p.info()?.id();
         let out = std::process::Command::new("bpftool")
             .args(["prog", "dump", "xlated", "id", &id.to_string()])
@@ -157,9 +160,9 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mut floor_obj = Ebpf::load(lb_tests::lab::OBJECT)?;
+    let mut floor_obj = Ebpf::load(lab::OBJECT)?;
     let floor: &mut Xdp = floor_obj
-        .program_mut(lb_tests::lab::REFLECT_PROGRAM)
+        .program_mut(lab::REFLECT_PROGRAM)
         .context("no reflector")?
         .try_into()?;
     floor.load()?;
@@ -553,13 +556,6 @@ const PROGRAMS: &[&str] = &[
     "lbrn_alu256",
 ];
 
-fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
-    Ok(obj
-        .program_mut(name)
-        .with_context(|| format!("no program {name}"))?
-        .try_into()?)
-}
-
 /// The VIP of the VIP-hit rows (a dsr service on port 80/TCP, service id 1).
 const HIT_VIP: [u8; 4] = [10, 0, 0, 101];
 
@@ -589,7 +585,7 @@ fn publish_hit_service(obj: &mut Ebpf) -> anyhow::Result<()> {
 }
 
 fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
-    let res = program(obj, name)?.test_run(TestRunOptions {
+    let res = lab::xdp(obj, name)?.test_run(TestRunOptions {
         data_in: Some(packet),
         ..TestRunOptions::default()
     })?;
@@ -610,7 +606,7 @@ fn measure(
     let mut floor_ns = 0u128;
     for block in 0..BLOCKS {
         before_block()?;
-        let prog = program(obj, case.program)?;
+        let prog = lab::xdp(obj, case.program)?;
         for i in 0..BLOCK {
             let call = block * BLOCK + i;
             let pkt = &case.packets[call % case.packets.len()];
@@ -631,14 +627,7 @@ fn measure(
         while ring.next().is_some() {}
         for i in 0..BLOCK {
             let pkt = &case.packets[(block * BLOCK + i) % case.packets.len()];
-            let res = floor.test_run(TestRunOptions {
-                data_in: Some(pkt),
-                ..TestRunOptions::default()
-            })?;
-            if res.return_value != XDP_TX {
-                bail!("reflector returned {}", res.return_value);
-            }
-            floor_ns += res.duration.as_nanos();
+            floor_ns += lab::floor_ns(floor, pkt)?;
         }
     }
     let calls = (BLOCK * BLOCKS) as f64;

@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData},
-    programs::{TestRun, TestRunOptions, Xdp},
+    programs::{TestRun, TestRunOptions},
 };
 use lb_agent::dataplane::{MapSizes, sizing::random_seeds};
 use lb_common::{
@@ -96,7 +96,7 @@ fn main() -> anyhow::Result<()> {
         "lbr_lru_hit",
         "lbr_lru_new",
     ] {
-        program(&mut obj, name)?
+        lab::xdp(&mut obj, name)?
             .load()
             .with_context(|| format!("verifier rejected {name}"))?;
     }
@@ -261,15 +261,8 @@ fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
         .bytes()
 }
 
-fn program<'a>(obj: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Xdp> {
-    Ok(obj
-        .program_mut(name)
-        .with_context(|| format!("no program {name}"))?
-        .try_into()?)
-}
-
 fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
-    let res = program(obj, name)?.test_run(TestRunOptions {
+    let res = lab::xdp(obj, name)?.test_run(TestRunOptions {
         data_in: Some(packet),
         ..TestRunOptions::default()
     })?;
@@ -280,7 +273,7 @@ fn run(obj: &mut Ebpf, name: &str, packet: &[u8]) -> anyhow::Result<u32> {
 fn measure(obj: &mut Ebpf, case: &Case) -> anyhow::Result<Sample> {
     let (mut program_ns, mut floor_ns, mut drops) = (0u128, 0u128, 0);
     for block in case.packets.chunks(BLOCK) {
-        let prog = program(obj, case.program)?;
+        let prog = lab::xdp(obj, case.program)?;
         for pkt in block {
             let res = prog.test_run(TestRunOptions {
                 data_in: Some(pkt),
@@ -293,16 +286,9 @@ fn measure(obj: &mut Ebpf, case: &Case) -> anyhow::Result<Sample> {
             }
             program_ns += res.duration.as_nanos();
         }
-        let floor = program(obj, lab::REFLECT_PROGRAM)?;
+        let floor = lab::xdp(obj, lab::REFLECT_PROGRAM)?;
         for pkt in block {
-            let res = floor.test_run(TestRunOptions {
-                data_in: Some(pkt),
-                ..TestRunOptions::default()
-            })?;
-            if res.return_value != XDP_TX {
-                bail!("reflector returned {}", res.return_value);
-            }
-            floor_ns += res.duration.as_nanos();
+            floor_ns += lab::floor_ns(floor, pkt)?;
         }
     }
     let calls = case.packets.len() as f64;
