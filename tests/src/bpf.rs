@@ -99,13 +99,19 @@ pub struct Run {
 /// Objects loaded with [`pooled_sizes`], free for the next [`Lb::load`].
 static POOL: Mutex<Vec<Ebpf>> = Mutex::new(Vec::new());
 
-/// The sizes [`Lb::load`] loads with: the compiled sizes and secret table seeds drawn
-/// once per process, as a first start draws them.
+/// The sizes [`Lb::load`] loads with: tables for 16,384 flows (`agent.max_flows =
+/// 16384`, a size operators may set; every reset and table read of a fixture is a
+/// sixteenth of the compiled 262,144's) and secret table seeds drawn once per process,
+/// as a first start draws them. The fixtures of other sizes load their own
+/// (`bpf_fixtures/tables.rs`, `flood.rs`, `bpf_flood_full_size`).
 fn pooled_sizes() -> MapSizes {
     static SIZES: OnceLock<MapSizes> = OnceLock::new();
     *SIZES.get_or_init(|| {
         let (flow, nat) = random_seeds().expect("getrandom");
-        MapSizes::default().with_seeds(flow, nat)
+        MapSizes::default()
+            .with_flows(16_384)
+            .expect("in range")
+            .with_seeds(flow, nat)
     })
 }
 
@@ -126,8 +132,8 @@ pub struct Lb {
 }
 
 impl Lb {
-    /// `lb_agent::EBPF_OBJECT` with its programs loaded, with the compiled sizes and
-    /// secret table seeds (drawn once per process), as a first start loads it: the
+    /// `lb_agent::EBPF_OBJECT` with its programs loaded, with the fixtures' sizes and
+    /// secret table seeds ([`pooled_sizes`]), as a first start loads it: the
     /// object a dropped `Lb` left, reset ([`Lb::recycled`]), or a fresh load (which runs
     /// the verifier) when none is free.
     pub fn load() -> Self {

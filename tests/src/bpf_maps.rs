@@ -189,7 +189,7 @@ fn zero_array(name: &str, g: &Geometry, per_cpu: bool) -> Result<(), MapsError> 
     let dirty: Vec<u32> = raw
         .chunks_exact(g.value_size)
         .enumerate()
-        .filter(|(_, v)| v.iter().any(|b| *b != 0))
+        .filter(|(_, v)| !all_zero(v))
         .map(|(i, _)| i as u32)
         .collect();
     let per_call = (CHUNK_BYTES / g.value_size).clamp(1, dirty.len().max(1));
@@ -217,6 +217,14 @@ fn zero_array(name: &str, g: &Geometry, per_cpu: bool) -> Result<(), MapsError> 
         }
     }
     Ok(())
+}
+
+/// Whether every byte of `value` is zero: a comparison against a zero block (one
+/// `memcmp` per block even in a debug build, where a byte-by-byte scan of the large
+/// arrays was most of a fixture's reset).
+fn all_zero(value: &[u8]) -> bool {
+    const ZERO: [u8; 256] = [0; 256];
+    value.chunks(ZERO.len()).all(|c| c == &ZERO[..c.len()])
 }
 
 /// Zeroes a `BPF_F_MMAPABLE` array through a shared mapping of its values (the large
@@ -310,7 +318,7 @@ pub fn dirty_entries(ebpf: &Ebpf) -> Result<Vec<(String, u64)>, MapsError> {
                 let g = geometry(name, map, per_cpu)?;
                 read_raw(name, &g)?
                     .chunks_exact(g.value_size)
-                    .filter(|v| v.iter().any(|b| *b != 0))
+                    .filter(|v| !all_zero(v))
                     .count() as u64
             }
             Kind::Hash => {

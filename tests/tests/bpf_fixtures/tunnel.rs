@@ -313,8 +313,20 @@ fn from_cache(lb: &mut Lb, t: Tun) -> (Frame, Vec<u8>) {
         .tick;
     lb.clear_full_path();
     let mut slots = std::collections::BTreeSet::new();
+    // Each flow is pinned in `LB_FLOWS` too: no more per bucket than its free ways.
+    let mut free = std::collections::BTreeMap::new();
     let flows: Vec<u16> = (first + 1..first + 20_000)
         .filter(|&sport| slots.insert(lb_common::hash::flow_cache_slot(&key(sport))))
+        .filter(|&sport| {
+            let (index, bucket) = lb.flow_bucket_of(&key(sport));
+            let free = free.entry(index).or_insert_with(|| {
+                let live = lb_common::table::SLOT_LIVE;
+                bucket.ways.iter().filter(|w| w.word & live == 0).count()
+            });
+            let room = *free > 0;
+            *free = free.saturating_sub(1);
+            room
+        })
         .take(CACHED_FLOWS as usize)
         .collect();
     for (i, &sport) in flows.iter().enumerate() {
