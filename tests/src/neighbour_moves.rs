@@ -33,6 +33,14 @@ pub const FOLLOW: Duration = Duration::from_millis(100);
 /// What the agent logs once the maps hold a backend's new MAC.
 pub const FOLLOWS_LINE: &str = "backend MAC follows the kernel's neighbour table";
 
+/// How long after `since` (wall-clock seconds) the agent wrote log `line`, by the line's
+/// own timestamp (RFC 3339, UTC): neither the test's reading of the log nor the test's
+/// own commands after the change count. None if the line has no timestamp.
+pub fn logged_after(line: &str, since: f64) -> Option<Duration> {
+    let at = crate::api::rfc3339_seconds(line.split_whitespace().next()?)?;
+    Some(Duration::from_secs_f64((at - since).max(0.0)))
+}
+
 /// The probe of the scenarios: `GET /health` every 500 ms. It is also the traffic that
 /// makes the lb's kernel use (and so re-check) its neighbour entries. Ten failures
 /// (at least 5 s) before a verdict: longer than the neighbour bounds, so that the
@@ -388,5 +396,21 @@ impl Drop for Announcer {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_lines_own_timestamp_dates_it() {
+        let line = "    2026-12-03T18:05:31.549063Z  INFO lb_agent::agent::neighbors: backend MAC \
+                    follows the kernel's neighbour table";
+        let since = crate::api::rfc3339_seconds("2026-12-03T18:05:31.500Z").unwrap();
+        let took = logged_after(line, since).unwrap();
+        assert!((took.as_secs_f64() - 0.049063).abs() < 1e-4, "{took:?}");
+        assert_eq!(logged_after(line, since + 1.0), Some(Duration::ZERO));
+        assert_eq!(logged_after("no time here", since), None);
     }
 }

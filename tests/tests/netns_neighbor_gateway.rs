@@ -11,7 +11,8 @@ use lb_tests::{
     api::Api,
     health::{HealthServers, wait_all_probed_up, with_health},
     neighbour_moves::{
-        CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, probe, wait_answered,
+        CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, logged_after, probe,
+        wait_answered,
     },
     pacer::{PaceConfig, Pacer, summary, wall_now},
     routed_segment::{FAR, RoutedSegment},
@@ -103,7 +104,6 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
     let lb = &topo.lb().ns;
     let log_from = agent.process().cursor();
     let t0 = wall_now();
-    let changed_at = std::time::Instant::now();
     seg.route_via(lb, seg.gw2).expect("replacing the route");
     seg.stop_forwarding(&seg.r1)
         .expect("stopping r1's forwarding");
@@ -113,7 +113,7 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
         .process()
         .wait_for_line(log_from, FOLLOWS_LINE, BOUND)
         .ok()
-        .map(|line| (changed_at.elapsed(), line));
+        .map(|line| (logged_after(&line, t0), line));
     let deadline = t0 + BOUND.as_secs_f64();
     let back = wait_answered(&pacer, FAR, deadline, BOUND + ANSWER_AGAIN);
     if back {
@@ -147,10 +147,11 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
         line.contains(&seg.far_addr.to_string()) && line.contains(&seg.gw2_mac.to_string()),
         "the agent followed something else: {line}"
     );
+    let took = took.unwrap_or_else(|| panic!("no timestamp in {line:?}"));
     assert!(
         took <= FOLLOW,
         "far's MAC in the maps {took:?} after the route change (bound {FOLLOW:?}, with r2's \
-         resolution)"
+         resolution; from before the route command started to the agent's log line)"
     );
     let far_before = attempts
         .iter()
