@@ -1,26 +1,28 @@
 //! Which lb-tests binaries may run next to others in `cargo xtask test`: the one list
 //! the runner reads, with the reason for each entry. A binary not listed here is
-//! timed: it runs with no other timed or paired binary beside it.
+//! timed: it runs with no other timed or waiting job beside it.
 //!
 //! - **light**: asserts no time bound, no balance share, no throughput and measures
 //!   nothing, and touches no state shared by the host (everything it creates is named
 //!   after its own pid: namespaces, temp dirs, private bpffs mounts). One light binary
 //!   runs at a time, beside the others.
-//! - **paired**: asserts detection or recovery bounds that are whole probe intervals or
+//! - **waiting**: asserts detection or recovery bounds that are whole probe intervals or
 //!   timers with margins for a shared machine, and is mostly idle waiting for them; it
-//!   creates only what is named after its pid, as a light one. Two run at a time.
+//!   creates only what is named after its pid, as a light one. Its tests run as jobs of
+//!   their own ([`runs_test_by_test`]), three at a time.
 //! - **timed** (everything else, and any new binary until it is classified): touches
 //!   state the host shares (systemd units, containers, dpkg) or has not been measured
-//!   beside others; no other timed or paired binary runs beside it.
+//!   beside others; no other timed or waiting job runs beside it.
 //! - **alone**: changes what every other process on the machine gets (a real-time hog
 //!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does), or
-//!   fails on any neighbour's stall: nothing runs beside it.
+//!   fails on any neighbour's stall: nothing runs beside it, except, for a binary of
+//!   [`ALONE_TOGETHER`], its own other tests.
 
 /// The lane a test binary runs in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
     Light,
-    Paired,
+    Waiting,
     Timed,
     Alone,
 }
@@ -29,7 +31,7 @@ impl Class {
     pub fn as_str(self) -> &'static str {
         match self {
             Class::Light => "light",
-            Class::Paired => "pair",
+            Class::Waiting => "wait",
             Class::Timed => "timed",
             Class::Alone => "alone",
         }
@@ -96,10 +98,11 @@ const LIGHT: &[(&str, &str)] = &[
     ),
 ];
 
-/// Why a paired binary may run beside one other: its bounds are whole probe intervals,
-/// fail timeouts or neighbour timers (a tenth of a second and up) with margins made for
-/// a shared machine, and its processes are mostly idle, waiting for those timers: in
-/// the suite's table none used more than a third of a core on average (CPU s / wall s).
+/// Why a waiting binary's tests may run beside two others: their bounds are whole probe
+/// intervals, fail timeouts or neighbour timers (a tenth of a second and up) with margins
+/// made for a shared machine, and their processes are mostly idle, waiting for those
+/// timers: in the suite's table none used more than a third of a core on average (CPU s
+/// / wall s), so three of them and a light job leave the machine's two cores unfilled.
 const PROBES: &str = "probe detection and recovery bounds of whole intervals; mostly idle";
 const TRAFFIC: &str =
     "ordinary traffic (about 200 requests a second) with probe bounds; a fifth of a core";
@@ -107,9 +110,9 @@ const NEIGHBOURS: &str = "neighbour timing bounds (seconds) under a connection e
 const MULTINODE: &str = "two lb nodes and a BIRD router in its own namespaces; bounds of seconds";
 const RESTARTS: &str = "agent restarts with held connections; bounds of seconds";
 
-/// Timing-bound binaries whose bounds hold beside one other binary of this list (and a
-/// light one): two of them run at a time.
-const PAIRED: &[(&str, &str)] = &[
+/// Timing-bound binaries whose bounds hold beside two other tests of this list (and a
+/// light job): three of their tests run at a time.
+const WAITING: &[(&str, &str)] = &[
     ("browser_status_page", PROBES),
     ("netns_balance", PROBES),
     ("netns_doctor", PROBES),
@@ -161,7 +164,8 @@ const ALONE: &[(&str, &str)] = &[
     (
         "netns_chaos",
         "no request may fail outside a fault's window for 80 s per mode: a stall caused \
-         by a neighbour counts as a failure",
+         by a neighbour counts as a failure (its two modes run side by side: \
+         ALONE_TOGETHER)",
     ),
     (
         "netns_health_starved_agent",
@@ -181,6 +185,15 @@ const ALONE: &[(&str, &str)] = &[
     ),
 ];
 
+/// Alone binaries whose tests run as jobs of their own beside each other (and nothing
+/// else), and why their tests do not disturb each other.
+const ALONE_TOGETHER: &[(&str, &str)] = &[(
+    "netns_chaos",
+    "each mode is a bed of its own (namespaces named after the pid, its own subnet) and \
+     mostly waits (about 18 s of CPU in 85 s): the two together use under half of the \
+     machine's two cores, and a stall from outside them is still kept out",
+)];
+
 /// The class of test binary `name` (a `tests/*.rs` target; the lib's and the bins' own
 /// unit tests are `lb-tests(lib)` and `lb-tests(bin NAME)`).
 pub fn class_of(name: &str) -> Class {
@@ -190,8 +203,8 @@ pub fn class_of(name: &str) -> Class {
     }
     if LIGHT.iter().any(|(n, _)| *n == name) {
         Class::Light
-    } else if PAIRED.iter().any(|(n, _)| *n == name) {
-        Class::Paired
+    } else if WAITING.iter().any(|(n, _)| *n == name) {
+        Class::Waiting
     } else if ALONE.iter().any(|(n, _)| *n == name) {
         Class::Alone
     } else {
@@ -199,7 +212,19 @@ pub fn class_of(name: &str) -> Class {
     }
 }
 
+/// Whether binary `name`'s tests run as jobs of their own (`--exact NAME`, one process
+/// each), which packs the lanes finer than whole binaries: a waiting binary's, and an
+/// [`ALONE_TOGETHER`] one's.
+pub fn runs_test_by_test(name: &str) -> bool {
+    class_of(name) == Class::Waiting || beside_itself(name)
+}
+
+/// Whether the tests of alone binary `name` may run beside each other.
+pub fn beside_itself(name: &str) -> bool {
+    ALONE_TOGETHER.iter().any(|(n, _)| *n == name)
+}
+
 /// The classified names (to warn about a stale entry).
 pub fn listed() -> impl Iterator<Item = &'static str> {
-    LIGHT.iter().chain(PAIRED).chain(ALONE).map(|(n, _)| *n)
+    LIGHT.iter().chain(WAITING).chain(ALONE).map(|(n, _)| *n)
 }

@@ -1,7 +1,8 @@
 //! The root half of `cargo xtask test`: lb-tests' binaries, built once, run as separate
-//! processes, up to three at a time as their classes allow ([`crate::test_classes`]).
-//! Each binary's output is captured and printed whole when it ends; a table of every
-//! binary's wall time, CPU time and result closes the run.
+//! processes (a waiting binary's tests each as its own), up to four at a time as their
+//! classes allow ([`crate::test_classes`]). Each job's output is captured and printed
+//! whole when it ends; a table of every job's wall time, CPU time and result closes the
+//! run, and the next run starts the longest jobs of this one first.
 
 use std::{
     collections::VecDeque,
@@ -205,11 +206,19 @@ fn test_bin(line: &str) -> anyhow::Result<Option<TestBin>> {
     }))
 }
 
-/// A job: a test binary, or the unit tests of the other crates as one `cargo test`.
+/// A job: a test binary, one test of a binary that runs test by test, or the unit tests
+/// of the other crates as one `cargo test`.
 struct Job {
     name: String,
-    class: Class,
+    lane: Lane,
     cmd: Command,
+}
+
+/// What the scheduler knows of a job: its class and the binary it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Lane {
+    class: Class,
+    binary: String,
 }
 
 /// How one job ended.
@@ -247,38 +256,76 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     let mut queue = VecDeque::new();
     if let Some(unit) = plan.unit {
         queue.push_back(Job {
-            name: "unit tests (workspace but lb-tests)".into(),
-            class: Class::Light,
+            name: UNIT_JOB.into(),
+            lane: Lane {
+                class: Class::Light,
+                binary: UNIT_JOB.into(),
+            },
             cmd: unit,
         });
     }
     for bin in &plan.bins {
         let class = test_classes::class_of(&bin.name);
-        let mut cmd = Command::new(&bin.exe);
         // As `cargo test` runs them: from the package's directory, one test at a time.
-        cmd.current_dir(plan.root.join("tests"))
-            .env("CARGO_MANIFEST_DIR", plan.root.join("tests"))
-            .env("CARGO_PKG_NAME", "lb-tests")
-            .args(&plan.extra.binary)
-            .arg("--test-threads=1");
-        queue.push_back(Job {
-            name: bin.name.clone(),
+        let command = |args: &[String]| {
+            let mut cmd = Command::new(&bin.exe);
+            cmd.current_dir(plan.root.join("tests"))
+                .env("CARGO_MANIFEST_DIR", plan.root.join("tests"))
+                .env("CARGO_PKG_NAME", "lb-tests")
+                .args(args)
+                .arg("--test-threads=1");
+            cmd
+        };
+        let lane = Lane {
             class,
-            cmd,
-        });
+            binary: bin.name.clone(),
+        };
+        // A name filter from the command line goes to the whole binary, as cargo would.
+        if test_classes::runs_test_by_test(&bin.name) && plan.extra.binary.is_empty() {
+            let (tests, ignored) = tests_of(&bin.exe, &plan.root.join("tests"))?;
+            if !ignored.is_empty() {
+                println!(
+                    "xtask test: {}: ignored, not run: {}",
+                    bin.name,
+                    ignored.join(", ")
+                );
+            }
+            for test in tests {
+                queue.push_back(Job {
+                    name: format!("{}::{test}", bin.name),
+                    lane: lane.clone(),
+                    cmd: command(&["--exact".into(), test]),
+                });
+            }
+        } else {
+            queue.push_back(Job {
+                name: bin.name.clone(),
+                lane,
+                cmd: command(&plan.extra.binary),
+            });
+        }
     }
-    // The alone jobs first, while the machine is empty anyway; the rest in name order
-    // (each worker takes the first job the others' classes let it start).
-    queue
-        .make_contiguous()
-        .sort_by_key(|j| j.class != Class::Alone);
-    let count = |c: Class| queue.iter().filter(|j| j.class == c).count();
+    // The alone jobs first, while the machine is empty anyway; then the rest, longest
+    // first by the last run's table (new jobs first, then name order), so that no long
+    // job starts at the end (each worker takes the first job the others' classes let
+    // it start).
+    let last = last_walls(&logs);
+    queue.make_contiguous().sort_by(|a, b| {
+        let alone = |j: &Job| j.lane.class != Class::Alone;
+        let longest = |j: &Job| std::cmp::Reverse(last.get(&j.name).copied().unwrap_or(f64::MAX));
+        alone(a)
+            .cmp(&alone(b))
+            .then(longest(a).partial_cmp(&longest(b)).expect("no NaN"))
+            .then(a.name.cmp(&b.name))
+    });
+    let count = |c: Class| queue.iter().filter(|j| j.lane.class == c).count();
     println!(
-        "xtask test: {} alone, {} timed (one at a time), {} paired (two at a time), {} light \
-         (one at a time beside them); output of each printed when it ends (logs in {})",
+        "xtask test: {} alone, {} timed (one at a time), {} waiting ({WAITING_AT_ONCE} at a \
+         time), {} light (one at a time beside them); output of each printed when it ends \
+         (logs in {})",
         count(Class::Alone),
         count(Class::Timed),
-        count(Class::Paired),
+        count(Class::Waiting),
         count(Class::Light),
         logs.display()
     );
@@ -299,9 +346,9 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
                 (board.clone(), print.clone(), outcomes.clone(), logs.clone());
             thread::spawn(move || {
                 while let Some(job) = board.take() {
-                    let class = job.class;
+                    let lane = job.lane.clone();
                     let outcome = run_job(job, &logs, &print);
-                    board.done(class);
+                    board.done(&lane);
                     outcomes
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -316,6 +363,9 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     let total = started.elapsed();
     let outcomes = std::mem::take(&mut *outcomes.lock().unwrap_or_else(|e| e.into_inner()));
     table(&outcomes, total);
+    if plan.extra.binary.is_empty() {
+        keep_walls(&logs, &outcomes);
+    }
     let failed: Vec<&str> = outcomes
         .iter()
         .filter(|o| !o.ok)
@@ -327,30 +377,100 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Jobs at once at most: two paired and one light.
-const WORKERS: usize = 3;
+/// The unit tests of the other crates, as one job.
+const UNIT_JOB: &str = "unit tests (workspace but lb-tests)";
 
-/// Whether a job of class `class` may start beside the jobs of classes `running`:
+/// Waiting jobs at once at most.
+const WAITING_AT_ONCE: usize = 3;
+
+/// Jobs at once at most: the waiting ones and one light.
+const WORKERS: usize = WAITING_AT_ONCE + 1;
+
+/// Whether `job` may start beside the jobs `running`:
 /// - light: one at a time, beside anything but an alone job;
-/// - timed: no other timed or paired job beside it (light ones may run);
-/// - paired: beside at most one other paired job (and a light one);
-/// - alone: nothing beside it.
-fn may_start(class: Class, running: &[Class]) -> bool {
-    let n = |c: Class| running.iter().filter(|r| **r == c).count();
+/// - timed: no other timed or waiting job beside it (light ones may run);
+/// - waiting: beside at most two other waiting jobs (and a light one);
+/// - alone: nothing beside it, but the other tests of its own binary where that binary
+///   allows it ([`test_classes::beside_itself`]).
+fn may_start(job: &Lane, running: &[Lane]) -> bool {
+    let n = |c: Class| running.iter().filter(|r| r.class == c).count();
+    if job.class == Class::Alone {
+        return running.is_empty()
+            || (test_classes::beside_itself(&job.binary) && running.iter().all(|r| *r == *job));
+    }
     if n(Class::Alone) > 0 {
         return false;
     }
-    match class {
-        Class::Alone => running.is_empty(),
+    match job.class {
         Class::Light => n(Class::Light) == 0,
-        Class::Timed => n(Class::Timed) + n(Class::Paired) == 0,
-        Class::Paired => n(Class::Timed) == 0 && n(Class::Paired) < 2,
+        Class::Timed => n(Class::Timed) + n(Class::Waiting) == 0,
+        Class::Waiting => n(Class::Timed) == 0 && n(Class::Waiting) < WAITING_AT_ONCE,
+        Class::Alone => unreachable!("handled above"),
     }
 }
 
 /// The index of the first job in `queue` that may start beside `running`.
-fn pick(queue: &[Class], running: &[Class]) -> Option<usize> {
-    queue.iter().position(|c| may_start(*c, running))
+fn pick(queue: &[Lane], running: &[Lane]) -> Option<usize> {
+    queue.iter().position(|j| may_start(j, running))
+}
+
+/// The tests a binary holds (`--list`), and apart those it marks ignored.
+fn tests_of(exe: &Path, dir: &Path) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let list = |ignored: bool| -> anyhow::Result<Vec<String>> {
+        let mut cmd = Command::new(exe);
+        cmd.current_dir(dir).args(["--list", "--format", "terse"]);
+        if ignored {
+            cmd.arg("--ignored");
+        }
+        let out = cmd
+            .output()
+            .with_context(|| format!("listing the tests of {}", exe.display()))?;
+        if !out.status.success() {
+            bail!("{} --list failed: {}", exe.display(), out.status);
+        }
+        Ok(parse_list(&String::from_utf8_lossy(&out.stdout)))
+    };
+    let ignored = list(true)?;
+    let tests = list(false)?
+        .into_iter()
+        .filter(|t| !ignored.contains(t))
+        .collect();
+    Ok((tests, ignored))
+}
+
+/// The test names of a `--list --format terse` output (`NAME: test` lines).
+fn parse_list(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The file that keeps each job's wall time from the last whole run.
+const WALLS_FILE: &str = "walls.tsv";
+
+/// Each job's wall time in seconds from the last whole run's [`WALLS_FILE`] (empty
+/// when there is none, or a line cannot be read).
+fn last_walls(logs: &Path) -> std::collections::HashMap<String, f64> {
+    let text = std::fs::read_to_string(logs.join(WALLS_FILE)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (secs, name) = l.split_once('\t')?;
+            Some((name.to_owned(), secs.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Writes each job's wall time for the next run's order (best effort: a run that cannot
+/// write it only loses the order).
+fn keep_walls(logs: &Path, outcomes: &[Outcome]) {
+    let text: String = outcomes
+        .iter()
+        .map(|o| format!("{:.1}\t{}\n", o.wall.as_secs_f64(), o.name))
+        .collect();
+    if let Err(e) = std::fs::write(logs.join(WALLS_FILE), text) {
+        println!("xtask test: note: keeping the jobs' times: {e}");
+    }
 }
 
 /// The jobs not yet started and the classes of those running, shared by the workers.
@@ -361,7 +481,7 @@ struct Board {
 
 struct BoardState {
     queue: VecDeque<Job>,
-    running: Vec<Class>,
+    running: Vec<Lane>,
 }
 
 impl Board {
@@ -373,10 +493,10 @@ impl Board {
             if st.queue.is_empty() {
                 return None;
             }
-            let classes: Vec<Class> = st.queue.iter().map(|j| j.class).collect();
-            if let Some(i) = pick(&classes, &st.running) {
+            let lanes: Vec<Lane> = st.queue.iter().map(|j| j.lane.clone()).collect();
+            if let Some(i) = pick(&lanes, &st.running) {
                 let job = st.queue.remove(i).expect("picked from the queue");
-                st.running.push(job.class);
+                st.running.push(job.lane.clone());
                 return Some(job);
             }
             // Something runs (with nothing running every class may start): wait for it.
@@ -384,9 +504,9 @@ impl Board {
         }
     }
 
-    fn done(&self, class: Class) {
+    fn done(&self, lane: &Lane) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = st.running.iter().position(|c| *c == class) {
+        if let Some(i) = st.running.iter().position(|r| r == lane) {
             st.running.remove(i);
         }
         self.changed.notify_all();
@@ -429,7 +549,7 @@ fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
         out,
         "\n===== {} [{}] {} in {:.1} s ({} CPU) =====",
         job.name,
-        job.class.as_str(),
+        job.lane.class.as_str(),
         if ok { "ok" } else { "FAILED" },
         wall.as_secs_f64(),
         cpu_text(cpu)
@@ -439,7 +559,7 @@ fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
     let _ = out.flush();
     Outcome {
         name: job.name,
-        class: job.class,
+        class: job.lane.class,
         wall,
         cpu,
         ok,
@@ -615,40 +735,93 @@ mod tests {
         assert_eq!(summarize("boom"), "no test result");
     }
 
+    /// A job of class `class` from binary `binary`.
+    fn lane(class: Class, binary: &str) -> Lane {
+        Lane {
+            class,
+            binary: binary.into(),
+        }
+    }
+
+    /// Jobs of each class from binaries of their own.
+    fn lanes(classes: &[Class]) -> Vec<Lane> {
+        classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| lane(*c, &format!("bin{i}")))
+            .collect()
+    }
+
+    fn may(class: Class, running: &[Class]) -> bool {
+        may_start(&lane(class, "this"), &lanes(running))
+    }
+
     #[test]
     fn classes_start_only_beside_the_classes_they_allow() {
         use Class::*;
-        assert!(may_start(Alone, &[]));
-        assert!(!may_start(Alone, &[Light]));
-        assert!(!may_start(Light, &[Alone]) && !may_start(Paired, &[Alone]));
-        assert!(may_start(Light, &[Paired, Paired]) && may_start(Light, &[Timed]));
-        assert!(!may_start(Light, &[Light]));
-        assert!(may_start(Paired, &[Paired, Light]));
-        assert!(!may_start(Paired, &[Paired, Paired]));
-        assert!(!may_start(Paired, &[Timed]) && !may_start(Timed, &[Paired]));
-        assert!(!may_start(Timed, &[Timed]) && may_start(Timed, &[Light]));
+        assert!(may(Alone, &[]));
+        assert!(!may(Alone, &[Light]));
+        assert!(!may(Light, &[Alone]) && !may(Waiting, &[Alone]));
+        assert!(may(Light, &[Waiting, Waiting, Waiting]) && may(Light, &[Timed]));
+        assert!(!may(Light, &[Light]));
+        assert!(may(Waiting, &[Waiting, Waiting, Light]));
+        assert!(!may(Waiting, &[Waiting, Waiting, Waiting]));
+        assert!(!may(Waiting, &[Timed]) && !may(Timed, &[Waiting]));
+        assert!(!may(Timed, &[Timed]) && may(Timed, &[Light]));
+    }
+
+    #[test]
+    fn an_alone_binary_runs_beside_its_own_tests_only_where_it_allows_it() {
+        use Class::*;
+        let chaos = lane(Alone, "netns_chaos");
+        assert!(test_classes::beside_itself("netns_chaos"));
+        assert!(may_start(&chaos, std::slice::from_ref(&chaos)));
+        assert!(!may_start(
+            &chaos,
+            &[chaos.clone(), lane(Light, "bpf_fixtures")]
+        ));
+        assert!(!may_start(
+            &lane(Light, "bpf_fixtures"),
+            std::slice::from_ref(&chaos)
+        ));
+        let starved = lane(Alone, "netns_health_starved_agent");
+        assert!(!may_start(&starved, std::slice::from_ref(&starved)));
+        assert!(!may_start(&starved, std::slice::from_ref(&chaos)));
+        assert!(!may_start(&chaos, &[starved]));
     }
 
     #[test]
     fn a_worker_takes_the_first_job_it_may_start() {
         use Class::*;
-        // A timed job waits while two paired run; the light job behind it goes first.
-        assert_eq!(pick(&[Timed, Light], &[Paired, Paired]), Some(1));
-        assert_eq!(pick(&[Timed, Paired], &[Paired, Light]), Some(1));
-        assert_eq!(pick(&[Alone, Timed], &[Light]), Some(1));
-        assert_eq!(pick(&[Alone, Light], &[Alone]), None);
+        // A timed job waits while waiting ones run; the light job behind it goes first.
+        let full = [Waiting, Waiting, Waiting];
+        assert_eq!(pick(&lanes(&[Timed, Light]), &lanes(&full)), Some(1));
+        assert_eq!(
+            pick(&lanes(&[Timed, Waiting]), &lanes(&[Waiting, Light])),
+            Some(1)
+        );
+        assert_eq!(pick(&lanes(&[Alone, Timed]), &lanes(&[Light])), Some(1));
+        assert_eq!(pick(&lanes(&[Alone, Light]), &lanes(&[Alone])), None);
+    }
+
+    #[test]
+    fn listed_tests_are_read_from_the_terse_format() {
+        let text = "tests::a: test\nnat::b_c: test\n\nbench_x: benchmark\n";
+        assert_eq!(parse_list(text), ["tests::a", "nat::b_c"]);
     }
 
     #[test]
     fn every_job_runs_and_an_alone_job_runs_by_itself() {
         use Class::*;
-        let classes = [Paired, Light, Alone, Paired, Timed, Paired, Light, Timed];
-        let queue = classes
-            .iter()
+        let classes = [
+            Waiting, Light, Alone, Waiting, Timed, Waiting, Light, Timed, Waiting, Waiting,
+        ];
+        let queue = lanes(&classes)
+            .into_iter()
             .enumerate()
-            .map(|(i, c)| Job {
+            .map(|(i, lane)| Job {
                 name: format!("job{i}"),
-                class: *c,
+                lane,
                 cmd: Command::new("true"),
             })
             .collect();
@@ -666,21 +839,21 @@ mod tests {
                 thread::spawn(move || {
                     while let Some(job) = board.take() {
                         let beside = board.state.lock().unwrap().running.clone();
-                        // `beside` holds this job's own class once.
-                        let others: Vec<Class> = {
+                        // `beside` holds this job's own lane once.
+                        let others: Vec<Lane> = {
                             let mut v = beside.clone();
-                            let i = v.iter().position(|c| *c == job.class).unwrap();
+                            let i = v.iter().position(|l| *l == job.lane).unwrap();
                             v.remove(i);
                             v
                         };
                         assert!(
-                            may_start(job.class, &others),
+                            may_start(&job.lane, &others),
                             "{} beside {others:?}",
                             job.name
                         );
                         thread::sleep(Duration::from_millis(20));
                         seen.lock().unwrap().push(job.name.clone());
-                        board.done(job.class);
+                        board.done(&job.lane);
                     }
                 })
             })
@@ -689,6 +862,26 @@ mod tests {
             w.join().unwrap();
         }
         assert_eq!(seen.lock().unwrap().len(), classes.len());
+    }
+
+    #[test]
+    fn the_last_runs_walls_are_read_back() {
+        let dir = std::env::temp_dir().join(format!("xtask-walls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let outcome = |name: &str, secs: u64| Outcome {
+            name: name.into(),
+            class: Class::Waiting,
+            wall: Duration::from_secs(secs),
+            cpu: None,
+            ok: true,
+            summary: String::new(),
+        };
+        keep_walls(&dir, &[outcome("a::b", 12), outcome("c", 3)]);
+        let walls = last_walls(&dir);
+        assert_eq!(walls.get("a::b"), Some(&12.0));
+        assert_eq!(walls.get("c"), Some(&3.0));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(last_walls(&dir).is_empty());
     }
 
     #[test]
