@@ -15,6 +15,7 @@ mod test_classes;
 #[allow(dead_code)]
 mod ebpf_build;
 mod test_runner;
+mod test_schedule;
 
 use std::{
     path::{Path, PathBuf},

@@ -5,19 +5,21 @@
 //! run, and the next run starts the longest jobs of this one first.
 
 use std::{
-    collections::VecDeque,
     fs::File,
     io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{Arc, Condvar, Mutex},
+    sync::{Arc, Mutex},
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
 
-use crate::test_classes::{self, Class};
+use crate::{
+    test_classes::{self, Class},
+    test_schedule::{self, Board, Lane, Scheduled, WAITING_AT_ONCE, WORKERS},
+};
 
 /// The extra arguments of `cargo xtask test`, split as `cargo test` reads them:
 /// options for cargo, and the arguments every test binary gets (a name filter,
@@ -214,11 +216,13 @@ struct Job {
     cmd: Command,
 }
 
-/// What the scheduler knows of a job: its class and the binary it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Lane {
-    class: Class,
-    binary: String,
+impl Scheduled for Job {
+    fn lane(&self) -> &Lane {
+        &self.lane
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// How one job ended.
@@ -253,9 +257,9 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         }
     }
 
-    let mut queue = VecDeque::new();
+    let mut queue = Vec::new();
     if let Some(unit) = plan.unit {
-        queue.push_back(Job {
+        queue.push(Job {
             name: UNIT_JOB.into(),
             lane: Lane {
                 class: Class::Light,
@@ -291,33 +295,21 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
                 );
             }
             for test in tests {
-                queue.push_back(Job {
+                queue.push(Job {
                     name: format!("{}::{test}", bin.name),
                     lane: lane.clone(),
                     cmd: command(&["--exact".into(), test]),
                 });
             }
         } else {
-            queue.push_back(Job {
+            queue.push(Job {
                 name: bin.name.clone(),
                 lane,
                 cmd: command(&plan.extra.binary),
             });
         }
     }
-    // The alone jobs first, while the machine is empty anyway; then the rest, longest
-    // first by the last run's table (new jobs first, then name order), so that no long
-    // job starts at the end (each worker takes the first job the others' classes let
-    // it start).
-    let last = last_walls(&logs);
-    queue.make_contiguous().sort_by(|a, b| {
-        let alone = |j: &Job| j.lane.class != Class::Alone;
-        let longest = |j: &Job| std::cmp::Reverse(last.get(&j.name).copied().unwrap_or(f64::MAX));
-        alone(a)
-            .cmp(&alone(b))
-            .then(longest(a).partial_cmp(&longest(b)).expect("no NaN"))
-            .then(a.name.cmp(&b.name))
-    });
+    test_schedule::order(&mut queue, &test_schedule::last_walls(&logs));
     let count = |c: Class| queue.iter().filter(|j| j.lane.class == c).count();
     println!(
         "xtask test: {} alone, {} timed (one at a time), {} waiting ({WAITING_AT_ONCE} at a \
@@ -331,13 +323,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    let board = Arc::new(Board {
-        state: Mutex::new(BoardState {
-            queue,
-            running: Vec::new(),
-        }),
-        changed: Condvar::new(),
-    });
+    let board = Arc::new(Board::new(queue));
     let print = Arc::new(Mutex::new(()));
     let outcomes = Arc::new(Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..WORKERS)
@@ -364,7 +350,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     let outcomes = std::mem::take(&mut *outcomes.lock().unwrap_or_else(|e| e.into_inner()));
     table(&outcomes, total);
     if plan.extra.binary.is_empty() {
-        keep_walls(&logs, &outcomes);
+        test_schedule::keep_walls(&logs, outcomes.iter().map(|o| (o.name.as_str(), o.wall)));
     }
     let failed: Vec<&str> = outcomes
         .iter()
@@ -379,40 +365,6 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
 
 /// The unit tests of the other crates, as one job.
 const UNIT_JOB: &str = "unit tests (workspace but lb-tests)";
-
-/// Waiting jobs at once at most.
-const WAITING_AT_ONCE: usize = 3;
-
-/// Jobs at once at most: the waiting ones and one light.
-const WORKERS: usize = WAITING_AT_ONCE + 1;
-
-/// Whether `job` may start beside the jobs `running`:
-/// - light: one at a time, beside anything but an alone job;
-/// - timed: no other timed or waiting job beside it (light ones may run);
-/// - waiting: beside at most two other waiting jobs (and a light one);
-/// - alone: nothing beside it, but the other tests of its own binary where that binary
-///   allows it ([`test_classes::beside_itself`]).
-fn may_start(job: &Lane, running: &[Lane]) -> bool {
-    let n = |c: Class| running.iter().filter(|r| r.class == c).count();
-    if job.class == Class::Alone {
-        return running.is_empty()
-            || (test_classes::beside_itself(&job.binary) && running.iter().all(|r| *r == *job));
-    }
-    if n(Class::Alone) > 0 {
-        return false;
-    }
-    match job.class {
-        Class::Light => n(Class::Light) == 0,
-        Class::Timed => n(Class::Timed) + n(Class::Waiting) == 0,
-        Class::Waiting => n(Class::Timed) == 0 && n(Class::Waiting) < WAITING_AT_ONCE,
-        Class::Alone => unreachable!("handled above"),
-    }
-}
-
-/// The index of the first job in `queue` that may start beside `running`.
-fn pick(queue: &[Lane], running: &[Lane]) -> Option<usize> {
-    queue.iter().position(|j| may_start(j, running))
-}
 
 /// The tests a binary holds (`--list`), and apart those it marks ignored.
 fn tests_of(exe: &Path, dir: &Path) -> anyhow::Result<(Vec<String>, Vec<String>)> {
@@ -444,73 +396,6 @@ fn parse_list(text: &str) -> Vec<String> {
         .filter_map(|l| l.strip_suffix(": test"))
         .map(str::to_owned)
         .collect()
-}
-
-/// The file that keeps each job's wall time from the last whole run.
-const WALLS_FILE: &str = "walls.tsv";
-
-/// Each job's wall time in seconds from the last whole run's [`WALLS_FILE`] (empty
-/// when there is none, or a line cannot be read).
-fn last_walls(logs: &Path) -> std::collections::HashMap<String, f64> {
-    let text = std::fs::read_to_string(logs.join(WALLS_FILE)).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let (secs, name) = l.split_once('\t')?;
-            Some((name.to_owned(), secs.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Writes each job's wall time for the next run's order (best effort: a run that cannot
-/// write it only loses the order).
-fn keep_walls(logs: &Path, outcomes: &[Outcome]) {
-    let text: String = outcomes
-        .iter()
-        .map(|o| format!("{:.1}\t{}\n", o.wall.as_secs_f64(), o.name))
-        .collect();
-    if let Err(e) = std::fs::write(logs.join(WALLS_FILE), text) {
-        println!("xtask test: note: keeping the jobs' times: {e}");
-    }
-}
-
-/// The jobs not yet started and the classes of those running, shared by the workers.
-struct Board {
-    state: Mutex<BoardState>,
-    changed: Condvar,
-}
-
-struct BoardState {
-    queue: VecDeque<Job>,
-    running: Vec<Lane>,
-}
-
-impl Board {
-    /// The next job this worker may start, waiting until one may; None once the
-    /// queue is empty.
-    fn take(&self) -> Option<Job> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if st.queue.is_empty() {
-                return None;
-            }
-            let lanes: Vec<Lane> = st.queue.iter().map(|j| j.lane.clone()).collect();
-            if let Some(i) = pick(&lanes, &st.running) {
-                let job = st.queue.remove(i).expect("picked from the queue");
-                st.running.push(job.lane.clone());
-                return Some(job);
-            }
-            // Something runs (with nothing running every class may start): wait for it.
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    fn done(&self, lane: &Lane) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = st.running.iter().position(|r| r == lane) {
-            st.running.remove(i);
-        }
-        self.changed.notify_all();
-    }
 }
 
 /// Runs one job with its output in `logs/NAME.log`, then prints that log whole.
@@ -735,153 +620,10 @@ mod tests {
         assert_eq!(summarize("boom"), "no test result");
     }
 
-    /// A job of class `class` from binary `binary`.
-    fn lane(class: Class, binary: &str) -> Lane {
-        Lane {
-            class,
-            binary: binary.into(),
-        }
-    }
-
-    /// Jobs of each class from binaries of their own.
-    fn lanes(classes: &[Class]) -> Vec<Lane> {
-        classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| lane(*c, &format!("bin{i}")))
-            .collect()
-    }
-
-    fn may(class: Class, running: &[Class]) -> bool {
-        may_start(&lane(class, "this"), &lanes(running))
-    }
-
-    #[test]
-    fn classes_start_only_beside_the_classes_they_allow() {
-        use Class::*;
-        assert!(may(Alone, &[]));
-        assert!(!may(Alone, &[Light]));
-        assert!(!may(Light, &[Alone]) && !may(Waiting, &[Alone]));
-        assert!(may(Light, &[Waiting, Waiting, Waiting]) && may(Light, &[Timed]));
-        assert!(!may(Light, &[Light]));
-        assert!(may(Waiting, &[Waiting, Waiting, Light]));
-        assert!(!may(Waiting, &[Waiting, Waiting, Waiting]));
-        assert!(!may(Waiting, &[Timed]) && !may(Timed, &[Waiting]));
-        assert!(!may(Timed, &[Timed]) && may(Timed, &[Light]));
-    }
-
-    #[test]
-    fn an_alone_binary_runs_beside_its_own_tests_only_where_it_allows_it() {
-        use Class::*;
-        let chaos = lane(Alone, "netns_chaos");
-        assert!(test_classes::beside_itself("netns_chaos"));
-        assert!(may_start(&chaos, std::slice::from_ref(&chaos)));
-        assert!(!may_start(
-            &chaos,
-            &[chaos.clone(), lane(Light, "bpf_fixtures")]
-        ));
-        assert!(!may_start(
-            &lane(Light, "bpf_fixtures"),
-            std::slice::from_ref(&chaos)
-        ));
-        let starved = lane(Alone, "netns_health_starved_agent");
-        assert!(!may_start(&starved, std::slice::from_ref(&starved)));
-        assert!(!may_start(&starved, std::slice::from_ref(&chaos)));
-        assert!(!may_start(&chaos, &[starved]));
-    }
-
-    #[test]
-    fn a_worker_takes_the_first_job_it_may_start() {
-        use Class::*;
-        // A timed job waits while waiting ones run; the light job behind it goes first.
-        let full = [Waiting, Waiting, Waiting];
-        assert_eq!(pick(&lanes(&[Timed, Light]), &lanes(&full)), Some(1));
-        assert_eq!(
-            pick(&lanes(&[Timed, Waiting]), &lanes(&[Waiting, Light])),
-            Some(1)
-        );
-        assert_eq!(pick(&lanes(&[Alone, Timed]), &lanes(&[Light])), Some(1));
-        assert_eq!(pick(&lanes(&[Alone, Light]), &lanes(&[Alone])), None);
-    }
-
     #[test]
     fn listed_tests_are_read_from_the_terse_format() {
         let text = "tests::a: test\nnat::b_c: test\n\nbench_x: benchmark\n";
         assert_eq!(parse_list(text), ["tests::a", "nat::b_c"]);
-    }
-
-    #[test]
-    fn every_job_runs_and_an_alone_job_runs_by_itself() {
-        use Class::*;
-        let classes = [
-            Waiting, Light, Alone, Waiting, Timed, Waiting, Light, Timed, Waiting, Waiting,
-        ];
-        let queue = lanes(&classes)
-            .into_iter()
-            .enumerate()
-            .map(|(i, lane)| Job {
-                name: format!("job{i}"),
-                lane,
-                cmd: Command::new("true"),
-            })
-            .collect();
-        let board = Arc::new(Board {
-            state: Mutex::new(BoardState {
-                queue,
-                running: Vec::new(),
-            }),
-            changed: Condvar::new(),
-        });
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (board, seen) = (board.clone(), seen.clone());
-                thread::spawn(move || {
-                    while let Some(job) = board.take() {
-                        let beside = board.state.lock().unwrap().running.clone();
-                        // `beside` holds this job's own lane once.
-                        let others: Vec<Lane> = {
-                            let mut v = beside.clone();
-                            let i = v.iter().position(|l| *l == job.lane).unwrap();
-                            v.remove(i);
-                            v
-                        };
-                        assert!(
-                            may_start(&job.lane, &others),
-                            "{} beside {others:?}",
-                            job.name
-                        );
-                        thread::sleep(Duration::from_millis(20));
-                        seen.lock().unwrap().push(job.name.clone());
-                        board.done(&job.lane);
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        assert_eq!(seen.lock().unwrap().len(), classes.len());
-    }
-
-    #[test]
-    fn the_last_runs_walls_are_read_back() {
-        let dir = std::env::temp_dir().join(format!("xtask-walls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let outcome = |name: &str, secs: u64| Outcome {
-            name: name.into(),
-            class: Class::Waiting,
-            wall: Duration::from_secs(secs),
-            cpu: None,
-            ok: true,
-            summary: String::new(),
-        };
-        keep_walls(&dir, &[outcome("a::b", 12), outcome("c", 3)]);
-        let walls = last_walls(&dir);
-        assert_eq!(walls.get("a::b"), Some(&12.0));
-        assert_eq!(walls.get("c"), Some(&3.0));
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(last_walls(&dir).is_empty());
     }
 
     #[test]

@@ -1,0 +1,322 @@
+//! Which job of `cargo xtask test` runs when: the classes' rules for what may run
+//! beside what ([`may_start`]), the queue the workers share ([`Board`]), and the order
+//! of that queue ([`order`]: the alone jobs first, then the longest of the last whole
+//! run, whose wall times [`keep_walls`] writes and [`last_walls`] reads back).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    path::Path,
+    sync::{Condvar, Mutex},
+    time::Duration,
+};
+
+use crate::test_classes::{self, Class};
+
+/// What the scheduler knows of a job: its class and the binary it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    pub class: Class,
+    pub binary: String,
+}
+
+/// A job the [`Board`] hands out: its lane and its name.
+pub trait Scheduled {
+    fn lane(&self) -> &Lane;
+    fn name(&self) -> &str;
+}
+
+/// Waiting jobs at once at most.
+pub const WAITING_AT_ONCE: usize = 3;
+
+/// Jobs at once at most: the waiting ones and one light.
+pub const WORKERS: usize = WAITING_AT_ONCE + 1;
+
+/// Whether `job` may start beside the jobs `running`:
+/// - light: one at a time, beside anything but an alone job;
+/// - timed: no other timed or waiting job beside it (light ones may run);
+/// - waiting: beside at most two other waiting jobs (and a light one);
+/// - alone: nothing beside it, but the other tests of its own binary where that binary
+///   allows it ([`test_classes::beside_itself`]).
+pub fn may_start(job: &Lane, running: &[Lane]) -> bool {
+    let n = |c: Class| running.iter().filter(|r| r.class == c).count();
+    if job.class == Class::Alone {
+        return running.is_empty()
+            || (test_classes::beside_itself(&job.binary) && running.iter().all(|r| *r == *job));
+    }
+    if n(Class::Alone) > 0 {
+        return false;
+    }
+    match job.class {
+        Class::Light => n(Class::Light) == 0,
+        Class::Timed => n(Class::Timed) + n(Class::Waiting) == 0,
+        Class::Waiting => n(Class::Timed) == 0 && n(Class::Waiting) < WAITING_AT_ONCE,
+        Class::Alone => unreachable!("handled above"),
+    }
+}
+
+/// The index of the first job in `queue` that may start beside `running`.
+pub fn pick(queue: &[Lane], running: &[Lane]) -> Option<usize> {
+    queue.iter().position(|j| may_start(j, running))
+}
+
+/// Sorts `queue` into the order the workers take it: the alone jobs first, while the
+/// machine is empty anyway; then the rest, longest first by the last whole run's wall
+/// times `last` (jobs it does not list first, then name order), so that no long job
+/// starts at the end (each worker takes the first job the others' classes let it start).
+pub fn order<T: Scheduled>(queue: &mut [T], last: &HashMap<String, f64>) {
+    queue.sort_by(|a, b| {
+        let alone = |j: &T| j.lane().class != Class::Alone;
+        let longest = |j: &T| std::cmp::Reverse(last.get(j.name()).copied().unwrap_or(f64::MAX));
+        alone(a)
+            .cmp(&alone(b))
+            .then(longest(a).partial_cmp(&longest(b)).expect("no NaN"))
+            .then(a.name().cmp(b.name()))
+    });
+}
+
+/// The file, in the logs' directory, that keeps each job's wall time from the last
+/// whole run.
+const WALLS_FILE: &str = "walls.tsv";
+
+/// Each job's wall time in seconds from the last whole run's [`WALLS_FILE`] (empty
+/// when there is none; a line that cannot be read is left out).
+pub fn last_walls(logs: &Path) -> HashMap<String, f64> {
+    let text = std::fs::read_to_string(logs.join(WALLS_FILE)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (secs, name) = l.split_once('\t')?;
+            Some((name.to_owned(), secs.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Writes each job's wall time for the next run's order (best effort: a run that cannot
+/// write it only loses the order).
+pub fn keep_walls<'a>(logs: &Path, walls: impl IntoIterator<Item = (&'a str, Duration)>) {
+    let text: String = walls
+        .into_iter()
+        .map(|(name, wall)| format!("{:.1}\t{name}\n", wall.as_secs_f64()))
+        .collect();
+    if let Err(e) = std::fs::write(logs.join(WALLS_FILE), text) {
+        println!("xtask test: note: keeping the jobs' times: {e}");
+    }
+}
+
+/// The jobs not yet started and the lanes of those running, shared by the workers.
+pub struct Board<T> {
+    state: Mutex<BoardState<T>>,
+    changed: Condvar,
+}
+
+struct BoardState<T> {
+    queue: VecDeque<T>,
+    running: Vec<Lane>,
+}
+
+impl<T: Scheduled> Board<T> {
+    /// A board with `queue`, taken in its order.
+    pub fn new(queue: impl IntoIterator<Item = T>) -> Self {
+        Board {
+            state: Mutex::new(BoardState {
+                queue: queue.into_iter().collect(),
+                running: Vec::new(),
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The next job this worker may start, waiting until one may; None once the
+    /// queue is empty.
+    pub fn take(&self) -> Option<T> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if st.queue.is_empty() {
+                return None;
+            }
+            let lanes: Vec<Lane> = st.queue.iter().map(|j| j.lane().clone()).collect();
+            if let Some(i) = pick(&lanes, &st.running) {
+                let job = st.queue.remove(i).expect("picked from the queue");
+                st.running.push(job.lane().clone());
+                return Some(job);
+            }
+            // Something runs (with nothing running every class may start): wait for it.
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The job of `lane` has ended.
+    pub fn done(&self, lane: &Lane) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = st.running.iter().position(|r| r == lane) {
+            st.running.remove(i);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The lanes running now.
+    #[cfg(test)]
+    fn running(&self) -> Vec<Lane> {
+        self.state.lock().unwrap().running.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, thread};
+
+    use super::*;
+
+    /// A job of class `class` from binary `binary`.
+    fn lane(class: Class, binary: &str) -> Lane {
+        Lane {
+            class,
+            binary: binary.into(),
+        }
+    }
+
+    /// Jobs of each class from binaries of their own.
+    fn lanes(classes: &[Class]) -> Vec<Lane> {
+        classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| lane(*c, &format!("bin{i}")))
+            .collect()
+    }
+
+    fn may(class: Class, running: &[Class]) -> bool {
+        may_start(&lane(class, "this"), &lanes(running))
+    }
+
+    #[test]
+    fn classes_start_only_beside_the_classes_they_allow() {
+        use Class::*;
+        assert!(may(Alone, &[]));
+        assert!(!may(Alone, &[Light]));
+        assert!(!may(Light, &[Alone]) && !may(Waiting, &[Alone]));
+        assert!(may(Light, &[Waiting, Waiting, Waiting]) && may(Light, &[Timed]));
+        assert!(!may(Light, &[Light]));
+        assert!(may(Waiting, &[Waiting, Waiting, Light]));
+        assert!(!may(Waiting, &[Waiting, Waiting, Waiting]));
+        assert!(!may(Waiting, &[Timed]) && !may(Timed, &[Waiting]));
+        assert!(!may(Timed, &[Timed]) && may(Timed, &[Light]));
+    }
+
+    #[test]
+    fn an_alone_binary_runs_beside_its_own_tests_only_where_it_allows_it() {
+        use Class::*;
+        let chaos = lane(Alone, "netns_chaos");
+        assert!(test_classes::beside_itself("netns_chaos"));
+        assert!(may_start(&chaos, std::slice::from_ref(&chaos)));
+        assert!(!may_start(
+            &chaos,
+            &[chaos.clone(), lane(Light, "bpf_fixtures")]
+        ));
+        assert!(!may_start(
+            &lane(Light, "bpf_fixtures"),
+            std::slice::from_ref(&chaos)
+        ));
+        let starved = lane(Alone, "netns_health_starved_agent");
+        assert!(!may_start(&starved, std::slice::from_ref(&starved)));
+        assert!(!may_start(&starved, std::slice::from_ref(&chaos)));
+        assert!(!may_start(&chaos, &[starved]));
+    }
+
+    #[test]
+    fn a_worker_takes_the_first_job_it_may_start() {
+        use Class::*;
+        // A timed job waits while waiting ones run; the light job behind it goes first.
+        let full = [Waiting, Waiting, Waiting];
+        assert_eq!(pick(&lanes(&[Timed, Light]), &lanes(&full)), Some(1));
+        assert_eq!(
+            pick(&lanes(&[Timed, Waiting]), &lanes(&[Waiting, Light])),
+            Some(1)
+        );
+        assert_eq!(pick(&lanes(&[Alone, Timed]), &lanes(&[Light])), Some(1));
+        assert_eq!(pick(&lanes(&[Alone, Light]), &lanes(&[Alone])), None);
+    }
+
+    /// A job of the tests below.
+    struct Named(String, Lane);
+
+    impl Scheduled for Named {
+        fn lane(&self) -> &Lane {
+            &self.1
+        }
+        fn name(&self) -> &str {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn every_job_runs_and_an_alone_job_runs_by_itself() {
+        use Class::*;
+        let classes = [
+            Waiting, Light, Alone, Waiting, Timed, Waiting, Light, Timed, Waiting, Waiting,
+        ];
+        let queue = lanes(&classes)
+            .into_iter()
+            .enumerate()
+            .map(|(i, lane)| Named(format!("job{i}"), lane));
+        let board = Arc::new(Board::new(queue));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (board, seen) = (board.clone(), seen.clone());
+                thread::spawn(move || {
+                    while let Some(job) = board.take() {
+                        // `running` holds this job's own lane once.
+                        let mut others = board.running();
+                        let i = others.iter().position(|l| l == job.lane()).unwrap();
+                        others.remove(i);
+                        assert!(
+                            may_start(job.lane(), &others),
+                            "{} beside {others:?}",
+                            job.name()
+                        );
+                        thread::sleep(Duration::from_millis(20));
+                        seen.lock().unwrap().push(job.name().to_owned());
+                        board.done(job.lane());
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(seen.lock().unwrap().len(), classes.len());
+    }
+
+    #[test]
+    fn alone_jobs_go_first_then_the_longest_of_the_last_run() {
+        use Class::*;
+        let job = |name: &str, class| Named(name.into(), lane(class, name));
+        let mut queue = vec![
+            job("short", Waiting),
+            job("new", Light),
+            job("long", Waiting),
+            job("chaos", Alone),
+        ];
+        let last = HashMap::from([("short".to_owned(), 3.0), ("long".to_owned(), 60.0)]);
+        order(&mut queue, &last);
+        let names: Vec<&str> = queue.iter().map(|j| j.name()).collect();
+        assert_eq!(names, ["chaos", "new", "long", "short"]);
+    }
+
+    #[test]
+    fn the_last_runs_walls_are_read_back() {
+        let dir = std::env::temp_dir().join(format!("xtask-walls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        keep_walls(
+            &dir,
+            [
+                ("a::b", Duration::from_secs(12)),
+                ("c", Duration::from_secs(3)),
+            ],
+        );
+        let walls = last_walls(&dir);
+        assert_eq!(walls.get("a::b"), Some(&12.0));
+        assert_eq!(walls.get("c"), Some(&3.0));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(last_walls(&dir).is_empty());
+    }
+}
