@@ -14,9 +14,11 @@
 //! The backends' kernels would answer the injected ACKs and SYNs (resets, SYN-ACKs to
 //! unrouted sources): an nftables rule on each backend's `eth0` ingress drops the
 //! spoofed range before the IP stack, as a backend behind a balancer under attack is
-//! not what this test measures. The client's `eth0` and the switch's port toward the lb
-//! get packet queues, so that a full veth ring holds frames back instead of dropping
-//! them: every one of the 3,000,000 reaches lb.
+//! not what this test measures. The spoofed frames (with the client's MAC) are put on
+//! the switch's port toward the lb, which gets a packet queue: a full veth ring holds
+//! that queue back, and a full queue refuses the sender, so nothing on the way drops
+//! them and every one of the 3,000,000 reaches lb. (Sent from the client's side, they
+//! would cross the bridge, which drops what the port's full queue cannot take.)
 
 use std::{
     collections::HashMap,
@@ -41,7 +43,7 @@ use lb_tests::{
     packet::{TCP_ACK, TCP_SYN},
     process::STOP_GRACE,
     scenario,
-    topology::{Forwarding, HOST_IF, Topology},
+    topology::{Forwarding, Topology},
     traffic::{self, EchoConn},
 };
 
@@ -51,6 +53,8 @@ const SUBNET: u8 = 226;
 const MAX_FLOWS: u32 = 1 << 20;
 const ESTABLISHED: usize = 1_000_000;
 const FLOOD: u64 = 2_000_000;
+/// The switch's port toward the lb, where the spoofed frames are put on the wire.
+const LB_PORT: &str = "p-lb";
 /// Keep-alive connections opened before the table is filled.
 const KEEPALIVE: usize = 64;
 /// New connections opened in each round while the flood runs, and after it.
@@ -102,14 +106,11 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
         .expect("starting lb-testserver on every backend");
     flood_watch::drop_on_backends(&topo, SPOOFED).expect("nftables on the backends");
     let client = topo.client();
-    client
-        .ns
-        .hold_bursts(HOST_IF, 1_000)
-        .expect("a packet queue on the client's eth0");
-    // And on the switch's port toward the lb: a burst the lb's ring cannot take at once
-    // waits there instead of being dropped before lb sees it.
-    topo.switch()
-        .hold_bursts("p-lb", 10_000)
+    // The spoofed frames enter at the switch's port toward the lb. A burst the lb's ring
+    // cannot take at once waits in this queue, and a full queue refuses the sender
+    // (which pauses and sends again) instead of dropping: every frame reaches lb.
+    let wire = topo.switch().clone();
+    wire.hold_bursts(LB_PORT, 10_000)
         .expect("a packet queue on the switch's port to the lb");
 
     let three = scenario::weighted(&topo, &[1, 1, 1]);
@@ -170,13 +171,13 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
     let mut fill_sent = frame_stream::Sent::default();
     let mut pinned: HashMap<FlowKey, u32> = HashMap::new();
     let mut missing: Vec<u64> = chosen.clone();
-    // A frame lost past the client's queue (a full ring further on) is sent again.
+    // A frame that did not become a pinned flow is sent again (at most two more passes).
     let mut passes = 0;
     while !missing.is_empty() && passes < 3 {
         passes += 1;
         let sent = frame_stream::send(
-            &client.ns,
-            HOST_IF,
+            &wire,
+            LB_PORT,
             &ack,
             missing.len() as u64,
             |i| source(FILL_NET, missing[i as usize]),
@@ -242,11 +243,11 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
         vip.port(),
         TCP_SYN,
     );
-    let flood_ns = client.ns.clone();
+    let flood_wire = wire.clone();
     let flood = thread::spawn(move || {
         frame_stream::send(
-            &flood_ns,
-            HOST_IF,
+            &flood_wire,
+            LB_PORT,
             &syn,
             FLOOD,
             |n| source(FLOOD_NET, n),
@@ -364,7 +365,7 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
     drop(conns);
     agent.stop(STOP_GRACE).expect("stopping lb-agent");
 
-    // Every spoofed SYN reached lb (the queues on the way hold bursts): each opened a
+    // Every spoofed SYN reached lb (the port's queue holds bursts back): each opened a
     // new flow, as did each real connection.
     let arrived = flooded.new - before_flood.new;
     assert!(
