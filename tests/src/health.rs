@@ -348,6 +348,9 @@ pub struct ProbeView {
     pub count: u64,
     /// `passed`, `failed: <reason>` or `none`.
     pub last_result: String,
+    /// The probe's whole record as the API shows it (counters, times, local faults), for
+    /// a failing test to print.
+    pub record: String,
 }
 
 /// The server at `addr` of service `service`: its state and its probes.
@@ -386,6 +389,7 @@ pub fn server_health(
             name: name.clone(),
             count: p.get("count").and_then(Json::as_u64).unwrap_or(0),
             last_result: p.str_at(&["last_result"]).to_owned(),
+            record: p.to_string(),
         })
         .collect();
     Ok((state, probes))

@@ -91,10 +91,19 @@ fn scenario_for(v6: bool, subnet: u8) {
         let (state, probes) = server_health(api, "web", a[i]).expect("status");
         assert_eq!(state, "unhealthy", "{family} {what}: {probes:?}");
         for p in &probes {
-            let last = p
-                .last_result
-                .strip_prefix("failed: ")
-                .unwrap_or_else(|| panic!("{family} {what}: {} last {:?}", p.name, p.last_result));
+            let last = p.last_result.strip_prefix("failed: ").unwrap_or_else(|| {
+                panic!(
+                    "{family} {what}: {} last {:?}\n  its probes: {:#?}\n  events since the \
+                     change: {:#?}",
+                    p.name,
+                    p.last_result,
+                    probes.iter().map(|p| &p.record).collect::<Vec<_>>(),
+                    events
+                        .iter()
+                        .filter(|e| event_time(e) >= changed)
+                        .collect::<Vec<_>>()
+                )
+            });
             assert!(
                 last.starts_with(reason) || last.starts_with("timeout"),
                 "{family} {what}: probe {} failed for {last:?}, want {reason:?} or a timeout",
