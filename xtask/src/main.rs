@@ -193,8 +193,8 @@ fn main() -> anyhow::Result<()> {
                 "--bin",
                 "lb-fill-bench",
             ])?;
-            // The dsr ordinary-traffic soak the test suite leaves out (60 s, same checks).
-            cargo(&test_runner::BENCH_SOAK)
+            // The dsr ordinary-traffic soak for 60 s (the suite runs it for 20 s).
+            cargo_env(&test_runner::BENCH_SOAK, &[test_runner::BENCH_SOAK_ENV])
         }
         Cmd::Fuzz { frames, seed } => {
             setup::run(&root, false)?;
@@ -302,6 +302,11 @@ unsafe extern "C" {
 /// `cargo +<pinned userspace toolchain> args`: through the rustup proxy, not `$CARGO`,
 /// because on a fresh machine xtask itself runs on the preinstalled stable.
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    cargo_env(args, &[])
+}
+
+/// [`cargo`] with `env` set for it (and the processes it starts).
+fn cargo_env(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<()> {
     let channel = pins::Pin::read(&workspace_root(), pins::USERSPACE_FILE)
         .map_err(anyhow::Error::msg)?
         .channel;
@@ -311,7 +316,8 @@ fn cargo(args: &[&str]) -> anyhow::Result<()> {
             .args(args)
             .env_remove("RUSTUP_TOOLCHAIN")
             .env_remove("CARGO")
-            .env_remove("RUSTC"),
+            .env_remove("RUSTC")
+            .envs(env.iter().copied()),
     )
 }
 
