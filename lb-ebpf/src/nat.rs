@@ -634,12 +634,12 @@ fn close_bits(state: u8, flags: u8, fin: u8) -> u8 {
 pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) {
     let key = reply_key(client, svc, backend, src);
     let code = lb_nat_find(&key);
-    if let Some(v) = slots::value_at::<NatTable>(code) {
-        if owned_by(v, client) && !backend_time_wait(v.state) {
-            // A busy bucket leaves the entry: its port comes back by the lifecycle's
-            // rules.
-            let _ = lb_nat_free(&key, code);
-        }
+    if let Some(v) = slots::value_at::<NatTable>(code)
+        && owned_by(v, client)
+        && !backend_time_wait(v.state)
+    {
+        // A busy bucket leaves the entry: its port comes back by the lifecycle's rules.
+        let _ = lb_nat_free(&key, code);
     }
 }
 

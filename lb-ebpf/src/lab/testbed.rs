@@ -83,8 +83,8 @@ pub fn lbt_syn_responder_tc(ctx: TcContext) -> i32 {
             // SAFETY: a helper call with plain arguments.
             unsafe { bpf_redirect(ifindex, 0) as i32 }
         }
-        Answer::Consume => TC_ACT_SHOT as i32,
-        Answer::Pass => TC_ACT_OK as i32,
+        Answer::Consume => TC_ACT_SHOT,
+        Answer::Pass => TC_ACT_OK,
     }
 }
 
