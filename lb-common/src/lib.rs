@@ -18,6 +18,22 @@
 //! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
 #![no_std]
 
+/// `unsafe impl aya::Pod` for each type named (the `user` feature's map keys and values).
+/// Each must be `#[repr(C)]` and `Copy`, its fields integers, arrays of integers or other
+/// such types, and its size (asserted next to it) the sum of its fields' sizes, any
+/// padding being an explicit `_pad` field: then every bit pattern is a valid value and no
+/// byte is uninitialised, which is what `aya::Pod` requires.
+#[cfg(feature = "user")]
+macro_rules! impl_pod {
+    ($($ty:ty),+ $(,)?) => {
+        $(
+            // SAFETY: the callers name only types of the shape the macro's documentation
+            // requires (`#[repr(C)]`, integers only, no implicit padding).
+            unsafe impl aya::Pod for $ty {}
+        )+
+    };
+}
+
 pub mod counters;
 pub mod csum;
 pub mod events;
