@@ -85,8 +85,8 @@ pub fn for_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
 }
 
 /// Balances one packet addressed to the service `svc`, whose TCP/UDP header `l4`
-/// passed `validate::to_vip`, through `LB_FLOWS` (the cache only serves packets
-/// [`settled::forward`] took before).
+/// passed `validate::to_vip`, through `LB_FLOWS` (a packet the flow cache serves is
+/// taken earlier, by [`settled::forward`]).
 #[inline(always)]
 pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
