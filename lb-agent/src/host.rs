@@ -37,12 +37,14 @@ pub fn named_addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
             // SAFETY: ifa_addr points to a sockaddr whose family says its real type.
             let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
                 libc::AF_INET => {
+                    // SAFETY: an AF_INET address is a sockaddr_in.
                     let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
                     Some(IpAddr::from(
                         u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
                     ))
                 }
                 libc::AF_INET6 => {
+                    // SAFETY: an AF_INET6 address is a sockaddr_in6.
                     let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
                     Some(IpAddr::from(sin6.sin6_addr.s6_addr))
                 }

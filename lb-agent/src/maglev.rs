@@ -238,7 +238,7 @@ impl Turns {
     }
 
     /// As [`Turns::new`]; `scan: false` keeps the heads in the heap however few they are
-    /// (the builder before the scan: [`previous`]).
+    /// (the straightforward builder's turns: [`previous`]).
     fn with_scan(live: &[MaglevBackend], scan: bool) -> Self {
         let mut by_weight: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (rank, b) in live.iter().enumerate() {

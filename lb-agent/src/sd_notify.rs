@@ -71,6 +71,7 @@ mod tests {
         // SAFETY: this test is the only one in the crate that touches NOTIFY_SOCKET.
         unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
         let sent = notify("READY=1\nSTATUS=serving");
+        // SAFETY: as for `set_var` above.
         unsafe { std::env::remove_var("NOTIFY_SOCKET") };
         assert!(sent.unwrap());
         let mut buf = [0u8; 64];

@@ -31,10 +31,8 @@ impl Exhausted {
             rlim_max: 0,
         };
         // SAFETY: valid, writable rlimit.
-        assert_eq!(
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut saved) },
-            0
-        );
+        let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut saved) };
+        assert_eq!(read, 0);
         let mut guard = Exhausted {
             files: Vec::new(),
             saved,

@@ -7,7 +7,7 @@
 //! of the outcomes, and a packet forwarded from the per-CPU flow cache increments one
 //! raw counter ([`TX_DSR_CACHED`], [`TX_NAT_FORWARD_CACHED`]) that counts both as its
 //! transmit outcome and as a `FLOW_HIT` — one counter update per packet fewer on the
-//! established path (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
+//! established path.
 
 /// Every packet the program saw (derived: see [`derive`]).
 pub const RX: u32 = 0;

@@ -80,7 +80,7 @@ pub fn flow_cache_slot(key: &FlowKey) -> u32 {
 ///
 /// An IPv4 key mixes only its address word: the other three are always zero, so
 /// mixing them would add three dependent rounds to every packet's VIP lookup and no
-/// information (docs/internals/benchmark-log.md §1, "Issue 9, round 3").
+/// information.
 #[inline(always)]
 pub fn vip_hash(key: &VipKey, seed: u32) -> u32 {
     let mut h = mix(seed, key.addr[0]);

@@ -18,6 +18,22 @@
 //! user copies are the same bytes. The `user` feature adds `aya::Pod` impls.
 #![no_std]
 
+/// `unsafe impl aya::Pod` for each type named (the `user` feature's map keys and values).
+/// Each must be `#[repr(C)]` and `Copy`, its fields integers, arrays of integers or other
+/// such types, and its size (asserted next to it) the sum of its fields' sizes, any
+/// padding being an explicit `_pad` field: then every bit pattern is a valid value and no
+/// byte is uninitialised, which is what `aya::Pod` requires.
+#[cfg(feature = "user")]
+macro_rules! impl_pod {
+    ($($ty:ty),+ $(,)?) => {
+        $(
+            // SAFETY: the callers name only types of the shape the macro's documentation
+            // requires (`#[repr(C)]`, integers only, no implicit padding).
+            unsafe impl aya::Pod for $ty {}
+        )+
+    };
+}
+
 pub mod counters;
 pub mod csum;
 pub mod events;
@@ -33,8 +49,8 @@ pub mod table;
 /// per backend ([`maglev_size_for`]) unless its configuration names one; the largest
 /// holds 2,621 backends at that ratio (more backends still work, less evenly).
 pub const MAGLEV_SIZES: [u32; 4] = [4099, 16411, 65537, 262147];
-/// The size tests and tools use when they need one fixed table size (the size every
-/// service had before sizes were chosen per service).
+/// The size tests and tools use when they need one fixed table size (one of
+/// [`MAGLEV_SIZES`]: the default for 165 to 655 backends).
 pub const MAGLEV_RING_SIZE: u32 = 65537;
 /// Maglev's paper: a table of M >= 100 N slots keeps the imbalance between N backends
 /// at about 1 % or less.
@@ -86,9 +102,9 @@ pub const fn maglev_table_blocks(size: u32) -> u32 {
 }
 
 /// Entries of `LB_MAGLEV`: the pool every service's pair of tables is allocated from
-/// (contiguous runs of blocks; docs/internals/fast-path.md "Maglev tables"). 64 MiB, what 128
-/// services of 65,537 slots took when every service had that size: 1,024 services of
-/// 4,099 slots take half of it; 32 services of 262,147 slots fill it.
+/// (contiguous runs of blocks; docs/internals/fast-path.md "Maglev tables"). 64 MiB: 128
+/// services of 65,537 slots fill it, as do 32 of 262,147; 1,024 services of 4,099 slots
+/// take half of it.
 pub const MAGLEV_BLOCKS: u32 = 128 * MAGLEV_TABLES_PER_SERVICE * maglev_table_blocks(65537);
 
 /// Index in `LB_MAGLEV` of the block holding `slot` of table `generation` (bit 0 is
@@ -155,7 +171,7 @@ pub const NAT_HANDSHAKE_DISPLACE: u32 = 2;
 /// within one turn of the space, so that they are distinct pairs whenever the space has
 /// that many (consecutive, `1`, in a smaller one). A step drawn from the whole space has
 /// short cycles instead: half of it visits 2 pairs, a quarter 4, and a client whose hash
-/// drew one was refused with 2 pairs held (docs/nat-ports.md, "Allocation"). A multiply
+/// draws one is refused with 2 pairs held (docs/nat-ports.md, "Allocation"). A multiply
 /// and a shift, no division or branch: the XDP program's allocation has no stack or
 /// verifier budget to spare.
 #[inline(always)]

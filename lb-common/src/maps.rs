@@ -631,22 +631,26 @@ mod tests {
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    unsafe impl aya::Pod for VipKey {}
-    unsafe impl aya::Pod for ServiceMeta {}
-    unsafe impl aya::Pod for VipSlot {}
-    unsafe impl aya::Pod for VipIndexHeader {}
-    unsafe impl aya::Pod for Backend {}
-    unsafe impl aya::Pod for DecapAddr {}
-    unsafe impl aya::Pod for FlowKey {}
-    unsafe impl aya::Pod for FlowValue {}
-    unsafe impl aya::Pod for NatValue {}
-    unsafe impl aya::Pod for BackendStats {}
-    unsafe impl aya::Pod for ServiceStats {}
-    unsafe impl aya::Pod for TickClock {}
-    unsafe impl aya::Pod for FlowCacheEntry {}
-    unsafe impl aya::Pod for DataplaneConfig {}
-    unsafe impl aya::Pod for crate::layout::TableLayout {}
-    unsafe impl aya::Pod for SourceKey {}
-    unsafe impl aya::Pod for SourceBucket {}
-    unsafe impl aya::Pod for crate::events::PassiveEvent {}
+    // Each is `#[repr(C)]` and `Copy`, made of integers, arrays of integers and other
+    // types of this list, and its asserted size is the sum of its fields' sizes.
+    impl_pod!(
+        VipKey,
+        ServiceMeta,
+        VipSlot,
+        VipIndexHeader,
+        Backend,
+        DecapAddr,
+        FlowKey,
+        FlowValue,
+        NatValue,
+        BackendStats,
+        ServiceStats,
+        TickClock,
+        FlowCacheEntry,
+        DataplaneConfig,
+        crate::layout::TableLayout,
+        SourceKey,
+        SourceBucket,
+        crate::events::PassiveEvent,
+    );
 }

@@ -157,8 +157,10 @@ pub fn find_way<V>(bucket: &Bucket<V>, key: &FlowKey) -> Option<usize> {
 
 #[cfg(feature = "user")]
 mod pod {
-    unsafe impl aya::Pod for super::NatBucket {}
-    unsafe impl aya::Pod for super::FlowBucket {}
+    // `Bucket` and `Slot` are `#[repr(C)]` and `Copy`, made of a `u64`, a `FlowKey` and a
+    // `NatValue` or `FlowValue` (maps.rs' `impl_pod!`); the slots' asserted sizes are the
+    // sums of their fields'.
+    impl_pod!(super::NatBucket, super::FlowBucket);
 }
 
 #[cfg(test)]

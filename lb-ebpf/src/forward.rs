@@ -85,8 +85,8 @@ pub fn for_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
 }
 
 /// Balances one packet addressed to the service `svc`, whose TCP/UDP header `l4`
-/// passed `validate::to_vip`, through `LB_FLOWS` (the cache only serves packets
-/// [`settled::forward`] took before).
+/// passed `validate::to_vip`, through `LB_FLOWS` (a packet the flow cache serves is
+/// taken earlier, by [`settled::forward`]).
 #[inline(always)]
 pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
@@ -105,10 +105,8 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
     };
     // A nat SYN: its `LB_FLOWS` and `LB_NAT` buckets are read together (their misses
     // overlap) before the lookup and the allocation need them.
-    if use_nat {
-        if let Some(Ok(id)) = early {
-            nat::prefetch_open(&pkt.key, svc, id);
-        }
+    if use_nat && let Some(Ok(id)) = early {
+        nat::prefetch_open(&pkt.key, svc, id);
     }
 
     let flow = flow::lookup(&pkt.key);
@@ -271,10 +269,11 @@ fn pinned(
         } else {
             None
         };
-        if tcp && f.flags & FLOW_F_SYN_PENDING != 0 {
-            if let Some(r) = &rev {
-                nat::sync_handshake(f, r);
-            }
+        if tcp
+            && f.flags & FLOW_F_SYN_PENDING != 0
+            && let Some(r) = &rev
+        {
+            nat::sync_handshake(f, r);
         }
         if syn {
             // A SYN here is the pending one's resend (same ISN) or restarts a settled
@@ -333,14 +332,12 @@ fn pinned(
     }
 
     let (new_id, b) = choose(pkt, svc, use_nat, None)?;
-    if use_nat {
-        if let Some(old) = flow::any_backend(id) {
-            let old_src = Source {
-                addr: f.nat_addr,
-                port: f.nat_port,
-            };
-            nat::release(&pkt.key, svc, old, old_src);
-        }
+    if use_nat && let Some(old) = flow::any_backend(id) {
+        let old_src = Source {
+            addr: f.nat_addr,
+            port: f.nat_port,
+        };
+        nat::release(&pkt.key, svc, old, old_src);
     }
     let renew = renews(pkt, f, syn, now.ns, end);
     count(if renew { FLOW_NEW } else { FLOW_REHASH });

@@ -289,7 +289,7 @@ fn first_candidate(client: &FlowKey, svc: &ServiceMeta) -> Option<(u32, u32, u32
 /// needed (`slots::prefetch2`). Read one after the other (the lookup's miss, then the
 /// claim ~400 instructions later) the second miss starts only when the first has
 /// returned; on this machine two cold reads overlap only when a few dozen
-/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
+/// instructions separate them (the reduced programs of `lab/reduced_nat.rs` measure it).
 #[inline(always)]
 pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
     let Some(backend) = flow::any_backend(backend_id) else {
@@ -317,7 +317,7 @@ pub fn prefetch_open(client: &FlowKey, svc: &ServiceMeta, backend_id: u32) {
 /// out the backend's TIME_WAIT and is refused). A candidate whose bucket is full of live
 /// entries, or held by another CPU's writer at that instant, counts as taken. `None`
 /// when none was: with no reclaimable entry about, a flow is refused with probability
-/// `u^16` at utilisation `u` (the same 8 candidates tried twice gave `u^8`; a
+/// `u^16` at utilisation `u` (the same 8 candidates tried twice would give `u^8`; a
 /// retransmitted SYN walks the same candidates again).
 ///
 /// Not consecutive ports: consecutive probes run into the clusters that earlier
@@ -634,12 +634,12 @@ fn close_bits(state: u8, flags: u8, fin: u8) -> u8 {
 pub fn release(client: &FlowKey, svc: &ServiceMeta, backend: &Backend, src: Source) {
     let key = reply_key(client, svc, backend, src);
     let code = lb_nat_find(&key);
-    if let Some(v) = slots::value_at::<NatTable>(code) {
-        if owned_by(v, client) && !backend_time_wait(v.state) {
-            // A busy bucket leaves the entry: its port comes back by the lifecycle's
-            // rules.
-            let _ = lb_nat_free(&key, code);
-        }
+    if let Some(v) = slots::value_at::<NatTable>(code)
+        && owned_by(v, client)
+        && !backend_time_wait(v.state)
+    {
+        // A busy bucket leaves the entry: its port comes back by the lifecycle's rules.
+        let _ = lb_nat_free(&key, code);
     }
 }
 

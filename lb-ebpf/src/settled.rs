@@ -2,12 +2,12 @@
 //! CPU's flow cache can serve goes straight to its backend in a short block of its own;
 //! every other packet falls through to `forward::to_service` unchanged.
 //!
-//! Which packets: exactly those `forward::to_service` served from the cache before this
-//! path existed (TCP without SYN, FIN or RST; UDP in dsr). Every check of
+//! Which packets: exactly those of a flow `forward::to_service` cached that change no
+//! flow state (TCP without SYN, FIN or RST; UDP in dsr). Every check of
 //! `validate::to_vip` (lengths, TTL / hop limit, TCP flags) runs before it: each one
 //! is a refusal the full path makes whatever the flow, so a cached flow must pass them
 //! all, and they cost three compares. A cache miss (or a backend out of traffic)
-//! returns `None` and the packet goes through `LB_FLOWS` as before. docs/internals/fast-path.md,
+//! returns `None` and the packet takes the full path through `LB_FLOWS`. docs/internals/fast-path.md,
 //! "The settled-flow path".
 
 use lb_common::{

@@ -10,7 +10,7 @@
 //!   and value, then swapping the word to "live" (both `BPF_XCHG`, fully ordered);
 //! - a reader reads the word (live?), compares the key, and reads the word again: a
 //!   different word means the slot changed under it and is skipped. Values are then
-//!   read and updated field by field in place, as they were in the LRU map's values.
+//!   read and updated field by field in place.
 
 use core::{
     intrinsics::{AtomicOrdering::SeqCst, atomic_and, atomic_xchg},
@@ -421,8 +421,8 @@ pub fn remove_at<T: Table>(key: *const FlowKey, code: u64) -> bool {
 /// used (BPF has no prefetch instruction; a load nobody waits for is the nearest
 /// thing). Back to back in one assembly block, both addresses computed before the
 /// first load: on this machine a cold read overlaps a later one only if a few dozen
-/// instructions separate them (docs/internals/benchmark-log.md §1, "Issue 9, round 7"), and
-/// LLVM would otherwise compute the second address between the two.
+/// instructions separate them (`lab/reduced_nat.rs` measures it), and LLVM would
+/// otherwise compute the second address between the two.
 #[inline(always)]
 pub fn prefetch2<A: Table, B: Table>(a: &FlowKey, b: &FlowKey) {
     let (Some(ba), Some(bb)) = (A::at(A::index(A::hash(a))), B::at(B::index(B::hash(b)))) else {

@@ -90,11 +90,37 @@ impl Object<'_> {
     }
 }
 
+/// The nightly pinned in `lb-ebpf/rust-toolchain.toml`.
+pub fn channel(workspace: &Path) -> anyhow::Result<String> {
+    Ok(pins::Pin::read(workspace, pins::EBPF_FILE)
+        .map_err(anyhow::Error::msg)?
+        .channel)
+}
+
+/// `rustup run <channel> cargo` in lb-ebpf/, without the variables of the outer cargo
+/// ([`SCRUBBED`] and its per-crate ones): lb-ebpf's own toolchain file and
+/// `.cargo/config.toml` then pick its compiler, target and flags.
+pub fn nightly_cargo(workspace: &Path, channel: &str) -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", channel, "cargo"])
+        .current_dir(workspace.join("lb-ebpf"));
+    for (key, _) in env::vars_os() {
+        let key = key.to_string_lossy();
+        if SCRUBBED.contains(&key.as_ref())
+            || key.starts_with("CARGO_CFG_")
+            || key.starts_with("CARGO_FEATURE_")
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+        {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    cmd
+}
+
 /// Builds lb-ebpf with `features` into `target_dir` (`bpfel-unknown-none/release/lb-ebpf`).
 pub fn build_ebpf(workspace: &Path, target_dir: &Path, features: &[&str]) -> anyhow::Result<()> {
-    let channel = pins::Pin::read(workspace, pins::EBPF_FILE)
-        .map_err(anyhow::Error::msg)?
-        .channel;
+    let channel = channel(workspace)?;
     let linker = pins::bpf_linker(&channel);
     if !linker.exists() {
         bail!(
@@ -106,31 +132,12 @@ pub fn build_ebpf(workspace: &Path, target_dir: &Path, features: &[&str]) -> any
     // rustc runs the linker by name: the pinned nightly's bpf-linker goes first on PATH.
     let mut path = vec![linker.parent().expect("bin/bpf-linker").to_path_buf()];
     path.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        &channel,
-        "cargo",
-        "build",
-        "--release",
-        "--target-dir",
-    ])
-    .arg(target_dir)
-    .env("PATH", env::join_paths(path)?)
-    .current_dir(workspace.join("lb-ebpf"));
+    let mut cmd = nightly_cargo(workspace, &channel);
+    cmd.args(["build", "--release", "--target-dir"])
+        .arg(target_dir)
+        .env("PATH", env::join_paths(path)?);
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
-    }
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy();
-        if SCRUBBED.contains(&key.as_ref())
-            || key.starts_with("CARGO_CFG_")
-            || key.starts_with("CARGO_FEATURE_")
-            || key.starts_with("CARGO_PKG_")
-            || key.starts_with("CARGO_MANIFEST_")
-        {
-            cmd.env_remove(key.as_ref());
-        }
     }
     let status = cmd
         .status()

@@ -1,17 +1,18 @@
-//! `cargo xtask`: the project's own commands — setup, build-ebpf, build, prev-release, dist,
-//! test, run, bench, fuzz.
+//! `cargo xtask`: the project's own commands — setup, supply-chain, clippy-ebpf,
+//! build-ebpf, build, prev-release, dist, test, run, bench, fuzz.
 //!
 //! Every command first makes sure the toolchains are complete (`setup` is idempotent and
 //! returns in well under a second when nothing is missing), so a fresh machine needs no
 //! manual step.
 
+mod clippy_ebpf;
 mod dist;
 mod pins;
 mod prev_release;
 mod setup;
 mod supply_chain;
 mod test_classes;
-// The build scripts' object builder; xtask uses only its build step.
+// The build scripts' object builder; xtask uses its build step and its nightly cargo.
 #[allow(dead_code)]
 mod ebpf_build;
 mod test_runner;
@@ -40,6 +41,9 @@ enum Cmd {
     /// `cargo deny check licenses bans sources` (deny.toml), installing a pinned
     /// cargo-deny on first use.
     SupplyChain,
+    /// Clippy with `-D warnings` over the XDP program (lb-ebpf, outside the workspace):
+    /// the product build and the `lab` feature.
+    ClippyEbpf,
     /// Build the XDP object (lb-ebpf) with the pinned nightly + bpf-linker.
     BuildEbpf,
     /// Build the product (release): target/release/lb-agent, the one file to run.
@@ -95,6 +99,10 @@ fn main() -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?
                 .channel;
             supply_chain::run(&root, &channel)
+        }
+        Cmd::ClippyEbpf => {
+            setup::run(&root, false)?;
+            clippy_ebpf::run(&root, &target_dir(&root))
         }
         Cmd::BuildEbpf => {
             setup::run(&root, false)?;

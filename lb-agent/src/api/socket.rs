@@ -101,6 +101,7 @@ pub fn bind(
 /// The id of group `name`.
 fn group_id(name: &str) -> Result<u32, SocketError> {
     let c = CString::new(name).map_err(|_| SocketError::NoGroup(name.to_string()))?;
+    // SAFETY: all-zero is a valid `group` (null pointers, gid 0); getgrnam_r fills it.
     let mut grp: libc::group = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     let mut found: *mut libc::group = std::ptr::null_mut();

@@ -1,6 +1,6 @@
-//! The field readers and key lists that the service schema (`schema.rs`) and the probe
-//! tables (`probe.rs`) share: the room below both, so that `schema.rs` uses `probe.rs`
-//! and neither reads the other's lists.
+//! The field readers that the service schema (`schema.rs`) and the probe tables
+//! (`probe.rs`) share, and the keys every table accepts: the room below both, so that
+//! `schema.rs` uses `probe.rs` and neither reads the other's lists.
 
 use std::time::Duration;
 
@@ -10,6 +10,33 @@ use super::values;
 
 /// A config result: the error carries file, line and key.
 pub(super) type R<T> = Result<T, ConfigError>;
+
+/// The top-level keys.
+pub(super) const TOP_KEYS: &[&str] = &["agent", "service"];
+/// Every key of `[agent]`.
+pub(super) const AGENT_KEYS: &[&str] = &[
+    "interface",
+    "resolver",
+    "xdp_mode",
+    "api_listen",
+    "pin_path",
+    "api_socket",
+    "api_socket_group",
+    "api_token_file",
+    "state_file",
+    "announce_interface",
+    "announce_lifetime",
+    "bird_socket",
+    "max_backends",
+    "max_flows",
+    "log_format",
+    "tunnel_source",
+];
+/// The keys of `backup_switch`'s table.
+pub(super) const BACKUP_SWITCH_KEYS: &[&str] = &["permanent"];
+/// Every key a `[[service.server]]` table may have.
+pub(super) const SERVER_KEYS: &[&str] =
+    &["address", "weight", "spare", "backup", "resolve", "service"];
 
 /// Every key a `[[service]]` table may have.
 pub(super) const SERVICE_KEYS: &[&str] = &[
@@ -65,6 +92,25 @@ pub(super) const PROBE_HTTP_KEYS: &[&str] = &[
 pub(super) const PROBE_STREAM_KEYS: &[&str] = &["send", "expect", "max_response"];
 /// The key of a tcp probe's check.
 pub(super) const PROBE_TCP_CHECK_KEY: &str = "tcp_check";
+/// The keys of a header value read at load (`{ file = "/path" }`, `{ env = "NAME" }`).
+pub(super) const HEADER_SOURCE_KEYS: &[&str] = &["file", "env"];
+
+/// Every key the parser accepts, table by table: `(path, keys)`, the path being the
+/// table's (`""` the top level, `agent`, `service`, `service.server`, `service.probe`)
+/// or, for a key whose value may be an inline table, the key's
+/// (`service.backup_switch`, `service.probe.headers`). docs/configuration.md documents
+/// each (`lb-agent/tests/config_keys_documented.rs` holds the two to each other).
+pub fn accepted_keys() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        ("", TOP_KEYS.to_vec()),
+        ("agent", AGENT_KEYS.to_vec()),
+        ("service", SERVICE_KEYS.to_vec()),
+        ("service.backup_switch", BACKUP_SWITCH_KEYS.to_vec()),
+        ("service.server", SERVER_KEYS.to_vec()),
+        ("service.probe", probe_keys()),
+        ("service.probe.headers", HEADER_SOURCE_KEYS.to_vec()),
+    ]
+}
 
 /// Every key a probe table may have (of some type).
 pub(super) fn probe_keys() -> Vec<&'static str> {

@@ -5,96 +5,9 @@
 //! what is allowed, e.g. `lb.toml:12: service[0].server[1].weight: must be at least 1 (got 0)`.
 //! Loading stops at the first error in file order.
 //!
-//! # Keys
-//!
-//! Top level: `[agent]` (optional) and any number of `[[service]]` (at most
-//! [`lb_common::MAX_SERVICES`], with at most `agent.max_backends` servers in all).
-//!
-//! `[agent]`
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `interface` | string | none (CLI `--interface`) | a Linux interface name (1..15 bytes, no `/`, whitespace) |
-//! | `resolver` | `"IP:PORT"` or `"IP"` | none (`/etc/resolv.conf`) | port defaults to 53 |
-//! | `xdp_mode` | `auto`, `native`, `generic` | `auto` | |
-//! | `api_listen` | `"IP:PORT"` | `127.0.0.1:9900` | `""` disables; port 0 = any free port |
-//! | `pin_path` | absolute path | `/sys/fs/bpf/lb` | `""` disables pinning |
-//! | `api_socket` | absolute path | [`DEFAULT_API_SOCKET`] | the Unix-socket API (every request, file permissions decide); `""` disables |
-//! | `api_socket_group` | group name | none | socket `0660` and this group instead of `0600` root |
-//! | `api_token_file` | absolute path | none | bearer token for changes over `api_listen`; without it TCP serves reads only |
-//! | `state_file` | absolute path | [`DEFAULT_STATE_FILE`] | runtime admin state kept across restarts; `""` disables |
-//! | `announce_interface` | interface name | none (announcing off) | announced VIPs as `/32`/`/128` addresses on it, created as `ifb` if missing (docs/multi-node.md) |
-//! | `announce_lifetime` | duration 3s..1d, or `"forever"` | `60s` | lifetime of the announced addresses; the running agent restarts it every third, so a node whose agent stays dead is withdrawn when it ends (docs/multi-node.md) |
-//! | `bird_socket` | absolute path | none | BIRD's control socket, read for BGP status; needs `announce_interface` |
-//! | `log_format` | `"text"` or `"json"` | `"text"` | how `lb-agent run` writes its log to stderr: human lines (colour only on a terminal) or one JSON object per event; restart to change |
-//! | `tunnel_source` | IP | the interface's address | outer source of `ipip`/`gue` packets for its family; restart to change |
-//! | `max_backends` | integer | 16383 ([`DEFAULT_MAX_BACKENDS`]) | 1..=[`MAX_MAX_BACKENDS`]; servers over all services; sizes the backend maps at load (64 B per backend per CPU, docs/capacity.md); restart to change |
-//! | `max_flows` | integer | 0.25 % of the host's memory, at least 262144 | 1024..=16777216, rounded up to a power of two; live flows the flow table holds, the nat and source tables sized from it (~500 B per flow, docs/capacity.md); restart to change (live entries are copied) |
-//!
-//! `[[service]]`
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `name` | string | required | unique; letters, digits, `_ - .`, at most 64 bytes |
-//! | `vip` | `"IP:PORT"` | required | port required (1..65535); unique with `protocol`; not unspecified/multicast |
-//! | `protocol` | `tcp`, `udp` | `tcp` | |
-//! | `forwarding` | `nat`, `dsr`, `ipip`, `gue` | `nat` | `ipip`/`gue`: tunnel to the backend (docs/tunnel.md) |
-//! | `snat_ip` | IP | required with `nat` (or `snat_ips`) | the VIP's family; not allowed with `dsr` |
-//! | `snat_ips` | array of IP | instead of `snat_ip` | 1..=4 distinct addresses of the VIP's family; flows spread over (address, port) |
-//! | `snat_ports` | `"LOW-HIGH"` | `"1024-32767"` | nat source ports; 1..65535, LOW <= HIGH; not allowed with `dsr` |
-//! | `source_rate` | integer >= 0 | 1000 | nat: new flows per second one client address may open on average; 0 = no limit |
-//! | `source_burst` | integer >= 1 | 2000 | nat: new flows one client address may open at once |
-//! | `maglev_size` | 4099, 16411, 65537, 262147 | by server count | slots of the service's Maglev table; default: the smallest with at least 100 per server (docs/internals/fast-path.md "Maglev tables") |
-//! | `max_fails` | integer >= 0 | 3 | passive failures within `fail_timeout` that make a server `unavailable` (with probes it returns when they all pass again); 0 = off |
-//! | `fail_timeout` | duration | `10s` | > 0 when `max_fails` > 0 |
-//! | `max_unhealthy_percent` | 0..=100 | 100 | |
-//! | `fail_open` | bool | true | |
-//! | `backup_switch` | `{ permanent = "2m" \| true \| false }` | try primaries each flow | duration > 0 |
-//! | `server` | `[[service.server]]` | required | at least one entry |
-//! | `probe` | `[[service.probe]]` | none | names unique within the service |
-//!
-//! `[[service.server]]`
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `address` | `"IP:PORT"`, `"[IPv6]:PORT"`, `"IP"`, `"NAME"`, `"NAME:PORT"` | required | port omitted → the VIP's port (a name with `service` keeps `None`: SRV gives ports); an IP must be of the VIP's family; unique within the service |
-//! | `weight` | integer | 1 | 1..=[`MAX_WEIGHT`] |
-//! | `spare` | bool | false | only in the primary group (`backup` 0) |
-//! | `backup` | integer >= 0, `true` (= 1), `false` (= 0), `"prio"` | 0 | `"prio"` needs `resolve` and `service`. With `service` (SRV) an integer is the base level that SRV priorities count from (lowest priority → this level, the next → +1, …), per DESIGN.md §6 |
-//! | `resolve` | bool | false | needs a name address; re-resolved while running. A name without `resolve` is resolved once per load |
-//! | `service` | string | none | SRV service; needs `resolve = true` and a name without a port. `"http"` (no dot) means `"_http._tcp"` (`._udp` for udp services); a name with a dot is used as given (`"_http._tcp"`) |
-//!
-//! With `forwarding = "dsr"`, `"ipip"` or `"gue"` every server port must equal the VIP's (SRV ports are checked
-//! when resolved). Names resolve to the VIP's family only (A for IPv4, AAAA for IPv6).
-//!
-//! `[[service.probe]]` — see DESIGN.md §5 for meanings.
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `type` | `http`, `tcp`, `udp`, `icmp` | required | |
-//! | `name` | string | the type (`"http"`, …) | unique within the service |
-//! | `port` | integer | the server's port | 1..65535; ignored by icmp (a warning) |
-//! | `interval` | duration | `5s` | > 0 |
-//! | `timeout` | duration | `1s` | > 0 |
-//! | `fails`, `passes` | integer | 1 | >= 1 |
-//! | `essential` | bool | false | |
-//! | `persistent` | bool | false | needs `essential = true` |
-//! | `mode` | `always`, `idle`, `onfail` | `always` | |
-//! | `jitter` | duration | `0` | each wait is `interval` plus a uniform random `0..=jitter` |
-//! | `uri` | string | `/` | http only; starts with `/`, no control characters or spaces |
-//! | `method` | string | `GET` | http only; an HTTP token (`"get"` is refused: methods are case-sensitive) |
-//! | `headers` | table | none | http only; `{ "X-Name" = "value" }`, or a value read at load and reload from `{ file = "/abs/path" }` (one trailing newline dropped) or `{ env = "NAME" }` (never printed); no `Host` (use `host`) |
-//! | `body` | string | none | http only; the request body, sent with `Content-Length` |
-//! | `host` | string | the server address | http only |
-//! | `tls`, `verify` | bool | false, true | http only |
-//! | `sni` | string | the server name/address | http only; a DNS name |
-//! | `expect_status` | code, `"LOW-HIGH"`, `"2xx"`, or an array of them | `["200-299"]` | http only; codes 100..599 |
-//! | `expect_body` | regex | none | http only; needs `max_body` > 0; refused with `method = "HEAD"` (no body) |
-//! | `max_body` | size | `256k` | http only |
-//! | `send` | string | none | tcp/udp only; `\r \n \t \0 \\ \" \' \xNN` decoded (use a literal `'...'` string for `\x`); Angie's `data:` prefix is dropped |
-//! | `test` | condition | none | http, tcp, udp; e.g. `$upstream_status ~ ^2 && $upstream_http_content_type ~ json` (lb_agent::probe::condition); replaces `expect_status`, `expect_body`, `expect` |
-//! | `expect` | regex | none | tcp/udp only; needs `max_response` > 0 |
-//! | `max_response` | size | `256k` | tcp/udp only; 0 = read no reply (tcp passes on the connect; udp still waits `timeout` for an ICMP port unreachable) |
-//! | `tcp_check` | `auto`, `syn`, `connect` | `auto` | tcp only; how a probe without `send`/`expect`/`test` checks the port: a SYN and its answer (raw socket, needs CAP_NET_RAW; `auto` uses it when available) or a full connect; `syn` cannot be combined with `send`/`expect`/`test` |
-//!
-//! Durations: `"500ms"`, `"2s"`, `"1m"`, `"1h"`, `"1d"`, `"1m30s"`, `"1.5s"`, `"0"`.
-//! Sizes: an integer, or `"4096"`, `"256k"`, `"1m"`, `"1g"` (k = 1024).
+//! The keys, their defaults and their rules are documented in docs/configuration.md, the
+//! reference held to the parser's key lists ([`accepted_keys`]) by
+//! `lb-agent/tests/config_keys_documented.rs`.
 
 mod check;
 mod doc;
@@ -116,6 +29,7 @@ use std::time::Duration;
 
 pub use check::{Bounds, detection_bounds, warnings};
 pub use error::ConfigError;
+pub use fields::accepted_keys;
 pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
 pub use report::{HostFacts, render};
 pub use secret::Secret;

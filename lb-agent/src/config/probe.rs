@@ -3,8 +3,8 @@
 
 use super::doc::{Field, Table};
 use super::fields::{
-    PROBE_HTTP_KEYS, PROBE_STREAM_KEYS, PROBE_TCP_CHECK_KEY, R, duration, misplaced, opt,
-    positive_duration, probe_keys,
+    HEADER_SOURCE_KEYS, PROBE_HTTP_KEYS, PROBE_STREAM_KEYS, PROBE_TCP_CHECK_KEY, R, duration,
+    misplaced, opt, positive_duration, probe_keys,
 };
 use super::secret;
 use super::values;
@@ -223,7 +223,7 @@ fn header_value(v: &Field<'_>) -> R<HeaderValue> {
     }
     let shape = "must be a string, { file = \"/path\" } or { env = \"NAME\" }";
     let table = v.table().map_err(|_| v.err(shape))?;
-    table.check_keys(&["file", "env"])?;
+    table.check_keys(HEADER_SOURCE_KEYS)?;
     let read = match (table.get("file"), table.get("env")) {
         (Some(f), None) => f.parse(secret::from_file)?,
         (None, Some(e)) => e.parse(secret::from_env)?,

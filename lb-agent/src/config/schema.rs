@@ -6,31 +6,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::doc::{Field, Source, Table};
-use super::fields::{R, SERVICE_KEYS, duration, misplaced, opt, positive_duration};
+use super::fields::{
+    AGENT_KEYS, BACKUP_SWITCH_KEYS, R, SERVER_KEYS, SERVICE_KEYS, TOP_KEYS, duration, misplaced,
+    opt, positive_duration,
+};
 use super::values;
 use super::*;
-
-const TOP_KEYS: &[&str] = &["agent", "service"];
-const AGENT_KEYS: &[&str] = &[
-    "interface",
-    "resolver",
-    "xdp_mode",
-    "api_listen",
-    "pin_path",
-    "api_socket",
-    "api_socket_group",
-    "api_token_file",
-    "state_file",
-    "announce_interface",
-    "announce_lifetime",
-    "bird_socket",
-    "max_backends",
-    "max_flows",
-    "log_format",
-    "tunnel_source",
-];
-const BACKUP_SWITCH_KEYS: &[&str] = &["permanent"];
-const SERVER_KEYS: &[&str] = &["address", "weight", "spare", "backup", "resolve", "service"];
 
 const XDP_MODES: &[(&str, XdpMode)] = &[
     ("auto", XdpMode::Auto),

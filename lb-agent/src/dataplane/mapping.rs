@@ -16,9 +16,12 @@ pub(super) struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is plain shared memory; all writes go through `&mut self` methods
-// of the owner and the generation words are accessed atomically.
+// SAFETY: the mapping is the process's, not a thread's: any thread may use it and
+// unmap it on drop.
 unsafe impl Send for Mapping {}
+// SAFETY: a shared `Mapping` gives only its address and length; the memory is plain
+// shared memory, written only through `&mut self` methods of the owner, and the
+// generation words are accessed atomically.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

@@ -3,7 +3,7 @@
 //! occupancy is read from a bitset (32 KiB for 262,147 slots, where the table is 1 MiB)
 //! and, once only a few slots are free, a claim solves for the free slot that comes first
 //! in the backend's permutation instead of walking there (the walk costs `size / free`
-//! probes per claim, so the last few hundred claims were half of all probes).
+//! probes per claim, so the last few hundred claims would be half of all probes).
 
 use super::{Cursor, MaglevBackend};
 

@@ -1,13 +1,13 @@
-//! The Maglev builder as it was before the bitset, the solved tail ([`super::fill`]) and
-//! the scanned weight classes: every claim walks the backend's permutation over the
-//! table itself, the turns come from a heap of the weight classes. Kept as the
-//! specification the faster builder must match slot for slot (the unit tests) and as
-//! the "before" of `lb-maglev-bench`; not used by the agent.
+//! The straightforward Maglev builder, without the bitset, the solved tail
+//! ([`super::fill`]) and the scanned weight classes: every claim walks the backend's
+//! permutation over the table itself, the turns come from a heap of the weight classes.
+//! The specification the faster builder must match slot for slot (the unit tests) and
+//! the baseline of `lb-maglev-bench`; not used by the agent.
 
 use super::{Cursor, MaglevBackend, Turns, live_in_rank_order};
 use lb_common::NO_BACKEND;
 
-/// [`super::build_table`] as first written: the same table, computed the slow way.
+/// [`super::build_table`]'s table, computed the slow way.
 pub fn build_table(backends: &[MaglevBackend], size: u32) -> Vec<u32> {
     let mut table = vec![NO_BACKEND; size as usize];
     let live = live_in_rank_order(backends);

@@ -238,7 +238,7 @@ pub async fn execute(cfg: &ProbeConfig, target: SocketAddr) -> ProbeOutcome {
     }
     // The large futures (http with TLS, tcp and udp with their buffers) are boxed for the
     // length of one probe, so that every idle probe task stays small: at 100,000 tasks
-    // the task's future is most of the agent's memory (docs/internals/benchmark-log.md §3).
+    // the task's future is most of the agent's memory.
     // The SYN check's future is small and runs unboxed.
     let run = async {
         match cfg.kind {

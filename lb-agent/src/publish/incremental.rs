@@ -52,11 +52,10 @@ const BATCH_ALWAYS_INCREMENTAL: usize = 64;
 /// taking new flows (the larger of before and after), are cheaper computed whole. Each
 /// departure re-walks the slots it holds, and every departure still to come lengthens
 /// those walks, so the slot-by-slot cost of a batch grows faster than its size, while a
-/// whole pass grows with the table (`bench_verdict_storm`, 10,000 backends, 262,147
-/// slots, release; docs/internals/benchmark-log.md §2 "Storms of verdicts": slot by slot,
-/// 1,000 leaving 4.9 ms, 3,000 18.6 ms, 9,000 374 ms and 738 ms for their return; whole,
-/// 3,000 to 9,000 leaving 7.8–16.7 ms). Beyond an eighth of the set at once — a rack, a
-/// zone, a probe network failing — the whole table is cheaper.
+/// whole pass grows with the table (one pass over 262,147 slots at 10,000 backends:
+/// 3–17 ms for 3,000 to 9,000 leaving at once; docs/internals/publish.md, "Storms").
+/// Beyond an eighth of the set at once — a rack, a zone, a probe network failing — the
+/// whole table is cheaper.
 fn batch_is_whole(toggled: usize, set: usize) -> bool {
     toggled > BATCH_ALWAYS_INCREMENTAL && toggled * 8 > set
 }

@@ -69,12 +69,11 @@ pub(super) fn whole_live_table(
     let is_active = |id: u32| is_active.get(id as usize).copied().unwrap_or(false);
     // The walk state records every step of every walk: with most of the table's owners
     // out of traffic the walks are long (a tenth of the slots active: ten steps a slot on
-    // average), and recording them costs far more than the walks (10,000 backends,
-    // 9,900 out: 2.2 s to leave and 33.6 s to return slot by slot, against 105 ms and
-    // 3 ms without the state; BENCHMARKS.md §2 "Storms of verdicts"). Then the table is
-    // computed without it, and each publish
-    // until enough are back computes it whole again — bounded, where the slot-by-slot
-    // path would pay for the long walks on every verdict.
+    // average), and recording them costs far more than the walks. Then the table is
+    // computed without it, and each publish until enough are back computes it whole
+    // again: bounded (10,000 backends, 9,900 out: 105 ms to leave, 3 ms to return;
+    // docs/internals/publish.md, "Storms"), where the slot-by-slot path would pay for the
+    // long walks on every verdict.
     let active_slots = home.iter().filter(|&&id| is_active(id)).count();
     if active_slots * WALK_STATE_MIN_ACTIVE_SHARE < home.len() {
         return (maglev::failover_table(home, is_active), None);

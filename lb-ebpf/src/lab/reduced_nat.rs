@@ -1,5 +1,5 @@
-//! Reduced programs for the nat new flow's two cold misses (`LB_FLOWS`, then `LB_NAT`;
-//! docs/internals/benchmark-log.md §1, "Issue 9, round 7"): what placed between two
+//! Reduced programs for the nat new flow's two cold misses (`LB_FLOWS`, then `LB_NAT`):
+//! what placed between two
 //! independent cold reads keeps them from overlapping, and the real lookup/claim pair in
 //! two orders. Benchmark only (`lb-components`), never attached.
 

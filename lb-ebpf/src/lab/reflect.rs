@@ -18,9 +18,8 @@ pub fn lb_reflect(ctx: XdpContext) -> u32 {
     let Some(eth) = ptr_at::<ETH_HLEN>(ctx.data(), ctx.data_end()) else {
         return XDP_PASS;
     };
-    // Byte-array copies, not `Hdr::mac`'s scalar accesses: this is what the floor
-    // measured before and after that change, and the cheaper of the two here
-    // (docs/internals/benchmark-log.md §1, "Issue 9, round 2").
+    // Byte-array copies, not `Hdr::mac`'s scalar accesses: the cheaper of the two in
+    // this program, and the code BENCHMARKS.md's floor figures are of.
     let at = eth.as_ptr();
     // SAFETY: the 14 bytes of the Ethernet header were bounds-checked above.
     unsafe {

@@ -8,14 +8,13 @@
 //! Anything else (ARP) goes to the kernel, which owns the targets' addresses. A remote
 //! host's kernel work is then not on this machine's CPUs: at 100,000 targets a second the
 //! responder costs a few percent of one CPU, where real listeners in a namespace cost
-//! the rest of the two this machine has (docs/internals/benchmark-log.md §3).
+//! the rest of the two this machine has.
 //!
 //! TC (ingress, `bpf_redirect` to the interface's egress), not XDP: its answers go
 //! through the interface's queue, which holds a burst while the peer's ring is full, as a
-//! NIC's transmit queue would. An XDP version (tried) put its `XDP_TX` answers straight
-//! into the peer's 256-entry ring and lost them when that was full (`xdp_tx_errors`):
-//! 18 % of the answers at 100,000 probes a second in one run, each counted against the
-//! prober (docs/internals/benchmark-log.md §3).
+//! NIC's transmit queue would. An XDP program's `XDP_TX` answers go straight into the
+//! peer's 256-entry ring and are lost when it is full (`xdp_tx_errors`): 18 % of the
+//! answers at 100,000 probes a second, each counted against the prober.
 //!
 //! The SYN-ACK keeps the SYN's TCP options as they are (a prober checks the flags and
 //! the acknowledgement number); its sequence number is derived from the SYN's.
@@ -83,8 +82,8 @@ pub fn lbt_syn_responder_tc(ctx: TcContext) -> i32 {
             // SAFETY: a helper call with plain arguments.
             unsafe { bpf_redirect(ifindex, 0) as i32 }
         }
-        Answer::Consume => TC_ACT_SHOT as i32,
-        Answer::Pass => TC_ACT_OK as i32,
+        Answer::Consume => TC_ACT_SHOT,
+        Answer::Pass => TC_ACT_OK,
     }
 }
 

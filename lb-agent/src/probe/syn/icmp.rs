@@ -113,12 +113,14 @@ pub(super) fn drain(
     let mut control = [0u64; CONTROL_BYTES / 8];
     let mut read = 0;
     while read < max {
-        // SAFETY: all-zero is a valid sockaddr_storage and msghdr.
+        // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
         let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut iov = libc::iovec {
             iov_base: quote.as_mut_ptr().cast(),
             iov_len: QUOTE_BYTES,
         };
+        // SAFETY: all-zero is a valid msghdr (null pointers, zero lengths); its fields are
+        // set below.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
         msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;

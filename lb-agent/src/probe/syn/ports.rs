@@ -13,9 +13,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// half-open request the target may still hold (our RST to its SYN-ACK lost or not there
 /// yet): the new SYN then falls outside that request's window, the target answers with a
 /// bare ACK our filter drops, and the probe times out against a working target. With 16
-/// ports that cost 0.03–0.16 % of the probes at 50,000 targets a second (272–1,646 per
-/// 20 s window); with 240, 0–66 (docs/internals/benchmark-log.md §3, "Issue 15: the SYN
-/// engine"). The reply filter checks them one by one ([`super::filter`]: fewer than 250).
+/// ports that costs 0.03–0.16 % of the probes at 50,000 targets a second (272–1,646 per
+/// 20 s window); with 240, 0–66. The reply filter checks them one by one
+/// ([`super::filter`]: fewer than 250).
 pub(super) const PORTS: usize = 240;
 
 /// The claimed ports and the sockets that hold them (closing them frees the ports).
