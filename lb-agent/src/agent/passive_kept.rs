@@ -172,11 +172,12 @@ impl PassiveKept {
 }
 
 fn read(path: &Path) -> Result<HashMap<Key, u64>, PassiveFileError> {
-    let read = super::durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
-        what: "reading",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let read =
+        crate::util::durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
     let Some(text) = read else {
         return Ok(HashMap::new());
     };
@@ -210,13 +211,13 @@ fn write(path: &Path, servers: &BTreeMap<Key, u64>) -> Result<(), PassiveFileErr
             .collect(),
     };
     let text = serde_json::to_string_pretty(&body).expect("plain data serializes");
-    super::durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(|(what, source)| {
-        PassiveFileError::Io {
+    crate::util::durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(
+        |(what, source)| PassiveFileError::Io {
             what,
             path: path.to_path_buf(),
             source,
-        }
-    })
+        },
+    )
 }
 
 #[cfg(test)]

@@ -173,7 +173,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             // Servers and published backends are both in address order: one pass, and a
             // server whose counters did not move costs one comparison.
             let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
-            for (server, id) in super::ordered_join::join(svc.servers.iter_mut(), ids) {
+            for (server, id) in crate::util::ordered_join::join(svc.servers.iter_mut(), ids) {
                 let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
                     continue;
                 };
@@ -186,7 +186,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 }
             }
             let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
-            for (d, id) in super::ordered_join::join(svc.departing.iter_mut(), ids) {
+            for (d, id) in crate::util::ordered_join::join(svc.departing.iter_mut(), ids) {
                 if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
                     d.saw_packets(stats.packets, now);
                 }

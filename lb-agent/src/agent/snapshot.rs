@@ -272,7 +272,7 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
             align(entries, &svc.servers);
             // Slots come with the servers in one ordered pass (no lookup per server).
             let published = agent.publisher.backends_in_order(&svc.cfg.name);
-            let servers = super::ordered_join::join(svc.servers.iter(), published)
+            let servers = crate::util::ordered_join::join(svc.servers.iter(), published)
                 .zip(entries.iter_mut())
                 .enumerate()
                 .map(|(i, ((s, backend), entry))| {
