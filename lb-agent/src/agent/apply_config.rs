@@ -6,7 +6,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
-    sync::Arc,
 };
 
 use lb_common::{IPPROTO_TCP, IPPROTO_UDP};
@@ -17,9 +16,9 @@ use super::{Agent, ApplyReport, Configured, Neighbors, ServerRt, ServiceRt, reso
 use crate::{
     config::{Config, Protocol, ServiceConfig},
     dataplane::Dataplane,
-    health::{PassivePolicy, ServerHealth, StartState},
-    membership::{Admin, ServiceMembership},
-    probe::{PROMPT_SPREAD, Prober, ServerKey, SharedSignals, spawn_spread},
+    health::StartState,
+    membership::ServiceMembership,
+    probe::Prober,
     publish::PublishError,
 };
 
@@ -77,7 +76,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                     for (addr, s) in std::mem::take(&mut prev.servers) {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
-                        if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
+                        if s.configured.is_none() && self.persistence.is_added(&svc_cfg.name, addr)
                         {
                             let kept = if probes_changed || rechecked(svc_cfg, &s) {
                                 let conf = Configured {
@@ -109,13 +108,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     let servers = addrs
                         .into_iter()
                         .map(|(addr, conf)| {
-                            let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr)
-                            {
+                            let start = match self.publishing.publisher().adopted_live(
+                                svc_cfg.vip,
+                                proto,
+                                addr,
+                            ) {
                                 Some(true) => StartState::ReloadedWasUp,
                                 Some(false) => StartState::ReloadedWasDown,
                                 None => StartState::New,
                             };
-                            (addr, self.new_server(svc_cfg, addr, conf, start, now))
+                            let kept = self.persistence.passive_kept();
+                            let server = self.probing.start(svc_cfg, addr, conf, start, now, kept);
+                            (addr, server)
                         })
                         .collect();
                     ServiceRt {
@@ -132,101 +136,52 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                 }
             };
-            let mut admin_state = std::mem::take(&mut self.admin_state);
-            admin_state.apply(
+            let publisher = self.publishing.publisher();
+            let probing = &mut self.probing;
+            self.persistence.reapply(
                 svc_cfg,
                 &mut rt.servers,
-                |addr, conf| {
+                |addr, conf, kept| {
                     // Restored after a restart: like a configured server, it keeps
                     // traffic if the previous run's pinned state had it live.
                     let proto = svc_cfg.protocol.ip_proto();
-                    let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr) {
+                    let start = match publisher.adopted_live(svc_cfg.vip, proto, addr) {
                         Some(true) => StartState::ReloadedWasUp,
                         Some(false) => StartState::ReloadedWasDown,
                         None => StartState::New,
                     };
-                    self.new_server(svc_cfg, addr, conf, start, now)
+                    probing.start(svc_cfg, addr, conf, start, now, kept)
                 },
                 &mut admin_report,
             );
-            self.admin_state = admin_state;
             rt.outcome = None;
             self.services.push(rt);
         }
-        self.place_routes();
-        self.admin_state.keep_services(
+        self.probing.place(&self.services);
+        self.persistence.applied(
             cfg.services.iter().map(|s| s.name.as_str()),
             &mut admin_report,
         );
-        admin_report.log();
-        self.passive_kept.restored_all();
-        if !admin_report.dropped.is_empty() {
-            self.admin_state.save_logged(self.state_file.as_deref());
-        }
         self.sync_departing(now);
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
         Ok(admin_report)
     }
+}
 
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// A server of `svc` at `addr`, its probes started ([`super::probing::Probing::start`]).
     pub(super) fn new_server(
-        &self,
+        &mut self,
         svc: &ServiceConfig,
         addr: SocketAddr,
         conf: Configured,
         start: StartState,
         now: Instant,
     ) -> ServerRt {
-        // A spare takes traffic only once every probe has passed (Angie), also at start.
-        let start = if start == StartState::New && conf.spare && conf.backup == 0 {
-            StartState::NewSpare
-        } else {
-            start
-        };
-        let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
-        self.passive_kept.restore(&svc.name, addr, &mut health, now);
-        let signals = Arc::new(SharedSignals::new(health.usable()));
-        let incarnation = self.report_routes.borrow_mut().allocate();
-        let key = ServerKey {
-            service: incarnation,
-            addr,
-        };
-        // Out of traffic until its probes pass although the pool wants it (added at
-        // runtime, or in traffic before and checked again): first probes come promptly.
-        let waiting = start == StartState::Added
-            || (start == StartState::ReloadedWasUp
-                && health.state() == crate::health::HealthState::Checking);
-        let tasks = svc
-            .probes
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                spawn_spread(
-                    self.prober.clone(),
-                    key,
-                    i,
-                    Arc::new(p.clone()),
-                    signals.clone(),
-                    self.reports_tx.clone(),
-                    if waiting { PROMPT_SPREAD } else { p.interval },
-                )
-            })
-            .collect();
-        ServerRt {
-            addr,
-            addr_text: addr.to_string(),
-            incarnation,
-            weight: conf.weight,
-            spare: conf.spare,
-            backup: conf.backup,
-            configured: Some(conf),
-            admin: Admin::Up,
-            health,
-            signals,
-            _probes: tasks,
-            last_stats: Default::default(),
-        }
+        let kept = self.persistence.passive_kept();
+        self.probing.start(svc, addr, conf, start, now, kept)
     }
 }
 

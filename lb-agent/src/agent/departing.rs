@@ -60,7 +60,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for svc in &mut self.services {
             let servers = &svc.servers;
             svc.departing.retain(|a, _| !servers.contains_key(a));
-            for addr in self.publisher.backend_addrs(&svc.cfg.name) {
+            for addr in self.publishing.publisher().backend_addrs(&svc.cfg.name) {
                 if !svc.servers.contains_key(&addr) {
                     svc.departing
                         .entry(addr)
@@ -68,7 +68,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 }
             }
         }
-        self.deadline_cache.set(None);
+        self.deadlines.clear();
     }
 
     /// [`Agent::sync_departing`] for one address of one service, after an admin add or
@@ -78,7 +78,10 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let svc = &mut self.services[si];
         let changed = if svc.servers.contains_key(&addr) {
             svc.departing.remove(&addr).is_some()
-        } else if self.publisher.has_backend(&svc.cfg.name, &addr)
+        } else if self
+            .publishing
+            .publisher()
+            .has_backend(&svc.cfg.name, &addr)
             && !svc.departing.contains_key(&addr)
         {
             svc.departing.insert(addr, Departing::new(now));
@@ -87,7 +90,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             false
         };
         if changed {
-            self.deadline_cache.set(None);
+            self.deadlines.clear();
         }
     }
 }
