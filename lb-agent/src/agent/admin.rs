@@ -135,7 +135,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     spare: new.spare, // with a backup level refused above (check_server)
                     backup: new.backup,
                 };
-                let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
+                let mut server = self.probing.start(
+                    &cfg,
+                    new.address,
+                    conf,
+                    StartState::Added,
+                    now,
+                    self.persistence.passive_kept(),
+                );
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
                 added_or_removed = Some(new.address);

@@ -8,18 +8,17 @@ use std::{
     net::SocketAddr,
 };
 
-use lb_common::{IPPROTO_TCP, IPPROTO_UDP};
 use tokio::time::Instant;
 use tracing::info;
 
 use super::{Agent, ApplyReport, Configured, Neighbors, ServerRt, ServiceRt, resolve};
 use crate::{
-    config::{Config, Protocol, ServiceConfig},
+    config::{Config, ServiceConfig},
     dataplane::Dataplane,
     health::StartState,
     membership::ServiceMembership,
     probe::Prober,
-    publish::PublishError,
+    publish::{PublishError, Publisher},
 };
 
 impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
@@ -48,6 +47,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for svc_cfg in &cfg.services {
             let addrs =
                 expand_servers(svc_cfg, self.discovery.with_resolver(cfg.agent.resolver)).await;
+            let publisher = self.publishing.publisher();
+            let kept = self.persistence.passive_kept();
+            let probing = &mut self.probing;
+            let mut new_server =
+                |addr, conf, start| probing.start(svc_cfg, addr, conf, start, now, kept);
             let mut rt = match old.remove(&svc_cfg.name) {
                 Some(mut prev) => {
                     let probes_changed = prev.cfg.probes != svc_cfg.probes
@@ -64,13 +68,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 s
                             }
                             Some(s) => {
-                                let start = restart_state(&s);
-                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                let mut fresh = new_server(addr, conf, restart_state(&s));
                                 fresh.admin = s.admin;
                                 fresh
                             }
                             // Added to a running service: held back until every probe passes.
-                            None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
+                            None => new_server(addr, conf, StartState::Added),
                         };
                         servers.push((addr, server));
                     }
@@ -84,8 +87,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                     spare: s.spare,
                                     backup: s.backup,
                                 };
-                                let start = restart_state(&s);
-                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                let mut fresh = new_server(addr, conf, restart_state(&s));
                                 fresh.configured = None;
                                 fresh
                             } else {
@@ -101,25 +103,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     prev
                 }
                 None => {
-                    let proto = match svc_cfg.protocol {
-                        Protocol::Tcp => IPPROTO_TCP,
-                        Protocol::Udp => IPPROTO_UDP,
-                    };
                     let servers = addrs
                         .into_iter()
                         .map(|(addr, conf)| {
-                            let start = match self.publishing.publisher().adopted_live(
-                                svc_cfg.vip,
-                                proto,
-                                addr,
-                            ) {
-                                Some(true) => StartState::ReloadedWasUp,
-                                Some(false) => StartState::ReloadedWasDown,
-                                None => StartState::New,
-                            };
-                            let kept = self.persistence.passive_kept();
-                            let server = self.probing.start(svc_cfg, addr, conf, start, now, kept);
-                            (addr, server)
+                            let start = adopted_start(publisher, svc_cfg, addr);
+                            (addr, new_server(addr, conf, start))
                         })
                         .collect();
                     ServiceRt {
@@ -136,7 +124,6 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     }
                 }
             };
-            let publisher = self.publishing.publisher();
             let probing = &mut self.probing;
             self.persistence.reapply(
                 svc_cfg,
@@ -144,12 +131,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 |addr, conf, kept| {
                     // Restored after a restart: like a configured server, it keeps
                     // traffic if the previous run's pinned state had it live.
-                    let proto = svc_cfg.protocol.ip_proto();
-                    let start = match publisher.adopted_live(svc_cfg.vip, proto, addr) {
-                        Some(true) => StartState::ReloadedWasUp,
-                        Some(false) => StartState::ReloadedWasDown,
-                        None => StartState::New,
-                    };
+                    let start = adopted_start(publisher, svc_cfg, addr);
                     probing.start(svc_cfg, addr, conf, start, now, kept)
                 },
                 &mut admin_report,
@@ -170,18 +152,14 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    /// A server of `svc` at `addr`, its probes started ([`super::probing::Probing::start`]).
-    pub(super) fn new_server(
-        &mut self,
-        svc: &ServiceConfig,
-        addr: SocketAddr,
-        conf: Configured,
-        start: StartState,
-        now: Instant,
-    ) -> ServerRt {
-        let kept = self.persistence.passive_kept();
-        self.probing.start(svc, addr, conf, start, now, kept)
+/// How a server of `svc` at `addr` starts in a service new to this run: as after a
+/// reload when the previous run's pinned maps had it (live: it keeps its traffic), else
+/// new.
+fn adopted_start(publisher: &Publisher, svc: &ServiceConfig, addr: SocketAddr) -> StartState {
+    match publisher.adopted_live(svc.vip, svc.protocol.ip_proto(), addr) {
+        Some(true) => StartState::ReloadedWasUp,
+        Some(false) => StartState::ReloadedWasDown,
+        None => StartState::New,
     }
 }
 

@@ -90,16 +90,16 @@ impl Publishing {
         Ok(report)
     }
 
-    /// The publish of `services` (`full`: every service) failed at `now`: they wait for
-    /// the retry.
+    /// The publish of `services` (`full`: every service) failed at `now` with `error`:
+    /// they wait for the retry.
     pub fn failed(
         &mut self,
         services: impl IntoIterator<Item = String>,
         full: bool,
         now: Instant,
-        error: String,
+        error: &PublishError,
     ) {
-        self.retry.failed(services, full, now, error);
+        self.retry.failed(services, full, now, error.to_string());
     }
 
     /// A publish wrote `report`.

@@ -135,7 +135,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let names = recomputed
                     .into_iter()
                     .map(|si| self.services[si].cfg.name.clone());
-                self.publishing.failed(names, all, now, e.to_string());
+                self.publishing.failed(names, all, now, &e);
                 self.deadlines.clear();
                 self.snapshot.changed();
                 return Err(e);
