@@ -14,7 +14,7 @@
 //! |-------------------|------|------|
 //! | `dp` | the BPF maps ([`Dataplane`]) | `crate::dataplane` |
 //! | `env` | interface, XDP mode, table sizes (status) | `mod.rs` |
-//! | `services` | each service's config, servers (health, probes, counters), membership, outcome, departing backends, marks | `service.rs`, `server.rs`, `server_table.rs`, `departing.rs` |
+//! | `services` | each service's config, servers (health, probes, counters), membership, outcome, departing backends, own local faults and probe durations, marks | `service.rs`, `server.rs`, `server_table.rs`, `departing.rs`, `probe_durations.rs` |
 //! | `probing` | the prober, the report channel, the report routes of every server incarnation | `probing.rs`, `report_routes.rs` |
 //! | `publishing` | the [`crate::publish::Publisher`] (what the maps hold), the publish retry, last publish and membership work, propagation histogram | `publishing.rs`, `publish_retry.rs` |
 //! | `macs` | the neighbour source, known backend MACs, how many are unknown | `macs.rs`, `neighbors.rs` |
@@ -24,7 +24,7 @@
 //! | `announcement` | the VIP announcer (routes, drain, BGP sessions), the traffic total a drain waits on | `announcing.rs` |
 //! | `discovery` | DNS answers of `resolve = true` servers and their re-resolution | `crate::discovery`, `resolve.rs` |
 //! | `deadlines` | the next time-driven deadline, cached between changes | `deadlines.rs` |
-//! | `snapshot` | the last snapshot, its schedule, waiting readers, kept server records, table fingerprints | `snapshot/` |
+//! | `snapshot` | the last snapshot and its `watch` sender, its schedule, waiting readers, kept server records, table fingerprints | `snapshot/mod.rs`, `schedule.rs`, `readers.rs`, `build.rs` |
 //!
 //! The methods that coordinate components are on `Agent`, one concern per file:
 //!

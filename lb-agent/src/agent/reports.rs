@@ -1,5 +1,5 @@
 //! What comes in from probes and the data plane: probe reports routed to their server's
-//! health state machine (`report_routes.rs`), passive failure events, and the per-backend
+//! health state machine (`probing.rs`), passive failure events, and the per-backend
 //! counters that reset passive counts and feed `idle` probes. A verdict marks its
 //! service; `recompute.rs` publishes it.
 

@@ -17,9 +17,9 @@ pub use schedule::{SNAPSHOT_DUTY, SNAPSHOT_EVERY, snapshot_interval};
 use super::{Agent, Neighbors};
 use crate::{api::SnapshotRequest, dataplane::Dataplane, probe::Prober, status::Snapshot};
 
-/// The last snapshot, what it was built from, when it is due again, and who waits for
-/// it. Only the agent's other state changes it: components mark it
-/// [changed](SnapshotCache::changed), the agent hands [`Sources`] to rebuild it.
+/// The last snapshot, when it is due again, who waits for it, and what is kept between
+/// builds. The agent marks it [changed](SnapshotCache::changed) when what it shows
+/// changes, and lends it the other components, read-only ([`Sources`]), to rebuild.
 pub(super) struct SnapshotCache {
     /// Where each build is published (`Handles::snapshot`).
     tx: watch::Sender<Arc<Snapshot>>,
