@@ -3,10 +3,7 @@
 //! state re-applied on top (docs/admin-state.md); and the start of a server's runtime
 //! (health, shared signals, probe tasks, report key).
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    net::SocketAddr,
-};
+use std::{collections::HashMap, net::SocketAddr};
 
 use tokio::time::Instant;
 use tracing::info;
@@ -16,7 +13,6 @@ use crate::{
     config::{Config, ServiceConfig},
     dataplane::Dataplane,
     health::StartState,
-    membership::ServiceMembership,
     probe::Prober,
     publish::{PublishError, Publisher},
 };
@@ -110,18 +106,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                             (addr, new_server(addr, conf, start))
                         })
                         .collect();
-                    ServiceRt {
-                        cfg: svc_cfg.clone(),
-                        membership: ServiceMembership::new(),
-                        servers,
-                        outcome: None,
-                        departing: BTreeMap::new(),
-                        local_faults: Default::default(),
-                        marked: false,
-                        marked_whole: false,
-                        changed_health: Vec::new(),
-                        probe_durations: Default::default(),
-                    }
+                    ServiceRt::new(svc_cfg.clone(), servers)
                 }
             };
             let probing = &mut self.probing;

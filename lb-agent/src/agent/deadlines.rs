@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, ServiceRt, departing, publishing::Publishing};
+use super::{Agent, Neighbors, ServiceRt, publishing::Publishing};
 use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
 
 /// The next deadline as last computed. A deadline can only move earlier through a
@@ -61,28 +61,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut changed = false;
         let mut records = Vec::new();
         for svc in &mut self.services {
-            for server in svc.servers.values_mut() {
-                if let Some(t) = server.health.tick(now) {
-                    server.signals.set_healthy(server.health.usable());
-                    records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
-                    svc.marked = true;
-                    svc.changed_health.push(server.addr);
-                }
-            }
-            if svc
-                .outcome
-                .as_ref()
-                .and_then(|o| o.recheck_at)
-                .is_some_and(|at| at <= now)
-            {
-                svc.mark();
-            }
-            let departing = svc.departing.len();
-            svc.departing.retain(|_, d| d.deadline() > now);
-            if svc.departing.len() != departing {
-                svc.mark();
-            }
-            changed |= svc.marked;
+            changed |= svc.tick(now, &mut records);
         }
         changed |= self.publishing.retry_due().is_some_and(|at| at <= now);
         for (s, a, t) in records {
@@ -99,13 +78,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
 fn scan(services: &[ServiceRt], publishing: &Publishing) -> Option<Instant> {
     services
         .iter()
-        .flat_map(|s| {
-            s.servers
-                .values()
-                .filter_map(|v| v.health.next_deadline())
-                .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
-                .chain(s.departing.values().map(departing::Departing::deadline))
-        })
+        .filter_map(ServiceRt::next_deadline)
         .chain(publishing.retry_due())
         .min()
 }

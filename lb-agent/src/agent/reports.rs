@@ -116,8 +116,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// counts, new packets feed `idle` probe mode.
     pub fn poll_stats(&mut self) {
         let now = Instant::now();
-        // One read for every backend: one syscall per backend was most of this call's
-        // time at thousands of backends.
+        // One read for every backend: a syscall per backend would be most of this
+        // call's time at thousands of backends.
         let Ok(all) = self
             .dp
             .backend_stats_below(self.publishing.publisher().backend_id_limit())
@@ -128,27 +128,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         self.announcement.saw_traffic(total, now);
         let publisher = self.publishing.publisher();
         for svc in &mut self.services {
-            // Servers and published backends are both in address order: one pass, and a
-            // server whose counters did not move costs one comparison.
-            let ids = publisher.backend_ids_in_order(&svc.cfg.name);
-            for (server, id) in crate::util::ordered_join::join(svc.servers.iter_mut(), ids) {
-                let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
-                    continue;
-                };
-                if stats == server.last_stats {
-                    continue;
-                }
-                let (ok, _) = server.absorb_stats(stats, now);
-                if ok > 0 {
-                    server.health.on_passive_success(now);
-                }
-            }
-            let ids = publisher.backend_ids_in_order(&svc.cfg.name);
-            for (d, id) in crate::util::ordered_join::join(svc.departing.iter_mut(), ids) {
-                if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
-                    d.saw_packets(stats.packets, now);
-                }
-            }
+            svc.absorb_counters(publisher, &all, now);
         }
     }
 }

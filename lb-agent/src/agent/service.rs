@@ -1,6 +1,7 @@
 //! A virtual service at runtime ([`ServiceRt`]): its configuration, servers, membership
 //! and last outcome, the servers removed but still departing, its own local faults and
-//! probe durations, and what its next recompute must take in (its marks).
+//! probe durations, what its next recompute must take in (its marks), and its share of
+//! the tick and of the counters poll.
 
 use std::{collections::BTreeMap, net::SocketAddr};
 
@@ -9,9 +10,14 @@ use tokio::time::Instant;
 use super::{
     departing, local_faults, probe_durations, server::ServerRt, server_table::ServerTable,
 };
+use lb_common::maps::BackendStats;
+
 use crate::{
     config::ServiceConfig,
+    health::Transition,
     membership::{Outcome, Policy, ServiceMembership},
+    publish::Publisher,
+    util::ordered_join,
 };
 
 /// A virtual service at runtime.
@@ -38,6 +44,97 @@ pub(super) struct ServiceRt {
 }
 
 impl ServiceRt {
+    /// A service new to this run, with `servers` started.
+    pub(super) fn new(cfg: ServiceConfig, servers: ServerTable) -> Self {
+        ServiceRt {
+            cfg,
+            membership: ServiceMembership::new(),
+            servers,
+            outcome: None,
+            departing: BTreeMap::new(),
+            local_faults: Default::default(),
+            marked: false,
+            marked_whole: false,
+            changed_health: Vec::new(),
+            probe_durations: Default::default(),
+        }
+    }
+
+    /// Runs what is due at `now`: health expiries (their transitions pushed to
+    /// `transitions` as (service, server, transition)), a due membership recheck, the
+    /// end of departing backends. Returns whether the service is marked.
+    pub(super) fn tick(
+        &mut self,
+        now: Instant,
+        transitions: &mut Vec<(String, String, Transition)>,
+    ) -> bool {
+        for server in self.servers.values_mut() {
+            if let Some(t) = server.health.tick(now) {
+                server.signals.set_healthy(server.health.usable());
+                transitions.push((self.cfg.name.clone(), server.addr.to_string(), t));
+                self.marked = true;
+                self.changed_health.push(server.addr);
+            }
+        }
+        if self
+            .outcome
+            .as_ref()
+            .and_then(|o| o.recheck_at)
+            .is_some_and(|at| at <= now)
+        {
+            self.mark();
+        }
+        let departing = self.departing.len();
+        self.departing.retain(|_, d| d.deadline() > now);
+        if self.departing.len() != departing {
+            self.mark();
+        }
+        self.marked
+    }
+
+    /// The earliest of its servers' health deadlines, its membership recheck and its
+    /// departing backends' ends.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.servers
+            .values()
+            .filter_map(|v| v.health.next_deadline())
+            .chain(self.outcome.as_ref().and_then(|o| o.recheck_at))
+            .chain(self.departing.values().map(departing::Departing::deadline))
+            .min()
+    }
+
+    /// Takes in the data plane's per-backend counters `all` (indexed by backend id, as
+    /// `publisher` gave the ids) read at `now`: new successful connections reset passive
+    /// failure counts, new packets keep departing backends alive.
+    pub(super) fn absorb_counters(
+        &mut self,
+        publisher: &Publisher,
+        all: &[BackendStats],
+        now: Instant,
+    ) {
+        // Servers and published backends are both in address order: one pass, and a
+        // server whose counters did not move costs one comparison.
+        let ids = publisher.backend_ids_in_order(&self.cfg.name);
+        for (server, id) in ordered_join::join(self.servers.iter_mut(), ids) {
+            let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
+                continue;
+            };
+            if stats == server.last_stats {
+                continue;
+            }
+            let (ok, _) = server.absorb_stats(stats, now);
+            if ok > 0 {
+                server.health.on_passive_success(now);
+            }
+        }
+        let ids = publisher.backend_ids_in_order(&self.cfg.name);
+        for (d, id) in ordered_join::join(self.departing.iter_mut(), ids) {
+            if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
+                d.saw_packets(stats.packets, now);
+            }
+        }
+    }
+
     /// Something else than a verdict changed: the next recompute takes every server.
     pub(super) fn mark(&mut self) {
         self.marked = true;
