@@ -17,6 +17,7 @@ use crate::{
     api::{NewServer, ServerPatch},
     config::{ServiceConfig, check_server},
     membership::Admin,
+    util::durable,
 };
 
 /// Format version written in the state file.
@@ -159,12 +160,11 @@ impl AdminState {
 
     /// Reads `path`; a missing file is an empty state.
     pub fn load(path: &Path) -> Result<AdminState, StateFileError> {
-        let read =
-            crate::util::durable::read_if_present(path).map_err(|source| StateFileError::Io {
-                what: "reading",
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let read = durable::read_if_present(path).map_err(|source| StateFileError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
         let Some(text) = read else {
             return Ok(Self::default());
         };
@@ -189,13 +189,13 @@ impl AdminState {
         state.version = VERSION;
         state.services.retain(|_, s| !s.is_empty());
         let text = serde_json::to_string_pretty(&state).expect("plain data serializes");
-        crate::util::durable::write_atomic(path, "tmp", text.as_bytes()).map_err(
-            |(what, source)| StateFileError::Io {
+        durable::write_atomic(path, "tmp", text.as_bytes()).map_err(|(what, source)| {
+            StateFileError::Io {
                 what,
                 path: path.to_path_buf(),
                 source,
-            },
-        )
+            }
+        })
     }
 
     /// Records an applied PATCH of `server` (its values after the change).

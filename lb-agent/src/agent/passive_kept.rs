@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::health::ServerHealth;
+use crate::{health::ServerHealth, util::durable};
 
 /// Format version written in the file.
 const VERSION: u32 = 1;
@@ -172,12 +172,11 @@ impl PassiveKept {
 }
 
 fn read(path: &Path) -> Result<HashMap<Key, u64>, PassiveFileError> {
-    let read =
-        crate::util::durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
-            what: "reading",
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let read = durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
+        what: "reading",
+        path: path.to_path_buf(),
+        source,
+    })?;
     let Some(text) = read else {
         return Ok(HashMap::new());
     };
@@ -211,13 +210,13 @@ fn write(path: &Path, servers: &BTreeMap<Key, u64>) -> Result<(), PassiveFileErr
             .collect(),
     };
     let text = serde_json::to_string_pretty(&body).expect("plain data serializes");
-    crate::util::durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(
-        |(what, source)| PassiveFileError::Io {
+    durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(|(what, source)| {
+        PassiveFileError::Io {
             what,
             path: path.to_path_buf(),
             source,
-        },
-    )
+        }
+    })
 }
 
 #[cfg(test)]
