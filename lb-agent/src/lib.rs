@@ -18,7 +18,8 @@
 //! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
 //! - [`doctor`]: the host preflight of `lb-agent doctor` (docs/doctor.md);
-//! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`.
+//! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`;
+//! - `util`: durable file writes and the ordered join of address-sorted sequences.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
 pub mod agent;
@@ -41,6 +42,7 @@ pub mod publish;
 pub mod rlimit;
 pub mod sd_notify;
 pub mod status;
+mod util;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LB_EBPF_OBJ_PATH"));

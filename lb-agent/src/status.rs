@@ -175,7 +175,7 @@ pub struct ServiceStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub probe_durations: BTreeMap<String, Histogram>,
     /// Shared with the snapshots before and after this one while a server's record does
-    /// not change (built incrementally: `agent/snapshot.rs`).
+    /// not change (built incrementally: `agent/snapshot/build.rs`).
     pub servers: Vec<Arc<ServerStatus>>,
 }
 

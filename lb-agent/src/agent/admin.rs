@@ -26,8 +26,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         // The caller's next GET must see its change: that read rebuilds the snapshot
         // (not this answer: at 10,000 servers a rebuild costs more than the change).
         if result.is_ok() {
-            self.admin_state.save_logged(self.state_file.as_deref());
-            self.snapshot_changed_by_admin();
+            self.persistence.save_admin_state();
+            self.snapshot.changed_by_admin();
         }
         let _ = req.reply.send(result);
     }
@@ -95,7 +95,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     _ => {}
                 }
                 let after = server.state_name();
-                self.admin_state.record_patch(service, server, &p);
+                self.persistence.record_patch(service, server, &p);
                 if before != after {
                     let t = Transition {
                         from: server.health.state(),
@@ -121,21 +121,28 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     new.backup,
                 )
                 .map_err(invalid)?;
-                let max = self.publisher.max_backends() as usize;
+                let max = self.publishing.publisher().max_backends() as usize;
                 if self.services.iter().map(|s| s.servers.len()).sum::<usize>() >= max {
                     return Err(AdminError::Invalid(format!(
                         "the data plane holds at most {max} servers over all services \
                          (`agent.max_backends`)"
                     )));
                 }
-                self.admin_state.record_add(service, &new);
+                self.persistence.record_add(service, &new);
                 let cfg = self.services[si].cfg.clone();
                 let conf = Configured {
                     weight: new.weight,
                     spare: new.spare, // with a backup level refused above (check_server)
                     backup: new.backup,
                 };
-                let mut server = self.new_server(&cfg, new.address, conf, StartState::Added, now);
+                let mut server = self.probing.start(
+                    &cfg,
+                    new.address,
+                    conf,
+                    StartState::Added,
+                    now,
+                    self.persistence.passive_kept(),
+                );
                 server.configured = None;
                 self.services[si].servers.insert(new.address, server);
                 added_or_removed = Some(new.address);
@@ -152,7 +159,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     .servers
                     .remove(&addr)
                     .ok_or_else(no_server)?;
-                self.admin_state.record_remove(service, addr);
+                self.persistence.record_remove(service, addr);
                 added_or_removed = Some(addr);
                 self.record_names(
                     service,
@@ -172,7 +179,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             self.recompute(now, started)
         } else {
             // An operator's change is tried now, also on a service waiting for a retry.
-            self.publish_retry.release(&self.services[si].cfg.name);
+            self.publishing.release(&self.services[si].cfg.name);
             self.services[si].mark();
             self.recompute_marked(now, started)
         };

@@ -17,6 +17,7 @@ use crate::{
     api::{NewServer, ServerPatch},
     config::{ServiceConfig, check_server},
     membership::Admin,
+    util::durable,
 };
 
 /// Format version written in the state file.
@@ -159,7 +160,7 @@ impl AdminState {
 
     /// Reads `path`; a missing file is an empty state.
     pub fn load(path: &Path) -> Result<AdminState, StateFileError> {
-        let read = super::durable::read_if_present(path).map_err(|source| StateFileError::Io {
+        let read = durable::read_if_present(path).map_err(|source| StateFileError::Io {
             what: "reading",
             path: path.to_path_buf(),
             source,
@@ -188,7 +189,7 @@ impl AdminState {
         state.version = VERSION;
         state.services.retain(|_, s| !s.is_empty());
         let text = serde_json::to_string_pretty(&state).expect("plain data serializes");
-        super::durable::write_atomic(path, "tmp", text.as_bytes()).map_err(|(what, source)| {
+        durable::write_atomic(path, "tmp", text.as_bytes()).map_err(|(what, source)| {
             StateFileError::Io {
                 what,
                 path: path.to_path_buf(),

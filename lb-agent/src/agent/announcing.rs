@@ -1,9 +1,77 @@
-//! VIP announcement from the agent: starts, refreshes, drains and re-decides the
-//! announcer ([`crate::announce`], which owns the routes) from the services' last
-//! membership, and logs each change.
+//! VIP announcement from the agent ([`Announcement`]): the announcer
+//! ([`crate::announce`], which owns the routes) started, refreshed, drained and
+//! re-decided from the services' last membership, each change logged; and the traffic
+//! total that tells a drained node when it went quiet.
 
-use super::{Agent, Neighbors};
-use crate::{api::AdminError, dataplane::Dataplane, probe::Prober};
+use std::{collections::HashMap, net::IpAddr};
+
+use tokio::time::Instant;
+
+use super::{Agent, Neighbors, ServiceRt};
+use crate::{
+    announce::{Announcer, Change, Serve, VipRoutes, bird::Sessions},
+    api::AdminError,
+    dataplane::Dataplane,
+    probe::Prober,
+    publish::Role,
+    status::AnnounceStatus,
+};
+
+/// The announcer and the node's traffic as last polled.
+#[derive(Default)]
+pub(super) struct Announcement {
+    announcer: Announcer,
+    /// Packets seen on every backend so far.
+    traffic_total: u64,
+    /// When `traffic_total` last moved (a drained node is quiet since then).
+    traffic_moved: Option<Instant>,
+}
+
+impl Announcement {
+    /// Re-decides every VIP's announcement from `services`' last membership (a service
+    /// serves when it is fail-open or has an active server whose MAC is known).
+    pub fn update(
+        &mut self,
+        services: &[ServiceRt],
+        macs: &HashMap<IpAddr, [u8; 6]>,
+    ) -> Vec<Change> {
+        let input = services
+            .iter()
+            .map(|svc| {
+                let serve = match &svc.outcome {
+                    Some(o) if o.fail_open => Serve::FailOpen,
+                    Some(o)
+                        if o.roles.iter().any(|&(addr, role)| {
+                            role == Role::Active && macs.contains_key(&addr.ip())
+                        }) =>
+                    {
+                        Serve::Serving
+                    }
+                    _ => Serve::Nothing,
+                };
+                (svc.cfg.vip.ip(), serve)
+            })
+            .collect();
+        self.announcer.update(input)
+    }
+
+    /// The packets forwarded to every backend so far, as polled at `now`.
+    pub fn saw_traffic(&mut self, total: u64, now: Instant) {
+        if total != self.traffic_total || self.traffic_moved.is_none() {
+            self.traffic_total = total;
+            self.traffic_moved = Some(now);
+        }
+    }
+
+    /// What status shows at `now`.
+    pub fn status(&self, now: Instant) -> AnnounceStatus {
+        let mut status = self.announcer.status();
+        status.quiet_seconds = self
+            .traffic_moved
+            .map(|t| now.saturating_duration_since(t).as_secs_f64());
+        status
+    }
+}
 
 impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Starts announcing VIPs through `routes` (call once the XDP program is attached,
@@ -12,34 +80,35 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// across restarts (docs/multi-node.md).
     pub fn start_announcing(
         &mut self,
-        routes: Box<dyn crate::announce::VipRoutes + Send>,
+        routes: Box<dyn VipRoutes + Send>,
         drain_file: Option<std::path::PathBuf>,
     ) {
-        self.announcer.start(routes, drain_file);
+        self.announcement.announcer.start(routes, drain_file);
         self.announce();
-        self.snapshot_dirty = true;
+        self.snapshot.changed();
     }
 
     /// Restarts the lifetime of the announced VIP addresses (the dead-man switch: see
     /// [`crate::announce::Announcer::refresh`]).
     pub fn refresh_announcements(&mut self) {
-        self.announcer.refresh();
-        self.snapshot_dirty = true;
+        self.announcement.announcer.refresh();
+        self.snapshot.changed();
     }
 
     /// Drains (withdraws every VIP, keeps forwarding what still arrives) or undrains the
     /// node; the next snapshot shows it.
     pub fn set_node_drained(&mut self, drained: bool) -> Result<(), AdminError> {
-        if !self.announcer.is_on() {
+        let announcer = &mut self.announcement.announcer;
+        if !announcer.is_on() {
             return Err(AdminError::Invalid(
                 "announcing is off: set `announce_interface` in [agent]".into(),
             ));
         }
-        let changes = self.announcer.set_drained(drained).map_err(|e| {
+        let changes = announcer.set_drained(drained).map_err(|e| {
             AdminError::Invalid(format!("keeping the node's drain state failed: {e}"))
         })?;
-        self.log_announcements(changes);
-        self.record_note(
+        self.events.announcements(changes);
+        self.events.note(
             "-",
             if drained {
                 "node drained"
@@ -47,38 +116,19 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 "node undrained"
             },
         );
-        self.snapshot_changed_by_admin();
+        self.snapshot.changed_by_admin();
         Ok(())
     }
 
     /// Records the routing daemon's sessions as last read (status only).
-    pub fn set_bgp_sessions(&mut self, sessions: crate::announce::bird::Sessions) {
-        self.announcer.set_bgp(Some(sessions));
-        self.snapshot_dirty = true;
+    pub fn set_bgp_sessions(&mut self, sessions: Sessions) {
+        self.announcement.announcer.set_bgp(Some(sessions));
+        self.snapshot.changed();
     }
 
     /// Re-decides every VIP's announcement from the services' last membership.
     pub(super) fn announce(&mut self) {
-        let input = self
-            .services
-            .iter()
-            .map(|svc| {
-                let serve = match &svc.outcome {
-                    Some(o) if o.fail_open => crate::announce::Serve::FailOpen,
-                    Some(o)
-                        if o.roles.iter().any(|&(addr, role)| {
-                            role == crate::publish::Role::Active
-                                && self.macs.contains_key(&addr.ip())
-                        }) =>
-                    {
-                        crate::announce::Serve::Serving
-                    }
-                    _ => crate::announce::Serve::Nothing,
-                };
-                (svc.cfg.vip.ip(), serve)
-            })
-            .collect();
-        let changes = self.announcer.update(input);
-        self.log_announcements(changes);
+        let changes = self.announcement.update(&self.services, self.macs.known());
+        self.events.announcements(changes);
     }
 }

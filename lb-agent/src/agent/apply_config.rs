@@ -3,24 +3,18 @@
 //! state re-applied on top (docs/admin-state.md); and the start of a server's runtime
 //! (health, shared signals, probe tasks, report key).
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    net::SocketAddr,
-    sync::Arc,
-};
+use std::{collections::HashMap, net::SocketAddr};
 
-use lb_common::{IPPROTO_TCP, IPPROTO_UDP};
 use tokio::time::Instant;
 use tracing::info;
 
 use super::{Agent, ApplyReport, Configured, Neighbors, ServerRt, ServiceRt, resolve};
 use crate::{
-    config::{Config, Protocol, ServiceConfig},
+    config::{Config, ServiceConfig},
     dataplane::Dataplane,
-    health::{PassivePolicy, ServerHealth, StartState},
-    membership::{Admin, ServiceMembership},
-    probe::{PROMPT_SPREAD, Prober, ServerKey, SharedSignals, spawn_spread},
-    publish::PublishError,
+    health::StartState,
+    probe::Prober,
+    publish::{PublishError, Publisher},
 };
 
 impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
@@ -49,6 +43,11 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         for svc_cfg in &cfg.services {
             let addrs =
                 expand_servers(svc_cfg, self.discovery.with_resolver(cfg.agent.resolver)).await;
+            let publisher = self.publishing.publisher();
+            let kept = self.persistence.passive_kept();
+            let probing = &mut self.probing;
+            let mut new_server =
+                |addr, conf, start| probing.start(svc_cfg, addr, conf, start, now, kept);
             let mut rt = match old.remove(&svc_cfg.name) {
                 Some(mut prev) => {
                     let probes_changed = prev.cfg.probes != svc_cfg.probes
@@ -65,19 +64,18 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                 s
                             }
                             Some(s) => {
-                                let start = restart_state(&s);
-                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                let mut fresh = new_server(addr, conf, restart_state(&s));
                                 fresh.admin = s.admin;
                                 fresh
                             }
                             // Added to a running service: held back until every probe passes.
-                            None => self.new_server(svc_cfg, addr, conf, StartState::Added, now),
+                            None => new_server(addr, conf, StartState::Added),
                         };
                         servers.push((addr, server));
                     }
                     for (addr, s) in std::mem::take(&mut prev.servers) {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
-                        if s.configured.is_none() && self.admin_state.is_added(&svc_cfg.name, addr)
+                        if s.configured.is_none() && self.persistence.is_added(&svc_cfg.name, addr)
                         {
                             let kept = if probes_changed || rechecked(svc_cfg, &s) {
                                 let conf = Configured {
@@ -85,8 +83,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                                     spare: s.spare,
                                     backup: s.backup,
                                 };
-                                let start = restart_state(&s);
-                                let mut fresh = self.new_server(svc_cfg, addr, conf, start, now);
+                                let mut fresh = new_server(addr, conf, restart_state(&s));
                                 fresh.configured = None;
                                 fresh
                             } else {
@@ -102,131 +99,52 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                     prev
                 }
                 None => {
-                    let proto = match svc_cfg.protocol {
-                        Protocol::Tcp => IPPROTO_TCP,
-                        Protocol::Udp => IPPROTO_UDP,
-                    };
                     let servers = addrs
                         .into_iter()
                         .map(|(addr, conf)| {
-                            let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr)
-                            {
-                                Some(true) => StartState::ReloadedWasUp,
-                                Some(false) => StartState::ReloadedWasDown,
-                                None => StartState::New,
-                            };
-                            (addr, self.new_server(svc_cfg, addr, conf, start, now))
+                            let start = adopted_start(publisher, svc_cfg, addr);
+                            (addr, new_server(addr, conf, start))
                         })
                         .collect();
-                    ServiceRt {
-                        cfg: svc_cfg.clone(),
-                        membership: ServiceMembership::new(),
-                        servers,
-                        outcome: None,
-                        departing: BTreeMap::new(),
-                        local_faults: Default::default(),
-                        marked: false,
-                        marked_whole: false,
-                        changed_health: Vec::new(),
-                        probe_durations: Default::default(),
-                    }
+                    ServiceRt::new(svc_cfg.clone(), servers)
                 }
             };
-            let mut admin_state = std::mem::take(&mut self.admin_state);
-            admin_state.apply(
+            let probing = &mut self.probing;
+            self.persistence.reapply(
                 svc_cfg,
                 &mut rt.servers,
-                |addr, conf| {
+                |addr, conf, kept| {
                     // Restored after a restart: like a configured server, it keeps
                     // traffic if the previous run's pinned state had it live.
-                    let proto = svc_cfg.protocol.ip_proto();
-                    let start = match self.publisher.adopted_live(svc_cfg.vip, proto, addr) {
-                        Some(true) => StartState::ReloadedWasUp,
-                        Some(false) => StartState::ReloadedWasDown,
-                        None => StartState::New,
-                    };
-                    self.new_server(svc_cfg, addr, conf, start, now)
+                    let start = adopted_start(publisher, svc_cfg, addr);
+                    probing.start(svc_cfg, addr, conf, start, now, kept)
                 },
                 &mut admin_report,
             );
-            self.admin_state = admin_state;
             rt.outcome = None;
             self.services.push(rt);
         }
-        self.place_routes();
-        self.admin_state.keep_services(
+        self.probing.place(&self.services);
+        self.persistence.applied(
             cfg.services.iter().map(|s| s.name.as_str()),
             &mut admin_report,
         );
-        admin_report.log();
-        self.passive_kept.restored_all();
-        if !admin_report.dropped.is_empty() {
-            self.admin_state.save_logged(self.state_file.as_deref());
-        }
         self.sync_departing(now);
         self.refresh_macs().await;
         self.recompute(now, std::time::Instant::now())?;
         self.publish_snapshot();
         Ok(admin_report)
     }
+}
 
-    pub(super) fn new_server(
-        &self,
-        svc: &ServiceConfig,
-        addr: SocketAddr,
-        conf: Configured,
-        start: StartState,
-        now: Instant,
-    ) -> ServerRt {
-        // A spare takes traffic only once every probe has passed (Angie), also at start.
-        let start = if start == StartState::New && conf.spare && conf.backup == 0 {
-            StartState::NewSpare
-        } else {
-            start
-        };
-        let mut health = ServerHealth::new(&svc.probes, PassivePolicy::of(svc), start, now);
-        self.passive_kept.restore(&svc.name, addr, &mut health, now);
-        let signals = Arc::new(SharedSignals::new(health.usable()));
-        let incarnation = self.report_routes.borrow_mut().allocate();
-        let key = ServerKey {
-            service: incarnation,
-            addr,
-        };
-        // Out of traffic until its probes pass although the pool wants it (added at
-        // runtime, or in traffic before and checked again): first probes come promptly.
-        let waiting = start == StartState::Added
-            || (start == StartState::ReloadedWasUp
-                && health.state() == crate::health::HealthState::Checking);
-        let tasks = svc
-            .probes
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                spawn_spread(
-                    self.prober.clone(),
-                    key,
-                    i,
-                    Arc::new(p.clone()),
-                    signals.clone(),
-                    self.reports_tx.clone(),
-                    if waiting { PROMPT_SPREAD } else { p.interval },
-                )
-            })
-            .collect();
-        ServerRt {
-            addr,
-            addr_text: addr.to_string(),
-            incarnation,
-            weight: conf.weight,
-            spare: conf.spare,
-            backup: conf.backup,
-            configured: Some(conf),
-            admin: Admin::Up,
-            health,
-            signals,
-            _probes: tasks,
-            last_stats: Default::default(),
-        }
+/// How a server of `svc` at `addr` starts in a service new to this run: as after a
+/// reload when the previous run's pinned maps had it (live: it keeps its traffic), else
+/// new.
+fn adopted_start(publisher: &Publisher, svc: &ServiceConfig, addr: SocketAddr) -> StartState {
+    match publisher.adopted_live(svc.vip, svc.protocol.ip_proto(), addr) {
+        Some(true) => StartState::ReloadedWasUp,
+        Some(false) => StartState::ReloadedWasDown,
+        None => StartState::New,
     }
 }
 

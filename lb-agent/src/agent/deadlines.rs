@@ -4,43 +4,52 @@
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, departing};
+use super::{Agent, Neighbors, ServiceRt, publishing::Publishing};
 use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    /// The next instant something time-driven is due (health expiry, membership recheck).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        if let Some(cached) = self.deadline_cache.get() {
-            return cached;
-        }
-        let deadline = self.scan_deadlines();
-        self.deadline_cache.set(Some(deadline));
-        deadline
+/// The next deadline as last computed. A deadline can only move earlier through a
+/// transition (`unavailable` sets its expiry) or a membership computation
+/// (`recheck_at`), so the recompute that follows either clears or lowers it; the run
+/// loop asks every turn, and a scan of every server each time would be O(servers).
+#[derive(Debug, Default)]
+pub(super) struct DeadlineCache {
+    /// `None`: stale, the next ask scans.
+    next: Option<Option<Instant>>,
+}
+
+impl DeadlineCache {
+    /// The cached deadline, or `scan`'s, which is cached.
+    pub fn get_or_scan(&mut self, scan: impl FnOnce() -> Option<Instant>) -> Option<Instant> {
+        *self.next.get_or_insert_with(scan)
+    }
+
+    /// Something moved deadlines in ways only a scan finds.
+    pub fn clear(&mut self) {
+        self.next = None;
     }
 
     /// A deadline at `at` may have appeared (a server updated alone): the cached next
     /// deadline becomes at most `at`, without a scan of every server. A cached deadline
     /// that is early (one that went away) only costs an `on_tick` that finds nothing due,
     /// and that rescans.
-    pub(super) fn lower_deadline(&self, at: Option<Instant>) {
-        if let (Some(at), Some(cached)) = (at, self.deadline_cache.get()) {
-            self.deadline_cache
-                .set(Some(Some(cached.map_or(at, |c| c.min(at)))));
+    pub fn lower(&mut self, at: Option<Instant>) {
+        if let (Some(at), Some(cached)) = (at, self.next.as_mut()) {
+            *cached = Some(cached.map_or(at, |c| c.min(at)));
         }
     }
+}
 
-    pub(super) fn scan_deadlines(&self) -> Option<Instant> {
-        self.services
-            .iter()
-            .flat_map(|s| {
-                s.servers
-                    .values()
-                    .filter_map(|v| v.health.next_deadline())
-                    .chain(s.outcome.as_ref().and_then(|o| o.recheck_at))
-                    .chain(s.departing.values().map(departing::Departing::deadline))
-            })
-            .chain(self.publish_retry.due())
-            .min()
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// The next instant something time-driven is due (health expiry, membership recheck,
+    /// a departing backend's end, a publish retry).
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        let Agent {
+            deadlines,
+            services,
+            publishing,
+            ..
+        } = self;
+        deadlines.get_or_scan(|| scan(services, publishing))
     }
 
     /// Runs what is due at `now`.
@@ -48,34 +57,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let started = std::time::Instant::now();
         // A due deadline may end without a transition (an `unavailable` server waiting
         // for its probes' confirmation): the cached deadline must not stay in the past.
-        self.deadline_cache.set(None);
+        self.deadlines.clear();
         let mut changed = false;
         let mut records = Vec::new();
         for svc in &mut self.services {
-            for server in svc.servers.values_mut() {
-                if let Some(t) = server.health.tick(now) {
-                    server.signals.set_healthy(server.health.usable());
-                    records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
-                    svc.marked = true;
-                    svc.changed_health.push(server.addr);
-                }
-            }
-            if svc
-                .outcome
-                .as_ref()
-                .and_then(|o| o.recheck_at)
-                .is_some_and(|at| at <= now)
-            {
-                svc.mark();
-            }
-            let departing = svc.departing.len();
-            svc.departing.retain(|_, d| d.deadline() > now);
-            if svc.departing.len() != departing {
-                svc.mark();
-            }
-            changed |= svc.marked;
+            changed |= svc.tick(now, &mut records);
         }
-        changed |= self.publish_retry.due().is_some_and(|at| at <= now);
+        changed |= self.publishing.retry_due().is_some_and(|at| at <= now);
         for (s, a, t) in records {
             self.record(&s, &a, &t);
         }
@@ -84,4 +72,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         }
         Ok(())
     }
+}
+
+/// The earliest deadline of `services` and the publish retry.
+fn scan(services: &[ServiceRt], publishing: &Publishing) -> Option<Instant> {
+    services
+        .iter()
+        .filter_map(ServiceRt::next_deadline)
+        .chain(publishing.retry_due())
+        .min()
 }

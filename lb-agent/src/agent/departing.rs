@@ -12,7 +12,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors};
+use super::{Agent, Neighbors, ServiceRt};
 use crate::{dataplane::Dataplane, probe::Prober};
 
 /// A removed server's id is freed after this long without a forwarded packet.
@@ -52,23 +52,47 @@ impl Departing {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    /// Keeps `departing` in step with the servers: a published backend no longer among a
-    /// service's servers starts departing; a departing address added again stops. Called
-    /// where servers are added or removed (config, API, DNS), not per verdict.
-    pub(super) fn sync_departing(&mut self, now: Instant) {
-        for svc in &mut self.services {
-            let servers = &svc.servers;
-            svc.departing.retain(|a, _| !servers.contains_key(a));
-            for addr in self.publisher.backend_addrs(&svc.cfg.name) {
-                if !svc.servers.contains_key(&addr) {
-                    svc.departing
-                        .entry(addr)
-                        .or_insert_with(|| Departing::new(now));
-                }
+impl ServiceRt {
+    /// Keeps `departing` in step with the servers, given the addresses `published` for
+    /// this service: a published backend no longer among the servers starts departing;
+    /// a departing address added again stops.
+    fn sync_departing(&mut self, published: impl Iterator<Item = SocketAddr>, now: Instant) {
+        let servers = &self.servers;
+        self.departing.retain(|a, _| !servers.contains_key(a));
+        for addr in published {
+            if !self.servers.contains_key(&addr) {
+                self.departing
+                    .entry(addr)
+                    .or_insert_with(|| Departing::new(now));
             }
         }
-        self.deadline_cache.set(None);
+    }
+
+    /// [`ServiceRt::sync_departing`] for `addr` alone (`published`: whether it is a
+    /// published backend of this service). Returns whether it started or stopped
+    /// departing.
+    fn sync_departing_one(&mut self, addr: SocketAddr, published: bool, now: Instant) -> bool {
+        if self.servers.contains_key(&addr) {
+            self.departing.remove(&addr).is_some()
+        } else if published && !self.departing.contains_key(&addr) {
+            self.departing.insert(addr, Departing::new(now));
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Keeps every service's departing backends in step with its servers. Called where
+    /// servers are added or removed (config, API, DNS), not per verdict.
+    pub(super) fn sync_departing(&mut self, now: Instant) {
+        let publisher = self.publishing.publisher();
+        for svc in &mut self.services {
+            let published = publisher.backend_addrs(&svc.cfg.name);
+            svc.sync_departing(published, now);
+        }
+        self.deadlines.clear();
     }
 
     /// [`Agent::sync_departing`] for one address of one service, after an admin add or
@@ -76,18 +100,12 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// not a walk over every service's published backends.
     pub(super) fn sync_departing_server(&mut self, si: usize, addr: SocketAddr, now: Instant) {
         let svc = &mut self.services[si];
-        let changed = if svc.servers.contains_key(&addr) {
-            svc.departing.remove(&addr).is_some()
-        } else if self.publisher.has_backend(&svc.cfg.name, &addr)
-            && !svc.departing.contains_key(&addr)
-        {
-            svc.departing.insert(addr, Departing::new(now));
-            true
-        } else {
-            false
-        };
-        if changed {
-            self.deadline_cache.set(None);
+        let published = self
+            .publishing
+            .publisher()
+            .has_backend(&svc.cfg.name, &addr);
+        if svc.sync_departing_one(addr, published, now) {
+            self.deadlines.clear();
         }
     }
 }

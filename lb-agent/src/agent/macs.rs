@@ -1,7 +1,9 @@
-//! Backend MACs (`Agent::macs`): resolved through [`super::Neighbors`], a bounded number
-//! at once, retried while some are unknown (a backend without one takes no traffic).
+//! Backend MACs ([`Macs`]): resolved through [`super::Neighbors`], a bounded number at
+//! once, retried while some are unknown (a backend without one takes no traffic), and
+//! followed as the kernel changes them (`neighbors.rs`).
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -9,20 +11,48 @@ use std::{
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{Agent, Neighbors};
-use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
+use super::{Agent, Neighbors, ServiceRt};
+use crate::{
+    dataplane::Dataplane, neighbor::nexthops::MacUpdate, probe::Prober, publish::PublishError,
+};
 
 /// MAC lookups in flight at once.
 const MAC_LOOKUPS: usize = 32;
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    /// Resolves MACs not known yet (all of them concurrently).
-    pub async fn refresh_macs(&mut self) {
-        let wanted: Vec<IpAddr> = self.unknown_macs();
+/// The MAC table and where its addresses come from.
+pub(super) struct Macs<N> {
+    neighbors: Arc<N>,
+    known: HashMap<IpAddr, [u8; 6]>,
+    /// Backend addresses whose MAC is unknown, as of the last resolution round.
+    unknown: usize,
+}
+
+impl<N: Neighbors> Macs<N> {
+    pub fn new(neighbors: Arc<N>) -> Self {
+        Macs {
+            neighbors,
+            known: HashMap::new(),
+            unknown: 0,
+        }
+    }
+
+    /// The MACs known, by backend address.
+    pub fn known(&self) -> &HashMap<IpAddr, [u8; 6]> {
+        &self.known
+    }
+
+    /// Whether some backend MAC was still unknown after the last resolution.
+    pub fn has_unknown(&self) -> bool {
+        self.unknown > 0
+    }
+
+    /// Resolves the MACs of `backends` (every server's address, once) not known yet,
+    /// concurrently, and follows them all from now on.
+    pub async fn refresh(&mut self, backends: Vec<IpAddr>) {
         let mut jobs = tokio::task::JoinSet::new();
         // Bounded: each kernel lookup may spawn `ip` and wait up to its timeout.
         let slots = Arc::new(tokio::sync::Semaphore::new(MAC_LOOKUPS));
-        for ip in wanted {
+        for ip in self.unknown_among(&backends) {
             let n = self.neighbors.clone();
             let slots = slots.clone();
             jobs.spawn(async move {
@@ -33,7 +63,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         while let Some(done) = jobs.join_next().await {
             match done {
                 Ok((ip, Ok(mac))) => {
-                    self.macs.insert(ip, mac);
+                    self.known.insert(ip, mac);
                 }
                 Ok((ip, Err(err))) => {
                     warn!(backend = %ip, error = %err, "backend MAC unknown: not selectable until resolved")
@@ -41,56 +71,99 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 Err(err) => warn!(error = %err, "MAC resolution task failed"),
             }
         }
-        self.unknown_mac_count = self.unknown_macs().len();
-        self.neighbors.follow(self.server_ips());
+        self.unknown = self.unknown_among(&backends).len();
+        self.neighbors.follow(backends);
     }
 
-    /// [`Agent::refresh_macs`] after a server at `ip` was added: when every other MAC is
-    /// known (`unknown_mac_count` is 0; the set of unknown MACs only grows by added
-    /// servers), `ip`'s is the only one to resolve, without a pass over every server.
-    pub(super) async fn refresh_macs_after_add(&mut self, ip: IpAddr) {
-        if self.unknown_mac_count > 0 {
-            return self.refresh_macs().await;
-        }
+    /// Resolves the MAC of one added backend at `ip` (when every other MAC is known:
+    /// the set of unknown MACs only grows by added servers) and follows it.
+    pub async fn resolve_added(&mut self, ip: IpAddr) {
         self.neighbors.follow_one(ip);
-        if self.macs.contains_key(&ip) {
+        if self.known.contains_key(&ip) {
             return;
         }
-        // Bounded like `refresh_macs`: one lookup.
+        // Bounded like `refresh`: one lookup.
         match self.neighbors.resolve(ip).await {
             Ok(mac) => {
-                self.macs.insert(ip, mac);
+                self.known.insert(ip, mac);
             }
             Err(err) => {
                 warn!(backend = %ip, error = %err, "backend MAC unknown: not selectable until resolved");
-                self.unknown_mac_count = 1;
+                self.unknown = 1;
             }
         }
     }
 
-    pub(super) fn unknown_macs(&self) -> Vec<IpAddr> {
-        let mut ips: Vec<IpAddr> = self
-            .services
+    /// Takes in the kernel's MAC changes; returns those that changed the table (and
+    /// recounts what `backends` still lack, taking them only then).
+    pub fn follow(
+        &mut self,
+        updates: &[MacUpdate],
+        backends: impl FnOnce() -> Vec<IpAddr>,
+    ) -> Vec<MacUpdate> {
+        let mut changed = Vec::new();
+        for u in updates {
+            if self.known.get(&u.backend).copied() == u.mac {
+                continue;
+            }
+            match u.mac {
+                Some(mac) => self.known.insert(u.backend, mac),
+                None => self.known.remove(&u.backend),
+            };
+            changed.push(*u);
+        }
+        if !changed.is_empty() {
+            self.unknown = self.unknown_among(&backends()).len();
+        }
+        changed
+    }
+
+    fn unknown_among(&self, backends: &[IpAddr]) -> Vec<IpAddr> {
+        backends
             .iter()
-            .flat_map(|s| s.servers.keys().map(SocketAddr::ip))
-            .filter(|ip| !self.macs.contains_key(ip))
-            .collect();
-        ips.sort();
-        ips.dedup();
-        ips
+            .filter(|ip| !self.known.contains_key(ip))
+            .copied()
+            .collect()
+    }
+}
+
+/// Every server's address, once, in order.
+pub(super) fn server_ips(services: &[ServiceRt]) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = services
+        .iter()
+        .flat_map(|s| s.servers.keys().map(SocketAddr::ip))
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+    /// Resolves MACs not known yet (all of them concurrently).
+    pub async fn refresh_macs(&mut self) {
+        self.macs.refresh(server_ips(&self.services)).await;
+    }
+
+    /// [`Agent::refresh_macs`] after a server at `ip` was added: when every other MAC is
+    /// known, `ip`'s is the only one to resolve, without a pass over every server.
+    pub(super) async fn refresh_macs_after_add(&mut self, ip: IpAddr) {
+        if self.macs.has_unknown() {
+            return self.refresh_macs().await;
+        }
+        self.macs.resolve_added(ip).await;
     }
 
     /// Whether some backend MAC is still unknown (the caller retries periodically).
     /// Cached: the run loop asks on every turn.
     pub fn has_unknown_macs(&self) -> bool {
-        self.unknown_mac_count > 0
+        self.macs.has_unknown()
     }
 
     /// Re-resolves unknown MACs and republishes if any were found.
     pub async fn retry_macs(&mut self) -> Result<(), PublishError> {
-        let before = self.macs.len();
+        let before = self.macs.known().len();
         self.refresh_macs().await;
-        if self.macs.len() != before {
+        if self.macs.known().len() != before {
             self.recompute(Instant::now(), std::time::Instant::now())?;
         }
         Ok(())

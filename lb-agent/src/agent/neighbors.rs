@@ -102,21 +102,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// the backend unselectable exactly as an unknown MAC, until the kernel has an
     /// address again. Only the services with such a backend are recomputed.
     pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
-        let mut changed = Vec::new();
-        for u in updates {
-            if self.macs.get(&u.backend).copied() == u.mac {
-                continue;
-            }
-            match u.mac {
-                Some(mac) => self.macs.insert(u.backend, mac),
-                None => self.macs.remove(&u.backend),
-            };
-            changed.push(*u);
-        }
+        let services = &self.services;
+        let changed = self
+            .macs
+            .follow(updates, || super::macs::server_ips(services));
         if changed.is_empty() {
             return Ok(());
         }
-        self.unknown_mac_count = self.unknown_macs().len();
         let ips: std::collections::HashSet<IpAddr> = changed.iter().map(|u| u.backend).collect();
         for svc in &mut self.services {
             if svc.servers.keys().any(|a| ips.contains(&a.ip())) {
@@ -144,18 +136,4 @@ fn fmt_mac(m: [u8; 6]) -> String {
         "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
         m[0], m[1], m[2], m[3], m[4], m[5]
     )
-}
-
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    /// Every server's address, once.
-    pub(super) fn server_ips(&self) -> Vec<IpAddr> {
-        let mut ips: Vec<IpAddr> = self
-            .services
-            .iter()
-            .flat_map(|s| s.servers.keys().map(std::net::SocketAddr::ip))
-            .collect();
-        ips.sort();
-        ips.dedup();
-        ips
-    }
 }

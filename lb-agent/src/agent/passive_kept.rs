@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::health::ServerHealth;
+use crate::{health::ServerHealth, util::durable};
 
 /// Format version written in the file.
 const VERSION: u32 = 1;
@@ -172,7 +172,7 @@ impl PassiveKept {
 }
 
 fn read(path: &Path) -> Result<HashMap<Key, u64>, PassiveFileError> {
-    let read = super::durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
+    let read = durable::read_if_present(path).map_err(|source| PassiveFileError::Io {
         what: "reading",
         path: path.to_path_buf(),
         source,
@@ -210,7 +210,7 @@ fn write(path: &Path, servers: &BTreeMap<Key, u64>) -> Result<(), PassiveFileErr
             .collect(),
     };
     let text = serde_json::to_string_pretty(&body).expect("plain data serializes");
-    super::durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(|(what, source)| {
+    durable::write_atomic(path, "passive.tmp", text.as_bytes()).map_err(|(what, source)| {
         PassiveFileError::Io {
             what,
             path: path.to_path_buf(),

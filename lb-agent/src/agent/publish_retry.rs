@@ -5,9 +5,9 @@
 //! verdict about a held service is kept in its server's health, not published), and
 //! the retry recomputes them over every server at `FIRST_RETRY`, then doubling up to
 //! `LAST_RETRY` while it keeps failing. A reload (a full recompute) tries them at
-//! once. Before, every later batch re-ran the failed services whole: with a failure
-//! that persists (more backends than the maps hold) that was a full membership and
-//! description of the largest services per batch of verdicts.
+//! once. Holding them keeps a failure that persists (more backends than the maps hold)
+//! from costing a full membership and description of the largest services per batch of
+//! verdicts.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

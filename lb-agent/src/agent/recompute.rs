@@ -7,11 +7,7 @@ use tokio::time::Instant;
 
 use super::desired::{desired_backend, desired_service};
 use super::{Agent, MembershipWork, Neighbors, ServerRt};
-use crate::{
-    dataplane::Dataplane,
-    probe::Prober,
-    publish::{DesiredBackend, DesiredService, PublishError},
-};
+use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
 
 impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// Recomputes membership of every service and publishes what changed; `started` is
@@ -22,7 +18,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
         // Every service is tried now, including those waiting for a retry.
-        self.publish_retry.take_all();
+        self.publishing.take_all_retries();
         for svc in &mut self.services {
             svc.mark();
         }
@@ -36,7 +32,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         now: Instant,
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
-        if let Some(due) = self.publish_retry.take_due(now) {
+        if let Some(due) = self.publishing.take_due_retry(now) {
             if due.full {
                 return self.recompute(now, started);
             }
@@ -57,15 +53,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         started: std::time::Instant,
         all: bool,
     ) -> Result<(), PublishError> {
-        if self.passive_kept.is_dirty() {
-            let servers = self.services.iter().flat_map(|s| {
-                s.servers.values().filter_map(|v| {
-                    let until = v.health.unavailable_until()?;
-                    Some((s.cfg.name.as_str(), v.addr, until))
-                })
-            });
-            self.passive_kept.save(servers);
-        }
+        self.persistence.save_ejections(&self.services);
         let mut desired = Vec::new();
         // The earliest deadline of the servers updated alone; a computation over every
         // server makes the cached next deadline stale.
@@ -76,14 +64,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut notes = Vec::new();
         let mut recomputed = Vec::new();
         let mut work = MembershipWork::default();
-        let retry = &self.publish_retry;
+        let publishing = &self.publishing;
+        let macs = self.macs.known();
         for (si, svc) in self
             .services
             .iter_mut()
             .enumerate()
             .filter(|(_, s)| s.marked)
         {
-            if !all && retry.holds(&svc.cfg.name) {
+            if !all && publishing.holds(&svc.cfg.name) {
                 // Its publish failed: the retry recomputes it over every server (the
                 // verdicts stay in its servers' health until then).
                 svc.unmark();
@@ -102,7 +91,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let outcome = svc.outcome.as_ref().expect("updated above");
                 let backends: Vec<_> = moved
                     .iter()
-                    .map(|&i| desired_backend(svc, outcome.roles[i], &self.macs))
+                    .map(|&i| desired_backend(svc, outcome.roles[i], macs))
                     .collect();
                 if !backends.is_empty() {
                     partial.push((si, backends));
@@ -118,19 +107,26 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             for change in &outcome.changes {
                 notes.push((svc.cfg.name.clone(), change.clone()));
             }
-            desired.push(desired_service(svc, &outcome, &self.macs));
+            desired.push(desired_service(svc, &outcome, macs));
             svc.outcome = Some(outcome);
         }
         for (service, note) in notes {
-            self.record_note(&service, &note);
+            self.events.note(&service, &note);
         }
-        self.last_membership = work;
+        self.publishing.set_membership_work(work);
         if computed {
-            self.deadline_cache.set(None);
+            self.deadlines.clear();
         } else {
-            self.lower_deadline(updated_deadline);
+            self.deadlines.lower(updated_deadline);
         }
-        let applied = self.publish(desired, partial, all);
+        let applied = self.publishing.publish(
+            &mut self.dp,
+            &self.services,
+            self.macs.known(),
+            desired,
+            partial,
+            all,
+        );
         let report = match applied {
             Ok(report) => report,
             Err(e) => {
@@ -139,51 +135,17 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
                 let names = recomputed
                     .into_iter()
                     .map(|si| self.services[si].cfg.name.clone());
-                self.publish_retry.failed(names, all, now, e.to_string());
-                self.deadline_cache.set(None);
-                self.snapshot_dirty = true;
+                self.publishing.failed(names, all, now, &e);
+                self.deadlines.clear();
+                self.snapshot.changed();
                 return Err(e);
             }
         };
-        self.publish_retry.succeeded();
-        self.last_publish = report;
+        self.publishing.succeeded(report);
         // After the tables: a VIP is announced only once the node can forward it.
         self.announce();
-        if report.tables_published + report.backends_written + report.services_written > 0 {
-            self.propagation.observe(started.elapsed().as_secs_f64());
-        }
-        self.snapshot_dirty = true;
+        self.publishing.observe_propagation(started);
+        self.snapshot.changed();
         Ok(())
-    }
-
-    /// Publishes the whole descriptions in `desired` (every service when `all`) and
-    /// the changed backends in `partial`; a service whose changed backends are not
-    /// enough for the publisher (`Publisher::apply_backends`) is described whole.
-    pub(super) fn publish(
-        &mut self,
-        mut desired: Vec<DesiredService>,
-        partial: Vec<(usize, Vec<DesiredBackend>)>,
-        all: bool,
-    ) -> Result<crate::publish::ApplyReport, PublishError> {
-        let mut report = crate::publish::ApplyReport::default();
-        for (si, backends) in partial {
-            let svc = &self.services[si];
-            match self
-                .publisher
-                .apply_backends(&svc.cfg.name, &backends, &mut self.dp)?
-            {
-                Some(done) => report.absorb(done),
-                None => {
-                    let outcome = svc.outcome.as_ref().expect("computed before publishing");
-                    desired.push(desired_service(svc, outcome, &self.macs));
-                }
-            }
-        }
-        if all {
-            report.absorb(self.publisher.apply(&desired, &mut self.dp)?);
-        } else if !desired.is_empty() {
-            report.absorb(self.publisher.apply_some(&desired, &mut self.dp)?);
-        }
-        Ok(report)
     }
 }

@@ -1,15 +1,15 @@
 //! What comes in from probes and the data plane: probe reports routed to their server's
-//! health state machine (`report_routes.rs`), passive failure events, and the per-backend
+//! health state machine (`probing.rs`), passive failure events, and the per-backend
 //! counters that reset passive counts and feed `idle` probes. A verdict marks its
 //! service; `recompute.rs` publishes it.
 
 use lb_common::{events::PassiveEvent, events::event_name};
 use tokio::time::Instant;
 
-use super::{Agent, Lookup, Neighbors, server_table};
+use super::{Agent, Neighbors};
 use crate::{
     dataplane::Dataplane,
-    probe::{ProbeReport, Prober, ServerKey},
+    probe::{ProbeReport, Prober},
     publish::PublishError,
 };
 
@@ -30,7 +30,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         let mut latest: Option<Instant> = None;
         let mut records = Vec::new();
         for report in reports {
-            let Some((si, index)) = self.route_report(report.server) else {
+            let Some((si, index)) = self.probing.route(&self.services, report.server) else {
                 continue; // a report of probes replaced or removed since
             };
             let svc = &mut self.services[si];
@@ -46,13 +46,13 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             }
             if report.outcome.local {
                 svc.local_faults.note(&report.outcome.detail, report.at);
-                self.local_faults.record(
+                self.faults.local_fault(
                     &svc.cfg.name,
                     &server.addr.to_string(),
                     &report.outcome.detail,
                     report.at,
                 );
-                self.snapshot_dirty = true;
+                self.snapshot.changed();
             }
             if let Some(t) = server
                 .health
@@ -80,56 +80,16 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
         Ok(())
     }
 
-    /// Where the server `key` reports for is (service index, position in its table);
-    /// `None` for a report of an incarnation that is gone. Routes are placed again, once,
-    /// when a server was added or removed since they were (`report_routes.rs`).
-    pub(super) fn route_report(&mut self, key: ServerKey) -> Option<(usize, usize)> {
-        let found = |agent: &Self| match agent.report_routes.borrow().lookup(key.service) {
-            Lookup::At(si, index) => agent
-                .services
-                .get(si)
-                .and_then(|s| s.servers.at(index))
-                .filter(|s| s.incarnation == key.service && s.addr == key.addr)
-                .map(|_| (si, index)),
-            Lookup::Stale | Lookup::Unplaced => None,
-        };
-        if let Some(at) = found(self) {
-            return Some(at);
-        }
-        let routes = self.report_routes.get_mut();
-        if routes.lookup(key.service) == Lookup::Stale
-            || routes.placed_at(server_table::layout_epoch())
-        {
-            return None;
-        }
-        self.place_routes();
-        found(self)
-    }
-
-    /// Places every server's report route (after the services or their servers moved).
-    pub(super) fn place_routes(&mut self) {
-        let epoch = server_table::layout_epoch();
-        let servers = self.services.iter().enumerate().flat_map(|(si, svc)| {
-            svc.servers
-                .values()
-                .enumerate()
-                .map(move |(i, s)| (si, i, s.incarnation))
-        });
-        self.report_routes.get_mut().place(servers, epoch);
-    }
-
     /// Passive failure signals from the data plane.
     pub fn on_passive_events(&mut self, events: &[PassiveEvent]) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
         let now = Instant::now();
-        self.snapshot_dirty = true;
+        self.snapshot.changed();
         let mut changed = false;
         for e in events {
-            *self
-                .passive
-                .entry(event_name(e.kind).to_string())
-                .or_default() += 1;
-            let Some((service, addr)) = self.publisher.backend_by_id(e.backend_id) else {
+            self.faults.passive_event(event_name(e.kind));
+            let Some((service, addr)) = self.publishing.publisher().backend_by_id(e.backend_id)
+            else {
                 continue;
             };
             let Some(si) = self.services.iter().position(|s| s.cfg.name == service) else {
@@ -156,41 +116,19 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     /// counts, new packets feed `idle` probe mode.
     pub fn poll_stats(&mut self) {
         let now = Instant::now();
-        // One read for every backend: one syscall per backend was most of this call's
-        // time at thousands of backends.
+        // One read for every backend: a syscall per backend would be most of this
+        // call's time at thousands of backends.
         let Ok(all) = self
             .dp
-            .backend_stats_below(self.publisher.backend_id_limit())
+            .backend_stats_below(self.publishing.publisher().backend_id_limit())
         else {
             return;
         };
         let total = all.iter().map(|s| s.packets).fold(0u64, u64::wrapping_add);
-        if total != self.traffic_total || self.traffic_moved.is_none() {
-            self.traffic_total = total;
-            self.traffic_moved = Some(now);
-        }
+        self.announcement.saw_traffic(total, now);
+        let publisher = self.publishing.publisher();
         for svc in &mut self.services {
-            // Servers and published backends are both in address order: one pass, and a
-            // server whose counters did not move costs one comparison.
-            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
-            for (server, id) in super::ordered_join::join(svc.servers.iter_mut(), ids) {
-                let Some(&stats) = id.and_then(|id| all.get(id as usize)) else {
-                    continue;
-                };
-                if stats == server.last_stats {
-                    continue;
-                }
-                let (ok, _) = server.absorb_stats(stats, now);
-                if ok > 0 {
-                    server.health.on_passive_success(now);
-                }
-            }
-            let ids = self.publisher.backend_ids_in_order(&svc.cfg.name);
-            for (d, id) in super::ordered_join::join(svc.departing.iter_mut(), ids) {
-                if let Some(stats) = id.and_then(|id| all.get(id as usize)) {
-                    d.saw_packets(stats.packets, now);
-                }
-            }
+            svc.absorb_counters(publisher, &all, now);
         }
     }
 }

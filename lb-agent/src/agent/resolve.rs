@@ -67,8 +67,15 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             let mut fresh = Vec::new();
             for e in &wanted {
                 if !svc.servers.contains_key(&e.addr) {
-                    let server =
-                        self.new_server(&svc.cfg, e.addr, configured(e), StartState::Added, now);
+                    let kept = self.persistence.passive_kept();
+                    let server = self.probing.start(
+                        &svc.cfg,
+                        e.addr,
+                        configured(e),
+                        StartState::Added,
+                        now,
+                        kept,
+                    );
                     fresh.push(server);
                 }
             }

@@ -4,7 +4,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -12,12 +12,14 @@ use std::{
 use lb_common::counters;
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, server::Configured, server::ServerRt};
+use super::super::{
+    Environment, ServiceRt, announcing::Announcement, faults::Faults, publishing::Publishing,
+    server::Configured, server::ServerRt, server_table::ServerTable,
+};
 use crate::{
     dataplane::Dataplane,
     health::ProbeStats,
     membership::{Admin, SpareStatus},
-    probe::Prober,
     publish::Role,
     status::{HealthStatus, ProbeStatus, ServerStatus, ServiceStatus, Snapshot, Stats},
 };
@@ -184,37 +186,50 @@ impl WallAnchor {
     }
 }
 
-/// Builds the snapshot, reusing every server record whose inputs did not change.
-pub(super) fn build<D: Dataplane, P: Prober, N: Neighbors>(agent: &Agent<D, P, N>) -> Snapshot {
-    let mut records = agent.snapshot_records.borrow_mut();
+/// What a snapshot is made of: the rest of the agent, read-only.
+pub(in crate::agent) struct Sources<'a, D> {
+    pub dp: &'a D,
+    pub env: &'a Environment,
+    pub services: &'a [ServiceRt],
+    pub publishing: &'a Publishing,
+    pub macs: &'a HashMap<IpAddr, [u8; 6]>,
+    pub transitions: u64,
+    pub faults: &'a Faults,
+    pub announcement: &'a Announcement,
+}
+
+/// Builds the snapshot, reusing every server record in `records` whose inputs did not
+/// change.
+pub(super) fn build<D: Dataplane>(
+    sources: &Sources<'_, D>,
+    records: &mut Records,
+    fingerprints: &mut Fingerprints,
+) -> Snapshot {
     if records.anchor.is_none_or(|a| a.drifted()) {
         records.anchor = Some(WallAnchor::now());
         records.services.clear();
     }
-    build_with(agent, &mut records)
+    build_with(sources, records, fingerprints)
 }
 
 /// Builds the snapshot with every record made anew (what [`build`] must equal), with
 /// the timestamps of the last [`build`]; leaves the kept records alone.
-pub(super) fn build_from_scratch<D: Dataplane, P: Prober, N: Neighbors>(
-    agent: &Agent<D, P, N>,
+pub(super) fn build_from_scratch<D: Dataplane>(
+    sources: &Sources<'_, D>,
+    records: &Records,
+    fingerprints: &mut Fingerprints,
 ) -> Snapshot {
     let mut fresh = Records {
-        anchor: Some(
-            agent
-                .snapshot_records
-                .borrow()
-                .anchor
-                .unwrap_or_else(WallAnchor::now),
-        ),
+        anchor: Some(records.anchor.unwrap_or_else(WallAnchor::now)),
         ..Records::default()
     };
-    build_with(agent, &mut fresh)
+    build_with(sources, &mut fresh, fingerprints)
 }
 
-fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
-    agent: &Agent<D, P, N>,
+fn build_with<D: Dataplane>(
+    sources: &Sources<'_, D>,
     records: &mut Records,
+    fingerprints: &mut Fingerprints,
 ) -> Snapshot {
     let now = Instant::now();
     let anchor = records.anchor.expect("the caller set the anchor");
@@ -222,8 +237,8 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
     records.rebuilt = 0;
     records
         .services
-        .retain(|name, _| agent.services.iter().any(|s| s.cfg.name == *name));
-    let counters = agent
+        .retain(|name, _| sources.services.iter().any(|s| s.cfg.name == *name));
+    let counters = sources
         .dp
         .counters()
         .map(|c| {
@@ -235,9 +250,9 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
         })
         .unwrap_or_default();
 
-    let census = agent.dp.table_census();
+    let census = sources.dp.table_census();
     let mut rebuilt = 0;
-    let services = agent
+    let services = sources
         .services
         .iter()
         .map(|svc| {
@@ -259,9 +274,10 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
             let spares: HashMap<_, _> = outcome
                 .map(|o| o.spares.iter().copied().collect())
                 .unwrap_or_default();
-            let sid = agent.publisher.service_id(&svc.cfg.name);
+            let publisher = sources.publishing.publisher();
+            let sid = publisher.service_id(&svc.cfg.name);
             let stats = sid
-                .and_then(|id| agent.dp.service_stats(id).ok())
+                .and_then(|id| sources.dp.service_stats(id).ok())
                 .map(|s| Stats {
                     packets: s.packets,
                     bytes: s.bytes,
@@ -271,14 +287,14 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
             let entries = records.services.entry(svc.cfg.name.clone()).or_default();
             align(entries, &svc.servers);
             // Slots come with the servers in one ordered pass (no lookup per server).
-            let published = agent.publisher.backends_in_order(&svc.cfg.name);
-            let servers = super::ordered_join::join(svc.servers.iter(), published)
+            let published = publisher.backends_in_order(&svc.cfg.name);
+            let servers = crate::util::ordered_join::join(svc.servers.iter(), published)
                 .zip(entries.iter_mut())
                 .enumerate()
                 .map(|(i, ((s, backend), entry))| {
                     // As read by the last `poll_stats` (no syscall per server here).
                     let bstats = s.last_stats;
-                    let mac = agent.macs.get(&s.addr.ip()).copied();
+                    let mac = sources.macs.get(&s.addr.ip()).copied();
                     let role = if aligned {
                         Some(ordered_roles[i].1)
                     } else {
@@ -350,9 +366,8 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
                 .collect(),
                 fail_open_tier: outcome.map_or(0, |o| o.fail_open_tier),
                 local_faults: svc.local_faults.status(now, at),
-                table_fingerprint: table_fingerprint(agent, &svc.cfg.name),
-                maglev_size: agent
-                    .publisher
+                table_fingerprint: table_fingerprint(publisher, fingerprints, &svc.cfg.name),
+                maglev_size: publisher
                     .live_table(&svc.cfg.name)
                     .map_or(0, |(t, _)| t.len() as u32),
                 stats,
@@ -365,16 +380,16 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
 
     Snapshot {
         build: crate::build_info::current(),
-        interface: agent.env.interface.clone(),
-        xdp_mode: agent.env.xdp_mode.clone(),
-        tables: agent.env.tables.clone(),
+        interface: sources.env.interface.clone(),
+        xdp_mode: sources.env.xdp_mode.clone(),
+        tables: sources.env.tables.clone(),
         services,
         counters,
-        propagation: agent.propagation.clone(),
-        transitions: agent.transitions,
-        passive_events: agent.passive.clone(),
-        local_faults: agent.local_faults.status(now, at),
-        publish: agent.publish_retry.status(now),
+        propagation: sources.publishing.propagation().clone(),
+        transitions: sources.transitions,
+        passive_events: sources.faults.passive_events().clone(),
+        local_faults: sources.faults.local_status(now, at),
+        publish: sources.publishing.retry_status(now),
         occupancy: census.map(|c| crate::status::TablesOccupancy {
             flow_entries: c.flow_entries,
             flow_capacity: c.flow_capacity,
@@ -383,19 +398,13 @@ fn build_with<D: Dataplane, P: Prober, N: Neighbors>(
             scan_seconds: c.scan.as_secs_f64(),
             age_seconds: c.taken.elapsed().as_secs_f64(),
         }),
-        announce: {
-            let mut a = agent.announcer.status();
-            a.quiet_seconds = agent
-                .traffic_moved
-                .map(|t| now.saturating_duration_since(t).as_secs_f64());
-            a
-        },
+        announce: sources.announcement.status(now),
     }
 }
 
 /// Puts `entries` in step with `servers` (same addresses, same order), keeping the
 /// entries of servers still there; a pass of address comparisons when nothing changed.
-fn align(entries: &mut Vec<Entry>, servers: &super::server_table::ServerTable) {
+fn align(entries: &mut Vec<Entry>, servers: &ServerTable) {
     if entries.len() == servers.len()
         && entries
             .iter()
@@ -462,22 +471,24 @@ fn record(scalar: &Scalar, s: &ServerRt, at: &impl Fn(Instant) -> String) -> Ser
     }
 }
 
+/// Table fingerprints by service, with the table version they were computed for.
+pub(super) type Fingerprints = HashMap<String, (u64, String)>;
+
 /// The service's live-table fingerprint, recomputed only when the table changed.
-fn table_fingerprint<D: Dataplane, P: Prober, N: Neighbors>(
-    agent: &Agent<D, P, N>,
+fn table_fingerprint(
+    publisher: &crate::publish::Publisher,
+    cache: &mut Fingerprints,
     service: &str,
 ) -> String {
-    let Some((table, version)) = agent.publisher.live_table(service) else {
+    let Some((table, version)) = publisher.live_table(service) else {
         return String::new();
     };
-    let mut cache = agent.fingerprints.borrow_mut();
     if let Some((v, fp)) = cache.get(service)
         && *v == version
     {
         return fp.clone();
     }
-    let fp =
-        crate::announce::fingerprint::fingerprint(table, |id| agent.publisher.backend_addr(id));
+    let fp = crate::announce::fingerprint::fingerprint(table, |id| publisher.backend_addr(id));
     cache.insert(service.to_string(), (version, fp.clone()));
     fp
 }

@@ -7,7 +7,7 @@ use std::{io::Write, path::Path};
 
 /// Writes `bytes` to `path` atomically through `path` with extension `tmp_extension`.
 /// On failure: what was being done (for the caller's error) and the I/O error.
-pub(super) fn write_atomic(
+pub(crate) fn write_atomic(
     path: &Path,
     tmp_extension: &str,
     bytes: &[u8],
@@ -34,7 +34,7 @@ pub(super) fn write_atomic(
 }
 
 /// The text of `path`, `None` when there is no such file (nothing kept yet).
-pub(super) fn read_if_present(path: &Path) -> std::io::Result<Option<String>> {
+pub(crate) fn read_if_present(path: &Path) -> std::io::Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -5,7 +5,7 @@ use std::{iter::Peekable, net::SocketAddr};
 
 /// Yields each item of `left` with the `right` value of the same address, if any. Both
 /// must be in ascending address order (`BTreeMap` iteration order).
-pub(super) fn join<'a, L, R>(
+pub(crate) fn join<'a, L, R>(
     left: impl Iterator<Item = (&'a SocketAddr, L)>,
     right: impl Iterator<Item = (SocketAddr, R)>,
 ) -> impl Iterator<Item = (L, Option<R>)> {
