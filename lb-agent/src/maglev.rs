@@ -13,7 +13,7 @@
 //! (`O(size · log w)`, see [`Turns`]; none for equal weights) plus Maglev's probes of the
 //! permutations, read from an occupancy bitset, until only `sqrt(size / 8)` slots are
 //! free; each remaining claim is solved over the free slots instead of walked (`fill`).
-//! The table is the same, slot for slot, as walking every claim ([`previous`], pinned by
+//! The table is the same, slot for slot, as walking every claim ([`reference`], pinned by
 //! the tests).
 
 use std::cmp::Ordering;
@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use lb_common::NO_BACKEND;
 
 mod fill;
-pub mod previous;
+pub mod reference;
 
 /// One backend as the table builder sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,7 +238,7 @@ impl Turns {
     }
 
     /// As [`Turns::new`]; `scan: false` keeps the heads in the heap however few they are
-    /// (the straightforward builder's turns: [`previous`]).
+    /// (the reference builder's turns: [`reference`]).
     fn with_scan(live: &[MaglevBackend], scan: bool) -> Self {
         let mut by_weight: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (rank, b) in live.iter().enumerate() {
@@ -552,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_build_equals_the_previous_one() {
+    fn the_fast_build_equals_the_reference_one() {
         // xorshift64*: random backend sets, weights (one class, few, many), ids with
         // gaps, zero weights and NO_BACKEND ids, over every table size and a few odd
         // ones (non-prime, tiny, fewer slots than backends).
@@ -576,7 +576,7 @@ mod tests {
                 })
                 .collect();
             assert!(
-                build_table(&backends, size) == previous::build_table(&backends, size),
+                build_table(&backends, size) == reference::build_table(&backends, size),
                 "case {case}: {n} backends, {distinct} distinct weights, {size} slots"
             );
         }

@@ -18,13 +18,13 @@ use lb_common::{
 };
 
 use crate::{
-    Verdict, cache,
+    Verdict, cache, cached_flow,
     clock::{self, Now},
     counters::{self, count},
     dsr, events, flow,
     nat::{self, Reverse, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
-    settled, source, tunnel, validate,
+    source, tunnel, validate,
 };
 
 /// A client's SYN on a flow still waiting for its handshake counts as a retransmission
@@ -74,7 +74,7 @@ fn verified(f: &FlowValue, tick: u32) -> bool {
 
 /// Balances one packet addressed to the service `svc`: refused unless
 /// `validate::to_vip` admits it, then a settled flow from the cache
-/// ([`settled::forward`]), else [`to_service`].
+/// ([`cached_flow::forward`]), else [`to_service`].
 #[inline(always)]
 pub fn for_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
     let l4 = match validate::to_vip(pkt, end) {
@@ -86,13 +86,13 @@ pub fn for_service(pkt: &Packet, svc: &ServiceMeta, end: usize) -> Verdict {
 
 /// Balances one packet addressed to the service `svc`, whose TCP/UDP header `l4`
 /// passed `validate::to_vip`, through `LB_FLOWS` (a packet the flow cache serves is
-/// taken earlier, by [`settled::forward`]).
+/// taken earlier, by [`cached_flow::forward`]).
 #[inline(always)]
 pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdict {
     let sid = svc.service_id;
     let use_nat = svc.flags & SERVICE_F_NAT != 0;
     let syn = pkt.is_tcp() && is_syn(l4.tcp_flags);
-    if let Some(v) = settled::forward(pkt, l4, svc, end) {
+    if let Some(v) = cached_flow::forward(pkt, l4, svc, end) {
         return v;
     }
     let now = clock::now();
@@ -194,7 +194,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
 fn settle(pkt: &Packet, f: &FlowValue, b: &Backend, l4: L4, use_nat: bool, src: Source, tick: u32) {
     if f.flags == 0
         && b.flags & BACKEND_F_SERVING != 0
-        && settled::changes_no_state(pkt, l4, use_nat)
+        && cached_flow::changes_no_state(pkt, l4, use_nat)
     {
         cache::fill(&pkt.key, f.backend_id, tick, src);
     } else {

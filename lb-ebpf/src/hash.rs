@@ -8,7 +8,7 @@
 
 use lb_common::maps::FlowKey;
 
-use crate::opaque::after;
+use crate::stack_order::after;
 
 /// murmur3's round, as `lb_common::hash`.
 #[inline(always)]

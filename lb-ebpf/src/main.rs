@@ -1,16 +1,16 @@
 //! lb's XDP data plane: `lb_xdp` balances TCP/UDP to backends (dsr, nat or tunnel) — the hot
-//! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full`]) —, `lb_pass`
+//! paths itself, every other packet through a tail call into `lb_xdp_full` ([`full_path`]) —, `lb_pass`
 //! passes everything (for veth peers). The benchmarks' and test beds' programs (`lb_reflect`,
 //! `lbr_*`, `lbt_*`) are in [`lab`], built only with the `lab` feature, which the product
 //! build never enables.
 //!
-//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`settled`] a
+//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`cached_flow`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
 //! [`counters`] the outputs, [`tunnel`] the ipip/gue encapsulation and [`too_big`] its
 //! ICMP answer, [`decap`] the backends' `lb_decap`, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
-//! hash as the stack budget wants it, [`layout`] the tables' sizes and seeds set at load, [`opaque`] its ordering hint, [`pkt`]
+//! hash as the stack budget wants it, [`layout`] the tables' sizes and seeds set at load, [`stack_order`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
 #![no_main]
@@ -22,6 +22,7 @@
 #![allow(clippy::needless_borrows_for_generic_args)]
 
 mod cache;
+mod cached_flow;
 mod clock;
 mod counters;
 mod decap;
@@ -29,7 +30,7 @@ mod dsr;
 mod events;
 mod flow;
 mod forward;
-mod full;
+mod full_path;
 mod hash;
 mod icmp;
 mod icmp_nat;
@@ -38,13 +39,12 @@ mod lab;
 mod layout;
 mod maps;
 mod nat;
-mod opaque;
 mod parse;
 mod pkt;
 mod rewrite;
-mod settled;
 mod slots;
 mod source;
+mod stack_order;
 mod too_big;
 mod tunnel;
 mod validate;
@@ -86,13 +86,13 @@ impl Verdict {
 /// entry point the macro generates: called as a BPF subprogram it receives `data_end`
 /// as a 32-bit argument whose zero-extension the verifier rejects (pointer arithmetic
 /// on pkt_end). Serves the hot paths ([`hot`]); every other packet continues in
-/// [`lb_xdp_full`] ([`full::enter`]), which counts its outcome.
+/// [`lb_xdp_full`] ([`full_path::enter`]), which counts its outcome.
 #[xdp]
 #[inline(always)]
 pub fn lb_xdp(ctx: XdpContext) -> u32 {
     let verdict = match hot(&ctx) {
         Some(v) => v,
-        None => full::enter(&ctx),
+        None => full_path::enter(&ctx),
     };
     let verdict = tunnel::finish(&ctx, verdict);
     counters::count(verdict.counter);
@@ -120,7 +120,7 @@ fn hot(ctx: &XdpContext) -> Option<Verdict> {
         Parsed::Icmp(_) => None,
         Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
             Dest::Service(svc) => match validate::to_vip(&pkt, end) {
-                Ok(l4) => settled::forward(&pkt, l4, svc, end),
+                Ok(l4) => cached_flow::forward(&pkt, l4, svc, end),
                 Err(refused) => Some(refused),
             },
             Dest::NatCandidate => nat::settled_reply(&pkt, end),

@@ -116,14 +116,14 @@ pub enum StateFileError {
 
 /// What re-applying the state to a config did, for the log.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ApplyReport {
+pub struct ReapplyReport {
     /// `service server: what` re-applied.
     pub applied: Vec<String>,
     /// `service server: what (why)` dropped.
     pub dropped: Vec<String>,
 }
 
-impl ApplyReport {
+impl ReapplyReport {
     /// Logs what is in force and (as a warning) what was dropped.
     pub fn log(&self) {
         if !self.applied.is_empty() {
@@ -281,7 +281,7 @@ impl AdminState {
         svc: &ServiceConfig,
         servers: &mut super::server_table::ServerTable,
         mut make: impl FnMut(SocketAddr, Configured) -> ServerRt,
-        report: &mut ApplyReport,
+        report: &mut ReapplyReport,
     ) {
         let Some(overrides) = self.services.get_mut(&svc.name) else {
             return;
@@ -350,7 +350,7 @@ impl AdminState {
     pub(super) fn keep_services<'a>(
         &mut self,
         names: impl IntoIterator<Item = &'a str>,
-        report: &mut ApplyReport,
+        report: &mut ReapplyReport,
     ) {
         let names: std::collections::BTreeSet<&str> = names.into_iter().collect();
         self.services.retain(|svc, overrides| {

@@ -8,7 +8,7 @@ use std::{collections::HashMap, net::SocketAddr};
 use tokio::time::Instant;
 use tracing::info;
 
-use super::{Agent, ApplyReport, Configured, Neighbors, ServerRt, ServiceRt, resolve};
+use super::{Agent, Configured, Neighbors, ReapplyReport, ServerRt, ServiceRt, resolve};
 use crate::{
     config::{Config, ServiceConfig},
     dataplane::Dataplane,
@@ -32,8 +32,8 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     pub async fn apply_config_reporting(
         &mut self,
         cfg: &Config,
-    ) -> Result<ApplyReport, PublishError> {
-        let mut admin_report = ApplyReport::default();
+    ) -> Result<ReapplyReport, PublishError> {
+        let mut admin_report = ReapplyReport::default();
         let now = Instant::now();
         let mut old: HashMap<String, ServiceRt> = self
             .services

@@ -73,7 +73,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use tokio::sync::{mpsc, watch};
 
-pub use admin_state::{AdminState, ApplyReport, StateFileError};
+pub use admin_state::{AdminState, ReapplyReport, StateFileError};
 pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
 pub use publish_retry::{FIRST_RETRY, LAST_RETRY};
 use server::{Configured, ServerRt};
@@ -199,7 +199,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
     }
 
     /// What the last publish did: how many services it was given, what it wrote.
-    pub fn last_publish(&self) -> crate::publish::ApplyReport {
+    pub fn last_publish(&self) -> crate::publish::PublishReport {
         self.publishing.last_publish()
     }
 

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use super::{
     ServiceRt,
-    admin_state::{AdminState, ApplyReport},
+    admin_state::{AdminState, ReapplyReport},
     passive_kept::PassiveKept,
     server::{Configured, ServerRt},
     server_table::ServerTable,
@@ -72,7 +72,7 @@ impl Persistence {
         svc: &ServiceConfig,
         servers: &mut ServerTable,
         mut start: impl FnMut(SocketAddr, Configured, &PassiveKept) -> ServerRt,
-        report: &mut ApplyReport,
+        report: &mut ReapplyReport,
     ) {
         let kept = &self.passive_kept;
         self.admin_state
@@ -86,7 +86,7 @@ impl Persistence {
     pub fn applied<'a>(
         &mut self,
         names: impl IntoIterator<Item = &'a str>,
-        report: &mut ApplyReport,
+        report: &mut ReapplyReport,
     ) {
         self.admin_state.keep_services(names, report);
         report.log();

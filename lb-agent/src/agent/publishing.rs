@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     dataplane::{Dataplane, PublishedState},
-    publish::{ApplyReport, DesiredBackend, DesiredService, PublishError, Publisher},
+    publish::{DesiredBackend, DesiredService, PublishError, PublishReport, Publisher},
     status::{Histogram, PublishStatus},
 };
 
@@ -26,7 +26,7 @@ pub(super) struct Publishing {
     /// longer has).
     retry: PublishRetry,
     /// What the last publish did (tests and benchmarks check its scope).
-    last_publish: ApplyReport,
+    last_publish: PublishReport,
     /// What the last recompute did with membership.
     last_membership: MembershipWork,
     /// Verdict to maps written, for every publish that wrote something.
@@ -39,7 +39,7 @@ impl Publishing {
         Publishing {
             publisher: Publisher::with_max_backends(max_backends),
             retry: PublishRetry::default(),
-            last_publish: ApplyReport::default(),
+            last_publish: PublishReport::default(),
             last_membership: MembershipWork::default(),
             propagation: Histogram::default(),
         }
@@ -67,8 +67,8 @@ impl Publishing {
         mut desired: Vec<DesiredService>,
         partial: Vec<(usize, Vec<DesiredBackend>)>,
         all: bool,
-    ) -> Result<ApplyReport, PublishError> {
-        let mut report = ApplyReport::default();
+    ) -> Result<PublishReport, PublishError> {
+        let mut report = PublishReport::default();
         for (si, backends) in partial {
             let svc = &services[si];
             match self
@@ -103,7 +103,7 @@ impl Publishing {
     }
 
     /// A publish wrote `report`.
-    pub fn succeeded(&mut self, report: ApplyReport) {
+    pub fn succeeded(&mut self, report: PublishReport) {
         self.retry.succeeded();
         self.last_publish = report;
     }
@@ -152,7 +152,7 @@ impl Publishing {
         self.retry.status(now)
     }
 
-    pub fn last_publish(&self) -> ApplyReport {
+    pub fn last_publish(&self) -> PublishReport {
         self.last_publish
     }
 

@@ -9,7 +9,7 @@
 //! reference held to the parser's key lists ([`accepted_keys`]) by
 //! `lb-agent/tests/config_keys_documented.rs`.
 
-mod check;
+mod bounds;
 mod doc;
 mod error;
 mod fields;
@@ -20,6 +20,7 @@ mod schema;
 mod secret;
 mod server_rules;
 mod values;
+mod warnings;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -27,7 +28,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use check::{Bounds, detection_bounds, warnings};
+pub use bounds::{Bounds, detection_bounds};
 pub use error::ConfigError;
 pub use fields::accepted_keys;
 pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
@@ -38,6 +39,7 @@ pub use server_rules::{
     check_weight, non_loopback_api, restart_only_changes,
 };
 pub use values::human;
+pub use warnings::warnings;
 
 /// Default `agent.api_listen`.
 pub const DEFAULT_API_LISTEN: SocketAddr =

@@ -9,9 +9,10 @@ use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-use super::check::{Bounds, detection_bounds, warnings};
+use super::bounds::{Bounds, detection_bounds};
 use super::passive::{PassiveCoverage, passive_coverage};
 use super::values::human;
+use super::warnings::warnings;
 use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck};
 
 /// What `check-config` needs to know about the host it runs on.

@@ -7,7 +7,7 @@
 //! probe starts as soon as that one ends (as `MissedTickBehavior::Delay`), never later.
 //! Skipping to the next tick instead would make a probe whose `timeout` is at least its
 //! `interval` start up to `interval` after a failure that ended by timeout, beyond the
-//! recovery bound `check-config` prints (`config::check::detection_bounds`). `mode`
+//! recovery bound `check-config` prints (`config::bounds::detection_bounds`). `mode`
 //! gates each tick on what [`ServerSignals`] says.
 //!
 //! A task that wakes more than [`OVERDUE`] after its tick (the agent did not get the CPU,

@@ -7,7 +7,7 @@ use super::plan::{backend_entry, takes_new_flows};
 use super::state::PublishedService;
 use super::write::{stage_entry, write_deferred};
 use super::{
-    ApplyReport, DesiredBackend, DesiredService, PublishError, Publisher,
+    DesiredBackend, DesiredService, PublishError, PublishReport, Publisher,
     failover::{Whole, slot_writes},
 };
 use std::collections::HashSet;
@@ -92,7 +92,7 @@ impl PublishedService {
         active: Vec<u32>,
         toggled: &[(u32, bool)],
         dp: &mut D,
-        report: &mut ApplyReport,
+        report: &mut PublishReport,
     ) -> Result<(), PublishError> {
         if batch_is_whole(toggled.len(), self.active.len().max(active.len())) {
             return self.publish_whole(active, dp, report);
@@ -173,11 +173,11 @@ impl Publisher {
         service: &str,
         backends: &[DesiredBackend],
         dp: &mut D,
-    ) -> Result<Option<ApplyReport>, PublishError> {
+    ) -> Result<Option<PublishReport>, PublishError> {
         let start = std::time::Instant::now();
-        let mut report = ApplyReport {
+        let mut report = PublishReport {
             services_given: 1,
-            ..ApplyReport::default()
+            ..PublishReport::default()
         };
         let Some(svc) = self.services.get(service).filter(|_| self.incremental) else {
             return Ok(None);
@@ -221,7 +221,7 @@ impl Publisher {
         service: &str,
         changed: &[(usize, &DesiredBackend)],
         dp: &mut D,
-        report: &mut ApplyReport,
+        report: &mut PublishReport,
     ) -> Result<(), PublishError> {
         let svc = self
             .services

@@ -299,8 +299,8 @@ fn by_backends(
     before: &[DesiredService],
     want: &[DesiredService],
     taken: &mut usize,
-) -> ApplyReport {
-    let mut report = ApplyReport::default();
+) -> PublishReport {
+    let mut report = PublishReport::default();
     for w in want {
         let Some(was) = before.iter().find(|b| b.name == w.name) else {
             continue;

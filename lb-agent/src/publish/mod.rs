@@ -71,7 +71,7 @@ pub enum PublishError {
 
 /// What one `apply` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ApplyReport {
+pub struct PublishReport {
     /// Tables changed: written whole, or in place for the slots that changed.
     pub tables_published: usize,
     /// Table slots written (a whole table counts all its slots).
@@ -87,9 +87,9 @@ pub struct ApplyReport {
     pub elapsed: Duration,
 }
 
-impl ApplyReport {
+impl PublishReport {
     /// Adds what another apply of the same change did.
-    pub fn absorb(&mut self, other: ApplyReport) {
+    pub fn absorb(&mut self, other: PublishReport) {
         self.tables_published += other.tables_published;
         self.slots_written += other.slots_written;
         self.backends_written += other.backends_written;

@@ -16,7 +16,7 @@ use super::plan::{
     backend_entry, retired, service_meta, takes_new_flows, vip_key, whole_live_table,
 };
 use super::state::{NOT_WANTED, PublishedBackend, PublishedService};
-use super::{ApplyReport, DesiredService, PublishError, Publisher};
+use super::{DesiredService, PublishError, PublishReport, Publisher};
 use crate::{
     dataplane::Dataplane,
     maglev::{self, MaglevBackend},
@@ -28,9 +28,9 @@ impl Publisher {
         &mut self,
         desired: &[DesiredService],
         dp: &mut D,
-    ) -> Result<ApplyReport, PublishError> {
+    ) -> Result<PublishReport, PublishError> {
         let start = Instant::now();
-        let mut report = ApplyReport::default();
+        let mut report = PublishReport::default();
 
         let wanted: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
         let gone: Vec<String> = self
@@ -78,9 +78,9 @@ impl Publisher {
         &mut self,
         desired: &[DesiredService],
         dp: &mut D,
-    ) -> Result<ApplyReport, PublishError> {
+    ) -> Result<PublishReport, PublishError> {
         let start = Instant::now();
-        let mut report = ApplyReport::default();
+        let mut report = PublishReport::default();
         self.apply_each(desired, dp, &mut report)?;
         report.elapsed = start.elapsed();
         Ok(report)
@@ -90,7 +90,7 @@ impl Publisher {
         &mut self,
         desired: &[DesiredService],
         dp: &mut D,
-        report: &mut ApplyReport,
+        report: &mut PublishReport,
     ) -> Result<(), PublishError> {
         report.services_given += desired.len();
         for want in desired {
@@ -120,7 +120,7 @@ impl Publisher {
         &mut self,
         want: &DesiredService,
         dp: &mut D,
-        report: &mut ApplyReport,
+        report: &mut PublishReport,
     ) -> Result<(), PublishError> {
         let vip = vip_key(want.vip, want.proto);
         if !self.services.contains_key(&want.name)
@@ -286,7 +286,7 @@ impl PublishedService {
         &mut self,
         active: Vec<u32>,
         dp: &mut D,
-        report: &mut ApplyReport,
+        report: &mut PublishReport,
     ) -> Result<(), PublishError> {
         let (live, walks) = whole_live_table(&self.home, &active);
         self.failover = None;
@@ -324,7 +324,7 @@ pub(super) fn stage_entry<D: Dataplane>(
     entry: Backend,
     dp: &mut D,
     after_table: &mut Vec<Deferred>,
-    report: &mut ApplyReport,
+    report: &mut PublishReport,
 ) -> Result<(), PublishError> {
     if published.entry != Some(entry) {
         let had = published.entry.map_or(0, |e| e.flags);
@@ -351,7 +351,7 @@ pub(super) fn write_deferred<D: Dataplane>(
     after_table: Vec<Deferred>,
     backends: &mut BTreeMap<SocketAddr, PublishedBackend>,
     dp: &mut D,
-    report: &mut ApplyReport,
+    report: &mut PublishReport,
 ) -> Result<(), PublishError> {
     for d in after_table {
         dp.set_backend(d.id, &d.entry)?;

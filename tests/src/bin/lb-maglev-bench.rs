@@ -1,8 +1,8 @@
-//! `lb-maglev-bench [--rounds R]`: one weighted Maglev build, the previous builder
-//! (`maglev::previous`, every claim walks the table) against the current one
+//! `lb-maglev-bench [--rounds R]`: one weighted Maglev build, the reference builder
+//! (`maglev::reference`, every claim walks the table) against the current one
 //! (`maglev::build_table`: occupancy bitset, solved tail), in alternating blocks in one
 //! process; prints per case the median and range over the rounds of each, and checks
-//! that both give the same table (issue 15; BENCHMARKS.md §2).
+//! that both give the same table (BENCHMARKS.md §2).
 
 use std::time::{Duration, Instant};
 
@@ -88,11 +88,11 @@ fn main() -> anyhow::Result<()> {
             other => bail!("usage: lb-maglev-bench [--rounds R] (unknown {other:?})"),
         }
     }
-    println!("| slots | backends | weights | previous p50 (range) | current p50 (range) |");
+    println!("| slots | backends | weights | reference p50 (range) | current p50 (range) |");
     println!("|---:|---:|---:|---:|---:|");
     for case in &CASES {
         let b = backends(case);
-        let (mut previous, mut current) = (Vec::new(), Vec::new());
+        let (mut reference, mut current) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             // Alternate which goes first, so neither always finds the caches warm.
             let order: [bool; 2] = if round % 2 == 0 {
@@ -105,13 +105,13 @@ fn main() -> anyhow::Result<()> {
                 let (spent, table) = if fast {
                     timed(maglev::build_table, &b, case.size)
                 } else {
-                    timed(maglev::previous::build_table, &b, case.size)
+                    timed(maglev::reference::build_table, &b, case.size)
                 };
                 if fast {
                     current.push(spent);
                     tables[1] = table;
                 } else {
-                    previous.push(spent);
+                    reference.push(spent);
                     tables[0] = table;
                 }
             }
@@ -128,7 +128,7 @@ fn main() -> anyhow::Result<()> {
             case.size,
             case.backends,
             case.distinct,
-            median_and_range(previous),
+            median_and_range(reference),
             median_and_range(current)
         );
     }

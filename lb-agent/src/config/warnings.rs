@@ -1,57 +1,13 @@
-//! `check-config` helpers: the TR7 detection/recovery bounds of a probe and warnings about
-//! configs that are valid but probably not what was meant.
+//! Warnings about configs that are valid but probably not what was meant (`check-config`
+//! prints them, `run` and `reload` log them).
 
 use std::time::Duration;
 
+use super::bounds::detection_bounds;
 use super::passive::{passive_coverage, passive_gap};
 use super::values::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 use crate::probe::MIN_INTERVAL;
-
-/// How long a probe takes to notice a failure and a recovery (DESIGN.md §5, TR7), not
-/// counting propagation (< 1 ms).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
-    /// A server that stops answering is out of traffic within this:
-    /// `fails × (interval + jitter + timeout)`.
-    pub detect_worst: Duration,
-    /// A refused port or a wrong answer fails without waiting for the timeout:
-    /// `fails × (interval + jitter)`.
-    pub detect_fast: Duration,
-    /// Recovery takes at least `(passes − 1) × interval` ...
-    pub recover_min: Duration,
-    /// ... and at most `max(interval + jitter, timeout) + (passes − 1) × (interval +
-    /// jitter)`: a probe that started just before the recovery may still fail at its
-    /// timeout, and the next one starts when it ends if its tick has passed.
-    pub recover_max: Duration,
-}
-
-/// The interval the scheduler runs `p` at: at least [`MIN_INTERVAL`] (1 ms).
-pub fn effective_interval(p: &ProbeConfig) -> Duration {
-    p.interval.max(MIN_INTERVAL)
-}
-
-/// The bounds of one probe. With `jitter = 0` (the default) and `timeout <= interval`
-/// these are exactly the TR7 formulas; jitter only lengthens waits (each is `interval +
-/// random(0..=jitter)`); an interval below 1 ms counts as 1 ms, as the scheduler runs it.
-/// A probe whose timeout exceeds its interval has a longer recovery bound: the failing
-/// probe in flight when the server recovers runs until its timeout, and the first
-/// passing probe starts when it ends (`probe::schedule`).
-/// A probe in `onfail` mode does not run while the server is healthy, so its detection
-/// bounds only hold for failures that passive checks report first.
-pub fn detection_bounds(p: &ProbeConfig) -> Bounds {
-    let interval = effective_interval(p);
-    // tokio's timer fires on whole milliseconds: a shorter timeout may last up to 1 ms.
-    let timeout = p.timeout.max(MIN_INTERVAL);
-    let period = interval.saturating_add(p.jitter);
-    let passes_after_first = period.saturating_mul(p.passes.saturating_sub(1));
-    Bounds {
-        detect_worst: period.saturating_add(timeout).saturating_mul(p.fails),
-        detect_fast: period.saturating_mul(p.fails),
-        recover_min: interval.saturating_mul(p.passes.saturating_sub(1)),
-        recover_max: period.max(timeout).saturating_add(passes_after_first),
-    }
-}
 
 /// From this value on, TR7 takes a probe's Period or Timeout for a mistake and applies
 /// 1 s instead; lb uses what is written and warns (also for `fail_timeout`).
