@@ -33,10 +33,10 @@ fn event(h: &Harness, kind: u32, addr: SocketAddr) -> PassiveEvent {
 }
 
 fn send(h: &mut Harness, events: &[PassiveEvent]) {
-    h.agent
+    h.agent_mut()
         .on_passive_events(events)
         .expect("memory publishing cannot fail");
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,7 +144,7 @@ async fn a_successful_connection_resets_the_failure_count() {
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
     send(&mut h, &[e, e]);
     // The data plane counts a completed handshake; the agent polls counters every 500ms.
-    h.agent.dataplane_mut().backend_stats.insert(
+    h.agent_mut().dataplane_mut().backend_stats.insert(
         e.backend_id,
         BackendStats {
             conn_ok: 1,
@@ -232,7 +232,7 @@ async fn passive_removal_ends_only_when_the_onfail_probe_confirms() {
         "exactly the two confirming probes: {calls:?}"
     );
     assert!(h.serving("web", a()));
-    let cause = h.handles.events.lock().await.back().unwrap().cause.clone();
+    let cause = h.events.lock().await.back().unwrap().cause.clone();
     assert_eq!(cause, "passive: all probes passed after fail_timeout");
 }
 

@@ -54,8 +54,7 @@ async fn b_failed(extra: &str, probe: &str) -> Harness {
 }
 
 fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
-    h.handles
-        .events
+    h.events
         .try_lock()
         .expect("nobody else holds the event log")
         .iter()
@@ -65,7 +64,7 @@ fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
 }
 
 fn event_count(h: &Harness) -> usize {
-    h.handles.events.try_lock().expect("event log").len()
+    h.events.try_lock().expect("event log").len()
 }
 
 #[tokio::test(start_paused = true)]
