@@ -143,9 +143,7 @@ async fn fail_open_spreads_first_over_servers_out_only_for_passive_checks() {
         service_id: h.service_id("web").expect("published"),
         ..Default::default()
     };
-    h.agent_mut()
-        .on_passive_events(&[rst])
-        .expect("memory publish");
+    h.send_passive_events(&[rst]).await;
     h.agent_mut().publish_snapshot();
     assert_eq!(h.state("web", b1), "unavailable");
     let st = h.service_status("web");

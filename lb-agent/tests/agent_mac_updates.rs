@@ -50,9 +50,7 @@ async fn a_changed_mac_goes_into_the_backend_entry_and_keeps_its_slots() {
     let slots = h.slots("web", a);
     assert!(slots > 0);
     assert_eq!(mac_in_map(&h, a), vec![MAC]);
-    h.agent_mut()
-        .on_mac_updates(&[update(a, Some(NEW))])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, Some(NEW))]).await;
     assert_eq!(
         mac_in_map(&h, a),
         vec![NEW],
@@ -72,9 +70,7 @@ async fn an_unusable_next_hop_takes_the_server_out_until_it_resolves_again() {
     let mut h = Harness::start(&config()).await;
     h.run_for(secs(2)).await;
     let a = sa("10.0.1.1:80");
-    h.agent_mut()
-        .on_mac_updates(&[update(a, None)])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, None)]).await;
     assert_eq!(h.slots("web", a), 0, "not selectable for new flows");
     assert!(
         !h.live("web", a),
@@ -88,9 +84,7 @@ async fn an_unusable_next_hop_takes_the_server_out_until_it_resolves_again() {
         assert!(h.slots("web", other) > 0);
     }
     // The kernel has an address again (REACHABLE after the new resolution).
-    h.agent_mut()
-        .on_mac_updates(&[update(a, Some(NEW))])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, Some(NEW))]).await;
     assert!(h.slots("web", a) > 0, "selectable again");
     assert!(h.serving("web", a));
     assert_eq!(mac_in_map(&h, a), vec![NEW]);

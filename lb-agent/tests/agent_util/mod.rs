@@ -378,6 +378,37 @@ impl<N: Neighbors> Harness<N> {
         true
     }
 
+    /// Sends passive events into the loop, as the data plane's ring buffer does, and runs
+    /// the loop until it has handled them (with whatever else is ready at this instant).
+    pub async fn send_passive_events(&mut self, batch: &[PassiveEvent]) {
+        let tx = self.passive_tx.clone();
+        tx.send(batch.to_vec())
+            .await
+            .expect("the loop holds the receiver");
+        self.run_until_taken(&tx).await;
+    }
+
+    /// Sends MAC changes into the loop, as the neighbour watch does, and runs the loop
+    /// until it has handled them (with whatever else is ready at this instant).
+    pub async fn send_mac_updates(&mut self, updates: &[MacUpdate]) {
+        let tx = self.mac_tx.clone();
+        tx.send(updates.to_vec())
+            .await
+            .expect("the loop holds the receiver");
+        self.run_until_taken(&tx).await;
+    }
+
+    /// Turns of the loop at this instant until it took what `tx` sent (each turn
+    /// handles what it took before the next).
+    async fn run_until_taken<T>(&mut self, tx: &mpsc::Sender<T>) {
+        while tx.capacity() < tx.max_capacity() {
+            assert!(
+                self.step(Instant::now()).await,
+                "the loop must take what was sent at once"
+            );
+        }
+    }
+
     /// Fails the test when the agent handles its deadline over and over at one instant.
     fn count_tick(&mut self) {
         let now = Instant::now();
