@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lb_agent::agent::{Agent, Environment, Neighbors, StaticNeighbors};
-use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog};
+use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog, ReloadOutcome};
 use lb_agent::config::{self, Config, ProbeConfig};
 use lb_agent::dataplane::{DataplaneError, memory::MemoryDataplane};
 use lb_agent::event_loop::{
-    AttachmentWatch, ConfigSource, EventLoop, Inputs, PassiveEvents, Signal, Signals, Wake,
+    AttachmentWatch, ConfigSource, EventLoop, Exit, Inputs, PassiveEvents, Signal, Signals, Wake,
 };
 use lb_agent::neighbor::nexthops::MacUpdate;
 use lb_agent::probe::{ProbeOutcome, Prober};
@@ -192,9 +192,9 @@ pub fn servers(list: &[(&str, &str)]) -> String {
         .collect()
 }
 
-/// The library's event loop over the test inputs: no signals, no attachment to watch,
-/// passive events and MAC updates as the test sends them, the config as the test wrote it.
-pub type TestLoop<N> = EventLoop<MemoryDataplane, Scripted, N, NoSignals, SentEvents, NoAttachment>;
+/// The library's event loop over the test inputs: signals, attachment checks, passive
+/// events and MAC updates as the test sends them, the config as the test wrote it.
+pub type TestLoop<N> = EventLoop<MemoryDataplane, Scripted, N, SentSignals, SentEvents, SentChecks>;
 
 /// The agent over [`MemoryDataplane`], [`Scripted`] and neighbours `N`, in the event loop
 /// of `lb-agent run`, stepped one turn at a time.
@@ -212,6 +212,12 @@ pub struct Harness<N: Neighbors = StaticNeighbors> {
     pub passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
     /// MAC changes into the loop, as the neighbour watch sends them.
     pub mac_tx: mpsc::Sender<Vec<MacUpdate>>,
+    /// Signals into the loop, as the process receives them.
+    pub signal_tx: mpsc::Sender<Signal>,
+    /// What the next checks of the attachment find, one check each.
+    pub attachment_tx: mpsc::Sender<AttachmentCheck>,
+    /// Why the loop ended, once it has.
+    pub exit: Option<Exit>,
     /// `true`: the loop leaves the snapshot to readers ([`Harness::read_snapshot`]), as
     /// `lb-agent run` does; `false` (default): rebuilt after every turn for the tests.
     pub snapshots_on_demand: bool,
@@ -223,25 +229,40 @@ pub struct Harness<N: Neighbors = StaticNeighbors> {
 /// deadline its tick does not move (time is paused, so it would never end).
 const MAX_TICKS_AT_ONE_INSTANT: u32 = 1_000;
 
-/// No signals reach the agent under test.
-pub struct NoSignals;
+/// Signals the test sends ([`Harness::signal_tx`]).
+pub struct SentSignals(mpsc::Receiver<Signal>);
 
-impl Signals for NoSignals {
+impl Signals for SentSignals {
     async fn next(&mut self) -> Signal {
-        std::future::pending().await
+        match self.0.recv().await {
+            Some(signal) => signal,
+            None => std::future::pending().await,
+        }
     }
 }
 
-/// The memory data plane is never detached.
-pub struct NoAttachment;
+/// What one check of the attachment finds.
+pub type AttachmentCheck = Result<Option<String>, DataplaneError>;
 
-impl AttachmentWatch<MemoryDataplane> for NoAttachment {
+/// Checks of the memory data plane's attachment, due when the test sends what they find
+/// ([`Harness::attachment_tx`]).
+pub struct SentChecks {
+    found: mpsc::Receiver<AttachmentCheck>,
+    next: Option<AttachmentCheck>,
+}
+
+impl AttachmentWatch<MemoryDataplane> for SentChecks {
     async fn due(&mut self) {
-        std::future::pending().await
+        if self.next.is_none() {
+            self.next = self.found.recv().await;
+        }
+        if self.next.is_none() {
+            std::future::pending::<()>().await;
+        }
     }
 
-    fn check(&mut self, _: &mut MemoryDataplane) -> Result<Option<String>, DataplaneError> {
-        Ok(None)
+    fn check(&mut self, _: &mut MemoryDataplane) -> AttachmentCheck {
+        self.next.take().unwrap_or(Ok(None))
     }
 }
 
@@ -300,6 +321,8 @@ impl<N: Neighbors> Harness<N> {
         let config_text = Arc::new(Mutex::new(text.to_string()));
         let (passive_tx, passive_rx) = mpsc::channel(64);
         let (mac_tx, mac_updates) = mpsc::channel(64);
+        let (signal_tx, signals) = mpsc::channel(4);
+        let (attachment_tx, found) = mpsc::channel(4);
         // Admin, snapshot and reload requests come through the harness's own methods.
         let inputs = Inputs {
             reports: handles.reports,
@@ -308,9 +331,9 @@ impl<N: Neighbors> Harness<N> {
             reloads: mpsc::channel(1).1,
             mac_updates,
             bgp: None,
-            signals: NoSignals,
+            signals: SentSignals(signals),
             passive_events: Some(SentEvents(passive_rx)),
-            attachment: NoAttachment,
+            attachment: SentChecks { found, next: None },
             config: Box::new(ConfigText(config_text.clone())),
             watchdog: None,
         };
@@ -324,6 +347,9 @@ impl<N: Neighbors> Harness<N> {
             events: handles.events,
             passive_tx,
             mac_tx,
+            signal_tx,
+            attachment_tx,
+            exit: None,
             snapshots_on_demand: false,
             ticks_at_one_instant: (Instant::now(), 0),
         }
@@ -340,12 +366,9 @@ impl<N: Neighbors> Harness<N> {
     /// Applies a new configuration through the loop's reload, as SIGHUP does.
     pub async fn reload(&mut self, text: &str) {
         let cfg = parse(text);
-        *self.config_text.lock().unwrap() = text.to_string();
-        self.event_loop
-            .reload()
+        self.try_reload(text)
             .await
             .expect("reloading a valid config into memory cannot fail");
-        self.agent_mut().publish_snapshot();
         self.cfg = cfg;
     }
 
@@ -355,7 +378,8 @@ impl<N: Neighbors> Harness<N> {
 
     /// One turn of the loop, then the snapshot is brought up to date at once (`run`
     /// defers rebuilds to at most one per `SNAPSHOT_EVERY`; the tests read state through
-    /// the snapshot, so they want it current); `false` once `end` has come.
+    /// the snapshot, so they want it current); `false` once `end` has come or the loop
+    /// ended ([`Harness::exit`]).
     async fn step(&mut self, end: Instant) -> bool {
         let wake = tokio::select! {
             biased;
@@ -370,7 +394,8 @@ impl<N: Neighbors> Harness<N> {
         // stats poll too.
         let stats = matches!(wake, Wake::Stats);
         if let ControlFlow::Break(exit) = self.event_loop.handle(wake).await {
-            panic!("the loop ended ({exit:?}) with nothing to end it under test");
+            self.exit = Some(exit);
+            return false;
         }
         if !self.snapshots_on_demand && (stats || self.agent().snapshot_deadline().is_some()) {
             self.agent_mut().publish_snapshot();
@@ -382,31 +407,41 @@ impl<N: Neighbors> Harness<N> {
     /// the loop until it has handled them (with whatever else is ready at this instant).
     pub async fn send_passive_events(&mut self, batch: &[PassiveEvent]) {
         let tx = self.passive_tx.clone();
-        tx.send(batch.to_vec())
-            .await
-            .expect("the loop holds the receiver");
-        self.run_until_taken(&tx).await;
+        self.feed(&tx, batch.to_vec()).await;
     }
 
     /// Sends MAC changes into the loop, as the neighbour watch does, and runs the loop
     /// until it has handled them (with whatever else is ready at this instant).
     pub async fn send_mac_updates(&mut self, updates: &[MacUpdate]) {
         let tx = self.mac_tx.clone();
-        tx.send(updates.to_vec())
-            .await
-            .expect("the loop holds the receiver");
-        self.run_until_taken(&tx).await;
+        self.feed(&tx, updates.to_vec()).await;
     }
 
-    /// Turns of the loop at this instant until it took what `tx` sent (each turn
-    /// handles what it took before the next).
-    async fn run_until_taken<T>(&mut self, tx: &mpsc::Sender<T>) {
+    /// Sends `item` through `tx` and turns the loop at this instant until it took it
+    /// (each turn handles what it took before the next).
+    async fn feed<T>(&mut self, tx: &mpsc::Sender<T>, item: T) {
+        if tx.send(item).await.is_err() {
+            panic!("the loop holds the receiver");
+        }
         while tx.capacity() < tx.max_capacity() {
             assert!(
                 self.step(Instant::now()).await,
                 "the loop must take what was sent at once"
             );
         }
+    }
+
+    /// What the next reload reads, as an operator edits the file.
+    pub fn write_config(&self, text: &str) {
+        *self.config_text.lock().unwrap() = text.to_string();
+    }
+
+    /// Reloads `text` through the loop and returns its answer, as the API's reload does.
+    pub async fn try_reload(&mut self, text: &str) -> Result<ReloadOutcome, String> {
+        self.write_config(text);
+        let outcome = self.event_loop.reload().await;
+        self.agent_mut().publish_snapshot();
+        outcome
     }
 
     /// Fails the test when the agent handles its deadline over and over at one instant.
