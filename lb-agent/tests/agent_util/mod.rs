@@ -278,7 +278,7 @@ impl PassiveEvents for SentEvents {
     }
 }
 
-/// The configuration as the test last wrote it ([`Harness::reload`]).
+/// The configuration as the test last wrote it ([`Harness::write_config`]).
 struct ConfigText(Arc<Mutex<String>>);
 
 impl ConfigSource for ConfigText {
