@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`agent`]: the brain — health, membership and publishing wired together;
+//! - [`event_loop`]: the loop that feeds the agent its inputs, in `lb-agent run` and tests;
 //! - [`config`]: the TOML configuration (DESIGN.md §7), validated with file/line/key errors;
 //! - [`probe`]: active probes (http/https, tcp, udp, icmp) and their per-(server, probe) scheduler;
 //! - [`health`]: the per-server health state machine (probe results + passive signals -> state);
@@ -31,6 +32,7 @@ pub mod config;
 pub mod dataplane;
 pub mod discovery;
 pub mod doctor;
+pub mod event_loop;
 pub mod health;
 pub mod host;
 pub mod hwaddr;

@@ -263,7 +263,7 @@ async fn removed_server_id_is_freed_once_its_flows_are_idle() {
         .expect("remove");
     // Its pinned flows keep forwarding packets for 20 minutes.
     for minute in 1..=20u64 {
-        h.agent.dataplane_mut().backend_stats.insert(
+        h.agent_mut().dataplane_mut().backend_stats.insert(
             id,
             BackendStats {
                 packets: minute * 100,
@@ -323,7 +323,7 @@ async fn a_server_added_back_while_its_flows_run_keeps_its_id() {
 #[tokio::test(start_paused = true)]
 async fn admin_refuses_unknown_service_unknown_server_and_zero_weight() {
     let mut h = running().await;
-    let before = h.agent.dataplane().log.len();
+    let before = h.agent().dataplane().log.len();
     let err = h
         .admin("nope", "10.0.1.1:80", AdminChange::Patch(drain(true)))
         .await;
@@ -368,7 +368,7 @@ async fn admin_refuses_unknown_service_unknown_server_and_zero_weight() {
         "duplicate: {err:?}"
     );
     assert_eq!(
-        h.agent.dataplane().log.len(),
+        h.agent().dataplane().log.len(),
         before,
         "a refused change writes nothing"
     );

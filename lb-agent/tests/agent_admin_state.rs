@@ -144,7 +144,7 @@ async fn reset_returns_a_server_to_the_file_and_setting_the_file_value_clears_it
         },
     )
     .await;
-    let state = h.agent.admin_state().services["web"].clone();
+    let state = h.agent().admin_state().services["web"].clone();
     assert!(
         !state.contains_key(&a()) && !state.contains_key(&b()),
         "up and reset leave nothing to keep: {state:?}"
@@ -160,8 +160,8 @@ async fn a_restarted_agent_restores_the_state_file_and_drops_what_no_longer_fits
     let _ = std::fs::remove_dir_all(&dir);
     let path = dir.join("sub").join("admin-state.json");
     let mut h = changed(&AB).await;
-    h.agent
-        .keep_admin_state(Some(path.clone()), h.agent.admin_state().clone());
+    let state = h.agent().admin_state().clone();
+    h.agent_mut().keep_admin_state(Some(path.clone()), state);
     // Any change saves the whole state.
     patch(
         &mut h,
@@ -173,7 +173,7 @@ async fn a_restarted_agent_restores_the_state_file_and_drops_what_no_longer_fits
     )
     .await;
     let saved = AdminState::load(&path).expect("the state file reads back");
-    assert_eq!(&saved, h.agent.admin_state());
+    assert_eq!(&saved, h.agent().admin_state());
     assert!(
         !path.with_extension("tmp").exists(),
         "written through a temporary file that is renamed"
@@ -183,14 +183,14 @@ async fn a_restarted_agent_restores_the_state_file_and_drops_what_no_longer_fits
     // A new agent, as `lb-agent run` starts it: the file, then the saved state.
     let mut fresh = Harness::start(&config(&AB)).await;
     fresh
-        .agent
+        .agent_mut()
         .keep_admin_state(Some(path.clone()), AdminState::load(&path).unwrap());
     let report = fresh
-        .agent
+        .agent_mut()
         .apply_config_reporting(&agent_util::parse(&config(&AB)))
         .await
         .unwrap();
-    fresh.agent.publish_snapshot();
+    fresh.agent_mut().publish_snapshot();
     assert_eq!(report.applied.len(), 3, "{report:?}");
     assert!(report.dropped.is_empty(), "{report:?}");
     fresh
@@ -201,7 +201,7 @@ async fn a_restarted_agent_restores_the_state_file_and_drops_what_no_longer_fits
 
     // b leaves the file: its override is dropped, reported and the file rewritten.
     let report = fresh
-        .agent
+        .agent_mut()
         .apply_config_reporting(&agent_util::parse(&config(&AB[..1])))
         .await
         .unwrap();
@@ -225,7 +225,7 @@ async fn an_added_server_the_file_now_lists_follows_the_file() {
     assert_eq!(s.weight, 2, "the file's weight applies");
     assert!(s.differs_from_config.is_empty(), "{s:?}");
     assert!(
-        !h.agent.admin_state().services["web"].contains_key(&added()),
+        !h.agent().admin_state().services["web"].contains_key(&added()),
         "no longer a runtime addition"
     );
     // Removed from the file again: it goes (it is a file server now).

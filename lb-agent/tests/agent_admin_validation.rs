@@ -110,7 +110,7 @@ async fn the_api_refuses_every_server_the_config_loader_refuses() {
         1,
         "nothing was added"
     );
-    assert!(h.agent.admin_state().is_empty(), "nothing recorded");
+    assert!(h.agent().admin_state().is_empty(), "nothing recorded");
 }
 
 #[tokio::test(start_paused = true)]

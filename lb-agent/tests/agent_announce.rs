@@ -20,8 +20,9 @@ fn config(extra: &str) -> String {
 async fn announcing(extra: &str) -> (Harness, MemoryRoutes) {
     let mut h = Harness::start(&config(extra)).await;
     let routes = MemoryRoutes::default();
-    h.agent.start_announcing(Box::new(routes.clone()), None);
-    h.agent.publish_snapshot();
+    h.agent_mut()
+        .start_announcing(Box::new(routes.clone()), None);
+    h.agent_mut().publish_snapshot();
     (h, routes)
 }
 
@@ -66,7 +67,7 @@ async fn announced_once_serving_and_withdrawn_when_nothing_can_serve() {
         metrics.contains("lb_vip_announced{vip=\"10.0.0.100\",reason=\"no usable server\"} 0"),
         "{metrics}"
     );
-    let events = h.handles.events.lock().await;
+    let events = h.events.lock().await;
     let withdrawn: Vec<_> = events.iter().filter(|e| e.to == "withdrawn").collect();
     assert_eq!(withdrawn.len(), 1, "one transition logged: {events:?}");
     assert_eq!(withdrawn[0].server, "10.0.0.100");

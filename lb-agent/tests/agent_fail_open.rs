@@ -143,8 +143,8 @@ async fn fail_open_spreads_first_over_servers_out_only_for_passive_checks() {
         service_id: h.service_id("web").expect("published"),
         ..Default::default()
     };
-    h.agent.on_passive_events(&[rst]).expect("memory publish");
-    h.agent.publish_snapshot();
+    h.send_passive_events(&[rst]).await;
+    h.agent_mut().publish_snapshot();
     assert_eq!(h.state("web", b1), "unavailable");
     let st = h.service_status("web");
     assert_eq!((st.fail_open, st.fail_open_tier), (true, 1));

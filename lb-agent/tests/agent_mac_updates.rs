@@ -28,7 +28,7 @@ fn config() -> String {
 }
 
 fn mac_in_map(h: &Harness<impl Neighbors>, addr: SocketAddr) -> Vec<[u8; 6]> {
-    let dp = h.agent.dataplane();
+    let dp = h.agent().dataplane();
     h.backend_ids("web", addr)
         .iter()
         .map(|id| dp.backends[id].mac)
@@ -50,9 +50,7 @@ async fn a_changed_mac_goes_into_the_backend_entry_and_keeps_its_slots() {
     let slots = h.slots("web", a);
     assert!(slots > 0);
     assert_eq!(mac_in_map(&h, a), vec![MAC]);
-    h.agent
-        .on_mac_updates(&[update(a, Some(NEW))])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, Some(NEW))]).await;
     assert_eq!(
         mac_in_map(&h, a),
         vec![NEW],
@@ -60,7 +58,7 @@ async fn a_changed_mac_goes_into_the_backend_entry_and_keeps_its_slots() {
     );
     assert_eq!(h.slots("web", a), slots, "a new MAC moves no slot");
     assert!(h.serving("web", a));
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
     assert_eq!(
         h.server_status("web", a).mac.as_deref(),
         Some("02:00:00:00:5a:01")
@@ -72,15 +70,13 @@ async fn an_unusable_next_hop_takes_the_server_out_until_it_resolves_again() {
     let mut h = Harness::start(&config()).await;
     h.run_for(secs(2)).await;
     let a = sa("10.0.1.1:80");
-    h.agent
-        .on_mac_updates(&[update(a, None)])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, None)]).await;
     assert_eq!(h.slots("web", a), 0, "not selectable for new flows");
     assert!(
         !h.live("web", a),
         "as an unknown MAC: no flag, its pinned flows are re-hashed"
     );
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
     let status = h.server_status("web", a);
     assert_eq!(status.mac, None, "status shows the MAC unknown");
     assert_eq!(status.state, "up", "its health is not touched");
@@ -88,9 +84,7 @@ async fn an_unusable_next_hop_takes_the_server_out_until_it_resolves_again() {
         assert!(h.slots("web", other) > 0);
     }
     // The kernel has an address again (REACHABLE after the new resolution).
-    h.agent
-        .on_mac_updates(&[update(a, Some(NEW))])
-        .expect("memory publishing cannot fail");
+    h.send_mac_updates(&[update(a, Some(NEW))]).await;
     assert!(h.slots("web", a) > 0, "selectable again");
     assert!(h.serving("web", a));
     assert_eq!(mac_in_map(&h, a), vec![NEW]);

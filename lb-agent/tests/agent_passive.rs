@@ -32,11 +32,9 @@ fn event(h: &Harness, kind: u32, addr: SocketAddr) -> PassiveEvent {
     }
 }
 
-fn send(h: &mut Harness, events: &[PassiveEvent]) {
-    h.agent
-        .on_passive_events(events)
-        .expect("memory publishing cannot fail");
-    h.agent.publish_snapshot();
+async fn send(h: &mut Harness, events: &[PassiveEvent]) {
+    h.send_passive_events(events).await;
+    h.agent_mut().publish_snapshot();
 }
 
 #[tokio::test(start_paused = true)]
@@ -44,14 +42,14 @@ async fn max_fails_within_fail_timeout_make_a_server_unavailable_until_it_elapse
     let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
     h.run_for(secs(1)).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     h.run_for(secs(3)).await;
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     h.run_for(secs(3)).await;
     assert_eq!(h.state("web", a()), "up", "2 of 3 failures: still up");
     assert!(h.slots("web", a()) > 0);
 
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     let third = Instant::now();
     assert_eq!(
         h.state("web", a()),
@@ -84,7 +82,7 @@ async fn failures_spread_wider_than_fail_timeout_do_not_count_together() {
     let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
     let e = event(&h, EVENT_RST_ON_SYN, a());
     for _ in 0..4 {
-        send(&mut h, &[e]);
+        send(&mut h, &[e]).await;
         h.run_for(secs(6)).await;
     }
     assert_eq!(
@@ -99,7 +97,7 @@ async fn failures_spread_wider_than_fail_timeout_do_not_count_together() {
 async fn one_batch_of_events_counts_every_event() {
     let mut h = Harness::start(&config("max_fails = 2\nfail_timeout = \"10s\"")).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
-    send(&mut h, &[e, e]);
+    send(&mut h, &[e, e]).await;
     assert_eq!(h.state("web", a()), "unavailable");
     assert_eq!(h.slots("web", a()), 0);
 }
@@ -109,7 +107,7 @@ async fn max_fails_zero_ignores_passive_events() {
     let mut h = Harness::start(&config("max_fails = 0")).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
     for _ in 0..5 {
-        send(&mut h, &[e]);
+        send(&mut h, &[e]).await;
     }
     h.run_for(secs(1)).await;
     assert_eq!(
@@ -130,7 +128,7 @@ async fn events_for_unknown_backends_are_counted_and_ignored() {
     let mut h = Harness::start(&config("max_fails = 1")).await;
     let mut e = event(&h, EVENT_SYN_RETRANSMIT, a());
     e.backend_id = 999;
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     assert_eq!(h.state("web", a()), "up");
     assert_eq!(h.state("web", sa("10.0.1.2:80")), "up");
     // Counters reach the snapshot with the periodic refresh (every 500ms).
@@ -142,9 +140,9 @@ async fn events_for_unknown_backends_are_counted_and_ignored() {
 async fn a_successful_connection_resets_the_failure_count() {
     let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
-    send(&mut h, &[e, e]);
+    send(&mut h, &[e, e]).await;
     // The data plane counts a completed handshake; the agent polls counters every 500ms.
-    h.agent.dataplane_mut().backend_stats.insert(
+    h.agent_mut().dataplane_mut().backend_stats.insert(
         e.backend_id,
         BackendStats {
             conn_ok: 1,
@@ -153,13 +151,13 @@ async fn a_successful_connection_resets_the_failure_count() {
         },
     );
     h.run_for(secs(1)).await;
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     assert_eq!(
         h.state("web", a()),
         "up",
         "one success resets the count: 1 failure after it, not 3"
     );
-    send(&mut h, &[e, e]);
+    send(&mut h, &[e, e]).await;
     assert_eq!(
         h.state("web", a()),
         "unavailable",
@@ -171,17 +169,17 @@ async fn a_successful_connection_resets_the_failure_count() {
 async fn after_unavailable_one_spurious_failure_does_not_eject_it_again() {
     let mut h = Harness::start(&config("max_fails = 3\nfail_timeout = \"10s\"")).await;
     let e = event(&h, EVENT_SYN_RETRANSMIT, a());
-    send(&mut h, &[e, e, e]);
+    send(&mut h, &[e, e, e]).await;
     h.run_until(secs(11), |h| h.state("web", a()) == "up")
         .await
         .expect("setup: back after fail_timeout");
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     assert_eq!(
         h.state("web", a()),
         "up",
         "back with the full max_fails tolerance: one signal does not flap it"
     );
-    send(&mut h, &[e, e]);
+    send(&mut h, &[e, e]).await;
     assert_eq!(h.state("web", a()), "unavailable", "3 fresh failures do");
 }
 
@@ -189,7 +187,7 @@ async fn after_unavailable_one_spurious_failure_does_not_eject_it_again() {
 async fn the_default_max_fails_tolerates_one_spurious_signal() {
     let mut h = Harness::start(&config("")).await;
     let e = event(&h, EVENT_RST_ON_SYN, a());
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     h.run_for(secs(1)).await;
     assert_eq!(h.state("web", a()), "up", "defaults: max_fails = 3");
     assert!(h.serving("web", a()));
@@ -212,7 +210,7 @@ async fn passive_removal_ends_only_when_the_onfail_probe_confirms() {
         "setup: an onfail probe does not run while the server is up"
     );
     let e = event(&h, EVENT_RST_ON_SYN, a());
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     assert_eq!(h.state("web", a()), "unavailable");
     // Two passes 6s apart cannot both come within fail_timeout (5s).
     h.run_for(secs(5) + agent_util::ms(500)).await;
@@ -232,7 +230,7 @@ async fn passive_removal_ends_only_when_the_onfail_probe_confirms() {
         "exactly the two confirming probes: {calls:?}"
     );
     assert!(h.serving("web", a()));
-    let cause = h.handles.events.lock().await.back().unwrap().cause.clone();
+    let cause = h.events.lock().await.back().unwrap().cause.clone();
     assert_eq!(cause, "passive: all probes passed after fail_timeout");
 }
 
@@ -242,7 +240,7 @@ async fn passive_removal_does_not_end_on_fail_timeout_while_the_probe_fails() {
     h.run_for(secs(2)).await;
     h.set(a(), Verdict::Refuse);
     let e = event(&h, EVENT_RST_ON_SYN, a());
-    send(&mut h, &[e]);
+    send(&mut h, &[e]).await;
     h.run_for(secs(20)).await;
     assert_eq!(
         h.state("web", a()),

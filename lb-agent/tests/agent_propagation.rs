@@ -18,10 +18,10 @@ fn config() -> String {
 async fn a_transition_adds_a_propagation_observation() {
     let mut h = Harness::start(&config()).await;
     h.run_for(secs(3)).await;
-    let steady = h.agent.propagation().count;
+    let steady = h.agent().propagation().count;
     h.run_for(secs(5)).await;
     assert_eq!(
-        h.agent.propagation().count,
+        h.agent().propagation().count,
         steady,
         "passing probes change nothing: no map write, no observation"
     );
@@ -31,7 +31,7 @@ async fn a_transition_adds_a_propagation_observation() {
     h.run_until(secs(5), |h| h.slots("web", a) == 0)
         .await
         .expect("a refusing server leaves the table");
-    let after_fail = h.agent.propagation().count;
+    let after_fail = h.agent().propagation().count;
     assert_eq!(
         after_fail,
         steady + 1,
@@ -49,7 +49,7 @@ async fn a_transition_adds_a_propagation_observation() {
     h.run_until(secs(5), |h| h.slots("web", a) > 0)
         .await
         .expect("the server returns");
-    assert_eq!(h.agent.propagation().count, after_fail + 1);
+    assert_eq!(h.agent().propagation().count, after_fail + 1);
 
     h.admin(
         "web",
@@ -62,7 +62,7 @@ async fn a_transition_adds_a_propagation_observation() {
     .await
     .expect("drain accepted");
     assert_eq!(
-        h.agent.propagation().count,
+        h.agent().propagation().count,
         after_fail + 2,
         "an admin change that writes maps is measured too"
     );

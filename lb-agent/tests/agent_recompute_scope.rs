@@ -67,14 +67,14 @@ async fn a_verdict_in_one_of_many_services_is_published_for_that_service_alone()
     let a = sa(&server(5, 3));
     let id = h.backend_ids("s5", a)[0];
     let sid = h.service_id("s5").unwrap();
-    let mark = h.agent.dataplane().log.len();
+    let mark = h.agent().dataplane().log.len();
 
     h.set(a, Verdict::Refuse);
     h.run_until(secs(5), |h| h.slots("s5", a) == 0)
         .await
         .expect("a refusing server leaves the table");
 
-    let report = h.agent.last_publish();
+    let report = h.agent().last_publish();
     assert_eq!(
         report.services_given, 1,
         "only the verdict's service is recomputed and described: {report:?}"
@@ -89,7 +89,7 @@ async fn a_verdict_in_one_of_many_services_is_published_for_that_service_alone()
         "one table, the one backend's entry: {report:?}"
     );
     assert_eq!(
-        h.agent.dataplane().log[mark..],
+        h.agent().dataplane().log[mark..],
         [Write::Slots(sid), Write::Backend(id)],
         "the writes since the verdict: its service's table, then its entry"
     );
@@ -107,14 +107,14 @@ async fn a_verdict_about_one_of_200_servers_reads_and_writes_that_server_alone()
         // Back: live before the table points at it.
         (Verdict::Pass, [Write::Backend(id), Write::Slots(sid)]),
     ] {
-        let mark = h.agent.dataplane().log.len();
+        let mark = h.agent().dataplane().log.len();
         let in_table = h.slots("s0", a) > 0;
         h.set(a, verdict);
         h.run_until(secs(5), |h| (h.slots("s0", a) > 0) != in_table)
             .await
             .unwrap_or_else(|| panic!("{verdict:?}: the table must follow the verdict"));
         assert_eq!(
-            h.agent.last_membership(),
+            h.agent().last_membership(),
             MembershipWork {
                 updated: 1,
                 computed: 0,
@@ -122,7 +122,7 @@ async fn a_verdict_about_one_of_200_servers_reads_and_writes_that_server_alone()
             },
             "{verdict:?}: membership updated for the one server, not computed over 200"
         );
-        let report = h.agent.last_publish();
+        let report = h.agent().last_publish();
         assert_eq!(
             (
                 report.services_given,
@@ -133,7 +133,7 @@ async fn a_verdict_about_one_of_200_servers_reads_and_writes_that_server_alone()
             (1, 1, 1, 1),
             "{verdict:?}: that server's entry and its service's table: {report:?}"
         );
-        assert_eq!(h.agent.dataplane().log[mark..], writes, "{verdict:?}");
+        assert_eq!(h.agent().dataplane().log[mark..], writes, "{verdict:?}");
     }
 }
 
@@ -178,7 +178,7 @@ async fn a_due_retry_recomputes_its_service_without_a_verdict() {
     .await
     .expect("the retry, due without any verdict, returns to the primaries");
     assert_eq!(h.slots("retry", backup), 0);
-    let (work, report) = (h.agent.last_membership(), h.agent.last_publish());
+    let (work, report) = (h.agent().last_membership(), h.agent().last_publish());
     assert_eq!(
         (work.computed, work.updated, report.services_given),
         (1, 0, 1),
@@ -265,29 +265,29 @@ async fn publishing_per_service_leaves_the_maps_a_recompute_of_every_service_giv
                 _ => h.reload(&text).await,
             }
             h.run_for(secs(1 + rng.below(3) as u64)).await;
-            let report = h.agent.last_publish();
+            let report = h.agent().last_publish();
             if report.services_given < h.cfg.services.len() {
                 scoped_publishes += 1;
             }
-            if h.agent.last_membership().updated > 0 {
+            if h.agent().last_membership().updated > 0 {
                 updated += 1;
             }
             // A reload with the same text recomputes and republishes every service: it
             // must find nothing to write.
-            let before = maps(h.agent.dataplane());
-            let mark = h.agent.dataplane().log.len();
+            let before = maps(h.agent().dataplane());
+            let mark = h.agent().dataplane().log.len();
             h.reload(&text).await;
             assert_eq!(
-                h.agent.last_publish().services_given,
+                h.agent().last_publish().services_given,
                 h.cfg.services.len(),
                 "{ctx}: a reload recomputes every service"
             );
             assert_eq!(
-                h.agent.dataplane().log[mark..],
+                h.agent().dataplane().log[mark..],
                 [],
                 "{ctx}: the per-service publishes left something a full one changes"
             );
-            assert_eq!(maps(h.agent.dataplane()), before, "{ctx}");
+            assert_eq!(maps(h.agent().dataplane()), before, "{ctx}");
         }
         assert!(
             scoped_publishes > 10,

@@ -1,4 +1,4 @@
-//! Reloads through `Agent::apply_config` (what SIGHUP does): kept servers keep their
+//! Reloads through the event loop (what SIGHUP does): kept servers keep their
 //! state, removed ones leave, added ones join (held back until every probe passes); a
 //! changed probe config restarts health, skipping `persistent` essential probes for
 //! servers that were up; an unchanged one re-runs a non-persistent essential probe on up
@@ -54,8 +54,7 @@ async fn b_failed(extra: &str, probe: &str) -> Harness {
 }
 
 fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
-    h.handles
-        .events
+    h.events
         .try_lock()
         .expect("nobody else holds the event log")
         .iter()
@@ -65,7 +64,7 @@ fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
 }
 
 fn event_count(h: &Harness) -> usize {
-    h.handles.events.try_lock().expect("event log").len()
+    h.events.try_lock().expect("event log").len()
 }
 
 #[tokio::test(start_paused = true)]
@@ -439,4 +438,43 @@ async fn a_server_a_reload_adds_waits_for_its_plain_probe() {
         "up",
         "the kept servers were never touched"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_that_does_not_parse_is_refused_and_the_running_config_stays() {
+    let mut h = Harness::start(&config("", &ABC, "")).await;
+    h.run_for(secs(2)).await;
+    let slots: Vec<usize> = [a(), b(), c()].iter().map(|x| h.slots("web", *x)).collect();
+    let refused = h
+        .try_reload(&config("", &["10.0.1.1:80"], "timeout = \"soon\"\n"))
+        .await
+        .expect_err("a config that does not parse is refused");
+    assert!(
+        refused.contains("timeout"),
+        "the answer says why: {refused}"
+    );
+    let kept: Vec<usize> = [a(), b(), c()].iter().map(|x| h.slots("web", *x)).collect();
+    assert_eq!(kept, slots, "every server keeps its slots");
+    h.run_for(secs(2)).await;
+    for x in [a(), b(), c()] {
+        assert_eq!(h.state("web", x), "up", "{x} stays in service");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_applies_the_services_and_warns_about_agent_keys_that_need_a_restart() {
+    let mut h = Harness::start(&config("", &ABC, "")).await;
+    h.run_for(secs(2)).await;
+    let text = format!(
+        "[agent]\napi_listen = \"127.0.0.1:9999\"\n{}",
+        config("", &["10.0.1.1:80", "10.0.1.2:80"], "")
+    );
+    let outcome = h.try_reload(&text).await.expect("the services are applied");
+    assert_eq!(outcome.warnings.len(), 1, "{outcome:?}");
+    assert!(
+        outcome.warnings[0].contains("api_listen"),
+        "the warning names the key: {outcome:?}"
+    );
+    assert_eq!(h.slots("web", c()), 0, "the removed server left");
+    assert!(h.slots("web", a()) > 0 && h.slots("web", b()) > 0);
 }

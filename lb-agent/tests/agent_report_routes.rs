@@ -43,7 +43,7 @@ fn failing(key: ServerKey) -> ProbeReport {
 
 /// Failed probes counted for every server of both services, by (service, address).
 fn fails(h: &mut Harness) -> Vec<(String, SocketAddr, u64)> {
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
     let mut out = Vec::new();
     for (svc, addrs) in [("a", &A[..]), ("b", &B[..])] {
         for a in addrs {
@@ -70,15 +70,15 @@ async fn a_report_reaches_its_own_server_across_reorders_removals_and_additions(
     let mut h = Harness::start(&config(true)).await;
     let a2 = sa(A[1]);
     let b1 = sa(B[0]);
-    let key_a2 = h.agent.server_key("a", a2).expect("configured");
-    let old_b1 = h.agent.server_key("b", b1).expect("configured");
+    let key_a2 = h.agent().server_key("a", a2).expect("configured");
+    let old_b1 = h.agent().server_key("b", b1).expect("configured");
 
     // A reload that swaps the services keeps both servers' incarnations (nothing about
     // their probes changed): the old key still reaches a2, and only a2.
     h.reload(&config(false)).await;
-    assert_eq!(h.agent.server_key("a", a2), Some(key_a2));
+    assert_eq!(h.agent().server_key("a", a2), Some(key_a2));
     let before = fails(&mut h);
-    h.agent
+    h.agent_mut()
         .on_probe_report(failing(key_a2))
         .expect("memory publish");
     assert_eq!(fails(&mut h), one_more(&before, "a", a2));
@@ -96,11 +96,11 @@ async fn a_report_reaches_its_own_server_across_reorders_removals_and_additions(
     h.admin("b", B[0], AdminChange::Add(add))
         .await
         .expect("added");
-    let new_b1 = h.agent.server_key("b", b1).expect("added again");
+    let new_b1 = h.agent().server_key("b", b1).expect("added again");
     assert_ne!(new_b1, old_b1, "a new incarnation gets a new key");
 
     let before = fails(&mut h);
-    h.agent
+    h.agent_mut()
         .on_probe_report(failing(old_b1))
         .expect("memory publish");
     assert_eq!(
@@ -108,7 +108,7 @@ async fn a_report_reaches_its_own_server_across_reorders_removals_and_additions(
         before,
         "a late report of the removed incarnation must not reach the new server"
     );
-    h.agent
+    h.agent_mut()
         .on_probe_report(failing(new_b1))
         .expect("memory publish");
     assert_eq!(fails(&mut h), one_more(&before, "b", b1));
@@ -119,7 +119,7 @@ async fn a_report_reaches_its_own_server_across_reorders_removals_and_additions(
         addr: b1,
     };
     let before = fails(&mut h);
-    h.agent
+    h.agent_mut()
         .on_probe_report(failing(forged))
         .expect("memory publish");
     assert_eq!(fails(&mut h), before);
@@ -127,9 +127,9 @@ async fn a_report_reaches_its_own_server_across_reorders_removals_and_additions(
     // Every other server still reaches its own, after all of that.
     for (svc, addrs) in [("a", &A[..]), ("b", &B[..])] {
         for a in addrs {
-            let key = h.agent.server_key(svc, sa(a)).expect("configured");
+            let key = h.agent().server_key(svc, sa(a)).expect("configured");
             let before = fails(&mut h);
-            h.agent
+            h.agent_mut()
                 .on_probe_report(failing(key))
                 .expect("memory publish");
             assert_eq!(fails(&mut h), one_more(&before, svc, sa(a)), "{svc} {a}");

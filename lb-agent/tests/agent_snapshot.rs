@@ -95,7 +95,7 @@ async fn snapshot_shows_failed_server_states_weights_probes_and_metrics() {
         snap.transitions, 1,
         "exactly one transition: {b} up -> unhealthy"
     );
-    let events = h.handles.events.lock().await.clone();
+    let events = h.events.lock().await.clone();
     assert_eq!(events.len(), 1, "one event logged: {events:?}");
     let e = &events[0];
     assert_eq!(
@@ -156,7 +156,7 @@ async fn transition_while_the_event_log_is_being_read_is_not_lost() {
     h.run_for(secs(2)).await;
     let b = sa("10.0.1.2:80");
     h.set(b, Verdict::Refuse);
-    let log = h.handles.events.clone();
+    let log = h.events.clone();
     let reader = log.lock().await;
     h.run_until(secs(10), |h| h.state("web", b) == "unhealthy")
         .await

@@ -82,16 +82,16 @@ fn as_json(s: &Snapshot) -> serde_json::Value {
 /// Builds the snapshot as the agent does and checks it against a build from scratch;
 /// returns (records rebuilt, records in the snapshot).
 fn check(h: &mut Harness, what: &str) -> (usize, usize) {
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
     let incremental = h.snapshot();
-    let scratch = h.agent.snapshot_from_scratch();
+    let scratch = h.agent_mut().snapshot_from_scratch();
     assert_eq!(
         as_json(&incremental),
         as_json(&scratch),
         "after {what}: the incremental snapshot differs from one built from scratch"
     );
     let records = incremental.services.iter().map(|s| s.servers.len()).sum();
-    (h.agent.snapshot_records_rebuilt(), records)
+    (h.agent().snapshot_records_rebuilt(), records)
 }
 
 async fn one_step(h: &mut Harness, rng: &mut Rng) -> String {
@@ -167,7 +167,7 @@ async fn one_step(h: &mut Harness, rng: &mut Rng) -> String {
             let ids = h.backend_ids(service, target);
             let packets = rng.below(1_000);
             for id in &ids {
-                h.agent.dataplane_mut().backend_stats.insert(
+                h.agent_mut().dataplane_mut().backend_stats.insert(
                     *id,
                     BackendStats {
                         packets,
@@ -256,9 +256,9 @@ async fn a_change_to_one_server_rebuilds_only_the_records_it_changed() {
     let mut h = Harness::start(&quiet_config()).await;
     h.run_for(secs(2)).await;
     let settled = h.snapshot();
-    h.agent.publish_snapshot();
+    h.agent_mut().publish_snapshot();
     assert_eq!(
-        h.agent.snapshot_records_rebuilt(),
+        h.agent().snapshot_records_rebuilt(),
         0,
         "nothing changed: every record is kept"
     );
@@ -268,7 +268,7 @@ async fn a_change_to_one_server_rebuilds_only_the_records_it_changed() {
     let c = address(0, 5);
     let before = h.snapshot();
     for id in h.backend_ids("web", c) {
-        h.agent.dataplane_mut().backend_stats.insert(
+        h.agent_mut().dataplane_mut().backend_stats.insert(
             id,
             BackendStats {
                 packets: 7,
@@ -314,7 +314,7 @@ async fn a_change_to_one_server_rebuilds_only_the_records_it_changed() {
     .expect("a weight change is accepted");
     let after = h.snapshot();
     let changed = changed_records(&before, &after);
-    assert_eq!(h.agent.snapshot_records_rebuilt(), changed);
+    assert_eq!(h.agent().snapshot_records_rebuilt(), changed);
     assert_eq!(h.server_status("web", a).weight, 3);
 
     // A verdict: the failing server's record changes; every server was probed meanwhile
@@ -328,7 +328,7 @@ async fn a_change_to_one_server_rebuilds_only_the_records_it_changed() {
     let after = h.snapshot();
     assert_eq!(
         as_json(&after),
-        as_json(&h.agent.snapshot_from_scratch()),
+        as_json(&h.agent_mut().snapshot_from_scratch()),
         "after the verdict"
     );
     let changed = changed_records(&before, &after);

@@ -42,9 +42,9 @@ fn state_in(snap: &Snapshot, addr: SocketAddr) -> String {
 async fn an_admin_change_answers_without_a_rebuild_and_the_next_read_sees_it() {
     let mut h = running().await;
     let a = sa("10.0.1.1:80");
-    let builds = h.agent.snapshot_builds();
+    let builds = h.agent().snapshot_builds();
     let (reply, answer) = oneshot::channel();
-    h.agent
+    h.agent_mut()
         .on_admin(AdminRequest {
             service: "web".into(),
             address: a.to_string(),
@@ -56,9 +56,9 @@ async fn an_admin_change_answers_without_a_rebuild_and_the_next_read_sees_it() {
         })
         .await;
     answer.await.unwrap().expect("the drain is accepted");
-    h.agent.answer_readers();
+    h.agent_mut().answer_readers();
     assert_eq!(
-        h.agent.snapshot_builds(),
+        h.agent().snapshot_builds(),
         builds,
         "the change was answered without building the snapshot"
     );
@@ -72,12 +72,12 @@ async fn an_admin_change_answers_without_a_rebuild_and_the_next_read_sees_it() {
     let snap = h.read_snapshot().await;
     assert_eq!(tokio::time::Instant::now(), before, "the read did not wait");
     assert_eq!(state_in(&snap, a), "draining", "the read sees the change");
-    assert_eq!(h.agent.snapshot_builds(), builds + 1);
+    assert_eq!(h.agent().snapshot_builds(), builds + 1);
 
     let again = h.read_snapshot().await;
     assert_eq!(state_in(&again, a), "draining");
     assert_eq!(
-        h.agent.snapshot_builds(),
+        h.agent().snapshot_builds(),
         builds + 1,
         "a read right after an unchanged one is served from the cache"
     );
@@ -89,7 +89,7 @@ async fn verdicts_do_not_rebuild_and_a_read_after_them_sees_them() {
     let a = sa("10.0.1.1:80");
     // A read now, so that the next one would be inside the rebuild interval.
     let _ = h.read_snapshot().await;
-    let builds = h.agent.snapshot_builds();
+    let builds = h.agent().snapshot_builds();
     h.set(a, Verdict::Refuse);
     let took = h
         .run_until(secs(5), |h| h.slots("web", a) == 0)
@@ -97,7 +97,7 @@ async fn verdicts_do_not_rebuild_and_a_read_after_them_sees_them() {
         .expect("the failing server leaves the table");
     assert!(took > ms(0));
     assert_eq!(
-        h.agent.snapshot_builds(),
+        h.agent().snapshot_builds(),
         builds,
         "verdicts, publishes and stats polls built no snapshot"
     );
@@ -109,7 +109,7 @@ async fn verdicts_do_not_rebuild_and_a_read_after_them_sees_them() {
 
     let snap = h.read_snapshot().await;
     assert_ne!(state_in(&snap, a), "up", "the read sees the verdict");
-    assert_eq!(h.agent.snapshot_builds(), builds + 1);
+    assert_eq!(h.agent().snapshot_builds(), builds + 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -117,14 +117,14 @@ async fn a_read_soon_after_a_rebuild_waits_for_the_interval_when_state_changed()
     let mut h = running().await;
     let _ = h.read_snapshot().await;
     let built = tokio::time::Instant::now();
-    let builds = h.agent.snapshot_builds();
+    let builds = h.agent().snapshot_builds();
     // A change that is not an admin change (the link watch reports a new mode).
-    h.agent.set_xdp_mode("skb");
+    h.agent_mut().set_xdp_mode("skb");
     let snap = h.read_snapshot().await;
     assert!(
         tokio::time::Instant::now() >= built + SNAPSHOT_EVERY,
         "the read waited until the last rebuild was one interval old"
     );
     assert_eq!(snap.xdp_mode, "skb", "the waiting read sees the change");
-    assert_eq!(h.agent.snapshot_builds(), builds + 1);
+    assert_eq!(h.agent().snapshot_builds(), builds + 1);
 }

@@ -2,15 +2,18 @@
 //! and adopt what a previous agent left on the interface, attach after the config is
 //! published, watch the attachment, and say truthfully at exit what stays behind.
 
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
 use anyhow::Context;
-use lb_agent::dataplane::{
-    AttachMode, BpfDataplane, DataplaneError, LinkCheck, MapSizes, PublishedState, caps, if_index,
-    owner,
-    pin::{self, PinDir},
-    previous::{self, AttachedProgram},
-    schema, tables,
+use lb_agent::{
+    dataplane::{
+        AttachMode, BpfDataplane, DataplaneError, LinkCheck, LinkWatch, MapSizes, PublishedState,
+        caps, if_index, owner,
+        pin::{self, PinDir},
+        previous::{self, AttachedProgram},
+        schema, tables,
+    },
+    event_loop::AttachmentWatch,
 };
 use lb_common::table::TableLayout;
 use tracing::{error, info, warn};
@@ -201,39 +204,62 @@ pub fn attach(
     Ok(())
 }
 
-/// One check of the attachment. After a repair, returns the mode text for status
-/// (`native, re-attached N times after removal`); an error means the agent cannot
-/// serve and must stop.
-pub fn watch(
-    dp: &mut BpfDataplane,
-    reattached: &mut u64,
-) -> Result<Option<String>, DataplaneError> {
-    match dp.check_attachment() {
-        Ok(LinkCheck::Intact) => Ok(None),
-        Ok(LinkCheck::Reattached) => {
-            *reattached += 1;
-            error!(
-                interface = dp.interface(),
-                mode = dp.mode_name(),
-                times = *reattached,
-                "the XDP program was removed from the interface behind the agent (`ip link set \
-                 ... xdp off`?); re-attached it. Use `lb-agent detach` after stopping the agent \
-                 to remove it"
-            );
-            Ok(Some(format!(
-                "{}, re-attached {} times after removal",
-                dp.mode_name(),
-                *reattached
-            )))
+/// How often the agent checks that the interface still runs its XDP program, at least
+/// (link notifications trigger a check at once).
+const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// The watch over the program's attachment: checked on link notifications and every
+/// [`LINK_WATCH_EVERY`], re-attached when removed behind the agent.
+pub struct Attachment {
+    link: LinkWatch,
+    reattached: u64,
+}
+
+impl Attachment {
+    /// Subscribes to link notifications (inside a tokio runtime).
+    pub fn watch() -> Self {
+        Attachment {
+            link: LinkWatch::new(LINK_WATCH_EVERY),
+            reattached: 0,
         }
-        Err(err @ DataplaneError::Netlink { .. }) => {
-            // Reading the interface failed (not: it is gone); try again next period.
-            warn!(error = %err, "could not check the XDP attachment");
-            Ok(None)
-        }
-        Err(err) => {
-            error!(error = %err, "the data plane is not ours any more; stopping");
-            Err(err)
+    }
+}
+
+impl AttachmentWatch<BpfDataplane> for Attachment {
+    async fn due(&mut self) {
+        self.link.due().await
+    }
+
+    /// After a repair, returns the mode text for status (`native, re-attached N times
+    /// after removal`); an error means the agent cannot serve and must stop.
+    fn check(&mut self, dp: &mut BpfDataplane) -> Result<Option<String>, DataplaneError> {
+        match dp.check_attachment() {
+            Ok(LinkCheck::Intact) => Ok(None),
+            Ok(LinkCheck::Reattached) => {
+                self.reattached += 1;
+                error!(
+                    interface = dp.interface(),
+                    mode = dp.mode_name(),
+                    times = self.reattached,
+                    "the XDP program was removed from the interface behind the agent (`ip link set \
+                     ... xdp off`?); re-attached it. Use `lb-agent detach` after stopping the agent \
+                     to remove it"
+                );
+                Ok(Some(format!(
+                    "{}, re-attached {} times after removal",
+                    dp.mode_name(),
+                    self.reattached
+                )))
+            }
+            Err(err @ DataplaneError::Netlink { .. }) => {
+                // Reading the interface failed (not: it is gone); try again next period.
+                warn!(error = %err, "could not check the XDP attachment");
+                Ok(None)
+            }
+            Err(err) => {
+                error!(error = %err, "the data plane is not ours any more; stopping");
+                Err(err)
+            }
         }
     }
 }

@@ -77,17 +77,6 @@ pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbors>(
     Ok(Some(rx))
 }
 
-/// The next BGP status read (pending forever without BIRD polling).
-pub async fn next_bgp(rx: &mut Option<watch::Receiver<bird::Sessions>>) -> Option<bird::Sessions> {
-    match rx {
-        Some(rx) => match rx.changed().await {
-            Ok(()) => Some(rx.borrow_and_update().clone()),
-            Err(_) => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
-}
-
 pub async fn node(api: &http::Target, action: NodeAction) -> anyhow::Result<ExitCode> {
     match action {
         NodeAction::Drain { wait, timeout } => {

@@ -10,26 +10,17 @@ use lb_agent::{
     agent::{AdminState, Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, EventStream, LinkWatch, MapSizes},
+    dataplane::{AttachMode, MapSizes},
+    event_loop::{
+        ConfigFile, EventLoop, Exit, Inputs, UnixSignals, log_passive_gaps, tell_systemd,
+    },
     probe::NetProber,
 };
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::mpsc,
-};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 /// How long one backend's MAC resolution may take before it counts as unknown.
 const MAC_TIMEOUT: Duration = Duration::from_secs(1);
-/// How often unknown MACs are retried.
-const MAC_RETRY: Duration = Duration::from_secs(2);
-/// How often data-plane counters are read (passive success, idle mode, status).
-const STATS_EVERY: Duration = Duration::from_millis(500);
-/// Probe reports handled (and published) together at most.
-const REPORT_BATCH: usize = 256;
-/// How often the agent checks that the interface still runs its XDP program, at least
-/// (link notifications trigger a check at once).
-const LINK_WATCH_EVERY: Duration = Duration::from_secs(1);
 /// How often the flow and nat tables are counted (`lb_flow_table_entries`,
 /// `lb_server_active_flows`; docs/metrics.md).
 const TABLE_CENSUS_EVERY: Duration = Duration::from_secs(5);
@@ -102,9 +93,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         config::XdpMode::Generic => AttachMode::Generic,
     });
     // Handlers first: a SIGHUP right after "ready" must reload, not kill us.
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+    let signals = UnixSignals::install()?;
     let lifecycle::Prepared {
         mut dp,
         adopted,
@@ -119,7 +108,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
             .with_flows(config::max_flows(&cfg.agent))
             .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?,
     )?;
-    let mut events = dp.take_events().transpose()?;
+    let events = dp.take_events().transpose()?;
     // Counted off the agent's task: a scan reads both tables (about 130 MB).
     if let Err(err) = dp.start_census(TABLE_CENSUS_EVERY) {
         warn!("flow and nat table figures unavailable: {err}");
@@ -130,7 +119,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
-    let (neighbors, mut mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)
+    let (neighbors, mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)
         .context("opening the netlink connection for neighbours and routes")?;
     let neighbors = Arc::new(neighbors);
     // Sets the SYN check up (or says once why tcp probes connect instead) before the
@@ -143,7 +132,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     {
         let _ = lb_agent::probe::syn::availability();
     }
-    let (mut agent, mut handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
+    let (mut agent, handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);
     }
@@ -166,12 +155,12 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     let xdp_mode = agent.dataplane().mode_name();
     agent.set_xdp_mode(xdp_mode);
     // Announced only now, with the program forwarding (docs/multi-node.md).
-    let mut bgp_rx = super::node::start_announcing(&mut agent, &cfg.agent)?;
+    let bgp = super::node::start_announcing(&mut agent, &cfg.agent)?;
 
-    let (admin_tx, mut admin_rx) = mpsc::channel(64);
+    let (admin_tx, admin) = mpsc::channel(64);
     // Readers ask the loop for the snapshot; it is built then, not after every change.
-    let (snapshot_tx, mut snapshot_rx) = mpsc::channel::<api::SnapshotRequest>(256);
-    let (reload_tx, mut reload_rx) = mpsc::channel::<api::ReloadRequest>(4);
+    let (snapshot_tx, snapshots) = mpsc::channel::<api::SnapshotRequest>(256);
+    let (reload_tx, reloads) = mpsc::channel::<api::ReloadRequest>(4);
     let state = ApiState {
         snapshot: api::SnapshotSource::on_demand(handles.snapshot.clone(), snapshot_tx),
         events: handles.events.clone(),
@@ -206,201 +195,28 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         cfg.services.len(),
         agent.dataplane().mode_name()
     ));
-    // `WatchdogSec=`: pinged from this loop, so a loop that hangs stops the pings.
-    let mut watchdog = lb_agent::sd_notify::watchdog_every().map(tokio::time::interval);
-
-    let mut mac_retry = tokio::time::interval(MAC_RETRY);
-    // Only when announcing with a lifetime; the first tick is at once, so a restart
-    // refreshes what the previous run announced before anything else.
-    let mut announce_refresh = match (&cfg.agent.announce_interface, cfg.agent.announce_lifetime) {
-        (Some(_), Some(lifetime)) => Some(tokio::time::interval(
-            lb_agent::config::announce_refresh_every(lifetime),
-        )),
-        _ => None,
+    let inputs = Inputs {
+        reports: handles.reports,
+        admin,
+        snapshots,
+        reloads,
+        mac_updates,
+        bgp,
+        signals,
+        passive_events: events,
+        attachment: lifecycle::Attachment::watch(),
+        config: Box::new(ConfigFile::new(opts.config.clone())),
+        // `WatchdogSec=`: pinged from the loop, so a loop that hangs stops the pings.
+        watchdog: lb_agent::sd_notify::watchdog_every(),
     };
-    let mut stats = tokio::time::interval(STATS_EVERY);
-    let mut link_watch = LinkWatch::new(LINK_WATCH_EVERY);
-    let mut reattached = 0;
-    let mut exit = ExitCode::SUCCESS;
-    loop {
-        let deadline = agent.next_deadline();
-        let result = tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = sighup.recv() => {
-                let _ = reload(&mut agent, &opts.config, &cfg.agent).await;
-                Ok(())
-            }
-            Some(reply) = reload_rx.recv() => {
-                let _ = reply.send(reload(&mut agent, &opts.config, &cfg.agent).await);
-                Ok(())
-            }
-            Some(report) = handles.reports.recv() => {
-                // Take what else is queued: one publish for a burst of verdicts.
-                let mut batch = vec![report];
-                while batch.len() < REPORT_BATCH {
-                    match handles.reports.try_recv() {
-                        Ok(r) => batch.push(r),
-                        Err(_) => break,
-                    }
-                }
-                agent.on_probe_reports(batch)
-            }
-            batch = next_events(&mut events) => match batch {
-                Ok(batch) => agent.on_passive_events(&batch),
-                Err(err) => {
-                    warn!(error = %err, "event ring buffer failed; passive events stop");
-                    events = None;
-                    Ok(())
-                }
-            },
-            Some(req) = admin_rx.recv() => {
-                agent.on_admin(req).await;
-                Ok(())
-            }
-            _ = sleep_until(deadline) => agent.on_tick(tokio::time::Instant::now()),
-            Some(reply) = snapshot_rx.recv() => {
-                agent.on_snapshot_request(reply);
-                Ok(())
-            }
-            _ = sleep_until(agent.readers_deadline()) => Ok(()),
-            _ = stats.tick() => {
-                agent.poll_stats();
-                Ok(())
-            }
-            _ = mac_retry.tick(), if agent.has_unknown_macs() => agent.retry_macs().await,
-            Some(updates) = mac_updates.recv() => agent.on_mac_updates(&updates),
-            _ = next_tick(&mut watchdog) => {
-                tell_systemd("WATCHDOG=1");
-                Ok(())
-            }
-            _ = next_tick(&mut announce_refresh) => {
-                agent.refresh_announcements();
-                Ok(())
-            }
-            _ = link_watch.due() => {
-                match lifecycle::watch(agent.dataplane_mut(), &mut reattached) {
-                    Ok(Some(status)) => agent.set_xdp_mode(&status),
-                    Ok(None) => {}
-                    Err(_) => {
-                        exit = ExitCode::FAILURE;
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            _ = agent.resolve_ready() => agent.reresolve().await,
-            Some(sessions) = super::node::next_bgp(&mut bgp_rx) => {
-                agent.set_bgp_sessions(sessions);
-                Ok(())
-            }
-        };
-        if let Err(err) = result {
-            warn!(error = %err, "publishing to the data plane failed");
-        }
-        agent.answer_readers();
-    }
+    let mut event_loop = EventLoop::new(agent, cfg.agent.clone(), inputs);
+    let exit = match event_loop.run().await {
+        Exit::Stopped => ExitCode::SUCCESS,
+        Exit::DataplaneLost => ExitCode::FAILURE,
+    };
     tell_systemd("STOPPING=1");
-    lifecycle::log_shutdown(agent.dataplane());
-    drop(agent);
+    lifecycle::log_shutdown(event_loop.agent().dataplane());
+    drop(event_loop);
     drop(listening);
     Ok(exit)
-}
-
-/// Says, once per service, where `max_fails` is set but passive checks see little or
-/// nothing (udp, dsr: docs/passive-signals.md), so that `max_fails = 1` is not taken for
-/// protection.
-fn log_passive_gaps(cfg: &config::Config) {
-    for svc in &cfg.services {
-        if let Some(gap) = config::passive_gap(svc) {
-            warn!(service = %svc.name, "passive checks: {gap}");
-        }
-    }
-}
-
-/// Re-reads the config and applies it as a diff; an invalid file leaves the running
-/// config in force. Logs `config reloaded` (with a warning naming `[agent]` keys that
-/// need a restart) or `reload failed: …`. `running` is the `[agent]` table in force.
-async fn reload<D, P, N>(
-    agent: &mut Agent<D, P, N>,
-    path: &std::path::Path,
-    running: &config::AgentConfig,
-) -> Result<api::ReloadOutcome, String>
-where
-    D: lb_agent::dataplane::Dataplane,
-    P: lb_agent::probe::Prober,
-    N: lb_agent::agent::Neighbors,
-{
-    let new_cfg = match config::load(path) {
-        Ok(cfg) => cfg,
-        Err(err) => {
-            warn!(error = %err, "reload failed: the running config stays in force");
-            return Err(err.to_string());
-        }
-    };
-    if let Err(why) = lb_agent::host::check_snat_ips(&new_cfg) {
-        warn!(error = %why, "reload failed: the running config stays in force");
-        return Err(format!("{}: {why}", path.display()));
-    }
-    let mut warnings = Vec::new();
-    let restart_only = config::restart_only_changes(running, &new_cfg.agent);
-    if !restart_only.is_empty() {
-        warn!(keys = restart_only.0.join(", "), "{restart_only}");
-        warnings.push(restart_only.to_string());
-    }
-    match agent.apply_config_reporting(&new_cfg).await {
-        Ok(report) => {
-            warnings.extend(
-                report
-                    .dropped
-                    .iter()
-                    .map(|d| format!("runtime admin state dropped: {d}")),
-            );
-            log_passive_gaps(&new_cfg);
-            if warnings.is_empty() {
-                info!(path = %path.display(), "config reloaded");
-            } else {
-                info!(path = %path.display(), warnings = warnings.len(), "config reloaded (with warnings)");
-            }
-            Ok(api::ReloadOutcome { warnings })
-        }
-        Err(err) => {
-            warn!(error = %err, "reload failed while publishing");
-            Err(format!("publishing the new config failed: {err}"))
-        }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sends `state` to systemd when it started the agent as `Type=notify`; a failure is
-/// logged (systemd then times the start out, or the watchdog fires).
-fn tell_systemd(state: &str) {
-    if let Err(err) = lb_agent::sd_notify::notify(state) {
-        warn!(error = %err, state, "notifying systemd failed");
-    }
-}
-
-/// The next tick of an optional interval (pending forever without one).
-async fn next_tick(interval: &mut Option<tokio::time::Interval>) {
-    match interval {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-async fn next_events(
-    events: &mut Option<EventStream>,
-) -> Result<Vec<lb_common::events::PassiveEvent>, lb_agent::dataplane::DataplaneError> {
-    match events {
-        Some(stream) => stream.next_batch().await,
-        None => std::future::pending().await,
-    }
 }

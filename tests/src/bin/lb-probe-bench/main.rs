@@ -46,6 +46,8 @@ use lb_agent::{
     agent::{Agent, Environment, Neighbors, StaticNeighbors},
     config::{ProbeConfig, ProbeKind},
     dataplane::{BpfDataplane, Dataplane, EventStream, MapSizes, memory::MemoryDataplane},
+    // As `lb-agent run`: MAC retries, the stats tick, reports per loop iteration.
+    event_loop::{MAC_RETRY, REPORT_BATCH as BATCH, STATS_EVERY},
     probe::{NetProber, ProbeReport, Prober},
     publish::PublishError,
     status::Histogram,
@@ -87,9 +89,6 @@ const FD_SLACK: usize = 1_024;
 /// The targets.
 const MAX_CORES: f64 = 0.5;
 const MAX_RSS_MB: f64 = 200.0;
-/// As in `lb-agent run` (`cli/run.rs`).
-const MAC_RETRY: Duration = Duration::from_secs(2);
-const STATS_EVERY: Duration = Duration::from_millis(500);
 /// Backend MAC handed out by the static neighbour table.
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 /// Prefix of the lines a scenario process reports its figures with.
@@ -164,9 +163,6 @@ const TARGET_CPU: usize = 1;
 
 /// A snapshot reader (a metrics scrape) asks this often.
 const READ_EVERY: Duration = Duration::from_secs(1);
-
-/// Reports handled per loop iteration at most (as `cli/run.rs`: one publish for all).
-const BATCH: usize = 256;
 
 /// One scenario: data plane, number of targets, where the targets are.
 #[derive(Clone, Copy, Debug)]

@@ -252,7 +252,7 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          service) with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \
          is {future} bytes.\n\
-         - The loop is `lb-agent run`'s (`cli/run.rs`): select over up to {BATCH} queued \
+         - The loop is `lb-agent run`'s (`lb-agent/src/event_loop/`): select over up to {BATCH} queued \
          probe reports (one publish for all), passive events, health deadlines, the \
          {STATS_EVERY:?} stats tick (`poll_stats`), one snapshot reader every {READ_EVERY:?} \
          (as a metrics scrape: built on demand, at most once per `snapshot_interval`, \
