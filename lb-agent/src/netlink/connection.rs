@@ -52,3 +52,20 @@ impl Connection {
         Ok(answers)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::request::tests::link_get_with_a_name_too_long;
+
+    #[tokio::test]
+    async fn a_refusal_keeps_the_kernels_errno_and_message() {
+        let connection = Connection::open().expect("connection");
+        let err = connection
+            .request(link_get_with_a_name_too_long(), 0)
+            .await
+            .unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ERANGE), "{err}");
+        assert_eq!(err.message(), Some("Attribute failed policy validation"));
+    }
+}

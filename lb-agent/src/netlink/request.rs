@@ -63,3 +63,47 @@ fn open() -> Result<Socket, NetlinkError> {
     let _ = socket.set_cap_ack(true);
     Ok(socket)
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use netlink_packet_core::NLM_F_DUMP;
+    use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+
+    use super::*;
+
+    /// An `RTM_GETLINK` whose name breaks the kernel's attribute policy (`IFNAMSIZ`):
+    /// refused without any privilege, with an extended-ack message.
+    pub(in crate::netlink) fn link_get_with_a_name_too_long() -> RouteNetlinkMessage {
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName("a-name-longer-than-ifnamsiz".into()));
+        RouteNetlinkMessage::GetLink(msg)
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_kernels_errno_and_message() {
+        let err = request(link_get_with_a_name_too_long(), 0).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ERANGE), "{err}");
+        assert_eq!(err.message(), Some("Attribute failed policy validation"));
+
+        let mut msg = LinkMessage::default();
+        msg.header.index = i32::MAX as u32;
+        let err = request(RouteNetlinkMessage::GetLink(msg), 0).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENODEV), "{err}");
+    }
+
+    #[test]
+    fn a_dump_collects_every_answer_up_to_its_end() {
+        let links = request(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            NLM_F_DUMP,
+        )
+        .expect("link dump");
+        let lo = crate::netlink::link_index("lo").expect("lo");
+        assert!(
+            links.iter().any(
+                |m| matches!(m, RouteNetlinkMessage::NewLink(link) if link.header.index == lo)
+            )
+        );
+    }
+}
