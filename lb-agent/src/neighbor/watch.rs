@@ -58,7 +58,7 @@ pub fn spawn_with_buffer(
     rcvbuf: usize,
 ) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
     let index = ifindex(interface)?;
-    let socket = Subscription::open(
+    let changes = Subscription::open(
         &[RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE],
         Some(rcvbuf),
     )
@@ -78,7 +78,7 @@ pub fn spawn_with_buffer(
         follow: follow_rx,
         out: updates_tx,
     };
-    tokio::spawn(task.run(socket));
+    tokio::spawn(task.run(changes));
     Ok((Follow { tx }, updates))
 }
 
@@ -94,7 +94,7 @@ struct Watch {
 }
 
 impl Watch {
-    async fn run(mut self, mut socket: Subscription) {
+    async fn run(mut self, mut changes: Subscription) {
         let mut updates = self.resync().await;
         info!(interface = %self.interface, "watching neighbour and route changes over netlink");
         loop {
@@ -115,7 +115,7 @@ impl Watch {
                     let fresh = self.state.set_backends(&list);
                     updates.extend(self.route_lookups(fresh).await);
                 }
-                batch = socket.next_batch() => {
+                batch = changes.next_batch() => {
                     let batch = match batch {
                         Ok(batch) => batch,
                         Err(err) => {

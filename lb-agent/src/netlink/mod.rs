@@ -2,7 +2,7 @@
 //! `netlink-sys` (with `rtnetlink`'s connection for the async requests): it owns every
 //! netlink socket the agent opens.
 //!
-//! - [`request`]: one synchronous request on a socket of its own, up to its
+//! - [`request()`]: one synchronous request on a socket of its own, up to its
 //!   acknowledgement or the end of its dump;
 //! - [`Connection`]: the same requests from async code, over one shared connection;
 //! - [`Subscription`]: a socket in multicast groups, for the watches of links,
