@@ -459,12 +459,12 @@ fn older_program(topo: &Topology, through_link: bool) -> Option<aya::Ebpf> {
                 return Some(ebpf);
             }
             let fd = prog.fd().expect("program fd");
-            lb_agent::dataplane::netlink::set_xdp(
+            lb_agent::netlink::set_xdp(
                 ifindex,
                 Some(std::os::fd::AsFd::as_fd(fd)),
                 None,
-                lb_agent::dataplane::netlink::XDP_FLAGS_UPDATE_IF_NOEXIST
-                    | lb_agent::dataplane::netlink::XDP_FLAGS_DRV_MODE,
+                lb_agent::netlink::xdp::XDP_FLAGS_UPDATE_IF_NOEXIST
+                    | lb_agent::netlink::xdp::XDP_FLAGS_DRV_MODE,
             )
             .expect("attaching through netlink");
             None
@@ -603,7 +603,7 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
             let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
                 .expect("reading eth0")
                 .expect("the agent's program");
-            lb_agent::dataplane::netlink::set_xdp(
+            lb_agent::netlink::set_xdp(
                 ifindex,
                 Some(std::os::fd::AsFd::as_fd(pass.fd().expect("fd"))),
                 Some(std::os::fd::AsFd::as_fd(&running.fd)),

@@ -16,6 +16,7 @@ use std::{
 };
 
 use super::rtnl::{self, RtnlError};
+use crate::netlink;
 
 /// A route operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +54,7 @@ impl KernelRoutes {
     /// Uses `interface`, creating it as an `ifb` device when it does not exist, and sets
     /// it up. Addresses get `lifetime` (`None`: they never expire).
     pub fn open(interface: &str, lifetime: Option<Duration>) -> Result<Self, RouteError> {
-        if rtnl::link_index(interface)?.is_none() {
+        if netlink::link_index(interface).is_none() {
             match rtnl::create_ifb(interface) {
                 Ok(()) => {}
                 // Made meanwhile by someone else: use it.
@@ -71,7 +72,7 @@ impl KernelRoutes {
 
     /// The interface's index now (it may have been removed and made again).
     fn index(&self) -> Result<u32, RouteError> {
-        rtnl::link_index(&self.interface)?.ok_or_else(|| RouteError::Gone(self.interface.clone()))
+        netlink::link_index(&self.interface).ok_or_else(|| RouteError::Gone(self.interface.clone()))
     }
 }
 

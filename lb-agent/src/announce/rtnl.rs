@@ -1,47 +1,34 @@
-//! Synchronous rtnetlink requests for the announce interface: find or create it (`ifb`),
-//! set it up, and add, refresh, delete and list its host addresses with their lifetimes.
-//!
-//! One request at a time on a socket of its own, each acknowledged or answered with an
-//! errno, so a refused change is an error with the kernel's reason, never a silent no-op.
+//! The announce interface over rtnetlink: create it (`ifb`), set it up, and add,
+//! refresh, delete and list its host addresses with their lifetimes. Each change is a
+//! request of [`crate::netlink`], acknowledged or refused with the kernel's errno.
 
-use std::{io, net::IpAddr, num::NonZeroI32, time::Duration};
+use std::{net::IpAddr, time::Duration};
 
-use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkHeader,
-    NetlinkMessage, NetlinkPayload,
-};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
     address::{AddressAttribute, AddressFlags, AddressMessage, CacheInfo},
     link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage},
 };
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use crate::netlink::{self, NetlinkError};
 
 /// `INFINITY_LIFE_TIME` of the kernel: an address that never expires.
 pub const FOREVER: u32 = u32::MAX;
 
-/// A netlink request that failed.
+/// A netlink request about the announce interface that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum RtnlError {
-    #[error("netlink socket: {0}")]
-    Socket(#[source] io::Error),
-    #[error("{what}: {source}")]
-    Refused {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{what}: undecodable answer from the kernel: {detail}")]
-    Decode { what: String, detail: String },
+#[error("{what}: {source}")]
+pub struct RtnlError {
+    what: String,
+    #[source]
+    source: NetlinkError,
 }
 
 impl RtnlError {
     /// The kernel's errno, when the kernel refused the request.
     pub fn errno(&self) -> Option<i32> {
-        match self {
-            RtnlError::Refused { source, .. } => source.raw_os_error(),
-            _ => None,
-        }
+        self.source.errno()
     }
 }
 
@@ -51,17 +38,6 @@ pub struct HostAddress {
     pub addr: IpAddr,
     /// Seconds until the kernel removes it; [`FOREVER`] when it never expires.
     pub valid_secs: u32,
-}
-
-/// The index of interface `name`, `None` when there is no such interface.
-pub fn link_index(name: &str) -> Result<Option<u32>, RtnlError> {
-    let c = std::ffi::CString::new(name).map_err(|_| RtnlError::Refused {
-        what: format!("interface {name:?}"),
-        source: io::Error::from_raw_os_error(libc::EINVAL),
-    })?;
-    // SAFETY: a valid NUL-terminated string; the call only reads it.
-    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    Ok((index != 0).then_some(index))
 }
 
 /// Creates `name` as an `ifb` device.
@@ -188,67 +164,16 @@ fn host_address_message(index: u32, addr: IpAddr) -> AddressMessage {
     msg
 }
 
-/// Sends `msg` with `flags` (plus `NLM_F_REQUEST | NLM_F_ACK`) and collects the answers
-/// up to the acknowledgement (or the end of a dump).
+/// Sends `msg` with `flags`; the answers up to the acknowledgement or the end of a dump.
 fn request(
     msg: RouteNetlinkMessage,
     flags: u16,
     what: &str,
 ) -> Result<Vec<RouteNetlinkMessage>, RtnlError> {
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(RtnlError::Socket)?;
-    socket.bind_auto().map_err(RtnlError::Socket)?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(RtnlError::Socket)?;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-    header.sequence_number = 1;
-    let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
-    packet.finalize();
-    let mut buf = vec![0u8; packet.buffer_len()];
-    packet.serialize(&mut buf);
-    socket.send(&buf, 0).map_err(RtnlError::Socket)?;
-
-    let mut answers = Vec::new();
-    loop {
-        let (data, _) = socket.recv_from_full().map_err(RtnlError::Socket)?;
-        let mut offset = 0;
-        while offset < data.len() {
-            let part = &data[offset..];
-            let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(part).map_err(|e| {
-                RtnlError::Decode {
-                    what: what.to_string(),
-                    detail: e.to_string(),
-                }
-            })?;
-            let len = reply.header.length as usize;
-            if len == 0 {
-                return Err(RtnlError::Decode {
-                    what: what.to_string(),
-                    detail: "a message of length 0".into(),
-                });
-            }
-            offset += nlmsg_align(len);
-            match reply.payload {
-                NetlinkPayload::Done(_) => return Ok(answers),
-                NetlinkPayload::Error(e) => {
-                    return match e.code.map(NonZeroI32::get) {
-                        None => Ok(answers),
-                        Some(code) => Err(RtnlError::Refused {
-                            what: what.to_string(),
-                            source: io::Error::from_raw_os_error(-code),
-                        }),
-                    };
-                }
-                NetlinkPayload::InnerMessage(m) => answers.push(m),
-                _ => {}
-            }
-        }
-    }
-}
-
-fn nlmsg_align(len: usize) -> usize {
-    (len + 3) & !3
+    netlink::request(msg, flags).map_err(|source| RtnlError {
+        what: what.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

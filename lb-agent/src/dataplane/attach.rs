@@ -4,9 +4,10 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use crate::netlink::{self, XdpAttached, xdp::XDP_FLAGS_UPDATE_IF_NOEXIST};
+
 use super::{
     DataplaneError,
-    netlink::{self, XDP_FLAGS_UPDATE_IF_NOEXIST, XdpAttached},
     previous::{self, AttachedProgram},
 };
 
@@ -33,16 +34,9 @@ impl AttachMode {
 
 /// The index of `interface` in this network namespace.
 pub fn if_index(interface: &str) -> Result<u32, DataplaneError> {
-    let no_such = || DataplaneError::NoSuchInterface {
+    netlink::link_index(interface).ok_or_else(|| DataplaneError::NoSuchInterface {
         interface: interface.to_string(),
-    };
-    let name = std::ffi::CString::new(interface).map_err(|_| no_such())?;
-    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(no_such());
-    }
-    Ok(index)
+    })
 }
 
 /// Puts `prog` on the interface. With `previous` (lb's program found there), replaces

@@ -13,12 +13,13 @@ use lb_common::{
 
 use std::{net::IpAddr, os::fd::AsFd};
 
+use crate::netlink::{self, XdpAttached};
+
 use super::{
     AttachMode, Dataplane, DataplaneError, EventStream, attach,
     batch::PerCpuBatchReader,
     full_path,
     maglev_table::{self, Pair, Published},
-    netlink::{self, XdpAttached},
     pin::{self, PinDir},
     previous::{self, AdoptedMaps, AttachedProgram},
     schema_map,

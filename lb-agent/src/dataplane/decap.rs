@@ -9,10 +9,8 @@ use std::{net::IpAddr, os::fd::AsFd};
 use aya::{EbpfLoader, maps::HashMap, programs::Xdp};
 use lb_common::{DECAP_PROGRAM_NAME, FAMILY_V4, FAMILY_V6, map_names, maps::DecapAddr};
 
-use super::{
-    AttachMode, DataplaneError, attach, bpf::map_err, netlink::XdpAttached,
-    previous::AttachedProgram,
-};
+use super::{AttachMode, DataplaneError, attach, bpf::map_err, previous::AttachedProgram};
+use crate::netlink::XdpAttached;
 
 /// The object's large maps, created at their smallest: the decap command loads only
 /// `lb_decap`, which uses none of them.

@@ -2,7 +2,7 @@
 
 use std::io;
 
-use super::netlink::NetlinkError;
+use crate::netlink::NetlinkError;
 
 /// Something the kernel or the object refused.
 #[derive(Debug, thiserror::Error)]

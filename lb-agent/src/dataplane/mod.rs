@@ -17,7 +17,6 @@ pub mod maglev_pool;
 mod maglev_table;
 mod mapping;
 pub mod memory;
-pub mod netlink;
 pub mod owner;
 pub mod pin;
 pub mod previous;

@@ -10,9 +10,10 @@ use lb_common::{
     table::TableLayout,
 };
 
+use crate::netlink::{self, XdpAttached, XdpProgram};
+
 use super::{
     DataplaneError,
-    netlink::{self, XdpAttached, XdpProgram},
     schema::{self, Fresh, Layout, Recorded, Verdict},
     schema_map,
     sizing::MapSizes,

@@ -1,10 +1,7 @@
 //! The interface: exists, its driver and whether it has native XDP, the program
 //! attached now, the MTU against what native XDP takes, LRO and GRO.
 
-use crate::{
-    config::XdpMode,
-    dataplane::{self, netlink::XdpAttached},
-};
+use crate::{config::XdpMode, dataplane, netlink::XdpAttached};
 
 use super::{Finding, Level, ethtool};
 

@@ -25,10 +25,12 @@ use rtnl::Rtnl;
 /// Why a MAC address could not be found.
 #[derive(Debug, thiserror::Error)]
 pub enum NeighborError {
-    #[error("opening a netlink socket failed")]
-    Socket(#[source] std::io::Error),
-    #[error("netlink {what} failed: {message}")]
-    Netlink { what: String, message: String },
+    #[error("netlink {what} failed: {source}")]
+    Netlink {
+        what: String,
+        #[source]
+        source: crate::netlink::NetlinkError,
+    },
     #[error("no interface named {0}")]
     NoInterface(String),
     #[error("{addr} is not reachable through {interface} (route goes through interface {oif})")]

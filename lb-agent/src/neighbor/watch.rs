@@ -2,13 +2,9 @@
 //! feeds [`NextHops`]; the MACs that change go to the agent. On overflow (ENOBUFS:
 //! events were lost) the neighbour table is dumped again and every route looked up again.
 
-use std::{io, net::IpAddr, sync::Arc};
+use std::{net::IpAddr, sync::Arc};
 
-use rtnetlink::sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use tokio::{
-    io::unix::AsyncFd,
-    sync::{mpsc, watch},
-};
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::{
@@ -18,10 +14,8 @@ use super::{
     poke,
     rtnl::{Rtnl, ifindex},
 };
+use crate::netlink::{RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_NEIGH, Subscription};
 
-const RTNLGRP_NEIGH: u32 = 3;
-const RTNLGRP_IPV4_ROUTE: u32 = 7;
-const RTNLGRP_IPV6_ROUTE: u32 = 11;
 /// Receive buffer asked for (the kernel caps it at `net.core.rmem_max` without
 /// CAP_NET_ADMIN; an overflow only costs a resync).
 const RCVBUF: usize = 1 << 20;
@@ -64,7 +58,14 @@ pub fn spawn_with_buffer(
     rcvbuf: usize,
 ) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
     let index = ifindex(interface)?;
-    let socket = subscribe(rcvbuf).map_err(NeighborError::Socket)?;
+    let changes = Subscription::open(
+        &[RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE],
+        Some(rcvbuf),
+    )
+    .map_err(|source| NeighborError::Netlink {
+        what: "subscription to neighbour and route changes".into(),
+        source,
+    })?;
     let rtnl = Rtnl::new()?;
     let (tx, follow_rx) = watch::channel(Arc::new(Vec::new()));
     let (updates_tx, updates) = mpsc::channel(UPDATES);
@@ -77,21 +78,8 @@ pub fn spawn_with_buffer(
         follow: follow_rx,
         out: updates_tx,
     };
-    tokio::spawn(task.run(socket));
+    tokio::spawn(task.run(changes));
     Ok((Follow { tx }, updates))
-}
-
-fn subscribe(rcvbuf: usize) -> io::Result<AsyncFd<Socket>> {
-    let mut sock = Socket::new(NETLINK_ROUTE)?;
-    sock.bind(&SocketAddr::new(0, 0))?;
-    for group in [RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE] {
-        sock.add_membership(group)?;
-    }
-    let _ = sock.set_rx_buf_sz(rcvbuf);
-    sock.set_non_blocking(true)?;
-    // SAFETY: the socket owns its descriptor and `AsyncFd` owns the socket: the
-    // descriptor stays open and the same until the `AsyncFd` is dropped.
-    unsafe { AsyncFd::register(sock) }.map_err(io::Error::from)
 }
 
 struct Watch {
@@ -106,8 +94,7 @@ struct Watch {
 }
 
 impl Watch {
-    async fn run(mut self, socket: AsyncFd<Socket>) {
-        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+    async fn run(mut self, mut changes: Subscription) {
         let mut updates = self.resync().await;
         info!(interface = %self.interface, "watching neighbour and route changes over netlink");
         loop {
@@ -128,29 +115,19 @@ impl Watch {
                     let fresh = self.state.set_backends(&list);
                     updates.extend(self.route_lookups(fresh).await);
                 }
-                ready = socket.readable() => {
-                    let mut guard = match ready {
-                        Ok(g) => g,
+                batch = changes.next_batch() => {
+                    let batch = match batch {
+                        Ok(batch) => batch,
                         Err(err) => {
                             warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
                             return;
                         }
                     };
                     // Everything queued now, then one pass over the route changes.
-                    loop {
-                        buf.clear();
-                        match guard.try_io(|s| s.get_ref().recv(&mut buf, 0)) {
-                            Ok(Ok(_)) => self.take(&buf, &mut updates, &mut routes),
-                            Ok(Err(err)) if err.raw_os_error() == Some(libc::ENOBUFS) => {
-                                overflow = true;
-                            }
-                            Ok(Err(err)) => {
-                                warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
-                                return;
-                            }
-                            Err(_would_block) => break,
-                        }
+                    for datagram in &batch.datagrams {
+                        self.take(datagram, &mut updates, &mut routes);
                     }
+                    overflow = batch.overflow;
                 }
             }
             if overflow {
