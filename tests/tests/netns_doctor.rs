@@ -15,13 +15,14 @@ use std::{
 };
 
 use lb_tests::{
-    agent::locate_binary,
-    bpffs::PrivateBpffs,
-    link::{Link, Mac, VethEnd, veth_pair},
-    multinode::{bird_present, start_bird},
-    names::unique_tag,
-    netns::NetNs,
-    process::NsProcess,
+    agent::{bpffs::PrivateBpffs, daemon::locate_binary},
+    net::{
+        link::{Link, Mac, VethEnd, veth_pair},
+        multinode::{bird_present, start_bird},
+        names::unique_tag,
+        netns::NetNs,
+    },
+    util::process::NsProcess,
 };
 
 /// A directory removed on drop.

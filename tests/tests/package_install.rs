@@ -14,7 +14,7 @@ use std::{
     process::Command,
 };
 
-use lb_tests::names;
+use lb_tests::net::names;
 
 /// The largest shipped binary we accept.
 const MAX_BINARY: u64 = 30_000_000;
@@ -209,7 +209,7 @@ fn the_package_installs_runs_and_removes_cleanly() {
 /// `systemd-analyze verify` on the unit, its binary paths pointed into the scratch root
 /// (the host has no /usr/sbin/lb-agent). Any complaint fails the test.
 fn verify_unit(root: &ScratchRoot, unit: &str) {
-    let Ok(analyze) = lb_tests::multinode::which("systemd-analyze") else {
+    let Ok(analyze) = lb_tests::net::multinode::which("systemd-analyze") else {
         eprintln!("systemd-analyze not installed: the unit is not verified");
         return;
     };

@@ -10,7 +10,10 @@ use std::{
 };
 
 use anyhow::Context;
-use lb_tests::{link::Mac, netns::NetNs, packet::Frame};
+use lb_tests::{
+    net::{link::Mac, netns::NetNs},
+    traffic::packet::Frame,
+};
 
 /// `SCHED_FIFO` priority of the flooding thread (below the NAPI threads').
 const SENDER_PRIORITY: libc::c_int = 1;

@@ -202,7 +202,7 @@ fn main() -> anyhow::Result<()> {
         if let Some([flag, cpu]) = args.get(4..6)
             && flag == "--cpu"
         {
-            lb_tests::cpu::pin_self(cpu.parse().context("--cpu takes a CPU number")?)?;
+            lb_tests::bench::cpu::pin_self(cpu.parse().context("--cpu takes a CPU number")?)?;
         }
         target_net::select(net)?;
         return serve(n, net);
@@ -353,7 +353,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     let split = cpus != Cpus::Shared;
     if split {
         // Before any other thread starts: the runtime's and the SYN check's inherit it.
-        lb_tests::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
+        lb_tests::bench::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
     }
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
     if net == Net::Remote && check != Check::Syn {
