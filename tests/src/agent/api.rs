@@ -13,8 +13,11 @@ use std::{
 };
 
 use crate::{
-    net::netns::{NetNs, NetnsError},
-    util::json::{Json, JsonError},
+    net::netns::NetNs,
+    util::{
+        error::Error,
+        json::{Json, JsonError},
+    },
 };
 
 /// Connect, read and write timeout of one API request.
@@ -28,7 +31,7 @@ pub const POLL_EVERY: Duration = Duration::from_millis(20);
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error(transparent)]
-    Netns(#[from] NetnsError),
+    Netns(#[from] Error),
     #[error("{what} (agent API at {addr})")]
     Io {
         what: String,

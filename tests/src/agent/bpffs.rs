@@ -8,29 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::util::cmd::{self, CmdError};
+use crate::util::{cmd, error::Error};
 
 /// Where the mount points go.
 const RUN_DIR: &str = "/run";
 /// Mount points are `/run/lbt-bpf-<pid>-<tag>`.
 const MOUNT_PREFIX: &str = "lbt-bpf-";
-
-/// Why the bpffs could not be mounted.
-#[derive(Debug, thiserror::Error)]
-pub enum BpffsError {
-    #[error("creating the bpffs mount point {path}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("mounting a bpffs at {path}")]
-    Mount {
-        path: PathBuf,
-        #[source]
-        source: CmdError,
-    },
-}
 
 /// A bpffs mounted at `/run/lbt-bpf-<pid>-<tag>`; pins go to its `lb` directory.
 #[derive(Debug)]
@@ -42,23 +25,20 @@ pub struct PrivateBpffs {
 impl PrivateBpffs {
     /// Mounts a fresh bpffs for this process and `tag`, after unmounting those that
     /// harness processes which no longer run left behind.
-    pub fn mount(tag: &str) -> Result<PrivateBpffs, BpffsError> {
+    pub fn mount(tag: &str) -> Result<PrivateBpffs, Error> {
         sweep_stale();
         let mount = PathBuf::from(format!(
             "{RUN_DIR}/{MOUNT_PREFIX}{}-{tag}",
             std::process::id()
         ));
-        std::fs::create_dir_all(&mount).map_err(|source| BpffsError::Dir {
-            path: mount.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&mount).map_err(Error::io(format!(
+            "creating the bpffs mount point {}",
+            mount.display()
+        )))?;
         let path = mount.display().to_string();
         if let Err(source) = cmd::run("mount", &["-t", "bpf", "bpf", &path]) {
             let _ = std::fs::remove_dir(&mount);
-            return Err(BpffsError::Mount {
-                path: mount,
-                source,
-            });
+            return Err(source.context(format!("mounting a bpffs at {path}")));
         }
         Ok(PrivateBpffs {
             pins: mount.join("lb"),

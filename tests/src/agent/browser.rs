@@ -20,7 +20,7 @@ use std::{
 
 use crate::{
     net::netns::NetNs,
-    util::json::{Json, JsonError},
+    util::{error::Error, json::Json},
 };
 
 /// The Debian package's binary.
@@ -31,45 +31,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// Largest DevTools message read (a full-page screenshot is a few MB of base64).
 const MAX_MESSAGE: usize = 64 << 20;
-
-/// Why the browser could not do what was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum BrowserError {
-    #[error("could not start {CHROMIUM} (install Debian's `chromium`: `cargo xtask setup`)")]
-    Spawn(#[source] io::Error),
-    #[error("the DevTools pipe: {0}")]
-    Pipe(#[source] io::Error),
-    #[error("{method}: no answer within {timeout:?} (browser output:\n{output})")]
-    Timeout {
-        method: String,
-        timeout: Duration,
-        output: String,
-    },
-    #[error("{method}: the browser closed the DevTools pipe (browser output:\n{output})")]
-    Closed { method: String, output: String },
-    #[error("{method}: {error}")]
-    Protocol { method: String, error: String },
-    #[error("a DevTools message: {0}")]
-    Json(#[from] JsonError),
-    #[error("{method}: the answer has no {what}")]
-    Shape { method: String, what: String },
-    #[error("the page threw: {0}")]
-    Script(String),
-    #[error("waited {waited:?} for {what}; last seen: {last}")]
-    Wait {
-        what: String,
-        waited: Duration,
-        last: String,
-    },
-    #[error("writing {path}: {source}")]
-    Write {
-        path: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("the screenshot is not valid base64")]
-    Base64,
-}
 
 /// A headless Chromium with one page open; killed (whole process group) on drop.
 pub struct Browser {
@@ -91,12 +52,14 @@ impl Browser {
         url: &str,
         width: u32,
         height: u32,
-    ) -> Result<Browser, BrowserError> {
+    ) -> Result<Browser, Error> {
         let profile = dir.join(format!("chromium-profile-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&profile);
-        std::fs::create_dir_all(&profile).map_err(BrowserError::Spawn)?;
-        let (cmd_read, cmd_write) = pipe().map_err(BrowserError::Pipe)?;
-        let (ans_read, ans_write) = pipe().map_err(BrowserError::Pipe)?;
+        std::fs::create_dir_all(&profile).map_err(Error::io(format!(
+            "could not start {CHROMIUM} (install Debian's `chromium`: `cargo xtask setup`)"
+        )))?;
+        let (cmd_read, cmd_write) = pipe().map_err(Error::io("the DevTools pipe"))?;
+        let (ans_read, ans_write) = pipe().map_err(Error::io("the DevTools pipe"))?;
         let (cmd_fd, ans_fd) = (cmd_read.as_raw_fd(), ans_write.as_raw_fd());
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns.name(), CHROMIUM])
@@ -134,7 +97,9 @@ impl Browser {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(BrowserError::Spawn)?;
+        let mut child = cmd.spawn().map_err(Error::io(format!(
+            "could not start {CHROMIUM} (install Debian's `chromium`: `cargo xtask setup`)"
+        )))?;
         // The browser holds its ends now; the reader sees EOF when it exits.
         drop(cmd_read);
         drop(ans_write);
@@ -213,7 +178,7 @@ impl Browser {
     /// Opens `url` in another window of this browser (visible, as a tab in front of
     /// each of ten screens would be) and attaches to it; the answer names the tab for
     /// [`eval_in`](Self::eval_in).
-    pub fn open_tab(&mut self, url: &str) -> Result<String, BrowserError> {
+    pub fn open_tab(&mut self, url: &str) -> Result<String, Error> {
         let target = self.call_on(
             "",
             "Target.createTarget",
@@ -230,18 +195,13 @@ impl Browser {
 
     /// Sends one DevTools command (to the first page once attached) and waits for its
     /// result.
-    pub fn call(&mut self, method: &str, params: &str) -> Result<Json, BrowserError> {
+    pub fn call(&mut self, method: &str, params: &str) -> Result<Json, Error> {
         let session = self.session.clone();
         self.call_on(&session, method, params)
     }
 
     /// Sends one DevTools command to `session` (`""`: the browser itself).
-    pub fn call_on(
-        &mut self,
-        session: &str,
-        method: &str,
-        params: &str,
-    ) -> Result<Json, BrowserError> {
+    pub fn call_on(&mut self, session: &str, method: &str, params: &str) -> Result<Json, Error> {
         self.next_id += 1;
         let id = self.next_id;
         let session = if session.is_empty() {
@@ -255,52 +215,55 @@ impl Browser {
         );
         self.commands
             .write_all(msg.as_bytes())
-            .map_err(BrowserError::Pipe)?;
+            .map_err(Error::io("the DevTools pipe"))?;
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let raw = match self.answers.recv_timeout(left) {
                 Ok(raw) => raw,
                 Err(RecvTimeoutError::Timeout) => {
-                    return Err(BrowserError::Timeout {
-                        method: method.into(),
-                        timeout: CALL_TIMEOUT,
-                        output: self.output(),
+                    return Err(Error::Timeout {
+                        what: format!("the answer to {method} (browser output)"),
+                        waited: CALL_TIMEOUT,
+                        last: self.output(),
                     });
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(BrowserError::Closed {
-                        method: method.into(),
-                        output: self.output(),
-                    });
+                    return Err(Error::Unexpected(format!(
+                        "{method}: the browser closed the DevTools pipe (browser output:\n{})",
+                        self.output()
+                    )));
                 }
             };
             let text = String::from_utf8_lossy(&raw);
-            let answer = Json::parse(&text)?;
+            let answer = Json::parse(&text).map_err(|source| Error::Json {
+                what: "a DevTools message".into(),
+                source,
+            })?;
             if answer.get("id").and_then(Json::as_u64) != Some(id) {
                 continue; // an event, or an answer to an earlier command
             }
             if let Some(err) = answer.get("error") {
-                return Err(BrowserError::Protocol {
-                    method: method.into(),
-                    error: err.str_at(&["message"]).to_owned(),
-                });
+                return Err(Error::Unexpected(format!(
+                    "{method}: {}",
+                    err.str_at(&["message"])
+                )));
             }
-            return answer.get("result").cloned().ok_or(BrowserError::Shape {
-                method: method.into(),
-                what: "result".into(),
-            });
+            return answer
+                .get("result")
+                .cloned()
+                .ok_or_else(|| no_field(method, "result"));
         }
     }
 
     /// Evaluates `expression` in the page (awaiting a promise) and returns its value.
-    pub fn eval(&mut self, expression: &str) -> Result<Json, BrowserError> {
+    pub fn eval(&mut self, expression: &str) -> Result<Json, Error> {
         let session = self.session.clone();
         self.eval_in(&session, expression)
     }
 
     /// Evaluates `expression` in the tab of `session`.
-    pub fn eval_in(&mut self, session: &str, expression: &str) -> Result<Json, BrowserError> {
+    pub fn eval_in(&mut self, session: &str, expression: &str) -> Result<Json, Error> {
         let r = self.call_on(
             session,
             "Runtime.evaluate",
@@ -315,7 +278,7 @@ impl Browser {
                 .and_then(Json::as_str)
                 .or_else(|| ex.get("text").and_then(Json::as_str))
                 .unwrap_or("(no description)");
-            return Err(BrowserError::Script(text.to_owned()));
+            return Err(Error::Unexpected(format!("the page threw: {text}")));
         }
         Ok(r.at(&["result", "value"]).cloned().unwrap_or(Json::Null))
     }
@@ -328,7 +291,7 @@ impl Browser {
         expression: &str,
         timeout: Duration,
         done: impl Fn(&Json) -> bool,
-    ) -> Result<(Json, Duration), BrowserError> {
+    ) -> Result<(Json, Duration), Error> {
         let start = Instant::now();
         loop {
             let value = self.eval(expression)?;
@@ -336,7 +299,7 @@ impl Browser {
                 return Ok((value, start.elapsed()));
             }
             if start.elapsed() >= timeout {
-                return Err(BrowserError::Wait {
+                return Err(Error::Timeout {
                     what: what.into(),
                     waited: start.elapsed(),
                     last: format!("{value:?}"),
@@ -347,17 +310,15 @@ impl Browser {
     }
 
     /// Saves a PNG of the whole page to `path`.
-    pub fn screenshot(&mut self, path: &Path) -> Result<(), BrowserError> {
+    pub fn screenshot(&mut self, path: &Path) -> Result<(), Error> {
         let r = self.call(
             "Page.captureScreenshot",
             "{\"format\":\"png\",\"captureBeyondViewport\":true}",
         )?;
         let data = field(&r, "data", "Page.captureScreenshot")?;
-        let png = base64_decode(&data).ok_or(BrowserError::Base64)?;
-        std::fs::write(path, png).map_err(|source| BrowserError::Write {
-            path: path.display().to_string(),
-            source,
-        })
+        let png = base64_decode(&data)
+            .ok_or_else(|| Error::Unexpected("the screenshot is not valid base64".into()))?;
+        std::fs::write(path, png).map_err(Error::io(format!("writing {}", path.display())))
     }
 
     /// The browser's last lines of output.
@@ -392,14 +353,15 @@ impl Drop for Browser {
     }
 }
 
-fn field(v: &Json, key: &str, method: &str) -> Result<String, BrowserError> {
+fn field(v: &Json, key: &str, method: &str) -> Result<String, Error> {
     v.get(key)
         .and_then(Json::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| BrowserError::Shape {
-            method: method.into(),
-            what: key.into(),
-        })
+        .ok_or_else(|| no_field(method, key))
+}
+
+fn no_field(method: &str, what: &str) -> Error {
+    Error::Unexpected(format!("{method}: the answer has no {what}"))
 }
 
 /// A pipe whose two ends sit above the standard fds and 3/4 (dup2 targets in the

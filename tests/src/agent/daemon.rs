@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     net::topology::{Forwarding, HOST_IF, Host, Topology},
-    util::process::{NsProcess, ProcessError},
+    util::{error::Error, process::NsProcess},
 };
 
 /// The line the agent prints once XDP is attached and every service is published.
@@ -29,30 +29,6 @@ pub const API_TOKEN: &str = "lb-tests-api-token-0123456789abcdef";
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default wait for a reload's answer.
 pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why the agent could not be found, started or reloaded.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error(
-        "the {name} binary is not at {tried}; build it first (`cargo build -p lb-agent`, \
-         which `cargo xtask test` does) or set {env}"
-    )]
-    NotFound {
-        name: String,
-        tried: String,
-        env: String,
-    },
-    #[error("writing the agent config {path}")]
-    WriteConfig {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-    #[error("the agent refused the reload: {line}")]
-    ReloadRefused { line: String },
-}
 
 /// `tcp` or `udp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,7 +224,7 @@ impl Agent {
         config: &AgentConfig,
         xdp_mode: Option<&str>,
         timeout: Duration,
-    ) -> Result<Agent, AgentError> {
+    ) -> Result<Agent, Error> {
         let mut flags = vec!["--interface".to_owned(), HOST_IF.to_owned()];
         if let Some(mode) = xdp_mode {
             flags.extend(["--xdp-mode".to_owned(), mode.to_owned()]);
@@ -264,7 +240,7 @@ impl Agent {
         binary: &Path,
         config: &AgentConfig,
         timeout: Duration,
-    ) -> Result<Agent, AgentError> {
+    ) -> Result<Agent, Error> {
         Self::launch(topo, binary, config, &[], timeout)
     }
 
@@ -274,7 +250,7 @@ impl Agent {
         config: &AgentConfig,
         flags: &[String],
         timeout: Duration,
-    ) -> Result<Agent, AgentError> {
+    ) -> Result<Agent, Error> {
         let config_path = topo.dir().join("lb.toml");
         write_config(&config_path, config)?;
         let process = Self::spawn(topo, binary, &config_path, flags, timeout)?;
@@ -292,7 +268,7 @@ impl Agent {
         config_path: &Path,
         flags: &[String],
         timeout: Duration,
-    ) -> Result<NsProcess, AgentError> {
+    ) -> Result<NsProcess, Error> {
         let mut args = vec![
             "run".to_owned(),
             "--config".to_owned(),
@@ -312,7 +288,7 @@ impl Agent {
         topo: &Topology,
         signal: i32,
         timeout: Duration,
-    ) -> Result<(), AgentError> {
+    ) -> Result<(), Error> {
         self.process.end_with(signal, Duration::from_secs(10))?;
         self.process = Self::spawn(topo, &self.binary, &self.config_path, &self.flags, timeout)?;
         Ok(())
@@ -320,21 +296,23 @@ impl Agent {
 
     /// Sends SIGHUP without changing the config file and waits for the answer; returns
     /// the `config reloaded` line, or an error with the `reload failed` line.
-    pub fn reload_unchanged(&self, timeout: Duration) -> Result<String, AgentError> {
+    pub fn reload_unchanged(&self, timeout: Duration) -> Result<String, Error> {
         let since = self.process.cursor();
         self.process.signal(libc::SIGHUP)?;
         let (which, line) =
             self.process
                 .wait_for_any(since, &[RELOADED_LINE, RELOAD_FAILED_LINE], timeout)?;
         if which == 1 {
-            return Err(AgentError::ReloadRefused { line });
+            return Err(Error::Unexpected(format!(
+                "the agent refused the reload: {line}"
+            )));
         }
         Ok(line)
     }
 
     /// Rewrites the config, sends SIGHUP and waits for the agent's answer; returns the
     /// `config reloaded` line, or an error with the `reload failed` line.
-    pub fn reload(&self, config: &AgentConfig, timeout: Duration) -> Result<String, AgentError> {
+    pub fn reload(&self, config: &AgentConfig, timeout: Duration) -> Result<String, Error> {
         write_config(&self.config_path, config)?;
         self.reload_unchanged(timeout)
     }
@@ -350,8 +328,8 @@ impl Agent {
     }
 
     /// SIGTERM and wait (SIGKILL after `grace`); a clean agent exits 0.
-    pub fn stop(self, grace: Duration) -> Result<ExitStatus, AgentError> {
-        Ok(self.process.stop(grace)?)
+    pub fn stop(self, grace: Duration) -> Result<ExitStatus, Error> {
+        self.process.stop(grace)
     }
 }
 
@@ -370,7 +348,7 @@ pub fn state_file(dir: &Path) -> PathBuf {
     dir.join("admin-state.json")
 }
 
-fn write_config(path: &Path, config: &AgentConfig) -> Result<(), AgentError> {
+fn write_config(path: &Path, config: &AgentConfig) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let token = token_file(dir);
@@ -381,24 +359,24 @@ fn write_config(path: &Path, config: &AgentConfig) -> Result<(), AgentError> {
         .mode(0o600)
         .open(&token)
         .and_then(|mut f| std::io::Write::write_all(&mut f, API_TOKEN.as_bytes()))
-        .map_err(|source| AgentError::WriteConfig {
-            path: token.clone(),
-            source,
-        })?;
+        .map_err(Error::io(format!(
+            "writing the agent config {}",
+            token.display()
+        )))?;
     // Write then rename, so a reload never reads half a file.
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, config.render_in(dir))
         .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| AgentError::WriteConfig {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(Error::io(format!(
+            "writing the agent config {}",
+            path.display()
+        )))
 }
 
 /// Finds a binary of the workspace: `$LB_<NAME>_BIN` (e.g. `LB_AGENT_BIN`) if set, else
 /// next to the running executable (a binary in `target/<profile>/`) or one directory up
 /// (a test in `target/<profile>/deps/`).
-pub fn locate_binary(name: &str) -> Result<PathBuf, AgentError> {
+pub fn locate_binary(name: &str) -> Result<PathBuf, Error> {
     let env = format!(
         "LB_{}_BIN",
         name.trim_start_matches("lb-")
@@ -410,11 +388,7 @@ pub fn locate_binary(name: &str) -> Result<PathBuf, AgentError> {
         if path.is_file() {
             return Ok(path);
         }
-        return Err(AgentError::NotFound {
-            name: name.to_owned(),
-            tried: path.display().to_string(),
-            env,
-        });
+        return Err(not_found(name, &path.display().to_string(), &env));
     }
     let mut tried = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
@@ -430,11 +404,14 @@ pub fn locate_binary(name: &str) -> Result<PathBuf, AgentError> {
             tried.push(candidate.display().to_string());
         }
     }
-    Err(AgentError::NotFound {
-        name: name.to_owned(),
-        tried: tried.join(", "),
-        env,
-    })
+    Err(not_found(name, &tried.join(", "), &env))
+}
+
+fn not_found(name: &str, tried: &str, env: &str) -> Error {
+    Error::Unexpected(format!(
+        "the {name} binary is not at {tried}; build it first (`cargo build -p lb-agent`, \
+         which `cargo xtask test` does) or set {env}"
+    ))
 }
 
 #[cfg(test)]

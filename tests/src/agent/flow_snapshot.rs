@@ -5,28 +5,16 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use lb_agent::dataplane::{DataplaneError, census, if_index, previous, tables};
+use lb_agent::dataplane::{census, if_index, previous, tables};
 use lb_common::{
     maps::{FlowKey, FlowValue},
     table::{FlowBucket, SLOT_LIVE, TableLayout},
 };
 
-use crate::net::{netns::NetNs, topology::HOST_IF};
-
-/// Why the table could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error(transparent)]
-    Netns(#[from] crate::net::netns::NetnsError),
-    #[error(transparent)]
-    Dataplane(#[from] DataplaneError),
-    #[error("no XDP program on the lb host's {HOST_IF}")]
-    NoProgram,
-    #[error("the program on {HOST_IF} has no LB_FLOWS")]
-    NoTable,
-    #[error("reading LB_FLOWS")]
-    Read(#[source] std::io::Error),
-}
+use crate::{
+    net::{netns::NetNs, topology::HOST_IF},
+    util::error::Error,
+};
 
 /// `LB_FLOWS` of the program on `eth0` in the lb namespace, open for reads.
 #[derive(Debug)]
@@ -39,18 +27,21 @@ pub struct FlowTable {
 
 impl FlowTable {
     /// Opens the table of the program attached to `eth0` in `lb`.
-    pub fn open(lb: &NetNs) -> Result<FlowTable, SnapshotError> {
-        lb.run(|| -> Result<FlowTable, SnapshotError> {
+    pub fn open(lb: &NetNs) -> Result<FlowTable, Error> {
+        lb.run(|| -> Result<FlowTable, Error> {
             let index = if_index(HOST_IF)?;
-            let program =
-                previous::attached_program(index, HOST_IF)?.ok_or(SnapshotError::NoProgram)?;
+            let program = previous::attached_program(index, HOST_IF)?.ok_or_else(|| {
+                Error::Unexpected(format!("no XDP program on the lb host's {HOST_IF}"))
+            })?;
             let t = tables::previous_tables(&program)?;
-            let flows = t.flows.ok_or(SnapshotError::NoTable)?;
+            let flows = t.flows.ok_or_else(|| {
+                Error::Unexpected(format!("the program on {HOST_IF} has no LB_FLOWS"))
+            })?;
             let fd = flows
                 .fd()
                 .as_fd()
                 .try_clone_to_owned()
-                .map_err(SnapshotError::Read)?;
+                .map_err(Error::io("reading LB_FLOWS"))?;
             Ok(FlowTable {
                 fd,
                 buckets: t.layout.flow_buckets,
@@ -60,7 +51,7 @@ impl FlowTable {
     }
 
     /// Calls `f` with every live way's key and value (whatever its age).
-    pub fn for_each(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) -> Result<(), SnapshotError> {
+    pub fn for_each(&self, mut f: impl FnMut(&FlowKey, &FlowValue)) -> Result<(), Error> {
         census::read_chunks::<FlowBucket>(&self.fd, self.buckets, |chunk| {
             for b in chunk {
                 for way in &b.ways {
@@ -70,6 +61,6 @@ impl FlowTable {
                 }
             }
         })
-        .map_err(SnapshotError::Read)
+        .map_err(Error::io("reading LB_FLOWS"))
     }
 }

@@ -11,6 +11,7 @@ use std::{
     ops::RangeInclusive,
 };
 
+use crate::util::error::Error;
 use aya::maps::{Array, Map, MapData, loaded_maps};
 use lb_common::{
     FAMILY_V4, IPPROTO_TCP, NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS,
@@ -85,39 +86,30 @@ pub struct Scope<'a> {
     pub clients: &'a [IpAddr],
 }
 
-/// Errors reading the table.
-#[derive(Debug, thiserror::Error)]
-pub enum CensusError {
-    #[error("no LB_NAT map is loaded")]
-    NoMap,
-    #[error("reading LB_NAT: {0}")]
-    Map(String),
-}
-
 /// Reads the newest loaded `LB_NAT` (the agent's) and takes the census of `scope`'s TCP
 /// service (IPv4).
-pub fn take(scope: &Scope<'_>) -> Result<NatCensus, CensusError> {
+pub fn take(scope: &Scope<'_>) -> Result<NatCensus, Error> {
     let entries = read_newest()?;
     let now = crate::bpf::clock::nat_seconds_now();
     Ok(census(&entries, scope, now))
 }
 
-fn read_newest() -> Result<Vec<(FlowKey, NatValue)>, CensusError> {
+fn read_newest() -> Result<Vec<(FlowKey, NatValue)>, Error> {
     let short = &map_names::NAT[..map_names::NAT.len().min(15)];
     let id = loaded_maps()
         .filter_map(Result::ok)
         .filter(|m| m.name_as_str() == Some(short))
         .map(|m| m.id())
         .max()
-        .ok_or(CensusError::NoMap)?;
-    let data = MapData::from_id(id).map_err(|e| CensusError::Map(e.to_string()))?;
+        .ok_or_else(|| Error::Unexpected("no LB_NAT map is loaded".into()))?;
+    let data = MapData::from_id(id).map_err(Error::bpf("reading LB_NAT"))?;
     let map: Array<MapData, NatBucket> =
-        Array::try_from(Map::Array(data)).map_err(|e| CensusError::Map(e.to_string()))?;
+        Array::try_from(Map::Array(data)).map_err(Error::bpf("reading LB_NAT"))?;
     let mut out = Vec::new();
     for i in 0..map.len() {
         let b = map
             .get(&i, 0)
-            .map_err(|e| CensusError::Map(e.to_string()))?;
+            .map_err(|e| Error::bpf("reading LB_NAT")(e))?;
         for s in b.ways.iter().filter(|s| s.word & SLOT_LIVE != 0) {
             out.push((s.key, s.value));
         }

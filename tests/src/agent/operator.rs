@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     agent::daemon::AgentConfig,
-    util::process::{NsProcess, ProcessError},
+    util::{error::Error, process::NsProcess},
 };
 
 /// The line of an agent that took over the running program's maps.
@@ -105,13 +105,11 @@ pub fn assert_adopted(process: &NsProcess, what: &str) {
 }
 
 /// Sends `signal` to `pid` (a process the test started, directly or as a child).
-pub fn kill(pid: u32, signal: i32) -> Result<(), ProcessError> {
+pub fn kill(pid: u32, signal: i32) -> Result<(), Error> {
     // SAFETY: kill(2) on a pid of a process this test started and has not reaped.
     if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-        return Err(ProcessError::Signal {
-            label: format!("pid {pid}"),
-            pid,
-            signal,
+        return Err(Error::Io {
+            what: format!("sending signal {signal} to pid {pid}"),
             source: std::io::Error::last_os_error(),
         });
     }

@@ -8,19 +8,10 @@ use std::{
 };
 
 use crate::{
-    agent::api::{self, Api, ApiError},
+    agent::api::{self, Api},
     net::topology::{HOST_IF, Topology},
-    util::cmd::{self, CmdError},
+    util::{cmd, error::Error},
 };
-
-/// Why `/metrics` could not be read as expected.
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("no {0} in /metrics")]
-    Missing(String),
-}
 
 /// The flow-table counters of `/metrics`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,15 +25,15 @@ pub struct FlowCounters {
 }
 
 /// The sample `family{label="value"}` of `text`.
-fn sample(text: &str, family: &str, label: &str, value: &str) -> Result<u64, WatchError> {
+fn sample(text: &str, family: &str, label: &str, value: &str) -> Result<u64, Error> {
     api::metric(text, family, &[(label, value)])
         .map(|v| v as u64)
-        .ok_or_else(|| WatchError::Missing(format!("{family}{{{label}=\"{value}\"}}")))
+        .ok_or_else(|| Error::Unexpected(format!("no {family}{{{label}=\"{value}\"}} in /metrics")))
 }
 
 impl FlowCounters {
     /// The counters now.
-    pub fn read(api: &Api) -> Result<FlowCounters, WatchError> {
+    pub fn read(api: &Api) -> Result<FlowCounters, Error> {
         let text = api.metrics()?;
         Ok(FlowCounters {
             evicted: sample(&text, "lb_flow_events_total", "event", "evicted")?,
@@ -53,7 +44,7 @@ impl FlowCounters {
 
     /// The counters once they stopped moving (the agent reads the data plane's twice a
     /// second; traffic still in queues keeps them moving), within about 14 s.
-    pub fn settled(api: &Api) -> Result<FlowCounters, WatchError> {
+    pub fn settled(api: &Api) -> Result<FlowCounters, Error> {
         let mut last = FlowCounters::read(api)?;
         for _ in 0..20 {
             thread::sleep(Duration::from_millis(700));
@@ -69,12 +60,12 @@ impl FlowCounters {
 
 /// `lb_flow_table_entries` once it is at least `want`, or its last value after `limit`
 /// (the agent counts the tables every 5 s).
-pub fn table_entries_at_least(api: &Api, want: u64, limit: Duration) -> Result<u64, WatchError> {
+pub fn table_entries_at_least(api: &Api, want: u64, limit: Duration) -> Result<u64, Error> {
     let started = Instant::now();
     loop {
         let text = api.metrics()?;
         let n = api::metric(&text, "lb_flow_table_entries", &[])
-            .ok_or_else(|| WatchError::Missing("lb_flow_table_entries".into()))?
+            .ok_or_else(|| Error::Unexpected("no lb_flow_table_entries in /metrics".into()))?
             as u64;
         if n >= want || started.elapsed() > limit {
             return Ok(n);
@@ -86,7 +77,7 @@ pub fn table_entries_at_least(api: &Api, want: u64, limit: Duration) -> Result<u
 /// Drops IPv4 packets from `cidr` on `eth0` of every backend, at the ingress hook
 /// (before the IP stack: no reset, no SYN-ACK, no backlog). The rule goes with the
 /// backend's namespace.
-pub fn drop_on_backends(topo: &Topology, cidr: &str) -> Result<(), CmdError> {
+pub fn drop_on_backends(topo: &Topology, cidr: &str) -> Result<(), Error> {
     let rules = format!(
         "table netdev spoofed {{\n  chain ingress {{\n    type filter hook ingress device \
          \"{HOST_IF}\" priority -500; policy accept;\n    ip saddr {cidr} drop\n  }}\n}}\n"

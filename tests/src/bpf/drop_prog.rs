@@ -10,21 +10,7 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use crate::net::netns::{NetNs, NetnsError};
-
-/// Why the program could not be made or attached.
-#[derive(Debug, thiserror::Error)]
-pub enum DropProgError {
-    #[error("{what} for the counting XDP_DROP program on {ifname}")]
-    Bpf {
-        what: &'static str,
-        ifname: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-}
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// The program attached to one interface; detached and freed on drop.
 #[derive(Debug)]
@@ -38,7 +24,7 @@ pub struct DropCounter {
 
 impl DropCounter {
     /// Frames to the port dropped (and counted) so far.
-    pub fn count(&self) -> Result<u64, DropProgError> {
+    pub fn count(&self) -> Result<u64, Error> {
         let key: u32 = 0;
         let mut value: u64 = 0;
         let attr = MapElemAttr {
@@ -49,9 +35,11 @@ impl DropCounter {
             flags: 0,
         };
         // SAFETY: attr points at live key and value buffers of the map's sizes.
-        unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) }.map_err(|source| DropProgError::Bpf {
-            what: "reading the counter",
-            ifname: self.ifname.clone(),
+        unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &attr) }.map_err(|source| Error::Io {
+            what: format!(
+                "reading the counter for the counting XDP_DROP program on {}",
+                self.ifname
+            ),
             source,
         })?;
         Ok(value)
@@ -60,21 +48,20 @@ impl DropCounter {
 
 /// Loads the program for UDP `port` and attaches it in native (driver) mode to
 /// `ifname` in `ns`.
-pub fn attach(ns: &NetNs, ifname: &str, port: u16) -> Result<DropCounter, DropProgError> {
+pub fn attach(ns: &NetNs, ifname: &str, port: u16) -> Result<DropCounter, Error> {
     let err = |what: &'static str| {
         let ifname = ifname.to_owned();
-        move |source| DropProgError::Bpf {
-            what,
-            ifname,
+        move |source| Error::Io {
+            what: format!("{what} for the counting XDP_DROP program on {ifname}"),
             source,
         }
     };
     let name = CString::new(ifname)
-        .map_err(|_| err("interface name")(io::ErrorKind::InvalidInput.into()))?;
+        .map_err(|_| err("interface name")(io::Error::from(io::ErrorKind::InvalidInput)))?;
     let map = create_map().map_err(err("creating the counter map"))?;
     let prog = load_prog(&map, port).map_err(err("loading the program"))?;
     // The interface index and the attachment resolve in the calling thread's namespace.
-    let link = ns.run(|| -> Result<OwnedFd, DropProgError> {
+    let link = ns.run(|| -> Result<OwnedFd, Error> {
         // SAFETY: a NUL-terminated name.
         let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if index == 0 {

@@ -13,6 +13,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 
+use crate::util::error::Error;
 use aya::{
     Ebpf,
     maps::{Map, MapData},
@@ -25,28 +26,6 @@ const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 /// Values written or read per syscall, at most (bytes).
 const CHUNK_BYTES: usize = 4 << 20;
 
-/// A map that could not be reset or read.
-#[derive(Debug, thiserror::Error)]
-pub enum MapsError {
-    #[error("map {map}: reading its info")]
-    Info {
-        map: String,
-        #[source]
-        source: aya::maps::MapError,
-    },
-    #[error("map {map}: {op}")]
-    Syscall {
-        map: String,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("map {map}: a {kind} map, which a fixture object does not have and this cannot reset")]
-    Unsupported { map: String, kind: &'static str },
-    #[error("the number of possible CPUs: {0}")]
-    Cpus(String),
-}
-
 /// How a map is put back.
 enum Kind {
     /// Arrays and per-CPU arrays: every value zero.
@@ -57,16 +36,15 @@ enum Kind {
     Skip,
 }
 
-fn kind(name: &str, map: &Map) -> Result<Kind, MapsError> {
+fn kind(name: &str, map: &Map) -> Result<Kind, Error> {
     if name.starts_with(".rodata") {
         return Ok(Kind::Skip);
     }
     if name.starts_with('.') {
         // .data/.bss would need their initial image, which the object does not have today.
-        return Err(MapsError::Unsupported {
-            map: name.into(),
-            kind: "global data",
-        });
+        return Err(Error::Unexpected(format!(
+            "map {name}: a global data map, which a fixture object does not have and this cannot reset"
+        )));
     }
     Ok(match map {
         Map::Array(_) => Kind::Array { per_cpu: false },
@@ -74,10 +52,9 @@ fn kind(name: &str, map: &Map) -> Result<Kind, MapsError> {
         Map::HashMap(_) | Map::LruHashMap(_) => Kind::Hash,
         Map::RingBuf(_) | Map::ProgramArray(_) => Kind::Skip,
         _ => {
-            return Err(MapsError::Unsupported {
-                map: name.into(),
-                kind: "other",
-            });
+            return Err(Error::Unexpected(format!(
+                "map {name}: a other map, which a fixture object does not have and this cannot reset"
+            )));
         }
     })
 }
@@ -103,16 +80,17 @@ struct Geometry {
     entries: u32,
 }
 
-fn geometry(name: &str, map: &Map, per_cpu: bool) -> Result<Geometry, MapsError> {
+fn geometry(name: &str, map: &Map, per_cpu: bool) -> Result<Geometry, Error> {
     let d = data(map);
-    let info = d.info().map_err(|source| MapsError::Info {
-        map: name.into(),
-        source,
+    let info = d.info().map_err(|source| Error::Bpf {
+        what: format!("map {name}: reading its info"),
+        source: Box::new(source),
     })?;
     let mut value_size = info.value_size() as usize;
     if per_cpu {
-        let cpus =
-            aya::util::nr_cpus().map_err(|(what, e)| MapsError::Cpus(format!("{what}: {e}")))?;
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
+            Error::Unexpected(format!("the number of possible CPUs: {what}: {e}"))
+        })?;
         value_size = value_size.div_ceil(8) * 8 * cpus.get() as usize;
     }
     Ok(Geometry {
@@ -168,7 +146,7 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<()> {
 
 /// Zeroes every array entry and empties every hash map of `ebpf` (see the module doc for
 /// what is left to the caller).
-pub fn reset_maps(ebpf: &Ebpf) -> Result<(), MapsError> {
+pub fn reset_maps(ebpf: &Ebpf) -> Result<(), Error> {
     for (name, map) in ebpf.maps() {
         match kind(name, map)? {
             Kind::Array { per_cpu } => zero_array(name, &geometry(name, map, per_cpu)?, per_cpu)?,
@@ -179,7 +157,7 @@ pub fn reset_maps(ebpf: &Ebpf) -> Result<(), MapsError> {
     Ok(())
 }
 
-fn zero_array(name: &str, g: &Geometry, per_cpu: bool) -> Result<(), MapsError> {
+fn zero_array(name: &str, g: &Geometry, per_cpu: bool) -> Result<(), Error> {
     if !per_cpu && zero_mapped(g) {
         return Ok(());
     }
@@ -203,15 +181,13 @@ fn zero_array(name: &str, g: &Geometry, per_cpu: bool) -> Result<(), MapsError> 
             map_fd: g.fd as u32,
             ..BatchAttr::default()
         };
-        bpf(BPF_MAP_UPDATE_BATCH, &mut attr).map_err(|source| MapsError::Syscall {
-            map: name.into(),
-            op: "zeroing entries (BPF_MAP_UPDATE_BATCH)",
+        bpf(BPF_MAP_UPDATE_BATCH, &mut attr).map_err(|source| Error::Io {
+            what: format!("map {name}: zeroing entries (BPF_MAP_UPDATE_BATCH)"),
             source,
         })?;
         if attr.count as usize != n {
-            return Err(MapsError::Syscall {
-                map: name.into(),
-                op: "zeroing entries (BPF_MAP_UPDATE_BATCH wrote fewer)",
+            return Err(Error::Io {
+                what: format!("map {name}: zeroing entries (BPF_MAP_UPDATE_BATCH wrote fewer)"),
                 source: std::io::Error::other(format!("{} of {n}", attr.count)),
             });
         }
@@ -256,7 +232,7 @@ fn zero_mapped(g: &Geometry) -> bool {
 }
 
 /// The first key of a hash map, if any.
-fn first_key(name: &str, g: &Geometry) -> Result<Option<Vec<u8>>, MapsError> {
+fn first_key(name: &str, g: &Geometry) -> Result<Option<Vec<u8>>, Error> {
     let mut next = vec![0u8; g.key_size];
     let mut attr = ElemAttr {
         map_fd: g.fd as u32,
@@ -267,15 +243,14 @@ fn first_key(name: &str, g: &Geometry) -> Result<Option<Vec<u8>>, MapsError> {
     match bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) {
         Ok(()) => Ok(Some(next)),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(source) => Err(MapsError::Syscall {
-            map: name.into(),
-            op: "listing keys (BPF_MAP_GET_NEXT_KEY)",
+        Err(source) => Err(Error::Io {
+            what: format!("map {name}: listing keys (BPF_MAP_GET_NEXT_KEY)"),
             source,
         }),
     }
 }
 
-fn empty_hash(name: &str, g: &Geometry) -> Result<(), MapsError> {
+fn empty_hash(name: &str, g: &Geometry) -> Result<(), Error> {
     // Deleting the first key each time: bounded by the map's size (+1 to see it empty).
     for _ in 0..=g.entries {
         let Some(key) = first_key(name, g)? else {
@@ -290,9 +265,8 @@ fn empty_hash(name: &str, g: &Geometry) -> Result<(), MapsError> {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(source) => {
-                return Err(MapsError::Syscall {
-                    map: name.into(),
-                    op: "deleting a key (BPF_MAP_DELETE_ELEM)",
+                return Err(Error::Io {
+                    what: format!("map {name}: deleting a key (BPF_MAP_DELETE_ELEM)"),
                     source,
                 });
             }
@@ -300,9 +274,8 @@ fn empty_hash(name: &str, g: &Geometry) -> Result<(), MapsError> {
     }
     match first_key(name, g)? {
         None => Ok(()),
-        Some(_) => Err(MapsError::Syscall {
-            map: name.into(),
-            op: "emptying",
+        Some(_) => Err(Error::Io {
+            what: format!("map {name}: emptying"),
             source: std::io::Error::other("keys keep coming back"),
         }),
     }
@@ -310,7 +283,7 @@ fn empty_hash(name: &str, g: &Geometry) -> Result<(), MapsError> {
 
 /// Per map that [`reset_maps`] covers, how far it is from a fresh load: the number of
 /// array entries that are not all zero, or of keys in a hash map. Sorted by name.
-pub fn dirty_entries(ebpf: &Ebpf) -> Result<Vec<(String, u64)>, MapsError> {
+pub fn dirty_entries(ebpf: &Ebpf) -> Result<Vec<(String, u64)>, Error> {
     let mut out = Vec::new();
     for (name, map) in ebpf.maps() {
         let dirty = match kind(name, map)? {
@@ -339,9 +312,8 @@ pub fn dirty_entries(ebpf: &Ebpf) -> Result<Vec<(String, u64)>, MapsError> {
                         Ok(()) => None,
                         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
                         Err(source) => {
-                            return Err(MapsError::Syscall {
-                                map: name.into(),
-                                op: "listing keys (BPF_MAP_GET_NEXT_KEY)",
+                            return Err(Error::Io {
+                                what: format!("map {name}: listing keys (BPF_MAP_GET_NEXT_KEY)"),
                                 source,
                             });
                         }
@@ -359,10 +331,10 @@ pub fn dirty_entries(ebpf: &Ebpf) -> Result<Vec<(String, u64)>, MapsError> {
 
 /// Every value of the array `map` (not per-CPU), in index order, read in chunks with
 /// `BPF_MAP_LOOKUP_BATCH`.
-pub fn read_array<T: aya::Pod>(name: &str, map: &MapData) -> Result<Vec<T>, MapsError> {
-    let info = map.info().map_err(|source| MapsError::Info {
-        map: name.into(),
-        source,
+pub fn read_array<T: aya::Pod>(name: &str, map: &MapData) -> Result<Vec<T>, Error> {
+    let info = map.info().map_err(|source| Error::Bpf {
+        what: format!("map {name}: reading its info"),
+        source: Box::new(source),
     })?;
     assert_eq!(
         info.value_size() as usize,
@@ -385,7 +357,7 @@ pub fn read_array<T: aya::Pod>(name: &str, map: &MapData) -> Result<Vec<T>, Maps
 
 /// Every value of an array (`value_size` bytes each, as [`geometry`] gives), in index
 /// order, read in chunks with `BPF_MAP_LOOKUP_BATCH`.
-fn read_raw(name: &str, g: &Geometry) -> Result<Vec<u8>, MapsError> {
+fn read_raw(name: &str, g: &Geometry) -> Result<Vec<u8>, Error> {
     let entries = g.entries as usize;
     let per_call = (CHUNK_BYTES / g.value_size.max(1)).clamp(1, entries.max(1));
     let mut out = vec![0u8; entries * g.value_size];
@@ -411,9 +383,8 @@ fn read_raw(name: &str, g: &Geometry) -> Result<Vec<u8>, MapsError> {
             Ok(()) => false,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
             Err(source) => {
-                return Err(MapsError::Syscall {
-                    map: name.into(),
-                    op: "reading entries (BPF_MAP_LOOKUP_BATCH)",
+                return Err(Error::Io {
+                    what: format!("map {name}: reading entries (BPF_MAP_LOOKUP_BATCH)"),
                     source,
                 });
             }
@@ -424,9 +395,8 @@ fn read_raw(name: &str, g: &Geometry) -> Result<Vec<u8>, MapsError> {
         }
     }
     if read != entries {
-        return Err(MapsError::Syscall {
-            map: name.into(),
-            op: "reading entries (BPF_MAP_LOOKUP_BATCH read fewer)",
+        return Err(Error::Io {
+            what: format!("map {name}: reading entries (BPF_MAP_LOOKUP_BATCH read fewer)"),
             source: std::io::Error::other(format!("{read} of {entries}")),
         });
     }

@@ -5,34 +5,11 @@ use std::ffi::CString;
 
 use aya::{
     Ebpf, EbpfLoader,
-    programs::{ProgramError, Xdp, XdpMode},
+    programs::{Xdp, XdpMode},
 };
 use lb_common::{PASS_PROGRAM_NAME, map_names};
 
-use crate::net::netns::{NetNs, NetnsError};
-
-/// Why the pass program could not be loaded or attached.
-#[derive(Debug, thiserror::Error)]
-pub enum PassError {
-    #[error("loading the XDP object (lb_agent::EBPF_OBJECT)")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("the XDP object has no XDP program {PASS_PROGRAM_NAME:?}")]
-    Missing,
-    #[error("{PASS_PROGRAM_NAME} is not an XDP program")]
-    NotXdp(#[source] Box<ProgramError>),
-    #[error("loading {PASS_PROGRAM_NAME} into the kernel")]
-    Verify(#[source] Box<ProgramError>),
-    #[error("attaching {PASS_PROGRAM_NAME} to {ifname} in network namespace {ns} ({mode:?} mode)")]
-    Attach {
-        ifname: String,
-        ns: String,
-        mode: XdpMode,
-        #[source]
-        source: Box<ProgramError>,
-    },
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-}
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// `lb_pass` attached to some interfaces; detached when dropped.
 pub struct PassPrograms {
@@ -47,7 +24,7 @@ impl std::fmt::Debug for PassPrograms {
 }
 
 /// Loads `lb_pass` once and attaches it to each of `ifnames` in `ns` in `mode`.
-pub fn attach(ns: &NetNs, ifnames: &[&str], mode: XdpMode) -> Result<PassPrograms, PassError> {
+pub fn attach(ns: &NetNs, ifnames: &[&str], mode: XdpMode) -> Result<PassPrograms, Error> {
     // Interface names resolve in the caller's namespace, so attach from a thread inside `ns`.
     ns.run(|| {
         // The object carries the balancer's maps too; only lb_pass is used here, so the
@@ -56,28 +33,31 @@ pub fn attach(ns: &NetNs, ifnames: &[&str], mode: XdpMode) -> Result<PassProgram
             .map_max_entries(map_names::FLOWS, 64)
             .map_max_entries(map_names::NAT, 64)
             .load(lb_agent::EBPF_OBJECT)
-            .map_err(|e| PassError::Load(Box::new(e)))?;
+            .map_err(Error::bpf("loading the XDP object (lb_agent::EBPF_OBJECT)"))?;
         let program: &mut Xdp = ebpf
             .program_mut(PASS_PROGRAM_NAME)
-            .ok_or(PassError::Missing)?
+            .ok_or_else(|| {
+                Error::Unexpected(format!(
+                    "the XDP object has no XDP program {PASS_PROGRAM_NAME:?}"
+                ))
+            })?
             .try_into()
-            .map_err(|e| PassError::NotXdp(Box::new(e)))?;
-        program.load().map_err(|e| PassError::Verify(Box::new(e)))?;
+            .map_err(Error::bpf(format!(
+                "{PASS_PROGRAM_NAME} is not an XDP program"
+            )))?;
+        program.load().map_err(Error::bpf(format!(
+            "loading {PASS_PROGRAM_NAME} into the kernel"
+        )))?;
         for ifname in ifnames {
-            let name = CString::new(*ifname).map_err(|e| PassError::Attach {
-                ifname: (*ifname).to_owned(),
-                ns: ns.name().to_owned(),
-                mode,
-                source: Box::new(ProgramError::IOError(e.into())),
-            })?;
+            let what = format!(
+                "attaching {PASS_PROGRAM_NAME} to {ifname} in network namespace {} \
+                 ({mode:?} mode)",
+                ns.name()
+            );
+            let name = CString::new(*ifname).map_err(Error::bpf(what.clone()))?;
             program
                 .attach(name.as_c_str(), mode)
-                .map_err(|source| PassError::Attach {
-                    ifname: (*ifname).to_owned(),
-                    ns: ns.name().to_owned(),
-                    mode,
-                    source: Box::new(source),
-                })?;
+                .map_err(Error::bpf(what))?;
         }
         Ok(PassPrograms { _ebpf: ebpf })
     })?

@@ -4,6 +4,7 @@
 //! its rule for JIT-compiled programs; 512 bytes in all). docs/internals/fast-path.md,
 //! "Stack budget".
 
+use crate::util::error::Error;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The verifier's limit for a program's deepest call chain.
@@ -12,16 +13,6 @@ pub const STACK_LIMIT: u32 = 512;
 /// What the production programs may use: the limit less a margin of 64 bytes, so that
 /// an unrelated change cannot tip them over unnoticed.
 pub const STACK_BUDGET: u32 = STACK_LIMIT - 64;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StackError {
-    #[error("not a little-endian 64-bit BPF ELF object")]
-    NotBpfElf,
-    #[error("the object is truncated ({0})")]
-    Truncated(&'static str),
-    #[error("the object has no symbol table")]
-    NoSymbols,
-}
 
 /// One function of the object: its frame and the functions it calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,29 +47,29 @@ pub fn rounded(frame: u32) -> u32 {
 struct Elf<'a>(&'a [u8]);
 
 impl Elf<'_> {
-    fn bytes(&self, at: usize, n: usize, what: &'static str) -> Result<&[u8], StackError> {
+    fn bytes(&self, at: usize, n: usize, what: &'static str) -> Result<&[u8], Error> {
         self.0
-            .get(at..at.checked_add(n).ok_or(StackError::Truncated(what))?)
-            .ok_or(StackError::Truncated(what))
+            .get(at..at.checked_add(n).ok_or_else(|| truncated(what))?)
+            .ok_or_else(|| truncated(what))
     }
-    fn u16(&self, at: usize) -> Result<u16, StackError> {
+    fn u16(&self, at: usize) -> Result<u16, Error> {
         let b = self.bytes(at, 2, "u16")?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn u32(&self, at: usize) -> Result<u32, StackError> {
+    fn u32(&self, at: usize) -> Result<u32, Error> {
         let b = self.bytes(at, 4, "u32")?;
         Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
     }
-    fn u64(&self, at: usize) -> Result<u64, StackError> {
+    fn u64(&self, at: usize) -> Result<u64, Error> {
         let b = self.bytes(at, 8, "u64")?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
-    fn cstr(&self, at: usize) -> Result<String, StackError> {
-        let tail = self.0.get(at..).ok_or(StackError::Truncated("string"))?;
+    fn cstr(&self, at: usize) -> Result<String, Error> {
+        let tail = self.0.get(at..).ok_or_else(|| truncated("string"))?;
         let end = tail
             .iter()
             .position(|&b| b == 0)
-            .ok_or(StackError::Truncated("string"))?;
+            .ok_or_else(|| truncated("string"))?;
         Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
     }
 }
@@ -119,13 +110,13 @@ const FP: u8 = 10;
 
 impl StackMap {
     /// Reads every function of the BPF ELF object `obj`.
-    pub fn parse(obj: &[u8]) -> Result<Self, StackError> {
+    pub fn parse(obj: &[u8]) -> Result<Self, Error> {
         let elf = Elf(obj);
         if obj.len() < 64 || &obj[..4] != b"\x7fELF" || obj[4] != 2 || obj[5] != 1 {
-            return Err(StackError::NotBpfElf);
+            return Err(not_bpf_elf());
         }
         if elf.u16(0x12)? != EM_BPF {
-            return Err(StackError::NotBpfElf);
+            return Err(not_bpf_elf());
         }
         let shoff = elf.u64(0x28)? as usize;
         let shentsize = elf.u16(0x3a)? as usize;
@@ -147,7 +138,7 @@ impl StackMap {
         }
         let strtab = sections
             .get(shstrndx)
-            .ok_or(StackError::Truncated("section names"))?
+            .ok_or_else(|| truncated("section names"))?
             .offset;
         for (s, name) in sections.iter_mut().zip(names) {
             s.name = elf.cstr(strtab + name)?;
@@ -156,10 +147,10 @@ impl StackMap {
             .iter()
             .find(|s| s.kind == SHT_SYMTAB)
             .cloned()
-            .ok_or(StackError::NoSymbols)?;
+            .ok_or_else(|| Error::Unexpected("the object has no symbol table".into()))?;
         let symstr = sections
             .get(symtab.link as usize)
-            .ok_or(StackError::Truncated("symbol strings"))?
+            .ok_or_else(|| truncated("symbol strings"))?
             .offset;
         let mut symbols = Vec::with_capacity(symtab.size / 24);
         for i in 0..symtab.size / 24 {
@@ -196,7 +187,7 @@ impl StackMap {
                 continue;
             };
             if f.value + f.size > sec.size as u64 {
-                return Err(StackError::Truncated("function"));
+                return Err(truncated("function"));
             }
             let mut function = Function {
                 section: sec.name.clone(),
@@ -284,4 +275,12 @@ impl StackMap {
             .filter(|(_, f)| f.section != ".text")
             .map(|(n, _)| n.as_str())
     }
+}
+
+fn truncated(what: &str) -> Error {
+    Error::Unexpected(format!("the object is truncated ({what})"))
+}
+
+fn not_bpf_elf() -> Error {
+    Error::Unexpected("not a little-endian 64-bit BPF ELF object".into())
 }

@@ -7,9 +7,10 @@
 
 use std::ffi::CString;
 
+use crate::util::error::Error;
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, MapData, MapError},
+    maps::{Array, MapData},
     programs::{
         ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions,
         tc::{self, SchedClassifierLinkId},
@@ -25,25 +26,6 @@ const CLOSED_MAP: &str = "LBT_CLOSED";
 pub const TARGETS: u32 = 1 << 18;
 /// Ports per target address (lb-ebpf's `testbed::LBT_PORTS_PER_HOST`).
 pub const PORTS_PER_HOST: u32 = 10_000;
-
-/// Why the responder could not be loaded, attached or told about a target.
-#[derive(Debug, thiserror::Error)]
-pub enum SynResponderError {
-    #[error("loading the lab object (lb_tests::bpf::lab::OBJECT)")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("the object has no program or map {0:?} of the expected type")]
-    Missing(&'static str),
-    #[error("the SYN responder: {what}")]
-    Program {
-        what: String,
-        #[source]
-        source: Box<ProgramError>,
-    },
-    #[error("{PROGRAM}'s map {CLOSED_MAP}")]
-    Map(#[source] Box<MapError>),
-    #[error("target index {0} is outside the responder's {TARGETS}")]
-    Target(u32),
-}
 
 /// The loaded responder; attached to an interface with [`SynResponder::attach`],
 /// detached when dropped.
@@ -62,14 +44,16 @@ impl std::fmt::Debug for SynResponder {
 
 impl SynResponder {
     /// Loads the program (every target open), not attached.
-    pub fn load() -> Result<Self, SynResponderError> {
+    pub fn load() -> Result<Self, Error> {
         // The object carries the balancer's maps too; only the responder is used here,
         // so the big tables are made small.
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(map_names::FLOWS, 64)
             .map_max_entries(map_names::NAT, 64)
             .load(crate::bpf::lab::OBJECT)
-            .map_err(|e| SynResponderError::Load(Box::new(e)))?;
+            .map_err(Error::bpf(
+                "loading the lab object (lb_tests::bpf::lab::OBJECT)",
+            ))?;
         classifier(&mut ebpf)?
             .load()
             .map_err(|e| program_error("loading it into the kernel", e))?;
@@ -79,7 +63,7 @@ impl SynResponder {
     /// Attaches the TC program at `ifname`'s ingress (resolved in the calling thread's
     /// network namespace; a `clsact` qdisc is added if there is none): its answers leave
     /// through `ifname`'s egress.
-    pub fn attach(&mut self, ifname: &str) -> Result<(), SynResponderError> {
+    pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
         let name = CString::new(ifname).map_err(|e| {
             program_error(
                 &format!("interface name {ifname:?}"),
@@ -96,23 +80,25 @@ impl SynResponder {
     }
 
     /// Marks target `index` closed (answered with an RST-ACK) or open.
-    pub fn set_closed(&mut self, index: u32, closed: bool) -> Result<(), SynResponderError> {
+    pub fn set_closed(&mut self, index: u32, closed: bool) -> Result<(), Error> {
         if index >= TARGETS {
-            return Err(SynResponderError::Target(index));
+            return Err(Error::Unexpected(format!(
+                "target index {index} is outside the responder's {TARGETS}"
+            )));
         }
         let mut map: Array<&mut MapData, u8> = Array::try_from(
             self.ebpf
                 .map_mut(CLOSED_MAP)
-                .ok_or(SynResponderError::Missing(CLOSED_MAP))?,
+                .ok_or_else(|| missing(CLOSED_MAP))?,
         )
-        .map_err(|e| SynResponderError::Map(Box::new(e)))?;
+        .map_err(Error::bpf(format!("{PROGRAM}'s map {CLOSED_MAP}")))?;
         map.set(index, &u8::from(closed), 0)
-            .map_err(|e| SynResponderError::Map(Box::new(e)))
+            .map_err(Error::bpf(format!("{PROGRAM}'s map {CLOSED_MAP}")))
     }
 
     /// Runs it once on `frame` (BPF_PROG_TEST_RUN): its verdict (`TC_ACT_*`) and the
     /// frame it left.
-    pub fn run(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), SynResponderError> {
+    pub fn run(&mut self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
         let mut out = vec![0u8; frame.len() + 256];
         let result = classifier(&mut self.ebpf)?
             .test_run(TestRunOptions {
@@ -126,10 +112,10 @@ impl SynResponder {
     }
 }
 
-fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, SynResponderError> {
+fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, Error> {
     ebpf.program_mut(PROGRAM)
         .and_then(|p| p.try_into().ok())
-        .ok_or(SynResponderError::Missing(PROGRAM))
+        .ok_or_else(|| missing(PROGRAM))
 }
 
 impl Drop for SynResponder {
@@ -140,9 +126,12 @@ impl Drop for SynResponder {
     }
 }
 
-fn program_error(what: &str, source: ProgramError) -> SynResponderError {
-    SynResponderError::Program {
-        what: what.to_owned(),
-        source: Box::new(source),
-    }
+fn program_error(what: &str, source: ProgramError) -> Error {
+    Error::bpf(format!("the SYN responder: {what}"))(source)
+}
+
+fn missing(name: &str) -> Error {
+    Error::Unexpected(format!(
+        "the object has no program or map {name:?} of the expected type"
+    ))
 }

@@ -3,26 +3,10 @@
 
 use std::{fmt, os::fd::AsRawFd};
 
-use crate::net::netns::{NetNs, NetnsError};
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// Longest interface name Linux accepts (`IFNAMSIZ` − 1).
 pub const MAX_IFNAME: usize = 15;
-
-/// Why a link could not be created or changed.
-#[derive(Debug, thiserror::Error)]
-pub enum LinkError {
-    #[error("interface name {name:?} is longer than {MAX_IFNAME} bytes")]
-    NameTooLong { name: String },
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error("ethtool ioctl on {ifname} in network namespace {ns}")]
-    Ethtool {
-        ns: String,
-        ifname: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// A MAC address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +47,7 @@ impl Drop for Link {
 }
 
 /// Creates bridge `name` in `ns` and sets it up. STP stays off, so ports forward at once.
-pub fn bridge(ns: &NetNs, name: &str) -> Result<Link, LinkError> {
+pub fn bridge(ns: &NetNs, name: &str) -> Result<Link, Error> {
     check_name(name)?;
     ns.ip(&["link", "add", name, "type", "bridge"])?;
     let link = Link {
@@ -85,7 +69,7 @@ pub struct VethEnd<'a> {
 /// Creates a veth pair with `a` in `a.ns` and `b` in `b.ns` (never in the caller's
 /// namespace, so names only need to be unique inside those two). The guard owns end `a`.
 /// Both ends are left down.
-pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, LinkError> {
+pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, Error> {
     check_name(a.name)?;
     check_name(b.name)?;
     let (mac_a, mac_b) = (a.mac.to_string(), b.mac.to_string());
@@ -117,24 +101,23 @@ pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, LinkError> {
 /// the pseudo-header sum; once an XDP program turns such a packet into an `XDP_TX`
 /// frame that promise is lost and the receiver drops it as corrupt. Hosts that send
 /// through the balancer therefore send full checksums, as a NIC would deliver them.
-pub fn set_tx_checksum(ns: &NetNs, ifname: &str, on: bool) -> Result<(), LinkError> {
+pub fn set_tx_checksum(ns: &NetNs, ifname: &str, on: bool) -> Result<(), Error> {
     ethtool_set(ns, ifname, ETHTOOL_STXCSUM, u32::from(on))
 }
 
 /// Turns TCP segmentation offload of `ifname` in `ns` on or off (`ethtool -K IF tso …`).
 /// A veth hands TSO-capable senders' packets to its peer's NAPI only with TSO off.
-pub fn set_tso(ns: &NetNs, ifname: &str, on: bool) -> Result<(), LinkError> {
+pub fn set_tso(ns: &NetNs, ifname: &str, on: bool) -> Result<(), Error> {
     ethtool_set(ns, ifname, ETHTOOL_STSO, u32::from(on))
 }
 
-fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), LinkError> {
+fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), Error> {
     check_name(ifname)?;
     let result = ns.run(|| ethtool_set_value(ifname, cmd, data))?;
-    result.map_err(|source| LinkError::Ethtool {
-        ns: ns.name().to_owned(),
-        ifname: ifname.to_owned(),
-        source,
-    })
+    result.map_err(Error::io(format!(
+        "ethtool ioctl on {ifname} in network namespace {}",
+        ns.name()
+    )))
 }
 
 /// Gives `ifname` in `ns` its own NAPI kernel thread: GRO on (which makes a veth
@@ -143,7 +126,7 @@ fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), Link
 /// interrupts another CPU: a benchmark's sender is then not billed for the receiver's
 /// TCP work. The link must be up (a veth has NAPI instances only then), and the peer
 /// must send without TSO ([`set_tso`]): a veth passes TSO senders' packets around NAPI.
-pub fn set_threaded_napi(ns: &NetNs, ifname: &str) -> Result<(), LinkError> {
+pub fn set_threaded_napi(ns: &NetNs, ifname: &str) -> Result<(), Error> {
     ethtool_set(ns, ifname, ETHTOOL_SGRO, 1)?;
     // sysfs shows the devices of the namespace it was mounted in: `ip netns exec`
     // mounts the namespace's own.
@@ -159,10 +142,7 @@ pub fn set_threaded_napi(ns: &NetNs, ifname: &str) -> Result<(), LinkError> {
             &format!("echo 1 > {sysfs}"),
         ],
     )
-    .map_err(|source| NetnsError::Command {
-        name: ns.name().to_owned(),
-        source,
-    })?;
+    .map_err(|e| e.context(format!("in network namespace {}", ns.name())))?;
     Ok(())
 }
 
@@ -201,11 +181,11 @@ fn ethtool_set_value(ifname: &str, cmd: u32, data: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), LinkError> {
+fn check_name(name: &str) -> Result<(), Error> {
     if name.len() > MAX_IFNAME || name.is_empty() {
-        return Err(LinkError::NameTooLong {
-            name: name.to_owned(),
-        });
+        return Err(Error::Unexpected(format!(
+            "interface name {name:?} is longer than {MAX_IFNAME} bytes"
+        )));
     }
     Ok(())
 }

@@ -32,7 +32,7 @@ use crate::{
         names,
         netns::NetNs,
     },
-    util::process::NsProcess,
+    util::{process::NsProcess, temp_dir::TempDir},
 };
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 92, 0, 100);
@@ -285,7 +285,7 @@ impl MultiNode {
             let ns = NetNs::create(&format!("{tag}-{name}"))?;
             lan(&ns, 1 + n as u8)?;
             ns.ip(&["route", "add", "default", "via", &ROUTER_LAN.to_string()])?;
-            let ndir = dir.0.join(&name);
+            let ndir = dir.path().join(&name);
             std::fs::create_dir_all(&ndir)?;
             node_list.push(Node {
                 name,
@@ -373,9 +373,9 @@ impl MultiNode {
                 &format!("neighbor {} as", n.addr),
             );
         }
-        let path = self.dir.0.join("router-bird.conf");
+        let path = self.dir.path().join("router-bird.conf");
         std::fs::write(&path, conf)?;
-        let socket = self.dir.0.join("router-bird.ctl");
+        let socket = self.dir.path().join("router-bird.ctl");
         self.router_bird = Some(start_bird(&self.router, "router", &path, &socket)?);
         Ok(())
     }
@@ -524,19 +524,4 @@ pub fn which(program: &str) -> Result<PathBuf, Error> {
         .ok_or_else(|| {
             format!("`{program}` is not installed: run `cargo xtask setup` (bird2)").into()
         })
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create(path: PathBuf) -> Result<Self, Error> {
-        std::fs::create_dir_all(&path)?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -6,51 +6,7 @@
 
 use std::{fs::File, os::fd::AsRawFd, panic, path::PathBuf, sync::Arc, thread};
 
-use crate::util::cmd::{self, CmdError};
-
-/// Why a namespace could not be created or entered.
-#[derive(Debug, thiserror::Error)]
-pub enum NetnsError {
-    #[error("creating network namespace {name}")]
-    Create {
-        name: String,
-        #[source]
-        source: CmdError,
-    },
-    #[error("opening {path} to enter network namespace {name}")]
-    Open {
-        name: String,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("setns into network namespace {name}")]
-    Enter {
-        name: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("could not start a thread for network namespace {name}")]
-    Thread {
-        name: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("in network namespace {name}: {source}")]
-    Command {
-        name: String,
-        #[source]
-        source: CmdError,
-    },
-    #[error("writing sysctl {key} = {value} in network namespace {name}")]
-    Sysctl {
-        name: String,
-        key: String,
-        value: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
+use crate::util::{cmd, error::Error};
 
 /// A named network namespace (`/run/netns/NAME`), deleted when the last clone drops.
 #[derive(Clone, Debug)]
@@ -63,11 +19,9 @@ struct Inner {
 
 impl NetNs {
     /// Creates namespace `name` (`ip netns add`) with its loopback up.
-    pub fn create(name: &str) -> Result<Self, NetnsError> {
-        cmd::ip(&["netns", "add", name]).map_err(|source| NetnsError::Create {
-            name: name.to_owned(),
-            source,
-        })?;
+    pub fn create(name: &str) -> Result<Self, Error> {
+        cmd::ip(&["netns", "add", name])
+            .map_err(|e| e.context(format!("creating network namespace {name}")))?;
         // From here on the guard owns the namespace, so a failure below removes it.
         let ns = NetNs(Arc::new(Inner {
             name: name.to_owned(),
@@ -82,14 +36,14 @@ impl NetNs {
     }
 
     /// Runs `ip -n NAME args…`.
-    pub fn ip(&self, args: &[&str]) -> Result<String, NetnsError> {
+    pub fn ip(&self, args: &[&str]) -> Result<String, Error> {
         let mut full = vec!["-n", self.name()];
         full.extend_from_slice(args);
         cmd::ip(&full).map_err(|source| self.command_error(source))
     }
 
     /// Runs many `ip` commands (without the leading `ip`) in this namespace in one process.
-    pub fn ip_batch(&self, lines: &[String]) -> Result<(), NetnsError> {
+    pub fn ip_batch(&self, lines: &[String]) -> Result<(), Error> {
         cmd::ip_batch(Some(self.name()), lines).map_err(|source| self.command_error(source))
     }
 
@@ -97,17 +51,17 @@ impl NetNs {
     ///
     /// Sockets `f` creates belong to the namespace for their whole life, even when they
     /// are used later from other threads. A panic in `f` is passed on to the caller.
-    pub fn run<F, R>(&self, f: F) -> Result<R, NetnsError>
+    pub fn run<F, R>(&self, f: F) -> Result<R, Error>
     where
         F: FnOnce() -> R + Send,
         R: Send,
     {
         let path = PathBuf::from(crate::net::names::NETNS_DIR).join(self.name());
-        let file = File::open(&path).map_err(|source| NetnsError::Open {
-            name: self.name().to_owned(),
-            path,
-            source,
-        })?;
+        let file = File::open(&path).map_err(Error::io(format!(
+            "opening {} to enter network namespace {}",
+            path.display(),
+            self.name()
+        )))?;
         thread::scope(|scope| {
             let handle = thread::Builder::new()
                 .name(format!("netns-{}", self.name()))
@@ -115,17 +69,17 @@ impl NetNs {
                     // SAFETY: setns on a valid namespace fd; it only changes this thread's
                     // network namespace, and the thread ends with `f`.
                     if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        return Err(NetnsError::Enter {
-                            name: self.name().to_owned(),
+                        return Err(Error::Io {
+                            what: format!("setns into network namespace {}", self.name()),
                             source: std::io::Error::last_os_error(),
                         });
                     }
                     Ok(f())
                 })
-                .map_err(|source| NetnsError::Thread {
-                    name: self.name().to_owned(),
-                    source,
-                })?;
+                .map_err(Error::io(format!(
+                    "could not start a thread for network namespace {}",
+                    self.name()
+                )))?;
             match handle.join() {
                 Ok(result) => result,
                 Err(payload) => panic::resume_unwind(payload),
@@ -138,7 +92,7 @@ impl NetNs {
     /// full pushes back (Linux 6.16+: the queue holds the packet, and a full queue
     /// refuses it with `ENOBUFS`) instead of dropping it. For scenarios and benchmarks
     /// that send bursts and count what arrived.
-    pub fn hold_bursts(&self, ifname: &str, limit: u32) -> Result<(), NetnsError> {
+    pub fn hold_bursts(&self, ifname: &str, limit: u32) -> Result<(), Error> {
         let limit = limit.to_string();
         let args = [
             "-n",
@@ -160,23 +114,18 @@ impl NetNs {
 
     /// Writes `value` to the sysctl `key` (dotted, e.g. `net.ipv4.conf.all.arp_ignore`)
     /// of this namespace.
-    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), NetnsError> {
+    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), Error> {
         let path = format!("/proc/sys/{}", key.replace('.', "/"));
         // /proc/sys/net resolves against the network namespace of the writing thread.
         self.run(|| std::fs::write(&path, value))?
-            .map_err(|source| NetnsError::Sysctl {
-                name: self.name().to_owned(),
-                key: key.to_owned(),
-                value: value.to_owned(),
-                source,
-            })
+            .map_err(Error::io(format!(
+                "writing sysctl {key} = {value} in network namespace {}",
+                self.name()
+            )))
     }
 
-    fn command_error(&self, source: CmdError) -> NetnsError {
-        NetnsError::Command {
-            name: self.name().to_owned(),
-            source,
-        }
+    fn command_error(&self, source: Error) -> Error {
+        source.context(format!("in network namespace {}", self.name()))
     }
 }
 

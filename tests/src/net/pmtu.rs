@@ -26,7 +26,7 @@
 use std::{
     io::{self, BufRead, BufReader, Read, Write},
     net::{IpAddr, SocketAddr, TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -38,47 +38,24 @@ use std::{
 use aya::programs::XdpMode;
 
 use crate::{
-    agent::daemon::{AgentConfig, AgentError, READY_LINE, START_TIMEOUT, Service},
-    bpf::pass_prog::{self, PassError, PassPrograms},
+    agent::daemon::{AgentConfig, READY_LINE, START_TIMEOUT, Service},
+    bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{self, Link, LinkError, Mac, VethEnd},
+        link::{self, Link, Mac, VethEnd},
         names,
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
         topology::{BRIDGE, Forwarding, HOST_IF},
     },
-    util::process::{NsProcess, ProcessError},
+    util::{
+        error::Error,
+        {process::NsProcess, temp_dir::TempDir},
+    },
 };
 
 /// MTU of the router's routes toward the client and the backend (IPv6's minimum).
 pub const SMALL_MTU: u32 = 1280;
 /// Port of the backend's transfer server and of the VIP.
 pub const PORT: u16 = 8080;
-
-/// Why the network could not be built or used.
-#[derive(Debug, thiserror::Error)]
-pub enum PmtuError {
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error(transparent)]
-    Pass(#[from] PassError),
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-    #[error(transparent)]
-    Agent(#[from] AgentError),
-    #[error("{what}")]
-    Io {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
-}
-
-fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> PmtuError {
-    let what = what.into();
-    move |source| PmtuError::Io { what, source }
-}
 
 /// One address family's plan.
 #[derive(Clone, Copy, Debug)]
@@ -158,7 +135,7 @@ pub struct PmtuNet {
 
 impl PmtuNet {
     /// Creates the namespaces, links, addresses, routes and neighbours of `plan`.
-    pub fn build(plan: Plan) -> Result<PmtuNet, PmtuError> {
+    pub fn build(plan: Plan) -> Result<PmtuNet, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
@@ -225,7 +202,7 @@ impl PmtuNet {
         Ok(net)
     }
 
-    fn configure(&self) -> Result<(), PmtuError> {
+    fn configure(&self) -> Result<(), Error> {
         let p = self.plan;
         let len = p.prefix();
         let nodad = if p.ipv6 { " nodad" } else { "" };
@@ -293,7 +270,7 @@ impl PmtuNet {
 
     /// Starts `lb-agent run` in the lb namespace with one nat TCP service `VIP:PORT ->
     /// backend:PORT`, snat from lb's address; waits until it is ready.
-    pub fn start_agent(&self, binary: &Path) -> Result<NsProcess, PmtuError> {
+    pub fn start_agent(&self, binary: &Path) -> Result<NsProcess, Error> {
         let p = self.plan;
         let service = Service {
             name: "bulk".into(),
@@ -306,9 +283,9 @@ impl PmtuNet {
             extra: vec!["max_fails = 0".into()],
         };
         let config = AgentConfig::new(vec![service]);
-        let path = self.dir.0.join("lb.toml");
+        let path = self.dir.path().join("lb.toml");
         std::fs::write(&path, config.render())
-            .map_err(io_error(format!("writing {}", path.display())))?;
+            .map_err(Error::io(format!("writing {}", path.display())))?;
         let args = [
             "run".to_owned(),
             "--config".to_owned(),
@@ -333,7 +310,7 @@ fn host_route(addr: IpAddr) -> String {
 /// The ICMP errors a namespace sent about packets too big: IPv4 destination-unreachable
 /// messages (`Icmp: OutDestUnreachs`, every code) or ICMPv6 packet-too-big
 /// (`Icmp6OutPktTooBigs`).
-pub fn too_big_sent(ns: &NetNs, ipv6: bool) -> Result<u64, PmtuError> {
+pub fn too_big_sent(ns: &NetNs, ipv6: bool) -> Result<u64, Error> {
     // /proc/thread-self/net is the namespace of the reading thread (/proc/self/net
     // would be the main thread's).
     let (file, key) = if ipv6 {
@@ -343,8 +320,8 @@ pub fn too_big_sent(ns: &NetNs, ipv6: bool) -> Result<u64, PmtuError> {
     };
     let text = ns
         .run(|| std::fs::read_to_string(file))?
-        .map_err(io_error(format!("reading {file} in {}", ns.name())))?;
-    snmp_value(&text, ipv6, key).ok_or_else(|| PmtuError::Io {
+        .map_err(Error::io(format!("reading {file} in {}", ns.name())))?;
+    snmp_value(&text, ipv6, key).ok_or_else(|| Error::Io {
         what: format!("no {key} in {file}"),
         source: io::Error::from(io::ErrorKind::InvalidData),
     })
@@ -387,13 +364,13 @@ pub struct TransferServer {
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl TransferServer {
-    pub fn start(backend: &NetNs, addr: SocketAddr) -> Result<TransferServer, PmtuError> {
+    pub fn start(backend: &NetNs, addr: SocketAddr) -> Result<TransferServer, Error> {
         let listener = backend
             .run(|| TcpListener::bind(addr))?
-            .map_err(io_error(format!("binding {addr} in the backend")))?;
+            .map_err(Error::io(format!("binding {addr} in the backend")))?;
         listener
             .set_nonblocking(true)
-            .map_err(io_error("listener non-blocking"))?;
+            .map_err(Error::io("listener non-blocking"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = thread::Builder::new()
@@ -411,7 +388,7 @@ impl TransferServer {
                     }
                 }
             })
-            .map_err(io_error("starting the server thread"))?;
+            .map_err(Error::io("starting the server thread"))?;
         Ok(TransferServer {
             stop,
             thread: Some(thread),
@@ -468,12 +445,12 @@ pub fn download(
     vip: SocketAddr,
     n: usize,
     limit: Duration,
-) -> Result<usize, PmtuError> {
-    client.run(|| -> Result<usize, PmtuError> {
+) -> Result<usize, Error> {
+    client.run(|| -> Result<usize, Error> {
         let deadline = Instant::now() + limit;
         let mut s = connect(vip)?;
         s.write_all(format!("GET {n}\n").as_bytes())
-            .map_err(io_error("sending GET"))?;
+            .map_err(Error::io("sending GET"))?;
         let mut got = 0usize;
         let mut buf = vec![0u8; 64 * 1024];
         while got < n && Instant::now() < deadline {
@@ -481,7 +458,7 @@ pub fn download(
                 Ok(0) => break,
                 Ok(k) => {
                     if let Some(i) = (0..k).find(|&i| buf[i] != pattern(got + i)) {
-                        return Err(PmtuError::Io {
+                        return Err(Error::Io {
                             what: format!("download corrupt at byte {}", got + i),
                             source: io::Error::from(io::ErrorKind::InvalidData),
                         });
@@ -490,7 +467,7 @@ pub fn download(
                 }
                 // A stall: keep trying until the deadline.
                 Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(io_error("downloading")(e)),
+                Err(e) => return Err(Error::io("downloading")(e)),
             }
         }
         Ok(got)
@@ -499,17 +476,12 @@ pub fn download(
 
 /// Uploads `n` bytes to `vip` from the client namespace within `limit`; returns the
 /// server's answer (`OK n` when everything arrived intact).
-pub fn upload(
-    client: &NetNs,
-    vip: SocketAddr,
-    n: usize,
-    limit: Duration,
-) -> Result<String, PmtuError> {
-    client.run(|| -> Result<String, PmtuError> {
+pub fn upload(client: &NetNs, vip: SocketAddr, n: usize, limit: Duration) -> Result<String, Error> {
+    client.run(|| -> Result<String, Error> {
         let deadline = Instant::now() + limit;
         let mut s = connect(vip)?;
         s.write_all(format!("PUT {n}\n").as_bytes())
-            .map_err(io_error("sending PUT"))?;
+            .map_err(Error::io("sending PUT"))?;
         let data: Vec<u8> = (0..n).map(pattern).collect();
         let mut sent = 0;
         while sent < n {
@@ -519,7 +491,7 @@ pub fn upload(
             match s.write(&data[sent..]) {
                 Ok(k) => sent += k,
                 Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(io_error("uploading")(e)),
+                Err(e) => return Err(Error::io("uploading")(e)),
             }
         }
         let mut answer = Vec::new();
@@ -529,19 +501,19 @@ pub fn upload(
                 Ok(0) => break,
                 Ok(k) => answer.extend_from_slice(&byte[..k]),
                 Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(io_error("reading the answer")(e)),
+                Err(e) => return Err(Error::io("reading the answer")(e)),
             }
         }
         Ok(String::from_utf8_lossy(&answer).trim().to_owned())
     })?
 }
 
-fn connect(vip: SocketAddr) -> Result<TcpStream, PmtuError> {
+fn connect(vip: SocketAddr) -> Result<TcpStream, Error> {
     let s = TcpStream::connect_timeout(&vip, IO_TIMEOUT)
-        .map_err(io_error(format!("connecting to {vip}")))?;
+        .map_err(Error::io(format!("connecting to {vip}")))?;
     s.set_read_timeout(Some(Duration::from_millis(500)))
         .and_then(|()| s.set_write_timeout(Some(Duration::from_millis(500))))
-        .map_err(io_error("socket timeouts"))?;
+        .map_err(Error::io("socket timeouts"))?;
     Ok(s)
 }
 
@@ -550,22 +522,6 @@ fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
-}
-
-/// A directory removed with everything in it on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create(path: PathBuf) -> Result<Self, PmtuError> {
-        std::fs::create_dir_all(&path).map_err(io_error(format!("creating {}", path.display())))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]

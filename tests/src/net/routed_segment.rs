@@ -7,26 +7,20 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::net::{
-    link::{self, Link, LinkError, Mac, VethEnd},
-    names,
-    netns::{NetNs, NetnsError},
-    topology::{BRIDGE, HOST_IF, Topology},
+use crate::{
+    net::{
+        link::{self, Link, Mac, VethEnd},
+        names,
+        netns::NetNs,
+        topology::{BRIDGE, HOST_IF, Topology},
+    },
+    util::error::Error,
 };
 
 /// The second bridge in the switch namespace.
 pub const FAR_BRIDGE: &str = "br1";
 /// The far backend's role name.
 pub const FAR: &str = "far";
-
-/// Why the segment could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum SegmentError {
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-}
 
 /// The routers, the far backend and their links.
 #[derive(Debug)]
@@ -51,7 +45,7 @@ pub struct RoutedSegment {
 impl RoutedSegment {
     /// Builds the segment next to `topo` (subnet k of the topology) and routes the lb
     /// to it through r1.
-    pub fn build(topo: &Topology) -> Result<Self, SegmentError> {
+    pub fn build(topo: &Topology) -> Result<Self, Error> {
         let k = topo.subnet();
         let tag = names::unique_tag();
         let switch = topo.switch();
@@ -122,7 +116,7 @@ impl RoutedSegment {
     }
 
     /// Points `ns`'s route to the segment at `gw` (`ip route replace`).
-    pub fn route_via(&self, ns: &NetNs, gw: Ipv4Addr) -> Result<(), NetnsError> {
+    pub fn route_via(&self, ns: &NetNs, gw: Ipv4Addr) -> Result<(), Error> {
         ns.ip(&[
             "route",
             "replace",
@@ -136,7 +130,7 @@ impl RoutedSegment {
     }
 
     /// Stops `router` forwarding: frames still sent to it go nowhere.
-    pub fn stop_forwarding(&self, router: &NetNs) -> Result<(), NetnsError> {
+    pub fn stop_forwarding(&self, router: &NetNs) -> Result<(), Error> {
         router.sysctl("net.ipv4.ip_forward", "0")
     }
 

@@ -20,19 +20,22 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use aya::programs::XdpMode;
 
 use crate::{
-    bpf::pass_prog::{self, PassError, PassPrograms},
+    bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{self, Link, LinkError, Mac, VethEnd},
+        link::{self, Link, Mac, VethEnd},
         names,
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
     },
-    util::process::{NsProcess, ProcessError},
+    util::{
+        error::Error,
+        {process::NsProcess, temp_dir::TempDir},
+    },
 };
 
 /// The bridge's name in the switch namespace.
@@ -73,31 +76,6 @@ impl Forwarding {
     }
 }
 
-/// Why a topology could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    #[error("{count} backends asked for; the topology holds 1..={MAX_BACKENDS}")]
-    Backends { count: usize },
-    #[error(
-        "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF); running as uid {uid}"
-    )]
-    NotRoot { uid: u32 },
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error(transparent)]
-    Pass(#[from] PassError),
-    #[error("creating the topology's directory {path}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-}
-
 /// One host namespace with `eth0` on the bridge.
 #[derive(Debug)]
 pub struct Host {
@@ -126,7 +104,7 @@ impl Host {
         label: &str,
         program: &Path,
         args: &[S],
-    ) -> Result<NsProcess, ProcessError> {
+    ) -> Result<NsProcess, Error> {
         // NO_COLOR keeps tracing's colour codes out of the captured lines.
         NsProcess::spawn(&self.ns, label, program, args, &[("NO_COLOR", "1")])
     }
@@ -191,16 +169,20 @@ impl TopologyBuilder {
     }
 
     /// Creates everything. On error, whatever was created is removed again.
-    pub fn build(self) -> Result<Topology, TopologyError> {
+    pub fn build(self) -> Result<Topology, Error> {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         if uid != 0 {
-            return Err(TopologyError::NotRoot { uid });
+            return Err(Error::Unexpected(format!(
+                "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF); \
+                 running as uid {uid}"
+            )));
         }
         if self.backends == 0 || self.backends > MAX_BACKENDS {
-            return Err(TopologyError::Backends {
-                count: self.backends,
-            });
+            return Err(Error::Unexpected(format!(
+                "{} backends asked for; the topology holds 1..={MAX_BACKENDS}",
+                self.backends
+            )));
         }
         names::sweep_stale_once();
         let tag = names::unique_tag();
@@ -351,10 +333,10 @@ impl Topology {
 
     /// A directory for this topology's files (configs), removed with it.
     pub fn dir(&self) -> &Path {
-        &self.dir.0
+        self.dir.path()
     }
 
-    fn configure_hosts(&self, static_neighbours: bool) -> Result<(), TopologyError> {
+    fn configure_hosts(&self, static_neighbours: bool) -> Result<(), Error> {
         let vip4 = self.vip4();
         let vip6 = self.vip6();
         for host in self.hosts() {
@@ -433,24 +415,4 @@ fn default_subnet(tag: &str) -> u8 {
         .and_then(|(_, n)| n.parse().ok())
         .unwrap_or(1);
     (n % 250 + 1) as u8
-}
-
-/// A directory removed with everything in it on drop.
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn create(path: PathBuf) -> Result<Self, TopologyError> {
-        std::fs::create_dir_all(&path).map_err(|source| TopologyError::Dir {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -27,19 +27,20 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use aya::programs::XdpMode;
 
 use crate::{
-    bpf::pass_prog::{self, PassError, PassPrograms},
+    bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{self, Link, LinkError, Mac, VethEnd},
+        link::{self, Link, Mac, VethEnd},
         names,
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
         topology::{BRIDGE, HOST_IF},
     },
+    util::{error::Error, temp_dir::TempDir},
 };
 
 /// The VIP.
@@ -63,23 +64,6 @@ const MAC_ROUTER: Mac = Mac([0x02, 0x93, 0, 0, 0, 0x01]);
 const MAC_LB: Mac = Mac([0x02, 0x93, 0, 0, 0, 0x02]);
 const MAC_CLIENT: Mac = Mac([0x02, 0x93, 0, 0, 0, 0x0a]);
 
-/// Why the bed could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum TunnelBedError {
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error(transparent)]
-    Pass(#[from] PassError),
-    #[error("creating {path}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// The built network.
 pub struct TunnelBed {
     // Fields drop in this order: programs, links, namespaces, the directory.
@@ -91,15 +75,15 @@ pub struct TunnelBed {
     /// `t1`, `t2`, `t3`, in [`BACKENDS`]' order.
     pub backends: Vec<NetNs>,
     switch: NetNs,
-    dir: Dir,
+    dir: TempDir,
 }
 
 impl TunnelBed {
     /// Creates the namespaces, links, addresses, routes and neighbours.
-    pub fn build() -> Result<TunnelBed, TunnelBedError> {
+    pub fn build() -> Result<TunnelBed, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
-        let dir = Dir::create(std::env::temp_dir().join(&tag))?;
+        let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
         let ns = |role: &str| NetNs::create(&format!("{tag}-{role}"));
         let (switch, router, lb, client) = (ns("sw")?, ns("rt")?, ns("lb")?, ns("cl")?);
         let mut backends = Vec::new();
@@ -163,7 +147,7 @@ impl TunnelBed {
         Ok(bed)
     }
 
-    fn configure(&self) -> Result<(), TunnelBedError> {
+    fn configure(&self) -> Result<(), Error> {
         let neigh = |addr: IpAddr, mac: Mac| {
             format!("neigh replace {addr} lladdr {mac} dev {HOST_IF} nud permanent")
         };
@@ -250,7 +234,7 @@ impl TunnelBed {
 
     /// A directory for this bed's files (removed on drop).
     pub fn dir(&self) -> &Path {
-        &self.dir.0
+        self.dir.path()
     }
 }
 
@@ -258,24 +242,5 @@ impl Drop for TunnelBed {
     fn drop(&mut self) {
         self.pass.take();
         self.links.clear();
-    }
-}
-
-/// A directory removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn create(path: PathBuf) -> Result<Self, TunnelBedError> {
-        std::fs::create_dir_all(&path).map_err(|source| TunnelBedError::Dir {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(Dir(path))
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

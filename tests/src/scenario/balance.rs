@@ -4,9 +4,9 @@
 use std::{path::Path, time::Duration};
 
 use crate::{
-    agent::daemon::{Agent, AgentConfig, AgentError, Proto, START_TIMEOUT, Service},
+    agent::daemon::{Agent, AgentConfig, Proto, START_TIMEOUT, Service},
     net::topology::{Forwarding, Host, Topology},
-    util::process::{NsProcess, ProcessError},
+    util::{error::Error, process::NsProcess},
 };
 
 /// Port of every backend's TCP echo server.
@@ -46,10 +46,7 @@ impl Testbed {
 
 /// Starts `lb-testserver --name bN --tcp 8080 --udp 8081` on every backend and waits
 /// until each has bound its ports.
-pub fn start_testservers(
-    topo: &Topology,
-    testserver: &Path,
-) -> Result<Vec<NsProcess>, ProcessError> {
+pub fn start_testservers(topo: &Topology, testserver: &Path) -> Result<Vec<NsProcess>, Error> {
     let mut servers = Vec::new();
     for b in topo.backends() {
         let (tcp, udp) = (BACKEND_TCP_PORT.to_string(), BACKEND_UDP_PORT.to_string());
@@ -120,7 +117,7 @@ pub fn start_agent(
     topo: &Topology,
     services: Vec<Service>,
     xdp_mode: Option<&str>,
-) -> Result<Agent, AgentError> {
+) -> Result<Agent, Error> {
     let binary = crate::agent::daemon::locate_binary("lb-agent")?;
     Agent::start(
         topo,

@@ -20,8 +20,11 @@ use crate::{
     scenario::balance::{BACKEND_TCP_PORT, BACKEND_UDP_PORT, SERVER_START},
     traffic::pacer::wall_now,
     util::{
-        json::Json,
-        process::{NsProcess, ProcessError, STOP_GRACE},
+        error::Error,
+        {
+            json::Json,
+            process::{NsProcess, STOP_GRACE},
+        },
     },
 };
 
@@ -187,7 +190,7 @@ pub struct HealthServers {
 impl HealthServers {
     /// Knows every backend of `topo`; starts those named in `start` (TCP echo servers)
     /// and waits until each has bound its ports.
-    pub fn start(topo: &Topology, binary: &Path, start: &[&str]) -> Result<Self, ProcessError> {
+    pub fn start(topo: &Topology, binary: &Path, start: &[&str]) -> Result<Self, Error> {
         let hosts = topo
             .backends()
             .iter()
@@ -205,7 +208,7 @@ impl HealthServers {
         hosts: BTreeMap<String, NetNs>,
         service: Vec<String>,
         start: &[&str],
-    ) -> Result<Self, ProcessError> {
+    ) -> Result<Self, Error> {
         let mut s = HealthServers {
             binary: binary.to_owned(),
             dir: dir.to_owned(),
@@ -237,7 +240,7 @@ impl HealthServers {
 
     /// Starts `role`'s server (no-op while it runs); returns the wall time just before
     /// the start.
-    pub fn restart(&mut self, role: &str) -> Result<f64, ProcessError> {
+    pub fn restart(&mut self, role: &str) -> Result<f64, Error> {
         let before = wall_now();
         if self.running.contains_key(role) {
             return Ok(before);
@@ -268,7 +271,7 @@ impl HealthServers {
 
     /// SIGKILLs `role`'s server (its ports close with it); returns the wall time just
     /// before the signal.
-    pub fn kill(&mut self, role: &str) -> Result<f64, ProcessError> {
+    pub fn kill(&mut self, role: &str) -> Result<f64, Error> {
         let p = self
             .running
             .remove(role)

@@ -17,7 +17,7 @@ use crate::{
     },
     net::{
         link::Mac,
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
         topology::{Forwarding, HOST_IF, Topology},
     },
     scenario::{
@@ -25,6 +25,7 @@ use crate::{
         health::{HealthServers, Probe, wait_all_probed_up, with_health},
     },
     traffic::pacer::{Attempt, PaceConfig, Pacer},
+    util::error::Error,
 };
 
 /// One new client connection this often.
@@ -80,7 +81,7 @@ impl NeighTiming {
     };
 
     /// Writes the timing to both families' `eth0` tables in `ns`.
-    pub fn apply(&self, ns: &NetNs) -> Result<(), NetnsError> {
+    pub fn apply(&self, ns: &NetNs) -> Result<(), Error> {
         for fam in ["ipv4", "ipv6"] {
             let base = format!("net.{fam}.neigh.{HOST_IF}");
             ns.sysctl(

@@ -17,7 +17,7 @@ use crate::{
         nat_census::{self, NatCensus},
     },
     net::{
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
         topology::{Forwarding, Topology},
     },
     scenario::{
@@ -28,7 +28,7 @@ use crate::{
         ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
         pacer::wall_now,
     },
-    util::process::ProcessError,
+    util::error::Error,
 };
 
 /// The service's name in the config and the API.
@@ -129,11 +129,7 @@ pub fn web_service(topo: &Topology, roles: &[Role], probe: &Probe) -> Service {
 pub type WebServers = HealthServers;
 
 /// Starts a [`WebServers`] server for every role and waits until each has bound its ports.
-pub fn web_servers(
-    topo: &Topology,
-    binary: &Path,
-    roles: &[Role],
-) -> Result<WebServers, ProcessError> {
+pub fn web_servers(topo: &Topology, binary: &Path, roles: &[Role]) -> Result<WebServers, Error> {
     let hosts = roles
         .iter()
         .map(|r| (r.name.to_owned(), topo.backends()[r.backend].ns.clone()))
@@ -317,7 +313,7 @@ impl Bed {
 
     /// `TcpExtPAWSTimewait` summed over the backends (SYNs a backend's TIME_WAIT
     /// socket dropped because their timestamp went backwards: a reused 5-tuple).
-    pub fn paws_timewait(&self) -> Result<u64, NetnsError> {
+    pub fn paws_timewait(&self) -> Result<u64, Error> {
         let mut sum = 0;
         for b in self.topo.backends() {
             sum += tcp_ext(&b.ns, "PAWSTimewait")?.unwrap_or(0);
@@ -366,7 +362,7 @@ pub fn probe_bounds(config: &Path) -> lb_agent::config::Bounds {
 
 /// The `TcpExt` counter `name` of namespace `ns` (`/proc/net/netstat` as the namespace
 /// sees it).
-pub fn tcp_ext(ns: &NetNs, name: &str) -> Result<Option<u64>, NetnsError> {
+pub fn tcp_ext(ns: &NetNs, name: &str) -> Result<Option<u64>, Error> {
     let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))?;
     Ok(text.ok().and_then(|t| netstat_value(&t, "TcpExt:", name)))
 }

@@ -24,12 +24,15 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use crate::{
     agent::daemon::{Proto, Service},
     net::{
-        netns::{NetNs, NetnsError},
+        netns::NetNs,
         topology::{Host, Topology},
     },
     scenario::balance::{self, BACKEND_TCP_PORT, SERVER_START},
     traffic::clients::{EchoConn, Tally},
-    util::process::{NsProcess, ProcessError, STOP_GRACE},
+    util::{
+        error::Error,
+        process::{NsProcess, STOP_GRACE},
+    },
 };
 
 /// Port of the separate health listener, when a scenario probes one.
@@ -237,7 +240,7 @@ impl Backends {
         binary: &Path,
         members: &[Member<'_>],
         health_listener: bool,
-    ) -> Result<Backends, ProcessError> {
+    ) -> Result<Backends, Error> {
         let mut b = Backends {
             binary: binary.to_owned(),
             hosts: members
@@ -256,7 +259,7 @@ impl Backends {
         Ok(b)
     }
 
-    fn spawn(&self, name: &'static str, port: u16, what: &str) -> Result<NsProcess, ProcessError> {
+    fn spawn(&self, name: &'static str, port: u16, what: &str) -> Result<NsProcess, Error> {
         let ns = self.hosts.get(name).expect("a member of this scenario");
         let port = port.to_string();
         let p = NsProcess::spawn(
@@ -271,7 +274,7 @@ impl Backends {
     }
 
     /// Stops `name`'s service server (SIGTERM; its connections are reset).
-    pub fn kill(&mut self, name: &'static str) -> Result<(), ProcessError> {
+    pub fn kill(&mut self, name: &'static str) -> Result<(), Error> {
         if let Some(p) = self.servers.remove(name) {
             p.stop(STOP_GRACE)?;
         }
@@ -279,7 +282,7 @@ impl Backends {
     }
 
     /// Starts `name`'s service server again (no-op while it runs).
-    pub fn restart(&mut self, name: &'static str) -> Result<(), ProcessError> {
+    pub fn restart(&mut self, name: &'static str) -> Result<(), Error> {
         if !self.servers.contains_key(name) {
             let p = self.spawn(name, BACKEND_TCP_PORT, "testserver")?;
             self.servers.insert(name, p);
@@ -288,7 +291,7 @@ impl Backends {
     }
 
     /// Stops `name`'s health listener: its probe fails, its service port still answers.
-    pub fn kill_health(&mut self, name: &'static str) -> Result<(), ProcessError> {
+    pub fn kill_health(&mut self, name: &'static str) -> Result<(), Error> {
         if let Some(p) = self.health.remove(name) {
             p.stop(STOP_GRACE)?;
         }
@@ -296,7 +299,7 @@ impl Backends {
     }
 
     /// Starts `name`'s health listener again.
-    pub fn restart_health(&mut self, name: &'static str) -> Result<(), ProcessError> {
+    pub fn restart_health(&mut self, name: &'static str) -> Result<(), Error> {
         if !self.health.contains_key(name) {
             let p = self.spawn(name, HEALTH_PORT, "health listener")?;
             self.health.insert(name, p);
@@ -347,7 +350,7 @@ pub fn tcp_attempts(
     count: usize,
     connect: Duration,
     deadline: Duration,
-) -> Result<Tally, NetnsError> {
+) -> Result<Tally, Error> {
     ns.run(|| {
         let start = Instant::now();
         let mut tally = Tally::default();
@@ -438,7 +441,7 @@ pub struct Attempt {
 /// Dropping it unfinished stops it too.
 pub struct Stream {
     stop: Arc<AtomicBool>,
-    handle: Option<thread::JoinHandle<Result<Vec<Attempt>, NetnsError>>>,
+    handle: Option<thread::JoinHandle<Result<Vec<Attempt>, Error>>>,
 }
 
 impl Stream {
@@ -489,7 +492,7 @@ impl Stream {
     }
 
     /// Stops the stream and returns every attempt in order.
-    pub fn finish(mut self) -> Result<Vec<Attempt>, NetnsError> {
+    pub fn finish(mut self) -> Result<Vec<Attempt>, Error> {
         self.stop.store(true, Ordering::Relaxed);
         let handle = self.handle.take().expect("joined only here or on drop");
         match handle.join() {

@@ -16,7 +16,7 @@ use std::{
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::net::netns::{NetNs, NetnsError};
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// Time allowed for one connect, read or UDP answer.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -138,7 +138,7 @@ pub fn tcp_names(
     dst: SocketAddr,
     count: usize,
     deadline: Duration,
-) -> Result<Tally, NetnsError> {
+) -> Result<Tally, Error> {
     ns.run(|| {
         batch(first_port, count, deadline, |port| {
             let (name, _) = tcp_hello(SocketAddr::new(src, port), dst)?;
@@ -156,7 +156,7 @@ pub fn udp_names(
     dst: SocketAddr,
     count: usize,
     deadline: Duration,
-) -> Result<Tally, NetnsError> {
+) -> Result<Tally, Error> {
     ns.run(|| {
         batch(first_port, count, deadline, |port| {
             let socket = UdpSocket::bind(SocketAddr::new(src, port))?;
@@ -262,11 +262,7 @@ pub struct EchoConn {
 impl EchoConn {
     /// Connects from inside `ns` (`src` with an ephemeral port) to `dst` and reads the
     /// greeting. The socket stays in `ns` for its life and may be used from any thread.
-    pub fn connect(
-        ns: &NetNs,
-        src: IpAddr,
-        dst: SocketAddr,
-    ) -> Result<io::Result<Self>, NetnsError> {
+    pub fn connect(ns: &NetNs, src: IpAddr, dst: SocketAddr) -> Result<io::Result<Self>, Error> {
         ns.run(|| {
             let (backend, stream) = tcp_hello(SocketAddr::new(src, 0), dst)?;
             let reader = BufReader::new(stream.try_clone()?);

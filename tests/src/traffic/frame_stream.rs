@@ -18,6 +18,7 @@ use crate::{
         inject,
         packet::{Frame, IPPROTO_TCP},
     },
+    util::error::Error,
 };
 
 /// Frames per `sendmmsg` call.
@@ -31,27 +32,6 @@ const IP_CSUM: usize = 14 + 10;
 const IP_SRC: usize = 14 + 12;
 const TCP_SPORT: usize = 14 + 20;
 const TCP_CSUM: usize = 14 + 20 + 16;
-
-/// Why the frames could not all be sent.
-#[derive(Debug, thiserror::Error)]
-pub enum StreamError {
-    #[error(transparent)]
-    Netns(#[from] crate::net::netns::NetnsError),
-    #[error("sending frames on {ifname}: {what}")]
-    Io {
-        ifname: String,
-        what: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{sent} of {wanted} frames sent on {ifname} within {limit:?}")]
-    TimedOut {
-        ifname: String,
-        sent: u64,
-        wanted: u64,
-        limit: Duration,
-    },
-}
 
 /// An IPv4 TCP frame (no options, no payload) whose source changes per frame.
 #[derive(Clone, Debug)]
@@ -134,25 +114,23 @@ pub fn send(
     count: u64,
     source: impl Fn(u64) -> (Ipv4Addr, u16) + Send + Sync,
     limit: Duration,
-) -> Result<Sent, StreamError> {
+) -> Result<Sent, Error> {
     let err = |what: &'static str| {
         let ifname = ifname.to_owned();
-        move |source| StreamError::Io {
-            ifname,
-            what,
+        move |source| Error::Io {
+            what: format!("sending frames on {ifname}: {what}"),
             source,
         }
     };
-    ns.run(|| -> Result<Sent, StreamError> {
+    ns.run(|| -> Result<Sent, Error> {
         let (sock, index) = inject::packet_socket(ifname).map_err(|(what, e)| err(what)(e))?;
         let sent = stream(sock.as_raw_fd(), index, template, count, &source, limit)
             .map_err(err("sendmmsg"))?;
         if sent.frames < count {
-            return Err(StreamError::TimedOut {
-                ifname: ifname.to_owned(),
-                sent: sent.frames,
-                wanted: count,
-                limit,
+            return Err(Error::Timeout {
+                what: format!("{count} frames to be sent on {ifname}"),
+                waited: limit,
+                last: format!("{} sent", sent.frames),
             });
         }
         Ok(sent)

@@ -12,11 +12,12 @@ use std::{
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::{
-    net::netns::{NetNs, NetnsError},
+    net::netns::NetNs,
     traffic::{
         inject::{FULL_QUEUE_BUDGET, FULL_QUEUE_PAUSE},
         packet::{Frame, TCP_SYN},
     },
+    util::error::Error,
 };
 
 /// `IPPROTO_RAW`: sending implies `IP_HDRINCL`.
@@ -52,7 +53,7 @@ pub fn port_unreachable_v4(
 /// sent again after a short pause, for at most `FULL_QUEUE_BUDGET` per call. What the
 /// interfaces still dropped (their transmit drop counters, read before and after) is an
 /// error: a scenario that counts what arrived must not run on a silently short sweep.
-pub fn send_raw_v4(ns: &NetNs, packets: &[Vec<u8>]) -> Result<io::Result<usize>, NetnsError> {
+pub fn send_raw_v4(ns: &NetNs, packets: &[Vec<u8>]) -> Result<io::Result<usize>, Error> {
     ns.run(|| {
         let dropped_before = tx_dropped()?;
         let socket = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(IPPROTO_RAW)))?;

@@ -9,21 +9,7 @@ use std::{
     time::Duration,
 };
 
-use crate::net::netns::{NetNs, NetnsError};
-
-/// Why frames could not be sent.
-#[derive(Debug, thiserror::Error)]
-pub enum InjectError {
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error("sending raw frames on {ifname}: {what}")]
-    Io {
-        ifname: String,
-        what: &'static str,
-        #[source]
-        source: io::Error,
-    },
-}
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// How long one call may spend waiting out a full transmit queue (`ENOBUFS`) in all
 /// (also [`crate::traffic::icmp_forge::send_raw_v4`]'s).
@@ -43,16 +29,15 @@ pub fn send_frames(
     ifname: &str,
     frames: &[Vec<u8>],
     gap: Duration,
-) -> Result<usize, InjectError> {
+) -> Result<usize, Error> {
     let err = |what: &'static str| {
         let ifname = ifname.to_owned();
-        move |source| InjectError::Io {
-            ifname,
-            what,
+        move |source| Error::Io {
+            what: format!("sending raw frames on {ifname}: {what}"),
             source,
         }
     };
-    ns.run(|| -> Result<usize, InjectError> {
+    ns.run(|| -> Result<usize, Error> {
         let (sock, index) = packet_socket(ifname).map_err(|(what, e)| err(what)(e))?;
         let fd = sock.as_raw_fd();
         // SAFETY: a zeroed sockaddr_ll is valid; we fill the fields sendto needs.

@@ -21,7 +21,7 @@ use std::{
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::net::netns::{NetNs, NetnsError};
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// Seconds since the Unix epoch, now (the clock the agent's event times use).
 pub fn wall_now() -> f64 {
@@ -98,7 +98,7 @@ pub struct PaceConfig {
 pub struct Pacer {
     stop: Arc<AtomicBool>,
     attempts: Arc<Mutex<Vec<Attempt>>>,
-    handle: Option<JoinHandle<Result<(), NetnsError>>>,
+    handle: Option<JoinHandle<Result<(), Error>>>,
 }
 
 impl Pacer {

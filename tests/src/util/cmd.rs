@@ -5,36 +5,21 @@ use std::{
     process::{Command, Stdio},
 };
 
-/// A setup command that could not be run or did not succeed.
-#[derive(Debug, thiserror::Error)]
-pub enum CmdError {
-    #[error("could not run `{cmd}`")]
-    Spawn {
-        cmd: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("`{cmd}` failed ({status}): {stderr}")]
-    Failed {
-        cmd: String,
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-}
+use crate::util::error::Error;
 
 /// Runs `program args…` to completion and returns its stdout.
-pub fn run(program: &str, args: &[&str]) -> Result<String, CmdError> {
+pub fn run(program: &str, args: &[&str]) -> Result<String, Error> {
     run_with_input(program, args, None)
 }
 
 /// Runs `ip args…` and returns its stdout.
-pub fn ip(args: &[&str]) -> Result<String, CmdError> {
+pub fn ip(args: &[&str]) -> Result<String, Error> {
     run("ip", args)
 }
 
 /// Runs `ip [-n NETNS] -batch -` with `lines` on stdin: one process for many changes.
 /// iproute2 stops at the first failing line and reports it.
-pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), CmdError> {
+pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), Error> {
     if lines.is_empty() {
         return Ok(());
     }
@@ -49,13 +34,9 @@ pub fn ip_batch(netns: Option<&str>, lines: &[String]) -> Result<(), CmdError> {
 }
 
 /// Runs `program args…` with `input` on its stdin (if any) and returns its stdout.
-pub fn run_with_input(
-    program: &str,
-    args: &[&str],
-    input: Option<&str>,
-) -> Result<String, CmdError> {
+pub fn run_with_input(program: &str, args: &[&str], input: Option<&str>) -> Result<String, Error> {
     let cmd = describe(program, args, input);
-    let spawn_err = |source| CmdError::Spawn {
+    let spawn_err = |source| Error::Spawn {
         cmd: cmd.clone(),
         source,
     };
@@ -76,10 +57,10 @@ pub fn run_with_input(
     }
     let out = child.wait_with_output().map_err(spawn_err)?;
     if !out.status.success() {
-        return Err(CmdError::Failed {
+        return Err(Error::Command {
             cmd,
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            status: out.status.to_string(),
+            output: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())

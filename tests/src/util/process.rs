@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::net::netns::NetNs;
+use crate::{net::netns::NetNs, util::error::Error};
 
 /// Lines kept per process; older ones are dropped (the count of dropped lines is kept).
 const MAX_LINES: usize = 20_000;
@@ -23,52 +23,6 @@ const MAX_LINE: usize = 4096;
 const TAIL: usize = 40;
 /// How long a process gets to exit after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
-
-/// Why a process could not be started, signalled or waited for.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    #[error("starting {label} (`{program}`) in network namespace {ns}")]
-    Spawn {
-        label: String,
-        program: String,
-        ns: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("sending signal {signal} to {label} (pid {pid})")]
-    Signal {
-        label: String,
-        pid: u32,
-        signal: i32,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("waiting for {label}")]
-    Wait {
-        label: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{label} printed no line containing {wanted} within {waited:?}; last lines:\n{tail}")]
-    Timeout {
-        label: String,
-        wanted: String,
-        waited: Duration,
-        tail: String,
-    },
-    #[error(
-        "{label} closed its output ({how}) before printing a line containing {wanted}; last lines:\n{tail}"
-    )]
-    Exited {
-        label: String,
-        /// How the process ended, as far as it could be seen without reaping it.
-        how: String,
-        wanted: String,
-        tail: String,
-    },
-    #[error("interrupted while waiting for {label}")]
-    Interrupted { label: String },
-}
 
 /// A process started in a namespace; SIGTERM (then SIGKILL) on drop.
 ///
@@ -94,7 +48,7 @@ impl NsProcess {
         program: &Path,
         args: &[S],
         env: &[(&str, &str)],
-    ) -> Result<Self, ProcessError> {
+    ) -> Result<Self, Error> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns.name()])
             .arg(program)
@@ -105,7 +59,7 @@ impl NsProcess {
 
     /// Starts `cmd`, which enters `ns` itself (e.g. through `nsenter --net=…`), with
     /// the same capture, process group and parent-death signal as [`NsProcess::spawn`].
-    pub fn spawn_command(ns: &NetNs, label: &str, mut cmd: Command) -> Result<Self, ProcessError> {
+    pub fn spawn_command(ns: &NetNs, label: &str, mut cmd: Command) -> Result<Self, Error> {
         let program = cmd.get_program().to_string_lossy().into_owned();
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -120,12 +74,10 @@ impl NsProcess {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-            label: label.to_owned(),
-            program,
-            ns: ns.name().to_owned(),
-            source,
-        })?;
+        let mut child = cmd.spawn().map_err(Error::io(format!(
+            "starting {label} (`{program}`) in network namespace {}",
+            ns.name()
+        )))?;
         let log = Arc::new(Log::default());
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -155,14 +107,12 @@ impl NsProcess {
     }
 
     /// Sends `signal` (e.g. `libc::SIGHUP`).
-    pub fn signal(&self, signal: i32) -> Result<(), ProcessError> {
+    pub fn signal(&self, signal: i32) -> Result<(), Error> {
         let pid = self.pid();
         // SAFETY: plain kill(2) on our own child, which is not reaped while `self` lives.
         if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-            return Err(ProcessError::Signal {
-                label: self.label.clone(),
-                pid,
-                signal,
+            return Err(Error::Io {
+                what: format!("sending signal {signal} to {} (pid {pid})", self.label),
                 source: std::io::Error::last_os_error(),
             });
         }
@@ -183,7 +133,7 @@ impl NsProcess {
         since: usize,
         needles: &[&str],
         timeout: Duration,
-    ) -> Result<(usize, String), ProcessError> {
+    ) -> Result<(usize, String), Error> {
         let start = Instant::now();
         let wanted = || {
             needles
@@ -200,25 +150,25 @@ impl NsProcess {
             if state.closed_streams >= 2 {
                 let tail = state.tail(TAIL);
                 drop(state);
-                return Err(ProcessError::Exited {
-                    label: self.label.clone(),
-                    how: peek_exit(self.pid(), Duration::from_millis(500)),
-                    wanted: wanted(),
-                    tail,
-                });
+                return Err(Error::Unexpected(format!(
+                    "{} closed its output ({}) before printing a line containing {}; \
+                     last lines:\n{tail}",
+                    self.label,
+                    peek_exit(self.pid(), Duration::from_millis(500)),
+                    wanted(),
+                )));
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                return Err(ProcessError::Timeout {
-                    label: self.label.clone(),
-                    wanted: wanted(),
+                return Err(Error::Timeout {
+                    what: format!("{} to print a line containing {}", self.label, wanted()),
                     waited,
-                    tail: state.tail(TAIL),
+                    last: state.tail(TAIL),
                 });
             }
             if crate::util::interrupt::requested() {
-                return Err(ProcessError::Interrupted {
-                    label: self.label.clone(),
+                return Err(Error::Interrupted {
+                    what: self.label.clone(),
                 });
             }
             let step = (timeout - waited).min(Duration::from_millis(100));
@@ -232,7 +182,7 @@ impl NsProcess {
         since: usize,
         needle: &str,
         timeout: Duration,
-    ) -> Result<String, ProcessError> {
+    ) -> Result<String, Error> {
         self.wait_for_any(since, &[needle], timeout)
             .map(|(_, line)| line)
     }
@@ -248,28 +198,28 @@ impl NsProcess {
     }
 
     /// The exit status if the process has exited (reaps it).
-    pub fn try_status(&mut self) -> Result<Option<ExitStatus>, ProcessError> {
+    pub fn try_status(&mut self) -> Result<Option<ExitStatus>, Error> {
         if self.exited.is_none() {
-            self.exited = self.child.try_wait().map_err(|source| ProcessError::Wait {
-                label: self.label.clone(),
-                source,
-            })?;
+            self.exited = self
+                .child
+                .try_wait()
+                .map_err(Error::io(format!("waiting for {}", self.label)))?;
         }
         Ok(self.exited)
     }
 
     /// Sends SIGTERM, waits up to `grace`, then SIGKILLs; returns how the process ended.
-    pub fn stop(mut self, grace: Duration) -> Result<ExitStatus, ProcessError> {
+    pub fn stop(mut self, grace: Duration) -> Result<ExitStatus, Error> {
         self.terminate(grace)
     }
 
-    fn terminate(&mut self, grace: Duration) -> Result<ExitStatus, ProcessError> {
+    fn terminate(&mut self, grace: Duration) -> Result<ExitStatus, Error> {
         self.end_with(libc::SIGTERM, grace)
     }
 
     /// Sends `signal`, waits up to `grace` for the process to end, then SIGKILLs; returns
     /// how it ended. The output read so far stays readable.
-    pub fn end_with(&mut self, signal: i32, grace: Duration) -> Result<ExitStatus, ProcessError> {
+    pub fn end_with(&mut self, signal: i32, grace: Duration) -> Result<ExitStatus, Error> {
         if let Some(status) = self.try_status()? {
             return Ok(status);
         }
@@ -282,10 +232,10 @@ impl NsProcess {
             thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
-        let status = self.child.wait().map_err(|source| ProcessError::Wait {
-            label: self.label.clone(),
-            source,
-        })?;
+        let status = self
+            .child
+            .wait()
+            .map_err(Error::io(format!("waiting for {}", self.label)))?;
         self.exited = Some(status);
         Ok(status)
     }
