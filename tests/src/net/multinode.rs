@@ -32,7 +32,7 @@ use crate::{
         names,
         netns::NetNs,
     },
-    util::{process::NsProcess, temp_dir::TempDir},
+    util::{error::Error, json::Json, process::NsProcess, temp_dir::TempDir},
 };
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 92, 0, 100);
@@ -45,8 +45,6 @@ pub const ANNOUNCE_IF: &str = "lbvip";
 /// The repository's BIRD configs, used as the scenario's (addresses substituted).
 const NODE_CONF: &str = include_str!("../../../contrib/bird/lb-node.conf");
 const ROUTER_CONF: &str = include_str!("../../../contrib/bird/router-example.conf");
-
-pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// One lb node.
 pub struct Node {
@@ -85,7 +83,7 @@ impl Node {
             )
             .replace("log syslog all;", "log stderr all;");
         let path = self.dir.join("bird.conf");
-        std::fs::write(&path, conf)?;
+        std::fs::write(&path, conf).map_err(Error::io(format!("writing {}", path.display())))?;
         self.bird = Some(start_bird(
             &self.ns,
             &self.name,
@@ -114,7 +112,7 @@ impl Node {
             ));
         }
         let path = self.dir.join("lb.toml");
-        std::fs::write(&path, cfg)?;
+        std::fs::write(&path, cfg).map_err(Error::io(format!("writing {}", path.display())))?;
         let bin = locate_binary("lb-agent")?;
         let args = [
             "run".to_string(),
@@ -146,11 +144,13 @@ impl Node {
             .split_whitespace()
             .skip_while(|w| *w != "valid_lft")
             .nth(1)
-            .ok_or_else(|| format!("no valid_lft in {line:?}"))?;
+            .ok_or_else(|| Error::Unexpected(format!("no valid_lft in {line:?}")))?;
         Ok(Some(if lft == "forever" {
             u32::MAX
         } else {
-            lft.trim_end_matches("sec").parse()?
+            lft.trim_end_matches("sec")
+                .parse()
+                .map_err(|_| Error::Unexpected(format!("valid_lft {lft:?} is not a number")))?
         }))
     }
 
@@ -161,23 +161,36 @@ impl Node {
         let out = std::process::Command::new(bin)
             .args(args)
             .args(["--socket", &socket])
-            .output()?;
+            .output()
+            .map_err(|source| Error::Spawn {
+                cmd: format!("lb-agent {args:?}"),
+                source,
+            })?;
         if !out.status.success() {
-            return Err(format!(
-                "lb-agent {args:?} on {}: {}{}",
-                self.name,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-            .into());
+            return Err(Error::Command {
+                cmd: format!("lb-agent {args:?} on {}", self.name),
+                status: out.status.to_string(),
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `lb-agent status --json` of the node.
+    fn status(&self) -> Result<Json, Error> {
+        Json::parse(&self.cli(&["status", "--json"])?).map_err(|source| Error::Json {
+            what: format!("`lb-agent status --json` on {}", self.name),
+            source,
+        })
+    }
+
     /// The service's Maglev table fingerprint (`lb-agent status --json`).
     pub fn fingerprint(&self) -> Result<String, Error> {
-        let json = crate::util::json::Json::parse(&self.cli(&["status", "--json"])?)
-            .map_err(|e| e.to_string())?;
+        let json = self.status()?;
         Ok(json
             .items()
             .first()
@@ -189,8 +202,7 @@ impl Node {
 
     /// New flows the node's service has seen (`lb-agent status --json`).
     pub fn flows(&self) -> Result<u64, Error> {
-        let json = crate::util::json::Json::parse(&self.cli(&["status", "--json"])?)
-            .map_err(|e| e.to_string())?;
+        let json = self.status()?;
         Ok(json
             .items()
             .first()
@@ -286,7 +298,8 @@ impl MultiNode {
             lan(&ns, 1 + n as u8)?;
             ns.ip(&["route", "add", "default", "via", &ROUTER_LAN.to_string()])?;
             let ndir = dir.path().join(&name);
-            std::fs::create_dir_all(&ndir)?;
+            std::fs::create_dir_all(&ndir)
+                .map_err(Error::io(format!("creating {}", ndir.display())))?;
             node_list.push(Node {
                 name,
                 addr: Ipv4Addr::new(10, 90, 0, 1 + n as u8),
@@ -374,7 +387,7 @@ impl MultiNode {
             );
         }
         let path = self.dir.path().join("router-bird.conf");
-        std::fs::write(&path, conf)?;
+        std::fs::write(&path, conf).map_err(Error::io(format!("writing {}", path.display())))?;
         let socket = self.dir.path().join("router-bird.ctl");
         self.router_bird = Some(start_bird(&self.router, "router", &path, &socket)?);
         Ok(())
@@ -425,10 +438,11 @@ impl MultiNode {
                 return Ok(start.elapsed());
             }
             if start.elapsed() > limit {
-                return Err(format!(
-                    "the router's next hops for {VIP} are {hops:?}, not {want:?}, after {limit:?}"
-                )
-                .into());
+                return Err(Error::Timeout {
+                    what: format!("the router's next hops for {VIP} to be {want:?}"),
+                    waited: limit,
+                    last: format!("{hops:?}"),
+                });
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -506,7 +520,11 @@ pub fn start_bird(ns: &NetNs, label: &str, conf: &Path, socket: &Path) -> Result
     let start = Instant::now();
     while !socket.exists() {
         if start.elapsed() > Duration::from_secs(10) {
-            return Err(format!("bird {label} did not start: {}", p.tail(20)).into());
+            return Err(Error::Timeout {
+                what: format!("bird {label}'s control socket"),
+                waited: Duration::from_secs(10),
+                last: p.tail(20),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -522,6 +540,8 @@ pub fn which(program: &str) -> Result<PathBuf, Error> {
         .map(|d| d.join(program))
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            format!("`{program}` is not installed: run `cargo xtask setup` (bird2)").into()
+            Error::Unexpected(format!(
+                "`{program}` is not installed: run `cargo xtask setup` (bird2)"
+            ))
         })
 }
