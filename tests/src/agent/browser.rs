@@ -375,6 +375,8 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let lift = |fd: RawFd| -> io::Result<OwnedFd> {
         // SAFETY: fd is ours (just made); the duplicate is owned by the result.
         let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        // SAFETY: fd is one of the two pipe2 just made, owned by nothing else, and
+        // closed only here.
         unsafe { libc::close(fd) };
         if high < 0 {
             return Err(io::Error::last_os_error());

@@ -62,7 +62,7 @@ pub fn attach(ns: &NetNs, ifname: &str, port: u16) -> Result<DropCounter, Error>
     let prog = load_prog(&map, port).map_err(err("loading the program"))?;
     // The interface index and the attachment resolve in the calling thread's namespace.
     let link = ns.run(|| -> Result<OwnedFd, Error> {
-        // SAFETY: a NUL-terminated name.
+        // SAFETY: `name` is a CString, NUL-terminated and alive across the call.
         let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if index == 0 {
             return Err(err("finding the interface")(io::Error::last_os_error()));

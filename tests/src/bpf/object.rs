@@ -865,7 +865,7 @@ impl Lb {
 
 impl Drop for Lb {
     fn drop(&mut self) {
-        // SAFETY: `ebpf` is not used again after this.
+        // SAFETY: this is `drop`: `self.ebpf` is taken once, here, and not touched after.
         let ebpf = unsafe { ManuallyDrop::take(&mut self.ebpf) };
         if self.pooled {
             POOL.lock().unwrap_or_else(|e| e.into_inner()).push(ebpf);

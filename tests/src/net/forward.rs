@@ -129,6 +129,7 @@ mod tests {
 
     #[test]
     fn forwards_both_ways_inside_a_namespace() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("skipped: needs root (namespaces)");
             return;

@@ -97,7 +97,7 @@ pub fn packet_socket(ifname: &str) -> Result<(OwnedFd, u32), (&'static str, io::
     }
     // SAFETY: the kernel just returned this fd to us.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: a NUL-terminated name.
+    // SAFETY: `name` is a CString, NUL-terminated and alive across the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
     if index == 0 {
         return Err(("if_nametoindex", io::Error::last_os_error()));

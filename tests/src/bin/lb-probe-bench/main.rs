@@ -307,17 +307,21 @@ fn closed(i: usize) -> bool {
 /// Raises the soft RLIMIT_NOFILE as far as [`NOFILE`] (the hard limit too, when allowed:
 /// CAP_SYS_RESOURCE); fails if fewer than `need` descriptors are available.
 fn raise_nofile(need: usize) -> anyhow::Result<()> {
-    // SAFETY: getrlimit/setrlimit read or fill the struct we pass.
+    // SAFETY: rlimit is two integers, for which all-zero bytes are valid.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes into `lim`, a live and writable rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     let want = libc::rlimit {
         rlim_cur: NOFILE,
         rlim_max: NOFILE.max(lim.rlim_max),
     };
+    // SAFETY: setrlimit only reads `want`, a live rlimit.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
         lim.rlim_cur = NOFILE.min(lim.rlim_max);
+        // SAFETY: setrlimit only reads `lim`, a live rlimit.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
     }
+    // SAFETY: getrlimit writes into `lim`, a live and writable rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     if (lim.rlim_cur as usize) < need {
         bail!(
