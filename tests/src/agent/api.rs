@@ -27,18 +27,13 @@ const MAX_ANSWER: u64 = 16 << 20;
 /// Pause between two looks at the API while waiting for a condition.
 pub const POLL_EVERY: Duration = Duration::from_millis(20);
 
-/// Why an API request or a wait failed.
+/// Why an API request or a wait failed: the agent's answer (which callers match on), or
+/// a failure of the harness on the way to it.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The namespace, the connection, a command or a wait failed.
     #[error(transparent)]
-    Netns(#[from] Error),
-    #[error("{what} (agent API at {addr})")]
-    Io {
-        what: String,
-        addr: SocketAddr,
-        #[source]
-        source: io::Error,
-    },
+    Harness(#[from] Error),
     #[error("{method} {path}: the agent answered {status}: {body}")]
     Status {
         method: String,
@@ -57,28 +52,6 @@ pub enum ApiError {
         path: String,
         what: String,
         body: String,
-    },
-    #[error("waited {waited:?} for {what}; last seen:\n{last}")]
-    Timeout {
-        what: String,
-        waited: Duration,
-        last: String,
-    },
-    #[error("interrupted while waiting for {what}")]
-    Interrupted { what: String },
-    #[error("`{cmd}` did not finish within {timeout:?}")]
-    CliTimeout { cmd: String, timeout: Duration },
-    #[error("`{cmd}` failed ({status}): {output}")]
-    Cli {
-        cmd: String,
-        status: String,
-        output: String,
-    },
-    #[error("could not run `{cmd}`")]
-    CliSpawn {
-        cmd: String,
-        #[source]
-        source: io::Error,
     },
 }
 
@@ -233,7 +206,13 @@ impl Api {
         let addr = self.addr;
         let io = |what: &str| {
             let what = format!("{method} {path}: {what}");
-            move |source| ApiError::Io { what, addr, source }
+            move |source| -> ApiError {
+                Error::Io {
+                    what: format!("{what} (agent API at {addr})"),
+                    source,
+                }
+                .into()
+            }
         };
         let raw = self.ns.run(|| -> Result<Vec<u8>, ApiError> {
             let mut stream =
@@ -262,10 +241,12 @@ impl Api {
                 .map_err(io("reading the answer"))?;
             Ok(raw)
         })??;
-        parse_response(&raw).map_err(|what| ApiError::Io {
-            what: format!("{method} {path}: {what}"),
-            addr,
-            source: io::Error::new(io::ErrorKind::InvalidData, "malformed HTTP answer"),
+        parse_response(&raw).map_err(|what| {
+            Error::Io {
+                what: format!("{method} {path}: {what} (agent API at {addr})"),
+                source: io::Error::new(io::ErrorKind::InvalidData, "malformed HTTP answer"),
+            }
+            .into()
         })
     }
 
@@ -369,17 +350,19 @@ impl Api {
                 Err(err) => last = err.to_string(),
             }
             if crate::util::interrupt::requested() {
-                return Err(ApiError::Interrupted {
+                return Err(Error::Interrupted {
                     what: what.to_owned(),
-                });
+                }
+                .into());
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                return Err(ApiError::Timeout {
+                return Err(Error::Timeout {
                     what: what.to_owned(),
                     waited,
                     last,
-                });
+                }
+                .into());
             }
             thread::sleep(POLL_EVERY);
         }
@@ -434,7 +417,7 @@ pub fn cli(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| ApiError::CliSpawn {
+        .map_err(|source| Error::Spawn {
             cmd: cmd.clone(),
             source,
         })?;
@@ -447,9 +430,14 @@ pub fn cli(
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(ApiError::CliTimeout { cmd, timeout });
+                return Err(Error::Timeout {
+                    what: format!("`{cmd}` to finish"),
+                    waited: timeout,
+                    last: String::new(),
+                }
+                .into());
             }
-            Err(source) => return Err(ApiError::CliSpawn { cmd, source }),
+            Err(source) => return Err(Error::Spawn { cmd, source }.into()),
         }
     };
     let mut out = String::new();
@@ -461,11 +449,12 @@ pub fn cli(
         let _ = s.read_to_string(&mut err);
     }
     if !status.success() {
-        return Err(ApiError::Cli {
+        return Err(Error::Command {
             cmd,
             status: status.to_string(),
             output: format!("{}{}", out, err).trim().to_owned(),
-        });
+        }
+        .into());
     }
     Ok(out)
 }

@@ -21,10 +21,8 @@ use crate::{
     traffic::pacer::wall_now,
     util::{
         error::Error,
-        {
-            json::Json,
-            process::{NsProcess, STOP_GRACE},
-        },
+        json::Json,
+        process::{NsProcess, STOP_GRACE},
     },
 };
 
@@ -320,9 +318,10 @@ pub fn wait_event(
             return Ok(e);
         }
         if crate::util::interrupt::requested() {
-            return Err(ApiError::Interrupted {
+            return Err(Error::Interrupted {
                 what: format!("{server} -> {to}"),
-            });
+            }
+            .into());
         }
         let waited = start.elapsed();
         if waited >= timeout {
@@ -337,11 +336,12 @@ pub fn wait_event(
                     )
                 })
                 .collect();
-            return Err(ApiError::Timeout {
+            return Err(Error::Timeout {
                 what: format!("an event {server} -> {to}"),
                 waited,
                 last: last.join("\n"),
-            });
+            }
+            .into());
         }
         thread::sleep(POLL_EVERY);
     }
@@ -422,11 +422,12 @@ pub fn wait_state(
         };
         let waited = start.elapsed();
         if waited >= timeout {
-            return Err(ApiError::Timeout {
+            return Err(Error::Timeout {
                 what: format!("{addr} of {service} {state}"),
                 waited,
                 last,
-            });
+            }
+            .into());
         }
         thread::sleep(POLL_EVERY);
     }
@@ -454,11 +455,12 @@ pub fn wait_all_probed_up(
         }
         let waited = start.elapsed();
         if waited >= timeout {
-            return Err(ApiError::Timeout {
+            return Err(Error::Timeout {
                 what: format!("every server of {service} up and probed"),
                 waited,
                 last: pending.join("\n"),
-            });
+            }
+            .into());
         }
         thread::sleep(POLL_EVERY);
     }

@@ -63,7 +63,8 @@ pub enum Error {
         #[source]
         source: JsonError,
     },
-    /// The agent's API answered with an error.
+    /// The agent's API answered with an error, or with an answer that is not what was
+    /// asked for.
     #[error(transparent)]
     Api(Box<ApiError>),
     /// A step failed inside a larger one, which `what` names.
@@ -105,6 +106,9 @@ impl Error {
 
 impl From<ApiError> for Error {
     fn from(error: ApiError) -> Self {
-        Error::Api(Box::new(error))
+        match error {
+            ApiError::Harness(inner) => inner,
+            answer => Error::Api(Box::new(answer)),
+        }
     }
 }
