@@ -31,6 +31,7 @@ use crate::{
         link::{self, Link, Mac, VethEnd},
         names,
         netns::NetNs,
+        switch::Switch,
     },
     util::{error::Error, json::Json, process::NsProcess, temp_dir::TempDir},
 };
@@ -221,7 +222,7 @@ pub struct MultiNode {
     pub client: NetNs,
     pub router: NetNs,
     _links: Vec<Link>,
-    _switch: NetNs,
+    _switch: Switch,
     dir: TempDir,
 }
 
@@ -232,8 +233,8 @@ impl MultiNode {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
-        let switch = NetNs::create(&format!("{tag}-sw"))?;
-        let mut links = vec![link::bridge(&switch, "br0")?];
+        let mut switch = Switch::create(&tag)?;
+        let mut links = Vec::new();
         let router = NetNs::create(&format!("{tag}-r"))?;
         let client = NetNs::create(&format!("{tag}-c"))?;
         links.push(link::veth_pair(
@@ -266,23 +267,15 @@ impl MultiNode {
         router.sysctl("net.ipv4.fib_multipath_hash_policy", "1")?;
 
         let mut lan = |ns: &NetNs, index: u8| -> Result<(), Error> {
-            let port = format!("p{index}");
-            links.push(link::veth_pair(
-                VethEnd {
-                    ns: &switch,
-                    name: &port,
-                    mac: Mac([0x02, 0x89, 0, 0, 0, index]),
-                },
+            switch.plug(
+                &format!("p{index}"),
+                Mac([0x02, 0x89, 0, 0, 0, index]),
                 VethEnd {
                     ns,
                     name: "eth0",
                     mac: Mac([0x02, 0x90, 0, 0, 0, index]),
                 },
-            )?);
-            switch.ip_batch(&[
-                format!("link set {port} master br0"),
-                format!("link set {port} up"),
-            ])?;
+            )?;
             ns.ip_batch(&[
                 format!("addr add 10.90.0.{index}/24 dev eth0"),
                 "link set eth0 up".into(),

@@ -39,17 +39,14 @@ use aya::programs::XdpMode;
 
 use crate::{
     agent::daemon::{AgentConfig, READY_LINE, START_TIMEOUT, Service},
-    bpf::pass_prog::{self, PassPrograms},
     net::{
         link::{self, Link, Mac, VethEnd},
         names,
         netns::NetNs,
-        topology::{BRIDGE, Forwarding, HOST_IF},
+        switch::Switch,
+        topology::{Forwarding, HOST_IF},
     },
-    util::{
-        error::Error,
-        {process::NsProcess, temp_dir::TempDir},
-    },
+    util::{error::Error, process::NsProcess, temp_dir::TempDir},
 };
 
 /// MTU of the router's routes toward the client and the backend (IPv6's minimum).
@@ -121,15 +118,15 @@ const MAC_BACKEND: Mac = Mac([0x02, 0x92, 0, 0, 0, 0x0a]);
 
 /// The built network; dropping it removes everything.
 pub struct PmtuNet {
-    // Fields drop in this order: programs, links, namespaces, the directory.
-    pass: Option<PassPrograms>,
+    // Fields drop in this order: the switch (programs, ports), the router's links,
+    // namespaces, the directory.
+    switch: Switch,
     links: Vec<Link>,
     pub plan: Plan,
     pub client: NetNs,
     pub router: NetNs,
     pub lb: NetNs,
     pub backend: NetNs,
-    switch: NetNs,
     dir: TempDir,
 }
 
@@ -139,42 +136,32 @@ impl PmtuNet {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
+        let switch = Switch::create(&tag)?;
         let ns = |role: &str| NetNs::create(&format!("{tag}-{role}"));
-        let (switch, router, lb, client, backend) =
-            (ns("sw")?, ns("rt")?, ns("lb")?, ns("cl")?, ns("be")?);
+        let (router, lb, client, backend) = (ns("rt")?, ns("lb")?, ns("cl")?, ns("be")?);
         let mut net = PmtuNet {
-            pass: None,
+            switch,
             links: Vec::new(),
             plan,
             client,
             router,
             lb,
             backend,
-            switch,
             dir,
         };
-        net.links.push(link::bridge(&net.switch, BRIDGE)?);
         for (port, host, name, mac) in [
             ("p-rt", &net.router, "lan", MAC_ROUTER_LAN),
             ("p-lb", &net.lb, HOST_IF, MAC_LB),
         ] {
-            let peer_mac = Mac([0x02, 0x98, 0, 0, 0, mac.0[5]]);
-            net.links.push(link::veth_pair(
-                VethEnd {
-                    ns: &net.switch,
-                    name: port,
-                    mac: peer_mac,
-                },
+            net.switch.plug(
+                port,
+                Mac([0x02, 0x98, 0, 0, 0, mac.0[5]]),
                 VethEnd {
                     ns: host,
                     name,
                     mac,
                 },
-            )?);
-            net.switch.ip_batch(&[
-                format!("link set {port} master {BRIDGE}"),
-                format!("link set {port} up"),
-            ])?;
+            )?;
         }
         for (host, name, mac, router_name, router_mac) in [
             (&net.client, HOST_IF, MAC_CLIENT, "cl", MAC_ROUTER_CL),
@@ -194,11 +181,7 @@ impl PmtuNet {
             )?);
         }
         net.configure()?;
-        net.pass = Some(pass_prog::attach(
-            &net.switch,
-            &["p-rt", "p-lb"],
-            XdpMode::Driver,
-        )?);
+        net.switch.attach_pass(XdpMode::Driver, &[])?;
         Ok(net)
     }
 

@@ -26,16 +26,13 @@ use std::{
 use aya::programs::XdpMode;
 
 use crate::{
-    bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{self, Link, Mac, VethEnd},
+        link::{self, Mac, VethEnd},
         names,
         netns::NetNs,
+        switch::Switch,
     },
-    util::{
-        error::Error,
-        {process::NsProcess, temp_dir::TempDir},
-    },
+    util::{error::Error, process::NsProcess, temp_dir::TempDir},
 };
 
 /// The bridge's name in the switch namespace.
@@ -189,8 +186,7 @@ impl TopologyBuilder {
         let k = self.subnet.unwrap_or_else(|| default_subnet(&tag));
 
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
-        let switch = NetNs::create(&format!("{tag}-sw"))?;
-        let bridge = link::bridge(&switch, BRIDGE)?;
+        let mut switch = Switch::create(&tag)?;
 
         let mut roles = vec![
             ("lb".to_owned(), LB_INDEX),
@@ -198,7 +194,6 @@ impl TopologyBuilder {
         ];
         roles.extend((1..=self.backends).map(|i| (format!("b{i}"), CLIENT_INDEX + i as u8)));
 
-        let mut links = Vec::new();
         let mut hosts = Vec::new();
         for (role, index) in roles {
             let ns = NetNs::create(&format!("{tag}-{role}"))?;
@@ -209,23 +204,15 @@ impl TopologyBuilder {
                 role,
                 ns,
             };
-            let port = format!("p-{}", host.role);
-            links.push(link::veth_pair(
-                VethEnd {
-                    ns: &switch,
-                    name: &port,
-                    mac: Mac([0x02, 0x78, k, 0, 0, index]),
-                },
+            switch.plug(
+                &format!("p-{}", host.role),
+                Mac([0x02, 0x78, k, 0, 0, index]),
                 VethEnd {
                     ns: &host.ns,
                     name: HOST_IF,
                     mac: host.mac,
                 },
-            )?);
-            switch.ip_batch(&[
-                format!("link set {port} master {BRIDGE}"),
-                format!("link set {port} up"),
-            ])?;
+            )?;
             hosts.push(host);
         }
         let backends = hosts.split_off(2);
@@ -233,26 +220,17 @@ impl TopologyBuilder {
         let lb = hosts.pop().expect("lb host");
 
         let mut topo = Topology {
-            pass: None,
-            links,
-            bridge: Some(bridge),
+            switch,
             client,
             lb,
             backends,
-            switch,
             dir,
             subnet: k,
             forwarding: self.forwarding,
             ipv6: self.ipv6,
         };
         topo.configure_hosts(self.static_neighbours)?;
-        let ports: Vec<String> = topo
-            .hosts()
-            .map(|h| format!("p-{}", h.role))
-            .filter(|p| !self.no_pass.contains(p))
-            .collect();
-        let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
-        topo.pass = Some(pass_prog::attach(&topo.switch, &ports, self.pass_mode)?);
+        topo.switch.attach_pass(self.pass_mode, &self.no_pass)?;
         Ok(topo)
     }
 }
@@ -260,14 +238,12 @@ impl TopologyBuilder {
 /// A built test network; dropping it removes every namespace, link and program.
 #[derive(Debug)]
 pub struct Topology {
-    // Fields drop in this order: programs, links, hosts, the switch, the directory.
-    pass: Option<PassPrograms>,
-    links: Vec<Link>,
-    bridge: Option<Link>,
+    // Fields drop in this order: the switch (programs, ports, bridge), hosts, the
+    // directory.
+    switch: Switch,
     client: Host,
     lb: Host,
     backends: Vec<Host>,
-    switch: NetNs,
     dir: TempDir,
     subnet: u8,
     forwarding: Forwarding,
@@ -303,7 +279,7 @@ impl Topology {
 
     /// The switch namespace (bridge `br0`, ports `p-<role>`).
     pub fn switch(&self) -> &NetNs {
-        &self.switch
+        self.switch.ns()
     }
 
     /// Every host: lb, client, then the backends.
@@ -392,15 +368,6 @@ impl Topology {
             link::set_tx_checksum(&host.ns, HOST_IF, false)?;
         }
         Ok(())
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        // Detach the programs before their interfaces go; the fields then drop in order.
-        self.pass.take();
-        self.links.clear();
-        self.bridge.take();
     }
 }
 

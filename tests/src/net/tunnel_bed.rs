@@ -33,12 +33,12 @@ use std::{
 use aya::programs::XdpMode;
 
 use crate::{
-    bpf::pass_prog::{self, PassPrograms},
     net::{
         link::{self, Link, Mac, VethEnd},
         names,
         netns::NetNs,
-        topology::{BRIDGE, HOST_IF},
+        switch::Switch,
+        topology::HOST_IF,
     },
     util::{error::Error, temp_dir::TempDir},
 };
@@ -66,15 +66,15 @@ const MAC_CLIENT: Mac = Mac([0x02, 0x93, 0, 0, 0, 0x0a]);
 
 /// The built network.
 pub struct TunnelBed {
-    // Fields drop in this order: programs, links, namespaces, the directory.
-    pass: Option<PassPrograms>,
+    // Fields drop in this order: the switch (programs, ports), the router's links,
+    // namespaces, the directory.
+    switch: Switch,
     links: Vec<Link>,
     pub client: NetNs,
     pub router: NetNs,
     pub lb: NetNs,
     /// `t1`, `t2`, `t3`, in [`BACKENDS`]' order.
     pub backends: Vec<NetNs>,
-    switch: NetNs,
     dir: TempDir,
 }
 
@@ -84,44 +84,36 @@ impl TunnelBed {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
+        let switch = Switch::create(&tag)?;
         let ns = |role: &str| NetNs::create(&format!("{tag}-{role}"));
-        let (switch, router, lb, client) = (ns("sw")?, ns("rt")?, ns("lb")?, ns("cl")?);
+        let (router, lb, client) = (ns("rt")?, ns("lb")?, ns("cl")?);
         let mut backends = Vec::new();
         for name in BACKENDS {
             backends.push(ns(name)?);
         }
         let mut bed = TunnelBed {
-            pass: None,
+            switch,
             links: Vec::new(),
             client,
             router,
             lb,
             backends,
-            switch,
             dir,
         };
-        bed.links.push(link::bridge(&bed.switch, BRIDGE)?);
         for (port, host, mac) in [
             ("p-rt", &bed.router, MAC_ROUTER),
             ("p-lb", &bed.lb, MAC_LB),
             ("p-cl", &bed.client, MAC_CLIENT),
         ] {
-            bed.links.push(link::veth_pair(
-                VethEnd {
-                    ns: &bed.switch,
-                    name: port,
-                    mac: Mac([0x02, 0x98, 0, 0, 0, mac.0[5]]),
-                },
+            bed.switch.plug(
+                port,
+                Mac([0x02, 0x98, 0, 0, 0, mac.0[5]]),
                 VethEnd {
                     ns: host,
                     name: HOST_IF,
                     mac,
                 },
-            )?);
-            bed.switch.ip_batch(&[
-                format!("link set {port} master {BRIDGE}"),
-                format!("link set {port} up"),
-            ])?;
+            )?;
         }
         for (i, (name, host)) in BACKENDS.iter().zip(&bed.backends).enumerate() {
             let n = i as u8 + 1;
@@ -139,11 +131,7 @@ impl TunnelBed {
             )?);
         }
         bed.configure()?;
-        bed.pass = Some(pass_prog::attach(
-            &bed.switch,
-            &["p-rt", "p-lb", "p-cl"],
-            XdpMode::Driver,
-        )?);
+        bed.switch.attach_pass(XdpMode::Driver, &[])?;
         Ok(bed)
     }
 
@@ -235,12 +223,5 @@ impl TunnelBed {
     /// A directory for this bed's files (removed on drop).
     pub fn dir(&self) -> &Path {
         self.dir.path()
-    }
-}
-
-impl Drop for TunnelBed {
-    fn drop(&mut self) {
-        self.pass.take();
-        self.links.clear();
     }
 }
