@@ -5,8 +5,10 @@
 //!
 //! # Groups
 //!
-//! - [`util`]: setup commands, child processes in a namespace, JSON, the Ctrl-C flag.
-//! - [`net`]: namespaces, links, and the network-only beds.
+//! - [`util`]: the library's error ([`util::error::Error`]), setup commands, child
+//!   processes in a namespace, temporary directories, JSON, the Ctrl-C flag.
+//! - [`net`]: namespaces, links, the switch every bed plugs its hosts into
+//!   ([`net::switch::Switch`]), and the network-only beds.
 //! - [`traffic`]: clients, servers' peers, pacers, and hand-built frames on a wire.
 //! - [`bpf`]: lb's XDP object loaded for BPF_PROG_TEST_RUN, its maps, the lab object with
 //!   the programs peers run, and the parser fuzz target.

@@ -12,6 +12,7 @@ use crate::{
         link::{self, Link, Mac, VethEnd},
         names,
         netns::NetNs,
+        switch,
         topology::{BRIDGE, HOST_IF, Topology},
     },
     util::error::Error,
@@ -48,8 +49,8 @@ impl RoutedSegment {
     pub fn build(topo: &Topology) -> Result<Self, Error> {
         let k = topo.subnet();
         let tag = names::unique_tag();
-        let switch = topo.switch();
-        let bridge = link::bridge(switch, FAR_BRIDGE)?;
+        let switch_ns = topo.switch();
+        let bridge = link::bridge(switch_ns, FAR_BRIDGE)?;
         let r1 = NetNs::create(&format!("{tag}-r1"))?;
         let r2 = NetNs::create(&format!("{tag}-r2"))?;
         let far = NetNs::create(&format!("{tag}-far"))?;
@@ -75,22 +76,17 @@ impl RoutedSegment {
             (seg.far.clone(), HOST_IF, "q-far", FAR_BRIDGE, mac(1, 10)),
         ];
         for (i, (ns, ifname, port, br, m)) in ends.iter().enumerate() {
-            seg.links.push(link::veth_pair(
-                VethEnd {
-                    ns: switch,
-                    name: port,
-                    mac: Mac([0x02, 0x7a, k, 0, 0, i as u8]),
-                },
+            seg.links.push(switch::plug(
+                switch_ns,
+                br,
+                port,
+                Mac([0x02, 0x7a, k, 0, 0, i as u8]),
                 VethEnd {
                     ns,
                     name: ifname,
                     mac: *m,
                 },
             )?);
-            switch.ip_batch(&[
-                format!("link set {port} master {br}"),
-                format!("link set {port} up"),
-            ])?;
             ns.ip_batch(&[format!("link set {ifname} up")])?;
             link::set_tx_checksum(ns, ifname, false)?;
         }

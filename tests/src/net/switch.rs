@@ -40,21 +40,11 @@ impl Switch {
     }
 
     /// Plugs `host` (its namespace, interface name and MAC) into a new port `port`
-    /// whose own MAC is `port_mac`, and sets the port up.
+    /// whose own MAC is `port_mac`.
     pub fn plug(&mut self, port: &str, port_mac: Mac, host: VethEnd<'_>) -> Result<(), Error> {
-        let link = link::veth_pair(
-            VethEnd {
-                ns: &self.ns,
-                name: port,
-                mac: port_mac,
-            },
-            host,
-        )?;
+        let link = plug(&self.ns, BRIDGE, port, port_mac, host)?;
         self.ports.push((port.to_owned(), link));
-        self.ns.ip_batch(&[
-            format!("link set {port} master {BRIDGE}"),
-            format!("link set {port} up"),
-        ])
+        Ok(())
     }
 
     /// Attaches `lb_pass` in `mode` to every port but those in `skip`.
@@ -73,4 +63,28 @@ impl Switch {
     pub fn ns(&self) -> &NetNs {
         &self.ns
     }
+}
+
+/// Plugs `host` into `bridge` of namespace `ns` through a new port `port` (MAC
+/// `port_mac`), set up; the returned guard deletes the veth pair.
+pub fn plug(
+    ns: &NetNs,
+    bridge: &str,
+    port: &str,
+    port_mac: Mac,
+    host: VethEnd<'_>,
+) -> Result<Link, Error> {
+    let link = link::veth_pair(
+        VethEnd {
+            ns,
+            name: port,
+            mac: port_mac,
+        },
+        host,
+    )?;
+    ns.ip_batch(&[
+        format!("link set {port} master {bridge}"),
+        format!("link set {port} up"),
+    ])?;
+    Ok(link)
 }
