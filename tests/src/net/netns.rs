@@ -57,11 +57,14 @@ impl NetNs {
         R: Send,
     {
         let path = PathBuf::from(crate::net::names::NETNS_DIR).join(self.name());
-        let file = File::open(&path).map_err(Error::io(format!(
-            "opening {} to enter network namespace {}",
-            path.display(),
-            self.name()
-        )))?;
+        let file = File::open(&path).map_err(|source| Error::Io {
+            what: format!(
+                "opening {} to enter network namespace {}",
+                path.display(),
+                self.name()
+            ),
+            source,
+        })?;
         thread::scope(|scope| {
             let handle = thread::Builder::new()
                 .name(format!("netns-{}", self.name()))
@@ -76,10 +79,13 @@ impl NetNs {
                     }
                     Ok(f())
                 })
-                .map_err(Error::io(format!(
-                    "could not start a thread for network namespace {}",
-                    self.name()
-                )))?;
+                .map_err(|source| Error::Io {
+                    what: format!(
+                        "could not start a thread for network namespace {}",
+                        self.name()
+                    ),
+                    source,
+                })?;
             match handle.join() {
                 Ok(result) => result,
                 Err(payload) => panic::resume_unwind(payload),

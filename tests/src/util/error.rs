@@ -77,7 +77,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// For `map_err`: an I/O error of the call `what` names.
+    /// For `map_err`: an I/O error of the call `what` names (`what` is built before the
+    /// call; where the call repeats, build the error in a closure instead).
     pub fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
         let what = what.into();
         move |source| Error::Io { what, source }

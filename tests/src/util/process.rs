@@ -200,10 +200,10 @@ impl NsProcess {
     /// The exit status if the process has exited (reaps it).
     pub fn try_status(&mut self) -> Result<Option<ExitStatus>, Error> {
         if self.exited.is_none() {
-            self.exited = self
-                .child
-                .try_wait()
-                .map_err(Error::io(format!("waiting for {}", self.label)))?;
+            self.exited = self.child.try_wait().map_err(|source| Error::Io {
+                what: format!("waiting for {}", self.label),
+                source,
+            })?;
         }
         Ok(self.exited)
     }
