@@ -1,7 +1,7 @@
 //! Builds the lab's eBPF object (lb-ebpf with its `lab` feature: the product's programs
 //! and maps plus the benchmarks' reflector and reduced programs and the test beds' SYN
 //! responder) and tells the crate where it is (`LB_LAB_OBJ_PATH`), for
-//! `lb_tests::lab::OBJECT`. The product object (`lb_agent::EBPF_OBJECT`) never has these.
+//! `lb_tests::bpf::lab::OBJECT`. The product object (`lb_agent::EBPF_OBJECT`) never has these.
 //!
 //! Its own target dir (`target/ebpf-lab`), so it never replaces the product's build.
 //! Set `LB_LAB_OBJ=/path/to/object` to embed a prebuilt lab object instead.

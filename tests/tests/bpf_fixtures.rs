@@ -4,7 +4,7 @@
 //!
 //! Needs root (BPF). Output checksums are verified twice, independently of
 //! `lb_common::csum`: by byte comparison with frames built from scratch by
-//! `lb_tests::packet` (its own RFC 1071 sum) and by `etherparse`.
+//! `lb_tests::traffic::packet` (its own RFC 1071 sum) and by `etherparse`.
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
@@ -83,8 +83,10 @@ mod prelude {
         },
     };
     pub use lb_tests::{
-        bpf::{Lb, Run, XDP_DROP, XDP_PASS, XDP_TX, action_name, addr_words, family, flow_key},
-        packet::*,
+        bpf::object::{
+            Lb, Run, XDP_DROP, XDP_PASS, XDP_TX, action_name, addr_words, family, flow_key,
+        },
+        traffic::packet::*,
     };
 
     pub use super::{fixture::*, world::*};

@@ -18,9 +18,11 @@ use lb_common::{
     table::{FlowBucket, FlowSlot, TABLE_WAYS, live_word},
 };
 use lb_tests::{
-    bpf::{Lb, XDP_TX, flow_key},
-    clock::monotonic_ns,
-    packet::{Frame, TCP_SYN},
+    bpf::{
+        clock::monotonic_ns,
+        object::{Lb, XDP_TX, flow_key},
+    },
+    traffic::packet::{Frame, TCP_SYN},
 };
 
 const FLOWS: u32 = 1 << 20;
@@ -54,7 +56,7 @@ fn two_million_spoofed_syns_against_a_million_established_flows() {
     };
     lb.add_service(vip(), 80, IPPROTO_TCP, meta);
     let backend = lb_common::maps::Backend {
-        addr: lb_tests::bpf::addr_words(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 11))),
+        addr: lb_tests::bpf::object::addr_words(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 11))),
         port: 80u16.to_be(),
         mac: [0x02, 0, 0, 0, 1, 1],
         flags: lb_common::maps::BACKEND_F_LIVE | lb_common::maps::BACKEND_F_SERVING,

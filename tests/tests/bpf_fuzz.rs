@@ -1,6 +1,6 @@
 //! The packet-parser fuzz target, bounded: 20,000 mutated frames through
 //! BPF_PROG_TEST_RUN, each verdict checked against the reference classifier
-//! (`lb_tests::classify`) and the invariants of `lb_tests::fuzz`. Needs root.
+//! (`lb_tests::bpf::classify`) and the invariants of `lb_tests::bpf::fuzz`. Needs root.
 //! Longer runs: `cargo xtask fuzz --frames N --seed S`.
 
 use lb_common::counters::{
@@ -11,7 +11,7 @@ use lb_common::counters::{
 
 #[test]
 fn mutated_frames_match_the_reference_classifier() {
-    let report = lb_tests::fuzz::run(20_000, 12).unwrap_or_else(|e| panic!("{e}"));
+    let report = lb_tests::bpf::fuzz::run(20_000, 12).unwrap_or_else(|e| panic!("{e}"));
     println!("{report}");
     // The mutator must reach every rule, or agreement proves little.
     for counter in [

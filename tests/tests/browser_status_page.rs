@@ -13,12 +13,11 @@
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::API_LISTEN,
-    browser::Browser,
-    json::Json,
-    redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
-    topology::{Forwarding, Topology},
-    traffic,
+    agent::{browser::Browser, daemon::API_LISTEN},
+    net::topology::{Forwarding, Topology},
+    scenario::redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
+    traffic::clients,
+    util::json::Json,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -77,7 +76,7 @@ fn page_shows_servers_and_follows_a_failure_live() {
     let probe = TcpProbe::fast();
     let service = redundancy::service(&topo, "web", &members, &probe, &[]);
     let vip = service.vip;
-    let _agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let _agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let url = format!("http://{API_LISTEN}/");
     let mut browser =
@@ -121,7 +120,7 @@ fn page_shows_servers_and_follows_a_failure_live() {
     );
 
     // Traffic between two polls: the page shows it as a rate.
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         ports.take(CONNECTIONS),
@@ -254,13 +253,13 @@ fn ten_open_tabs_cost_the_agent_little_cpu() {
         .expect("starting a testserver per member");
     let probe = TcpProbe::fast();
     let service = redundancy::service(&topo, "web", &members, &probe, &[]);
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let pid = agent.process().pid();
     let cpu_over = |window: Duration| {
-        let before = lb_tests::cpu::process_on_cpu(pid);
+        let before = lb_tests::bench::cpu::process_on_cpu(pid);
         std::thread::sleep(window);
-        (lb_tests::cpu::process_on_cpu(pid) - before).as_secs_f64() / window.as_secs_f64()
+        (lb_tests::bench::cpu::process_on_cpu(pid) - before).as_secs_f64() / window.as_secs_f64()
     };
 
     let idle = cpu_over(CPU_WINDOW);

@@ -11,7 +11,7 @@ use lb_agent::{
     publish::{DesiredBackend, DesiredService, PublishError, Publisher, Role},
 };
 use lb_common::{IPPROTO_TCP, MAX_BACKENDS};
-use lb_tests::packet::{Frame, TCP_SYN};
+use lb_tests::traffic::packet::{Frame, TCP_SYN};
 
 const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const BIG: usize = 20_000;

@@ -14,7 +14,7 @@ use lb_common::{
     FAMILY_V4, IPPROTO_TCP, MAGLEV_BLOCKS,
     maps::{ServiceMeta, VipKey},
 };
-use lb_tests::bpffs::PrivateBpffs;
+use lb_tests::agent::bpffs::PrivateBpffs;
 
 fn vip(sid: u32) -> VipKey {
     VipKey {

@@ -4,7 +4,7 @@
 //! refuses slots outside the table or a service without one.
 
 use lb_agent::dataplane::{BpfDataplane, Dataplane, DataplaneError, pin::PinDir};
-use lb_tests::bpffs::PrivateBpffs;
+use lb_tests::agent::bpffs::PrivateBpffs;
 
 #[test]
 fn slot_writes_change_only_those_slots_of_the_live_table() {

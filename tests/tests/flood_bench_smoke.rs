@@ -182,11 +182,11 @@ fn flood_bench_trickle_reaches_the_backends_and_adds_up() {
         );
     }
 
-    let leftovers: Vec<String> = std::fs::read_dir(lb_tests::names::NETNS_DIR)
+    let leftovers: Vec<String> = std::fs::read_dir(lb_tests::net::names::NETNS_DIR)
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| lb_tests::names::owner_pid(n) == Some(pid))
+                .filter(|n| lb_tests::net::names::owner_pid(n) == Some(pid))
                 .collect()
         })
         .unwrap_or_default();

@@ -1,4 +1,4 @@
-//! The flood benchmark's sink (`lb_tests::drop_prog`) on a backend's `eth0`: UDP to its
+//! The flood benchmark's sink (`lb_tests::bpf::drop_prog`) on a backend's `eth0`: UDP to its
 //! port is counted and dropped before the stack sees it, other UDP passes to sockets,
 //! and dropping the sink detaches it.
 
@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_tests::{drop_prog, topology::Topology};
+use lb_tests::{bpf::drop_prog, net::topology::Topology};
 
 const SINK_PORT: u16 = 9000;
 const OTHER_PORT: u16 = 9001;

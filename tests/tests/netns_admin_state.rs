@@ -7,10 +7,12 @@
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, RELOAD_TIMEOUT, START_TIMEOUT, locate_binary, socket_path},
-    api::{self, Api},
-    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
-    topology::Forwarding,
+    agent::{
+        api::{self, Api},
+        daemon::{Agent, AgentConfig, RELOAD_TIMEOUT, START_TIMEOUT, locate_binary, socket_path},
+    },
+    net::topology::Forwarding,
+    scenario::balance::{self, BACKEND_TCP_PORT, WEIGHTS},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -19,10 +21,10 @@ const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn runtime_changes_survive_reload_and_restart_until_reset() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 71, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 71, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
     let config = AgentConfig::new(vec![service.clone()]);
     let agent = Agent::start(topo, &binary, &config, Some("native"), START_TIMEOUT)
@@ -89,7 +91,7 @@ fn runtime_changes_survive_reload_and_restart_until_reset() {
     agent
         .stop(Duration::from_secs(10))
         .expect("stopping the agent");
-    let state = std::fs::read_to_string(lb_tests::agent::state_file(topo.dir()))
+    let state = std::fs::read_to_string(lb_tests::agent::daemon::state_file(topo.dir()))
         .expect("the state file was written");
     assert!(
         state.contains("\"down\"") && state.contains("\"weight\": 5"),
@@ -133,11 +135,11 @@ fn runtime_changes_survive_reload_and_restart_until_reset() {
 
 #[test]
 fn a_reload_to_a_snat_ip_not_on_this_host_is_refused() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 72, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 72, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
-    let agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
+    let agent = balance::start_agent(topo, vec![service.clone()], Some("native"))
         .expect("starting lb-agent");
     let mut foreign = service.clone();
     foreign.snat_ip = Some("192.0.2.77".parse().unwrap());

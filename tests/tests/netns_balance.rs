@@ -8,12 +8,14 @@
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Proto, Service, locate_binary},
-    api,
-    process::STOP_GRACE,
-    scenario::{self, SHARE_TOLERANCE, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
-    traffic,
+    agent::{
+        api,
+        daemon::{Proto, Service, locate_binary},
+    },
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::balance::{self, SHARE_TOLERANCE, WEIGHTS},
+    traffic::clients,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -26,16 +28,16 @@ const CONNECTIONS: usize = 2_400;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let agent =
-        scenario::start_agent(topo, vec![service], Some(xdp_mode)).expect("starting lb-agent");
+        balance::start_agent(topo, vec![service], Some(xdp_mode)).expect("starting lb-agent");
 
     let client = topo.client();
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         10_000,
@@ -44,7 +46,7 @@ fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
         DEADLINE,
     )
     .expect("entering the client namespace");
-    let expected = scenario::expected(&backends);
+    let expected = balance::expected(&backends);
     println!(
         "balance {} {xdp_mode}, {CONNECTIONS} TCP connections to {vip}:\n{}",
         forwarding.as_str(),
@@ -96,7 +98,7 @@ fn balance(forwarding: Forwarding, xdp_mode: &str, subnet: u8) {
 /// a connection must fail fast.
 fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
     let client = topo.client();
-    let after = traffic::tcp_names(&client.ns, client.ipv4.into(), 19_000, vip, 1, DEADLINE)
+    let after = clients::tcp_names(&client.ns, client.ipv4.into(), 19_000, vip, 1, DEADLINE)
         .expect("entering the client namespace");
     assert_eq!(
         after.answered(),
@@ -107,10 +109,10 @@ fn assert_no_answer_after_stop(topo: &Topology, vip: SocketAddr) {
 
 /// The same over IPv6 (VIP fd77:0:0:k::c8), every host dual-stack.
 fn balance_v6(forwarding: Forwarding, subnet: u8) {
-    let bed = scenario::Testbed::start(forwarding, subnet, true, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, true, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let port = scenario::vip_port(forwarding, scenario::BACKEND_TCP_PORT, 80);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let port = balance::vip_port(forwarding, balance::BACKEND_TCP_PORT, 80);
     let service = Service::on(
         topo,
         "web6",
@@ -118,17 +120,17 @@ fn balance_v6(forwarding: Forwarding, subnet: u8) {
         true,
         port,
         &backends,
-        scenario::BACKEND_TCP_PORT,
+        balance::BACKEND_TCP_PORT,
     );
     let vip = service.vip;
     let _agent =
-        scenario::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
+        balance::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
 
     let client = topo.client();
     let src = client.addr(true).expect("client IPv6 address");
-    let tally = traffic::tcp_names(&client.ns, src, 10_000, vip, CONNECTIONS, DEADLINE)
+    let tally = clients::tcp_names(&client.ns, src, 10_000, vip, CONNECTIONS, DEADLINE)
         .expect("entering the client namespace");
-    let expected = scenario::expected(&backends);
+    let expected = balance::expected(&backends);
     println!(
         "balance IPv6 {} native, {CONNECTIONS} TCP connections to {vip}:\n{}",
         forwarding.as_str(),

@@ -1,4 +1,4 @@
-//! A seeded chaos run in nat and in dsr (`lb_tests::chaos`): four backends under ordinary
+//! A seeded chaos run in nat and in dsr (`lb_tests::scenario::chaos`): four backends under ordinary
 //! traffic (four loops of new connections from OS-chosen ports, about 160 a second, and
 //! two keep-alive clients) while a server is killed and started again, a backend's link
 //! goes down for 3 s, a health check fails for 6 s, a backend's address moves to another
@@ -10,9 +10,11 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    chaos,
-    realistic::{Bed, Role},
-    topology::Forwarding,
+    net::topology::Forwarding,
+    scenario::{
+        chaos,
+        realistic::{Bed, Role},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

@@ -15,23 +15,15 @@ use std::{
 };
 
 use lb_tests::{
-    agent::locate_binary,
-    bpffs::PrivateBpffs,
-    link::{Link, Mac, VethEnd, veth_pair},
-    multinode::{bird_present, start_bird},
-    names::unique_tag,
-    netns::NetNs,
-    process::NsProcess,
+    agent::{bpffs::PrivateBpffs, daemon::locate_binary},
+    net::{
+        link::{Link, Mac, VethEnd, veth_pair},
+        multinode::{bird_present, start_bird},
+        names::unique_tag,
+        netns::NetNs,
+    },
+    util::{process::NsProcess, temp_dir::TempDir},
 };
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 struct Host {
     lb: NetNs,
@@ -86,11 +78,10 @@ fn host() -> Host {
     lb.sysctl("net.ipv4.conf.eth0.rp_filter", "0")
         .expect("rp_filter");
     let dir = std::env::temp_dir().join(format!("lb-doctor-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = TempDir(dir);
-    let conf = dir.0.join("bird.conf");
+    let dir = TempDir::create(dir).expect("the host's directory");
+    let conf = dir.path().join("bird.conf");
     std::fs::write(&conf, "router id 10.70.0.2;\nprotocol device {}\n").unwrap();
-    let bird_socket = dir.0.join("bird.ctl");
+    let bird_socket = dir.path().join("bird.ctl");
     let bird = start_bird(&lb, "doctor", &conf, &bird_socket).expect("BIRD starts");
     let pins = PrivateBpffs::mount("doctor").expect("a private bpffs");
     Host {
@@ -140,7 +131,7 @@ address = "10.70.0.12:53"
     );
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = h.dir.0.join(format!("lb-{n}.toml"));
+    let path = h.dir.path().join(format!("lb-{n}.toml"));
     std::fs::write(&path, edit(text)).unwrap();
     path
 }
@@ -220,7 +211,7 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         |t| t.replace("1024-32767", "1024-40000"),
         &[],
     );
-    let off_bpffs = h.dir.0.join("pins");
+    let off_bpffs = h.dir.path().join("pins");
     expect_blocker(
         &h,
         "bpffs",
@@ -232,7 +223,7 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         },
         &[],
     );
-    let no_bird = h.dir.0.join("nobird.ctl");
+    let no_bird = h.dir.path().join("nobird.ctl");
     expect_blocker(
         &h,
         "bird",

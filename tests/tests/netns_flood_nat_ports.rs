@@ -21,13 +21,15 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    frame_stream::{self, TcpTemplate},
-    packet::TCP_SYN,
-    process::STOP_GRACE,
-    scenario,
-    topology::{Forwarding, HOST_IF},
-    traffic,
+    agent::api::{self, Api},
+    net::topology::{Forwarding, HOST_IF},
+    scenario::balance,
+    traffic::{
+        clients,
+        frame_stream::{self, TcpTemplate},
+        packet::TCP_SYN,
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -64,12 +66,12 @@ fn reclaimed(api: &Api) -> u64 {
 
 #[test]
 fn real_nat_clients_get_ports_during_a_sustained_spoofed_syn_flood() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, SUBNET, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, SUBNET, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let mut service = scenario::tcp_service(topo, &scenario::weighted(topo, &[1, 1, 1]));
+    let mut service = balance::tcp_service(topo, &balance::weighted(topo, &[1, 1, 1]));
     service.snat_ports = Some("20000-20999".into());
     let vip = service.vip;
-    let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
+    let agent = balance::start_agent(topo, vec![service], None).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let client = topo.client();
     client
@@ -116,7 +118,7 @@ fn real_nat_clients_get_ports_during_a_sustained_spoofed_syn_flood() {
 
     thread::sleep(WARM_UP);
     let (refused_before, reclaimed_before) = (refused(&api), reclaimed(&api));
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         11_000,

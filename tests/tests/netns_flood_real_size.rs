@@ -34,17 +34,21 @@ use lb_common::{
     table::{PENDING_WAYS_MAX, TABLE_WAYS},
 };
 use lb_tests::{
-    agent::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
-    api::Api,
-    bpf::flow_key,
-    flood_watch::{self, FlowCounters},
-    flow_snapshot::FlowTable,
-    frame_stream::{self, TcpTemplate},
-    packet::{TCP_ACK, TCP_SYN},
-    process::STOP_GRACE,
-    scenario,
-    topology::{Forwarding, Topology},
-    traffic::{self, EchoConn},
+    agent::{
+        api::Api,
+        daemon::{Agent, AgentConfig, RELOAD_TIMEOUT, locate_binary},
+        flow_snapshot::FlowTable,
+    },
+    bench::flood_watch::{self, FlowCounters},
+    bpf::object::flow_key,
+    net::topology::{Forwarding, Topology},
+    scenario::balance,
+    traffic::{
+        clients::{self, EchoConn},
+        frame_stream::{self, TcpTemplate},
+        packet::{TCP_ACK, TCP_SYN},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -102,7 +106,7 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
         .subnet(SUBNET)
         .build()
         .expect("building the topology");
-    let _servers = scenario::start_testservers(&topo, Path::new(TESTSERVER))
+    let _servers = balance::start_testservers(&topo, Path::new(TESTSERVER))
         .expect("starting lb-testserver on every backend");
     flood_watch::drop_on_backends(&topo, SPOOFED).expect("nftables on the backends");
     let client = topo.client();
@@ -113,8 +117,8 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
     wire.hold_bursts(LB_PORT, 10_000)
         .expect("a packet queue on the switch's port to the lb");
 
-    let three = scenario::weighted(&topo, &[1, 1, 1]);
-    let service = scenario::tcp_service(&topo, &three);
+    let three = balance::weighted(&topo, &[1, 1, 1]);
+    let service = balance::tcp_service(&topo, &three);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service]);
     config.agent_extra.push(format!("max_flows = {MAX_FLOWS}"));
@@ -227,9 +231,9 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
 
     // A fourth backend: a flow that lost its entry would now be re-pinned by a table in
     // which a quarter of the slots name b4.
-    let four = scenario::weighted(&topo, &[1, 1, 1, 1]);
+    let four = balance::weighted(&topo, &[1, 1, 1, 1]);
     let mut config4 = config.clone();
-    config4.services = vec![scenario::tcp_service(&topo, &four)];
+    config4.services = vec![balance::tcp_service(&topo, &four)];
     agent
         .reload(&config4, RELOAD_TIMEOUT)
         .expect("reloading with b4");
@@ -260,7 +264,7 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
     let mut rounds = 0;
     while !flood.is_finished() && rounds < MAX_ROUNDS {
         echoes += echo_all(&mut conns, &format!("flood round {rounds}"));
-        let t = traffic::tcp_names(
+        let t = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             new_ports,
@@ -279,7 +283,7 @@ fn a_million_established_flows_keep_their_backends_under_two_million_spoofed_syn
         .expect("the flood thread")
         .expect("sending the flood");
     let during = new_answered;
-    let after = traffic::tcp_names(
+    let after = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         new_ports,

@@ -11,12 +11,14 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    inject,
-    packet::{Frame, TCP_SYN},
-    process::STOP_GRACE,
-    scenario,
-    topology::{BRIDGE, Forwarding, HOST_IF},
+    agent::api::{self, Api},
+    net::topology::{BRIDGE, Forwarding, HOST_IF},
+    scenario::balance,
+    traffic::{
+        inject,
+        packet::{Frame, TCP_SYN},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -43,12 +45,12 @@ fn wait_counter(api: &Api, name: &str, at_least: f64) -> f64 {
 
 #[test]
 fn frames_for_a_foreign_mac_are_not_balanced() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 150, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Dsr, 150, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &scenario::WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &balance::WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
-    let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
+    let agent = balance::start_agent(topo, vec![service], None).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let client = topo.client();
     let syns = |first_port: u16, dst_mac: [u8; 6]| -> Vec<Vec<u8>> {

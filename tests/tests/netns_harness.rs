@@ -9,9 +9,9 @@ use std::{
 };
 
 use lb_tests::{
-    process::NsProcess,
-    topology::{Forwarding, Topology},
-    traffic,
+    net::topology::{Forwarding, Topology},
+    traffic::clients,
+    util::process::NsProcess,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -72,7 +72,7 @@ fn hosts_reach_backends_directly_and_everything_is_removed_on_drop() {
         for v6 in [false, true] {
             let dst = SocketAddr::new(b.addr(v6).unwrap(), 8080);
             let src = client.addr(v6).unwrap();
-            let tcp = traffic::tcp_names(
+            let tcp = clients::tcp_names(
                 &client.ns,
                 src,
                 11000 + 100 * i as u16 + 50 * v6 as u16,
@@ -87,7 +87,7 @@ fn hosts_reach_backends_directly_and_everything_is_removed_on_drop() {
                 "5 TCP greetings from {dst} expected: {tcp:?}"
             );
             let dst = SocketAddr::new(b.addr(v6).unwrap(), 8081);
-            let udp = traffic::udp_names(
+            let udp = clients::udp_names(
                 &client.ns,
                 src,
                 12000 + 100 * i as u16 + 50 * v6 as u16,
@@ -103,7 +103,7 @@ fn hosts_reach_backends_directly_and_everything_is_removed_on_drop() {
             );
         }
     }
-    let mut echo = traffic::EchoConn::connect(
+    let mut echo = clients::EchoConn::connect(
         &client.ns,
         IpAddr::V4(client.ipv4),
         SocketAddr::new(topo.backends()[0].ipv4.into(), 8080),

@@ -19,16 +19,19 @@ use std::{
 };
 
 use lb_tests::{
-    agent::locate_binary,
-    api::{self, Api},
-    health::{
-        HealthServers, MARGIN, Probe, event_time, rss_kib, secs, server_health, wait_all_probed_up,
-        wait_event, wait_state, with_health,
+    agent::{
+        api::{self, Api},
+        daemon::locate_binary,
     },
-    pacer::wall_now,
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
-    traffic,
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            HealthServers, MARGIN, Probe, event_time, rss_kib, secs, server_health,
+            wait_all_probed_up, wait_event, wait_state, with_health,
+        },
+    },
+    traffic::{clients, pacer::wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -52,14 +55,14 @@ fn health_hostile_backends_fail_their_probes_and_memory_stays_bounded() {
     let timeout = Duration::from_millis(300);
     let health = Probe::http(interval, timeout, 2, 2).key("expect_body = \"ok\"");
     let plain = Probe::http(interval, timeout, 2, 2).named("plain");
-    let backends = scenario::weighted(&topo, &[1, 1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1, 1]);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &["max_fails = 0"],
         &[health.clone(), plain],
     );
     let vip = svc.vip;
-    let agent = scenario::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let addrs: Vec<SocketAddr> = topo
         .backends()
@@ -206,7 +209,7 @@ fn health_hostile_backends_fail_their_probes_and_memory_stays_bounded() {
     // Client traffic goes to the healthy one only.
     let client = topo.client();
     let t = wall_now();
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         30_000,

@@ -12,15 +12,16 @@ use std::{
 };
 
 use lb_tests::{
-    agent::Agent,
-    api::Api,
-    health::{
-        self, HealthServers, MARGIN, Probe, event_time, secs, wait_all_probed_up, wait_event,
-        with_health,
+    agent::{api::Api, daemon::Agent},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            self, HealthServers, MARGIN, Probe, event_time, secs, wait_all_probed_up, wait_event,
+            with_health,
+        },
     },
-    pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    traffic::pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -66,14 +67,14 @@ fn setup(forwarding: Forwarding, subnet: u8, n: usize, in_service: usize, probe:
         .map(|b| SocketAddr::new(b.ipv4.into(), BACKEND_TCP_PORT))
         .collect();
     let weights = vec![1; in_service];
-    let backends = scenario::weighted(&topo, &weights);
+    let backends = balance::weighted(&topo, &weights);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &["max_fails = 0"],
         std::slice::from_ref(probe),
     );
     let vip = svc.vip;
-    let agent = scenario::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     wait_all_probed_up(&api, "web", &addrs[..in_service], FIRST_VERDICTS)
         .expect("every configured server up after its first probes");

@@ -19,13 +19,17 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    health::wait_state,
-    icmp_forge::{port_unreachable_v4, send_raw_v4},
-    pacer::wall_now,
-    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
-    topology::{Forwarding, HOST_IF, Topology},
-    traffic::EchoConn,
+    agent::api::{self, Api},
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
+        health::wait_state,
+    },
+    traffic::{
+        clients::EchoConn,
+        icmp_forge::{port_unreachable_v4, send_raw_v4},
+        pacer::wall_now,
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -67,17 +71,17 @@ fn sweep(lb: Ipv4Addr, backends: &[Ipv4Addr], src: Option<Ipv4Addr>, tcp: bool) 
 
 #[test]
 fn health_icmp_forged_unreachables_across_the_snat_range_change_nothing() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 112, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 112, false, Path::new(TESTSERVER));
     let topo: &Topology = &bed.topo;
-    let backends = scenario::weighted(topo, &[1, 1, 1]);
-    let mut web = scenario::tcp_service(topo, &backends);
-    let mut dns = scenario::udp_service(topo, &backends);
+    let backends = balance::weighted(topo, &[1, 1, 1]);
+    let mut web = balance::tcp_service(topo, &backends);
+    let mut dns = balance::udp_service(topo, &backends);
     for s in [&mut web, &mut dns] {
         s.extra.push("max_fails = 1".into());
         s.extra.push("fail_timeout = \"30s\"".into());
     }
     let (web_vip, dns_vip) = (web.vip, dns.vip);
-    let _agent = scenario::start_agent(topo, vec![web, dns], Some("native")).expect("lb-agent");
+    let _agent = balance::start_agent(topo, vec![web, dns], Some("native")).expect("lb-agent");
     let api = Api::new(&topo.lb().ns);
     let client = topo.client();
     let lb = topo.lb().ipv4;

@@ -8,12 +8,14 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    api::Api,
-    process::STOP_GRACE,
-    redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
-    scenario::WEIGHTS,
-    topology::{Forwarding, Topology},
-    traffic,
+    agent::api::Api,
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::WEIGHTS,
+        redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
+    },
+    traffic::clients,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -39,7 +41,7 @@ fn unhealthy_backend_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
     let probe = TcpProbe::fast().on_port(HEALTH_PORT);
     let service = redundancy::service(&topo, "web", &members, &probe, &[]);
     let vip = service.vip;
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let name = |a| redundancy::name_of(&members, a);
@@ -77,7 +79,7 @@ fn unhealthy_backend_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
             });
         std::thread::sleep(Duration::from_millis(300));
     }
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         ports.take(NEW_CONNECTIONS),

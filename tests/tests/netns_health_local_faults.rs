@@ -13,12 +13,16 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{AgentConfig, READY_LINE},
-    api::{self, Api},
-    process::STOP_GRACE,
-    redundancy::{self, Backends, Member, TcpProbe},
-    scenario::WEIGHTS,
-    topology::{Forwarding, HOST_IF, Topology},
+    agent::{
+        api::{self, Api},
+        daemon::{AgentConfig, READY_LINE},
+    },
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::WEIGHTS,
+        redundancy::{self, Backends, Member, TcpProbe},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -48,7 +52,7 @@ fn agent_out_of_descriptors_keeps_every_verdict() {
     let service = redundancy::service(&topo, "web", &members, &TcpProbe::fast(), &[]);
     let config = topo.dir().join("lb.toml");
     std::fs::write(&config, AgentConfig::new(vec![service]).render()).expect("writing lb.toml");
-    let binary = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
+    let binary = lb_tests::agent::daemon::locate_binary("lb-agent").expect("lb-agent binary");
     let binary = binary.display().to_string();
     let config = config.display().to_string();
     let agent = topo
@@ -87,7 +91,7 @@ fn agent_out_of_descriptors_keeps_every_verdict() {
     let mark = agent.lines().len();
 
     // Idle connections to the API until the agent has no descriptor left.
-    let api_addr: SocketAddr = lb_tests::agent::API_LISTEN.parse().unwrap();
+    let api_addr: SocketAddr = lb_tests::agent::daemon::API_LISTEN.parse().unwrap();
     let held: Vec<TcpStream> = topo
         .lb()
         .ns

@@ -17,12 +17,16 @@ use std::{
 };
 
 use lb_tests::{
-    agent::Agent,
-    api::{self, Api},
-    health::{HealthServers, MARGIN, event_time, secs, wait_event, wait_state, with_health},
-    pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, HOST_IF, Topology},
+    agent::{
+        api::{self, Api},
+        daemon::Agent,
+    },
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{HealthServers, MARGIN, event_time, secs, wait_event, wait_state, with_health},
+    },
+    traffic::pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -58,9 +62,9 @@ fn setup(forwarding: Forwarding, subnet: u8, start: &[&str], connect: Duration) 
         .expect("building the topology");
     let servers = HealthServers::start(&topo, Path::new(TESTSERVER), start)
         .expect("starting lb-testserver on the backends");
-    let backends = scenario::weighted(&topo, &[1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1]);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &[
             &format!("max_fails = {MAX_FAILS}"),
             &format!("fail_timeout = \"{FAIL_TIMEOUT}s\""),
@@ -68,7 +72,7 @@ fn setup(forwarding: Forwarding, subnet: u8, start: &[&str], connect: Duration) 
         &[],
     );
     let vip = svc.vip;
-    let agent = scenario::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let b2 = SocketAddr::new(topo.backends()[1].ipv4.into(), BACKEND_TCP_PORT);
     wait_state(&api, "web", b2, "up", Duration::from_secs(5)).expect("b2 up at the start");

@@ -11,14 +11,15 @@
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::Agent,
-    api::Api,
-    health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, secs, server_health,
-        wait_all_probed_up, wait_event, wait_state, with_health,
+    agent::{api::Api, daemon::Agent},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
+        health::{
+            HealthServers, MARGIN, Probe, ProbeKind, event_time, secs, server_health,
+            wait_all_probed_up, wait_event, wait_state, with_health,
+        },
     },
-    scenario::{self, BACKEND_TCP_PORT, BACKEND_UDP_PORT},
-    topology::{Forwarding, Topology},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -39,7 +40,7 @@ struct Setup {
 fn setup(
     subnet: u8,
     n: usize,
-    service: impl Fn(&Topology) -> lb_tests::agent::Service,
+    service: impl Fn(&Topology) -> lb_tests::agent::daemon::Service,
     name: &str,
     port: u16,
 ) -> Setup {
@@ -52,7 +53,7 @@ fn setup(
     let roles: Vec<&str> = topo.backends().iter().map(|b| b.role.as_str()).collect();
     let servers = HealthServers::start(&topo, Path::new(TESTSERVER), &roles)
         .expect("starting lb-testserver on every backend");
-    let agent = scenario::start_agent(&topo, vec![service(&topo)], Some("native"))
+    let agent = balance::start_agent(&topo, vec![service(&topo)], Some("native"))
         .expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let addrs = addrs(&topo, port);
@@ -110,9 +111,9 @@ fn assert_up(s: &Setup, service: &str, addr: SocketAddr, what: &str) {
 fn health_tcp_probe_detects_a_killed_server() {
     let probe = Probe::new("tcp", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2);
     let service = |topo: &Topology| {
-        let backends = scenario::weighted(topo, &[1, 1, 1]);
+        let backends = balance::weighted(topo, &[1, 1, 1]);
         with_health(
-            scenario::tcp_service(topo, &backends),
+            balance::tcp_service(topo, &backends),
             &["max_fails = 0"],
             std::slice::from_ref(&probe),
         )
@@ -141,9 +142,9 @@ fn health_udp_probe_detects_wrong_silent_and_closed_responders() {
         .key("send = \"ping\\r\\n\"")
         .key("expect = \"^b[0-9]+$\"");
     let service = |topo: &Topology| {
-        let backends = scenario::weighted(topo, &[1, 1, 1, 1]);
+        let backends = balance::weighted(topo, &[1, 1, 1, 1]);
         with_health(
-            scenario::udp_service(topo, &backends),
+            balance::udp_service(topo, &backends),
             &["max_fails = 0"],
             std::slice::from_ref(&probe),
         )
@@ -189,9 +190,9 @@ fn health_udp_probe_without_reading_a_reply_still_detects_a_closed_port() {
         .key("send = \"ping\\r\\n\"")
         .key("max_response = 0");
     let service = |topo: &Topology| {
-        let backends = scenario::weighted(topo, &[1, 1, 1]);
+        let backends = balance::weighted(topo, &[1, 1, 1]);
         with_health(
-            scenario::udp_service(topo, &backends),
+            balance::udp_service(topo, &backends),
             &["max_fails = 0"],
             std::slice::from_ref(&probe),
         )
@@ -222,9 +223,9 @@ fn health_udp_probe_without_reading_a_reply_still_detects_a_closed_port() {
 fn health_icmp_probe_detects_ignored_echo_and_ignores_ports() {
     let probe = Probe::new("ping", ProbeKind::Icmp, INTERVAL, TIMEOUT, 2, 2);
     let service = |topo: &Topology| {
-        let backends = scenario::weighted(topo, &[1, 1, 1]);
+        let backends = balance::weighted(topo, &[1, 1, 1]);
         with_health(
-            scenario::tcp_service(topo, &backends),
+            balance::tcp_service(topo, &backends),
             &["max_fails = 0"],
             std::slice::from_ref(&probe),
         )
@@ -236,7 +237,7 @@ fn health_icmp_probe_detects_ignored_echo_and_ignores_ports() {
     let b1_count = probes_of_b1();
     s.servers.kill("b1").expect("killing b1's server");
     let b3 = &s.topo.backends()[2];
-    let t_drop = lb_tests::pacer::wall_now();
+    let t_drop = lb_tests::traffic::pacer::wall_now();
     b3.ns
         .sysctl("net.ipv4.icmp_echo_ignore_all", "1")
         .expect("b3 ignoring ICMP echo");

@@ -7,15 +7,19 @@
 use std::{net::SocketAddr, path::Path, thread, time::Duration};
 
 use lb_tests::{
-    agent::{AgentConfig, RELOAD_TIMEOUT},
-    api::Api,
-    health::{
-        HealthServers, MARGIN, Probe, event_time, find_event, secs, server_health,
-        wait_all_probed_up, wait_event, with_health,
+    agent::{
+        api::Api,
+        daemon::{AgentConfig, RELOAD_TIMEOUT},
     },
-    pacer::wall_now,
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            HealthServers, MARGIN, Probe, event_time, find_event, secs, server_health,
+            wait_all_probed_up, wait_event, with_health,
+        },
+    },
+    traffic::pacer::wall_now,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -43,14 +47,14 @@ fn reload_unchanged(subnet: u8, extra: &str, check: impl FnOnce(&Api, &[SocketAd
     if !extra.is_empty() {
         probe = probe.key(extra);
     }
-    let backends = scenario::weighted(&topo, &[1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1]);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &["max_fails = 0"],
         std::slice::from_ref(&probe),
     );
     let agent =
-        scenario::start_agent(&topo, vec![svc.clone()], Some("native")).expect("starting lb-agent");
+        balance::start_agent(&topo, vec![svc.clone()], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let addrs: Vec<SocketAddr> = topo
         .backends()

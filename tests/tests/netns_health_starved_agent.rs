@@ -8,13 +8,17 @@
 use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Proto, Service},
-    api::{self, Api},
-    cpu::{self, FifoHog},
-    health::{HealthServers, Probe, ProbeKind, wait_all_probed_up, with_health},
-    process::STOP_GRACE,
-    scenario,
-    topology::{Forwarding, Topology},
+    agent::{
+        api::{self, Api},
+        daemon::{Proto, Service},
+    },
+    bench::cpu::{self, FifoHog},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance,
+        health::{HealthServers, Probe, ProbeKind, wait_all_probed_up, with_health},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -78,12 +82,12 @@ fn a_starved_agent_changes_no_servers_state() {
         1,
     )
     .key("tcp_check = \"syn\"");
-    let weighted = scenario::weighted(&topo, &[1, 1]);
+    let weighted = balance::weighted(&topo, &[1, 1]);
     let mut service = Service::on(&topo, "web", Proto::Tcp, false, 80, &weighted, FIRST_PORT);
     service.servers = addrs.iter().map(|a| (*a, 1)).collect();
     let service = with_health(service, &["max_fails = 0"], &[probe]);
     let agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+        balance::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     wait_all_probed_up(&api, "web", &addrs, FIRST_VERDICTS).expect("every server up");
     let pid = agent.process().pid();
@@ -118,7 +122,8 @@ fn a_starved_agent_changes_no_servers_state() {
         "no transition during or after the stall:\n{log}"
     );
     for a in &addrs {
-        let (state, _) = lb_tests::health::server_health(&api, "web", *a).expect("server");
+        let (state, _) =
+            lb_tests::scenario::health::server_health(&api, "web", *a).expect("server");
         assert_eq!(state, "up", "{a}");
     }
     agent.stop(STOP_GRACE).expect("stopping lb-agent");

@@ -13,16 +13,18 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
-        local_faults_while_the_queue_drops, secs, server_health, syn_packets, wait_all_probed_up,
-        wait_event, with_health,
+    agent::api::{self, Api},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            HealthServers, MARGIN, Probe, ProbeKind, event_time, find_event,
+            local_faults_while_the_queue_drops, secs, server_health, syn_packets,
+            wait_all_probed_up, wait_event, with_health,
+        },
+        syn_bed::nft_port,
     },
-    scenario::{self, BACKEND_TCP_PORT},
-    syn_bed::nft_port,
-    syn_forge::SynForger,
-    topology::{Forwarding, Topology},
+    traffic::syn_forge::SynForger,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -45,14 +47,14 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
     let roles: Vec<&str> = topo.backends().iter().map(|b| b.role.as_str()).collect();
     let mut servers = HealthServers::start(&topo, Path::new(TESTSERVER), &roles)
         .expect("starting lb-testserver on every backend");
-    let backends = scenario::weighted(&topo, &[1, 1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1, 1]);
     let service = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &["max_fails = 0"],
         std::slice::from_ref(&probe),
     );
     let _agent =
-        scenario::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
+        balance::start_agent(&topo, vec![service], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let a: Vec<SocketAddr> = topo
         .backends()
@@ -80,12 +82,12 @@ fn health_syn_check_passes_open_fails_closed_and_silent_and_ignores_forgeries() 
 
     // b2: closed (refused), b3: silent (dropped), b4: silent but forging answers.
     let t_closed = servers.kill("b2").expect("killing b2's server");
-    let t_silent = lb_tests::pacer::wall_now();
+    let t_silent = lb_tests::traffic::pacer::wall_now();
     nft_port(&topo.backends()[2].ns, BACKEND_TCP_PORT, "drop");
     let b4 = &topo.backends()[3].ns;
     nft_port(b4, BACKEND_TCP_PORT, "drop");
     let forger = SynForger::start(b4, BACKEND_TCP_PORT, FORGE_LIMIT).expect("forger in b4");
-    let t_forged = lb_tests::pacer::wall_now();
+    let t_forged = lb_tests::traffic::pacer::wall_now();
 
     let mut lines = Vec::new();
     for (i, since, what, want) in [

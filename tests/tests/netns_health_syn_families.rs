@@ -17,15 +17,17 @@ use std::{
 };
 
 use lb_tests::{
-    api,
-    health::{
-        MARGIN, event_time, find_event, local_faults_while_the_queue_drops, secs, server_health,
-        syn_packets, wait_event,
+    agent::api,
+    net::netns::NetNs,
+    scenario::{
+        balance::BACKEND_TCP_PORT,
+        health::{
+            MARGIN, event_time, find_event, local_faults_while_the_queue_drops, secs,
+            server_health, syn_packets, wait_event,
+        },
+        syn_bed::{SynBed, nft_port},
     },
-    netns::NetNs,
-    scenario::BACKEND_TCP_PORT,
-    syn_bed::{SynBed, nft_port},
-    syn_forge::{Forgery, SynForger},
+    traffic::syn_forge::{Forgery, SynForger},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -36,7 +38,7 @@ const TIMEOUT: Duration = Duration::from_millis(1500);
 const FORGE_LIMIT: Duration = Duration::from_secs(40);
 
 /// The last result of probe `name`.
-fn last_of(probes: &[lb_tests::health::ProbeView], name: &str) -> String {
+fn last_of(probes: &[lb_tests::scenario::health::ProbeView], name: &str) -> String {
     probes
         .iter()
         .find(|p| p.name == name)
@@ -96,7 +98,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     let forge_b1 =
         SynForger::start_with(ns(0), BACKEND_TCP_PORT, FORGE_LIMIT, Forgery::IcmpWrongSeq)
             .expect("ICMP forger in b1");
-    let t0 = lb_tests::pacer::wall_now();
+    let t0 = lb_tests::traffic::pacer::wall_now();
     bed.servers.kill("b2").expect("killing b2's server");
     nft_port(ns(2), BACKEND_TCP_PORT, "drop");
     nft_port(ns(3), BACKEND_TCP_PORT, "drop");
@@ -119,7 +121,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     let forge_b7 =
         SynForger::start_with(ns(6), BACKEND_TCP_PORT, FORGE_LIMIT, Forgery::IcmpWrongSeq)
             .expect("ICMP forger in b7");
-    let changed = lb_tests::pacer::wall_now();
+    let changed = lb_tests::traffic::pacer::wall_now();
 
     let slow = probe.detection_bound() + MARGIN;
     let fast = probe.immediate_bound() + MARGIN;
@@ -227,7 +229,7 @@ fn scenario_for(v6: bool, subnet: u8) {
     // two of its timeouts inside the window, b1 goes unhealthy by connect (whether the
     // second lands inside depends on where the window falls in connect's interval). So
     // the SYN check is judged by its own results and causes.
-    let dropping_from = lb_tests::pacer::wall_now();
+    let dropping_from = lb_tests::traffic::pacer::wall_now();
     let local = local_faults_while_the_queue_drops(topo, api, 3 * INTERVAL);
     let (_, probes) = server_health(api, "web", a[0]).expect("b1's status");
     assert!(

@@ -10,10 +10,12 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    health::{MARGIN, event_time, find_event, secs, server_health, syn_packets, wait_event},
-    netns::NetNs,
-    scenario::BACKEND_TCP_PORT,
-    syn_bed::{SynBed, nft_port},
+    net::netns::NetNs,
+    scenario::{
+        balance::BACKEND_TCP_PORT,
+        health::{MARGIN, event_time, find_event, secs, server_health, syn_packets, wait_event},
+        syn_bed::{SynBed, nft_port},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -54,11 +56,11 @@ fn scenario_for(v6: bool, subnet: u8) {
     let unreachable0 = syn_packets(api, "unreachable");
 
     // b1 stays open; b2 rejects with host unreachables, b3 with port unreachables.
-    let t0 = lb_tests::pacer::wall_now();
+    let t0 = lb_tests::traffic::pacer::wall_now();
     let ns = |i: usize| &topo.backends()[i].ns;
     reject_with_default_limits(ns(1), BACKEND_TCP_PORT, "host-unreachable");
     reject_with_default_limits(ns(2), BACKEND_TCP_PORT, "port-unreachable");
-    let changed = lb_tests::pacer::wall_now();
+    let changed = lb_tests::traffic::pacer::wall_now();
 
     // Errors that never come make a probe fail at its timeout: the detection bound.
     let bound = probe.detection_bound() + MARGIN;

@@ -16,17 +16,23 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Proto, Service},
-    api::Api,
-    cpu,
-    health::{
-        HealthServers, Probe, ProbeKind, server_health, syn_packets, wait_all_probed_up,
-        wait_state, with_health,
+    agent::{
+        api::Api,
+        daemon::{Proto, Service},
     },
-    netns::NetNs,
-    packet::{Frame, TCP_SYN, Transport},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    bench::cpu,
+    net::{
+        netns::NetNs,
+        topology::{Forwarding, Topology},
+    },
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            HealthServers, Probe, ProbeKind, server_health, syn_packets, wait_all_probed_up,
+            wait_state, with_health,
+        },
+    },
+    traffic::packet::{Frame, TCP_SYN, Transport},
 };
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -124,8 +130,8 @@ fn forged_icmp_floods_never_steer_syn_checks() {
         .expect("starting lb-testserver on every backend");
     let probe =
         Probe::new("port", ProbeKind::Tcp, INTERVAL, TIMEOUT, 2, 2).key("tcp_check = \"syn\"");
-    let backends = scenario::weighted(&topo, &[1, 1]);
-    let port = scenario::vip_port(Forwarding::Nat, BACKEND_TCP_PORT, 80);
+    let backends = balance::weighted(&topo, &[1, 1]);
+    let port = balance::vip_port(Forwarding::Nat, BACKEND_TCP_PORT, 80);
     let services: Vec<Service> = [(false, "web4"), (true, "web6")]
         .into_iter()
         .map(|(v6, name)| {
@@ -144,7 +150,7 @@ fn forged_icmp_floods_never_steer_syn_checks() {
             )
         })
         .collect();
-    let agent = scenario::start_agent(&topo, services, Some("native")).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, services, Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let pid = agent.process().pid();
     let addrs = |v6: bool| -> Vec<SocketAddr> {

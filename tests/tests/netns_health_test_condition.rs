@@ -10,14 +10,15 @@
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::Agent,
-    api::Api,
-    health::{
-        HealthServers, MARGIN, Probe, ProbeKind, event_time, secs, server_health,
-        wait_all_probed_up, wait_event, wait_state, with_health,
+    agent::{api::Api, daemon::Agent},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{
+            HealthServers, MARGIN, Probe, ProbeKind, event_time, secs, server_health,
+            wait_all_probed_up, wait_event, wait_state, with_health,
+        },
     },
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -53,13 +54,13 @@ fn setup(subnet: u8, n: usize, control: &str, probe: &Probe, addr_port: u16) -> 
         servers.restart(role).expect("starting lb-testserver");
     }
     let weights = vec![1; n];
-    let backends = scenario::weighted(&topo, &weights);
+    let backends = balance::weighted(&topo, &weights);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &["max_fails = 0"],
         std::slice::from_ref(probe),
     );
-    let agent = scenario::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let addrs: Vec<SocketAddr> = topo
         .backends()

@@ -15,12 +15,14 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, START_TIMEOUT, locate_binary},
-    api::{self, Api},
-    process::STOP_GRACE,
-    scenario,
-    topology::Forwarding,
-    traffic::EchoConn,
+    agent::{
+        api::{self, Api},
+        daemon::{Agent, AgentConfig, START_TIMEOUT, locate_binary},
+    },
+    net::topology::Forwarding,
+    scenario::balance,
+    traffic::clients::EchoConn,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -75,10 +77,10 @@ fn wait_metrics(api: &Api, limit: Duration, cond: impl Fn(&str) -> bool) -> (boo
 
 #[test]
 fn the_exposition_matches_the_docs_and_the_new_families_count() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 120, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 120, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &scenario::WEIGHTS);
-    let mut service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &balance::WEIGHTS);
+    let mut service = balance::tcp_service(topo, &backends);
     service.extra.extend([
         String::new(),
         "[[service.probe]]".into(),
@@ -128,7 +130,7 @@ fn the_exposition_matches_the_docs_and_the_new_families_count() {
         *per_backend.entry(c.backend()).or_default() += 1.0;
     }
     for (b, host) in backends.iter().map(|(h, _)| (h.role.as_str(), h)) {
-        let server = format!("{}:{}", host.ipv4, scenario::BACKEND_TCP_PORT);
+        let server = format!("{}:{}", host.ipv4, balance::BACKEND_TCP_PORT);
         let v = api::metric(
             &text,
             "lb_server_active_flows",

@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use lb_tests::multinode::{self, MultiNode};
-use lb_tests::traffic::{EchoConn, tcp_names};
+use lb_tests::net::multinode::{self, MultiNode};
+use lb_tests::traffic::clients::{EchoConn, tcp_names};
 
 /// BIRD killed: its TCP session closes; the router drops the path in milliseconds (the
 /// issue measured 3–9 ms). Bound with margin for a loaded machine.
@@ -26,7 +26,7 @@ const BATCH: usize = 120;
 /// The agent reads data-plane counters every 500 ms: wait this long before reading them.
 const STATS_SETTLE: Duration = Duration::from_millis(1200);
 
-fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::Tally {
+fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::clients::Tally {
     topo.batch(first_port, BATCH)
 }
 

@@ -13,8 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use lb_tests::multinode::{self, MultiNode};
-use lb_tests::traffic::EchoConn;
+use lb_tests::net::multinode::{self, MultiNode};
+use lb_tests::traffic::clients::EchoConn;
 
 /// The lifetime under test: long enough that a SIGKILL + restart (a few seconds on a
 /// loaded machine) never lets it end, short enough to keep the test short.
@@ -27,7 +27,7 @@ const EXPIRY_SLACK: Duration = Duration::from_secs(4);
 const CONVERGE: Duration = Duration::from_secs(30);
 const BATCH: usize = 60;
 
-fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::Tally {
+fn batch(topo: &MultiNode, first_port: u16) -> lb_tests::traffic::clients::Tally {
     topo.batch(first_port, BATCH)
 }
 

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use lb_tests::multinode::{self, MultiNode};
-use lb_tests::traffic::{EchoConn, tcp_names};
+use lb_tests::net::multinode::{self, MultiNode};
+use lb_tests::traffic::clients::{EchoConn, tcp_names};
 
 /// BIRD killed: its TCP session closes; the router drops the path in milliseconds.
 const WITHDRAW_BOUND: Duration = Duration::from_secs(1);
@@ -23,8 +23,8 @@ const SPREAD: usize = 240;
 /// The agent reads data-plane counters every 500 ms: wait this long before reading them.
 const STATS_SETTLE: Duration = Duration::from_millis(1200);
 
-fn decap_attach(ns: &lb_tests::netns::NetNs) {
-    let bin = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent");
+fn decap_attach(ns: &lb_tests::net::netns::NetNs) {
+    let bin = lb_tests::agent::daemon::locate_binary("lb-agent").expect("lb-agent");
     let out = ns
         .run(|| {
             std::process::Command::new(&bin)

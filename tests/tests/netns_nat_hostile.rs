@@ -17,14 +17,17 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Proto, Service},
-    api::Api,
-    inject,
-    packet::{Frame, TCP_SYN},
-    process::STOP_GRACE,
-    scenario::{self, BACKEND_UDP_PORT},
-    topology::{Forwarding, HOST_IF},
-    traffic,
+    agent::{
+        api::Api,
+        daemon::{Proto, Service},
+    },
+    net::topology::{Forwarding, HOST_IF},
+    scenario::balance::{self, BACKEND_UDP_PORT},
+    traffic::{
+        clients, inject,
+        packet::{Frame, TCP_SYN},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -51,12 +54,12 @@ fn counter(api: &Api, name: &str) -> u64 {
 
 #[test]
 fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 62, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 62, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let mut service = scenario::tcp_service(topo, &scenario::weighted(topo, &[1, 1, 1]));
+    let mut service = balance::tcp_service(topo, &balance::weighted(topo, &[1, 1, 1]));
     service.snat_ports = Some("20000-20099".into());
     let vip = service.vip;
-    let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
+    let agent = balance::start_agent(topo, vec![service], None).expect("starting lb-agent");
 
     let client = topo.client();
     let lb_mac = topo.lb().mac.0;
@@ -83,7 +86,7 @@ fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
     // Past the half-open time (counted from the flood, plus margin for the coarse clock).
     std::thread::sleep(HALF_OPEN + Duration::from_millis(500));
     let reclaimed_before = counter(&api, "nat_port_reclaimed");
-    let after = traffic::tcp_names(&client.ns, client.ipv4.into(), 11_000, vip, 100, DEADLINE)
+    let after = clients::tcp_names(&client.ns, client.ipv4.into(), 11_000, vip, 100, DEADLINE)
         .expect("entering the client namespace");
     std::thread::sleep(Duration::from_millis(1_500));
     let reclaimed = counter(&api, "nat_port_reclaimed") - reclaimed_before;
@@ -109,9 +112,9 @@ fn spoofed_syn_flood_gives_its_ports_back_within_seconds() {
 #[test]
 fn one_clients_udp_flood_leaves_ports_for_others() {
     const FLOOD: u16 = 2_500;
-    let bed = scenario::Testbed::start(Forwarding::Nat, 63, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 63, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &[1, 1, 1]);
+    let backends = balance::weighted(topo, &[1, 1, 1]);
     let mut service = Service::on(
         topo,
         "dns",
@@ -126,7 +129,7 @@ fn one_clients_udp_flood_leaves_ports_for_others() {
     service.extra.push("source_rate = 100".into());
     service.extra.push("source_burst = 200".into());
     let vip = service.vip;
-    let agent = scenario::start_agent(topo, vec![service], None).expect("starting lb-agent");
+    let agent = balance::start_agent(topo, vec![service], None).expect("starting lb-agent");
 
     let client = topo.client();
     let flood_src = client.ipv4;
@@ -150,7 +153,7 @@ fn one_clients_udp_flood_leaves_ports_for_others() {
     let api = Api::new(&topo.lb().ns);
     std::thread::sleep(Duration::from_millis(1_500));
     let limited = counter(&api, "drop_source_limit");
-    let others = traffic::udp_names(&client.ns, other.into(), 12_000, vip, 100, DEADLINE)
+    let others = clients::udp_names(&client.ns, other.into(), 12_000, vip, 100, DEADLINE)
         .expect("entering the client namespace");
     println!(
         "{FLOOD} one-datagram UDP flows from one client: drop_source_limit {limited}; \

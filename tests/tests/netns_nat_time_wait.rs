@@ -17,10 +17,10 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Proto, Service},
-    process::{NsProcess, STOP_GRACE},
-    scenario::{self, SERVER_START},
-    topology::{Forwarding, Topology},
+    agent::daemon::{Proto, Service},
+    net::topology::{Forwarding, Topology},
+    scenario::balance::{self, SERVER_START},
+    util::process::{NsProcess, STOP_GRACE},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -110,7 +110,7 @@ fn nat_ports_do_not_land_in_a_backends_time_wait() {
     let mut service = Service::on(&topo, "web", Proto::Tcp, false, 80, &backends, HTTP_PORT);
     service.snat_ports = Some("20000-20999".into());
     let vip = service.vip;
-    let agent = scenario::start_agent(&topo, vec![service], None).expect("starting lb-agent");
+    let agent = balance::start_agent(&topo, vec![service], None).expect("starting lb-agent");
 
     let before = paws_per_backend(&topo);
     let client = topo.client();

@@ -13,9 +13,9 @@ use std::{
 };
 
 use lb_tests::{
-    neighbour_moves::{Moves, NeighTiming, failed_after, probe, wait_answered},
-    pacer::{summary, wall_now},
-    topology::Forwarding,
+    net::topology::Forwarding,
+    scenario::neighbour_moves::{Moves, NeighTiming, failed_after, probe, wait_answered},
+    traffic::pacer::{summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

@@ -7,17 +7,23 @@
 use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, Proto, START_TIMEOUT, Service, locate_binary},
-    api::Api,
-    health::{HealthServers, wait_all_probed_up, with_health},
-    neighbour_moves::{
-        CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, logged_after, probe,
-        wait_answered,
+    agent::{
+        api::Api,
+        daemon::{Agent, AgentConfig, Proto, START_TIMEOUT, Service, locate_binary},
     },
-    pacer::{PaceConfig, Pacer, summary, wall_now},
-    routed_segment::{FAR, RoutedSegment},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    net::{
+        routed_segment::{FAR, RoutedSegment},
+        topology::{Forwarding, Topology},
+    },
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{HealthServers, wait_all_probed_up, with_health},
+        neighbour_moves::{
+            CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, logged_after, probe,
+            wait_answered,
+        },
+    },
+    traffic::pacer::{PaceConfig, Pacer, summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -59,7 +65,7 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
         &["b1", "b2", FAR],
     )
     .expect("starting lb-testserver on b1, b2 and far");
-    let backends = scenario::weighted(&topo, &[1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1]);
     let mut svc = Service::on(
         &topo,
         "web",

@@ -8,13 +8,15 @@
 use std::{path::Path, thread, time::Duration};
 
 use lb_tests::{
-    neighbour_moves::{
+    net::topology::Forwarding,
+    scenario::neighbour_moves::{
         FOLLOW, FOLLOWS_LINE, Moves, NeighTiming, failed_after, last_failure, logged_after, probe,
         wait_answered,
     },
-    pacer::{summary, wall_now},
-    topology::Forwarding,
-    traffic::EchoConn,
+    traffic::{
+        clients::EchoConn,
+        pacer::{summary, wall_now},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

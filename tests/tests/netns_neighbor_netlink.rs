@@ -11,8 +11,8 @@ use std::{
 
 use lb_agent::neighbor::{NeighborError, nexthops::MacUpdate, resolve_mac, rtnl::Rtnl, watch};
 use lb_tests::{
-    cmd,
-    topology::{Forwarding, HOST_IF, Topology},
+    net::topology::{Forwarding, HOST_IF, Topology},
+    util::cmd,
 };
 
 const RESOLVE: Duration = Duration::from_millis(500);

@@ -22,17 +22,21 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{AgentConfig, READY_LINE, RELOADED_LINE, Service},
-    confine::{self, DOCKER_DEFAULT_CAPS, Script, cap_mask, children, ns_pids, status_field},
-    operator::{
-        FRESH, STOP_BOUND, agent_binary, assert_adopted, kill, line_with, state, wait_exit,
-        write_operator_config,
+    agent::{
+        confine::{self, DOCKER_DEFAULT_CAPS, Script, cap_mask, children, ns_pids, status_field},
+        daemon::{AgentConfig, READY_LINE, RELOADED_LINE, Service},
+        operator::{
+            FRESH, STOP_BOUND, agent_binary, assert_adopted, kill, line_with, state, wait_exit,
+            write_operator_config,
+        },
     },
-    process::NsProcess,
-    restart::{Stream, assert_served, assert_stream_clean, echoes, other_backend},
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, Topology},
-    traffic::EchoConn,
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::{Stream, assert_served, assert_stream_clean, echoes, other_backend},
+    },
+    traffic::clients::EchoConn,
+    util::process::NsProcess,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -233,10 +237,10 @@ fn assert_containerized(c: &Container) {
 /// connection.
 #[test]
 fn container_start_reload_stop_restart() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 186, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Dsr, 186, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service: Service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service: Service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service.clone()]);
     // Only the socket in the container's /run; pins at the default /sys/fs/bpf/lb,
@@ -323,10 +327,10 @@ fn container_start_reload_stop_restart() {
 /// naming the capability and how to start fresh, and leave the running program serving.
 #[test]
 fn container_without_sys_admin_cannot_adopt_and_says_so() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 187, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 187, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service: Service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service: Service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service]);
     config.api_listen = String::new();

@@ -29,18 +29,22 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{AgentConfig, READY_LINE, RELOADED_LINE, Service},
-    confine::{self, Script, cap_mask, status_field},
-    operator::{
-        FRESH, STOP_BOUND, agent_binary, assert_adopted, contrib, kill, limit, line_with,
-        run_to_end, wait_exit, write_operator_config,
+    agent::{
+        confine::{self, Script, cap_mask, status_field},
+        daemon::{AgentConfig, READY_LINE, RELOADED_LINE, Service},
+        operator::{
+            FRESH, STOP_BOUND, agent_binary, assert_adopted, contrib, kill, limit, line_with,
+            run_to_end, wait_exit, write_operator_config,
+        },
+        unit_file::UnitFile,
     },
-    process::NsProcess,
-    restart::{Stream, assert_served, assert_stream_clean, echoes, other_backend},
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, Topology},
-    traffic::EchoConn,
-    unit_file::UnitFile,
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::{Stream, assert_served, assert_stream_clean, echoes, other_backend},
+    },
+    traffic::clients::EchoConn,
+    util::process::NsProcess,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -455,10 +459,10 @@ fn assert_confined(service: &Unit, agent: &NsProcess) {
 /// Restart=on-failure would restart it) and start again.
 #[test]
 fn systemd_unit_start_reload_stop_restart() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 185, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 185, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service: Service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service: Service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let mut config = AgentConfig::new(vec![service.clone()]);
     // The API only on the unit's socket; pins off (the host's /sys/fs/bpf is shared

@@ -14,12 +14,16 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, locate_binary},
-    api::Api,
-    health::{HealthServers, MARGIN, event_time, secs, wait_event, wait_state, with_health},
-    pacer::{Attempt, PaceConfig, Pacer, summary, wall_now},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, Topology},
+    agent::{
+        api::Api,
+        daemon::{Agent, AgentConfig, locate_binary},
+    },
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{HealthServers, MARGIN, event_time, secs, wait_event, wait_state, with_health},
+    },
+    traffic::pacer::{Attempt, PaceConfig, Pacer, summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -56,9 +60,9 @@ fn passive_unavailable_survives_an_agent_restart() {
         .expect("building the topology");
     let mut servers = HealthServers::start(&topo, Path::new(TESTSERVER), &["b1", "b3"])
         .expect("starting lb-testserver on b1 and b3");
-    let backends = scenario::weighted(&topo, &[1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1]);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &[
             "max_fails = 3",
             &format!("fail_timeout = \"{FAIL_TIMEOUT}s\""),

@@ -1,6 +1,6 @@
 //! Path-MTU discovery through a nat service (issue 8, item 8): the client and the
 //! backend each sit behind a router whose route toward them allows 1280 bytes, while
-//! both announce a 1460-byte MSS (see `lb_tests::pmtu`).
+//! both announce a 1460-byte MSS (see `lb_tests::net::pmtu`).
 //!
 //! - download: the backend's full-size segments, translated by lb toward the client,
 //!   hit the router's small route; its "fragmentation needed" / "packet too big" goes
@@ -21,9 +21,11 @@ use std::{
 };
 
 use lb_tests::{
-    agent::locate_binary,
-    api::{self, Api},
-    pmtu::{self, PORT, Plan, PmtuNet, TransferServer},
+    agent::{
+        api::{self, Api},
+        daemon::locate_binary,
+    },
+    net::pmtu::{self, PORT, Plan, PmtuNet, TransferServer},
 };
 
 const DOWNLOAD: usize = 4 << 20;

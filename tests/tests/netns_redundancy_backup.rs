@@ -17,12 +17,14 @@ use std::{
 };
 
 use lb_tests::{
-    api::{Api, EventView, ServiceView},
-    process::STOP_GRACE,
-    redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
-    scenario::SHARE_TOLERANCE,
-    topology::{Forwarding, Topology},
-    traffic,
+    agent::api::{Api, EventView, ServiceView},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::SHARE_TOLERANCE,
+        redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
+    },
+    traffic::clients,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -39,7 +41,7 @@ const RETRY: Duration = Duration::from_secs(3);
 /// One scenario's topology, servers, agent and API.
 struct Setup {
     // Drop order: agent, servers, then the namespaces.
-    agent: Option<lb_tests::agent::Agent>,
+    agent: Option<lb_tests::agent::daemon::Agent>,
     backends: Backends,
     api: Api,
     vip: std::net::SocketAddr,
@@ -72,7 +74,7 @@ impl Setup {
         let settings: Vec<&str> = setting.iter().map(String::as_str).collect();
         let service = redundancy::service(&topo, "web", &m, &TcpProbe::fast(), &settings);
         let vip = service.vip;
-        let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+        let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
             .expect("starting lb-agent");
         let api = Api::new(&topo.lb().ns);
         let s = Setup {
@@ -123,7 +125,7 @@ impl Setup {
     /// proportion to their weights.
     fn traffic(&mut self, label: &str, count: usize, expected: &[&str]) {
         let client = self.topo.client();
-        let tally = traffic::tcp_names(
+        let tally = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             self.ports.take(count),
@@ -274,7 +276,7 @@ fn backup_levels_permanent_duration_waits_for_the_retry() {
             s.describe(&v)
         );
         let client = s.topo.client();
-        let tally = traffic::tcp_names(
+        let tally = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             s.ports.take(50),

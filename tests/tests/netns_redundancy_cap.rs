@@ -11,10 +11,10 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    api::Api,
-    process::STOP_GRACE,
-    redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
-    topology::{Forwarding, Topology},
+    agent::api::Api,
+    net::topology::{Forwarding, Topology},
+    scenario::redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -49,7 +49,7 @@ fn removal_cap_holds_the_latest_failure_in_traffic() {
         &["max_unhealthy_percent = 50"],
     );
     let vip = service.vip;
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let name = |a| redundancy::name_of(&members, a);

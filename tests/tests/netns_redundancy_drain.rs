@@ -7,11 +7,13 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    api::{self, Api},
-    process::STOP_GRACE,
-    redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
-    scenario::WEIGHTS,
-    topology::{Forwarding, Topology},
+    agent::api::{self, Api},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::WEIGHTS,
+        redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
+    },
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -39,9 +41,9 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
         .expect("starting a testserver per member");
     let service = redundancy::service(&topo, "web", &members, &TcpProbe::fast(), &[]);
     let vip = service.vip;
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
-    let agent_bin = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
+    let agent_bin = lb_tests::agent::daemon::locate_binary("lb-agent").expect("lb-agent binary");
     let api = Api::new(&topo.lb().ns);
     let name = |a| redundancy::name_of(&members, a);
     let client = topo.client();
@@ -58,7 +60,7 @@ fn drain_keeps_pinned_flow(forwarding: Forwarding, subnet: u8) {
         .unwrap_or_else(|e| panic!("{mode}: long-lived connection on b1: {e}"));
 
     let b1_addr = b1.addr().to_string();
-    let socket = lb_tests::agent::socket_path(topo.dir())
+    let socket = lb_tests::agent::daemon::socket_path(topo.dir())
         .display()
         .to_string();
     let drain = ["server", "drain", "web", &b1_addr, "--socket", &socket];

@@ -17,12 +17,14 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    process::STOP_GRACE,
-    redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
-    scenario::{SHARE_TOLERANCE, WEIGHTS},
-    topology::{Forwarding, Topology},
-    traffic,
+    agent::api::{self, Api},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{SHARE_TOLERANCE, WEIGHTS},
+        redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
+    },
+    traffic::clients,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -91,7 +93,7 @@ fn fail_open(fail_open: bool, subnet: u8) {
     let setting = format!("fail_open = {fail_open}");
     let service = redundancy::service(&topo, "web", &members, &probe, &[&setting]);
     let vip = service.vip;
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let name = |a| redundancy::name_of(&members, a);
@@ -141,7 +143,7 @@ fn fail_open(fail_open: bool, subnet: u8) {
 
     let before = drops(&api);
     if fail_open {
-        let tally = traffic::tcp_names(
+        let tally = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             ports.take(CONNECTIONS),
@@ -217,7 +219,7 @@ fn fail_open(fail_open: bool, subnet: u8) {
         view.describe(name)
     );
     assert_eq!(fail_open_metric(&api), 0.0, "{label}: fail-open over");
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         ports.take(100),

@@ -11,12 +11,14 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    api::Api,
-    process::STOP_GRACE,
-    redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
-    scenario::SHARE_TOLERANCE,
-    topology::{Forwarding, Topology},
-    traffic,
+    agent::api::Api,
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::SHARE_TOLERANCE,
+        redundancy::{self, Backends, Member, SourcePorts, TcpProbe},
+    },
+    traffic::clients,
+    util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -47,7 +49,7 @@ fn spare_covers_missing_weight_and_retires() {
     let probe = TcpProbe::fast();
     let service = redundancy::service(&topo, "web", &members, &probe, &[]);
     let vip = service.vip;
-    let agent = lb_tests::scenario::start_agent(&topo, vec![service], Some("native"))
+    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
         .expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let name = |a| redundancy::name_of(&members, a);
@@ -126,7 +128,7 @@ fn spare_covers_missing_weight_and_retires() {
         .check_echo("while s2 runs")
         .unwrap_or_else(|e| panic!("long-lived connection on s2: {e}"));
 
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         ports.take(CONNECTIONS),

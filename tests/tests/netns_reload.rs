@@ -5,11 +5,13 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{AgentConfig, RELOAD_TIMEOUT},
-    restart::other_backend,
-    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
-    topology::{Forwarding, Topology},
-    traffic::{EchoConn, Tally},
+    agent::daemon::{AgentConfig, RELOAD_TIMEOUT},
+    net::topology::{Forwarding, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT, WEIGHTS},
+        restart::other_backend,
+    },
+    traffic::clients::{EchoConn, Tally},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -18,12 +20,12 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 fn removal_keeps_other_flows(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
-    let agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
+    let agent = balance::start_agent(topo, vec![service.clone()], Some("native"))
         .expect("starting lb-agent");
 
     let client = topo.client();
@@ -64,10 +66,16 @@ fn removal_keeps_other_flows(forwarding: Forwarding, subnet: u8) {
             });
     }
 
-    let tally: Tally =
-        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 10_000, vip, AFTER, DEADLINE)
-            .expect("entering the client namespace");
-    let remaining: Vec<(&str, u32)> = scenario::expected(&backends)
+    let tally: Tally = lb_tests::traffic::clients::tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        10_000,
+        vip,
+        AFTER,
+        DEADLINE,
+    )
+    .expect("entering the client namespace");
+    let remaining: Vec<(&str, u32)> = balance::expected(&backends)
         .into_iter()
         .filter(|(name, _)| *name != removed.role)
         .collect();
@@ -122,10 +130,10 @@ fn reload_right_after_ready_is_handled() {
         .subnet(33)
         .build()
         .expect("building the topology");
-    let backends = scenario::weighted(&topo, &[1]);
-    let config = AgentConfig::new(vec![scenario::tcp_service(&topo, &backends)]);
+    let backends = balance::weighted(&topo, &[1]);
+    let config = AgentConfig::new(vec![balance::tcp_service(&topo, &backends)]);
     for attempt in 1..=5 {
-        let agent = scenario::start_agent(&topo, config.services.clone(), Some("native"))
+        let agent = balance::start_agent(&topo, config.services.clone(), Some("native"))
             .expect("starting lb-agent");
         agent.reload(&config, RELOAD_TIMEOUT).unwrap_or_else(|e| {
             panic!(
@@ -134,7 +142,7 @@ fn reload_right_after_ready_is_handled() {
             )
         });
         let status = agent
-            .stop(lb_tests::process::STOP_GRACE)
+            .stop(lb_tests::util::process::STOP_GRACE)
             .expect("stopping lb-agent");
         assert!(
             status.success(),
@@ -147,20 +155,20 @@ fn reload_right_after_ready_is_handled() {
 /// the running config stays in force; a valid one is applied.
 #[test]
 fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 33, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 33, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
-    let _agent = scenario::start_agent(topo, vec![service.clone()], Some("native"))
+    let _agent = balance::start_agent(topo, vec![service.clone()], Some("native"))
         .expect("starting lb-agent");
-    let binary = lb_tests::agent::locate_binary("lb-agent").expect("lb-agent binary");
+    let binary = lb_tests::agent::daemon::locate_binary("lb-agent").expect("lb-agent binary");
     let config_path = topo.dir().join("lb.toml");
-    let socket = lb_tests::agent::socket_path(topo.dir())
+    let socket = lb_tests::agent::daemon::socket_path(topo.dir())
         .display()
         .to_string();
     let reload = || {
-        lb_tests::api::cli(
+        lb_tests::agent::api::cli(
             &topo.lb().ns,
             &binary,
             &["reload", "--socket", &socket],
@@ -181,9 +189,15 @@ fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
         "the refusal should name the file, line and key: {text}"
     );
     let client = topo.client();
-    let tally =
-        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 12_000, vip, 60, DEADLINE)
-            .expect("entering the client namespace");
+    let tally = lb_tests::traffic::clients::tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        12_000,
+        vip,
+        60,
+        DEADLINE,
+    )
+    .expect("entering the client namespace");
     assert!(
         tally.failures.is_empty() && tally.counts.len() == 3,
         "the running config stays in force after a refused reload: {:?} {:?}",
@@ -200,9 +214,15 @@ fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
         out.contains("config reloaded"),
         "lb-agent reload said: {out}"
     );
-    let tally =
-        lb_tests::traffic::tcp_names(&client.ns, client.ipv4.into(), 13_000, vip, 120, DEADLINE)
-            .expect("entering the client namespace");
+    let tally = lb_tests::traffic::clients::tcp_names(
+        &client.ns,
+        client.ipv4.into(),
+        13_000,
+        vip,
+        120,
+        DEADLINE,
+    )
+    .expect("entering the client namespace");
     println!(
         "reload command: after removing {}: {:?}",
         removed.role, tally.counts

@@ -8,12 +8,16 @@
 use std::{path::Path, thread, time::Duration};
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, locate_binary},
-    bpffs::PrivateBpffs,
-    restart::{Stream, assert_stream_clean, echoes, reload_out_and_back, sigkill},
-    scenario::{self, WEIGHTS},
-    topology::Forwarding,
-    traffic::EchoConn,
+    agent::{
+        bpffs::PrivateBpffs,
+        daemon::{Agent, AgentConfig, locate_binary},
+    },
+    net::topology::Forwarding,
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::{Stream, assert_stream_clean, echoes, reload_out_and_back, sigkill},
+    },
+    traffic::clients::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -21,10 +25,10 @@ const START: Duration = Duration::from_secs(30);
 
 fn hitless(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let pins = PrivateBpffs::mount(mode).expect("mounting a bpffs for the pins");
     let mut config = AgentConfig::new(vec![service.clone()]);

@@ -7,11 +7,15 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{Agent, AgentConfig, locate_binary},
-    operator,
-    restart::assert_served,
-    scenario::{self, WEIGHTS},
-    topology::Forwarding,
+    agent::{
+        daemon::{Agent, AgentConfig, locate_binary},
+        operator,
+    },
+    net::topology::Forwarding,
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::assert_served,
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -34,10 +38,10 @@ fn stop(agent: Agent, what: &str) {
 
 #[test]
 fn a_new_backend_capacity_recreates_the_backend_maps_and_keeps_the_rest() {
-    let bed = scenario::Testbed::start(Forwarding::Dsr, 91, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Dsr, 91, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
     let start = |extra: &[&str], what: &str| {

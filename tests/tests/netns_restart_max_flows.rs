@@ -15,14 +15,18 @@ use lb_common::{
     table::{Bucket, SLOT_LIVE, Slot, TableLayout},
 };
 use lb_tests::{
-    agent::{Agent, AgentConfig, locate_binary},
-    api::{self, Api},
-    bpf::flow_key,
-    operator,
-    restart::echoes,
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
-    traffic::EchoConn,
+    agent::{
+        api::{self, Api},
+        daemon::{Agent, AgentConfig, locate_binary},
+        operator,
+    },
+    bpf::object::flow_key,
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::echoes,
+    },
+    traffic::clients::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -96,10 +100,10 @@ where
 
 #[test]
 fn a_new_flow_capacity_copies_the_live_flows_into_the_new_tables() {
-    let bed = scenario::Testbed::start(Forwarding::Nat, 94, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(Forwarding::Nat, 94, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let binary = locate_binary("lb-agent").expect("lb-agent binary");
     let start = |extra: &[&str], what: &str| {

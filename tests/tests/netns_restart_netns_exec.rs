@@ -16,13 +16,19 @@ use std::{
 
 use aya::programs::XdpMode;
 use lb_tests::{
-    agent::{Agent, AgentConfig, Service, locate_binary},
-    bpffs::PrivateBpffs,
-    pass_prog,
-    restart::{Stream, assert_served, assert_stream_clean, echoes, reload_out_and_back, sigkill},
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
-    traffic::EchoConn,
+    agent::{
+        bpffs::PrivateBpffs,
+        daemon::{Agent, AgentConfig, Service, locate_binary},
+    },
+    bpf::pass_prog,
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::{
+            Stream, assert_served, assert_stream_clean, echoes, reload_out_and_back, sigkill,
+        },
+    },
+    traffic::clients::EchoConn,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -37,10 +43,10 @@ const STAYS: &str = "the XDP program stays attached";
 const REPAIR: Duration = Duration::from_secs(10);
 
 /// The test bed with three `lb-testserver`s and the weighted TCP service over them.
-fn web_bed(forwarding: Forwarding, subnet: u8) -> (scenario::Testbed, Service) {
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
-    let backends = scenario::weighted(&bed.topo, &WEIGHTS);
-    let service = scenario::tcp_service(&bed.topo, &backends);
+fn web_bed(forwarding: Forwarding, subnet: u8) -> (balance::Testbed, Service) {
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let backends = balance::weighted(&bed.topo, &WEIGHTS);
+    let service = balance::tcp_service(&bed.topo, &backends);
     (bed, service)
 }
 
@@ -549,7 +555,7 @@ fn adoption_across_layout_change_link_and_reset() {
         .spawn("lb-agent --reset", &binary, &args)
         .expect("starting lb-agent --reset");
     reset
-        .wait_for_line(0, lb_tests::agent::READY_LINE, START)
+        .wait_for_line(0, lb_tests::agent::daemon::READY_LINE, START)
         .unwrap_or_else(|e| panic!("lb-agent --reset should start: {e}"));
     let lines = reset.lines();
     assert!(

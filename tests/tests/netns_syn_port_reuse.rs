@@ -17,11 +17,13 @@ use std::{
 };
 
 use lb_tests::{
-    api::{self, Api},
-    health::{HealthServers, wait_state, with_health},
-    pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
-    scenario::{self, BACKEND_TCP_PORT},
-    topology::{Forwarding, HOST_IF, Topology},
+    agent::api::{self, Api},
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, BACKEND_TCP_PORT},
+        health::{HealthServers, wait_state, with_health},
+    },
+    traffic::pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -89,9 +91,9 @@ fn reuse_after_fault(
         .expect("building the topology");
     let mut servers = HealthServers::start(&topo, Path::new(TESTSERVER), &["b1", "b2", "b3"])
         .expect("starting lb-testserver on the backends");
-    let backends = scenario::weighted(&topo, &[1, 1, 1]);
+    let backends = balance::weighted(&topo, &[1, 1, 1]);
     let svc = with_health(
-        scenario::tcp_service(&topo, &backends),
+        balance::tcp_service(&topo, &backends),
         &[
             &format!("max_fails = {MAX_FAILS}"),
             &format!("fail_timeout = \"{FAIL_TIMEOUT}\""),
@@ -99,8 +101,7 @@ fn reuse_after_fault(
         &[],
     );
     let vip = svc.vip;
-    let _agent =
-        scenario::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
+    let _agent = balance::start_agent(&topo, vec![svc], Some("native")).expect("starting lb-agent");
     let api = Api::new(&topo.lb().ns);
     let b2 = SocketAddr::new(topo.backends()[1].ipv4.into(), BACKEND_TCP_PORT);
     wait_state(&api, "web", b2, "up", Duration::from_secs(5)).expect("b2 up at the start");

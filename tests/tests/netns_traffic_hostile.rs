@@ -13,11 +13,13 @@ use std::{
 };
 
 use lb_tests::{
-    inject,
-    ordinary::{Ordinary, OrdinaryConfig},
-    packet::{Frame, TCP_SYN},
-    realistic::{Bed, Role},
-    topology::{Forwarding, HOST_IF},
+    net::topology::{Forwarding, HOST_IF},
+    scenario::realistic::{Bed, Role},
+    traffic::{
+        inject,
+        ordinary::{Ordinary, OrdinaryConfig},
+        packet::{Frame, TCP_SYN},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -162,6 +164,6 @@ fn udp_flood_from_one_client_leaves_others_served_nat() {
     );
 }
 
-fn start_of(report: &lb_tests::ordinary::Report) -> f64 {
+fn start_of(report: &lb_tests::traffic::ordinary::Report) -> f64 {
     report.started
 }

@@ -7,11 +7,13 @@
 use std::{path::Path, thread, time::Duration};
 
 use lb_tests::{
-    api::ServiceView,
-    health::MARGIN,
-    ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
-    realistic::{Bed, Role, SERVICE},
-    topology::Forwarding,
+    agent::api::ServiceView,
+    net::topology::Forwarding,
+    scenario::{
+        health::MARGIN,
+        realistic::{Bed, Role, SERVICE},
+    },
+    traffic::ordinary::{self, Ordinary, OrdinaryConfig, PinnedConn},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

@@ -9,10 +9,12 @@
 use std::{path::Path, thread, time::Duration};
 
 use lb_tests::{
-    health::MARGIN,
-    ordinary::{Cause, Client, Ordinary, OrdinaryConfig},
-    realistic::{Bed, Role},
-    topology::Forwarding,
+    net::topology::Forwarding,
+    scenario::{
+        health::MARGIN,
+        realistic::{Bed, Role},
+    },
+    traffic::ordinary::{Cause, Client, Ordinary, OrdinaryConfig},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -38,7 +40,7 @@ fn kill_one(forwarding: Forwarding, subnet: u8) {
     );
     thread::sleep(WARM_UP);
     let killed = bed.servers.kill("b2").expect("killing b2's server");
-    let reaped = lb_tests::pacer::wall_now();
+    let reaped = lb_tests::traffic::pacer::wall_now();
     let report = traffic.finish(false);
     let events = bed.events_since(bed.baseline).expect("reading the events");
     let readings = bed.finish_readings(&start, &events);
@@ -95,7 +97,7 @@ fn kill_one(forwarding: Forwarding, subnet: u8) {
 }
 
 /// A state change of a server, or a membership note such as fail-open.
-fn health_event(e: &lb_tests::api::EventView) -> bool {
+fn health_event(e: &lb_tests::agent::api::EventView) -> bool {
     e.server != "-" || e.cause.contains("fail-open")
 }
 

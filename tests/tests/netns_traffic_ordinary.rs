@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use lb_tests::{
-    ordinary::{Ordinary, OrdinaryConfig},
-    realistic::{Bed, Role},
-    topology::Forwarding,
+    net::topology::Forwarding,
+    scenario::realistic::{Bed, Role},
+    traffic::ordinary::{Ordinary, OrdinaryConfig},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

@@ -9,10 +9,12 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    api::ServiceView,
-    health,
-    realistic::{Bed, Expect, Role, Takeover, TakeoverRun},
-    topology::Forwarding,
+    agent::api::ServiceView,
+    net::topology::Forwarding,
+    scenario::{
+        health,
+        realistic::{Bed, Expect, Role, Takeover, TakeoverRun},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");

@@ -1,5 +1,5 @@
 //! Tunnel forwarding end to end (docs/tunnel.md): three backends on subnets of their own
-//! behind a router (`lb_tests::tunnel_bed`), each decapsulating with `lb-agent decap
+//! behind a router (`lb_tests::net::tunnel_bed`), each decapsulating with `lb-agent decap
 //! attach`. One ipip service (weights 1, 2, 1) and one gue service on the same VIP, and
 //! the same pair on the IPv6 VIP (IPv6-in-IPv6, GUE over IPv6):
 //!
@@ -26,18 +26,24 @@ use std::{
 };
 
 use lb_tests::{
-    agent::{AgentConfig, Proto, READY_LINE, START_TIMEOUT, Service, locate_binary},
-    api::{self, Api},
-    bpffs::PrivateBpffs,
-    health::{
+    agent::{
+        api::{self, Api},
+        bpffs::PrivateBpffs,
+        daemon::{AgentConfig, Proto, READY_LINE, START_TIMEOUT, Service, locate_binary},
+    },
+    net::{
+        pmtu::{self, TransferServer},
+        topology::{Forwarding, HOST_IF},
+        tunnel_bed::{BACKENDS, CLIENT, CLIENT6, TunnelBed, VIP, VIP6},
+    },
+    scenario::health::{
         HealthServers, MARGIN, Probe, ProbeKind, wait_all_probed_up, wait_event, with_health,
     },
-    pacer::wall_now,
-    pmtu::{self, TransferServer},
-    process::NsProcess,
-    topology::{Forwarding, HOST_IF},
-    traffic::{EchoConn, tcp_names},
-    tunnel_bed::{BACKENDS, CLIENT, CLIENT6, TunnelBed, VIP, VIP6},
+    traffic::{
+        clients::{EchoConn, tcp_names},
+        pacer::wall_now,
+    },
+    util::process::NsProcess,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -76,7 +82,7 @@ fn metric_reaching(api: &Api, counter: &str, at_least: f64) -> f64 {
 }
 
 /// Runs `lb-agent decap ARGS --interface eth0` in `ns`: its exit status and output.
-fn decap(ns: &lb_tests::netns::NetNs, binary: &Path, action: &str) -> (bool, String) {
+fn decap(ns: &lb_tests::net::netns::NetNs, binary: &Path, action: &str) -> (bool, String) {
     let out = ns
         .run(|| {
             std::process::Command::new(binary)
@@ -94,14 +100,14 @@ fn decap(ns: &lb_tests::netns::NetNs, binary: &Path, action: &str) -> (bool, Str
 }
 
 /// Runs `lb-agent decap attach --interface eth0` in `ns` and checks it succeeded.
-fn decap_attach(ns: &lb_tests::netns::NetNs, binary: &Path) {
+fn decap_attach(ns: &lb_tests::net::netns::NetNs, binary: &Path) {
     let (ok, text) = decap(ns, binary, "attach");
     assert!(ok, "lb-agent decap attach failed: {text}");
 }
 
 /// The peers of the established TCP connections to `port` in `ns` (`ss`).
-fn peers(ns: &lb_tests::netns::NetNs, port: u16) -> String {
-    lb_tests::cmd::run(
+fn peers(ns: &lb_tests::net::netns::NetNs, port: u16) -> String {
+    lb_tests::util::cmd::run(
         "ip",
         &[
             "netns",
@@ -209,9 +215,10 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     };
     let mut config = AgentConfig::new(vec![web, bulk, web6, bulk6]);
     config.pin_path = bpffs.pins().display().to_string();
-    config
-        .agent_extra
-        .push(format!("tunnel_source = \"{}\"", lb_tests::tunnel_bed::LB));
+    config.agent_extra.push(format!(
+        "tunnel_source = \"{}\"",
+        lb_tests::net::tunnel_bed::LB
+    ));
     let path = bed.dir().join("lb.toml");
     std::fs::write(&path, config.render()).expect("writing lb.toml");
     let agent = NsProcess::spawn(
@@ -387,7 +394,7 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
         .unwrap_or_else(|e| panic!("t3 never left after its server died: {e}"));
     println!(
         "t3 out {:.2} s after its server died (bound {bound:?})",
-        lb_tests::health::event_time(&down) - killed
+        lb_tests::scenario::health::event_time(&down) - killed
     );
     let after = tcp_names(
         &bed.client,
@@ -414,10 +421,11 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     let bound = echo.detection_bound() + MARGIN;
     let out = wait_event(&api, t2, "unhealthy", broken, bound + PROBE_INTERVAL)
         .unwrap_or_else(|e| panic!("t2 stayed in with its tunnel broken: {e}"));
-    let (_, probes) = lb_tests::health::server_health(&api, "web", t2).expect("t2's health");
+    let (_, probes) =
+        lb_tests::scenario::health::server_health(&api, "web", t2).expect("t2's health");
     println!(
         "t2 out {:.2} s after its tunnel broke (bound {bound:?}); probes: {probes:?}",
-        lb_tests::health::event_time(&out) - broken
+        lb_tests::scenario::health::event_time(&out) - broken
     );
     let mended = wall_now();
     decap_attach(&bed.backends[1], &binary);

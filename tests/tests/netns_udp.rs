@@ -10,9 +10,9 @@ use std::{
 };
 
 use lb_tests::{
-    scenario::{self, SHARE_TOLERANCE, WEIGHTS},
-    topology::Forwarding,
-    traffic::{self, STEP_TIMEOUT},
+    net::topology::Forwarding,
+    scenario::balance::{self, SHARE_TOLERANCE, WEIGHTS},
+    traffic::clients::{self, STEP_TIMEOUT},
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -21,13 +21,13 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::udp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::udp_service(topo, &backends);
     let vip = service.vip;
     let agent =
-        scenario::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
+        balance::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");
     // Passive checks see only the servers' ICMP unreachables in nat and nothing in dsr:
     // the agent says so at start (docs/passive-signals.md), max_fails being set.
     let said = match forwarding {
@@ -44,9 +44,9 @@ fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     );
 
     let client = topo.client();
-    let tally = traffic::udp_names(&client.ns, client.ipv4.into(), 10_000, vip, FLOWS, DEADLINE)
+    let tally = clients::udp_names(&client.ns, client.ipv4.into(), 10_000, vip, FLOWS, DEADLINE)
         .expect("entering the client namespace");
-    let expected = scenario::expected(&backends);
+    let expected = balance::expected(&backends);
     println!(
         "udp {mode} native, {FLOWS} flows of one datagram to {vip}:\n{}",
         tally.table(&expected)

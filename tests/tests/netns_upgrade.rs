@@ -22,12 +22,16 @@ use aya::maps::{HashMap, Map, MapData};
 use lb_agent::dataplane::previous;
 use lb_common::{map_names, schema};
 use lb_tests::{
-    agent::{Agent, AgentConfig, locate_binary},
-    bpffs::PrivateBpffs,
-    restart::{Stream, assert_stream_clean},
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
-    upgrade::{KeepAlive, PREVIOUS_RELEASE, line_with, previous_agent},
+    agent::{
+        bpffs::PrivateBpffs,
+        daemon::{Agent, AgentConfig, locate_binary},
+        upgrade::{KeepAlive, PREVIOUS_RELEASE, line_with, previous_agent},
+    },
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::{
+        balance::{self, WEIGHTS},
+        restart::{Stream, assert_stream_clean},
+    },
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -92,10 +96,10 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8, pinned: bool) {
         "the previous release's binary should name its commit: {version}"
     );
 
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let pins = pinned.then(|| PrivateBpffs::mount(mode).expect("mounting a bpffs for the pins"));
     let mut config = AgentConfig::new(vec![service]);
@@ -246,10 +250,10 @@ fn record_version(topo: &Topology, map: &str, version: u32) {
 fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive: bool) {
     let mode = forwarding.as_str();
     let current = locate_binary("lb-agent").expect("this build's lb-agent");
-    let bed = scenario::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
+    let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
-    let backends = scenario::weighted(topo, &WEIGHTS);
-    let service = scenario::tcp_service(topo, &backends);
+    let backends = balance::weighted(topo, &WEIGHTS);
+    let service = balance::tcp_service(topo, &backends);
     let vip = service.vip;
     let config = AgentConfig::new(vec![service]);
     let start = |which: &str| {

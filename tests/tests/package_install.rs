@@ -14,7 +14,7 @@ use std::{
     process::Command,
 };
 
-use lb_tests::names;
+use lb_tests::{net::names, util::temp_dir::TempDir};
 
 /// The largest shipped binary we accept.
 const MAX_BINARY: u64 = 30_000_000;
@@ -69,35 +69,31 @@ fn run(cmd: &mut Command) -> String {
 }
 
 /// A scratch root with an empty dpkg database, removed on drop.
-struct ScratchRoot(PathBuf);
+struct ScratchRoot(TempDir);
 
 impl ScratchRoot {
     fn new() -> ScratchRoot {
         names::sweep_stale_once();
-        let dir = std::env::temp_dir().join(format!("{}-root", names::unique_tag()));
+        let dir =
+            TempDir::create(std::env::temp_dir().join(format!("{}-root", names::unique_tag())))
+                .unwrap();
         for sub in ["var/lib/dpkg/info", "var/lib/dpkg/updates"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        std::fs::write(dir.join("var/lib/dpkg/status"), "").unwrap();
+        std::fs::write(dir.path().join("var/lib/dpkg/status"), "").unwrap();
         ScratchRoot(dir)
     }
 
     fn path(&self, p: &str) -> PathBuf {
-        self.0.join(p.trim_start_matches('/'))
+        self.0.path().join(p.trim_start_matches('/'))
     }
 
     fn dpkg(&self, args: &[&str]) -> String {
         // The scratch root has no libc6 package: the dependency is the host's.
         run(Command::new("dpkg")
-            .arg(format!("--root={}", self.0.display()))
+            .arg(format!("--root={}", self.0.path().display()))
             .arg("--force-depends")
             .args(args))
-    }
-}
-
-impl Drop for ScratchRoot {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -209,7 +205,7 @@ fn the_package_installs_runs_and_removes_cleanly() {
 /// `systemd-analyze verify` on the unit, its binary paths pointed into the scratch root
 /// (the host has no /usr/sbin/lb-agent). Any complaint fails the test.
 fn verify_unit(root: &ScratchRoot, unit: &str) {
-    let Ok(analyze) = lb_tests::multinode::which("systemd-analyze") else {
+    let Ok(analyze) = lb_tests::net::multinode::which("systemd-analyze") else {
         eprintln!("systemd-analyze not installed: the unit is not verified");
         return;
     };

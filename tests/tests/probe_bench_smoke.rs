@@ -74,11 +74,11 @@ fn check(net: &str, tcp_check: &str) {
         !syn.starts_with("sent 0,"),
         "{net}: SYN packets only with the SYN check: {syn}"
     );
-    let leftovers: Vec<String> = std::fs::read_dir(lb_tests::names::NETNS_DIR)
+    let leftovers: Vec<String> = std::fs::read_dir(lb_tests::net::names::NETNS_DIR)
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| lb_tests::names::owner_pid(n) == Some(pid))
+                .filter(|n| lb_tests::net::names::owner_pid(n) == Some(pid))
                 .collect()
         })
         .unwrap_or_default();

@@ -28,7 +28,7 @@ use lb_agent::{
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
 };
 use lb_common::{IPPROTO_TCP, counters};
-use lb_tests::packet::{Frame, TCP_ACK, TCP_SYN};
+use lb_tests::traffic::packet::{Frame, TCP_ACK, TCP_SYN};
 
 /// Calls per block; blocks alternate program / floor.
 const BLOCK: usize = 2_000;
@@ -61,15 +61,15 @@ fn main() -> anyhow::Result<()> {
     let out_dir = args.out;
     if let Some(counts) = &args.vip_counts {
         // `--vips 1,64,1000`: the cost of the VIP count, the counts side by side.
-        lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+        lb_tests::bench::cpu::pin_self(0).context("pinning to CPU 0")?;
         let _spinner = args.busy.then(Spinner::start);
-        let md = lb_tests::vips_bench::run(counts, args.vip_rounds)?;
+        let md = lb_tests::bench::vips_bench::run(counts, args.vip_rounds)?;
         std::fs::write(out_dir.join("vips.md"), md)?;
         println!("written {}", out_dir.join("vips.md").display());
         return Ok(());
     }
     // One CPU: the per-CPU structures (flow cache, clock) behave as under RSS.
-    lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+    lb_tests::bench::cpu::pin_self(0).context("pinning to CPU 0")?;
     let _spinner = args.busy.then(Spinner::start);
     // Tables sized for `--flows N` (fresh seeds, as a first start), else the compiled size.
     let sizes = match args.flows {
@@ -96,9 +96,9 @@ fn main() -> anyhow::Result<()> {
         src6: None,
     })?;
 
-    let mut reflect_obj = aya::Ebpf::load(lb_tests::lab::OBJECT)?;
+    let mut reflect_obj = aya::Ebpf::load(lb_tests::bpf::lab::OBJECT)?;
     let reflect: &mut Xdp = reflect_obj
-        .program_mut(lb_tests::lab::REFLECT_PROGRAM)
+        .program_mut(lb_tests::bpf::lab::REFLECT_PROGRAM)
         .context("no reflector program")?
         .try_into()?;
     reflect.load()?;
@@ -278,7 +278,7 @@ impl Spinner {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let _ = lb_tests::cpu::pin_self(1);
+            let _ = lb_tests::bench::cpu::pin_self(1);
             let mut x = 0u64;
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
@@ -608,7 +608,7 @@ struct Args {
     /// dsr services on other VIPs, so the VIP index holds this many keys).
     vips: usize,
     /// `--vips A,B,...` (more than one count): compare those VIP counts instead
-    /// (`lb_tests::vips_bench`), over `vip_rounds` rounds (`--rounds`, default 15).
+    /// (`lb_tests::bench::vips_bench`), over `vip_rounds` rounds (`--rounds`, default 15).
     vip_counts: Option<Vec<usize>>,
     vip_rounds: usize,
     /// Fill the flow table (`FLOW_TABLE_SIZE` live flows) before measuring.

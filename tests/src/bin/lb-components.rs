@@ -1,6 +1,6 @@
 //! `lb-components`: what each cost component of the XDP balancer costs on this kernel,
 //! measured with the reduced programs of `lb-ebpf/src/lab/reduced.rs` (the lab object,
-//! `lb_tests::lab`) next to the reflector floor, on the same packets, in the same run
+//! `lb_tests::bpf::lab`) next to the reflector floor, on the same packets, in the same run
 //! (docs/internals/benchmark-log.md §1, "Where the rest goes").
 //!
 //! Method as `lb-bench`: BPF_PROG_TEST_RUN, `repeat = 1`, blocks of 2,000 calls alternating
@@ -47,8 +47,8 @@ use lb_common::{
     vip_bucket_index,
 };
 use lb_tests::{
-    lab,
-    packet::{Frame, TCP_ACK, TCP_SYN},
+    bpf::lab,
+    traffic::packet::{Frame, TCP_ACK, TCP_SYN},
 };
 
 /// Calls per block; blocks alternate program / floor.
@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+    lb_tests::bench::cpu::pin_self(0).context("pinning to CPU 0")?;
 
     let mut obj = EbpfLoader::new()
         .map_max_entries("LBR_LINES_A", LINES_MAX)

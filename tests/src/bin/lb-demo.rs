@@ -40,15 +40,21 @@ use std::{
 
 use anyhow::{Context, bail};
 use lb_tests::{
-    agent::{self, Agent, AgentConfig, START_TIMEOUT},
-    api::{self, Api, ServiceView},
-    bpffs::PrivateBpffs,
-    forward::Forward,
-    interrupt,
-    redundancy::{self, Attempt, Backends, Member, SourcePorts, Stream, TcpProbe},
-    scenario::{BACKEND_TCP_PORT, SHARE_TOLERANCE},
-    topology::{Forwarding, Topology},
-    traffic::{self, EchoConn, Tally},
+    agent::{
+        api::{self, Api, ServiceView},
+        bpffs::PrivateBpffs,
+        daemon::{self, Agent, AgentConfig, START_TIMEOUT},
+    },
+    net::{
+        forward::Forward,
+        topology::{Forwarding, Topology},
+    },
+    scenario::{
+        balance::{BACKEND_TCP_PORT, SHARE_TOLERANCE},
+        redundancy::{self, Attempt, Backends, Member, SourcePorts, Stream, TcpProbe},
+    },
+    traffic::clients::{self, EchoConn, Tally},
+    util::interrupt,
 };
 
 /// Upper bound of one connection loop, so that the tour stays under two minutes even on
@@ -199,11 +205,11 @@ fn main() -> ExitCode {
 fn demo(args: &Args) -> anyhow::Result<Vec<String>> {
     let agent_bin = match &args.agent {
         Some(p) => p.clone(),
-        None => agent::locate_binary("lb-agent")?,
+        None => daemon::locate_binary("lb-agent")?,
     };
     let server_bin = match &args.testserver {
         Some(p) => p.clone(),
-        None => agent::locate_binary("lb-testserver")?,
+        None => daemon::locate_binary("lb-testserver")?,
     };
     for bin in [&agent_bin, &server_bin] {
         if !bin.is_file() {
@@ -327,7 +333,7 @@ fn demo(args: &Args) -> anyhow::Result<Vec<String>> {
 /// loopback, on `port` or, if that is taken, any free port; `None` (with a note) if
 /// neither works: the tour goes on without it.
 fn forward_page(topo: &Topology, port: u16) -> Option<Forward> {
-    let target: SocketAddr = agent::API_LISTEN.parse().expect("a socket address");
+    let target: SocketAddr = daemon::API_LISTEN.parse().expect("a socket address");
     let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
     let fwd = Forward::start(at(port), &topo.lb().ns, target)
         .or_else(|_| Forward::start(at(0), &topo.lb().ns, target));
@@ -419,7 +425,7 @@ impl Tour<'_> {
     /// (member names, shares by weight).
     fn traffic(&mut self, count: usize, expected: &[&str]) -> anyhow::Result<Tally> {
         let client = self.topo.client();
-        let tally = traffic::tcp_names(
+        let tally = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             self.ports.take(count),

@@ -1,5 +1,5 @@
 //! `lb-fill-bench`: lb's flow table against Katran's at the same fill. One lab object
-//! (`lb_tests::lab`), tables sized for `--table N` flows (default 1,048,576: lb's
+//! (`lb_tests::bpf::lab`), tables sized for `--table N` flows (default 1,048,576: lb's
 //! `LB_FLOWS` as `agent.max_flows` sizes it, Katran's `LRU_HASH` with as many entries),
 //! both filled with the same `--flows N` live flows (default 1,000,000); then, per round,
 //! four cases, each in blocks of 2,000 `BPF_PROG_TEST_RUN` calls alternating with the
@@ -36,9 +36,8 @@ use lb_common::{
     table::{FlowBucket, SLOT_LIVE, TableLayout, find_way, free_word},
 };
 use lb_tests::{
-    bpf::flow_key,
-    lab,
-    packet::{Frame, TCP_ACK, TCP_SYN},
+    bpf::{lab, object::flow_key},
+    traffic::packet::{Frame, TCP_ACK, TCP_SYN},
 };
 
 const XDP_DROP: u32 = 1;
@@ -75,7 +74,7 @@ struct Sample {
 
 fn main() -> anyhow::Result<()> {
     let opts = parse_args()?;
-    lb_tests::cpu::pin_self(0).context("pinning to CPU 0")?;
+    lb_tests::bench::cpu::pin_self(0).context("pinning to CPU 0")?;
     let (flow_seed, nat_seed) = random_seeds()?;
     let sizes = MapSizes::default()
         .with_flows(opts.table)

@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz [--frames N] [--seed S]`: the packet-parser fuzz target for as
-//! long as asked (see `lb_tests::fuzz`). Needs root. Exits non-zero on the first
+//! long as asked (see `lb_tests::bpf::fuzz`). Needs root. Exits non-zero on the first
 //! disagreement, printing the frame in hex and both verdicts.
 
 use std::time::Instant;
@@ -19,7 +19,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let start = Instant::now();
-    let report = lb_tests::fuzz::run(frames, seed).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = lb_tests::bpf::fuzz::run(frames, seed).map_err(|e| anyhow::anyhow!("{e}"))?;
     print!("{report}");
     println!(
         "seed {seed}: {frames} frames in {:.1} s",

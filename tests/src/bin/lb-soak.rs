@@ -22,10 +22,10 @@ use std::{
 
 use anyhow::{Context, bail};
 use lb_tests::{
-    agent::locate_binary,
-    ordinary::{Client, Ordinary, OrdinaryConfig, Report},
-    realistic::{Bed, Role},
-    topology::Forwarding,
+    agent::daemon::locate_binary,
+    net::topology::Forwarding,
+    scenario::realistic::{Bed, Role},
+    traffic::ordinary::{Client, Ordinary, OrdinaryConfig, Report},
 };
 
 /// How often the agent's RSS is sampled.
@@ -77,11 +77,11 @@ fn parse_args() -> anyhow::Result<Args> {
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    lb_tests::interrupt::install().context("installing the Ctrl-C handler")?;
+    lb_tests::util::interrupt::install().context("installing the Ctrl-C handler")?;
     let testserver = locate_binary("lb-testserver")?;
     let mut text = String::new();
     for (i, mode) in args.modes.iter().enumerate() {
-        if lb_tests::interrupt::requested() {
+        if lb_tests::util::interrupt::requested() {
             break;
         }
         let result = soak(*mode, 171 + i as u8, args.duration, &testserver);
@@ -106,11 +106,11 @@ fn soak(mode: Forwarding, subnet: u8, duration: Duration, testserver: &std::path
     // The clients run in chunks, so that a long soak keeps one chunk's records in
     // memory, not ten minutes' (millions of requests); between two chunks the
     // keep-alive connections close and reopen.
-    while t0.elapsed() < duration && !lb_tests::interrupt::requested() {
+    while t0.elapsed() < duration && !lb_tests::util::interrupt::requested() {
         let chunk = CHUNK.min(duration - t0.elapsed());
         let traffic = Ordinary::start(&bed.topo.client().ns, &OrdinaryConfig::new(bed.vip, chunk));
         let chunk_start = Instant::now();
-        while chunk_start.elapsed() < chunk && !lb_tests::interrupt::requested() {
+        while chunk_start.elapsed() < chunk && !lb_tests::util::interrupt::requested() {
             thread::sleep(RSS_EVERY.min(chunk.saturating_sub(chunk_start.elapsed())));
             rss_peak = rss_peak.max(bed.agent_rss_kib().unwrap_or(0));
         }

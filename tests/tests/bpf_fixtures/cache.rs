@@ -3,7 +3,7 @@
 
 use super::prelude::*;
 use lb_common::{hash::flow_cache_slot, maps::FlowValue};
-use lb_tests::cpu::pin_self;
+use lb_tests::bench::cpu::pin_self;
 
 /// Opens a dsr flow from `sport` on backend 1 and settles it (the ACK clears the
 /// handshake wait): this CPU caches it.

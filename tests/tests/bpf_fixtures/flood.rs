@@ -11,7 +11,7 @@ use lb_common::{
     maps::FlowValue,
     table::{PENDING_WAYS_MAX, SLOT_LIVE, TABLE_WAYS},
 };
-use lb_tests::clock::monotonic_ns as now_ns;
+use lb_tests::bpf::clock::monotonic_ns as now_ns;
 
 /// lb-ebpf's `flow::NAT_SYN_EVICTS_IDLE_NS`.
 const NAT_SYN_EVICTS_IDLE_NS: u64 = 10_000_000_000;

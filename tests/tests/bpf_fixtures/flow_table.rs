@@ -8,7 +8,7 @@ use lb_common::{
     maps::FlowValue,
     table::{FLOW_IDLE_NS, TABLE_WAYS, TableLayout},
 };
-use lb_tests::clock::monotonic_ns as now_ns;
+use lb_tests::bpf::clock::monotonic_ns as now_ns;
 
 /// A flow of another client that the test puts in a bucket of its choice (the table
 /// never checks that a way's key hashes to its bucket; the program compares keys).
@@ -216,7 +216,7 @@ fn two_cpus_opening_flows_at_once_never_share_a_way() {
         std::thread::scope(|scope| {
             for cpu in 0..2usize {
                 scope.spawn(move || {
-                    lb_tests::cpu::pin_self(cpu).expect("pinning");
+                    lb_tests::bench::cpu::pin_self(cpu).expect("pinning");
                     // CPU 0 takes the even flows, CPU 1 the odd ones: each bucket gets
                     // two flows from each CPU.
                     for &port in ports.iter().skip(cpu).step_by(2) {

@@ -1,6 +1,6 @@
 //! The product object holds only the product: `lb_agent::EBPF_OBJECT` (what the agent
 //! embeds and attaches) has none of the lab's programs (`lb_reflect`, `lbr_*`, `lbrn_*`,
-//! `lbt_*`), the lab object (`lb_tests::lab::OBJECT`, lb-ebpf's `lab` feature) has them
+//! `lbt_*`), the lab object (`lb_tests::bpf::lab::OBJECT`, lb-ebpf's `lab` feature) has them
 //! and every program of the product's; and the lab's reflector does what the benchmarks
 //! take as their floor; the lab's LRU table (Katran's, for `lb-fill-bench`) hits what it
 //! inserted.
@@ -13,9 +13,9 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use lb_common::map_names;
-use lb_tests::{
-    bpf_stack::StackMap,
+use lb_tests::bpf::{
     lab::{self, REFLECT_PROGRAM, is_lab_program},
+    stack::StackMap,
     syn_responder,
 };
 

@@ -257,7 +257,7 @@ fn nat_reinserts_an_evicted_reverse_entry() {
 
 /// `lb_common::maps::nat_seconds` of CLOCK_MONOTONIC now (the clock of bpf_ktime_get_ns).
 pub fn now_nat_seconds() -> u32 {
-    lb_tests::clock::nat_seconds_now()
+    lb_tests::bpf::clock::nat_seconds_now()
 }
 
 /// A TCP service with a single source port (30000) toward one backend, plus the key of

@@ -99,7 +99,7 @@ const LIFECYCLE: [(&str, u8, u8, u32); 14] = [
 fn steady_nat_seconds() -> u32 {
     const COARSE_NS: u64 = 1 << 30;
     loop {
-        let ns = lb_tests::clock::monotonic_ns();
+        let ns = lb_tests::bpf::clock::monotonic_ns();
         let left = COARSE_NS - ns % COARSE_NS;
         if left > 50_000_000 {
             return now_nat_seconds();

@@ -205,7 +205,7 @@ fn two_cpus_claiming_at_once_never_share_a_port() {
         let runs: Vec<_> = (0..2u8)
             .map(|cpu| {
                 scope.spawn(move || {
-                    lb_tests::cpu::pin_self(cpu as usize).expect("pinning");
+                    lb_tests::bench::cpu::pin_self(cpu as usize).expect("pinning");
                     let mut out = Vec::new();
                     for i in 0..PER_CPU {
                         let client = ip4(10, 50 + cpu, (i >> 8) as u8, i as u8);

@@ -11,7 +11,7 @@
 
 use super::prelude::*;
 use lb_common::maps::FlowValue;
-use lb_tests::cpu::pin_self;
+use lb_tests::bench::cpu::pin_self;
 
 /// Backend the Maglev table points at while the flow sits in the cache on backend 1.
 const OTHER: u32 = 9;

@@ -7,7 +7,7 @@
 
 use super::prelude::*;
 use lb_common::maps::{FlowCacheEntry, FlowValue};
-use lb_tests::cpu::pin_self;
+use lb_tests::bench::cpu::pin_self;
 
 /// Flows cached by hand for the ticks after the one a flow was cached in: more than the
 /// ticks that writing them and emptying `LB_PROGRAMS` may take.

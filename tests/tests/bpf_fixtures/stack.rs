@@ -5,7 +5,7 @@
 //! verifier's 512 bytes less 64), so that no change brings them back to the edge
 //! unnoticed; every program of both objects fits the limit.
 
-use lb_tests::bpf_stack::{STACK_BUDGET, STACK_LIMIT, StackMap, rounded};
+use lb_tests::bpf::stack::{STACK_BUDGET, STACK_LIMIT, StackMap, rounded};
 
 /// The programs lb attaches or tail-calls.
 const PRODUCTION: [&str; 3] = ["lb_xdp", "lb_xdp_full", "lb_pass"];
@@ -52,9 +52,9 @@ fn programs_fit_the_stack_budget() {
             frames.join(" + "),
         );
     }
-    let lab = StackMap::parse(lb_tests::lab::OBJECT).expect("the lab object parses");
+    let lab = StackMap::parse(lb_tests::bpf::lab::OBJECT).expect("the lab object parses");
     let floor = lab
-        .chain(lb_tests::lab::REFLECT_PROGRAM)
+        .chain(lb_tests::bpf::lab::REFLECT_PROGRAM)
         .expect("lb_reflect");
     assert!(floor.bytes <= STACK_BUDGET, "lb_reflect: {floor:?}");
     for map in [&map, &lab] {

@@ -10,7 +10,7 @@ use lb_common::{
     maps::{FlowValue, NAT_H_PENDING, nat_reclaimable, nat_seconds},
     table::{SYN_WAIT_MAX_NS, TABLE_WAYS},
 };
-use lb_tests::clock::monotonic_ns as now_ns;
+use lb_tests::bpf::clock::monotonic_ns as now_ns;
 
 /// Linux's initial SYN retransmission timeout.
 const RTO_NS: u64 = 1_000_000_000;

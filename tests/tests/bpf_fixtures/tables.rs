@@ -178,7 +178,7 @@ fn a_copy_into_a_smaller_table_keeps_the_most_recent_flows_of_each_bucket() {
             .with_seeds(flow_seed, nat_seed)
     };
     let mut old = world_in(Lb::load_sized(sized(8192)), &[DSR4]);
-    let now = lb_tests::clock::monotonic_ns();
+    let now = lb_tests::bpf::clock::monotonic_ns();
     let dsr = svc(DSR4);
     let key = |i: u32| {
         let (addr, port) = client(i);

@@ -1,10 +1,10 @@
 //! The probe bench's stand-in for remote hosts (`lbt_syn_responder_tc`,
-//! `lb_tests::syn_responder`): a SYN to an open target comes back as that target's
+//! `lb_tests::bpf::syn_responder`): a SYN to an open target comes back as that target's
 //! SYN-ACK, to a closed one as its RST-ACK, both byte for byte as built from scratch
 //! (checksums included); the prober's other segments are consumed, other traffic passed.
 
 use super::prelude::*;
-use lb_tests::syn_responder::{PORTS_PER_HOST, SynResponder};
+use lb_tests::bpf::syn_responder::{PORTS_PER_HOST, SynResponder};
 
 const PROBER: [u8; 4] = [10, 203, 0, 1];
 const PROBER_MAC: [u8; 6] = [0x02, 0xbe, 0, 0, 0, 1];

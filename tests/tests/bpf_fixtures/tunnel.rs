@@ -233,7 +233,7 @@ fn forward(lb: &mut Lb, t: Tun, desc: &str, inner: &Frame, counters: &[(u32, u64
 #[test]
 fn ipip_and_gue_encapsulate_toward_the_backends_next_hop() {
     // One CPU: the settled packets below are served from this CPU's flow cache.
-    lb_tests::cpu::pin_self(0).expect("pinning to CPU 0");
+    lb_tests::bench::cpu::pin_self(0).expect("pinning to CPU 0");
     let mut lb = tunnels();
     for t in ALL {
         let syn = t.packet(CPORT, TCP_SYN).payload(b"hello");

@@ -7,12 +7,15 @@ use std::{fmt::Write as _, path::Path, time::Duration};
 
 use anyhow::{Context, bail};
 use lb_tests::{
-    agent::Agent,
-    cmd, nft_balancer,
-    process::{NsProcess, STOP_GRACE},
-    scenario::{self, BACKEND_TCP_PORT, WEIGHTS},
-    topology::{HOST_IF, Topology},
-    traffic,
+    agent::daemon::Agent,
+    bench::nft_balancer,
+    net::topology::{HOST_IF, Topology},
+    scenario::balance::{self, BACKEND_TCP_PORT, WEIGHTS},
+    traffic::clients,
+    util::{
+        cmd,
+        process::{NsProcess, STOP_GRACE},
+    },
 };
 
 /// The VIP's port.
@@ -104,11 +107,11 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
             Running::Haproxy(p)
         }
         Kind::Lb => {
-            let backends = scenario::weighted(topo, &WEIGHTS);
-            let mut service = scenario::tcp_service(topo, &backends);
+            let backends = balance::weighted(topo, &WEIGHTS);
+            let mut service = balance::tcp_service(topo, &backends);
             // One client opening thousands of connections a second: no per-source limit.
             service.extra.push("source_rate = 0".into());
-            Running::Lb(scenario::start_agent(topo, vec![service], Some("native"))?)
+            Running::Lb(balance::start_agent(topo, vec![service], Some("native"))?)
         }
     };
     if let Err(err) = wait_answering(topo) {
@@ -129,7 +132,7 @@ fn wait_answering(topo: &Topology) -> anyhow::Result<()> {
     let vip = std::net::SocketAddr::new(topo.vip4().into(), VIP_PORT);
     for attempt in 0..100u16 {
         // Ports 1000.. are never used by the measured runs.
-        let tally = traffic::tcp_names(
+        let tally = clients::tcp_names(
             &client.ns,
             client.ipv4.into(),
             1000 + attempt,

@@ -23,10 +23,13 @@ use std::{fmt::Write as _, net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::{Context, bail};
 use balancers::{Kind, VIP_PORT};
 use lb_tests::{
-    cpu, link,
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
-    traffic,
+    bench::cpu,
+    net::{
+        link,
+        topology::{Forwarding, HOST_IF, Topology},
+    },
+    scenario::balance::{self, WEIGHTS},
+    traffic::clients,
 };
 
 /// CPU of the balancer under test; everything else runs on the other one.
@@ -73,12 +76,12 @@ fn main() -> anyhow::Result<()> {
         .forwarding(Forwarding::Nat)
         .build()
         .context("building the topology (as root?)")?;
-    let testserver = lb_tests::agent::locate_binary("lb-testserver")?;
-    let servers = scenario::start_testservers(&topo, &testserver)?;
+    let testserver = lb_tests::agent::daemon::locate_binary("lb-testserver")?;
+    let servers = balance::start_testservers(&topo, &testserver)?;
     for s in &servers {
         cpu::pin(s.pid(), OTHER_CPU)?;
     }
-    lb_tests::nft_balancer::prepare_lb_host(&topo)?;
+    lb_tests::bench::nft_balancer::prepare_lb_host(&topo)?;
     // The lb host receives in its own NAPI thread, and what it sends is received by the
     // switch in another. A veth hands TSO senders' packets around NAPI: the switch side
     // gets TSO off; the hosts' eth0 have it off already (the harness turns their TX
@@ -176,7 +179,7 @@ fn measure(
     }
     let client = topo.client();
     let vip = SocketAddr::new(topo.vip4().into(), VIP_PORT);
-    let warm = traffic::tcp_names(
+    let warm = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         first_port,
@@ -195,7 +198,7 @@ fn measure(
     let napi_before = cpu::on_cpu(&lb_napi);
     let process_before = running.pid().map_or(Duration::ZERO, cpu::process_on_cpu);
     let started = std::time::Instant::now();
-    let tally = traffic::tcp_names(
+    let tally = clients::tcp_names(
         &client.ns,
         client.ipv4.into(),
         first_port + WARMUP as u16,

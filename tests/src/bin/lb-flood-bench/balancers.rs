@@ -10,11 +10,11 @@ use anyhow::Context;
 
 use crate::reflector::Reflector;
 use lb_tests::{
-    agent::{Agent, Proto, Service},
-    cmd, nft_balancer,
-    process::STOP_GRACE,
-    scenario::{self, WEIGHTS},
-    topology::{Forwarding, HOST_IF, Topology},
+    agent::daemon::{Agent, Proto, Service},
+    bench::nft_balancer,
+    net::topology::{Forwarding, HOST_IF, Topology},
+    scenario::balance::{self, WEIGHTS},
+    util::{cmd, process::STOP_GRACE},
 };
 
 /// The VIP's port and the backends' (dsr keeps the port).
@@ -115,7 +115,7 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
             Running::Nftables
         }
         Kind::LbNat | Kind::LbDsr => {
-            let backends = scenario::weighted(topo, &WEIGHTS);
+            let backends = balance::weighted(topo, &WEIGHTS);
             let mut service = Service::on(topo, "flood", Proto::Udp, false, PORT, &backends, PORT);
             if kind == Kind::LbDsr {
                 // The topology is built for nat (the sinks drop everything in XDP, so the
@@ -127,7 +127,7 @@ pub fn start(kind: Kind, topo: &Topology) -> anyhow::Result<Running> {
                 // One client address opens thousands of flows at once.
                 service.extra.push("source_rate = 0".into());
             }
-            let agent = scenario::start_agent(topo, vec![service], Some("native"))
+            let agent = balance::start_agent(topo, vec![service], Some("native"))
                 .with_context(|| format!("starting {}", kind.name()))?;
             Running::Lb(agent)
         }

@@ -10,7 +10,10 @@ use std::{
 };
 
 use anyhow::Context;
-use lb_tests::{link::Mac, netns::NetNs, packet::Frame};
+use lb_tests::{
+    net::{link::Mac, netns::NetNs},
+    traffic::packet::Frame,
+};
 
 /// `SCHED_FIFO` priority of the flooding thread (below the NAPI threads').
 const SENDER_PRIORITY: libc::c_int = 1;
@@ -81,7 +84,7 @@ pub fn send(ns: &NetNs, ifname: &str, frames: &[Vec<u8>], bounds: Bounds) -> any
         // SAFETY: the kernel just returned this fd to us.
         let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         let one: libc::c_int = 1;
-        // SAFETY: an int option of the size given.
+        // SAFETY: an int option of the size given, on a socket we own; `one` outlives the call.
         let rc = unsafe {
             libc::setsockopt(
                 fd,
@@ -94,7 +97,7 @@ pub fn send(ns: &NetNs, ifname: &str, frames: &[Vec<u8>], bounds: Bounds) -> any
         if rc != 0 {
             return Err(io::Error::last_os_error()).context("PACKET_QDISC_BYPASS");
         }
-        // SAFETY: a NUL-terminated name.
+        // SAFETY: `name` is a CString, NUL-terminated and alive across the call.
         let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
         if index == 0 {
             return Err(io::Error::last_os_error())
@@ -128,7 +131,7 @@ fn flood_mode(fd: i32) -> anyhow::Result<()> {
     if rc != 0 {
         return Err(io::Error::last_os_error()).context("SCHED_FIFO for the sender");
     }
-    // SAFETY: an int option of the size given.
+    // SAFETY: an int option of the size given, read from a static.
     let rc = unsafe {
         libc::setsockopt(
             fd,

@@ -26,7 +26,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context, bail};
 use balancers::Kind;
 use flood::Bounds;
-use lb_tests::cpu;
+use lb_tests::bench::cpu;
 use measure::Measured;
 use setup::{Bed, OTHER_CPU, Setup};
 

@@ -4,7 +4,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lb_tests::{cmd, cpu, drop_prog::DropCounter, netns::NetNs, topology::Topology};
+use lb_tests::{
+    bench::cpu,
+    bpf::drop_prog::DropCounter,
+    net::{netns::NetNs, topology::Topology},
+    util::cmd,
+};
 
 use crate::flood::{self, Bounds, Sent};
 

@@ -12,7 +12,10 @@ use aya::{
     programs::{Xdp, XdpMode},
 };
 use lb_common::map_names;
-use lb_tests::{lab, netns::NetNs, topology::HOST_IF};
+use lb_tests::{
+    bpf::lab,
+    net::{netns::NetNs, topology::HOST_IF},
+};
 
 /// `lb_reflect` attached; detached when dropped.
 pub struct Reflector {

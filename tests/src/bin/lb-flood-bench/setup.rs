@@ -15,10 +15,14 @@
 
 use anyhow::{Context, bail};
 use lb_tests::{
-    cpu, drop_prog, link,
-    netns::NetNs,
-    scenario::WEIGHTS,
-    topology::{Forwarding, HOST_IF, Topology},
+    bench::cpu,
+    bpf::drop_prog,
+    net::{
+        link,
+        netns::NetNs,
+        topology::{Forwarding, HOST_IF, Topology},
+    },
+    scenario::balance::WEIGHTS,
 };
 
 use crate::{
@@ -97,7 +101,7 @@ impl Bed {
             )?),
             Setup::Wire => None,
         };
-        lb_tests::nft_balancer::prepare_lb_host(&topo)?;
+        lb_tests::bench::nft_balancer::prepare_lb_host(&topo)?;
         // The lb host receives in its own NAPI thread on LB_CPU; the switch receives from
         // the client and from the lb host in threads of their own on OTHER_CPU (in
         // softirq they would run in ksoftirqd under a flood, behind every other task).

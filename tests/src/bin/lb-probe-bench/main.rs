@@ -198,7 +198,7 @@ fn main() -> anyhow::Result<()> {
         if let Some([flag, cpu]) = args.get(4..6)
             && flag == "--cpu"
         {
-            lb_tests::cpu::pin_self(cpu.parse().context("--cpu takes a CPU number")?)?;
+            lb_tests::bench::cpu::pin_self(cpu.parse().context("--cpu takes a CPU number")?)?;
         }
         target_net::select(net)?;
         return serve(n, net);
@@ -303,17 +303,21 @@ fn closed(i: usize) -> bool {
 /// Raises the soft RLIMIT_NOFILE as far as [`NOFILE`] (the hard limit too, when allowed:
 /// CAP_SYS_RESOURCE); fails if fewer than `need` descriptors are available.
 fn raise_nofile(need: usize) -> anyhow::Result<()> {
-    // SAFETY: getrlimit/setrlimit read or fill the struct we pass.
+    // SAFETY: rlimit is two integers, for which all-zero bytes are valid.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes into `lim`, a live and writable rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     let want = libc::rlimit {
         rlim_cur: NOFILE,
         rlim_max: NOFILE.max(lim.rlim_max),
     };
+    // SAFETY: setrlimit only reads `want`, a live rlimit.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
         lim.rlim_cur = NOFILE.min(lim.rlim_max);
+        // SAFETY: setrlimit only reads `lim`, a live rlimit.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
     }
+    // SAFETY: getrlimit writes into `lim`, a live and writable rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     if (lim.rlim_cur as usize) < need {
         bail!(
@@ -349,7 +353,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
     let split = cpus != Cpus::Shared;
     if split {
         // Before any other thread starts: the runtime's and the SYN check's inherit it.
-        lb_tests::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
+        lb_tests::bench::cpu::pin_self(AGENT_CPU).context("pinning the agent")?;
     }
     // Namespaces first, while this is the only thread: the runtime's threads inherit.
     if net == Net::Remote && check != Check::Syn {

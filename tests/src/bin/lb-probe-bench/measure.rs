@@ -5,8 +5,9 @@ use super::*;
 
 /// This process's user and sys CPU time.
 pub(super) fn rusage() -> (Duration, Duration) {
-    // SAFETY: getrusage fills the zeroed struct we pass.
+    // SAFETY: rusage is integers and timevals only, for which all-zero bytes are valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into `ru`, a live and writable rusage.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime), tv(ru.ru_stime))

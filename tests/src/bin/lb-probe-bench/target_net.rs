@@ -1,7 +1,7 @@
 //! Where the probe targets live: on loopback beside the agent (`loopback`), or in a
 //! namespace of their own behind a veth pair whose receive side runs in a NAPI kernel
 //! thread (`veth`), as backends on other hosts; or behind the same pair but answered by
-//! a BPF program instead of listeners (`remote`: `lb_tests::syn_responder`, SYN checks
+//! a BPF program instead of listeners (`remote`: `lb_tests::bpf::syn_responder`, SYN checks
 //! only), so that the targets' own kernel work, which remote hosts would do, is not on
 //! this machine's two CPUs.
 //!
@@ -23,10 +23,12 @@ use std::{
 
 use anyhow::{Context, bail};
 use lb_tests::{
-    cpu,
-    link::{self, Link, Mac, VethEnd},
-    names,
-    netns::NetNs,
+    bench::cpu,
+    net::{
+        link::{self, Link, Mac, VethEnd},
+        names,
+        netns::NetNs,
+    },
 };
 
 /// First port of the targets on each address.

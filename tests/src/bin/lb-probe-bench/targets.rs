@@ -68,19 +68,19 @@ pub(super) fn serve(n: usize, net: Net) -> anyhow::Result<()> {
     })
 }
 
-/// `--serve N --net remote`: the targets are `lb_tests::syn_responder` on this
+/// `--serve N --net remote`: the targets are `lb_tests::bpf::syn_responder` on this
 /// namespace's end of the pair (target `i` is the responder's index `i`: both count
 /// [`PORTS_PER_IP`] ports per address from the first); `close K` marks every K-th target
 /// closed (answered with an RST-ACK). The responder is detached when this process ends.
 fn serve_remote(n: usize) -> anyhow::Result<()> {
-    const { assert!(PORTS_PER_IP as u32 == lb_tests::syn_responder::PORTS_PER_HOST) };
-    if n as u64 > u64::from(lb_tests::syn_responder::TARGETS) {
+    const { assert!(PORTS_PER_IP as u32 == lb_tests::bpf::syn_responder::PORTS_PER_HOST) };
+    if n as u64 > u64::from(lb_tests::bpf::syn_responder::TARGETS) {
         bail!(
             "the SYN responder knows {} targets",
-            lb_tests::syn_responder::TARGETS
+            lb_tests::bpf::syn_responder::TARGETS
         );
     }
-    let mut responder = lb_tests::syn_responder::SynResponder::load()?;
+    let mut responder = lb_tests::bpf::syn_responder::SynResponder::load()?;
     responder.attach(target_net::TARGET_IF)?;
     println!("ready {n}");
     for line in std::io::stdin().lines() {
@@ -188,7 +188,7 @@ impl Targets {
     pub(super) fn cpu(&self) -> Duration {
         self.child
             .id()
-            .map_or(Duration::ZERO, lb_tests::cpu::process_on_cpu)
+            .map_or(Duration::ZERO, lb_tests::bench::cpu::process_on_cpu)
             + target_net::napi_cpu(End::Targets)
     }
 }

@@ -1,0 +1,17 @@
+//! The real `lb-agent` as the scenarios run and operate it: started, reloaded and
+//! stopped with a config rendered from a bed ([`daemon`]), its REST API ([`api`]) and
+//! status page in a browser ([`browser`]), its tables read from outside
+//! ([`flow_snapshot`], [`nat_census`]), its private bpffs ([`bpffs`]), and what an
+//! operator does: a systemd unit or a container ([`operator`], [`unit_file`],
+//! [`confine`]) and upgrades between releases ([`upgrade`]).
+
+pub mod api;
+pub mod bpffs;
+pub mod browser;
+pub mod confine;
+pub mod daemon;
+pub mod flow_snapshot;
+pub mod nat_census;
+pub mod operator;
+pub mod unit_file;
+pub mod upgrade;
