@@ -45,8 +45,8 @@ pub mod probe;
 pub mod publish;
 pub mod rlimit;
 pub mod sd_notify;
-pub mod status;
 mod util;
+pub mod view;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("LB_EBPF_OBJ_PATH"));

@@ -53,7 +53,7 @@ async fn b_failed(extra: &str, probe: &str) -> Harness {
     h
 }
 
-fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::status::Event> {
+fn events_since(h: &Harness, n: usize) -> Vec<lb_agent::view::Event> {
     h.events
         .try_lock()
         .expect("nobody else holds the event log")

@@ -8,7 +8,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use agent_util::{Harness, Verdict, ms, sa, secs};
 use lb_agent::api::{AdminChange, NewServer, ServerPatch};
-use lb_agent::status::Snapshot;
+use lb_agent::view::Snapshot;
 use lb_common::maps::BackendStats;
 
 /// A small deterministic generator (xorshift64*): each seed is one reproducible sequence.

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use agent_util::{Harness, Verdict, ms, sa, secs, servers, web};
 use lb_agent::agent::SNAPSHOT_EVERY;
 use lb_agent::api::{AdminChange, AdminRequest, ServerPatch};
-use lb_agent::status::Snapshot;
+use lb_agent::view::Snapshot;
 use tokio::sync::oneshot;
 
 fn config() -> String {

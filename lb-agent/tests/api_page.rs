@@ -13,7 +13,7 @@ use lb_agent::{
         AdminRequest, ApiCounters, ApiState, Limits, ListenConfig, Listening, PageView,
         ReloadRequest, listen,
     },
-    status::{Event, ServerStatus, ServiceStatus, Snapshot},
+    view::{Event, ServerStatus, ServiceStatus, Snapshot},
 };
 use tokio::{
     net::{TcpStream, UnixStream},

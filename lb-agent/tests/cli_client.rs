@@ -12,7 +12,7 @@ use std::{
 
 use lb_agent::{
     api::{AdminChange, ApiState, Limits, ListenConfig, Listening, listen},
-    status::{Event, ServerStatus, ServiceStatus, Snapshot},
+    view::{Event, ServerStatus, ServiceStatus, Snapshot},
 };
 use tokio::sync::{Mutex, mpsc, watch};
 

@@ -20,7 +20,7 @@ use lb_agent::{
     dataplane::memory::MemoryDataplane,
     probe::{ProbeOutcome, Prober},
     publish::{addr_words, vip_key},
-    status::ServerStatus,
+    view::ServerStatus,
 };
 use lb_common::{NO_BACKEND, maps::BACKEND_F_LIVE};
 

@@ -9,12 +9,12 @@ use tokio::time::Instant;
 
 use super::{Agent, Neighbors, ServiceRt};
 use crate::{
-    announce::{Announcer, Change, Serve, VipRoutes, bird::Sessions},
+    announce::{Announcer, Change, Serve, VipRoutes, bird_sessions::Sessions},
     api::AdminError,
     dataplane::Dataplane,
     probe::Prober,
     publish::Role,
-    status::AnnounceStatus,
+    view::AnnounceStatus,
 };
 
 /// The announcer and the node's traffic as last polled.

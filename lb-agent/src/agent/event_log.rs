@@ -14,7 +14,7 @@ use crate::{
     dataplane::Dataplane,
     health::{HealthState, Transition},
     probe::Prober,
-    status::Event,
+    view::Event,
 };
 
 /// The agent's side of the event log.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use super::local_faults::LocalFaults;
-use crate::status::LocalFaultStatus;
+use crate::view::LocalFaultStatus;
 
 /// The agent-wide failure tallies.
 #[derive(Debug, Default)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::status::LocalFaultStatus;
+use crate::view::LocalFaultStatus;
 
 /// At most one log line per this period; the others are counted in the next line.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);

@@ -85,7 +85,7 @@ use crate::{
     api::EventLog,
     dataplane::Dataplane,
     probe::{ProbeReport, Prober, ServerKey},
-    status::{Histogram, Snapshot},
+    view::{Histogram, Snapshot},
 };
 
 /// What the agent is running on (shown in status).
@@ -94,7 +94,7 @@ pub struct Environment {
     pub interface: String,
     pub xdp_mode: String,
     /// The tables' sizes as loaded.
-    pub tables: crate::status::TablesStatus,
+    pub tables: crate::view::TablesStatus,
 }
 
 /// The agent: its components (see the module's table).

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     config::ProbeConfig,
-    status::{Histogram, PROBE_DURATION_BOUNDS},
+    view::{Histogram, PROBE_DURATION_BOUNDS},
 };
 
 /// The histograms, in the order of the service's probes.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::status::PublishStatus;
+use crate::view::PublishStatus;
 
 /// The first retry after a failure: a transient failure (a map update refused under
 /// memory pressure) costs its verdicts at most this much extra delay.

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     dataplane::{Dataplane, PublishedState},
     publish::{DesiredBackend, DesiredService, PublishError, PublishReport, Publisher},
-    status::{Histogram, PublishStatus},
+    view::{Histogram, PublishStatus},
 };
 
 /// The publisher, its retry schedule and the record of its last run.

@@ -19,7 +19,7 @@
 //! A VIP is withdrawn only when no service on it can serve: withdrawing it for one
 //! failed service would black-hole the others sharing the address.
 
-pub mod bird;
+pub mod bird_sessions;
 pub mod fingerprint;
 pub mod routes;
 pub mod rtnl;
@@ -36,7 +36,7 @@ use tracing::{info, warn};
 
 pub use routes::{KernelRoutes, MemoryRoutes, RouteError, VipRoutes};
 
-use crate::status::{AnnounceStatus, VipStatus};
+use crate::view::{AnnounceStatus, VipStatus};
 
 /// What one service can do right now, as membership decided it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -114,7 +114,7 @@ pub struct Announcer {
     vips: BTreeMap<IpAddr, Vip>,
     /// Last input, so a drain change can be applied without new membership.
     last_input: Vec<(IpAddr, Serve)>,
-    bgp: Option<bird::Sessions>,
+    bgp: Option<bird_sessions::Sessions>,
     /// Host addresses on the interface when announcing started.
     present: BTreeSet<IpAddr>,
 }
@@ -266,7 +266,7 @@ impl Announcer {
     }
 
     /// Records the routing daemon's sessions as last read (`None`: not read).
-    pub fn set_bgp(&mut self, sessions: Option<bird::Sessions>) {
+    pub fn set_bgp(&mut self, sessions: Option<bird_sessions::Sessions>) {
         self.bgp = sessions;
     }
 

@@ -222,7 +222,7 @@ bfd1       BFD        ---        up     14:50:01.123
 router     BGP        ---        up     14:50:02.456  Established   
 other      BGP        ---        start  2026-12-01 14:50:02  Active        Socket: Connection refused
 ";
-    let p = bird::parse_protocols(out);
+    let p = bird_sessions::parse_protocols(out);
     assert_eq!(p.len(), 6);
     assert_eq!(p[0].name, "device1");
     assert_eq!(p[0].info, "");
@@ -231,7 +231,9 @@ other      BGP        ---        start  2026-12-01 14:50:02  Active        Socke
     assert_eq!(p[4].info, "Established");
     assert_eq!(p[5].state, "start");
     assert_eq!(p[5].info, "Active Socket: Connection refused");
-    assert!(bird::parse_protocols("Unable to connect to server control socket").is_empty());
+    assert!(
+        bird_sessions::parse_protocols("Unable to connect to server control socket").is_empty()
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::status::{Histogram, Snapshot};
+use crate::view::{Histogram, Snapshot};
 
 const STATES: [&str; 6] = [
     "up",
@@ -151,7 +151,7 @@ pub fn render(snap: &Snapshot) -> String {
     type SvcGauge = (
         &'static str,
         &'static str,
-        fn(&crate::status::ServiceStatus) -> f64,
+        fn(&crate::view::ServiceStatus) -> f64,
     );
     let service_gauges: [SvcGauge; 9] = [
         (
@@ -317,7 +317,7 @@ fn family(
 }
 
 /// The flow and nat tables' occupancy, as last sampled (docs/metrics.md).
-fn tables(o: &mut String, t: Option<&crate::status::TablesOccupancy>) {
+fn tables(o: &mut String, t: Option<&crate::view::TablesOccupancy>) {
     let Some(t) = t else {
         return;
     };
@@ -363,7 +363,7 @@ fn tables(o: &mut String, t: Option<&crate::status::TablesOccupancy>) {
 }
 
 /// Probe durations per service and probe (all servers together).
-fn probe_durations(o: &mut String, services: &[crate::status::ServiceStatus]) {
+fn probe_durations(o: &mut String, services: &[crate::view::ServiceStatus]) {
     let name = "lb_probe_duration_seconds";
     header(
         o,
@@ -380,7 +380,7 @@ fn probe_durations(o: &mut String, services: &[crate::status::ServiceStatus]) {
 }
 
 /// VIP announcement (docs/multi-node.md): one series per VIP and BGP protocol.
-fn announce(o: &mut String, a: &crate::status::AnnounceStatus) {
+fn announce(o: &mut String, a: &crate::view::AnnounceStatus) {
     header(
         o,
         "lb_node_drained",
@@ -513,7 +513,7 @@ fn syn_check(o: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{ServerStatus, ServiceStatus};
+    use crate::view::{ServerStatus, ServiceStatus};
 
     #[test]
     fn renders_states_labels_and_histogram() {

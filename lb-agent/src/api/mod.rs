@@ -2,7 +2,7 @@
 //! request) and TCP (reads; changes with a bearer token), within [`Limits`]
 //! (docs/api-security.md).
 //!
-//! Handlers ask the agent loop for a [`crate::status::Snapshot`] (built on demand, [`SnapshotSource`]) or hand an [`AdminRequest`] to the agent
+//! Handlers ask the agent loop for a [`crate::view::Snapshot`] (built on demand, [`SnapshotSource`]) or hand an [`AdminRequest`] to the agent
 //! loop, which owns all state and answers through a oneshot channel.
 
 mod auth;
@@ -13,7 +13,7 @@ mod metrics;
 mod page;
 mod routes;
 mod serve;
-mod snapshot;
+mod snapshot_source;
 mod socket;
 
 use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
@@ -21,7 +21,7 @@ use std::{collections::VecDeque, net::SocketAddr, sync::Arc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::status::Event;
+use crate::view::Event;
 
 pub use auth::{Access, MIN_TOKEN_LEN, Token, TokenError, load_token};
 pub use counters::{ApiCounters, Rejection};
@@ -30,7 +30,7 @@ pub use metrics::render as render_metrics;
 pub use page::{PageView, TIMELINE_SPAN};
 pub use routes::router;
 pub use serve::{ListenConfig, ListenError, Listening, app, listen, serve_tcp, serve_unix};
-pub use snapshot::{SnapshotRequest, SnapshotSource};
+pub use snapshot_source::{SnapshotRequest, SnapshotSource};
 pub use socket::SocketError;
 
 /// How many transitions `/api/v1/events` keeps.

@@ -18,7 +18,7 @@ use axum::{
 use serde::{Deserialize, Serialize};
 
 use super::ApiState;
-use crate::status::{Event, Histogram, ServerStatus, ServiceStatus, Snapshot, Stats};
+use crate::view::{Event, Histogram, ServerStatus, ServiceStatus, Snapshot, Stats};
 
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
@@ -328,7 +328,7 @@ pub fn role(s: &ServerStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{HealthStatus, ProbeStatus};
+    use crate::view::{HealthStatus, ProbeStatus};
 
     fn server(state: &str, spare: Option<&str>, backup: u32) -> ServerStatus {
         ServerStatus {

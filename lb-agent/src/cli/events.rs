@@ -4,7 +4,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use hyper::Method;
-use lb_agent::status::Event;
+use lb_agent::view::Event;
 
 use super::http;
 

@@ -1,6 +1,6 @@
 //! Command-line surface of `lb-agent` (DESIGN.md §8).
 
-mod check;
+mod check_config;
 mod decap;
 mod detach;
 mod doctor;
@@ -349,7 +349,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             DecapCommand::Detach { interface } => decap::detach(&interface),
         },
         Command::CheckConfig { config, file } => {
-            check::check(&config.or(file).expect("clap requires one of them"))
+            check_config::check(&config.or(file).expect("clap requires one of them"))
         }
         Command::Doctor { config, interface } => {
             block_on(doctor::doctor(config.as_deref(), interface))

@@ -7,11 +7,11 @@ use anyhow::Context;
 use hyper::Method;
 use lb_agent::{
     agent::{Agent, Neighbors},
-    announce::{KernelRoutes, bird},
+    announce::{KernelRoutes, bird_sessions},
     config::AgentConfig,
     dataplane::Dataplane,
     probe::Prober,
-    status::AnnounceStatus,
+    view::AnnounceStatus,
 };
 use tokio::sync::watch;
 use tracing::info;
@@ -45,7 +45,7 @@ pub fn drain_file(agent: &AgentConfig) -> Option<PathBuf> {
 pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbors>(
     agent: &mut Agent<D, P, N>,
     cfg: &AgentConfig,
-) -> anyhow::Result<Option<watch::Receiver<bird::Sessions>>> {
+) -> anyhow::Result<Option<watch::Receiver<bird_sessions::Sessions>>> {
     let Some(interface) = &cfg.announce_interface else {
         return Ok(None);
     };
@@ -64,12 +64,12 @@ pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbors>(
     let Some(socket) = cfg.bird_socket.clone() else {
         return Ok(None);
     };
-    let (tx, rx) = watch::channel(bird::Sessions::default());
+    let (tx, rx) = watch::channel(bird_sessions::Sessions::default());
     tokio::spawn(async move {
         let mut every = tokio::time::interval(BIRD_EVERY);
         loop {
             every.tick().await;
-            if tx.send(bird::read(&socket).await).is_err() {
+            if tx.send(bird_sessions::read(&socket).await).is_err() {
                 return;
             }
         }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use hyper::Method;
-use lb_agent::status::ServiceStatus;
+use lb_agent::view::ServiceStatus;
 
 use super::http;
 
@@ -50,7 +50,7 @@ struct AgentView {
     interface: String,
     xdp_mode: String,
     #[serde(default)]
-    tables: Option<lb_agent::status::TablesStatus>,
+    tables: Option<lb_agent::view::TablesStatus>,
 }
 
 /// The narrowest the address column gets (an `IPv4:port` fits in 21).
@@ -131,14 +131,14 @@ pub fn render(services: &[ServiceStatus]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use lb_agent::status::LocalFaultStatus;
+    use lb_agent::view::LocalFaultStatus;
 
     use super::*;
 
     #[test]
     fn columns_line_up_with_ipv6_addresses() {
         let srv = |a: &str| {
-            std::sync::Arc::new(lb_agent::status::ServerStatus {
+            std::sync::Arc::new(lb_agent::view::ServerStatus {
                 address: a.into(),
                 state: "up".into(),
                 ..Default::default()
@@ -169,7 +169,7 @@ mod tests {
     fn open_shows_the_active_flows() {
         let s = ServiceStatus {
             name: "web".into(),
-            servers: vec![std::sync::Arc::new(lb_agent::status::ServerStatus {
+            servers: vec![std::sync::Arc::new(lb_agent::view::ServerStatus {
                 address: "10.0.1.1:80".into(),
                 state: "draining".into(),
                 active_flows: Some(12345),

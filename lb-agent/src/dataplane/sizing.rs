@@ -151,8 +151,8 @@ impl MapSizes {
     }
 
     /// What status shows of the tables.
-    pub fn status(&self) -> crate::status::TablesStatus {
-        crate::status::TablesStatus {
+    pub fn status(&self) -> crate::view::TablesStatus {
+        crate::view::TablesStatus {
             max_flows: self.max_flows(),
             flow_buckets: self.tables.flow_buckets,
             nat_buckets: self.tables.nat_buckets,

@@ -7,7 +7,7 @@
 //! check returns), which proves the verifier accepts the program here.
 
 mod addresses;
-mod bird;
+mod bird_socket;
 mod bpffs;
 mod ethtool;
 mod interface;
@@ -113,7 +113,7 @@ pub async fn run(opts: &Options) -> Vec<Finding> {
         out.extend(addresses::snat(cfg, opts.interface.as_deref()));
         out.extend(addresses::dsr(cfg, opts.interface.as_deref()).await);
         out.extend(bpffs::check(cfg));
-        out.extend(bird::check(cfg).await);
+        out.extend(bird_socket::check(cfg).await);
     } else {
         out.push(Finding::ok(
             "config",

@@ -26,7 +26,7 @@ pub use wake::Wake;
 
 use crate::{
     agent::{Agent, Neighbors},
-    announce::bird,
+    announce::bird_sessions,
     api::{AdminRequest, ReloadOutcome, ReloadRequest, SnapshotRequest},
     config::{self, AgentConfig},
     dataplane::Dataplane,
@@ -54,7 +54,7 @@ pub struct Inputs<S, E, W> {
     /// MAC changes of backends, from the neighbour watch.
     pub mac_updates: mpsc::Receiver<Vec<MacUpdate>>,
     /// BGP session status, when BIRD is polled.
-    pub bgp: Option<watch::Receiver<bird::Sessions>>,
+    pub bgp: Option<watch::Receiver<bird_sessions::Sessions>>,
     pub signals: S,
     /// The data plane's passive events, when it has a stream of them.
     pub passive_events: Option<E>,

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::Signal;
 use crate::{
-    announce::bird,
+    announce::bird_sessions,
     api::{AdminRequest, ReloadRequest, SnapshotRequest},
     dataplane::DataplaneError,
     neighbor::nexthops::MacUpdate,
@@ -42,7 +42,7 @@ pub enum Wake {
     AttachmentCheck,
     /// DNS re-resolution has work.
     ResolveDue,
-    Bgp(bird::Sessions),
+    Bgp(bird_sessions::Sessions),
 }
 
 pub(super) async fn sleep_until(deadline: Option<Instant>) {
@@ -62,8 +62,8 @@ pub(super) async fn next_or_pending<T>(future: Option<impl Future<Output = T>>) 
 
 /// The next BGP status read (pending forever without BIRD polling, or once it stopped).
 pub(super) async fn next_bgp(
-    rx: &mut Option<tokio::sync::watch::Receiver<bird::Sessions>>,
-) -> bird::Sessions {
+    rx: &mut Option<tokio::sync::watch::Receiver<bird_sessions::Sessions>>,
+) -> bird_sessions::Sessions {
     let Some(rx) = rx else {
         return std::future::pending().await;
     };

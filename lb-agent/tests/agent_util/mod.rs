@@ -19,7 +19,7 @@ use lb_agent::event_loop::{
 use lb_agent::neighbor::nexthops::MacUpdate;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
-use lb_agent::status::{ServerStatus, ServiceStatus, Snapshot};
+use lb_agent::view::{ServerStatus, ServiceStatus, Snapshot};
 use lb_common::NO_BACKEND;
 use lb_common::events::PassiveEvent;
 use lb_common::maps::{BACKEND_F_LIVE, BACKEND_F_SERVING};

@@ -21,7 +21,7 @@ use crate::{
     health::ProbeStats,
     membership::{Admin, SpareStatus},
     publish::Role,
-    status::{HealthStatus, ProbeStatus, ServerStatus, ServiceStatus, Snapshot, Stats},
+    view::{HealthStatus, ProbeStatus, ServerStatus, ServiceStatus, Snapshot, Stats},
 };
 
 /// The server records kept between builds, and the clock reading their timestamps were
@@ -390,7 +390,7 @@ fn build_with<D: Dataplane>(
         passive_events: sources.faults.passive_events().clone(),
         local_faults: sources.faults.local_status(now, at),
         publish: sources.publishing.retry_status(now),
-        occupancy: census.map(|c| crate::status::TablesOccupancy {
+        occupancy: census.map(|c| crate::view::TablesOccupancy {
             flow_entries: c.flow_entries,
             flow_capacity: c.flow_capacity,
             nat_entries: c.nat_entries,

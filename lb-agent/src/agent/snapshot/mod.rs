@@ -15,7 +15,7 @@ pub(super) use build::Sources;
 pub use schedule::{SNAPSHOT_DUTY, SNAPSHOT_EVERY, snapshot_interval};
 
 use super::{Agent, Neighbors};
-use crate::{api::SnapshotRequest, dataplane::Dataplane, probe::Prober, status::Snapshot};
+use crate::{api::SnapshotRequest, dataplane::Dataplane, probe::Prober, view::Snapshot};
 
 /// The last snapshot, when it is due again, who waits for it, and what is kept between
 /// builds. The agent marks it [changed](SnapshotCache::changed) when what it shows

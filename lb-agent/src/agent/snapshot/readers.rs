@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{SnapshotCache, Sources, snapshot_interval};
-use crate::{api::SnapshotRequest, dataplane::Dataplane, status::Snapshot};
+use crate::{api::SnapshotRequest, dataplane::Dataplane, view::Snapshot};
 
 /// What a reader asking now gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,7 +50,7 @@ use lb_agent::{
     event_loop::{MAC_RETRY, REPORT_BATCH as BATCH, STATS_EVERY},
     probe::{NetProber, ProbeReport, Prober},
     publish::PublishError,
-    status::Histogram,
+    view::Histogram,
 };
 use measure::*;
 use report::*;

@@ -115,7 +115,7 @@ pub struct AnnounceStatus {
     pub quiet_seconds: Option<f64>,
     pub vips: Vec<VipStatus>,
     /// `birdc show protocols` as last read (`agent.bird_socket`).
-    pub bgp: Vec<crate::announce::bird::Protocol>,
+    pub bgp: Vec<crate::announce::bird_sessions::Protocol>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub bgp_error: Option<String>,
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::status::Snapshot;
+use crate::view::Snapshot;
 
 /// A reader's request: the agent answers with a snapshot that shows every change made
 /// before the request (counters at most one rebuild interval old).
