@@ -7,6 +7,7 @@
 //! and re-runs its own binary with `LB_API_HOLD=ADDR` as the client process that holds
 //! the connections (a client in this process would spend this process's descriptors).
 
+#[path = "api/util.rs"]
 mod api_util;
 
 use std::{

@@ -4,7 +4,10 @@
 //! records the verdict changed). As a test it runs 10 services of 500 servers; as the
 //! benchmark of BENCHMARKS.md §3, 10 of 1,000 or 10,000:
 //! `LB_LOOP_SERVERS_PER_SERVICE=10000 cargo test --release -p lb-agent --test bench_loop_cost -- --nocapture`.
+//! A binary of its own: the times it prints are the agent's alone, with no other test
+//! of the process running beside it.
 
+#[path = "agent/util.rs"]
 mod agent_util;
 
 use std::sync::Arc;

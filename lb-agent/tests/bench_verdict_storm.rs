@@ -5,6 +5,8 @@
 //! table is out no walk state is kept (docs/internals/publish.md, "Storms"). As a test it runs one
 //! service of 1,000 servers; as the benchmark of BENCHMARKS.md §2, 10,000:
 //! `LB_STORM_SERVERS=10000 cargo test --release -p lb-agent --test bench_verdict_storm -- --nocapture`.
+//! A binary of its own: the times it prints are the publisher's alone, with no other
+//! test of the process running beside it.
 
 use std::{
     net::{IpAddr, SocketAddr},

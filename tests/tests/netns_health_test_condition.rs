@@ -5,7 +5,7 @@
 //! - tcp `send = "data:…"` (Angie's form) against the TCP echo backends: the decoded data
 //!   is sent, not the prefix, so the echo matches and every server comes up (that a
 //!   failing tcp test fails the probe is checked against a loopback echo in
-//!   lb-agent/tests/probe_test_condition.rs).
+//!   lb-agent/tests/probe/test_condition.rs).
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 

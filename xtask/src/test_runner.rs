@@ -97,8 +97,9 @@ impl Extra {
     }
 
     /// The cargo options for the lb-tests side and for the other crates' side: a
-    /// `--test NAME` goes to the side whose package has `tests/NAME.rs` (None: that
-    /// side has nothing selected and is skipped).
+    /// `--test NAME` goes to lb-tests when it has `tests/NAME.rs`, else to the other
+    /// crates, whose test binaries may also be directories (`lb-agent/tests/NAME/main.rs`)
+    /// (None: that side has nothing selected and is skipped).
     pub fn sides(&self, root: &Path) -> (Option<Vec<String>>, Option<Vec<String>>) {
         let mut named = Vec::new();
         let mut rest = Vec::new();
@@ -603,12 +604,12 @@ mod tests {
     #[test]
     fn a_named_test_goes_to_the_package_that_has_it() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let e = Extra::parse(&s(&["--test", "netns_udp", "--test", "docs_examples"]));
+        let e = Extra::parse(&s(&["--test", "netns_udp", "--test", "docs"]));
         assert_eq!(
             e.sides(root),
             (
                 Some(s(&["--test", "netns_udp"])),
-                Some(s(&["--test", "docs_examples"]))
+                Some(s(&["--test", "docs"]))
             )
         );
         let e = Extra::parse(&s(&["--test", "bpf_fuzz"]));

@@ -99,7 +99,7 @@ pub(super) const HEADER_SOURCE_KEYS: &[&str] = &["file", "env"];
 /// table's (`""` the top level, `agent`, `service`, `service.server`, `service.probe`)
 /// or, for a key whose value may be an inline table, the key's
 /// (`service.backup_switch`, `service.probe.headers`). docs/configuration.md documents
-/// each (`lb-agent/tests/config_keys_documented.rs` holds the two to each other).
+/// each (`lb-agent/tests/docs/config_keys_documented.rs` holds the two to each other).
 pub fn accepted_keys() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
         ("", TOP_KEYS.to_vec()),

@@ -7,7 +7,7 @@
 //!
 //! The keys, their defaults and their rules are documented in docs/configuration.md, the
 //! reference held to the parser's key lists ([`accepted_keys`]) by
-//! `lb-agent/tests/config_keys_documented.rs`.
+//! `lb-agent/tests/docs/config_keys_documented.rs`.
 
 mod bounds;
 mod doc;
