@@ -10,6 +10,7 @@
 //! - [`membership`]: per-service roles from health, admin, spares, backup levels, cap, fail-open;
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
+//! - [`testing`]: the in-memory data plane for tests and benchmarks (never `lb-agent run`'s);
 //! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`netlink`]: the one rtnetlink stack (requests, acknowledgements, subscriptions, XDP attach);
@@ -46,6 +47,7 @@ pub mod publish;
 pub mod rlimit;
 pub mod sd_notify;
 pub mod status;
+pub mod testing;
 mod util;
 
 /// The XDP object built by `build.rs`, embedded so the binary is one file to copy.

@@ -17,10 +17,10 @@ use discovery_util::{Mode, TestDns, addr, config, quick, srv};
 use lb_agent::{
     agent::{Agent, Environment, Handles, StaticNeighbors},
     config::{Config, ProbeConfig},
-    dataplane::memory::MemoryDataplane,
     probe::{ProbeOutcome, Prober},
     publish::{addr_words, vip_key},
     status::ServerStatus,
+    testing::MemoryDataplane,
 };
 use lb_common::{NO_BACKEND, maps::BACKEND_F_LIVE};
 

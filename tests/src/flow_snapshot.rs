@@ -5,7 +5,11 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use lb_agent::dataplane::{DataplaneError, census, if_index, previous, tables};
+use lb_agent::dataplane::{
+    DataplaneError,
+    adopt::{self, flow_tables},
+    census, if_index,
+};
 use lb_common::{
     maps::{FlowKey, FlowValue},
     table::{FlowBucket, SLOT_LIVE, TableLayout},
@@ -43,8 +47,8 @@ impl FlowTable {
         lb.run(|| -> Result<FlowTable, SnapshotError> {
             let index = if_index(HOST_IF)?;
             let program =
-                previous::attached_program(index, HOST_IF)?.ok_or(SnapshotError::NoProgram)?;
-            let t = tables::previous_tables(&program)?;
+                adopt::attached_program(index, HOST_IF)?.ok_or(SnapshotError::NoProgram)?;
+            let t = flow_tables::previous_tables(&program)?;
             let flows = t.flows.ok_or(SnapshotError::NoTable)?;
             let fd = flows
                 .fd()

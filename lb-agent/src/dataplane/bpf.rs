@@ -16,16 +16,20 @@ use std::{net::IpAddr, os::fd::AsFd};
 use crate::netlink::{self, XdpAttached};
 
 use super::{
-    AttachMode, Dataplane, DataplaneError, EventStream, attach,
+    Dataplane, DataplaneError, DataplaneLifecycle, EventStream, LinkCheck,
+    adopt::{
+        self, AdoptedMaps, AttachedProgram, flow_tables,
+        pin::{self, PinDir},
+        schema_map,
+        staging::Staging,
+    },
+    attach::{self, AttachMode, full_path, tunnel::TunnelConfig},
     batch::PerCpuBatchReader,
-    full_path,
-    maglev_table::{self, Pair, Published},
-    pin::{self, PinDir},
-    previous::{self, AdoptedMaps, AttachedProgram},
-    schema_map,
     sizing::MapSizes,
-    staging::Staging,
-    tables, vip_index,
+    tables::{
+        maglev_table::{self, Pair, Published},
+        vip_index,
+    },
 };
 
 /// The loaded and attached XDP program with every map handle.
@@ -58,7 +62,7 @@ pub struct BpfDataplane {
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
-const ALL_MAPS: [&str; 12] = previous::ADOPTED_MAPS;
+const ALL_MAPS: [&str; 12] = adopt::ADOPTED_MAPS;
 
 /// Where and how the program is attached.
 #[derive(Clone, Debug)]
@@ -69,15 +73,6 @@ struct Attachment {
     prog_id: u32,
 }
 
-/// What a check of the interface's XDP program found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkCheck {
-    /// Our program is attached.
-    Intact,
-    /// It was gone and has been attached again.
-    Reattached,
-}
-
 /// The maps' published content, as read back.
 #[derive(Clone, Debug, Default)]
 pub struct PublishedState {
@@ -86,14 +81,6 @@ pub struct PublishedState {
 }
 
 impl BpfDataplane {
-    /// Loads the embedded object and attaches `lb_xdp` to `interface` (which must have
-    /// no XDP program).
-    pub fn load_and_attach(interface: &str, mode: AttachMode) -> Result<Self, DataplaneError> {
-        let mut dp = Self::load()?;
-        dp.attach(interface, mode, None)?;
-        Ok(dp)
-    }
-
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
     /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]), with
     /// the compiled sizes and the built-in (public) table seeds; `lb-agent run` loads
@@ -104,7 +91,7 @@ impl BpfDataplane {
 
     /// Loads the embedded object. With `adopted`, the new program uses those maps of a
     /// previous program (handed to the loader through a private bpffs, see
-    /// [`super::staging`]); the others are created fresh. With `pins`, every map is also
+    /// [`super::adopt::staging`]); the others are created fresh. With `pins`, every map is also
     /// pinned in that directory (replacing what an earlier run pinned there).
     pub fn load_with(
         adopted: Option<&AdoptedMaps>,
@@ -114,7 +101,7 @@ impl BpfDataplane {
     }
 
     /// [`BpfDataplane::load_with`] with the backend maps sized by `sizes` (the adopted
-    /// maps must have been matched against the same sizes, [`previous::adopt_maps`]).
+    /// maps must have been matched against the same sizes, [`adopt::adopt_maps`]).
     pub fn load_sized(
         adopted: Option<&AdoptedMaps>,
         pins: Option<PinDir>,
@@ -198,10 +185,185 @@ impl BpfDataplane {
         })
     }
 
-    /// Attaches the loaded program to `interface` through netlink: it stays attached
-    /// after the agent exits. With `previous` (lb's program found there), replaces it
-    /// atomically; else the interface must have no XDP program.
-    pub fn attach(
+    /// The kernel id of the program attached (or to attach).
+    fn program_id(&mut self) -> Result<u32, DataplaneError> {
+        let name = self.serving;
+        let info = self
+            .serving_mut()?
+            .info()
+            .map_err(|source| DataplaneError::Program { name, source })?;
+        Ok(info.id())
+    }
+
+    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` (see `serving`).
+    fn serving_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        let name = self.serving;
+        self.ebpf
+            .program_mut(name)
+            .ok_or(DataplaneError::MissingProgram { name })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program { name, source })
+    }
+
+    /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
+    pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
+        let value = DataplaneConfig {
+            mac,
+            tables: self.sizes.tables(),
+            ..DataplaneConfig::default()
+        };
+        write_config(&mut self.ebpf, &value)
+    }
+
+    /// Copies the live entries of a previous program's flow and nat tables that were
+    /// not adopted for another size or seed (not a schema change) into this program's
+    /// fresh ones
+    /// ([`flow_tables::copy_flows`]); before the new program is attached.
+    pub fn copy_tables(
+        &mut self,
+        previous: flow_tables::PreviousTables,
+        adopted: &AdoptedMaps,
+    ) -> Result<Vec<(&'static str, flow_tables::Copied)>, DataplaneError> {
+        // Only a table fresh for its size or seed: a schema change's entries mean
+        // something else (`schema::Fresh::entries_copyable`).
+        let copyable = |name| {
+            adopted
+                .fresh
+                .iter()
+                .any(|(n, why)| *n == name && why.entries_copyable())
+        };
+        let layout = self.sizes.tables();
+        let mut out = Vec::new();
+        for (name, old) in [
+            (map_names::FLOWS, previous.flows),
+            (map_names::NAT, previous.nat),
+        ] {
+            let Some(old) = old.filter(|_| copyable(name)) else {
+                continue;
+            };
+            let new = self
+                .ebpf
+                .map_mut(name)
+                .ok_or(DataplaneError::MissingMap { name })?;
+            let copied = if name == map_names::FLOWS {
+                flow_tables::copy_flows(old, new, &layout)?
+            } else {
+                flow_tables::copy_nat(old, new, &layout)?
+            };
+            out.push((name, copied));
+        }
+        Ok(out)
+    }
+
+    /// Writes what tunnel forwarding needs into `LB_CONFIG`, keeping the MAC: the
+    /// interface's MTU and the outer source addresses (docs/tunnel.md).
+    fn set_tunnel_config(&mut self, interface: &str) -> Result<(), DataplaneError> {
+        let tunnel = TunnelConfig::of(interface, self.tunnel_source).map_err(|source| {
+            DataplaneError::Io {
+                what: "reading the interface's MTU and addresses",
+                source,
+            }
+        })?;
+        self.set_tunnel(&tunnel)?;
+        tracing::debug!(
+            interface,
+            mtu = tunnel.mtu,
+            source4 = ?tunnel.src4,
+            source6 = ?tunnel.src6,
+            "tunnel parameters written"
+        );
+        Ok(())
+    }
+
+    /// Writes `tunnel` (MTU, outer sources) into `LB_CONFIG`, keeping the MAC; done at
+    /// every attach, and by benchmarks that run the program unattached.
+    pub fn set_tunnel(&mut self, tunnel: &TunnelConfig) -> Result<(), DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
+        config.set(0, &value, 0).map_err(map_err(name))
+    }
+
+    /// What is published in the maps now (non-empty after adopting a previous program).
+    ///
+    /// Service metas come without their Maglev pair (`maglev_base`, `maglev_size`):
+    /// that is the data plane's own allocation, not something the publisher chooses.
+    pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
+        let services = self
+            .vips
+            .services()
+            .iter()
+            .map(|(k, m)| {
+                let meta = ServiceMeta {
+                    maglev_base: 0,
+                    maglev_size: 0,
+                    ..*m
+                };
+                (*k, meta)
+            })
+            .collect();
+        let mut backends = Vec::new();
+        for id in 1..=self.sizes.max_backends() {
+            let b = self
+                .backends
+                .get(&id, 0)
+                .map_err(map_err(map_names::BACKENDS))?;
+            if b != Backend::default() {
+                backends.push((id, b));
+            }
+        }
+        Ok(PublishedState { services, backends })
+    }
+
+    /// The balancer program (for BPF_PROG_TEST_RUN).
+    pub fn program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: PROGRAM_NAME,
+                source,
+            })
+    }
+
+    /// The whole-path program `lb_xdp_full` (for BPF_PROG_TEST_RUN: the whole path run
+    /// as one program, without `lb_xdp` in front).
+    pub fn full_program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
+        self.ebpf
+            .program_mut(FULL_PROGRAM_NAME)
+            .ok_or(DataplaneError::MissingProgram {
+                name: FULL_PROGRAM_NAME,
+            })?
+            .try_into()
+            .map_err(|source| DataplaneError::Program {
+                name: FULL_PROGRAM_NAME,
+                source,
+            })
+    }
+
+    /// A copy of a service's live Maglev table (empty if it has none).
+    pub fn live_table(&self, service_id: u32) -> Vec<u32> {
+        self.maglev.live_table(service_id)
+    }
+
+    /// Where a service's pair of Maglev tables lies in the pool: (base block, size).
+    pub fn maglev_pair(&self, service_id: u32) -> Option<(u32, u32)> {
+        self.maglev.pair(service_id).map(|p| (p.base, p.size))
+    }
+
+    /// Blocks of the Maglev pool not allocated to any service.
+    pub fn maglev_free_blocks(&self) -> u64 {
+        self.maglev.free_blocks()
+    }
+}
+
+impl DataplaneLifecycle for BpfDataplane {
+    fn attach(
         &mut self,
         interface: &str,
         mode: AttachMode,
@@ -283,30 +445,7 @@ impl BpfDataplane {
         Ok(())
     }
 
-    /// The kernel id of the program attached (or to attach).
-    pub fn program_id(&mut self) -> Result<u32, DataplaneError> {
-        let name = self.serving;
-        let info = self
-            .serving_mut()?
-            .info()
-            .map_err(|source| DataplaneError::Program { name, source })?;
-        Ok(info.id())
-    }
-
-    /// The program attached (or to attach): `lb_xdp`, or `lb_xdp_full` (see `serving`).
-    fn serving_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
-        let name = self.serving;
-        self.ebpf
-            .program_mut(name)
-            .ok_or(DataplaneError::MissingProgram { name })?
-            .try_into()
-            .map_err(|source| DataplaneError::Program { name, source })
-    }
-
-    /// Whether the interface still runs this program; re-attaches it when the interface
-    /// has none (someone ran `ip link set dev IF xdp off`). An error when another program
-    /// took its place or the interface is gone: the agent cannot serve then.
-    pub fn check_attachment(&mut self) -> Result<LinkCheck, DataplaneError> {
+    fn check_attachment(&mut self) -> Result<LinkCheck, DataplaneError> {
         let Some(att) = self.attached.clone() else {
             return Ok(LinkCheck::Intact);
         };
@@ -328,7 +467,7 @@ impl BpfDataplane {
         match now {
             Some(p) if p.id == att.prog_id => Ok(LinkCheck::Intact),
             Some(p) => {
-                let name = previous::attached_program(att.ifindex, &att.interface)
+                let name = adopt::attached_program(att.ifindex, &att.interface)
                     .ok()
                     .flatten()
                     .map(|p| p.name)
@@ -349,199 +488,33 @@ impl BpfDataplane {
         }
     }
 
-    /// Whether the interface runs this program now (for the shutdown log).
-    pub fn still_attached(&self) -> bool {
+    fn still_attached(&self) -> bool {
         self.attached.as_ref().is_some_and(
             |att| matches!(netlink::query_xdp(att.ifindex), Ok(Some(p)) if p.id == att.prog_id),
         )
     }
 
-    /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
-    pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
-        let value = DataplaneConfig {
-            mac,
-            tables: self.sizes.tables(),
-            ..DataplaneConfig::default()
-        };
-        write_config(&mut self.ebpf, &value)
-    }
-
-    /// The sizes the maps were created with, and the tables' layout.
-    pub fn sizes(&self) -> MapSizes {
+    fn sizes(&self) -> MapSizes {
         self.sizes
     }
 
-    /// Copies the live entries of a previous program's flow and nat tables that were
-    /// not adopted for another size or seed (not a schema change) into this program's
-    /// fresh ones
-    /// ([`tables::copy_flows`]); before the new program is attached.
-    pub fn copy_tables(
-        &mut self,
-        previous: tables::PreviousTables,
-        adopted: &AdoptedMaps,
-    ) -> Result<Vec<(&'static str, tables::Copied)>, DataplaneError> {
-        // Only a table fresh for its size or seed: a schema change's entries mean
-        // something else (`schema::Fresh::entries_copyable`).
-        let copyable = |name| {
-            adopted
-                .fresh
-                .iter()
-                .any(|(n, why)| *n == name && why.entries_copyable())
-        };
-        let layout = self.sizes.tables();
-        let mut out = Vec::new();
-        for (name, old) in [
-            (map_names::FLOWS, previous.flows),
-            (map_names::NAT, previous.nat),
-        ] {
-            let Some(old) = old.filter(|_| copyable(name)) else {
-                continue;
-            };
-            let new = self
-                .ebpf
-                .map_mut(name)
-                .ok_or(DataplaneError::MissingMap { name })?;
-            let copied = if name == map_names::FLOWS {
-                tables::copy_flows(old, new, &layout)?
-            } else {
-                tables::copy_nat(old, new, &layout)?
-            };
-            out.push((name, copied));
-        }
-        Ok(out)
-    }
-
-    /// Sets `agent.tunnel_source` (written to `LB_CONFIG` at the next attach).
-    pub fn set_tunnel_source(&mut self, source: Option<IpAddr>) {
+    fn set_tunnel_source(&mut self, source: Option<IpAddr>) {
         self.tunnel_source = source;
     }
 
-    /// Writes what tunnel forwarding needs into `LB_CONFIG`, keeping the MAC: the
-    /// interface's MTU and the outer source addresses (docs/tunnel.md).
-    fn set_tunnel_config(&mut self, interface: &str) -> Result<(), DataplaneError> {
-        let tunnel = crate::dataplane::tunnel::TunnelConfig::of(interface, self.tunnel_source)
-            .map_err(|source| DataplaneError::Io {
-                what: "reading the interface's MTU and addresses",
-                source,
-            })?;
-        self.set_tunnel(&tunnel)?;
-        tracing::debug!(
-            interface,
-            mtu = tunnel.mtu,
-            source4 = ?tunnel.src4,
-            source6 = ?tunnel.src6,
-            "tunnel parameters written"
-        );
-        Ok(())
-    }
-
-    /// Writes `tunnel` (MTU, outer sources) into `LB_CONFIG`, keeping the MAC; done at
-    /// every attach, and by benchmarks that run the program unattached.
-    pub fn set_tunnel(
-        &mut self,
-        tunnel: &crate::dataplane::tunnel::TunnelConfig,
-    ) -> Result<(), DataplaneError> {
-        let name = map_names::CONFIG;
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(DataplaneError::MissingMap { name })?;
-        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
-        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
-        config.set(0, &value, 0).map_err(map_err(name))
-    }
-
-    /// The pin directory, if the maps are pinned.
-    pub fn pins(&self) -> Option<&PinDir> {
+    fn pins(&self) -> Option<&PinDir> {
         self.pins.as_ref()
     }
 
-    /// What is published in the maps now (non-empty after adopting a previous program).
-    ///
-    /// Service metas come without their Maglev pair (`maglev_base`, `maglev_size`):
-    /// that is the data plane's own allocation, not something the publisher chooses.
-    pub fn published_state(&self) -> Result<PublishedState, DataplaneError> {
-        let services = self
-            .vips
-            .services()
-            .iter()
-            .map(|(k, m)| {
-                let meta = ServiceMeta {
-                    maglev_base: 0,
-                    maglev_size: 0,
-                    ..*m
-                };
-                (*k, meta)
-            })
-            .collect();
-        let mut backends = Vec::new();
-        for id in 1..=self.sizes.max_backends() {
-            let b = self
-                .backends
-                .get(&id, 0)
-                .map_err(map_err(map_names::BACKENDS))?;
-            if b != Backend::default() {
-                backends.push((id, b));
-            }
-        }
-        Ok(PublishedState { services, backends })
-    }
-
-    /// The balancer program (for BPF_PROG_TEST_RUN).
-    pub fn program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
-        self.ebpf
-            .program_mut(PROGRAM_NAME)
-            .ok_or(DataplaneError::MissingProgram { name: PROGRAM_NAME })?
-            .try_into()
-            .map_err(|source| DataplaneError::Program {
-                name: PROGRAM_NAME,
-                source,
-            })
-    }
-
-    /// The whole-path program `lb_xdp_full` (for BPF_PROG_TEST_RUN: the whole path run
-    /// as one program, without `lb_xdp` in front).
-    pub fn full_program_mut(&mut self) -> Result<&mut Xdp, DataplaneError> {
-        self.ebpf
-            .program_mut(FULL_PROGRAM_NAME)
-            .ok_or(DataplaneError::MissingProgram {
-                name: FULL_PROGRAM_NAME,
-            })?
-            .try_into()
-            .map_err(|source| DataplaneError::Program {
-                name: FULL_PROGRAM_NAME,
-                source,
-            })
-    }
-
-    /// The interface the program is attached to ("" before `attach`).
-    pub fn interface(&self) -> &str {
+    fn interface(&self) -> &str {
         self.attached.as_ref().map_or("", |a| &a.interface)
     }
 
-    /// The attach mode in use: `native` or `generic` (`detached` before `attach`).
-    pub fn mode_name(&self) -> &'static str {
+    fn mode_name(&self) -> &'static str {
         self.attached.as_ref().map_or("detached", |a| a.mode.name())
     }
 
-    /// A copy of a service's live Maglev table (empty if it has none).
-    pub fn live_table(&self, service_id: u32) -> Vec<u32> {
-        self.maglev.live_table(service_id)
-    }
-
-    /// Where a service's pair of Maglev tables lies in the pool: (base block, size).
-    pub fn maglev_pair(&self, service_id: u32) -> Option<(u32, u32)> {
-        self.maglev.pair(service_id).map(|p| (p.base, p.size))
-    }
-
-    /// Blocks of the Maglev pool not allocated to any service.
-    pub fn maglev_free_blocks(&self) -> u64 {
-        self.maglev.free_blocks()
-    }
-
-    /// Starts counting the flow and nat tables every `every` on a thread of its own
-    /// ([`Dataplane::table_census`] then answers).
-    pub fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
+    fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
         let array = |name: &'static str| match self.ebpf.map(name) {
             Some(Map::Array(data)) => Ok(data),
             Some(_) => Err(DataplaneError::Map {
@@ -561,8 +534,7 @@ impl BpfDataplane {
         Ok(())
     }
 
-    /// Takes the passive-event stream (once).
-    pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
+    fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
         self.events.take().map(EventStream::new)
     }
 }

@@ -22,7 +22,7 @@ use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
     api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
-    dataplane::tunnel::TunnelConfig,
+    dataplane::attach::tunnel::TunnelConfig,
     dataplane::{BpfDataplane, Dataplane, MapSizes},
     probe::{ProbeOutcome, ProbeReport, Prober},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
