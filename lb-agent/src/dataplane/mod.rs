@@ -12,7 +12,7 @@
 //!   one-owner locks and the optional pins;
 //! - [`tables`]: the Maglev table pool and the VIP index, written through `mmap`;
 //! - [`sizing`]: the map sizes chosen at load time and the tables' seeds;
-//! - [`events`]: the passive-event ring buffer as an async stream;
+//! - `events`: the passive-event ring buffer as an async stream;
 //! - [`census`]: the flow and nat tables counted off the agent's task;
 //! - `bpf`: [`BpfDataplane`], which loads the object and owns every map handle;
 //! - `batch`, `sys`: the `bpf(2)` calls aya does not offer.

@@ -1,7 +1,7 @@
 //! Restart adoption: finding the state a previous agent left on the interface
 //! ([`attached_program`]) and loading the new program on its maps ([`adopt_maps`], with
 //! the per-map decision in [`schema`] and the versions the kernel keeps in
-//! [`schema_map`]), the aya hand-over of adopted maps ([`staging`]), the flow and nat
+//! `schema_map`), the aya hand-over of adopted maps (`staging`), the flow and nat
 //! tables carried across a layout change ([`flow_tables`]), the one-owner locks
 //! ([`owner`]) and the optional map pins ([`pin`]).
 

@@ -1,5 +1,5 @@
 //! Putting the program on the interface and keeping it there: the netlink attach and
-//! detach ([`xdp`]), the watch that it stays attached ([`link_watch`]), the second
+//! detach (`xdp`), the watch that it stays attached (`link_watch`), the second
 //! program it jumps to ([`full_path`]), what tunnel forwarding needs from the interface
 //! ([`tunnel`]), the capabilities attaching needs ([`caps`]), and lb's decapsulation
 //! program for backends ([`decap`]).
