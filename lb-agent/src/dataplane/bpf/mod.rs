@@ -1,5 +1,9 @@
-//! [`BpfDataplane`]: loads the embedded XDP object (adopting a previous program's maps),
-//! attaches it through netlink, watches that it stays attached, and owns its maps.
+//! [`BpfDataplane`]: loads the embedded XDP object (adopting a previous program's maps)
+//! and owns its maps; it implements [`super::Dataplane`] in `maps` and
+//! [`super::DataplaneLifecycle`] (attach, watch, events, census) in `lifecycle`.
+
+mod lifecycle;
+mod maps;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -7,32 +11,32 @@ use aya::{
     programs::Xdp,
 };
 use lb_common::{
-    FULL_PROGRAM_NAME, PROGRAM_NAME, counters, map_names,
+    FULL_PROGRAM_NAME, PROGRAM_NAME, map_names,
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
-use std::{net::IpAddr, os::fd::AsFd};
+use std::net::IpAddr;
 
-use crate::netlink::{self, XdpAttached};
+use crate::netlink::XdpAttached;
 
 use super::{
-    Dataplane, DataplaneError, DataplaneLifecycle, EventStream, LinkCheck,
-    adopt::{
-        self, AdoptedMaps, AttachedProgram, flow_tables,
-        pin::{self, PinDir},
-        schema_map,
-        staging::Staging,
-    },
-    attach::{self, AttachMode, full_path, tunnel::TunnelConfig},
+    DataplaneError,
+    adopt::{self, AdoptedMaps, flow_tables, pin::PinDir, schema_map, staging::Staging},
+    attach::{full_path, tunnel::TunnelConfig},
     batch::PerCpuBatchReader,
     sizing::MapSizes,
     tables::{
-        maglev_table::{self, Pair, Published},
+        maglev_table::{self, Pair},
         vip_index,
     },
 };
 
 /// The loaded and attached XDP program with every map handle.
+///
+/// The agent uses it through [`super::Dataplane`] and [`super::DataplaneLifecycle`]; its
+/// own methods load it, take over a previous program's state (`copy_tables`,
+/// `published_state`), and give fixtures and benchmarks the programs and the Maglev
+/// pool's layout.
 pub struct BpfDataplane {
     /// Holds the program and its maps; the netlink attachment does not depend on it.
     ebpf: Ebpf,
@@ -91,7 +95,7 @@ impl BpfDataplane {
 
     /// Loads the embedded object. With `adopted`, the new program uses those maps of a
     /// previous program (handed to the loader through a private bpffs, see
-    /// [`super::adopt::staging`]); the others are created fresh. With `pins`, every map is also
+    /// `adopt::staging`); the others are created fresh. With `pins`, every map is also
     /// pinned in that directory (replacing what an earlier run pinned there).
     pub fn load_with(
         adopted: Option<&AdoptedMaps>,
@@ -362,183 +366,6 @@ impl BpfDataplane {
     }
 }
 
-impl DataplaneLifecycle for BpfDataplane {
-    fn attach(
-        &mut self,
-        interface: &str,
-        mode: AttachMode,
-        previous: Option<&AttachedProgram>,
-    ) -> Result<(), DataplaneError> {
-        // Before attaching: the program balances only frames addressed to this MAC.
-        let mac = crate::hwaddr::of(interface).map_err(|source| match source.raw_os_error() {
-            Some(libc::ENODEV) => DataplaneError::NoSuchInterface {
-                interface: interface.to_string(),
-            },
-            _ => DataplaneError::Io {
-                what: "reading the interface's MAC address",
-                source,
-            },
-        })?;
-        self.set_interface_mac(mac)?;
-        self.set_tunnel_config(interface)?;
-        let ifindex = attach::if_index(interface)?;
-        // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
-        let lasting = full_path::lasting_dir(self.pins.as_ref());
-        self.serving = if lasting.is_some() {
-            PROGRAM_NAME
-        } else {
-            tracing::warn!(
-                interface,
-                "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
-                 reach): attaching the whole-path program lb_xdp_full, without the hot-path \
-                 split (docs/internals/fast-path.md, \"Two programs\")"
-            );
-            FULL_PROGRAM_NAME
-        };
-        let serving = self.serving;
-        let prog_id = self.program_id()?;
-        let attempt = {
-            let prog = self.serving_mut()?;
-            let fd = prog.fd().map_err(|source| DataplaneError::Program {
-                name: serving,
-                source,
-            })?;
-            attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
-        };
-        let legacy = self
-            .pins
-            .as_ref()
-            .map(|p| p.legacy_link(interface))
-            .filter(|path| path.exists());
-        let used = match (attempt, legacy, previous) {
-            (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
-                // Upgrading from an agent that attached through a pinned bpf_link:
-                // swap into that link (atomic) rather than interrupt traffic.
-                pin::swap_into_legacy_link(self.serving_mut()?, &path)?;
-                tracing::warn!(
-                    interface,
-                    link = %path.display(),
-                    "swapped into the pinned bpf_link an older lb-agent left: restarts stay \
-                     hitless while that pin lives; to move to netlink (which needs no pins), \
-                     stop the agent, `lb-agent detach`, start it (a short interruption)"
-                );
-                old.mode
-            }
-            (attempt, _, _) => attempt?,
-        };
-        if let Some(dir) = &lasting {
-            full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
-        }
-        tracing::info!(
-            interface,
-            mode = used.name(),
-            program_id = prog_id,
-            replaced = previous.map(|p| p.id),
-            "XDP program attached"
-        );
-        self.attached = Some(Attachment {
-            interface: interface.to_string(),
-            ifindex,
-            mode: used,
-            prog_id,
-        });
-        Ok(())
-    }
-
-    fn check_attachment(&mut self) -> Result<LinkCheck, DataplaneError> {
-        let Some(att) = self.attached.clone() else {
-            return Ok(LinkCheck::Intact);
-        };
-        let now = match netlink::query_xdp(att.ifindex) {
-            Ok(now) => now,
-            Err(source) if source.errno() == Some(libc::ENODEV) => {
-                return Err(DataplaneError::InterfaceGone {
-                    interface: att.interface,
-                    ifindex: att.ifindex,
-                });
-            }
-            Err(source) => {
-                return Err(DataplaneError::Netlink {
-                    what: format!("reading the XDP program of `{}`", att.interface),
-                    source,
-                });
-            }
-        };
-        match now {
-            Some(p) if p.id == att.prog_id => Ok(LinkCheck::Intact),
-            Some(p) => {
-                let name = adopt::attached_program(att.ifindex, &att.interface)
-                    .ok()
-                    .flatten()
-                    .map(|p| p.name)
-                    .unwrap_or_default();
-                Err(DataplaneError::Replaced {
-                    interface: att.interface,
-                    now: format!("program id {} `{name}` ({})", p.id, p.mode.name()),
-                })
-            }
-            None => {
-                let mode = match att.mode {
-                    XdpAttached::Generic => AttachMode::Generic,
-                    _ => AttachMode::Native,
-                };
-                self.attach(&att.interface, mode, None)?;
-                Ok(LinkCheck::Reattached)
-            }
-        }
-    }
-
-    fn still_attached(&self) -> bool {
-        self.attached.as_ref().is_some_and(
-            |att| matches!(netlink::query_xdp(att.ifindex), Ok(Some(p)) if p.id == att.prog_id),
-        )
-    }
-
-    fn sizes(&self) -> MapSizes {
-        self.sizes
-    }
-
-    fn set_tunnel_source(&mut self, source: Option<IpAddr>) {
-        self.tunnel_source = source;
-    }
-
-    fn pins(&self) -> Option<&PinDir> {
-        self.pins.as_ref()
-    }
-
-    fn interface(&self) -> &str {
-        self.attached.as_ref().map_or("", |a| &a.interface)
-    }
-
-    fn mode_name(&self) -> &'static str {
-        self.attached.as_ref().map_or("detached", |a| a.mode.name())
-    }
-
-    fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
-        let array = |name: &'static str| match self.ebpf.map(name) {
-            Some(Map::Array(data)) => Ok(data),
-            Some(_) => Err(DataplaneError::Map {
-                name,
-                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
-            }),
-            None => Err(DataplaneError::MissingMap { name }),
-        };
-        let reader =
-            super::census::TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?)
-                .and_then(|r| super::census::CensusSampler::start(r, every))
-                .map_err(|source| DataplaneError::Io {
-                    what: "starting the flow and nat table count",
-                    source,
-                })?;
-        self.census = Some(reader);
-        Ok(())
-    }
-
-    fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
-        self.events.take().map(EventStream::new)
-    }
-}
-
 /// Writes `LB_CONFIG`'s one entry.
 fn write_config(ebpf: &mut Ebpf, value: &DataplaneConfig) -> Result<(), DataplaneError> {
     let name = map_names::CONFIG;
@@ -595,103 +422,4 @@ fn take_backend_stats(
 
 pub(super) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
     move |source| DataplaneError::Map { name, source }
-}
-
-impl Dataplane for BpfDataplane {
-    fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
-        // The slot names the service's pair of Maglev tables (none yet: size 0, every
-        // packet `DROP_NO_BACKEND` until its first table).
-        let pair = self.maglev.pair(meta.service_id);
-        let meta = ServiceMeta {
-            maglev_base: pair.map_or(0, |p| p.base),
-            maglev_size: pair.map_or(0, |p| p.size),
-            ..*meta
-        };
-        self.vips.upsert(vip, &meta)
-    }
-
-    fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
-        self.vips.remove(vip)?;
-        // No slot names the pair now; it returns to the pool after a grace period, so a
-        // stray packet that read the old slot still finds the old table.
-        self.maglev.release(service_id);
-        Ok(())
-    }
-
-    fn max_backends(&self) -> u32 {
-        self.sizes.max_backends()
-    }
-
-    fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
-        self.backends
-            .set(id, backend, 0)
-            .map_err(map_err(map_names::BACKENDS))
-    }
-
-    fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        match self.maglev.publish(service_id, table)? {
-            Published::InPlace => Ok(()),
-            Published::Moved { now, old } => {
-                // A new or resized table: switch the VIP slot to the new pair, then
-                // retire the old one (free after a grace period from now).
-                if let Err(e) = self.vips.set_maglev(service_id, now.base, now.size) {
-                    // The slot still names the old pair: keep it, drop the new one.
-                    self.maglev.undo_move(service_id, now, old);
-                    return Err(e);
-                }
-                if let Some(old) = old {
-                    self.maglev.retire(old);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
-        self.maglev.write_slots(service_id, slots)
-    }
-
-    fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
-        let mut out = [0u64; counters::RAW_COUNT as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let per_cpu = self
-                .counters
-                .get(&(i as u32), 0)
-                .map_err(map_err(map_names::COUNTERS))?;
-            *slot = per_cpu.iter().sum();
-        }
-        Ok(counters::derive(&out))
-    }
-
-    fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError> {
-        let per_cpu = self
-            .service_stats
-            .get(&service_id, 0)
-            .map_err(map_err(map_names::SERVICE_STATS))?;
-        Ok(per_cpu.iter().copied().sum())
-    }
-
-    fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError> {
-        let per_cpu = self
-            .backend_stats
-            .get(&backend_id, 0)
-            .map_err(map_err(map_names::BACKEND_STATS))?;
-        Ok(per_cpu.iter().copied().sum())
-    }
-
-    fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
-        let mut all = self
-            .backend_stats_batch
-            .read_summed(limit)
-            .map_err(|source| DataplaneError::Io {
-                what: "reading map `LB_BACKEND_STATS` in one batch",
-                source,
-            })?;
-        all.resize(limit as usize, BackendStats::default());
-        Ok(all)
-    }
-
-    fn table_census(&self) -> Option<std::sync::Arc<super::census::TableCensus>> {
-        self.census.as_ref().and_then(|c| c.latest())
-    }
 }
