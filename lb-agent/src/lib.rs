@@ -10,6 +10,7 @@
 //! - [`membership`]: per-service roles from health, admin, spares, backup levels, cap, fail-open;
 //! - [`publish`]: turns desired services into data-plane writes (ids, backends, tables);
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
+//! - [`testing`]: the in-memory data plane for tests and benchmarks (never `lb-agent run`'s);
 //! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
 //! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`netlink`]: the one rtnetlink stack (requests, acknowledgements, subscriptions, XDP attach);
@@ -20,7 +21,7 @@
 //! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
 //! - [`doctor`]: the host preflight of `lb-agent doctor` (docs/doctor.md);
-//! - [`status`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`;
+//! - [`view`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`;
 //! - `util`: durable file writes and the ordered join of address-sorted sequences.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
@@ -45,6 +46,7 @@ pub mod probe;
 pub mod publish;
 pub mod rlimit;
 pub mod sd_notify;
+pub mod testing;
 mod util;
 pub mod view;
 

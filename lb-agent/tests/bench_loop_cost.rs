@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use agent_util::{MAC, Scripted, sa};
 use lb_agent::agent::{Agent, Environment, StaticNeighbors};
-use lb_agent::dataplane::memory::MemoryDataplane;
 use lb_agent::probe::{ProbeOutcome, ProbeReport};
+use lb_agent::testing::MemoryDataplane;
 
 const SERVICES: usize = 10;
 /// Servers per service unless `LB_LOOP_SERVERS_PER_SERVICE` says otherwise.

@@ -14,8 +14,8 @@ use std::{
 };
 
 use lb_agent::{
-    dataplane::memory::MemoryDataplane,
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role},
+    testing::MemoryDataplane,
 };
 
 /// Servers in the service unless `LB_STORM_SERVERS` says otherwise.

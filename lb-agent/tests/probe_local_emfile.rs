@@ -10,8 +10,8 @@ use std::{fs::File, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 use lb_agent::{
     agent::{Agent, Environment, Handles, StaticNeighbors},
     config,
-    dataplane::memory::MemoryDataplane,
     probe::NetProber,
+    testing::MemoryDataplane,
 };
 use tokio::{net::TcpListener, time::Instant};
 

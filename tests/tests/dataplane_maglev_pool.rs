@@ -6,9 +6,8 @@
 use aya::maps::MapData;
 use lb_agent::dataplane::{
     BpfDataplane, Dataplane,
-    maglev_pool::pair_blocks,
-    pin::PinDir,
-    previous::{ADOPTED_MAPS, AdoptedMaps},
+    adopt::{ADOPTED_MAPS, AdoptedMaps, pin::PinDir},
+    tables::maglev_pool::pair_blocks,
 };
 use lb_common::{
     FAMILY_V4, IPPROTO_TCP, MAGLEV_BLOCKS,

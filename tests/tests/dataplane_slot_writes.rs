@@ -3,7 +3,7 @@
 //! reads), leaves the generation alone, follows a service moved to a new pair, and
 //! refuses slots outside the table or a service without one.
 
-use lb_agent::dataplane::{BpfDataplane, Dataplane, DataplaneError, pin::PinDir};
+use lb_agent::dataplane::{BpfDataplane, Dataplane, DataplaneError, adopt::pin::PinDir};
 use lb_tests::agent::bpffs::PrivateBpffs;
 
 #[test]

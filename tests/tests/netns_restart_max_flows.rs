@@ -55,7 +55,7 @@ fn attached_map(topo: &Topology, name: &str) -> MapData {
         .ns
         .run(|| {
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
-            lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
+            lb_agent::dataplane::adopt::attached_program(ifindex, HOST_IF)
                 .expect("reading the attached program")
                 .expect("a program attached")
                 .map_ids()

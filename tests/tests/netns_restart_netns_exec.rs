@@ -606,7 +606,7 @@ fn a_foreign_program_taking_the_interface_stops_the_agent() {
             ]);
             let pass = loaded_xdp(&mut ebpf, lb_common::PASS_PROGRAM_NAME);
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
-            let running = lb_agent::dataplane::previous::attached_program(ifindex, HOST_IF)
+            let running = lb_agent::dataplane::adopt::attached_program(ifindex, HOST_IF)
                 .expect("reading eth0")
                 .expect("the agent's program");
             lb_agent::netlink::set_xdp(

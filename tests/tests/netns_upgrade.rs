@@ -19,7 +19,7 @@
 use std::{path::Path, process::Command, thread, time::Duration};
 
 use aya::maps::{HashMap, Map, MapData};
-use lb_agent::dataplane::previous;
+use lb_agent::dataplane::adopt;
 use lb_common::{map_names, schema};
 use lb_tests::{
     agent::{
@@ -221,7 +221,7 @@ fn record_version(topo: &Topology, map: &str, version: u32) {
         .ns
         .run(move || {
             let ifindex = lb_agent::dataplane::if_index(HOST_IF).expect("eth0");
-            let program = previous::attached_program(ifindex, HOST_IF)
+            let program = adopt::attached_program(ifindex, HOST_IF)
                 .expect("reading the interface's program")
                 .expect("a program on the interface");
             let data = program

@@ -4,7 +4,7 @@
 //!
 //! Everything here runs on one task and owns all state; probe tasks only send reports,
 //! the API only sends requests. Time is `tokio::time`, so tests run under paused time
-//! against [`crate::dataplane::memory::MemoryDataplane`]. The loop that drives it
+//! against [`crate::testing::MemoryDataplane`]. The loop that drives it
 //! (`select!` over reports, ticks, admin and snapshot requests, signals) is
 //! [`crate::event_loop`], which `lb-agent run` and the `agent_*` tests both run.
 //!

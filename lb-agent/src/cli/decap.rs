@@ -5,7 +5,7 @@
 use std::{net::IpAddr, process::ExitCode};
 
 use anyhow::Context;
-use lb_agent::dataplane::{self, AttachMode, decap, previous};
+use lb_agent::dataplane::{self, AttachMode, adopt, attach::decap};
 
 /// Attaches `lb_decap` to `interface` for `addresses` (none: the interface's own),
 /// replacing a `lb_decap` already there; refuses another program.
@@ -33,7 +33,7 @@ pub fn attach(
             lb_common::DECAP_ADDRS_MAX
         );
     }
-    let there = previous::attached_program(ifindex, interface)?;
+    let there = adopt::attached_program(ifindex, interface)?;
     if let Some(p) = &there
         && !decap::is_decap(p)
     {
@@ -52,7 +52,7 @@ pub fn attach(
 /// Removes `lb_decap` from `interface`; leaves any other program in place.
 pub fn detach(interface: &str) -> anyhow::Result<ExitCode> {
     let ifindex = dataplane::if_index(interface)?;
-    match previous::attached_program(ifindex, interface)? {
+    match adopt::attached_program(ifindex, interface)? {
         None => {
             println!("`{interface}` runs no XDP program: nothing to detach");
             Ok(ExitCode::SUCCESS)

@@ -7,7 +7,10 @@ use std::{path::Path, process::ExitCode};
 use anyhow::Context;
 use lb_agent::{
     config,
-    dataplane::{self, DataplaneError, owner, pin, previous},
+    dataplane::{
+        self, DataplaneError,
+        adopt::{self, owner, pin},
+    },
 };
 
 pub fn detach(config_path: &Path, interface: Option<String>) -> anyhow::Result<ExitCode> {
@@ -46,7 +49,7 @@ pub fn detach(config_path: &Path, interface: Option<String>) -> anyhow::Result<E
         return Ok(ExitCode::FAILURE);
     }
     let mut code = ExitCode::SUCCESS;
-    match previous::attached_program(ifindex, &interface)? {
+    match adopt::attached_program(ifindex, &interface)? {
         None => println!("`{interface}` runs no XDP program: nothing to detach"),
         Some(p) if !p.is_ours() => {
             eprintln!(

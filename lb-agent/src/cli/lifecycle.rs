@@ -7,11 +7,15 @@ use std::{path::Path, time::Duration};
 use anyhow::Context;
 use lb_agent::{
     dataplane::{
-        AttachMode, BpfDataplane, DataplaneError, LinkCheck, LinkWatch, MapSizes, PublishedState,
-        caps, if_index, owner,
-        pin::{self, PinDir},
-        previous::{self, AttachedProgram},
-        schema, tables,
+        AttachMode, AttachedProgram, BpfDataplane, DataplaneError, DataplaneLifecycle, LinkCheck,
+        LinkWatch, MapSizes, PublishedState,
+        adopt::{
+            self, flow_tables, owner,
+            pin::{self, PinDir},
+            schema,
+        },
+        attach::caps,
+        if_index,
     },
     event_loop::AttachmentWatch,
 };
@@ -59,18 +63,18 @@ pub fn prepare(
         }
         None => (None, None),
     };
-    let previous = previous::attached_program(ifindex, interface)?;
+    let previous = adopt::attached_program(ifindex, interface)?;
     // The tables' seeds are the install's: a restart finds them in the running
     // program's `LB_CONFIG` (a first start, or `--reset`, draws new ones).
     let old_tables = match &previous {
         Some(p) if p.is_ours() && !reset => Some(
-            tables::previous_tables(p)
+            flow_tables::previous_tables(p)
                 .with_context(|| format!("reading the table layout of program id {}", p.id))?,
         ),
         _ => None,
     };
-    let sizes = tables::with_seeds(sizes, old_tables.as_ref())?;
-    if tables::inherits_public_seeds(sizes, old_tables.as_ref()) {
+    let sizes = flow_tables::with_seeds(sizes, old_tables.as_ref())?;
+    if flow_tables::inherits_public_seeds(sizes, old_tables.as_ref()) {
         warn!(
             interface,
             "the flow and nat tables keep the public hash seeds of the earlier release \
@@ -91,7 +95,7 @@ pub fn prepare(
             None
         }
         Some(p) => Some(
-            previous::adopt_maps(
+            adopt::adopt_maps(
                 p,
                 lb_agent::EBPF_OBJECT,
                 sizes,
@@ -194,7 +198,7 @@ pub fn prepare(
 
 /// Attaches (or swaps in) the program once its maps hold the configured state.
 pub fn attach(
-    dp: &mut BpfDataplane,
+    dp: &mut impl DataplaneLifecycle,
     interface: &str,
     mode: AttachMode,
     previous: Option<&AttachedProgram>,
@@ -225,14 +229,14 @@ impl Attachment {
     }
 }
 
-impl AttachmentWatch<BpfDataplane> for Attachment {
+impl<D: DataplaneLifecycle> AttachmentWatch<D> for Attachment {
     async fn due(&mut self) {
         self.link.due().await
     }
 
     /// After a repair, returns the mode text for status (`native, re-attached N times
     /// after removal`); an error means the agent cannot serve and must stop.
-    fn check(&mut self, dp: &mut BpfDataplane) -> Result<Option<String>, DataplaneError> {
+    fn check(&mut self, dp: &mut D) -> Result<Option<String>, DataplaneError> {
         match dp.check_attachment() {
             Ok(LinkCheck::Intact) => Ok(None),
             Ok(LinkCheck::Reattached) => {
@@ -265,7 +269,7 @@ impl AttachmentWatch<BpfDataplane> for Attachment {
 }
 
 /// The last log line, saying what actually stays behind.
-pub fn log_shutdown(dp: &BpfDataplane) {
+pub fn log_shutdown(dp: &impl DataplaneLifecycle) {
     if dp.still_attached() {
         info!(
             interface = dp.interface(),

@@ -10,7 +10,7 @@ use lb_agent::{
     agent::{AdminState, Agent, Environment, KernelNeighbors},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, MapSizes},
+    dataplane::{AttachMode, DataplaneLifecycle, MapSizes},
     event_loop::{
         ConfigFile, EventLoop, Exit, Inputs, UnixSignals, log_passive_gaps, tell_systemd,
     },

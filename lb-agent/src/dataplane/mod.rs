@@ -1,40 +1,41 @@
-//! The data-plane owner: every BPF map handle lives behind [`Dataplane`].
+//! The data plane: the XDP program, its maps, and the agent's only way to them.
 //!
-//! [`BpfDataplane`] is the real thing (load, attach, publish, read counters, events);
-//! health and membership logic talk to the trait so they can be tested without a kernel.
+//! The agent publishes and reads counters through [`Dataplane`], and the process
+//! (`lb-agent run`) attaches and watches the program through [`DataplaneLifecycle`];
+//! [`BpfDataplane`] implements both on the kernel. Concerns, one module each:
+//!
+//! - [`attach`]: putting the program on the interface through netlink and keeping it
+//!   there, the second program it jumps to, tunnel parameters, capabilities, and lb's
+//!   decapsulation program for backends;
+//! - [`adopt`]: restart adoption — the state a previous agent left on the interface,
+//!   which of its maps a new build keeps, the flow and nat tables carried over, the
+//!   one-owner locks and the optional pins;
+//! - [`tables`]: the Maglev table pool and the VIP index, written through `mmap`;
+//! - [`sizing`]: the map sizes chosen at load time and the tables' seeds;
+//! - `events`: the passive-event ring buffer as an async stream;
+//! - [`census`]: the flow and nat tables counted off the agent's task;
+//! - `bpf`: [`BpfDataplane`], which loads the object and owns every map handle;
+//! - `batch`, `sys`: the `bpf(2)` calls aya does not offer.
 
-mod attach;
+pub mod adopt;
+pub mod attach;
 mod batch;
 mod bpf;
-pub mod caps;
 pub mod census;
-pub mod decap;
 mod error;
 mod events;
-pub mod full_path;
-mod link_watch;
-pub mod maglev_pool;
-mod maglev_table;
-mod mapping;
-pub mod memory;
-pub mod owner;
-pub mod pin;
-pub mod previous;
-pub mod schema;
-mod schema_map;
+mod lifecycle;
 pub mod sizing;
-mod staging;
 mod sys;
 pub mod tables;
-pub mod tunnel;
-pub mod vip_index;
 
-pub use attach::{AttachMode, detach, if_index};
+pub use adopt::AttachedProgram;
+pub use attach::{AttachMode, LinkWatch, detach, if_index};
 pub use batch::PerCpuBatchReader;
-pub use bpf::{BpfDataplane, LinkCheck, PublishedState};
+pub use bpf::{BpfDataplane, PublishedState};
 pub use error::DataplaneError;
 pub use events::EventStream;
-pub use link_watch::LinkWatch;
+pub use lifecycle::{DataplaneLifecycle, LinkCheck};
 pub use sizing::MapSizes;
 
 use lb_common::{

@@ -8,7 +8,7 @@
 //! `.rodata`, so the program masks bucket indexes by the size the maps got. Adopting a
 //! previous program's maps compares their size with these (a different size is a layout
 //! change: the map is created fresh, and the flow and nat tables' live entries are
-//! copied over, `super::migrate`). No size needs a rebuild.
+//! copied over, [`super::adopt::flow_tables`]). No size needs a rebuild.
 //!
 //! Ratios (per flow of `max_flows`, rounded up to a power of two): `LB_FLOWS` 1 bucket
 //! of 4 ways (4 ways per flow, as the compiled 262,144 flows in 1,048,576 ways), `LB_NAT`

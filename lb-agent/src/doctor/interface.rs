@@ -148,7 +148,7 @@ pub fn native(name: &str, driver: &str, mode: XdpMode) -> Finding {
 /// The program attached to the interface now.
 fn attached(name: &str, ifindex: u32) -> Finding {
     let check = "xdp program";
-    match dataplane::previous::attached_program(ifindex, name) {
+    match dataplane::adopt::attached_program(ifindex, name) {
         Ok(None) => Finding::ok(check, format!("none attached to {name}")),
         Ok(Some(p)) if p.is_ours() => Finding::ok(
             check,

@@ -16,7 +16,8 @@ pub fn check() -> Vec<Finding> {
         None => Finding::warning("capabilities", "cannot read CapEff from /proc/self/status"),
     });
     out.push(memlock());
-    let loads = eff.is_none_or(|eff| crate::dataplane::caps::missing_from_mask(eff).is_none());
+    let loads =
+        eff.is_none_or(|eff| crate::dataplane::attach::caps::missing_from_mask(eff).is_none());
     out.push(if loads {
         load()
     } else {
@@ -31,7 +32,7 @@ pub fn check() -> Vec<Finding> {
 /// The findings for the effective capability mask `eff`.
 pub fn capabilities(eff: u64) -> Finding {
     let has = |cap: u32| eff & (1u64 << cap) != 0;
-    if let Some(missing) = crate::dataplane::caps::missing_from_mask(eff) {
+    if let Some(missing) = crate::dataplane::attach::caps::missing_from_mask(eff) {
         return Finding::blocker(
             "capabilities",
             format!(

@@ -12,9 +12,9 @@ use lb_common::{
 };
 
 use super::*;
-use crate::dataplane::{
-    PublishedState,
-    memory::{MemoryDataplane, Write},
+use crate::{
+    dataplane::PublishedState,
+    testing::{MemoryDataplane, Write},
 };
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];

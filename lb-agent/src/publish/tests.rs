@@ -7,9 +7,9 @@ use lb_common::{
 };
 
 use super::*;
-use crate::dataplane::{
-    PublishedState,
-    memory::{MemoryDataplane, Write},
+use crate::{
+    dataplane::PublishedState,
+    testing::{MemoryDataplane, Write},
 };
 
 const MAC: Option<[u8; 6]> = Some([2, 0, 0, 0, 0, 1]);

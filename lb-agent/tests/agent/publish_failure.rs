@@ -17,9 +17,10 @@ use std::{
 use crate::util::{MAC, Scripted, parse, sa};
 use lb_agent::{
     agent::{Agent, Environment, FIRST_RETRY, Handles, LAST_RETRY, StaticNeighbors},
-    dataplane::{Dataplane, DataplaneError, memory::MemoryDataplane},
+    dataplane::{Dataplane, DataplaneError},
     probe::{ProbeOutcome, ProbeReport},
     publish::{addr_words, vip_key},
+    testing::MemoryDataplane,
 };
 use lb_common::{
     IPPROTO_TCP, counters,

@@ -6,7 +6,7 @@ use crate::util::{Harness, Verdict, sa, secs};
 use lb_agent::{
     agent::MembershipWork,
     api::{AdminChange, NewServer, ServerPatch},
-    dataplane::memory::{MemoryDataplane, Write},
+    testing::{MemoryDataplane, Write},
 };
 
 /// `services` nat services `s0`, `s1`, … with `per` servers each (`10.0.<s>.<i+1>:80`),

@@ -12,13 +12,14 @@ use std::time::Duration;
 use lb_agent::agent::{Agent, Environment, Neighbors, StaticNeighbors};
 use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog, ReloadOutcome};
 use lb_agent::config::{self, Config, ProbeConfig};
-use lb_agent::dataplane::{DataplaneError, memory::MemoryDataplane};
+use lb_agent::dataplane::DataplaneError;
 use lb_agent::event_loop::{
     AttachmentWatch, ConfigSource, EventLoop, Exit, Inputs, PassiveEvents, Signal, Signals, Wake,
 };
 use lb_agent::neighbor::nexthops::MacUpdate;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
+use lb_agent::testing::MemoryDataplane;
 use lb_agent::view::{ServerStatus, ServiceStatus, Snapshot};
 use lb_common::NO_BACKEND;
 use lb_common::events::PassiveEvent;

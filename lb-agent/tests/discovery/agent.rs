@@ -15,9 +15,9 @@ use crate::util::{Mode, TestDns, addr, config, quick, srv};
 use lb_agent::{
     agent::{Agent, Environment, Handles, StaticNeighbors},
     config::{Config, ProbeConfig},
-    dataplane::memory::MemoryDataplane,
     probe::{ProbeOutcome, Prober},
     publish::{addr_words, vip_key},
+    testing::MemoryDataplane,
     view::ServerStatus,
 };
 use lb_common::{NO_BACKEND, maps::BACKEND_F_LIVE};

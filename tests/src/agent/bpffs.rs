@@ -54,7 +54,7 @@ impl PrivateBpffs {
 
 impl Drop for PrivateBpffs {
     fn drop(&mut self) {
-        let _ = lb_agent::dataplane::pin::remove(&self.pins);
+        let _ = lb_agent::dataplane::adopt::pin::remove(&self.pins);
         let path = self.mount.display().to_string();
         if let Err(err) = cmd::run("umount", &[&path]) {
             eprintln!("lb-tests: could not unmount the bpffs at {path}: {err}");

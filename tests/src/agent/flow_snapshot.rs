@@ -5,7 +5,10 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use lb_agent::dataplane::{census, if_index, previous, tables};
+use lb_agent::dataplane::{
+    adopt::{self, flow_tables},
+    census, if_index,
+};
 use lb_common::{
     maps::{FlowKey, FlowValue},
     table::{FlowBucket, SLOT_LIVE, TableLayout},
@@ -30,10 +33,10 @@ impl FlowTable {
     pub fn open(lb: &NetNs) -> Result<FlowTable, Error> {
         lb.run(|| -> Result<FlowTable, Error> {
             let index = if_index(HOST_IF)?;
-            let program = previous::attached_program(index, HOST_IF)?.ok_or_else(|| {
+            let program = adopt::attached_program(index, HOST_IF)?.ok_or_else(|| {
                 Error::Unexpected(format!("no XDP program on the lb host's {HOST_IF}"))
             })?;
-            let t = tables::previous_tables(&program)?;
+            let t = flow_tables::previous_tables(&program)?;
             let flows = t.flows.ok_or_else(|| {
                 Error::Unexpected(format!("the program on {HOST_IF} has no LB_FLOWS"))
             })?;

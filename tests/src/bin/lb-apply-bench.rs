@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
     config::ProbeConfig,
-    dataplane::memory::MemoryDataplane,
     probe::{ProbeOutcome, Prober},
+    testing::MemoryDataplane,
 };
 
 /// A prober that never answers.

@@ -22,7 +22,7 @@ use lb_agent::{
     agent::{Agent, Environment, StaticNeighbors},
     api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
-    dataplane::tunnel::TunnelConfig,
+    dataplane::attach::tunnel::TunnelConfig,
     dataplane::{BpfDataplane, Dataplane, MapSizes},
     probe::{ProbeOutcome, ProbeReport, Prober},
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role, Tunnel},
@@ -397,7 +397,7 @@ impl Propagation {
 }
 
 /// Untimed pause before each verdict. The data plane does not rewrite a table within
-/// 100 µs of its last flip (`GRACE` in lb-agent's `dataplane/maglev_table.rs`: packets
+/// 100 µs of its last flip (`GRACE` in lb-agent's `dataplane/tables/maglev_table.rs`: packets
 /// that read the old generation must be done with it) and spins out the rest of that
 /// time; verdicts fed back to back to one service would measure that spin, not the
 /// agent. Real verdicts about one service are rarely that close, and a burst of them is

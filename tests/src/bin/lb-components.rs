@@ -134,7 +134,7 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("verifier rejected {name}"))?;
     }
     // `lb_xdp`'s tail-call target, as the agent loads it.
-    lb_agent::dataplane::full_path::load(&mut obj).context("loading lb_xdp_full")?;
+    lb_agent::dataplane::attach::full_path::load(&mut obj).context("loading lb_xdp_full")?;
     // The reduced tail-call programs' targets.
     for (index, target) in [(0, "lbr_tx"), (1, "lbr_vip")] {
         let fd = lab::xdp(&mut obj, target)?.fd()?.try_clone()?;

@@ -21,9 +21,11 @@ use aya::{
 };
 use lb_agent::dataplane::{
     MapSizes,
-    maglev_pool::{Pool, pair_blocks},
     sizing::random_seeds,
-    vip_index,
+    tables::{
+        maglev_pool::{Pool, pair_blocks},
+        vip_index,
+    },
 };
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MaglevBlock,
@@ -208,7 +210,7 @@ impl Lb {
             }
         }
         // `lb_xdp_full`, and `LB_PROGRAMS` filled with it, as the agent's loader does.
-        if let Err(e) = lb_agent::dataplane::full_path::load(&mut ebpf) {
+        if let Err(e) = lb_agent::dataplane::attach::full_path::load(&mut ebpf) {
             match e {
                 lb_agent::dataplane::DataplaneError::Program { source, .. } => {
                     panic!(
@@ -322,7 +324,7 @@ impl Lb {
 
     /// Puts `lb_xdp_full` back into `LB_PROGRAMS` (as loading did).
     pub fn fill_full_path(&mut self) {
-        lb_agent::dataplane::full_path::fill(&mut self.ebpf).expect("filling LB_PROGRAMS");
+        lb_agent::dataplane::attach::full_path::fill(&mut self.ebpf).expect("filling LB_PROGRAMS");
     }
 
     /// Sets the interface MAC the program checks destination MACs against (`LB_CONFIG`).
@@ -355,7 +357,7 @@ impl Lb {
                     .expect("LB_DECAP_ADDRS"),
             )
             .expect("LB_DECAP_ADDRS type");
-        let key = lb_agent::dataplane::decap::decap_key(addr);
+        let key = lb_agent::dataplane::attach::decap::decap_key(addr);
         map.insert(&key, &1, 0).expect("writing LB_DECAP_ADDRS");
     }
 
@@ -642,8 +644,11 @@ impl Lb {
 
     /// Copies the live flows of `from`'s `LB_FLOWS` into this object's, as a restarted
     /// agent copies a previous program's table of another size
-    /// (`lb_agent::dataplane::tables::copy_flows`).
-    pub fn copy_flows_from(&mut self, from: &Lb) -> lb_agent::dataplane::tables::Copied {
+    /// (`lb_agent::dataplane::adopt::flow_tables::copy_flows`).
+    pub fn copy_flows_from(
+        &mut self,
+        from: &Lb,
+    ) -> lb_agent::dataplane::adopt::flow_tables::Copied {
         let id = match from.ebpf.map(map_names::FLOWS).expect("LB_FLOWS") {
             aya::maps::Map::Array(d) => d.info().expect("map info").id(),
             _ => panic!("LB_FLOWS is an array"),
@@ -651,7 +656,7 @@ impl Lb {
         let old = aya::maps::MapData::from_id(id).expect("opening LB_FLOWS by id");
         let layout = self.layout();
         let new = self.ebpf.map_mut(map_names::FLOWS).expect("LB_FLOWS");
-        lb_agent::dataplane::tables::copy_flows(old, new, &layout).expect("copying")
+        lb_agent::dataplane::adopt::flow_tables::copy_flows(old, new, &layout).expect("copying")
     }
 
     /// Writes bucket `index` of `LB_FLOWS` whole (its ways as given: the caller sets

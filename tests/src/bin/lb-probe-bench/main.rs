@@ -45,11 +45,12 @@ use drive::*;
 use lb_agent::{
     agent::{Agent, Environment, Neighbors, StaticNeighbors},
     config::{ProbeConfig, ProbeKind},
-    dataplane::{BpfDataplane, Dataplane, EventStream, MapSizes, memory::MemoryDataplane},
+    dataplane::{BpfDataplane, Dataplane, DataplaneLifecycle, EventStream, MapSizes},
     // As `lb-agent run`: MAC retries, the stats tick, reports per loop iteration.
     event_loop::{MAC_RETRY, REPORT_BATCH as BATCH, STATS_EVERY},
     probe::{NetProber, ProbeReport, Prober},
     publish::PublishError,
+    testing::MemoryDataplane,
     view::Histogram,
 };
 use measure::*;

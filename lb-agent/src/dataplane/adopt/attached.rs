@@ -13,12 +13,11 @@ use lb_common::{
 use crate::netlink::{self, XdpAttached, XdpProgram};
 
 use super::{
-    DataplaneError,
+    flow_tables,
     schema::{self, Fresh, Layout, Recorded, Verdict},
     schema_map,
-    sizing::MapSizes,
-    sys,
 };
+use crate::dataplane::{DataplaneError, sizing::MapSizes, sys};
 
 /// Kernel object names are cut to 15 bytes.
 const KERNEL_NAME_LEN: usize = 15;
@@ -161,7 +160,7 @@ fn tail_call_target(map_ids: &[u32]) -> Option<u32> {
 /// `sizes`, can use as they are.
 ///
 /// `was` is the layout the previous program's tables were built with
-/// (`super::tables::previous_tables`): `LB_FLOWS` and `LB_NAT` are adopted only with the
+/// (`super::flow_tables::previous_tables`): `LB_FLOWS` and `LB_NAT` are adopted only with the
 /// same buckets and seed.
 pub fn adopt_maps(
     program: &AttachedProgram,
@@ -221,7 +220,7 @@ pub fn adopt_maps(
         let verdict = match schema::decide(name, have, wanted, &recorded) {
             // Same layout and version, but hashed with another seed (an earlier
             // release's public one): fresh, and the live entries are copied.
-            Verdict::Adopt if !super::tables::same_table(name, &was, &sizes.tables()) => {
+            Verdict::Adopt if !flow_tables::same_table(name, &was, &sizes.tables()) => {
                 Verdict::Fresh(Fresh::Reseeded)
             }
             v => v,

@@ -21,7 +21,8 @@ use lb_common::{
     table::{Bucket, SLOT_LIVE, Slot, TABLE_WAYS, TableLayout, live_word},
 };
 
-use super::{DataplaneError, previous::AttachedProgram, sizing::MapSizes};
+use super::AttachedProgram;
+use crate::dataplane::{DataplaneError, sizing::MapSizes};
 
 /// What a previous program left of its tables: its layout and the two maps.
 #[derive(Debug)]
@@ -99,10 +100,11 @@ pub fn with_seeds(
         let b = TableLayout::BUILT_IN;
         return Ok(configured.with_seeds(b.flow_seed, b.nat_seed));
     }
-    let (flow, nat) = super::sizing::random_seeds().map_err(|source| DataplaneError::Io {
-        what: "drawing the flow and nat tables' seeds (getrandom)",
-        source,
-    })?;
+    let (flow, nat) =
+        crate::dataplane::sizing::random_seeds().map_err(|source| DataplaneError::Io {
+            what: "drawing the flow and nat tables' seeds (getrandom)",
+            source,
+        })?;
     Ok(configured.with_seeds(flow, nat))
 }
 

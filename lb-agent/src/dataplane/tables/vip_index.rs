@@ -29,7 +29,8 @@ use lb_common::{
     vip_bucket_index,
 };
 
-use super::{DataplaneError, maglev_table::GRACE, mapping::Mapping};
+use super::{maglev_table::GRACE, mapping::Mapping};
+use crate::dataplane::DataplaneError;
 
 /// Seeds tried before giving up. With `MAX_SERVICES` services and up to
 /// `MAX_SNAT_ADDRS` source addresses each, the keys fill at most a sixth of the slots,
@@ -123,7 +124,7 @@ pub fn find<'a>(layout: &'a Layout, vip: &VipKey, kind: u32) -> Option<&'a VipSl
 }
 
 /// The index maps, mapped into the agent, and the services the live table holds.
-pub(super) struct VipIndex {
+pub(in crate::dataplane) struct VipIndex {
     slots: Mapping,
     generation: Mapping,
     headers: Mapping,
@@ -140,7 +141,7 @@ pub(super) struct VipIndex {
 impl VipIndex {
     /// Maps the three maps and reads the services of the live table (an adopted index
     /// holds the previous agent's).
-    pub(super) fn new(
+    pub(in crate::dataplane) fn new(
         slots: MapData,
         generation: MapData,
         headers: MapData,
@@ -186,12 +187,12 @@ impl VipIndex {
     }
 
     /// The services the live table holds.
-    pub(super) fn services(&self) -> &BTreeMap<VipKey, ServiceMeta> {
+    pub(in crate::dataplane) fn services(&self) -> &BTreeMap<VipKey, ServiceMeta> {
         &self.services
     }
 
     /// Adds or replaces a service.
-    pub(super) fn upsert(
+    pub(in crate::dataplane) fn upsert(
         &mut self,
         vip: &VipKey,
         meta: &ServiceMeta,
@@ -203,7 +204,7 @@ impl VipIndex {
 
     /// Points service `service_id`'s slot at its new pair of Maglev tables (a new or
     /// resized table); a service not in the index yet gets it at its upsert.
-    pub(super) fn set_maglev(
+    pub(in crate::dataplane) fn set_maglev(
         &mut self,
         service_id: u32,
         base: u32,
@@ -221,7 +222,7 @@ impl VipIndex {
     }
 
     /// Removes a service (absent: nothing to do).
-    pub(super) fn remove(&mut self, vip: &VipKey) -> Result<(), DataplaneError> {
+    pub(in crate::dataplane) fn remove(&mut self, vip: &VipKey) -> Result<(), DataplaneError> {
         if !self.services.contains_key(vip) {
             return Ok(());
         }

@@ -9,7 +9,8 @@ use std::{net::IpAddr, os::fd::AsFd};
 use aya::{EbpfLoader, maps::HashMap, programs::Xdp};
 use lb_common::{DECAP_PROGRAM_NAME, FAMILY_V4, FAMILY_V6, map_names, maps::DecapAddr};
 
-use super::{AttachMode, DataplaneError, attach, bpf::map_err, previous::AttachedProgram};
+use super::{AttachMode, xdp};
+use crate::dataplane::{DataplaneError, adopt::AttachedProgram, bpf::map_err};
 use crate::netlink::XdpAttached;
 
 /// The object's large maps, created at their smallest: the decap command loads only
@@ -89,5 +90,5 @@ pub fn attach_decap(
     let fd = prog
         .fd()
         .map_err(|source| DataplaneError::Program { name, source })?;
-    attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
+    xdp::attach(fd.as_fd(), ifindex, interface, mode, previous)
 }

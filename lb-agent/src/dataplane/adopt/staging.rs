@@ -14,7 +14,8 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::{DataplaneError, pin::mount_bpffs};
+use super::pin::mount_bpffs;
+use crate::dataplane::DataplaneError;
 
 /// A mounted private bpffs with adopted maps pinned by object name; unmounted on drop.
 pub struct Staging {

@@ -9,7 +9,7 @@ use lb_common::{
     maps::{Backend, BackendStats, ServiceMeta, ServiceStats, VipKey},
 };
 
-use super::{Dataplane, DataplaneError};
+use crate::dataplane::{Dataplane, DataplaneError};
 
 /// One write, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq)]

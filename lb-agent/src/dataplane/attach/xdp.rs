@@ -6,9 +6,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use crate::netlink::{self, XdpAttached, xdp::XDP_FLAGS_UPDATE_IF_NOEXIST};
 
-use super::{
+use crate::dataplane::{
     DataplaneError,
-    previous::{self, AttachedProgram},
+    adopt::{self, AttachedProgram},
 };
 
 /// How the program is attached to the NIC.
@@ -42,7 +42,7 @@ pub fn if_index(interface: &str) -> Result<u32, DataplaneError> {
 /// Puts `prog` on the interface. With `previous` (lb's program found there), replaces
 /// exactly that program in its mode, atomically (no packet sees no program); else
 /// attaches only if the interface has no program. Returns the mode in use.
-pub(super) fn attach(
+pub(in crate::dataplane) fn attach(
     prog: BorrowedFd<'_>,
     ifindex: u32,
     interface: &str,
@@ -98,7 +98,7 @@ pub(super) fn attach(
     };
     attempt.map_err(|source| {
         if is_occupied(source.errno())
-            && let Ok(Some(there)) = previous::attached_program(ifindex, interface)
+            && let Ok(Some(there)) = adopt::attached_program(ifindex, interface)
         {
             return there.in_the_way(interface);
         }

@@ -1,5 +1,9 @@
-//! [`BpfDataplane`]: loads the embedded XDP object (adopting a previous program's maps),
-//! attaches it through netlink, watches that it stays attached, and owns its maps.
+//! [`BpfDataplane`]: loads the embedded XDP object (adopting a previous program's maps)
+//! and owns its maps; it implements [`super::Dataplane`] in `maps` and
+//! [`super::DataplaneLifecycle`] (attach, watch, events, census) in `lifecycle`.
+
+mod lifecycle;
+mod maps;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -7,28 +11,32 @@ use aya::{
     programs::Xdp,
 };
 use lb_common::{
-    FULL_PROGRAM_NAME, PROGRAM_NAME, counters, map_names,
+    FULL_PROGRAM_NAME, PROGRAM_NAME, map_names,
     maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
 };
 
-use std::{net::IpAddr, os::fd::AsFd};
+use std::net::IpAddr;
 
-use crate::netlink::{self, XdpAttached};
+use crate::netlink::XdpAttached;
 
 use super::{
-    AttachMode, Dataplane, DataplaneError, EventStream, attach,
+    DataplaneError,
+    adopt::{self, AdoptedMaps, flow_tables, pin::PinDir, schema_map, staging::Staging},
+    attach::{full_path, tunnel::TunnelConfig},
     batch::PerCpuBatchReader,
-    full_path,
-    maglev_table::{self, Pair, Published},
-    pin::{self, PinDir},
-    previous::{self, AdoptedMaps, AttachedProgram},
-    schema_map,
     sizing::MapSizes,
-    staging::Staging,
-    tables, vip_index,
+    tables::{
+        maglev_table::{self, Pair},
+        vip_index,
+    },
 };
 
 /// The loaded and attached XDP program with every map handle.
+///
+/// The agent uses it through [`super::Dataplane`] and [`super::DataplaneLifecycle`]; its
+/// own methods load it, take over a previous program's state (`copy_tables`,
+/// `published_state`), and give fixtures and benchmarks the programs and the Maglev
+/// pool's layout.
 pub struct BpfDataplane {
     /// Holds the program and its maps; the netlink attachment does not depend on it.
     ebpf: Ebpf,
@@ -58,7 +66,7 @@ pub struct BpfDataplane {
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
-const ALL_MAPS: [&str; 12] = previous::ADOPTED_MAPS;
+const ALL_MAPS: [&str; 12] = adopt::ADOPTED_MAPS;
 
 /// Where and how the program is attached.
 #[derive(Clone, Debug)]
@@ -69,15 +77,6 @@ struct Attachment {
     prog_id: u32,
 }
 
-/// What a check of the interface's XDP program found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkCheck {
-    /// Our program is attached.
-    Intact,
-    /// It was gone and has been attached again.
-    Reattached,
-}
-
 /// The maps' published content, as read back.
 #[derive(Clone, Debug, Default)]
 pub struct PublishedState {
@@ -86,14 +85,6 @@ pub struct PublishedState {
 }
 
 impl BpfDataplane {
-    /// Loads the embedded object and attaches `lb_xdp` to `interface` (which must have
-    /// no XDP program).
-    pub fn load_and_attach(interface: &str, mode: AttachMode) -> Result<Self, DataplaneError> {
-        let mut dp = Self::load()?;
-        dp.attach(interface, mode, None)?;
-        Ok(dp)
-    }
-
     /// Loads the embedded object into the kernel without attaching it (benchmarks and
     /// BPF_PROG_TEST_RUN fixtures drive it through [`BpfDataplane::program_mut`]), with
     /// the compiled sizes and the built-in (public) table seeds; `lb-agent run` loads
@@ -104,7 +95,7 @@ impl BpfDataplane {
 
     /// Loads the embedded object. With `adopted`, the new program uses those maps of a
     /// previous program (handed to the loader through a private bpffs, see
-    /// [`super::staging`]); the others are created fresh. With `pins`, every map is also
+    /// `adopt::staging`); the others are created fresh. With `pins`, every map is also
     /// pinned in that directory (replacing what an earlier run pinned there).
     pub fn load_with(
         adopted: Option<&AdoptedMaps>,
@@ -114,7 +105,7 @@ impl BpfDataplane {
     }
 
     /// [`BpfDataplane::load_with`] with the backend maps sized by `sizes` (the adopted
-    /// maps must have been matched against the same sizes, [`previous::adopt_maps`]).
+    /// maps must have been matched against the same sizes, [`adopt::adopt_maps`]).
     pub fn load_sized(
         adopted: Option<&AdoptedMaps>,
         pins: Option<PinDir>,
@@ -198,93 +189,8 @@ impl BpfDataplane {
         })
     }
 
-    /// Attaches the loaded program to `interface` through netlink: it stays attached
-    /// after the agent exits. With `previous` (lb's program found there), replaces it
-    /// atomically; else the interface must have no XDP program.
-    pub fn attach(
-        &mut self,
-        interface: &str,
-        mode: AttachMode,
-        previous: Option<&AttachedProgram>,
-    ) -> Result<(), DataplaneError> {
-        // Before attaching: the program balances only frames addressed to this MAC.
-        let mac = crate::hwaddr::of(interface).map_err(|source| match source.raw_os_error() {
-            Some(libc::ENODEV) => DataplaneError::NoSuchInterface {
-                interface: interface.to_string(),
-            },
-            _ => DataplaneError::Io {
-                what: "reading the interface's MAC address",
-                source,
-            },
-        })?;
-        self.set_interface_mac(mac)?;
-        self.set_tunnel_config(interface)?;
-        let ifindex = attach::if_index(interface)?;
-        // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
-        let lasting = full_path::lasting_dir(self.pins.as_ref());
-        self.serving = if lasting.is_some() {
-            PROGRAM_NAME
-        } else {
-            tracing::warn!(
-                interface,
-                "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
-                 reach): attaching the whole-path program lb_xdp_full, without the hot-path \
-                 split (docs/internals/fast-path.md, \"Two programs\")"
-            );
-            FULL_PROGRAM_NAME
-        };
-        let serving = self.serving;
-        let prog_id = self.program_id()?;
-        let attempt = {
-            let prog = self.serving_mut()?;
-            let fd = prog.fd().map_err(|source| DataplaneError::Program {
-                name: serving,
-                source,
-            })?;
-            attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
-        };
-        let legacy = self
-            .pins
-            .as_ref()
-            .map(|p| p.legacy_link(interface))
-            .filter(|path| path.exists());
-        let used = match (attempt, legacy, previous) {
-            (Err(DataplaneError::HeldByLink { .. }), Some(path), Some(old)) => {
-                // Upgrading from an agent that attached through a pinned bpf_link:
-                // swap into that link (atomic) rather than interrupt traffic.
-                pin::swap_into_legacy_link(self.serving_mut()?, &path)?;
-                tracing::warn!(
-                    interface,
-                    link = %path.display(),
-                    "swapped into the pinned bpf_link an older lb-agent left: restarts stay \
-                     hitless while that pin lives; to move to netlink (which needs no pins), \
-                     stop the agent, `lb-agent detach`, start it (a short interruption)"
-                );
-                old.mode
-            }
-            (attempt, _, _) => attempt?,
-        };
-        if let Some(dir) = &lasting {
-            full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
-        }
-        tracing::info!(
-            interface,
-            mode = used.name(),
-            program_id = prog_id,
-            replaced = previous.map(|p| p.id),
-            "XDP program attached"
-        );
-        self.attached = Some(Attachment {
-            interface: interface.to_string(),
-            ifindex,
-            mode: used,
-            prog_id,
-        });
-        Ok(())
-    }
-
     /// The kernel id of the program attached (or to attach).
-    pub fn program_id(&mut self) -> Result<u32, DataplaneError> {
+    fn program_id(&mut self) -> Result<u32, DataplaneError> {
         let name = self.serving;
         let info = self
             .serving_mut()?
@@ -303,59 +209,6 @@ impl BpfDataplane {
             .map_err(|source| DataplaneError::Program { name, source })
     }
 
-    /// Whether the interface still runs this program; re-attaches it when the interface
-    /// has none (someone ran `ip link set dev IF xdp off`). An error when another program
-    /// took its place or the interface is gone: the agent cannot serve then.
-    pub fn check_attachment(&mut self) -> Result<LinkCheck, DataplaneError> {
-        let Some(att) = self.attached.clone() else {
-            return Ok(LinkCheck::Intact);
-        };
-        let now = match netlink::query_xdp(att.ifindex) {
-            Ok(now) => now,
-            Err(source) if source.errno() == Some(libc::ENODEV) => {
-                return Err(DataplaneError::InterfaceGone {
-                    interface: att.interface,
-                    ifindex: att.ifindex,
-                });
-            }
-            Err(source) => {
-                return Err(DataplaneError::Netlink {
-                    what: format!("reading the XDP program of `{}`", att.interface),
-                    source,
-                });
-            }
-        };
-        match now {
-            Some(p) if p.id == att.prog_id => Ok(LinkCheck::Intact),
-            Some(p) => {
-                let name = previous::attached_program(att.ifindex, &att.interface)
-                    .ok()
-                    .flatten()
-                    .map(|p| p.name)
-                    .unwrap_or_default();
-                Err(DataplaneError::Replaced {
-                    interface: att.interface,
-                    now: format!("program id {} `{name}` ({})", p.id, p.mode.name()),
-                })
-            }
-            None => {
-                let mode = match att.mode {
-                    XdpAttached::Generic => AttachMode::Generic,
-                    _ => AttachMode::Native,
-                };
-                self.attach(&att.interface, mode, None)?;
-                Ok(LinkCheck::Reattached)
-            }
-        }
-    }
-
-    /// Whether the interface runs this program now (for the shutdown log).
-    pub fn still_attached(&self) -> bool {
-        self.attached.as_ref().is_some_and(
-            |att| matches!(netlink::query_xdp(att.ifindex), Ok(Some(p)) if p.id == att.prog_id),
-        )
-    }
-
     /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
     pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
         let value = DataplaneConfig {
@@ -366,20 +219,15 @@ impl BpfDataplane {
         write_config(&mut self.ebpf, &value)
     }
 
-    /// The sizes the maps were created with, and the tables' layout.
-    pub fn sizes(&self) -> MapSizes {
-        self.sizes
-    }
-
     /// Copies the live entries of a previous program's flow and nat tables that were
     /// not adopted for another size or seed (not a schema change) into this program's
     /// fresh ones
-    /// ([`tables::copy_flows`]); before the new program is attached.
+    /// ([`flow_tables::copy_flows`]); before the new program is attached.
     pub fn copy_tables(
         &mut self,
-        previous: tables::PreviousTables,
+        previous: flow_tables::PreviousTables,
         adopted: &AdoptedMaps,
-    ) -> Result<Vec<(&'static str, tables::Copied)>, DataplaneError> {
+    ) -> Result<Vec<(&'static str, flow_tables::Copied)>, DataplaneError> {
         // Only a table fresh for its size or seed: a schema change's entries mean
         // something else (`schema::Fresh::entries_copyable`).
         let copyable = |name| {
@@ -402,28 +250,24 @@ impl BpfDataplane {
                 .map_mut(name)
                 .ok_or(DataplaneError::MissingMap { name })?;
             let copied = if name == map_names::FLOWS {
-                tables::copy_flows(old, new, &layout)?
+                flow_tables::copy_flows(old, new, &layout)?
             } else {
-                tables::copy_nat(old, new, &layout)?
+                flow_tables::copy_nat(old, new, &layout)?
             };
             out.push((name, copied));
         }
         Ok(out)
     }
 
-    /// Sets `agent.tunnel_source` (written to `LB_CONFIG` at the next attach).
-    pub fn set_tunnel_source(&mut self, source: Option<IpAddr>) {
-        self.tunnel_source = source;
-    }
-
     /// Writes what tunnel forwarding needs into `LB_CONFIG`, keeping the MAC: the
     /// interface's MTU and the outer source addresses (docs/tunnel.md).
     fn set_tunnel_config(&mut self, interface: &str) -> Result<(), DataplaneError> {
-        let tunnel = crate::dataplane::tunnel::TunnelConfig::of(interface, self.tunnel_source)
-            .map_err(|source| DataplaneError::Io {
+        let tunnel = TunnelConfig::of(interface, self.tunnel_source).map_err(|source| {
+            DataplaneError::Io {
                 what: "reading the interface's MTU and addresses",
                 source,
-            })?;
+            }
+        })?;
         self.set_tunnel(&tunnel)?;
         tracing::debug!(
             interface,
@@ -437,10 +281,7 @@ impl BpfDataplane {
 
     /// Writes `tunnel` (MTU, outer sources) into `LB_CONFIG`, keeping the MAC; done at
     /// every attach, and by benchmarks that run the program unattached.
-    pub fn set_tunnel(
-        &mut self,
-        tunnel: &crate::dataplane::tunnel::TunnelConfig,
-    ) -> Result<(), DataplaneError> {
+    pub fn set_tunnel(&mut self, tunnel: &TunnelConfig) -> Result<(), DataplaneError> {
         let name = map_names::CONFIG;
         let map = self
             .ebpf
@@ -449,11 +290,6 @@ impl BpfDataplane {
         let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
         let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
         config.set(0, &value, 0).map_err(map_err(name))
-    }
-
-    /// The pin directory, if the maps are pinned.
-    pub fn pins(&self) -> Option<&PinDir> {
-        self.pins.as_ref()
     }
 
     /// What is published in the maps now (non-empty after adopting a previous program).
@@ -514,16 +350,6 @@ impl BpfDataplane {
             })
     }
 
-    /// The interface the program is attached to ("" before `attach`).
-    pub fn interface(&self) -> &str {
-        self.attached.as_ref().map_or("", |a| &a.interface)
-    }
-
-    /// The attach mode in use: `native` or `generic` (`detached` before `attach`).
-    pub fn mode_name(&self) -> &'static str {
-        self.attached.as_ref().map_or("detached", |a| a.mode.name())
-    }
-
     /// A copy of a service's live Maglev table (empty if it has none).
     pub fn live_table(&self, service_id: u32) -> Vec<u32> {
         self.maglev.live_table(service_id)
@@ -537,33 +363,6 @@ impl BpfDataplane {
     /// Blocks of the Maglev pool not allocated to any service.
     pub fn maglev_free_blocks(&self) -> u64 {
         self.maglev.free_blocks()
-    }
-
-    /// Starts counting the flow and nat tables every `every` on a thread of its own
-    /// ([`Dataplane::table_census`] then answers).
-    pub fn start_census(&mut self, every: std::time::Duration) -> Result<(), DataplaneError> {
-        let array = |name: &'static str| match self.ebpf.map(name) {
-            Some(Map::Array(data)) => Ok(data),
-            Some(_) => Err(DataplaneError::Map {
-                name,
-                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
-            }),
-            None => Err(DataplaneError::MissingMap { name }),
-        };
-        let reader =
-            super::census::TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?)
-                .and_then(|r| super::census::CensusSampler::start(r, every))
-                .map_err(|source| DataplaneError::Io {
-                    what: "starting the flow and nat table count",
-                    source,
-                })?;
-        self.census = Some(reader);
-        Ok(())
-    }
-
-    /// Takes the passive-event stream (once).
-    pub fn take_events(&mut self) -> Option<Result<EventStream, DataplaneError>> {
-        self.events.take().map(EventStream::new)
     }
 }
 
@@ -623,103 +422,4 @@ fn take_backend_stats(
 
 pub(super) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
     move |source| DataplaneError::Map { name, source }
-}
-
-impl Dataplane for BpfDataplane {
-    fn upsert_service(&mut self, vip: &VipKey, meta: &ServiceMeta) -> Result<(), DataplaneError> {
-        // The slot names the service's pair of Maglev tables (none yet: size 0, every
-        // packet `DROP_NO_BACKEND` until its first table).
-        let pair = self.maglev.pair(meta.service_id);
-        let meta = ServiceMeta {
-            maglev_base: pair.map_or(0, |p| p.base),
-            maglev_size: pair.map_or(0, |p| p.size),
-            ..*meta
-        };
-        self.vips.upsert(vip, &meta)
-    }
-
-    fn remove_service(&mut self, vip: &VipKey, service_id: u32) -> Result<(), DataplaneError> {
-        self.vips.remove(vip)?;
-        // No slot names the pair now; it returns to the pool after a grace period, so a
-        // stray packet that read the old slot still finds the old table.
-        self.maglev.release(service_id);
-        Ok(())
-    }
-
-    fn max_backends(&self) -> u32 {
-        self.sizes.max_backends()
-    }
-
-    fn set_backend(&mut self, id: u32, backend: &Backend) -> Result<(), DataplaneError> {
-        self.backends
-            .set(id, backend, 0)
-            .map_err(map_err(map_names::BACKENDS))
-    }
-
-    fn publish_table(&mut self, service_id: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        match self.maglev.publish(service_id, table)? {
-            Published::InPlace => Ok(()),
-            Published::Moved { now, old } => {
-                // A new or resized table: switch the VIP slot to the new pair, then
-                // retire the old one (free after a grace period from now).
-                if let Err(e) = self.vips.set_maglev(service_id, now.base, now.size) {
-                    // The slot still names the old pair: keep it, drop the new one.
-                    self.maglev.undo_move(service_id, now, old);
-                    return Err(e);
-                }
-                if let Some(old) = old {
-                    self.maglev.retire(old);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn write_slots(&mut self, service_id: u32, slots: &[(u32, u32)]) -> Result<(), DataplaneError> {
-        self.maglev.write_slots(service_id, slots)
-    }
-
-    fn counters(&self) -> Result<[u64; counters::COUNT as usize], DataplaneError> {
-        let mut out = [0u64; counters::RAW_COUNT as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let per_cpu = self
-                .counters
-                .get(&(i as u32), 0)
-                .map_err(map_err(map_names::COUNTERS))?;
-            *slot = per_cpu.iter().sum();
-        }
-        Ok(counters::derive(&out))
-    }
-
-    fn service_stats(&self, service_id: u32) -> Result<ServiceStats, DataplaneError> {
-        let per_cpu = self
-            .service_stats
-            .get(&service_id, 0)
-            .map_err(map_err(map_names::SERVICE_STATS))?;
-        Ok(per_cpu.iter().copied().sum())
-    }
-
-    fn backend_stats(&self, backend_id: u32) -> Result<BackendStats, DataplaneError> {
-        let per_cpu = self
-            .backend_stats
-            .get(&backend_id, 0)
-            .map_err(map_err(map_names::BACKEND_STATS))?;
-        Ok(per_cpu.iter().copied().sum())
-    }
-
-    fn backend_stats_below(&self, limit: u32) -> Result<Vec<BackendStats>, DataplaneError> {
-        let mut all = self
-            .backend_stats_batch
-            .read_summed(limit)
-            .map_err(|source| DataplaneError::Io {
-                what: "reading map `LB_BACKEND_STATS` in one batch",
-                source,
-            })?;
-        all.resize(limit as usize, BackendStats::default());
-        Ok(all)
-    }
-
-    fn table_census(&self) -> Option<std::sync::Arc<super::census::TableCensus>> {
-        self.census.as_ref().and_then(|c| c.latest())
-    }
 }

@@ -24,7 +24,7 @@ use aya::{
 };
 use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, map_names};
 
-use super::{DataplaneError, pin};
+use crate::dataplane::{DataplaneError, adopt::pin};
 
 /// Pin name prefix (followed by `lb_xdp`'s program id).
 const PIN_PREFIX: &str = "lb_full_path_";

@@ -13,7 +13,8 @@ use std::{
 
 use lb_common::schema::{self, NAME_LEN};
 
-use super::{schema::Recorded, sys::bpf};
+use super::schema::Recorded;
+use crate::dataplane::sys::bpf;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;

@@ -8,11 +8,11 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::DataplaneError;
+use crate::dataplane::DataplaneError;
 
 /// A shared read-write mapping of an mmapable BPF array, unmapped on drop.
-pub(super) struct Mapping {
-    pub(super) addr: *mut libc::c_void,
+pub(in crate::dataplane) struct Mapping {
+    pub(in crate::dataplane) addr: *mut libc::c_void,
     len: usize,
 }
 
@@ -25,7 +25,7 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    pub(super) fn new(
+    pub(in crate::dataplane) fn new(
         map: &MapData,
         bytes: usize,
         name: &'static str,

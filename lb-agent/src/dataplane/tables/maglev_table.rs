@@ -37,10 +37,10 @@ use lb_common::{
 };
 
 use super::{
-    DataplaneError,
     maglev_pool::{Pool, pair_blocks},
     mapping::Mapping,
 };
+use crate::dataplane::DataplaneError;
 
 /// Minimum time between a flip and the next write into the table it retired. A packet
 /// holds the generation it read for the few nanoseconds until it reads its slot, in
@@ -61,7 +61,7 @@ pub struct Pair {
 
 /// What a publish did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Published {
+pub(in crate::dataplane) enum Published {
     /// The table went into the service's pair (generation flipped).
     InPlace,
     /// The service has a new pair (`now`): its VIP slot must be switched to it, then
@@ -70,7 +70,7 @@ pub(super) enum Published {
 }
 
 /// `LB_MAGLEV` and `LB_MAGLEV_GEN`, mapped into the agent, and the pool's allocation.
-pub(super) struct MaglevTables {
+pub(in crate::dataplane) struct MaglevTables {
     tables: Mapping,
     generations: Mapping,
     /// When each service's generation last flipped (or its pair last moved).
@@ -89,7 +89,7 @@ impl MaglevTables {
     /// pool holds the previous agent's tables): they stay allocated to their services.
     /// A pair that cannot be taken (no table size, outside the pool, overlapping another)
     /// is skipped with a warning: that service gets a new pair at its next publish.
-    pub(super) fn new(
+    pub(in crate::dataplane) fn new(
         tables: MapData,
         generations: MapData,
         live: impl IntoIterator<Item = (u32, Pair)>,
@@ -132,17 +132,17 @@ impl MaglevTables {
     }
 
     /// The live generation (0 or 1) of a service.
-    pub(super) fn live_generation(&self, service_id: u32) -> u64 {
+    pub(in crate::dataplane) fn live_generation(&self, service_id: u32) -> u64 {
         self.generation(service_id).load(Ordering::Acquire) & 1
     }
 
     /// The pair a service's tables are in, if it has one.
-    pub(super) fn pair(&self, service_id: u32) -> Option<Pair> {
+    pub(in crate::dataplane) fn pair(&self, service_id: u32) -> Option<Pair> {
         self.pairs.get(service_id as usize).copied().flatten()
     }
 
     /// Publishes `table` (of one of `MAGLEV_SIZES`) as the service's table.
-    pub(super) fn publish(
+    pub(in crate::dataplane) fn publish(
         &mut self,
         service_id: u32,
         table: &[u32],
@@ -213,7 +213,7 @@ impl MaglevTables {
     /// packet still reading the retired half after a flip reads the table it saw).
     /// Which ids may be written when (both the old and the new id must be allowed to take
     /// the packet) is the caller's rule: docs/internals/publish.md.
-    pub(super) fn write_slots(
+    pub(in crate::dataplane) fn write_slots(
         &mut self,
         service_id: u32,
         slots: &[(u32, u32)],
@@ -268,7 +268,7 @@ impl MaglevTables {
 
     /// The service is gone (its VIP slot was removed): its pair returns to the pool
     /// [`GRACE`] from now.
-    pub(super) fn release(&mut self, service_id: u32) {
+    pub(in crate::dataplane) fn release(&mut self, service_id: u32) {
         if let Some(pair) = self
             .pairs
             .get_mut(service_id as usize)
@@ -280,13 +280,18 @@ impl MaglevTables {
 
     /// No VIP slot names `pair` any more (as of now): it returns to the pool [`GRACE`]
     /// from now.
-    pub(super) fn retire(&mut self, pair: Pair) {
+    pub(in crate::dataplane) fn retire(&mut self, pair: Pair) {
         self.retired.push((Instant::now(), pair));
     }
 
     /// The VIP slot could not be switched to `now`: the service keeps `old`, `now` is
     /// retired (nothing named it, but a grace costs nothing).
-    pub(super) fn undo_move(&mut self, service_id: u32, now: Pair, old: Option<Pair>) {
+    pub(in crate::dataplane) fn undo_move(
+        &mut self,
+        service_id: u32,
+        now: Pair,
+        old: Option<Pair>,
+    ) {
         self.pairs[service_id as usize] = old;
         self.retire(now);
     }
@@ -304,7 +309,7 @@ impl MaglevTables {
     }
 
     /// A copy of the live table of a service (empty if it has none; tests and status).
-    pub(super) fn live_table(&self, service_id: u32) -> Vec<u32> {
+    pub(in crate::dataplane) fn live_table(&self, service_id: u32) -> Vec<u32> {
         let Some(pair) = self.pair(service_id) else {
             return Vec::new();
         };
@@ -322,7 +327,7 @@ impl MaglevTables {
     }
 
     /// Blocks of the pool not allocated (retired pairs count as allocated).
-    pub(super) fn free_blocks(&self) -> u64 {
+    pub(in crate::dataplane) fn free_blocks(&self) -> u64 {
         self.pool.free_blocks()
     }
 }

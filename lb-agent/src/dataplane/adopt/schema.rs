@@ -112,7 +112,7 @@ pub enum Fresh {
 impl Fresh {
     /// Whether the previous map's live entries can be copied into the fresh one: the
     /// same schema and entry layout, only another size or seed (`LB_FLOWS` and
-    /// `LB_NAT`, `super::tables`). A schema change never copies: its entries mean
+    /// `LB_NAT`, `super::flow_tables`). A schema change never copies: its entries mean
     /// something else.
     pub fn entries_copyable(&self) -> bool {
         match self {

@@ -21,7 +21,7 @@ use aya::{
     },
 };
 
-use super::DataplaneError;
+use crate::dataplane::DataplaneError;
 
 /// `statfs` magic of bpffs.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -108,7 +108,10 @@ pub fn remove(dir: &Path) -> io::Result<Option<usize>> {
 
 /// Replaces the program of the bpf_link pinned at `path` (an older agent's) with `prog`,
 /// atomically (`BPF_LINK_UPDATE`).
-pub(super) fn swap_into_legacy_link(prog: &mut Xdp, path: &Path) -> Result<(), DataplaneError> {
+pub(in crate::dataplane) fn swap_into_legacy_link(
+    prog: &mut Xdp,
+    path: &Path,
+) -> Result<(), DataplaneError> {
     let err = |e: String| DataplaneError::Io {
         what: "swapping the program into the older agent's pinned bpf_link",
         source: io::Error::other(e),
@@ -120,7 +123,7 @@ pub(super) fn swap_into_legacy_link(prog: &mut Xdp, path: &Path) -> Result<(), D
 }
 
 /// Mounts a bpffs on `dir` (in this process's mount namespace).
-pub(super) fn mount_bpffs(dir: &Path) -> io::Result<()> {
+pub(in crate::dataplane) fn mount_bpffs(dir: &Path) -> io::Result<()> {
     let target = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
     let fstype = CString::new("bpf").expect("no NUL");
     // SAFETY: valid NUL-terminated strings; no data argument.
@@ -177,7 +180,7 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
     })
 }
 
-pub(super) fn is_bpffs(path: &Path) -> bool {
+pub(in crate::dataplane) fn is_bpffs(path: &Path) -> bool {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return false;
     };
