@@ -12,7 +12,7 @@
 //! - [`dataplane`]: the single owner of every BPF map handle (load, attach, publish, read);
 //! - [`testing`]: the in-memory data plane for tests and benchmarks (never `lb-agent run`'s);
 //! - [`host`]: this host's addresses (a nat `snat_ip` must be one);
-//! - [`neighbor`]: backend MAC resolution through the kernel's neighbour table;
+//! - [`neighbour`]: backend MAC resolution through the kernel's neighbour table;
 //! - [`netlink`]: the one rtnetlink stack (requests, acknowledgements, subscriptions, XDP attach);
 //! - [`hwaddr`]: the attached interface's own MAC (the data plane balances only frames to it);
 //! - [`announce`]: VIP announcement to BGP routers (through BIRD) driven by health and drain;
@@ -40,7 +40,7 @@ pub mod host;
 pub mod hwaddr;
 pub mod maglev;
 pub mod membership;
-pub mod neighbor;
+pub mod neighbour;
 pub mod netlink;
 pub mod probe;
 pub mod publish;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_util::{MAC, Scripted, sa};
-use lb_agent::agent::{Agent, Environment, StaticNeighbors};
+use lb_agent::agent::{Agent, Environment, StaticNeighbours};
 use lb_agent::probe::{ProbeOutcome, ProbeReport};
 use lb_agent::testing::MemoryDataplane;
 
@@ -51,7 +51,7 @@ fn config(per_service: usize) -> String {
 }
 
 /// One incremental build, in milliseconds.
-fn timed_build(agent: &mut Agent<MemoryDataplane, Scripted, StaticNeighbors>) -> f64 {
+fn timed_build(agent: &mut Agent<MemoryDataplane, Scripted, StaticNeighbours>) -> f64 {
     let t = Instant::now();
     agent.publish_snapshot();
     t.elapsed().as_secs_f64() * 1000.0
@@ -65,14 +65,14 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
 #[tokio::test(start_paused = true)]
 async fn stats_tick_and_snapshot_cover_every_server() {
     let per_service = per_service();
-    let neighbors = StaticNeighbors {
+    let neighbours = StaticNeighbours {
         default: Some(MAC),
         ..Default::default()
     };
     let (mut agent, handles) = Agent::new(
         MemoryDataplane::with_max_backends(131_071),
         Arc::new(Scripted::default()),
-        Arc::new(neighbors),
+        Arc::new(neighbours),
         Environment::default(),
     );
     let cfg = agent_util::parse(&config(per_service));

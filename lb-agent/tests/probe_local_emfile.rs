@@ -8,14 +8,14 @@
 use std::{fs::File, net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use lb_agent::{
-    agent::{Agent, Environment, Handles, StaticNeighbors},
+    agent::{Agent, Environment, Handles, StaticNeighbours},
     config,
     probe::NetProber,
     testing::MemoryDataplane,
 };
 use tokio::{net::TcpListener, time::Instant};
 
-type NetAgent = Agent<MemoryDataplane, NetProber, StaticNeighbors>;
+type NetAgent = Agent<MemoryDataplane, NetProber, StaticNeighbours>;
 
 /// Lowers the soft RLIMIT_NOFILE and holds descriptors until `open` fails with EMFILE;
 /// dropping it closes them and restores the limit.
@@ -102,14 +102,14 @@ async fn probes_failing_with_emfile_change_no_server_state() {
          [[service.probe]]\ntype = \"tcp\"\ntcp_check = \"connect\"\ninterval = \"100ms\"\ntimeout = \"1s\"\nfails = 1\npasses = 1\n"
     );
     let cfg = config::parse(&text, Path::new("emfile.toml")).expect("config");
-    let neighbors = StaticNeighbors {
+    let neighbours = StaticNeighbours {
         default: Some([2, 0, 0, 0, 0, 1]),
         ..Default::default()
     };
     let (mut agent, mut handles) = Agent::new(
         MemoryDataplane::default(),
         Arc::new(NetProber),
-        Arc::new(neighbors),
+        Arc::new(neighbours),
         Environment::default(),
     );
     agent.apply_config(&cfg).await.expect("apply");

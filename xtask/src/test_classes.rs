@@ -69,7 +69,7 @@ const LIGHT: &[(&str, &str)] = &[
         "the harness's own namespaces; reads the root namespace's arp_ignore, which no test writes",
     ),
     (
-        "netns_neighbor_netlink",
+        "netns_neighbour_netlink",
         "netlink reads in its own namespace; no agent, no clock",
     ),
     (
@@ -137,9 +137,9 @@ const WAITING: &[(&str, &str)] = &[
     ("netns_multinode_tunnel", MULTINODE),
     ("netns_nat_hostile", PROBES),
     ("netns_nat_time_wait", PROBES),
-    ("netns_neighbor_failed", NEIGHBOURS),
-    ("netns_neighbor_gateway", NEIGHBOURS),
-    ("netns_neighbor_moves", NEIGHBOURS),
+    ("netns_neighbour_failed", NEIGHBOURS),
+    ("netns_neighbour_gateway", NEIGHBOURS),
+    ("netns_neighbour_moves", NEIGHBOURS),
     ("netns_passive_restart", RESTARTS),
     ("netns_pmtu", PROBES),
     ("netns_redundancy_backup", PROBES),

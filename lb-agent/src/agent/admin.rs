@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use tokio::time::Instant;
 
-use super::{Agent, Configured, Neighbors};
+use super::{Agent, Configured, Neighbours};
 use crate::{
     api::{AdminChange, AdminError, AdminRequest},
     dataplane::Dataplane,
@@ -15,7 +15,7 @@ use crate::{
     probe::Prober,
 };
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// A runtime change from the API.
     pub async fn on_admin(&mut self, req: AdminRequest) {
         if let AdminChange::NodeDrain(drained) = req.change {

@@ -7,7 +7,7 @@ use std::{collections::HashMap, net::IpAddr};
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, ServiceRt};
+use super::{Agent, Neighbours, ServiceRt};
 use crate::{
     announce::{Announcer, Change, Serve, VipRoutes, bird_sessions::Sessions},
     api::AdminError,
@@ -73,7 +73,7 @@ impl Announcement {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// Starts announcing VIPs through `routes` (call once the XDP program is attached,
     /// so a VIP never attracts traffic before the node can forward it). Routes already
     /// there stay (a restart withdraws nothing); `drain_file` keeps the node's drain

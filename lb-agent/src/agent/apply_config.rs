@@ -8,7 +8,7 @@ use std::{collections::HashMap, net::SocketAddr};
 use tokio::time::Instant;
 use tracing::info;
 
-use super::{Agent, Configured, Neighbors, ReapplyReport, ServerRt, ServiceRt, resolve};
+use super::{Agent, Configured, Neighbours, ReapplyReport, ServerRt, ServiceRt, resolve};
 use crate::{
     config::{Config, ServiceConfig},
     dataplane::Dataplane,
@@ -17,7 +17,7 @@ use crate::{
     publish::{PublishError, Publisher},
 };
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// Applies a (new or reloaded) configuration: services and servers are matched by
     /// name and address; kept servers keep their health unless their probes changed
     /// (then they restart as after a reload: `persistent` probes skipped if they were

@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, ServiceRt, publishing::Publishing};
+use super::{Agent, Neighbours, ServiceRt, publishing::Publishing};
 use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
 
 /// The next deadline as last computed. A deadline can only move earlier through a
@@ -39,7 +39,7 @@ impl DeadlineCache {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// The next instant something time-driven is due (health expiry, membership recheck,
     /// a departing backend's end, a publish retry).
     pub fn next_deadline(&mut self) -> Option<Instant> {

@@ -12,7 +12,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors, ServiceRt};
+use super::{Agent, Neighbours, ServiceRt};
 use crate::{dataplane::Dataplane, probe::Prober};
 
 /// A removed server's id is freed after this long without a forwarded packet.
@@ -83,7 +83,7 @@ impl ServiceRt {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// Keeps every service's departing backends in step with its servers. Called where
     /// servers are added or removed (config, API, DNS), not per verdict.
     pub(super) fn sync_departing(&mut self, now: Instant) {

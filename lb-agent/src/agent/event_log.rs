@@ -7,7 +7,7 @@ use std::{collections::VecDeque, sync::Arc, time::SystemTime};
 use tokio::sync::Mutex;
 use tracing::info;
 
-use super::{Agent, Neighbors};
+use super::{Agent, Neighbours};
 use crate::{
     announce::Change,
     api::{EVENT_LOG_LEN, EventLog},
@@ -99,7 +99,7 @@ impl Events {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     pub(super) fn record(&mut self, service: &str, server: &str, t: &Transition) {
         self.record_names(service, server, t.from.as_str(), t.to.as_str(), &t.cause);
     }

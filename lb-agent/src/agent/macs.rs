@@ -1,6 +1,6 @@
-//! Backend MACs ([`Macs`]): resolved through [`super::Neighbors`], a bounded number at
+//! Backend MACs ([`Macs`]): resolved through [`super::Neighbours`], a bounded number at
 //! once, retried while some are unknown (a backend without one takes no traffic), and
-//! followed as the kernel changes them (`neighbors.rs`).
+//! followed as the kernel changes them (`neighbours.rs`).
 
 use std::{
     collections::HashMap,
@@ -11,9 +11,9 @@ use std::{
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{Agent, Neighbors, ServiceRt};
+use super::{Agent, Neighbours, ServiceRt};
 use crate::{
-    dataplane::Dataplane, neighbor::nexthops::MacUpdate, probe::Prober, publish::PublishError,
+    dataplane::Dataplane, neighbour::nexthops::MacUpdate, probe::Prober, publish::PublishError,
 };
 
 /// MAC lookups in flight at once.
@@ -21,16 +21,16 @@ const MAC_LOOKUPS: usize = 32;
 
 /// The MAC table and where its addresses come from.
 pub(super) struct Macs<N> {
-    neighbors: Arc<N>,
+    neighbours: Arc<N>,
     known: HashMap<IpAddr, [u8; 6]>,
     /// Backend addresses whose MAC is unknown, as of the last resolution round.
     unknown: usize,
 }
 
-impl<N: Neighbors> Macs<N> {
-    pub fn new(neighbors: Arc<N>) -> Self {
+impl<N: Neighbours> Macs<N> {
+    pub fn new(neighbours: Arc<N>) -> Self {
         Macs {
-            neighbors,
+            neighbours,
             known: HashMap::new(),
             unknown: 0,
         }
@@ -53,7 +53,7 @@ impl<N: Neighbors> Macs<N> {
         // Bounded: each kernel lookup may spawn `ip` and wait up to its timeout.
         let slots = Arc::new(tokio::sync::Semaphore::new(MAC_LOOKUPS));
         for ip in self.unknown_among(&backends) {
-            let n = self.neighbors.clone();
+            let n = self.neighbours.clone();
             let slots = slots.clone();
             jobs.spawn(async move {
                 let _slot = slots.acquire_owned().await;
@@ -72,18 +72,18 @@ impl<N: Neighbors> Macs<N> {
             }
         }
         self.unknown = self.unknown_among(&backends).len();
-        self.neighbors.follow(backends);
+        self.neighbours.follow(backends);
     }
 
     /// Resolves the MAC of one added backend at `ip` (when every other MAC is known:
     /// the set of unknown MACs only grows by added servers) and follows it.
     pub async fn resolve_added(&mut self, ip: IpAddr) {
-        self.neighbors.follow_one(ip);
+        self.neighbours.follow_one(ip);
         if self.known.contains_key(&ip) {
             return;
         }
         // Bounded like `refresh`: one lookup.
-        match self.neighbors.resolve(ip).await {
+        match self.neighbours.resolve(ip).await {
             Ok(mac) => {
                 self.known.insert(ip, mac);
             }
@@ -138,7 +138,7 @@ pub(super) fn server_ips(services: &[ServiceRt]) -> Vec<IpAddr> {
     ips
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// Resolves MACs not known yet (all of them concurrently).
     pub async fn refresh_macs(&mut self) {
         self.macs.refresh(server_ips(&self.services)).await;

@@ -17,7 +17,7 @@
 //! | `services` | each service's config, servers (health, probes, counters), membership, outcome, departing backends, own local faults and probe durations, marks | `service.rs`, `server.rs`, `server_table.rs`, `departing.rs`, `probe_durations.rs` |
 //! | `probing` | the prober, the report channel, the report routes of every server incarnation | `probing.rs`, `report_routes.rs` |
 //! | `publishing` | the [`crate::publish::Publisher`] (what the maps hold), the publish retry, last publish and membership work, propagation histogram | `publishing.rs`, `publish_retry.rs` |
-//! | `macs` | the neighbour source, known backend MACs, how many are unknown | `macs.rs`, `neighbors.rs` |
+//! | `macs` | the neighbour source, known backend MACs, how many are unknown | `macs.rs`, `neighbours.rs` |
 //! | `persistence` | runtime admin state, its state file, passive ejections kept across restarts | `persistence.rs`, `admin_state.rs`, `passive_kept.rs` |
 //! | `events` | the shared event log, events pending while a reader holds it, the transitions count | `event_log.rs` |
 //! | `faults` | passive events by kind, agent-wide local faults | `faults.rs`, `local_faults.rs` |
@@ -36,7 +36,7 @@
 //! | `admin.rs` | runtime admin requests |
 //! | `deadlines.rs` | what is due next, and the tick that runs it |
 //! | `departing.rs` | servers removed from the config keep their flows until idle |
-//! | `macs.rs`, `neighbors.rs` | MAC resolution and the kernel's MAC changes into the maps |
+//! | `macs.rs`, `neighbours.rs` | MAC resolution and the kernel's MAC changes into the maps |
 //! | `announcing.rs` | VIP announcement and node drain |
 //! | `event_log.rs` | transitions into the log (and into the ejections kept) |
 //! | `resolve.rs` | DNS re-resolution of `resolve = true` servers |
@@ -53,7 +53,7 @@ mod event_log;
 mod faults;
 mod local_faults;
 mod macs;
-mod neighbors;
+mod neighbours;
 mod passive_kept;
 mod persistence;
 mod probe_durations;
@@ -74,7 +74,7 @@ use std::{net::SocketAddr, sync::Arc};
 use tokio::sync::{mpsc, watch};
 
 pub use admin_state::{AdminState, ReapplyReport, StateFileError};
-pub use neighbors::{KernelNeighbors, Neighbors, StaticNeighbors};
+pub use neighbours::{KernelNeighbours, Neighbours, StaticNeighbours};
 pub use publish_retry::{FIRST_RETRY, LAST_RETRY};
 use server::{Configured, ServerRt};
 pub use service::MembershipWork;
@@ -98,7 +98,7 @@ pub struct Environment {
 }
 
 /// The agent: its components (see the module's table).
-pub struct Agent<D: Dataplane, P: Prober, N: Neighbors> {
+pub struct Agent<D: Dataplane, P: Prober, N: Neighbours> {
     dp: D,
     env: Environment,
     services: Vec<ServiceRt>,
@@ -121,8 +121,8 @@ pub struct Handles {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     pub events: EventLog,
 }
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
-    pub fn new(dp: D, prober: Arc<P>, neighbors: Arc<N>, env: Environment) -> (Self, Handles) {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
+    pub fn new(dp: D, prober: Arc<P>, neighbours: Arc<N>, env: Environment) -> (Self, Handles) {
         let (probing, reports) = probing::Probing::new(prober);
         let (snapshot, snapshot_rx) = snapshot::SnapshotCache::new();
         let (events, events_log) = event_log::Events::new();
@@ -132,7 +132,7 @@ impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
             env,
             services: Vec::new(),
             probing,
-            macs: macs::Macs::new(neighbors),
+            macs: macs::Macs::new(neighbours),
             persistence: Default::default(),
             events,
             faults: Default::default(),

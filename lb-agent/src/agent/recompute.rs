@@ -6,10 +6,10 @@
 use tokio::time::Instant;
 
 use super::desired::{desired_backend, desired_service};
-use super::{Agent, MembershipWork, Neighbors, ServerRt};
+use super::{Agent, MembershipWork, Neighbours, ServerRt};
 use crate::{dataplane::Dataplane, probe::Prober, publish::PublishError};
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// Recomputes membership of every service and publishes what changed; `started` is
     /// when the event that triggered this was taken (propagation is measured from it).
     pub(super) fn recompute(

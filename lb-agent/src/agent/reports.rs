@@ -6,14 +6,14 @@
 use lb_common::{events::PassiveEvent, events::event_name};
 use tokio::time::Instant;
 
-use super::{Agent, Neighbors};
+use super::{Agent, Neighbours};
 use crate::{
     dataplane::Dataplane,
     probe::{ProbeReport, Prober},
     publish::PublishError,
 };
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// A probe finished.
     pub fn on_probe_report(&mut self, report: ProbeReport) -> Result<(), PublishError> {
         self.on_probe_reports([report])

@@ -18,7 +18,7 @@ use crate::{
     publish::PublishError,
 };
 
-use super::Neighbors;
+use super::Neighbours;
 
 /// A discovered backend's settings as the agent keeps them.
 pub(super) fn configured(e: &Expanded) -> Configured {
@@ -29,7 +29,7 @@ pub(super) fn configured(e: &Expanded) -> Configured {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// When the next DNS answer expires or a failed lookup is retried (`None`: no
     /// `resolve = true` server, or every lookup is running).
     pub fn next_resolve_deadline(&self) -> Option<Instant> {

@@ -6,7 +6,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context;
 use hyper::Method;
 use lb_agent::{
-    agent::{Agent, Neighbors},
+    agent::{Agent, Neighbours},
     announce::{KernelRoutes, bird_sessions},
     config::AgentConfig,
     dataplane::Dataplane,
@@ -42,7 +42,7 @@ pub fn drain_file(agent: &AgentConfig) -> Option<PathBuf> {
 
 /// Starts announcing when `announce_interface` is set, and BIRD polling when
 /// `bird_socket` is; returns the channel BGP status arrives on.
-pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbors>(
+pub fn start_announcing<D: Dataplane, P: Prober, N: Neighbours>(
     agent: &mut Agent<D, P, N>,
     cfg: &AgentConfig,
 ) -> anyhow::Result<Option<watch::Receiver<bird_sessions::Sessions>>> {

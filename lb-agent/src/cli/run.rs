@@ -7,7 +7,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 use super::lifecycle;
 use anyhow::Context;
 use lb_agent::{
-    agent::{AdminState, Agent, Environment, KernelNeighbors},
+    agent::{AdminState, Agent, Environment, KernelNeighbours},
     api::{self, ApiState},
     config::{self, Config},
     dataplane::{AttachMode, DataplaneLifecycle, MapSizes},
@@ -119,9 +119,9 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
-    let (neighbors, mac_updates) = KernelNeighbors::new(&interface, MAC_TIMEOUT)
+    let (neighbours, mac_updates) = KernelNeighbours::new(&interface, MAC_TIMEOUT)
         .context("opening the netlink connection for neighbours and routes")?;
-    let neighbors = Arc::new(neighbors);
+    let neighbours = Arc::new(neighbours);
     // Sets the SYN check up (or says once why tcp probes connect instead) before the
     // first probe runs.
     if cfg
@@ -132,7 +132,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     {
         let _ = lb_agent::probe::syn::availability();
     }
-    let (mut agent, handles) = Agent::new(dp, Arc::new(NetProber), neighbors, env);
+    let (mut agent, handles) = Agent::new(dp, Arc::new(NetProber), neighbours, env);
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);
     }

@@ -78,7 +78,7 @@ pub async fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
         .map(|v| v.into_iter().map(|(_, a)| a).collect())
         .unwrap_or_default();
     let ifindex = interface.and_then(|i| crate::dataplane::if_index(i).ok());
-    let rtnl = crate::neighbor::rtnl::Rtnl::new().ok();
+    let rtnl = crate::neighbour::rtnl::Rtnl::new().ok();
     let mut out = Vec::new();
     for s in dsr {
         let check = format!("dsr {}", s.name);

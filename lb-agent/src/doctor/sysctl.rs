@@ -68,7 +68,7 @@ async fn backends_routed_elsewhere(interface: &str, cfg: &Config) -> Vec<String>
     let Ok(ifindex) = crate::dataplane::if_index(interface) else {
         return Vec::new();
     };
-    let Ok(rtnl) = crate::neighbor::rtnl::Rtnl::new() else {
+    let Ok(rtnl) = crate::neighbour::rtnl::Rtnl::new() else {
         return Vec::new();
     };
     let mut out = Vec::new();

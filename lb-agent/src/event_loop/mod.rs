@@ -25,12 +25,12 @@ pub use reload::{ConfigFile, ConfigSource, log_passive_gaps};
 pub use wake::Wake;
 
 use crate::{
-    agent::{Agent, Neighbors},
+    agent::{Agent, Neighbours},
     announce::bird_sessions,
     api::{AdminRequest, ReloadOutcome, ReloadRequest, SnapshotRequest},
     config::{self, AgentConfig},
     dataplane::Dataplane,
-    neighbor::nexthops::MacUpdate,
+    neighbour::nexthops::MacUpdate,
     probe::{ProbeReport, Prober},
 };
 
@@ -84,7 +84,7 @@ struct Timers {
 }
 
 /// The agent and everything that drives it.
-pub struct EventLoop<D: Dataplane, P: Prober, N: Neighbors, S, E, W> {
+pub struct EventLoop<D: Dataplane, P: Prober, N: Neighbours, S, E, W> {
     agent: Agent<D, P, N>,
     inputs: Inputs<S, E, W>,
     timers: Timers,
@@ -96,7 +96,7 @@ impl<D, P, N, S, E, W> EventLoop<D, P, N, S, E, W>
 where
     D: Dataplane,
     P: Prober,
-    N: Neighbors,
+    N: Neighbours,
     S: Signals,
     E: PassiveEvents,
     W: AttachmentWatch<D>,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
 use crate::{
-    agent::{Agent, Neighbors},
+    agent::{Agent, Neighbours},
     api::ReloadOutcome,
     config::{self, AgentConfig, Config},
     dataplane::Dataplane,
@@ -51,7 +51,7 @@ impl ConfigSource for ConfigFile {
 /// Reads `source` and applies it to `agent` as a diff. Logs `config reloaded` (with a
 /// warning naming `[agent]` keys that need a restart) or `reload failed: …`. `running` is
 /// the `[agent]` table in force.
-pub async fn reload<D: Dataplane, P: Prober, N: Neighbors>(
+pub async fn reload<D: Dataplane, P: Prober, N: Neighbours>(
     agent: &mut Agent<D, P, N>,
     source: &dyn ConfigSource,
     running: &AgentConfig,

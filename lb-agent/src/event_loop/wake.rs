@@ -10,7 +10,7 @@ use crate::{
     announce::bird_sessions,
     api::{AdminRequest, ReloadRequest, SnapshotRequest},
     dataplane::DataplaneError,
-    neighbor::nexthops::MacUpdate,
+    neighbour::nexthops::MacUpdate,
     probe::ProbeReport,
 };
 

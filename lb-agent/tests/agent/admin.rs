@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use crate::util::{Harness, LearnedNeighbors, MAC, sa, secs, servers, web};
+use crate::util::{Harness, LearnedNeighbours, MAC, sa, secs, servers, web};
 use lb_agent::api::{AdminChange, AdminError, NewServer, ServerPatch};
 use lb_common::maps::BackendStats;
 
@@ -128,11 +128,11 @@ async fn weight_change_changes_the_slot_share() {
 
 #[tokio::test(start_paused = true)]
 async fn added_server_gets_slots_once_its_mac_resolves() {
-    let neighbors = LearnedNeighbors::default();
+    let neighbours = LearnedNeighbours::default();
     for a in three() {
-        neighbors.learn(a.ip(), MAC);
+        neighbours.learn(a.ip(), MAC);
     }
-    let mut h = Harness::with_neighbors(&config(), neighbors).await;
+    let mut h = Harness::with_neighbours(&config(), neighbours).await;
     h.run_for(secs(2)).await;
     let d = sa("10.0.1.4:80");
     h.admin(
@@ -165,7 +165,7 @@ async fn added_server_gets_slots_once_its_mac_resolves() {
 
     h.run_for(secs(5)).await;
     assert_eq!(h.slots("web", d), 0, "still no MAC: still no slot");
-    h.neighbors.learn(d.ip(), MAC);
+    h.neighbours.learn(d.ip(), MAC);
     let took = h
         .run_until(secs(10), |h| h.slots("web", d) > 0)
         .await

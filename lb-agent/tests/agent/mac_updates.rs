@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::util::{Harness, MAC, sa, secs, servers, web};
-use lb_agent::{agent::Neighbors, neighbor::nexthops::MacUpdate};
+use lb_agent::{agent::Neighbours, neighbour::nexthops::MacUpdate};
 
 const NEW: [u8; 6] = [0x02, 0, 0, 0, 0x5a, 0x01];
 
@@ -25,7 +25,7 @@ fn config() -> String {
     )
 }
 
-fn mac_in_map(h: &Harness<impl Neighbors>, addr: SocketAddr) -> Vec<[u8; 6]> {
+fn mac_in_map(h: &Harness<impl Neighbours>, addr: SocketAddr) -> Vec<[u8; 6]> {
     let dp = h.agent().dataplane();
     h.backend_ids("web", addr)
         .iter()
@@ -94,7 +94,7 @@ struct Recording {
     followed: Mutex<Vec<IpAddr>>,
 }
 
-impl Neighbors for Recording {
+impl Neighbours for Recording {
     async fn resolve(&self, _ip: IpAddr) -> Result<[u8; 6], String> {
         Ok(MAC)
     }
@@ -110,8 +110,8 @@ impl Neighbors for Recording {
 
 #[tokio::test(start_paused = true)]
 async fn the_agent_follows_every_servers_address() {
-    let h = Harness::with_neighbors(&config(), Recording::default()).await;
-    let followed = h.neighbors.followed.lock().unwrap().clone();
+    let h = Harness::with_neighbours(&config(), Recording::default()).await;
+    let followed = h.neighbours.followed.lock().unwrap().clone();
     let want: Vec<IpAddr> = ["10.0.1.1", "10.0.1.2", "10.0.1.3"]
         .iter()
         .map(|s| s.parse().unwrap())

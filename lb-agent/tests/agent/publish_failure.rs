@@ -16,7 +16,7 @@ use std::{
 
 use crate::util::{MAC, Scripted, parse, sa};
 use lb_agent::{
-    agent::{Agent, Environment, FIRST_RETRY, Handles, LAST_RETRY, StaticNeighbors},
+    agent::{Agent, Environment, FIRST_RETRY, Handles, LAST_RETRY, StaticNeighbours},
     dataplane::{Dataplane, DataplaneError},
     probe::{ProbeOutcome, ProbeReport},
     publish::{addr_words, vip_key},
@@ -93,7 +93,7 @@ const TEXT: &str = "\
 [[service.server]]\naddress = \"10.0.2.2:80\"\n\
 [[service.probe]]\ntype = \"tcp\"\ninterval = \"1h\"\n";
 
-type TestAgent = Agent<Flaky, Scripted, StaticNeighbors>;
+type TestAgent = Agent<Flaky, Scripted, StaticNeighbours>;
 
 fn verdict(agent: &mut TestAgent, service: &str, addr: SocketAddr, ok: bool) -> ProbeReport {
     let d = Duration::from_millis(1);
@@ -135,14 +135,14 @@ async fn agent_all_up() -> (TestAgent, Handles, Arc<AtomicBool>, Arc<AtomicU64>)
         refused: refused.clone(),
         ..Flaky::default()
     };
-    let neighbors = StaticNeighbors {
+    let neighbours = StaticNeighbours {
         default: Some(MAC),
         ..Default::default()
     };
     let (mut agent, handles) = Agent::new(
         dp,
         Arc::new(Scripted::default()),
-        Arc::new(neighbors),
+        Arc::new(neighbours),
         Environment::default(),
     );
     agent

@@ -9,14 +9,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lb_agent::agent::{Agent, Environment, Neighbors, StaticNeighbors};
+use lb_agent::agent::{Agent, Environment, Neighbours, StaticNeighbours};
 use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog, ReloadOutcome};
 use lb_agent::config::{self, Config, ProbeConfig};
 use lb_agent::dataplane::DataplaneError;
 use lb_agent::event_loop::{
     AttachmentWatch, ConfigSource, EventLoop, Exit, Inputs, PassiveEvents, Signal, Signals, Wake,
 };
-use lb_agent::neighbor::nexthops::MacUpdate;
+use lb_agent::neighbour::nexthops::MacUpdate;
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
 use lb_agent::testing::MemoryDataplane;
@@ -151,17 +151,17 @@ impl Prober for Scripted {
 
 /// Neighbours whose table the test fills in while the agent runs.
 #[derive(Default)]
-pub struct LearnedNeighbors {
+pub struct LearnedNeighbours {
     pub table: Mutex<HashMap<IpAddr, [u8; 6]>>,
 }
 
-impl LearnedNeighbors {
+impl LearnedNeighbours {
     pub fn learn(&self, ip: IpAddr, mac: [u8; 6]) {
         self.table.lock().unwrap().insert(ip, mac);
     }
 }
 
-impl Neighbors for LearnedNeighbors {
+impl Neighbours for LearnedNeighbours {
     async fn resolve(&self, ip: IpAddr) -> Result<[u8; 6], String> {
         self.table
             .lock()
@@ -199,10 +199,10 @@ pub type TestLoop<N> = EventLoop<MemoryDataplane, Scripted, N, SentSignals, Sent
 
 /// The agent over [`MemoryDataplane`], [`Scripted`] and neighbours `N`, in the event loop
 /// of `lb-agent run`, stepped one turn at a time.
-pub struct Harness<N: Neighbors = StaticNeighbors> {
+pub struct Harness<N: Neighbours = StaticNeighbours> {
     pub event_loop: TestLoop<N>,
     pub prober: Arc<Scripted>,
-    pub neighbors: Arc<N>,
+    pub neighbours: Arc<N>,
     /// The configuration last applied (VIPs of services for lookups).
     pub cfg: Config,
     /// The text a reload reads.
@@ -292,26 +292,26 @@ impl ConfigSource for ConfigText {
     }
 }
 
-impl Harness<StaticNeighbors> {
+impl Harness<StaticNeighbours> {
     /// The agent running `text`, every backend resolving to [`MAC`].
     pub async fn start(text: &str) -> Self {
-        let neighbors = StaticNeighbors {
+        let neighbours = StaticNeighbours {
             default: Some(MAC),
             ..Default::default()
         };
-        Harness::with_neighbors(text, neighbors).await
+        Harness::with_neighbours(text, neighbours).await
     }
 }
 
-impl<N: Neighbors> Harness<N> {
-    pub async fn with_neighbors(text: &str, neighbors: N) -> Self {
+impl<N: Neighbours> Harness<N> {
+    pub async fn with_neighbours(text: &str, neighbours: N) -> Self {
         let cfg = parse(text);
         let prober = Arc::new(Scripted::default());
-        let neighbors = Arc::new(neighbors);
+        let neighbours = Arc::new(neighbours);
         let (mut agent, handles) = Agent::new(
             MemoryDataplane::default(),
             prober.clone(),
-            neighbors.clone(),
+            neighbours.clone(),
             Environment::default(),
         );
         agent
@@ -341,7 +341,7 @@ impl<N: Neighbors> Harness<N> {
         Harness {
             event_loop: EventLoop::new(agent, cfg.agent.clone(), inputs),
             prober,
-            neighbors,
+            neighbours,
             cfg,
             config_text,
             snapshot_rx: handles.snapshot,

@@ -13,7 +13,7 @@ use std::{
 
 use crate::util::{Mode, TestDns, addr, config, quick, srv};
 use lb_agent::{
-    agent::{Agent, Environment, Handles, StaticNeighbors},
+    agent::{Agent, Environment, Handles, StaticNeighbours},
     config::{Config, ProbeConfig},
     probe::{ProbeOutcome, Prober},
     publish::{addr_words, vip_key},
@@ -34,7 +34,7 @@ impl Prober for NoProbes {
     }
 }
 
-type TestAgent = Agent<MemoryDataplane, NoProbes, StaticNeighbors>;
+type TestAgent = Agent<MemoryDataplane, NoProbes, StaticNeighbours>;
 
 /// Priority 0 → two primaries (SRV weights 1 and 3), priority 1 → one backup.
 fn records(ttl: u32, primaries: &[&str]) -> Vec<hickory_proto::rr::Record> {
@@ -64,14 +64,14 @@ fn web(dns: &TestDns) -> Config {
 }
 
 async fn start(cfg: &Config) -> (TestAgent, Handles) {
-    let neighbors = StaticNeighbors {
+    let neighbours = StaticNeighbours {
         default: Some(MAC),
         ..Default::default()
     };
     let (mut agent, handles) = Agent::new(
         MemoryDataplane::default(),
         Arc::new(NoProbes),
-        Arc::new(neighbors),
+        Arc::new(neighbours),
         Environment::default(),
     );
     agent.set_discovery_options(quick());

@@ -9,7 +9,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context, bail};
 use lb_agent::{
-    agent::{Agent, Environment, StaticNeighbors},
+    agent::{Agent, Environment, StaticNeighbours},
     config::ProbeConfig,
     probe::{ProbeOutcome, Prober},
     testing::MemoryDataplane,
@@ -72,14 +72,14 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     for run in 1..=runs {
         rt.block_on(async {
-            let neighbors = StaticNeighbors {
+            let neighbours = StaticNeighbours {
                 default: Some([2, 0, 0, 0, 0, 9]),
-                ..StaticNeighbors::default()
+                ..StaticNeighbours::default()
             };
             let (mut agent, _handles) = Agent::new(
                 MemoryDataplane::with_max_backends(cfg.agent.max_backends),
                 Arc::new(SilentProber),
-                Arc::new(neighbors),
+                Arc::new(neighbours),
                 Environment::default(),
             );
             let mut line = format!("run {run}: {servers} servers in {services} services:");

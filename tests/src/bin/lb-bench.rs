@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context, bail};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use lb_agent::{
-    agent::{Agent, Environment, StaticNeighbors},
+    agent::{Agent, Environment, StaticNeighbours},
     api::{AdminChange, AdminRequest, NewServer, ServerPatch},
     config::ProbeConfig,
     dataplane::attach::tunnel::TunnelConfig,
@@ -446,14 +446,14 @@ fn propagation_bench(scale: &Scale) -> anyhow::Result<Propagation> {
     rt.block_on(async {
         let cfg = lb_agent::config::parse(&scale_config(scale), std::path::Path::new("bench.toml"))?;
         let dp = BpfDataplane::load()?;
-        let neighbors = StaticNeighbors {
+        let neighbours = StaticNeighbours {
             default: Some([2, 0, 0, 0, 0, 9]),
-            ..StaticNeighbors::default()
+            ..StaticNeighbours::default()
         };
         let (mut agent, _handles) = Agent::new(
             dp,
             Arc::new(SilentProber),
-            Arc::new(neighbors),
+            Arc::new(neighbours),
             Environment::default(),
         );
         let t = std::time::Instant::now();

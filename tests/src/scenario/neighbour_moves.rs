@@ -1,4 +1,4 @@
-//! The bed of the neighbour scenarios (`netns_neighbor_*`): backends that the lb's kernel
+//! The bed of the neighbour scenarios (`netns_neighbour_*`): backends that the lb's kernel
 //! resolves by ARP/NDP (no static entries), an http probe, the client's paced
 //! connections, and the moves: a backend's MAC changed with or without an announcement,
 //! and the judgement of the client's timeline around a move.
@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_log_lines_own_timestamp_dates_it() {
-        let line = "    2026-12-03T18:05:31.549063Z  INFO lb_agent::agent::neighbors: backend MAC \
+        let line = "    2026-12-03T18:05:31.549063Z  INFO lb_agent::agent::neighbours: backend MAC \
                     follows the kernel's neighbour table";
         let since = crate::agent::api::rfc3339_seconds("2026-12-03T18:05:31.500Z").unwrap();
         let took = logged_after(line, since).unwrap();

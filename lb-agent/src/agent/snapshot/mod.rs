@@ -14,7 +14,7 @@ use tokio::{sync::watch, time::Instant};
 pub(super) use build::Sources;
 pub use schedule::{SNAPSHOT_DUTY, SNAPSHOT_EVERY, snapshot_interval};
 
-use super::{Agent, Neighbors};
+use super::{Agent, Neighbours};
 use crate::{api::SnapshotRequest, dataplane::Dataplane, probe::Prober, view::Snapshot};
 
 /// The last snapshot, when it is due again, who waits for it, and what is kept between
@@ -84,7 +84,7 @@ impl SnapshotCache {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// The snapshot cache, and what it is built from (the rest of the agent, read-only).
     fn snapshot_and_sources(&mut self) -> (&mut SnapshotCache, Sources<'_, D>) {
         let Agent {

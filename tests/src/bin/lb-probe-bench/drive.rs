@@ -139,7 +139,7 @@ pub(super) async fn drive<D, P, N>(
 where
     D: Dataplane,
     P: Prober,
-    N: Neighbors,
+    N: Neighbours,
 {
     let Run { cfg, targets, opts } = run;
     let mut f = Figures::new();

@@ -4,7 +4,7 @@
 //!
 //! Method: each scenario runs in its own process (so peak RSS is its own), which builds
 //! the real [`Agent`] over [`BpfDataplane::load`] (real maps, nothing attached) or
-//! [`MemoryDataplane`], with [`NetProber`] and [`StaticNeighbors`], and drives it as
+//! [`MemoryDataplane`], with [`NetProber`] and [`StaticNeighbours`], and drives it as
 //! `lb-agent run` does (one select loop over batches of reports, passive events,
 //! deadlines, the stats tick and MAC retries, on a 2-worker runtime), or runs the probe
 //! scheduler alone ([`Kind::ProbesOnly`], the floor). The targets are a child process (this binary with `--serve N`) that
@@ -43,7 +43,7 @@ use std::{
 use anyhow::{Context, bail};
 use drive::*;
 use lb_agent::{
-    agent::{Agent, Environment, Neighbors, StaticNeighbors},
+    agent::{Agent, Environment, Neighbours, StaticNeighbours},
     config::{ProbeConfig, ProbeKind},
     dataplane::{BpfDataplane, Dataplane, DataplaneLifecycle, EventStream, MapSizes},
     // As `lb-agent run`: MAC retries, the stats tick, reports per loop iteration.
@@ -403,9 +403,9 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
         );
         let text = config_text(targets, check);
         let cfg = lb_agent::config::parse(&text, Path::new("probe-bench.toml"))?;
-        let neighbors = Arc::new(StaticNeighbors {
+        let neighbours = Arc::new(StaticNeighbours {
             default: Some(MAC),
-            ..StaticNeighbors::default()
+            ..StaticNeighbours::default()
         });
         let run = Run {
             cfg: &cfg,
@@ -420,7 +420,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
                     .context("loading the balancer (are you root?)")?;
                 let events = dp.take_events().transpose()?;
                 let (agent, handles) =
-                    Agent::new(dp, Arc::new(NetProber), neighbors, Environment::default());
+                    Agent::new(dp, Arc::new(NetProber), neighbours, Environment::default());
                 drive(agent, handles, events, run, |dp: &BpfDataplane| {
                     dp.published_state().map_or(0, |s| s.backends.len())
                 })
@@ -430,7 +430,7 @@ fn scenario(sc: Scenario, opts: &Opts) -> anyhow::Result<Figures> {
                 let (agent, handles) = Agent::new(
                     MemoryDataplane::with_max_backends(cfg.agent.max_backends),
                     Arc::new(NetProber),
-                    neighbors,
+                    neighbours,
                     Environment::default(),
                 );
                 drive(agent, handles, None, run, |dp: &MemoryDataplane| {

@@ -247,7 +247,7 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
          - Each row is its own process (`lb-probe-bench --dataplane KIND --targets N --net NET`): \
          the real `Agent` over `BpfDataplane::load()` (the XDP object and its maps loaded, \
          nothing attached, no traffic) or `MemoryDataplane`, with `NetProber` (tcp \
-         probes as SYN checks or real connects: the \"tcp check\" column), `StaticNeighbors` (one MAC for all), on a 2-worker tokio runtime. The \
+         probes as SYN checks or real connects: the \"tcp check\" column), `StaticNeighbours` (one MAC for all), on a 2-worker tokio runtime. The \
          targets are split over {SERVICES} nat services (more beyond {PER_SERVICE} per \
          service) with one `tcp` probe \
          (`interval = \"1s\"`, `timeout = \"500ms\"`). One probe task's future (`probe::execute`) \

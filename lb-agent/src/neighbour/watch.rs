@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::{
-    NeighborError,
+    NeighbourError,
     decode::{self, Event, RouteChange},
     nexthops::{MacUpdate, NextHops},
     poke,
@@ -48,7 +48,7 @@ impl Follow {
 
 /// Subscribes and starts the watch task for `interface`; must be called inside a tokio
 /// runtime. MAC changes arrive on the receiver, in batches.
-pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
     spawn_with_buffer(interface, RCVBUF)
 }
 
@@ -56,13 +56,13 @@ pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>)
 pub fn spawn_with_buffer(
     interface: &str,
     rcvbuf: usize,
-) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
     let index = ifindex(interface)?;
     let changes = Subscription::open(
         &[RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE],
         Some(rcvbuf),
     )
-    .map_err(|source| NeighborError::Netlink {
+    .map_err(|source| NeighbourError::Netlink {
         what: "subscription to neighbour and route changes".into(),
         source,
     })?;

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_agent::neighbor::{NeighborError, nexthops::MacUpdate, resolve_mac, rtnl::Rtnl, watch};
+use lb_agent::neighbour::{NeighbourError, nexthops::MacUpdate, resolve_mac, rtnl::Rtnl, watch};
 use lb_tests::{
     net::topology::{Forwarding, HOST_IF, Topology},
     util::cmd,
@@ -63,12 +63,12 @@ fn resolution_reads_the_kernels_route_and_neighbour_tables() {
             );
             let elsewhere = "10.98.0.7".parse().unwrap();
             match resolve_mac(&rtnl, HOST_IF, elsewhere, RESOLVE).await {
-                Err(NeighborError::WrongInterface { .. }) => {}
+                Err(NeighbourError::WrongInterface { .. }) => {}
                 other => panic!("10.98.0.7 is routed through lbtest0, got {other:?}"),
             }
             let first = resolve_mac(&rtnl, HOST_IF, unanswered, RESOLVE).await;
             assert!(
-                matches!(first, Err(NeighborError::Timeout { .. })),
+                matches!(first, Err(NeighbourError::Timeout { .. })),
                 "nobody has {unanswered}: {first:?}"
             );
             // The kernel is resolving it (INCOMPLETE) or gave up (FAILED): a retry
@@ -77,7 +77,7 @@ fn resolution_reads_the_kernels_route_and_neighbour_tables() {
             let retry = resolve_mac(&rtnl, HOST_IF, unanswered, RESOLVE).await;
             let took = started.elapsed();
             assert!(
-                matches!(retry, Err(NeighborError::Unresolved { .. })),
+                matches!(retry, Err(NeighbourError::Unresolved { .. })),
                 "a retry of {unanswered}: {retry:?}"
             );
             assert!(

@@ -13,7 +13,7 @@ use netlink_packet_route::{
 use rtnetlink::RouteMessageBuilder;
 
 use super::{
-    NeighborError,
+    NeighbourError,
     decode::{NeighEntry, Reach, RouteHop, neigh_entry, route_hop},
 };
 use crate::netlink::{self, Connection, NetlinkError};
@@ -26,13 +26,13 @@ pub struct Rtnl {
 
 impl Rtnl {
     /// Opens the connection; must be called inside a tokio runtime.
-    pub fn new() -> Result<Self, NeighborError> {
+    pub fn new() -> Result<Self, NeighbourError> {
         let connection = Connection::open().map_err(failed("connection"))?;
         Ok(Self { connection })
     }
 
     /// The kernel's route for `addr`: its gateway (if any) and outgoing interface.
-    pub async fn route(&self, addr: IpAddr) -> Result<RouteHop, NeighborError> {
+    pub async fn route(&self, addr: IpAddr) -> Result<RouteHop, NeighbourError> {
         let msg = match addr {
             IpAddr::V4(a) => RouteMessageBuilder::<Ipv4Addr>::new()
                 .destination_prefix(a, 32)
@@ -61,7 +61,7 @@ impl Rtnl {
         &self,
         ifindex: u32,
         addr: IpAddr,
-    ) -> Result<Option<Reach>, NeighborError> {
+    ) -> Result<Option<Reach>, NeighbourError> {
         let mut msg = NeighbourMessage::default();
         msg.header.ifindex = ifindex;
         let (family, dst) = match addr {
@@ -85,7 +85,7 @@ impl Rtnl {
     }
 
     /// Every IPv4 and IPv6 neighbour entry on interface `ifindex`.
-    pub async fn neighbours(&self, ifindex: u32) -> Result<Vec<NeighEntry>, NeighborError> {
+    pub async fn neighbours(&self, ifindex: u32) -> Result<Vec<NeighEntry>, NeighbourError> {
         let mut entries = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut msg = NeighbourMessage::default();
@@ -107,13 +107,13 @@ impl Rtnl {
 }
 
 /// The index of interface `name`.
-pub fn ifindex(name: &str) -> Result<u32, NeighborError> {
-    netlink::link_index(name).ok_or_else(|| NeighborError::NoInterface(name.into()))
+pub fn ifindex(name: &str) -> Result<u32, NeighbourError> {
+    netlink::link_index(name).ok_or_else(|| NeighbourError::NoInterface(name.into()))
 }
 
 /// Names the request a netlink failure belongs to.
-fn failed(what: &str) -> impl FnOnce(NetlinkError) -> NeighborError + '_ {
-    move |source| NeighborError::Netlink {
+fn failed(what: &str) -> impl FnOnce(NetlinkError) -> NeighbourError + '_ {
+    move |source| NeighbourError::Netlink {
         what: what.to_string(),
         source,
     }

@@ -9,8 +9,8 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::{
     dataplane::Dataplane,
-    neighbor::{
-        NeighborError,
+    neighbour::{
+        NeighbourError,
         nexthops::MacUpdate,
         rtnl::Rtnl,
         watch::{self, Follow},
@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// Resolves the link-layer address to use toward a backend.
-pub trait Neighbors: Send + Sync + 'static {
+pub trait Neighbours: Send + Sync + 'static {
     fn resolve(&self, ip: IpAddr) -> impl Future<Output = Result<[u8; 6], String>> + Send;
 
     /// The backends whose MAC should be followed from now on (every server's address);
@@ -31,22 +31,22 @@ pub trait Neighbors: Send + Sync + 'static {
     fn follow_one(&self, _backend: IpAddr) {}
 }
 
-/// The kernel's neighbour table on the attached interface ([`crate::neighbor`]), read
-/// over rtnetlink, and followed by the netlink watch ([`crate::neighbor::watch`]).
-pub struct KernelNeighbors {
+/// The kernel's neighbour table on the attached interface ([`crate::neighbour`]), read
+/// over rtnetlink, and followed by the netlink watch ([`crate::neighbour::watch`]).
+pub struct KernelNeighbours {
     interface: String,
     timeout: Duration,
     rtnl: Rtnl,
     follow: Follow,
 }
 
-impl KernelNeighbors {
+impl KernelNeighbours {
     /// Opens the netlink connection and starts the watch (inside a tokio runtime). The
     /// receiver carries the MAC changes: feed each batch to [`Agent::on_mac_updates`].
     pub fn new(
         interface: &str,
         timeout: Duration,
-    ) -> Result<(Self, mpsc::Receiver<Vec<MacUpdate>>), NeighborError> {
+    ) -> Result<(Self, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
         let (follow, updates) = watch::spawn(interface)?;
         Ok((
             Self {
@@ -60,12 +60,12 @@ impl KernelNeighbors {
     }
 }
 
-impl Neighbors for KernelNeighbors {
+impl Neighbours for KernelNeighbours {
     async fn resolve(&self, ip: IpAddr) -> Result<[u8; 6], String> {
         if ip.is_loopback() || ip.is_unspecified() {
             return Err(format!("{ip} cannot be reached through {}", self.interface));
         }
-        crate::neighbor::resolve_mac(&self.rtnl, &self.interface, ip, self.timeout)
+        crate::neighbour::resolve_mac(&self.rtnl, &self.interface, ip, self.timeout)
             .await
             .map_err(|e| e.to_string())
     }
@@ -81,12 +81,12 @@ impl Neighbors for KernelNeighbors {
 
 /// A fixed table (tests; or every address gets `default` when set).
 #[derive(Default)]
-pub struct StaticNeighbors {
+pub struct StaticNeighbours {
     pub table: HashMap<IpAddr, [u8; 6]>,
     pub default: Option<[u8; 6]>,
 }
 
-impl Neighbors for StaticNeighbors {
+impl Neighbours for StaticNeighbours {
     async fn resolve(&self, ip: IpAddr) -> Result<[u8; 6], String> {
         self.table
             .get(&ip)
@@ -96,7 +96,7 @@ impl Neighbors for StaticNeighbors {
     }
 }
 
-impl<D: Dataplane, P: Prober, N: Neighbors> Agent<D, P, N> {
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// MACs the kernel changed: a new address goes into the maps at once (the same
     /// path a resolved MAC takes); `None` (FAILED, INCOMPLETE, deleted, no route) makes
     /// the backend unselectable exactly as an unknown MAC, until the kernel has an

@@ -24,7 +24,7 @@ use rtnl::Rtnl;
 
 /// Why a MAC address could not be found.
 #[derive(Debug, thiserror::Error)]
-pub enum NeighborError {
+pub enum NeighbourError {
     #[error("netlink {what} failed: {source}")]
     Netlink {
         what: String,
@@ -64,10 +64,10 @@ pub async fn resolve_mac(
     interface: &str,
     addr: IpAddr,
     timeout: Duration,
-) -> Result<[u8; 6], NeighborError> {
+) -> Result<[u8; 6], NeighbourError> {
     let ifindex = rtnl::ifindex(interface)?;
     let next_hop = next_hop(rtnl, interface, ifindex, addr).await?;
-    let unresolved = |state: &'static str| NeighborError::Unresolved {
+    let unresolved = |state: &'static str| NeighbourError::Unresolved {
         next_hop,
         interface: interface.to_string(),
         state,
@@ -90,7 +90,7 @@ pub async fn resolve_mac(
             _ => {}
         }
     }
-    Err(NeighborError::Timeout {
+    Err(NeighbourError::Timeout {
         next_hop,
         interface: interface.to_string(),
         timeout,
@@ -102,11 +102,11 @@ async fn next_hop(
     interface: &str,
     ifindex: u32,
     addr: IpAddr,
-) -> Result<IpAddr, NeighborError> {
+) -> Result<IpAddr, NeighbourError> {
     let route = rtnl.route(addr).await?;
     match route.oif {
         Some(oif) if oif != ifindex && Some(oif) != rtnl::ifindex("lo").ok() => {
-            Err(NeighborError::WrongInterface {
+            Err(NeighbourError::WrongInterface {
                 addr,
                 interface: interface.to_string(),
                 oif,
@@ -120,7 +120,7 @@ async fn lookup(
     rtnl: &Rtnl,
     ifindex: u32,
     next_hop: IpAddr,
-) -> Result<Option<Reach>, NeighborError> {
+) -> Result<Option<Reach>, NeighbourError> {
     rtnl.neighbour(ifindex, next_hop).await
 }
 
