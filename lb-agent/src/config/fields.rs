@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::doc::{Field, Table};
+use super::spanned::{Field, Table};
 use super::values;
 
 /// A config result: the error carries file, line and key.

@@ -10,7 +10,6 @@
 //! `lb-agent/tests/docs/config_keys_documented.rs`.
 
 mod bounds;
-mod doc;
 mod error;
 mod fields;
 mod passive;
@@ -19,6 +18,7 @@ mod report;
 mod schema;
 mod secret;
 mod server_rules;
+mod spanned;
 mod values;
 mod warnings;
 

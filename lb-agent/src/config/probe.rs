@@ -1,12 +1,12 @@
 //! `[[service.probe]]` tables: the common keys, the http keys and the tcp/udp keys, each
 //! allowed only for its probe type.
 
-use super::doc::{Field, Table};
 use super::fields::{
     HEADER_SOURCE_KEYS, PROBE_HTTP_KEYS, PROBE_STREAM_KEYS, PROBE_TCP_CHECK_KEY, R, duration,
     misplaced, opt, positive_duration, probe_keys,
 };
 use super::secret;
+use super::spanned::{Field, Table};
 use super::values;
 use super::*;
 use crate::probe::condition::{Condition, Scope};

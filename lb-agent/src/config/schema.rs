@@ -5,11 +5,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::doc::{Field, Source, Table};
 use super::fields::{
     AGENT_KEYS, BACKUP_SWITCH_KEYS, R, SERVER_KEYS, SERVICE_KEYS, TOP_KEYS, duration, misplaced,
     opt, positive_duration,
 };
+use super::spanned::{Field, Source, Table};
 use super::values;
 use super::*;
 
