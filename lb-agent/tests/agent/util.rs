@@ -394,9 +394,14 @@ impl<N: Neighbours> Harness<N> {
         // of `lb-agent run` gets a rebuild once `SNAPSHOT_EVERY` passed): rebuilt at every
         // stats poll too.
         let stats = matches!(wake, Wake::Stats);
-        if let ControlFlow::Break(exit) = self.event_loop.handle(wake).await {
-            self.exit = Some(exit);
-            return false;
+        match self.event_loop.handle(wake).await {
+            ControlFlow::Break(exit) => {
+                self.exit = Some(exit);
+                return false;
+            }
+            ControlFlow::Continue(published) => {
+                published.expect("publishing into memory cannot fail");
+            }
         }
         if !self.snapshots_on_demand && (stats || self.agent().snapshot_deadline().is_some()) {
             self.agent_mut().publish_snapshot();
