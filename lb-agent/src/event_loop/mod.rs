@@ -262,7 +262,7 @@ where
 
     /// Re-reads the configuration and applies it as a diff (what SIGHUP and the API's
     /// reload do); an invalid configuration leaves the running one in force.
-    pub async fn reload(&mut self) -> Result<ReloadOutcome, String> {
+    async fn reload(&mut self) -> Result<ReloadOutcome, String> {
         reload::reload(&mut self.agent, self.inputs.config.as_ref(), &self.running).await
     }
 }

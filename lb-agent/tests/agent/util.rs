@@ -445,9 +445,10 @@ impl<N: Neighbours> Harness<N> {
     /// Reloads `text` through the loop and returns its answer, as the API's reload does.
     pub async fn try_reload(&mut self, text: &str) -> Result<ReloadOutcome, String> {
         self.write_config(text);
-        let outcome = self.event_loop.reload().await;
+        let (reply, answer) = oneshot::channel();
+        let _ = self.event_loop.handle(Wake::ReloadRequest(reply)).await;
         self.agent_mut().publish_snapshot();
-        outcome
+        answer.await.expect("the loop answers every reload request")
     }
 
     /// Fails the test when the agent handles its deadline over and over at one instant.
