@@ -200,19 +200,19 @@ pub type TestLoop<N> = EventLoop<MemoryDataplane, Scripted, N, SentSignals, Sent
 /// The agent over [`MemoryDataplane`], [`Scripted`] and neighbours `N`, in the event loop
 /// of `lb-agent run`, stepped one turn at a time.
 pub struct Harness<N: Neighbours = StaticNeighbours> {
-    pub event_loop: TestLoop<N>,
+    event_loop: TestLoop<N>,
     pub prober: Arc<Scripted>,
     pub neighbours: Arc<N>,
     /// The configuration last applied (VIPs of services for lookups).
     pub cfg: Config,
     /// The text a reload reads.
     config_text: Arc<Mutex<String>>,
-    pub snapshot_rx: watch::Receiver<Arc<Snapshot>>,
+    snapshot_rx: watch::Receiver<Arc<Snapshot>>,
     pub events: EventLog,
     /// Passive events into the loop, as the data plane's ring buffer feeds them.
-    pub passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
+    passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
     /// MAC changes into the loop, as the neighbour watch sends them.
-    pub mac_tx: mpsc::Sender<Vec<MacUpdate>>,
+    mac_tx: mpsc::Sender<Vec<MacUpdate>>,
     /// Signals into the loop, as the process receives them.
     pub signal_tx: mpsc::Sender<Signal>,
     /// What the next checks of the attachment find, one check each.
