@@ -1,4 +1,4 @@
-//! The agent's event loop, the one `lb-agent run` runs and the `agent_*` tests step: it
+//! The agent's event loop, the one `lb-agent run` runs and the agent tests step: it
 //! owns the [`Agent`] and its inputs (probe reports, deadlines, API requests, signals,
 //! passive events, MAC updates, the attachment watch, BGP sessions, DNS re-resolution
 //! and its own timers) and hands each input to the agent on one task.
