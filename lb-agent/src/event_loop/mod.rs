@@ -1,4 +1,4 @@
-//! The agent's event loop, the one `lb-agent run` runs and the `agent_*` tests step: it
+//! The agent's event loop, the one `lb-agent run` runs and the agent tests step: it
 //! owns the [`Agent`] and its inputs (probe reports, deadlines, API requests, signals,
 //! passive events, MAC updates, the attachment watch, BGP sessions, DNS re-resolution
 //! and its own timers) and hands each input to the agent on one task.
@@ -32,6 +32,7 @@ use crate::{
     dataplane::Dataplane,
     neighbour::nexthops::MacUpdate,
     probe::{ProbeReport, Prober},
+    publish::PublishError,
 };
 
 /// Probe reports handled (and published) together at most.
@@ -142,7 +143,7 @@ where
     }
 
     /// One turn: waits for an input and handles it.
-    pub async fn turn(&mut self) -> ControlFlow<Exit> {
+    async fn turn(&mut self) -> ControlFlow<Exit, Result<(), PublishError>> {
         let wake = self.wait().await;
         self.handle(wake).await
     }
@@ -194,8 +195,8 @@ where
     }
 
     /// Hands what woke the loop to the agent, then answers the snapshot readers whose
-    /// wait is over.
-    pub async fn handle(&mut self, wake: Wake) -> ControlFlow<Exit> {
+    /// wait is over. A failed publish is logged (the loop goes on) and returned as well.
+    pub async fn handle(&mut self, wake: Wake) -> ControlFlow<Exit, Result<(), PublishError>> {
         let agent = &mut self.agent;
         let published = match wake {
             Wake::Signal(Signal::Stop) => return ControlFlow::Break(Exit::Stopped),
@@ -252,16 +253,16 @@ where
                 Ok(())
             }
         };
-        if let Err(err) = published {
+        if let Err(err) = &published {
             warn!(error = %err, "publishing to the data plane failed");
         }
         self.agent.answer_readers();
-        ControlFlow::Continue(())
+        ControlFlow::Continue(published)
     }
 
     /// Re-reads the configuration and applies it as a diff (what SIGHUP and the API's
     /// reload do); an invalid configuration leaves the running one in force.
-    pub async fn reload(&mut self) -> Result<ReloadOutcome, String> {
+    async fn reload(&mut self) -> Result<ReloadOutcome, String> {
         reload::reload(&mut self.agent, self.inputs.config.as_ref(), &self.running).await
     }
 }

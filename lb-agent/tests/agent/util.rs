@@ -200,19 +200,19 @@ pub type TestLoop<N> = EventLoop<MemoryDataplane, Scripted, N, SentSignals, Sent
 /// The agent over [`MemoryDataplane`], [`Scripted`] and neighbours `N`, in the event loop
 /// of `lb-agent run`, stepped one turn at a time.
 pub struct Harness<N: Neighbours = StaticNeighbours> {
-    pub event_loop: TestLoop<N>,
+    event_loop: TestLoop<N>,
     pub prober: Arc<Scripted>,
     pub neighbours: Arc<N>,
     /// The configuration last applied (VIPs of services for lookups).
     pub cfg: Config,
     /// The text a reload reads.
     config_text: Arc<Mutex<String>>,
-    pub snapshot_rx: watch::Receiver<Arc<Snapshot>>,
+    snapshot_rx: watch::Receiver<Arc<Snapshot>>,
     pub events: EventLog,
     /// Passive events into the loop, as the data plane's ring buffer feeds them.
-    pub passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
+    passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
     /// MAC changes into the loop, as the neighbour watch sends them.
-    pub mac_tx: mpsc::Sender<Vec<MacUpdate>>,
+    mac_tx: mpsc::Sender<Vec<MacUpdate>>,
     /// Signals into the loop, as the process receives them.
     pub signal_tx: mpsc::Sender<Signal>,
     /// What the next checks of the attachment find, one check each.
@@ -394,9 +394,14 @@ impl<N: Neighbours> Harness<N> {
         // of `lb-agent run` gets a rebuild once `SNAPSHOT_EVERY` passed): rebuilt at every
         // stats poll too.
         let stats = matches!(wake, Wake::Stats);
-        if let ControlFlow::Break(exit) = self.event_loop.handle(wake).await {
-            self.exit = Some(exit);
-            return false;
+        match self.event_loop.handle(wake).await {
+            ControlFlow::Break(exit) => {
+                self.exit = Some(exit);
+                return false;
+            }
+            ControlFlow::Continue(published) => {
+                published.expect("publishing into memory cannot fail");
+            }
         }
         if !self.snapshots_on_demand && (stats || self.agent().snapshot_deadline().is_some()) {
             self.agent_mut().publish_snapshot();
@@ -440,9 +445,10 @@ impl<N: Neighbours> Harness<N> {
     /// Reloads `text` through the loop and returns its answer, as the API's reload does.
     pub async fn try_reload(&mut self, text: &str) -> Result<ReloadOutcome, String> {
         self.write_config(text);
-        let outcome = self.event_loop.reload().await;
+        let (reply, answer) = oneshot::channel();
+        let _ = self.event_loop.handle(Wake::ReloadRequest(reply)).await;
         self.agent_mut().publish_snapshot();
-        outcome
+        answer.await.expect("the loop answers every reload request")
     }
 
     /// Fails the test when the agent handles its deadline over and over at one instant.
