@@ -115,19 +115,18 @@ impl Watch {
                     let fresh = self.state.set_backends(&list);
                     updates.extend(self.route_lookups(fresh).await);
                 }
-                batch = changes.next_batch() => {
-                    let batch = match batch {
-                        Ok(batch) => batch,
+                ready = changes.ready() => {
+                    // Everything queued now, then one pass over the route changes.
+                    let read = ready.and_then(|ready| {
+                        ready.read_all(|datagram| self.take(datagram, &mut updates, &mut routes))
+                    });
+                    match read {
+                        Ok(lost) => overflow = lost,
                         Err(err) => {
                             warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
                             return;
                         }
-                    };
-                    // Everything queued now, then one pass over the route changes.
-                    for datagram in &batch.datagrams {
-                        self.take(datagram, &mut updates, &mut routes);
                     }
-                    overflow = batch.overflow;
                 }
             }
             if overflow {
