@@ -150,7 +150,7 @@ fn the_watch_resyncs_after_its_buffer_overflowed() {
                 .expect("b1 resolves");
             // The smallest buffer the kernel allows.
             let (follow, mut rx) =
-                watch::spawn_with_buffer(HOST_IF, 0).expect("starting the watch");
+                watch::spawn_with_buffer(HOST_IF, rtnl.clone(), 0).expect("starting the watch");
             follow.set(vec![b1_ip]);
             let (got, seen) = wait_update(&mut rx, b1_ip, b1.mac.0, Duration::from_secs(5)).await;
             assert!(got, "the watch must report b1's MAC first; saw {seen:?}");

@@ -47,12 +47,13 @@ impl KernelNeighbours {
         interface: &str,
         timeout: Duration,
     ) -> Result<(Self, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
-        let (follow, updates) = watch::spawn(interface)?;
+        let rtnl = Rtnl::new()?;
+        let (follow, updates) = watch::spawn(interface, rtnl.clone())?;
         Ok((
             Self {
                 interface: interface.to_string(),
                 timeout,
-                rtnl: Rtnl::new()?,
+                rtnl,
                 follow,
             },
             updates,

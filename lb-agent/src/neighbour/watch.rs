@@ -46,15 +46,20 @@ impl Follow {
     }
 }
 
-/// Subscribes and starts the watch task for `interface`; must be called inside a tokio
-/// runtime. MAC changes arrive on the receiver, in batches.
-pub fn spawn(interface: &str) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
-    spawn_with_buffer(interface, RCVBUF)
+/// Subscribes and starts the watch task for `interface`, which makes its route and
+/// neighbour requests over `rtnl`; must be called inside a tokio runtime. MAC changes
+/// arrive on the receiver, in batches.
+pub fn spawn(
+    interface: &str,
+    rtnl: Rtnl,
+) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
+    spawn_with_buffer(interface, rtnl, RCVBUF)
 }
 
 /// [`spawn`] with a receive buffer of `rcvbuf` bytes (tests overflow a small one).
 pub fn spawn_with_buffer(
     interface: &str,
+    rtnl: Rtnl,
     rcvbuf: usize,
 ) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
     let index = ifindex(interface)?;
@@ -66,7 +71,6 @@ pub fn spawn_with_buffer(
         what: "subscription to neighbour and route changes".into(),
         source,
     })?;
-    let rtnl = Rtnl::new()?;
     let (tx, follow_rx) = watch::channel(Arc::new(Vec::new()));
     let (updates_tx, updates) = mpsc::channel(UPDATES);
     let task = Watch {
@@ -115,19 +119,18 @@ impl Watch {
                     let fresh = self.state.set_backends(&list);
                     updates.extend(self.route_lookups(fresh).await);
                 }
-                batch = changes.next_batch() => {
-                    let batch = match batch {
-                        Ok(batch) => batch,
+                ready = changes.ready() => {
+                    // Everything queued now, then one pass over the route changes.
+                    let read = ready.and_then(|ready| {
+                        ready.read_all(|datagram| self.take(datagram, &mut updates, &mut routes))
+                    });
+                    match read {
+                        Ok(lost) => overflow = lost,
                         Err(err) => {
                             warn!(error = %err, "netlink watch failed: backend MACs are no longer followed");
                             return;
                         }
-                    };
-                    // Everything queued now, then one pass over the route changes.
-                    for datagram in &batch.datagrams {
-                        self.take(datagram, &mut updates, &mut routes);
                     }
-                    overflow = batch.overflow;
                 }
             }
             if overflow {

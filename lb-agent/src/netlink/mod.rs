@@ -23,7 +23,7 @@ pub use connection::Connection;
 pub use error::NetlinkError;
 pub use request::request;
 pub use subscription::{
-    Batch, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK, RTNLGRP_NEIGH, Subscription,
+    RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK, RTNLGRP_NEIGH, Ready, Subscription,
 };
 pub use xdp::{XdpAttached, XdpProgram, query_xdp, set_xdp};
 

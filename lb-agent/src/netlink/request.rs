@@ -51,10 +51,9 @@ pub fn request(
 }
 
 /// A socket connected to the kernel that asks for extended acknowledgements, whose
-/// errors carry only the request's header.
+/// errors carry only the request's header. `connect` binds it to a port of its own.
 fn open() -> Result<Socket, NetlinkError> {
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(NetlinkError::Socket)?;
-    socket.bind_auto().map_err(NetlinkError::Socket)?;
+    let socket = Socket::new(NETLINK_ROUTE).map_err(NetlinkError::Socket)?;
     socket
         .connect(&SocketAddr::new(0, 0))
         .map_err(NetlinkError::Socket)?;

@@ -1,10 +1,11 @@
 //! Multicast subscriptions: a non-blocking rtnetlink socket in some groups, read from
-//! tokio a batch at a time (everything queued), with lost events (`ENOBUFS`) reported.
+//! tokio: once readable, everything queued is read in place, with lost events (`ENOBUFS`)
+//! reported.
 
 use std::io;
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use tokio::io::unix::AsyncFd;
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
 use super::NetlinkError;
 
@@ -26,13 +27,10 @@ pub struct Subscription {
     buf: Vec<u8>,
 }
 
-/// The datagrams queued when the socket became readable.
-#[derive(Debug, Default)]
-pub struct Batch {
-    pub datagrams: Vec<Vec<u8>>,
-    /// Events were lost (the receive buffer overflowed): the state they describe has
-    /// to be read again.
-    pub overflow: bool,
+/// A subscription whose socket has datagrams queued.
+pub struct Ready<'a> {
+    guard: AsyncFdReadyGuard<'a, Socket>,
+    buf: &'a mut Vec<u8>,
 }
 
 impl Subscription {
@@ -64,19 +62,30 @@ impl Subscription {
         })
     }
 
-    /// Waits until the socket is readable, then reads every datagram queued. Cancel-safe:
-    /// nothing is read before the wait ends. An error means the socket failed.
-    pub async fn next_batch(&mut self) -> Result<Batch, NetlinkError> {
+    /// Waits until the socket is readable. Cancel-safe: nothing is read before the wait
+    /// ends. An error means the socket failed.
+    pub async fn ready(&mut self) -> Result<Ready<'_>, NetlinkError> {
         let Subscription { socket, buf } = self;
-        let mut guard = socket.readable().await.map_err(NetlinkError::Socket)?;
-        let mut batch = Batch::default();
+        let guard = socket.readable().await.map_err(NetlinkError::Socket)?;
+        Ok(Ready { guard, buf })
+    }
+}
+
+impl Ready<'_> {
+    /// Reads every datagram queued, handing each to `each` in the subscription's one
+    /// buffer. `true` when events were lost (`ENOBUFS`: the receive buffer overflowed)
+    /// and the state they describe has to be read again. An error means the socket
+    /// failed.
+    pub fn read_all(self, mut each: impl FnMut(&[u8])) -> Result<bool, NetlinkError> {
+        let Ready { mut guard, buf } = self;
+        let mut overflow = false;
         loop {
             buf.clear();
-            match guard.try_io(|s| s.get_ref().recv(buf, 0)) {
-                Ok(Ok(_)) => batch.datagrams.push(buf.clone()),
-                Ok(Err(err)) if err.raw_os_error() == Some(libc::ENOBUFS) => batch.overflow = true,
+            match guard.try_io(|s| s.get_ref().recv(&mut *buf, 0)) {
+                Ok(Ok(_)) => each(buf),
+                Ok(Err(err)) if err.raw_os_error() == Some(libc::ENOBUFS) => overflow = true,
                 Ok(Err(err)) => return Err(NetlinkError::Socket(err)),
-                Err(_would_block) => return Ok(batch),
+                Err(_would_block) => return Ok(overflow),
             }
         }
     }

@@ -41,8 +41,8 @@ impl LinkWatch {
             _ = every.tick() => {}
             // The notifications' content does not matter (the check reads the
             // interface's state itself), nor does an overflow, which a check covers too.
-            batch = subscription.next_batch() => {
-                if let Err(err) = batch {
+            ready = subscription.ready() => {
+                if let Err(err) = ready.and_then(|ready| ready.read_all(|_| {})) {
                     tracing::warn!(error = %err, "link notifications failed; checking the XDP attachment every {:?} only", every.period());
                     *events = None;
                 }
