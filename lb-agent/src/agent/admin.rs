@@ -183,7 +183,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             self.recompute(now, started)
         } else {
             // An operator's change is tried now, also on a service waiting for a retry.
-            self.publishing.release(&self.services[si].cfg.name);
+            self.publishing
+                .retry_mut()
+                .release(&self.services[si].cfg.name);
             self.services[si].mark();
             self.recompute_marked(now, started)
         };
