@@ -95,7 +95,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                     _ => {}
                 }
                 let after = server.state_name();
-                self.persistence.record_patch(service, server, &p);
+                self.persistence
+                    .admin_state_mut()
+                    .record_patch(service, server, &p);
                 if before != after {
                     let t = Transition {
                         from: server.health.state(),
@@ -128,7 +130,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                          (`agent.max_backends`)"
                     )));
                 }
-                self.persistence.record_add(service, &new);
+                self.persistence.admin_state_mut().record_add(service, &new);
                 let cfg = self.services[si].cfg.clone();
                 let conf = Configured {
                     weight: new.weight,
@@ -159,7 +161,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                     .servers
                     .remove(&addr)
                     .ok_or_else(no_server)?;
-                self.persistence.record_remove(service, addr);
+                self.persistence
+                    .admin_state_mut()
+                    .record_remove(service, addr);
                 added_or_removed = Some(addr);
                 self.record_names(
                     service,
@@ -179,7 +183,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             self.recompute(now, started)
         } else {
             // An operator's change is tried now, also on a service waiting for a retry.
-            self.publishing.release(&self.services[si].cfg.name);
+            self.publishing
+                .retry_mut()
+                .release(&self.services[si].cfg.name);
             self.services[si].mark();
             self.recompute_marked(now, started)
         };

@@ -75,7 +75,8 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                     }
                     for (addr, s) in std::mem::take(&mut prev.servers) {
                         // Added at runtime: kept, with its health (`admin_state.rs`).
-                        if s.configured.is_none() && self.persistence.is_added(&svc_cfg.name, addr)
+                        if s.configured.is_none()
+                            && self.persistence.admin_state().is_added(&svc_cfg.name, addr)
                         {
                             let kept = if probes_changed || rechecked(svc_cfg, &s) {
                                 let conf = Configured {

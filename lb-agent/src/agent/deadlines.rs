@@ -63,7 +63,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         for svc in &mut self.services {
             changed |= svc.tick(now, &mut records);
         }
-        changed |= self.publishing.retry_due().is_some_and(|at| at <= now);
+        changed |= self.publishing.retry().due().is_some_and(|at| at <= now);
         for (s, a, t) in records {
             self.record(&s, &a, &t);
         }
@@ -79,6 +79,6 @@ fn scan(services: &[ServiceRt], publishing: &Publishing) -> Option<Instant> {
     services
         .iter()
         .filter_map(ServiceRt::next_deadline)
-        .chain(publishing.retry_due())
+        .chain(publishing.retry().due())
         .min()
 }

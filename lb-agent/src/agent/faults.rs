@@ -19,9 +19,15 @@ pub(super) struct Faults {
 }
 
 impl Faults {
-    /// One passive event of kind `kind` from the data plane.
+    /// One passive event of kind `kind` from the data plane (the kind's name is
+    /// allocated only the first time it is seen).
     pub fn passive_event(&mut self, kind: &str) {
-        *self.passive.entry(kind.to_string()).or_default() += 1;
+        match self.passive.get_mut(kind) {
+            Some(count) => *count += 1,
+            None => {
+                self.passive.insert(kind.to_string(), 1);
+            }
+        }
     }
 
     /// One probe of `server` in `service` could not run for a local reason at `at`

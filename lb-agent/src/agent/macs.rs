@@ -95,11 +95,12 @@ impl<N: Neighbours> Macs<N> {
     }
 
     /// Takes in the kernel's MAC changes; returns those that changed the table (and
-    /// recounts what `backends` still lack, taking them only then).
-    pub fn follow(
+    /// recounts what `backends`, every server's address, still lack, taking them only
+    /// then).
+    pub fn follow<I: IntoIterator<Item = IpAddr>>(
         &mut self,
         updates: &[MacUpdate],
-        backends: impl FnOnce() -> Vec<IpAddr>,
+        backends: impl FnOnce() -> I,
     ) -> Vec<MacUpdate> {
         let mut changed = Vec::new();
         for u in updates {
@@ -113,7 +114,15 @@ impl<N: Neighbours> Macs<N> {
             changed.push(*u);
         }
         if !changed.is_empty() {
-            self.unknown = self.unknown_among(&backends()).len();
+            // Only the unknown addresses are collected and deduplicated (servers of
+            // several services may share one), not every server's.
+            let mut unknown: Vec<IpAddr> = backends()
+                .into_iter()
+                .filter(|ip| !self.known.contains_key(ip))
+                .collect();
+            unknown.sort_unstable();
+            unknown.dedup();
+            self.unknown = unknown.len();
         }
         changed
     }

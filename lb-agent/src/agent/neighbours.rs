@@ -104,9 +104,11 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// address again. Only the services with such a backend are recomputed.
     pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
         let services = &self.services;
-        let changed = self
-            .macs
-            .follow(updates, || super::macs::server_ips(services));
+        let changed = self.macs.follow(updates, || {
+            services
+                .iter()
+                .flat_map(|s| s.servers.keys().map(std::net::SocketAddr::ip))
+        });
         if changed.is_empty() {
             return Ok(());
         }

@@ -11,10 +11,7 @@ use super::{
     server::{Configured, ServerRt},
     server_table::ServerTable,
 };
-use crate::{
-    api::{NewServer, ServerPatch},
-    config::ServiceConfig,
-};
+use crate::config::ServiceConfig;
 
 /// The runtime admin state, where it is saved, and the passive ejections kept.
 #[derive(Debug, Default)]
@@ -36,33 +33,20 @@ impl Persistence {
         self.admin_state = state;
     }
 
+    /// The runtime admin state as it stands (what the state file holds).
     pub fn admin_state(&self) -> &AdminState {
         &self.admin_state
+    }
+
+    /// The runtime admin state, for an admin request to record its change in (then
+    /// [`Persistence::save_admin_state`]).
+    pub fn admin_state_mut(&mut self) -> &mut AdminState {
+        &mut self.admin_state
     }
 
     /// Saves the admin state if it is kept; a failure is logged.
     pub fn save_admin_state(&self) {
         self.admin_state.save_logged(self.state_file.as_deref());
-    }
-
-    /// An operator's patch of `server` in `service`.
-    pub fn record_patch(&mut self, service: &str, server: &ServerRt, patch: &ServerPatch) {
-        self.admin_state.record_patch(service, server, patch);
-    }
-
-    /// A server added at runtime.
-    pub fn record_add(&mut self, service: &str, new: &NewServer) {
-        self.admin_state.record_add(service, new);
-    }
-
-    /// A server removed at runtime.
-    pub fn record_remove(&mut self, service: &str, addr: SocketAddr) {
-        self.admin_state.record_remove(service, addr);
-    }
-
-    /// Whether `addr` was added to `service` at runtime (a reload keeps it).
-    pub fn is_added(&self, service: &str, addr: SocketAddr) -> bool {
-        self.admin_state.is_added(service, addr)
     }
 
     /// Re-applies the admin state of `svc` to `servers`; `start` makes a server added at

@@ -7,15 +7,11 @@ use std::{collections::HashMap, net::IpAddr};
 
 use tokio::time::Instant;
 
-use super::{
-    MembershipWork, ServiceRt,
-    desired::desired_service,
-    publish_retry::{DueRetry, PublishRetry},
-};
+use super::{MembershipWork, ServiceRt, desired::desired_service, publish_retry::PublishRetry};
 use crate::{
     dataplane::{Dataplane, PublishedState},
     publish::{DesiredBackend, DesiredService, PublishError, PublishReport, Publisher},
-    view::{Histogram, PublishStatus},
+    view::Histogram,
 };
 
 /// The publisher, its retry schedule and the record of its last run.
@@ -122,34 +118,15 @@ impl Publishing {
         self.last_membership = work;
     }
 
-    /// Whether `service` waits for the retry (a recompute leaves it alone until then).
-    pub fn holds(&self, service: &str) -> bool {
-        self.retry.holds(service)
+    /// The retry schedule of failed publishes (which services it holds, when it is
+    /// due, its status).
+    pub fn retry(&self) -> &PublishRetry {
+        &self.retry
     }
 
-    /// When the retry is due (`None`: nothing waits).
-    pub fn retry_due(&self) -> Option<Instant> {
-        self.retry.due()
-    }
-
-    /// The retry, if it is due at `now`.
-    pub fn take_due_retry(&mut self, now: Instant) -> Option<DueRetry> {
-        self.retry.take_due(now)
-    }
-
-    /// Every held service is tried now (a full recompute).
-    pub fn take_all_retries(&mut self) {
-        self.retry.take_all();
-    }
-
-    /// `service` is tried now (an operator's change), not at the retry.
-    pub fn release(&mut self, service: &str) {
-        self.retry.release(service);
-    }
-
-    /// The retry as status and metrics show it at `now`.
-    pub fn retry_status(&self, now: Instant) -> PublishStatus {
-        self.retry.status(now)
+    /// The retry schedule, to take what is due or release a service from it.
+    pub fn retry_mut(&mut self) -> &mut PublishRetry {
+        &mut self.retry
     }
 
     pub fn last_publish(&self) -> PublishReport {

@@ -18,7 +18,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
         // Every service is tried now, including those waiting for a retry.
-        self.publishing.take_all_retries();
+        self.publishing.retry_mut().take_all();
         for svc in &mut self.services {
             svc.mark();
         }
@@ -32,7 +32,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         now: Instant,
         started: std::time::Instant,
     ) -> Result<(), PublishError> {
-        if let Some(due) = self.publishing.take_due_retry(now) {
+        if let Some(due) = self.publishing.retry_mut().take_due(now) {
             if due.full {
                 return self.recompute(now, started);
             }
@@ -72,7 +72,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             .enumerate()
             .filter(|(_, s)| s.marked)
         {
-            if !all && publishing.holds(&svc.cfg.name) {
+            if !all && publishing.retry().holds(&svc.cfg.name) {
                 // Its publish failed: the retry recomputes it over every server (the
                 // verdicts stay in its servers' health until then).
                 svc.unmark();

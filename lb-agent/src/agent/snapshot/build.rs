@@ -389,7 +389,7 @@ fn build_with<D: Dataplane>(
         transitions: sources.transitions,
         passive_events: sources.faults.passive_events().clone(),
         local_faults: sources.faults.local_status(now, at),
-        publish: sources.publishing.retry_status(now),
+        publish: sources.publishing.retry().status(now),
         occupancy: census.map(|c| crate::view::TablesOccupancy {
             flow_entries: c.flow_entries,
             flow_capacity: c.flow_capacity,

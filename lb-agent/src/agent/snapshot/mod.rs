@@ -120,14 +120,6 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         cache.rebuild(&sources);
     }
 
-    /// For a periodic counters tick (benchmarks; `run` builds on demand): rebuilds the
-    /// snapshot unless the last rebuild was too recent for its cost
-    /// ([`snapshot_interval`]); then it is due at [`Agent::snapshot_deadline`].
-    pub fn refresh_snapshot(&mut self) {
-        self.snapshot.changed();
-        self.flush_snapshot();
-    }
-
     /// Rebuilds the snapshot if state changed and the last one is at least
     /// [`snapshot_interval`] old (call it after each event, off the verdict-to-maps path;
     /// [`Agent::snapshot_deadline`] says when a deferred rebuild is due).
