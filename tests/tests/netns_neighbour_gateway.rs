@@ -7,20 +7,17 @@
 use std::{collections::BTreeMap, net::SocketAddr, path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{
-        api::Api,
-        daemon::{Agent, AgentConfig, Proto, START_TIMEOUT, Service, locate_binary},
-    },
+    agent::daemon::{Proto, Service},
     net::{
         routed_segment::{FAR, RoutedSegment},
         topology::{Forwarding, Topology},
     },
     scenario::{
         balance::{self, BACKEND_TCP_PORT},
-        health::{HealthServers, wait_all_probed_up, with_health},
+        health::{HealthServers, with_health},
         neighbour_moves::{
             CONNECT, FOLLOW, FOLLOWS_LINE, PACE, failed_after, last_failure, logged_after, probe,
-            wait_answered,
+            start_agent, wait_answered,
         },
     },
     traffic::pacer::{PaceConfig, Pacer, summary, wall_now},
@@ -38,8 +35,6 @@ const BOUND: Duration = Duration::from_secs(1);
 const ANSWER_AGAIN: Duration = Duration::from_secs(5);
 /// Traffic kept running after `far` answered again.
 const SETTLE: Duration = Duration::from_secs(2);
-/// Wait for the first verdicts.
-const FIRST_VERDICTS: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_routed_nat_backend_follows_its_new_gateway() {
@@ -79,19 +74,7 @@ fn a_routed_nat_backend_follows_its_new_gateway() {
     svc.servers.push((far, 1));
     let svc = with_health(svc, &["max_fails = 0"], &[probe()]);
     let vip = svc.vip;
-    let addrs: Vec<SocketAddr> = svc.servers.iter().map(|(a, _)| *a).collect();
-    let binary = locate_binary("lb-agent").expect("finding lb-agent");
-    let agent = Agent::start(
-        &topo,
-        &binary,
-        &AgentConfig::new(vec![svc]),
-        Some("native"),
-        START_TIMEOUT,
-    )
-    .expect("starting lb-agent");
-    let api = Api::new(&topo.lb().ns);
-    wait_all_probed_up(&api, "web", &addrs, FIRST_VERDICTS)
-        .expect("b1, b2 and far up after their first probes");
+    let (agent, _) = start_agent(&topo, svc);
 
     let client = topo.client();
     let pacer = Pacer::start(

@@ -2,8 +2,8 @@
 //! parser both ways: every key the parser accepts (`config::accepted_keys`) has a row in
 //! the table of its section (`## \`[agent]\``, `## \`[[service.probe]]\``, ...), or, for
 //! the keys of an inline table, is shown as `key =` in the row of the key that takes it;
-//! every key a row names is accepted in that table; every section is a table the parser
-//! reads.
+//! every key a row names, or shows in an inline table (`{ key = … }`), is accepted in
+//! that table; every section is a table the parser reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -56,6 +56,16 @@ fn sections(doc: &str) -> BTreeMap<String, Rows> {
     out
 }
 
+/// The keys of the inline tables a row shows (`{ permanent = "2m" }` gives `permanent`).
+fn inline_keys(row: &str) -> Vec<String> {
+    quoted(row)
+        .iter()
+        .filter_map(|span| span.strip_prefix('{')?.strip_suffix('}'))
+        .flat_map(|inner| inner.split(','))
+        .filter_map(|pair| Some(pair.split_once('=')?.0.trim().to_string()))
+        .collect()
+}
+
 /// What `doc` and the parser's key lists disagree on, one line each.
 fn divergences(doc: &str) -> Vec<String> {
     let documented = sections(doc);
@@ -103,6 +113,13 @@ fn divergences(doc: &str) -> Vec<String> {
                     ));
                 }
             }
+            for shown in inline_keys(row) {
+                if !keys.contains(&shown.as_str()) {
+                    out.push(format!(
+                        "`{path}.{shown}` is shown in its row but is not accepted"
+                    ));
+                }
+            }
         }
     }
     for path in documented.keys() {
@@ -125,7 +142,7 @@ fn the_reference_documents_every_accepted_key_and_only_those() {
 }
 
 #[test]
-fn a_missing_row_an_extra_row_and_a_missing_inline_key_are_found() {
+fn a_missing_row_an_extra_row_and_a_missing_or_extra_inline_key_are_found() {
     let doc = reference();
     let row = doc
         .lines()
@@ -143,6 +160,14 @@ fn a_missing_row_an_extra_row_and_a_missing_inline_key_are_found() {
     assert_eq!(
         divergences(&extra),
         ["`agent.xdp_flags` has a row but is not accepted"]
+    );
+    let unaccepted = doc.replace(
+        "`{ permanent = true }`",
+        "`{ permanent = true, forever = true }`",
+    );
+    assert_eq!(
+        divergences(&unaccepted),
+        ["`service.backup_switch.forever` is shown in its row but is not accepted"]
     );
     let unshown = doc.replace("permanent =", "permanently");
     assert_eq!(

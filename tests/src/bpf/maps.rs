@@ -88,8 +88,9 @@ fn geometry(name: &str, map: &Map, per_cpu: bool) -> Result<Geometry, Error> {
     })?;
     let mut value_size = info.value_size() as usize;
     if per_cpu {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
-            Error::Unexpected(format!("the number of possible CPUs: {what}: {e}"))
+        let cpus = aya::util::nr_cpus().map_err(|(what, source)| Error::Io {
+            what: format!("the number of possible CPUs: {what}"),
+            source,
         })?;
         value_size = value_size.div_ceil(8) * 8 * cpus.get() as usize;
     }

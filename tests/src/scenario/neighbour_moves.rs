@@ -13,7 +13,7 @@ use std::{
 use crate::{
     agent::{
         api::Api,
-        daemon::{Agent, AgentConfig, START_TIMEOUT},
+        daemon::{Agent, AgentConfig, START_TIMEOUT, Service, locate_binary},
     },
     net::{
         link::Mac,
@@ -180,18 +180,7 @@ impl Moves {
         );
         let svc = with_health(svc, &["max_fails = 0"], &[probe()]);
         let vip = svc.vip;
-        let binary = crate::agent::daemon::locate_binary("lb-agent").expect("finding lb-agent");
-        let agent = Agent::start(
-            &topo,
-            &binary,
-            &AgentConfig::new(vec![svc]),
-            Some("native"),
-            START_TIMEOUT,
-        )
-        .expect("starting lb-agent");
-        let api = Api::new(&topo.lb().ns);
-        wait_all_probed_up(&api, "web", &addrs, FIRST_VERDICTS)
-            .expect("every server up after its first probes");
+        let (agent, api) = start_agent(&topo, svc);
         Moves {
             agent,
             servers,
@@ -340,6 +329,27 @@ impl Moves {
             .ip(&["neigh", "show", "to", &addr.to_string(), "dev", HOST_IF])
             .unwrap_or_else(|e| e.to_string())
     }
+}
+
+/// Starts lb-agent (native XDP) on `topo` with `svc` alone and waits until each of its
+/// servers is up after its first probes. Panics naming the step that failed: it is for
+/// tests.
+pub fn start_agent(topo: &Topology, svc: Service) -> (Agent, Api) {
+    let addrs: Vec<SocketAddr> = svc.servers.iter().map(|(addr, _)| *addr).collect();
+    let name = svc.name.clone();
+    let binary = locate_binary("lb-agent").expect("finding lb-agent");
+    let agent = Agent::start(
+        topo,
+        &binary,
+        &AgentConfig::new(vec![svc]),
+        Some("native"),
+        START_TIMEOUT,
+    )
+    .expect("starting lb-agent");
+    let api = Api::new(&topo.lb().ns);
+    wait_all_probed_up(&api, &name, &addrs, FIRST_VERDICTS)
+        .expect("every server up after its first probes");
+    (agent, api)
 }
 
 /// Waits (at most `timeout`) until `pacer` has a connection answered by `name` that

@@ -8,8 +8,7 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    io,
-    net::{IpAddr, SocketAddr, TcpStream},
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -19,8 +18,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-
 use crate::{
     agent::daemon::{Proto, Service},
     net::{
@@ -28,7 +25,10 @@ use crate::{
         topology::{Host, Topology},
     },
     scenario::balance::{self, BACKEND_TCP_PORT, SERVER_START},
-    traffic::clients::{EchoConn, Tally},
+    traffic::{
+        clients::{EchoConn, Tally},
+        pacer::greet,
+    },
     util::{
         error::Error,
         process::{NsProcess, STOP_GRACE},
@@ -371,34 +371,6 @@ pub fn tcp_attempts(
         tally.elapsed = start.elapsed();
         tally
     })
-}
-
-fn greet(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> io::Result<String> {
-    use std::io::Read;
-    let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&SockAddr::from(src))?;
-    socket.connect_timeout(&SockAddr::from(dst), timeout)?;
-    let mut stream: TcpStream = socket.into();
-    stream.set_read_timeout(Some(timeout))?;
-    let mut buf = [0u8; 256];
-    let mut line = Vec::new();
-    while !line.contains(&b'\n') && line.len() < buf.len() {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        line.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&line);
-    let name = text.lines().next().unwrap_or("").trim().to_owned();
-    if name.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "closed before the backend's name",
-        ));
-    }
-    Ok(name)
 }
 
 /// Opens connections from `src` (ephemeral ports) to `vip` until one is greeted by

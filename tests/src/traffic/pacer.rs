@@ -212,8 +212,8 @@ fn connect_once(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Outcome 
     }
 }
 
-/// Connects and reads the greeting line (the backend's name).
-fn greet(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> io::Result<String> {
+/// Connects from `src` to `dst` and reads the greeting line (the backend's name).
+pub(crate) fn greet(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> io::Result<String> {
     let socket = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.bind(&SockAddr::from(src))?;
