@@ -6,7 +6,7 @@
 //! the API only sends requests. Time is `tokio::time`, so tests run under paused time
 //! against [`crate::testing::MemoryDataplane`]. The loop that drives it
 //! (`select!` over reports, ticks, admin and snapshot requests, signals) is
-//! [`crate::event_loop`], which `lb-agent run` and the `agent_*` tests both run.
+//! [`crate::event_loop`], which `lb-agent run` and the agent tests (`lb-agent/tests/agent/`) both run.
 //!
 //! [`Agent`] is composed of components, each owning its state behind its own methods:
 //!

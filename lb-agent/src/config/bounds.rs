@@ -24,7 +24,7 @@ pub struct Bounds {
 }
 
 /// The interval the scheduler runs `p` at: at least [`MIN_INTERVAL`] (1 ms).
-pub fn effective_interval(p: &ProbeConfig) -> Duration {
+fn effective_interval(p: &ProbeConfig) -> Duration {
     p.interval.max(MIN_INTERVAL)
 }
 

@@ -100,13 +100,6 @@ impl Json {
         }
     }
 
-    /// An integral number (negative allowed).
-    pub fn as_i64(&self) -> Option<i64> {
-        self.as_f64()
-            .filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15)
-            .map(|n| n as i64)
-    }
-
     /// The elements of an array; empty for anything else.
     pub fn items(&self) -> &[Json] {
         match self {
