@@ -3,6 +3,12 @@
 //! archive` and built (debug `lb-agent`, as the scenarios' own) under
 //! `<target>/prev-release/<commit>/`, reused while its binary is there.
 //!
+//! The export's target directory is seeded with this tree's dependency artifacts, copied:
+//! the debug build's (`target/debug`: `.fingerprint/`, `build/`, the libraries in
+//! `deps/`) and the XDP program's (`target/ebpf`, with its `core` built from source).
+//! Cargo finds every dependency whose version, features and profile did not change
+//! fresh and compiles only the rest, the release's own crates first of all.
+//!
 //! The export builds with the toolchains its own files pin (the userspace one from its
 //! `rust-toolchain.userspace.toml`; its `lb-agent/build.rs` finds its nightly and
 //! bpf-linker as any build does), so they must be installed: `cargo xtask setup` installs
@@ -54,8 +60,11 @@ pub fn build(root: &Path, target: &Path) -> anyhow::Result<PathBuf> {
     let channel = pins::Pin::read(&src, pins::USERSPACE_FILE)
         .map_err(anyhow::Error::msg)?
         .channel;
+    let seeded = seed_dependencies(&target.join("debug"), &dir.join("target/debug"))?
+        + seed_xdp_build(&target.join("ebpf"), &dir.join("target/ebpf"))?;
     println!(
-        "building the previous release {commit} with {channel} (once; kept in {})",
+        "building the previous release {commit} with {channel} (once; kept in {}; \
+         {seeded} dependency artifacts of this tree's build reused)",
         dir.display()
     );
     let started = Instant::now();
@@ -86,6 +95,61 @@ pub fn build(root: &Path, target: &Path) -> anyhow::Result<PathBuf> {
         bin.display()
     );
     Ok(bin)
+}
+
+/// Copies the dependency artifacts of the debug build in `from` (a cargo profile
+/// directory) into `to`: `.fingerprint/` and `build/` whole, and of `deps/` every file
+/// with an extension (libraries, metadata, dep-info; not the test executables). Copies,
+/// not links: a unit cargo rebuilds in `to` must never write through to `from`. Returns
+/// the number of files copied (0 when `from` holds no build).
+fn seed_dependencies(from: &Path, to: &Path) -> anyhow::Result<usize> {
+    let mut copied = 0;
+    for sub in [".fingerprint", "build"] {
+        let dir = from.join(sub);
+        if dir.is_dir() {
+            copied += copy_tree(&dir, &to.join(sub), &|_| true)?;
+        }
+    }
+    let deps = from.join("deps");
+    if deps.is_dir() {
+        copied += copy_tree(&deps, &to.join("deps"), &|p: &Path| p.extension().is_some())?;
+    }
+    Ok(copied)
+}
+
+/// Copies this tree's XDP program build (`target/ebpf`, whose `core` and
+/// `compiler_builtins` are built from source) into `to`; 0 when there is none.
+fn seed_xdp_build(from: &Path, to: &Path) -> anyhow::Result<usize> {
+    if !from.is_dir() {
+        return Ok(0);
+    }
+    copy_tree(from, to, &|_| true)
+}
+
+/// Copies the files of `from` that `keep` accepts into `to`, subdirectories whole
+/// (recursively), keeping modification times (cargo's freshness compares them).
+fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) -> anyhow::Result<usize> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    let mut copied = 0;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copied += copy_tree(&src, &dst, &|_| true)?;
+        } else if kind.is_file() && keep(&src) {
+            std::fs::copy(&src, &dst)
+                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            let modified = entry.metadata()?.modified()?;
+            std::fs::File::options()
+                .write(true)
+                .open(&dst)?
+                .set_modified(modified)
+                .with_context(|| format!("setting the time of {}", dst.display()))?;
+            copied += 1;
+        }
+    }
+    Ok(copied)
 }
 
 fn read_commit(root: &Path) -> anyhow::Result<String> {
