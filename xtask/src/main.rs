@@ -233,7 +233,7 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
-    let extra = test_runner::Extra::parse(extra);
+    let extra = test_runner::Extra::parse(extra).resolve_modules(root);
     let (root_side, unit_side) = extra.sides(root);
     let channel = pins::Pin::read(root, pins::USERSPACE_FILE)
         .map_err(anyhow::Error::msg)?
@@ -253,7 +253,10 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     // minutes; outside the test's own timeouts).
     prev_release::build(root, &target_dir(root))?;
     let bins = match &root_side {
-        Some(args) => test_runner::build(Path::new("cargo"), &channel, args)?,
+        Some(args) => test_runner::split_modules(
+            test_runner::build(Path::new("cargo"), &channel, args)?,
+            &root.join("tests"),
+        )?,
         None => Vec::new(),
     };
     let unit = unit_side.map(|args| {

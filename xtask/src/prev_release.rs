@@ -1,4 +1,4 @@
-//! The previous release the upgrade scenario runs against (`tests/tests/netns_upgrade.rs`,
+//! The previous release the upgrade scenario runs against (`tests/tests/integration/netns_upgrade.rs`,
 //! docs/upgrades.md): the commit named in `tests/previous-release`, exported with `git
 //! archive` and built (debug `lb-agent`, as the scenarios' own) under
 //! `<target>/prev-release/<commit>/`, reused while its binary is there.

@@ -1,6 +1,7 @@
 //! Which lb-tests binaries may run next to others in `cargo xtask test`: the one list
-//! the runner reads, with the reason for each entry. A binary not listed here is
-//! timed: it runs with no other timed or waiting job beside it.
+//! the runner reads, with the reason for each entry. Each module of the
+//! [`INTEGRATION`] binary counts as a binary of its own, by the module's name. A binary
+//! not listed here is timed: it runs with no other timed or waiting job beside it.
 //!
 //! - **light**: asserts no time bound, no balance share, no throughput and measures
 //!   nothing, and touches no state shared by the host (everything it creates is named
@@ -17,6 +18,10 @@
 //!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does), or
 //!   fails on any neighbour's stall: nothing runs beside it, except, for a binary of
 //!   [`ALONE_TOGETHER`], its own other tests.
+
+/// The integration binary (`tests/tests/integration/`), whose top-level modules the
+/// runner schedules as binaries.
+pub const INTEGRATION: &str = "integration";
 
 /// The lane a test binary runs in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

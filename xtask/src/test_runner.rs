@@ -5,6 +5,7 @@
 //! run, and the next run starts the longest jobs of this one first.
 
 use std::{
+    collections::BTreeMap,
     fs::File,
     io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
@@ -39,10 +40,10 @@ pub const BENCH_SOAK: [&str; 10] = [
     "-p",
     "lb-tests",
     "--test",
-    "netns_traffic_ordinary",
+    test_classes::INTEGRATION,
     "--",
     "--exact",
-    "ordinary_traffic_moves_no_health_dsr",
+    "netns_traffic_ordinary::ordinary_traffic_moves_no_health_dsr",
     "--test-threads=1",
 ];
 
@@ -96,10 +97,39 @@ impl Extra {
         extra
     }
 
+    /// Rewrites each `--test NAME` that names a module of the integration binary
+    /// (`tests/tests/integration/NAME.rs`) as `--test integration` with the filter
+    /// `NAME::` for the binary, so a module is selected as a binary of its own was.
+    pub fn resolve_modules(mut self, root: &Path) -> Extra {
+        let mut cargo = Vec::new();
+        let mut it = self.cargo.iter();
+        let mut integration = false;
+        while let Some(a) = it.next() {
+            if a == "--test"
+                && let Some(name) = it.next()
+            {
+                if is_integration_module(root, name) {
+                    integration = true;
+                    self.binary.push(format!("{name}::"));
+                } else {
+                    cargo.extend([a.clone(), name.clone()]);
+                }
+            } else {
+                cargo.push(a.clone());
+            }
+        }
+        if integration {
+            cargo.extend(["--test".to_owned(), test_classes::INTEGRATION.to_owned()]);
+        }
+        self.cargo = cargo;
+        self
+    }
+
     /// The cargo options for the lb-tests side and for the other crates' side: a
-    /// `--test NAME` goes to lb-tests when it has `tests/NAME.rs`, else to the other
-    /// crates, whose test binaries may also be directories (`lb-agent/tests/NAME/main.rs`)
-    /// (None: that side has nothing selected and is skipped).
+    /// `--test NAME` goes to lb-tests when it has `tests/NAME.rs` or `tests/NAME/main.rs`,
+    /// else to the other crates, whose test binaries may also be directories
+    /// (`lb-agent/tests/NAME/main.rs`) (None: that side has nothing selected and is
+    /// skipped).
     pub fn sides(&self, root: &Path) -> (Option<Vec<String>>, Option<Vec<String>>) {
         let mut named = Vec::new();
         let mut rest = Vec::new();
@@ -119,7 +149,12 @@ impl Extra {
         let side = |here: bool| {
             let picked: Vec<&String> = named
                 .iter()
-                .filter(|n| root.join("tests/tests").join(format!("{n}.rs")).exists() == here)
+                .filter(|n| {
+                    let dir = root.join("tests/tests");
+                    let ours = dir.join(format!("{n}.rs")).exists()
+                        || dir.join(n).join("main.rs").exists();
+                    ours == here
+                })
                 .collect();
             (!picked.is_empty()).then(|| {
                 let mut v = rest.clone();
@@ -143,12 +178,51 @@ impl Extra {
     }
 }
 
-/// One test executable cargo built.
+/// One test executable cargo built, or one module of the integration binary.
 #[derive(Clone, Debug)]
 pub struct TestBin {
-    /// `tests/NAME.rs` target name, or `lb-tests(lib)` / `lb-tests(bin NAME)`.
+    /// `tests/NAME.rs` target name, `lb-tests(lib)` / `lb-tests(bin NAME)`, or the name of
+    /// a module of the integration binary.
     pub name: String,
     pub exe: PathBuf,
+    /// A module's tests (full paths, `module::test`); `None`: every test of `exe`.
+    pub tests: Option<Vec<String>>,
+}
+
+/// Whether `name` is a module of the integration binary.
+fn is_integration_module(root: &Path, name: &str) -> bool {
+    root.join("tests/tests")
+        .join(test_classes::INTEGRATION)
+        .join(format!("{name}.rs"))
+        .exists()
+}
+
+/// Splits the integration binary into its modules (each scheduled as a binary); other
+/// binaries stay as they are. A module's ignored tests are named and left out.
+pub fn split_modules(bins: Vec<TestBin>, dir: &Path) -> anyhow::Result<Vec<TestBin>> {
+    let mut out = Vec::new();
+    for bin in bins {
+        if bin.name != test_classes::INTEGRATION {
+            out.push(bin);
+            continue;
+        }
+        let (tests, ignored) = tests_of(&bin.exe, dir)?;
+        if !ignored.is_empty() {
+            println!("xtask test: ignored, not run: {}", ignored.join(", "));
+        }
+        let mut modules: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for test in tests {
+            let module = test.split("::").next().unwrap_or_default().to_owned();
+            modules.entry(module).or_default().push(test);
+        }
+        out.extend(modules.into_iter().map(|(name, tests)| TestBin {
+            name,
+            exe: bin.exe.clone(),
+            tests: Some(tests),
+        }));
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }
 
 /// Builds lb-tests' test executables (`cargo test --no-run`) and lists them.
@@ -209,6 +283,7 @@ fn test_bin(line: &str) -> anyhow::Result<Option<TestBin>> {
     Ok(Some(TestBin {
         name,
         exe: PathBuf::from(exe),
+        tests: None,
     }))
 }
 
@@ -288,6 +363,35 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
             class,
             binary: bin.name.clone(),
         };
+        // A module of the integration binary: its tests by exact name, those a filter from
+        // the command line selects (as cargo would select them).
+        if let Some(all) = &bin.tests {
+            let (tests, flags) = select(all, &plan.extra.binary);
+            if tests.is_empty() {
+                continue;
+            }
+            if test_classes::runs_test_by_test(&bin.name) {
+                for test in tests {
+                    let mut args = flags.clone();
+                    args.extend(["--exact".to_owned(), test.clone()]);
+                    queue.push(Job {
+                        name: test,
+                        lane: lane.clone(),
+                        cmd: command(&args),
+                    });
+                }
+            } else {
+                let mut args = flags;
+                args.push("--exact".to_owned());
+                args.extend(tests);
+                queue.push(Job {
+                    name: bin.name.clone(),
+                    lane,
+                    cmd: command(&args),
+                });
+            }
+            continue;
+        }
         // A name filter from the command line goes to the whole binary, as cargo would.
         if test_classes::runs_test_by_test(&bin.name) && plan.extra.binary.is_empty() {
             let (tests, ignored) = tests_of(&bin.exe, &plan.root.join("tests"))?;
@@ -365,6 +469,34 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         bail!("{} test job(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// The tests of `all` that the command line's binary arguments select (every test when
+/// they name none; with `--exact`, equal to a name, else containing one), and the
+/// arguments to pass on (the options, without `--exact`, which the job adds itself).
+fn select(all: &[String], binary_args: &[String]) -> (Vec<String>, Vec<String>) {
+    let exact = binary_args.iter().any(|a| a == "--exact");
+    let filters: Vec<&String> = binary_args.iter().filter(|a| !a.starts_with('-')).collect();
+    let flags = binary_args
+        .iter()
+        .filter(|a| a.starts_with('-') && *a != "--exact")
+        .cloned()
+        .collect();
+    let tests = all
+        .iter()
+        .filter(|t| {
+            filters.is_empty()
+                || filters.iter().any(|f| {
+                    if exact {
+                        t == f
+                    } else {
+                        t.contains(f.as_str())
+                    }
+                })
+        })
+        .cloned()
+        .collect();
+    (tests, flags)
 }
 
 /// The unit tests of the other crates, as one job.
@@ -604,16 +736,53 @@ mod tests {
     #[test]
     fn a_named_test_goes_to_the_package_that_has_it() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let e = Extra::parse(&s(&["--test", "netns_udp", "--test", "docs"]));
+        let e = Extra::parse(&s(&["--test", "integration", "--test", "docs"]));
         assert_eq!(
             e.sides(root),
             (
-                Some(s(&["--test", "netns_udp"])),
+                Some(s(&["--test", "integration"])),
                 Some(s(&["--test", "docs"]))
             )
         );
-        let e = Extra::parse(&s(&["--test", "bpf_fuzz"]));
-        assert_eq!(e.sides(root), (Some(s(&["--test", "bpf_fuzz"])), None));
+        let e = Extra::parse(&s(&["--test", "bpf_fixtures"]));
+        assert_eq!(e.sides(root), (Some(s(&["--test", "bpf_fixtures"])), None));
+    }
+
+    #[test]
+    fn a_module_of_the_integration_binary_is_selected_as_a_binary() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let e = Extra::parse(&s(&[
+            "--test",
+            "netns_udp",
+            "--test",
+            "docs",
+            "--",
+            "--nocapture",
+        ]))
+        .resolve_modules(root);
+        assert_eq!(e.cargo, s(&["--test", "docs", "--test", "integration"]));
+        assert_eq!(e.binary, s(&["--nocapture", "netns_udp::"]));
+    }
+
+    #[test]
+    fn a_filter_selects_a_modules_tests_as_libtest_would() {
+        let all = s(&[
+            "netns_udp::udp_nat",
+            "netns_udp::udp_dsr",
+            "netns_tunnel::ipip",
+        ]);
+        assert_eq!(select(&all, &[]), (all.clone(), vec![]));
+        assert_eq!(
+            select(&all, &s(&["udp_", "--nocapture"])),
+            (
+                s(&["netns_udp::udp_nat", "netns_udp::udp_dsr"]),
+                s(&["--nocapture"])
+            )
+        );
+        assert_eq!(
+            select(&all, &s(&["--exact", "netns_udp::udp_nat"])),
+            (s(&["netns_udp::udp_nat"]), vec![])
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! 1,048,576 flows, 1,000,000 established flows written by the harness, then 2,000,000
 //! SYNs from distinct spoofed sources run through `lb_xdp` one by one; counts how many
 //! established flows kept their backend and how long it took (half a GiB of maps, about
-//! 15 s here; in the suite): `cargo test -p lb-tests --test bpf_flood_full_size --
+//! 15 s here; in the suite): `cargo test -p lb-tests --test integration bpf_flood_full_size:: --
 //! --nocapture`.
 
 use std::{
