@@ -30,7 +30,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// backend silent or forge its answers with `nft` rules, and the end-to-end benchmark's
 /// baseline is an nftables DNAT host; `iputils-arping`: the neighbour scenarios announce a
 /// moved backend with a gratuitous ARP, as keepalived does; `prometheus`: `promtool`
-/// checks and unit-tests the contrib alert rules and the dashboard's queries).
+/// checks and unit-tests the contrib alert rules and the dashboard's queries;
+/// `keepalived`: `lb-agent import` is tested on the sample configurations it ships).
 const PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip"),
     ("chromium", "chromium"),
@@ -38,6 +39,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("nftables", "nft"),
     ("iputils-arping", "arping"),
     ("prometheus", "promtool"),
+    ("keepalived", "keepalived"),
 ];
 /// The Debian packages of the tests and benchmarks ([`PACKAGES`]); `cargo xtask test`
 /// and `bench` install what is missing.
