@@ -31,7 +31,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// baseline is an nftables DNAT host; `iputils-arping`: the neighbour scenarios announce a
 /// moved backend with a gratuitous ARP, as keepalived does; `prometheus`: `promtool`
 /// checks and unit-tests the contrib alert rules and the dashboard's queries;
-/// `keepalived`: `lb-agent import` is tested on the sample configurations it ships).
+/// `keepalived`: `lb-agent import` is tested on the sample configurations it ships;
+/// `lintian`: the package test checks the .deb with it).
 const PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip"),
     ("chromium", "chromium"),
@@ -40,6 +41,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("iputils-arping", "arping"),
     ("prometheus", "promtool"),
     ("keepalived", "keepalived"),
+    ("lintian", "lintian"),
 ];
 /// The Debian packages of the tests and benchmarks ([`PACKAGES`]); `cargo xtask test`
 /// and `bench` install what is missing.
