@@ -6,39 +6,31 @@
 //!
 //! promtool comes from Debian's `prometheus` package, which `cargo xtask test` installs.
 
-use std::process::Command;
-
 use lb_tests::{
     agent::metric_families::{
         ALERT_RULES, ALERT_TESTS, dashboard_queries, documented, named_in_contrib, repo_root,
     },
     net::names,
-    util::temp_dir::TempDir,
+    util::{cmd, temp_dir::TempDir},
 };
 
-/// Runs promtool with `args` in the repository; its output, or a panic with it.
+/// `promtool args…`; its output.
 fn promtool(args: &[&str]) -> String {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("promtool: {e} (Debian's `prometheus` package; `cargo xtask test` installs it)")
-        });
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool {args:?} failed:\n{said}");
-    said
+    cmd::run("promtool", args).unwrap_or_else(|e| {
+        panic!("{e} (promtool: Debian's `prometheus` package, which `cargo xtask test` installs)")
+    })
+}
+
+/// The path of `relative` in the repository, as an argument.
+fn in_repo(relative: &str) -> String {
+    repo_root().join(relative).to_string_lossy().into_owned()
 }
 
 #[test]
 fn the_alert_rules_check_and_pass_their_unit_tests() {
-    let checked = promtool(&["check", "rules", ALERT_RULES]);
+    let checked = promtool(&["check", "rules", &in_repo(ALERT_RULES)]);
     assert!(checked.contains("SUCCESS"), "{checked}");
-    let tested = promtool(&["test", "rules", ALERT_TESTS]);
+    let tested = promtool(&["test", "rules", &in_repo(ALERT_TESTS)]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
 
