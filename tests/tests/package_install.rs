@@ -1,7 +1,8 @@
 //! The product as `cargo xtask dist` packs it (`cargo xtask test` builds it first):
 //! the Debian package installs with dpkg into a scratch root, every file is where
 //! operators look for it, the installed binary runs (`--version` names the commit and
-//! the XDP object's hash, `check-config` passes on the packaged example config), the unit
+//! the XDP object's hash, `check-config` passes on the packaged example config), `dpkg
+//! --verify` finds every file as the package's md5sums say, the unit
 //! passes `systemd-analyze verify` where systemd-analyze exists, removal keeps the
 //! conffile and purge removes it; the tarball holds the same files; the shipped binary is
 //! stripped (under 30 MB, no symbol table) and points at its split-off debug file;
@@ -129,6 +130,11 @@ fn the_package_installs_runs_and_removes_cleanly() {
         let meta = std::fs::metadata(root.path(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(meta.len() > 0, "{f} is empty");
     }
+    let verified = root.dpkg(&["--verify", "lb-agent"]);
+    assert!(
+        verified.trim().is_empty(),
+        "the installed files match the package's md5sums:\n{verified}"
+    );
     let conffiles = root.dpkg(&["--status", "lb-agent"]);
     assert!(
         conffiles.contains("/etc/lb/lb.toml"),

@@ -164,12 +164,24 @@ fn lay_out(
         );
         write(&at("DEBIAN/control"), control.as_bytes(), 0o644)?;
         write(&at("DEBIAN/conffiles"), b"/etc/lb/lb.toml\n", 0o644)?;
+        md5sums(dest)?;
     } else {
         for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
             copy(&root.join(f), &doc.join(f), 0o644)?;
         }
     }
     Ok(())
+}
+
+/// `DEBIAN/md5sums` of the files under `dest` (the conffile aside, which dpkg tracks
+/// itself): what `dpkg --verify` checks the installed files against.
+fn md5sums(dest: &Path) -> anyhow::Result<()> {
+    let sums = capture(
+        Command::new("sh")
+            .args(["-c", "find usr lib -type f | LC_ALL=C sort | xargs md5sum"])
+            .current_dir(dest),
+    )?;
+    write(&dest.join("DEBIAN/md5sums"), &sums, 0o644)
 }
 
 /// [`CHANGELOG`], whose newest entry must be `version`'s.
