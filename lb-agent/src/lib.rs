@@ -21,6 +21,7 @@
 //! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
 //! - [`doctor`]: the host preflight of `lb-agent doctor` (docs/doctor.md);
+//! - [`import`]: lb.toml from keepalived and Angie/nginx configs (`lb-agent import`, docs/migrating.md);
 //! - [`view`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`;
 //! - `util`: durable file writes and the ordered join of address-sorted sequences.
 //!
@@ -38,6 +39,7 @@ pub mod event_loop;
 pub mod health;
 pub mod host;
 pub mod hwaddr;
+pub mod import;
 pub mod maglev;
 pub mod membership;
 pub mod neighbour;

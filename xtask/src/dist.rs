@@ -1,9 +1,12 @@
 //! `cargo xtask dist`: the product as operators install it, in `target/dist/`:
 //! - `lb-agent_<version>_amd64.deb`: the binary (`/usr/sbin/lb-agent`), the systemd unit,
-//!   an example `/etc/lb/lb.toml` (a conffile), shell completions, man pages, licences;
+//!   an example `/etc/lb/lb.toml` (a conffile), shell completions, man pages, the
+//!   changelog (`contrib/debian/changelog`) and the copyright file with both licences;
+//!   `lintian` finds no error or warning in it (tests/tests/package_install.rs);
 //! - `lb-<version>-x86_64-linux.tar.gz`: the same files under `lb-<version>/`;
-//! - `lb-agent-<version>.debug`: the debug info split off the shipped binary (for crash
-//!   analysis: `gdb` finds it through the binary's `.gnu_debuglink`).
+//! - `lb-agent-<version>.debug`: the debug info and symbol table split off the shipped
+//!   binary (for crash analysis and profiles: `gdb` and `perf` find it through the
+//!   binary's `.gnu_debuglink`).
 //!
 //! Only the product is built (`cargo build --release -p lb-agent`), no test or benchmark
 //! binary.
@@ -16,6 +19,10 @@ use anyhow::{Context, bail};
 /// [`UNIT_BINARY`]; the package puts it here).
 const PACKAGE_BINARY: &str = "/usr/sbin/lb-agent";
 const UNIT_BINARY: &str = "/usr/local/bin/lb-agent";
+/// The package's Maintainer field (the address the project's commits come from).
+const MAINTAINER: &str = "The lb maintainers <maintainers@users.noreply.a-seed-a1153c89.example>";
+/// The Debian changelog the package ships; its newest entry names the package version.
+const CHANGELOG: &str = "contrib/debian/changelog";
 
 /// Builds the release binary and packs it; `target` is the cargo target directory.
 pub fn run(root: &Path, target: &Path) -> anyhow::Result<()> {
@@ -25,8 +32,8 @@ pub fn run(root: &Path, target: &Path) -> anyhow::Result<()> {
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out)?;
 
-    // Split the debug info off: the shipped binary keeps its symbol table (panics and
-    // `perf` still name functions) and points at the debug file.
+    // Split the debug info and the symbol table off, as Debian strips binaries: the
+    // shipped binary points at the debug file, where gdb and perf find the names.
     let built = target.join("release/lb-agent");
     let debug = out.join(format!("lb-agent-{version}.debug"));
     let stripped = out.join("lb-agent");
@@ -35,7 +42,12 @@ pub fn run(root: &Path, target: &Path) -> anyhow::Result<()> {
         .arg(&built)
         .arg(&debug))?;
     sh(Command::new("objcopy")
-        .args(["--strip-debug", "--remove-section=.gnu_debuglink"])
+        .args([
+            "--strip-all",
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--remove-section=.gnu_debuglink",
+        ])
         .arg(format!("--add-gnu-debuglink={}", debug.display()))
         .arg(&built)
         .arg(&stripped))?;
@@ -130,15 +142,20 @@ fn lay_out(
         sh(Command::new("gzip").args(["-9n"]).arg(&page))?;
     }
     let doc = share.join("doc/lb-agent");
-    for f in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
-        copy(&root.join(f), &doc.join(f), 0o644)?;
-    }
+    copy(&root.join("README.md"), &doc.join("README.md"), 0o644)?;
     if deb {
-        write(&doc.join("copyright"), copyright().as_bytes(), 0o644)?;
+        // Debian keeps the licences in the copyright file (Apache-2.0 is in
+        // /usr/share/common-licenses) and the changelog gzipped.
+        write(&doc.join("copyright"), copyright(root)?.as_bytes(), 0o644)?;
+        let changelog = changelog(root, version)?;
+        write(&doc.join("changelog"), changelog.as_bytes(), 0o644)?;
+        sh(Command::new("gzip")
+            .args(["-9n"])
+            .arg(doc.join("changelog")))?;
         let installed_kib = du_kib(dest)?;
         let control = format!(
             "Package: lb-agent\nVersion: {version}\nArchitecture: amd64\nSection: net\n\
-             Priority: optional\nMaintainer: The lb developers <lb@localhost>\n\
+             Priority: optional\nMaintainer: {MAINTAINER}\n\
              Depends: libc6 (>= 2.34)\nInstalled-Size: {installed_kib}\n\
              Description: XDP layer-4 load balancer with a health agent\n \
              lb steers every packet for a virtual service to a healthy backend from an XDP\n \
@@ -147,18 +164,68 @@ fn lay_out(
         );
         write(&at("DEBIAN/control"), control.as_bytes(), 0o644)?;
         write(&at("DEBIAN/conffiles"), b"/etc/lb/lb.toml\n", 0o644)?;
+        md5sums(dest)?;
+    } else {
+        for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            copy(&root.join(f), &doc.join(f), 0o644)?;
+        }
     }
     Ok(())
 }
 
-/// The machine-readable `debian/copyright` of the two licences.
-fn copyright() -> String {
-    "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
-     Upstream-Name: lb\n\n\
-     Files: *\nCopyright: 2026 The lb developers\nLicense: MIT or Apache-2.0\n \
-     The full texts are in /usr/share/doc/lb-agent/LICENSE-MIT and\n \
-     /usr/share/doc/lb-agent/LICENSE-APACHE (also /usr/share/common-licenses/Apache-2.0).\n"
-        .to_string()
+/// `DEBIAN/md5sums` of the files under `dest` (the conffile aside, which dpkg tracks
+/// itself): what `dpkg --verify` checks the installed files against.
+fn md5sums(dest: &Path) -> anyhow::Result<()> {
+    let sums = capture(
+        Command::new("sh")
+            .args(["-c", "find usr lib -type f | LC_ALL=C sort | xargs md5sum"])
+            .current_dir(dest),
+    )?;
+    write(&dest.join("DEBIAN/md5sums"), &sums, 0o644)
+}
+
+/// [`CHANGELOG`], whose newest entry must be `version`'s.
+fn changelog(root: &Path, version: &str) -> anyhow::Result<String> {
+    let text =
+        fs::read_to_string(root.join(CHANGELOG)).with_context(|| format!("reading {CHANGELOG}"))?;
+    let newest = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(" ("))
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(v, _)| v);
+    if newest != Some(version) {
+        bail!(
+            "{CHANGELOG}: the newest entry is {newest:?}, the package is {version}: add an entry"
+        );
+    }
+    Ok(text)
+}
+
+/// The machine-readable `debian/copyright`: the MIT licence in full (LICENSE-MIT), the
+/// Apache licence by its path in common-licenses.
+fn copyright(root: &Path) -> anyhow::Result<String> {
+    let mit = fs::read_to_string(root.join("LICENSE-MIT")).context("reading LICENSE-MIT")?;
+    let mit: String = mit
+        .trim_end()
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                " .\n".to_owned()
+            } else {
+                format!(" {l}\n")
+            }
+        })
+        .collect();
+    Ok(format!(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
+         Upstream-Name: lb\n\n\
+         Files: *\nCopyright: 2026 The lb developers\nLicense: MIT or Apache-2.0\n\n\
+         License: MIT\n{mit}\n\
+         License: Apache-2.0\n \
+         On Debian systems, the full text of the Apache License, Version 2.0 is in\n \
+         /usr/share/common-licenses/Apache-2.0.\n"
+    ))
 }
 
 /// The workspace package version of lb-agent (`cargo metadata` would build nothing but

@@ -29,13 +29,19 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// BIRD in namespaces, docs/multi-node.md; `nftables`: the SYN-check scenarios make a
 /// backend silent or forge its answers with `nft` rules, and the end-to-end benchmark's
 /// baseline is an nftables DNAT host; `iputils-arping`: the neighbour scenarios announce a
-/// moved backend with a gratuitous ARP, as keepalived does).
+/// moved backend with a gratuitous ARP, as keepalived does; `prometheus`: `promtool`
+/// checks and unit-tests the contrib alert rules and the dashboard's queries;
+/// `keepalived`: `lb-agent import` is tested on the sample configurations it ships;
+/// `lintian`: the package test checks the .deb with it).
 const PACKAGES: &[(&str, &str)] = &[
     ("iproute2", "ip"),
     ("chromium", "chromium"),
     ("bird2", "bird"),
     ("nftables", "nft"),
     ("iputils-arping", "arping"),
+    ("prometheus", "promtool"),
+    ("keepalived", "keepalived"),
+    ("lintian", "lintian"),
 ];
 /// The Debian packages of the tests and benchmarks ([`PACKAGES`]); `cargo xtask test`
 /// and `bench` install what is missing.

@@ -58,6 +58,10 @@ const LIGHT: &[(&str, &str)] = &[
         "BPF_PROG_TEST_RUN with a seeded mutator; verdicts only",
     ),
     (
+        "contrib_monitoring",
+        "promtool over the contrib files and a temporary rule file named after its pid; no agent",
+    ),
+    (
         "dataplane_backend_capacity",
         "its own maps; steering and counts only",
     ),

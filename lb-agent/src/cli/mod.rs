@@ -7,6 +7,7 @@ mod doctor;
 mod events;
 mod generate;
 mod http;
+mod import;
 mod lifecycle;
 mod node;
 mod run;
@@ -84,6 +85,16 @@ enum Command {
         /// The config file, as `--config` (`check-config lb.toml` works too).
         #[arg(value_name = "FILE", conflicts_with = "config")]
         file: Option<PathBuf>,
+    },
+    /// Print an lb.toml converted from keepalived's `virtual_server` blocks or Angie/nginx
+    /// `upstream` blocks, with a comment on every directive lb does differently or not at
+    /// all (docs/migrating.md).
+    Import {
+        /// The format of FILE.
+        #[arg(value_enum)]
+        format: ImportFormat,
+        /// The file to convert, e.g. /etc/keepalived/keepalived.conf.
+        file: PathBuf,
     },
     /// Make the running agent re-read its config file (as SIGHUP does); prints why if
     /// the new file is refused (the running config then stays in force).
@@ -278,6 +289,23 @@ enum ServerCommand {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+enum ImportFormat {
+    /// keepalived.conf (IPVS `virtual_server`, `real_server`, checkers).
+    Keepalived,
+    /// Angie or nginx (`upstream`, `server`, `upstream_probe`).
+    Angie,
+}
+
+impl From<ImportFormat> for lb_agent::import::Format {
+    fn from(f: ImportFormat) -> Self {
+        match f {
+            ImportFormat::Keepalived => lb_agent::import::Format::Keepalived,
+            ImportFormat::Angie => lb_agent::import::Format::Angie,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum XdpModeArg {
     Auto,
     Native,
@@ -351,6 +379,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig { config, file } => {
             check_config::check(&config.or(file).expect("clap requires one of them"))
         }
+        Command::Import { format, file } => import::import(format.into(), &file),
         Command::Doctor { config, interface } => {
             block_on(doctor::doctor(config.as_deref(), interface))
         }

@@ -5,7 +5,8 @@
 //! connections (`lb_server_active_flows`, `lb_nat_table_entries`,
 //! `lb_flow_table_entries`), and a closed connection leaves `lb_server_active_flows`
 //! within seconds, as an operator waiting for a drain needs; probe durations are a
-//! histogram per service and probe.
+//! histogram per service and probe. The contrib dashboard and alert rules name only
+//! families the agent exports.
 
 use std::{
     collections::BTreeMap,
@@ -18,6 +19,7 @@ use lb_tests::{
     agent::{
         api::{self, Api},
         daemon::{Agent, AgentConfig, START_TIMEOUT, locate_binary},
+        metric_families::{documented, named_in_contrib},
     },
     net::topology::Forwarding,
     scenario::balance,
@@ -37,19 +39,6 @@ fn exposed(text: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_once(' '))
         .map(|(n, t)| (n.to_string(), t.to_string()))
-        .collect()
-}
-
-/// `name -> type` of every table row of docs/metrics.md.
-fn documented() -> BTreeMap<String, String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-    let text = std::fs::read_to_string(&path).expect("docs/metrics.md");
-    text.lines()
-        .filter(|l| l.starts_with("| `lb_"))
-        .map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
-        })
         .collect()
 }
 
@@ -227,6 +216,15 @@ fn the_exposition_matches_the_docs_and_the_new_families_count() {
     assert!(
         missing.is_empty(),
         "in docs/metrics.md but not exposed: {missing:?}"
+    );
+    // The contrib dashboard and alert rules query only families this agent exports.
+    let unexported: Vec<_> = named_in_contrib()
+        .into_iter()
+        .filter(|(n, _)| !exposed.contains_key(n))
+        .collect();
+    assert!(
+        unexported.is_empty(),
+        "named in contrib/ but not exposed: {unexported:?}"
     );
 
     // Closed connections leave the count within seconds (nat: their ports become

@@ -1,10 +1,13 @@
 //! The product as `cargo xtask dist` packs it (`cargo xtask test` builds it first):
 //! the Debian package installs with dpkg into a scratch root, every file is where
 //! operators look for it, the installed binary runs (`--version` names the commit and
-//! the XDP object's hash, `check-config` passes on the packaged example config), the unit
+//! the XDP object's hash, `check-config` passes on the packaged example config), `dpkg
+//! --verify` finds every file as the package's md5sums say, the unit
 //! passes `systemd-analyze verify` where systemd-analyze exists, removal keeps the
 //! conffile and purge removes it; the tarball holds the same files; the shipped binary is
-//! stripped (under 30 MB) and points at its split-off debug file.
+//! stripped (under 30 MB, no symbol table) and points at its split-off debug file;
+//! `lintian` (Debian's package checker, which `cargo xtask test` installs) reports no
+//! error and no warning on the package.
 //!
 //! Needs root (dpkg). Without the package the test fails when `CI` is set and is skipped
 //! (with a message) otherwise.
@@ -108,8 +111,7 @@ const FILES: &[&str] = &[
     "/usr/share/man/man8/lb-agent-run.8.gz",
     "/usr/share/man/man8/lb-agent-check-config.8.gz",
     "/usr/share/doc/lb-agent/copyright",
-    "/usr/share/doc/lb-agent/LICENSE-MIT",
-    "/usr/share/doc/lb-agent/LICENSE-APACHE",
+    "/usr/share/doc/lb-agent/changelog.gz",
 ];
 
 #[test]
@@ -128,6 +130,11 @@ fn the_package_installs_runs_and_removes_cleanly() {
         let meta = std::fs::metadata(root.path(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(meta.len() > 0, "{f} is empty");
     }
+    let verified = root.dpkg(&["--verify", "lb-agent"]);
+    assert!(
+        verified.trim().is_empty(),
+        "the installed files match the package's md5sums:\n{verified}"
+    );
     let conffiles = root.dpkg(&["--status", "lb-agent"]);
     assert!(
         conffiles.contains("/etc/lb/lb.toml"),
@@ -140,8 +147,8 @@ fn the_package_installs_runs_and_removes_cleanly() {
     assert!(size < MAX_BINARY, "the shipped binary is {size} bytes");
     let sections = run(Command::new("readelf").arg("-S").arg(&bin));
     assert!(
-        !sections.contains(".debug_info"),
-        "the shipped binary carries no DWARF"
+        !sections.contains(".debug_info") && !sections.contains(".symtab"),
+        "the shipped binary carries no DWARF and no symbol table:\n{sections}"
     );
     let link = run(Command::new("readelf")
         .args(["--string-dump=.gnu_debuglink"])
@@ -154,8 +161,8 @@ fn the_package_installs_runs_and_removes_cleanly() {
     );
     let debug_sections = run(Command::new("readelf").arg("-S").arg(&debug));
     assert!(
-        debug_sections.contains(".debug_info"),
-        "{debug_name} holds the DWARF"
+        debug_sections.contains(".debug_info") && debug_sections.contains(".symtab"),
+        "{debug_name} holds the DWARF and the symbol table"
     );
 
     let version = run(Command::new(&bin).arg("--version"));
@@ -229,6 +236,38 @@ fn verify_unit(root: &ScratchRoot, unit: &str) {
         "systemd-analyze verify:\n{said}"
     );
     println!("systemd-analyze verify: the unit is clean");
+}
+
+#[test]
+fn lintian_finds_no_error_or_warning() {
+    let Some(deb) = present() else {
+        return;
+    };
+    // Exit status 0 unless a tag of at least the `--fail-on` levels is found; the
+    // listing shows what lintian said either way.
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--tag-display-limit", "0"])
+        .arg(&deb)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("lintian: {e} (Debian's lintian package; `cargo xtask test` installs it)")
+        });
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tags: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.starts_with("W: "))
+        .collect();
+    assert!(
+        out.status.success() && tags.is_empty(),
+        "lintian {}: {}\n{said}",
+        deb.display(),
+        out.status
+    );
+    println!("lintian: no error or warning\n{said}");
 }
 
 #[test]
