@@ -2,7 +2,7 @@
 //! - `lb-agent_<version>_amd64.deb`: the binary (`/usr/sbin/lb-agent`), the systemd unit,
 //!   an example `/etc/lb/lb.toml` (a conffile), shell completions, man pages, the
 //!   changelog (`contrib/debian/changelog`) and the copyright file with both licences;
-//!   `lintian` finds no error or warning in it (tests/tests/package_install.rs);
+//!   `lintian` finds no error or warning in it (tests/tests/integration/package_install.rs);
 //! - `lb-<version>-x86_64-linux.tar.gz`: the same files under `lb-<version>/`;
 //! - `lb-agent-<version>.debug`: the debug info and symbol table split off the shipped
 //!   binary (for crash analysis and profiles: `gdb` and `perf` find it through the

@@ -10,6 +10,7 @@
 mod bpf_flood_full_size;
 mod bpf_fuzz;
 mod browser_status_page;
+mod contrib_monitoring;
 mod dataplane_backend_capacity;
 mod dataplane_maglev_pool;
 mod dataplane_slot_writes;
