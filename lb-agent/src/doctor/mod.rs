@@ -12,6 +12,7 @@ mod bpffs;
 mod ethtool;
 mod interface;
 mod kernel;
+pub mod native_xdp;
 mod privileges;
 mod sysctl;
 
