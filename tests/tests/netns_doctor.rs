@@ -3,7 +3,8 @@
 //! it — a missing interface, strict rp_filter with a backend routed out of another
 //! interface, a snat_ip that is not local, snat_ports overlapping the ephemeral ports,
 //! a pin_path off bpffs, BIRD's socket absent, a dsr backend off the segment, an MTU
-//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`), and a
+//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`; `run`
+//! refuses the dsr backend off the segment too), and a
 //! veth whose peer runs no XDP program with `xdp_mode = "native"` (a warning with
 //! `auto`, which then attaches in generic mode).
 //!
@@ -249,6 +250,23 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         "dsr dns",
         |t| t.replace("10.70.0.12:53", "10.71.0.12:53"),
         &[],
+    );
+
+    // `run` refuses the dsr backend off the segment as doctor does, before attaching.
+    let off = config(&h, |t| t.replace("10.70.0.12:53", "10.71.0.12:53"));
+    let bin = locate_binary("lb-agent").expect("lb-agent built");
+    let out = Command::new("ip")
+        .args(["netns", "exec", h.lb.name()])
+        .arg(bin)
+        .args(["run", "--config"])
+        .arg(&off)
+        .output()
+        .expect("running lb-agent run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("dsr backend 10.71.0.12 is on another interface's segment than eth0"),
+        "{stderr}"
     );
 
     // Strict rp_filter: fine while every backend is routed through eth0, a blocker once
