@@ -418,6 +418,10 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     let broken = wall_now();
     let (ok, text) = decap(&bed.backends[1], &binary, "detach");
     assert!(ok, "decap detach on t2: {text}");
+    assert!(
+        !text.contains("WARN"),
+        "decap detach has nothing to warn about (lb_decap pins nothing): {text}"
+    );
     let bound = echo.detection_bound() + MARGIN;
     let out = wait_event(&api, t2, "unhealthy", broken, bound + PROBE_INTERVAL)
         .unwrap_or_else(|e| panic!("t2 stayed in with its tunnel broken: {e}"));

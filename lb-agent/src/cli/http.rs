@@ -90,7 +90,8 @@ pub async fn request(
             let stream = UnixStream::connect(socket).await.with_context(|| {
                 format!(
                     "connecting to the agent API socket {} (is `lb-agent run` up, and may this \
-                     user open the socket? `--socket PATH` for another agent, `--api URL` for TCP)",
+                     user open the socket? For an agent started with another config: `--config \
+                     FILE` finds its socket; `--socket PATH` names one, `--api URL` uses TCP)",
                     socket.display()
                 )
             })?;
