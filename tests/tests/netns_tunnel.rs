@@ -65,8 +65,7 @@ const METRICS_WAIT: Duration = Duration::from_secs(10);
 
 fn metric(api: &Api, counter: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_dataplane_packets_total", &[("counter", counter)])
-        .unwrap_or_else(|| panic!("{counter} in the metrics"))
+    api::counter(&text, counter).unwrap_or_else(|| panic!("{counter} in the metrics"))
 }
 
 /// Waits until `counter` reaches `at_least`; returns its last value.
