@@ -70,8 +70,8 @@ pub fn native(name: &str, judged: &NativeXdp, mode: XdpMode) -> Finding {
             check,
             format!(
                 "{driver} has native XDP but xdp_mode = \"generic\": the program runs after \
-                     the kernel allocated an skb per packet (several times slower); use \"auto\" \
-                     or \"native\""
+                 the kernel allocated an skb per packet (several times slower); use \"auto\" \
+                 or \"native\""
             ),
         ),
         (NativeXdp::Delivers { driver, features }, _) => Finding::ok(
