@@ -2,7 +2,7 @@
 //! and remove a server, node drain. Each is checked with the config loader's rules,
 //! recorded in the runtime admin state (`admin_state.rs`) and published at once.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use tokio::time::Instant;
 
@@ -45,12 +45,34 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             .iter()
             .position(|s| s.cfg.name == service)
             .ok_or_else(|| AdminError::NoService(service.to_string()))?;
-        let addr: SocketAddr = address
-            .parse()
-            .map_err(|_| AdminError::Invalid(format!("`{address}` is not an address:port")))?;
         let no_server = || AdminError::NoServer {
             service: service.to_string(),
             address: address.to_string(),
+        };
+        let addr = match (&change, address.parse::<SocketAddr>()) {
+            (_, Ok(addr)) => addr,
+            (AdminChange::Add(_), Err(_)) => {
+                return Err(AdminError::Invalid(format!(
+                    "`{address}` is not an address:port"
+                )));
+            }
+            // A server given without its port, as the config allows: the service's one
+            // server at that IP.
+            (_, Err(_)) => {
+                let ip: IpAddr = address.parse().map_err(|_| {
+                    AdminError::Invalid(format!("`{address}` is not an address or address:port"))
+                })?;
+                let mut at_ip = self.services[si].servers.keys().filter(|a| a.ip() == ip);
+                match (at_ip.next(), at_ip.next()) {
+                    (Some(addr), None) => *addr,
+                    (None, _) => return Err(no_server()),
+                    (Some(_), Some(_)) => {
+                        return Err(AdminError::Invalid(format!(
+                            "service {service:?} has several servers at {ip}: give the port"
+                        )));
+                    }
+                }
+            }
         };
         let invalid = |e: crate::config::ServerRuleError| AdminError::Invalid(e.0);
         let change_kind = match &change {

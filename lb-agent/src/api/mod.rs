@@ -7,7 +7,7 @@
 
 mod auth;
 mod counters;
-mod families;
+pub mod families;
 mod limits;
 mod metrics;
 mod page;

@@ -206,6 +206,10 @@ pub struct ServerView {
     pub active: bool,
     pub mac: Option<String>,
     pub stats: Stats,
+    /// Flows pinned to it that are still open, as last counted (`None` before the
+    /// first count): `lb_server_active_flows`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub active_flows: Option<u64>,
     /// Failures counted (probes and passive).
     pub fails: u64,
     pub downstart: Option<String>,
@@ -283,6 +287,7 @@ fn server_view(s: &ServerStatus, table_size: u32) -> ServerView {
         active: s.active,
         mac: s.mac.clone(),
         stats: s.stats,
+        active_flows: s.active_flows,
         fails: s.health.fails,
         downstart: s.health.downstart.clone(),
         probes: s

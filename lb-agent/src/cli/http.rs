@@ -51,19 +51,23 @@ impl Target {
     /// Where the agent run with the config file `path` serves its API: its `api_socket`,
     /// or, when that is disabled (`""`), its `api_listen` over TCP with the token of its
     /// `api_token_file` (when this user can read it: reads need none).
+    /// A file the loader refuses still names the API when its own keys are valid: that
+    /// is the agent `reload` must reach to hear why the file is refused.
     pub fn from_config(path: &Path) -> anyhow::Result<Target> {
-        let cfg = lb_agent::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if let Some(socket) = cfg.agent.api_socket {
+        let agent = match lb_agent::config::load(path) {
+            Ok(cfg) => cfg.agent,
+            Err(err) => api_keys_alone(path).ok_or_else(|| anyhow::anyhow!("{err}"))?,
+        };
+        if let Some(socket) = agent.api_socket {
             return Ok(Target::Socket(socket));
         }
-        let Some(listen) = cfg.agent.api_listen else {
+        let Some(listen) = agent.api_listen else {
             bail!(
                 "{} disables both api_socket and api_listen: the agent serves no API",
                 path.display()
             );
         };
-        let token = cfg
-            .agent
+        let token = agent
             .api_token_file
             .and_then(|p| std::fs::read_to_string(p).ok())
             .map(|t| t.trim().to_string());
@@ -72,6 +76,27 @@ impl Target {
             token,
         })
     }
+}
+
+/// The `[agent]` table of `path` with only the keys that say where the API is, through
+/// the loader (so with its defaults); `None` when even those do not load.
+fn api_keys_alone(path: &Path) -> Option<lb_agent::config::AgentConfig> {
+    const API_KEYS: [&str; 3] = ["api_socket", "api_listen", "api_token_file"];
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    let mut keys = toml::Table::new();
+    if let Some(agent) = table.get("agent").and_then(toml::Value::as_table) {
+        for key in API_KEYS {
+            if let Some(value) = agent.get(key) {
+                keys.insert(key.to_string(), value.clone());
+            }
+        }
+    }
+    let mut alone = toml::Table::new();
+    alone.insert("agent".to_string(), toml::Value::Table(keys));
+    lb_agent::config::parse(&alone.to_string(), path)
+        .ok()
+        .map(|c| c.agent)
 }
 
 /// Sends one request to `target` + `path` and returns (status, body).
@@ -90,7 +115,8 @@ pub async fn request(
             let stream = UnixStream::connect(socket).await.with_context(|| {
                 format!(
                     "connecting to the agent API socket {} (is `lb-agent run` up, and may this \
-                     user open the socket? `--socket PATH` for another agent, `--api URL` for TCP)",
+                     user open the socket? For an agent started with another config: `--config \
+                     FILE` finds its socket; `--socket PATH` names one, `--api URL` uses TCP)",
                     socket.display()
                 )
             })?;

@@ -17,6 +17,7 @@ use lb_agent::{
         attach::caps,
         if_index,
     },
+    doctor::native_xdp::{self, NativeXdp},
     event_loop::AttachmentWatch,
 };
 use lb_common::table::TableLayout;
@@ -196,16 +197,44 @@ pub fn prepare(
     })
 }
 
-/// Attaches (or swaps in) the program once its maps hold the configured state.
+/// Attaches (or swaps in) the program once its maps hold the configured state. A fresh
+/// attach in `auto` mode takes generic mode where native XDP cannot forward (doctor's
+/// judgement, docs/doctor.md); in `native` mode that is said loudly.
 pub fn attach(
     dp: &mut impl DataplaneLifecycle,
     interface: &str,
     mode: AttachMode,
     previous: Option<&AttachedProgram>,
 ) -> anyhow::Result<()> {
+    let mode = match (mode, previous) {
+        (AttachMode::Auto | AttachMode::Native, None) => native_or_generic(interface, mode)?,
+        _ => mode,
+    };
     dp.attach(interface, mode, previous)
         .with_context(|| format!("attaching to {interface}"))?;
     Ok(())
+}
+
+/// `mode`, or generic mode for `auto` where native XDP cannot forward.
+fn native_or_generic(interface: &str, mode: AttachMode) -> anyhow::Result<AttachMode> {
+    let NativeXdp::CannotDeliver { why, .. } = native_xdp::judge(interface, if_index(interface)?)
+    else {
+        return Ok(mode);
+    };
+    if mode == AttachMode::Auto {
+        warn!(
+            interface,
+            "{why}; xdp_mode \"auto\" attaches in generic mode, which delivers"
+        );
+        Ok(AttachMode::Generic)
+    } else {
+        error!(
+            interface,
+            "{why}; xdp_mode = \"native\" attaches as configured and nothing is forwarded \
+             until that is fixed (\"auto\" takes generic mode here)"
+        );
+        Ok(mode)
+    }
 }
 
 /// How often the agent checks that the interface still runs its XDP program, at least

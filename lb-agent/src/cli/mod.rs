@@ -222,7 +222,8 @@ struct ServerRef {
     /// The service's `name` in the config, e.g. `web`.
     service: String,
     /// The server's address as the service lists it: `IP:PORT` or `[IPv6]:PORT`
-    /// (`lb-agent status` shows them).
+    /// (`lb-agent status` shows them), or the IP alone when the service has one server
+    /// there.
     address: String,
 }
 
@@ -345,6 +346,10 @@ pub fn init_logging(format: lb_agent::config::LogFormat) {
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // `run` starts its log once it has read `agent.log_format`.
     if !matches!(cli.command, Command::Run { .. }) {
+        // A command that prints ends quietly when its reader goes away (`| head`), as
+        // Unix tools do; `run` keeps SIGPIPE ignored for its sockets.
+        // SAFETY: setting a signal's disposition to its default, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         init_logging(lb_agent::config::LogFormat::Text);
     }
     match cli.command {

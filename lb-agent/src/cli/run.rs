@@ -87,6 +87,10 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .clone()
         .or_else(|| cfg.agent.interface.clone())
         .context("no interface: set `agent.interface` in the config or pass --interface")?;
+    if let Err(why) = lb_agent::doctor::dsr_segment::check(&cfg, &interface) {
+        eprintln!("lb-agent: {}: {why}", opts.config.display());
+        return Ok(ExitCode::from(2));
+    }
     let mode = opts.xdp_mode.unwrap_or(match cfg.agent.xdp_mode {
         config::XdpMode::Auto => AttachMode::Auto,
         config::XdpMode::Native => AttachMode::Native,
@@ -205,7 +209,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         signals,
         passive_events: events,
         attachment: lifecycle::Attachment::watch(),
-        config: Box::new(ConfigFile::new(opts.config.clone())),
+        config: Box::new(ConfigFile::new(opts.config.clone(), interface.clone())),
         // `WatchdogSec=`: pinged from the loop, so a loop that hangs stops the pings.
         watchdog: lb_agent::sd_notify::watchdog_every(),
     };

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use crate::config::{Config, Forwarding, ServerAddress};
 
-use super::{Finding, read_sysctl};
+use super::{Finding, dsr_segment, read_sysctl};
 
 /// Every nat `snat_ip` must be an address of this host (replies come back to it), best
 /// on the attached interface.
@@ -61,26 +61,20 @@ pub fn snat(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
     out
 }
 
-/// dsr backends: on the attached interface's segment (the program rewrites only the
-/// destination MAC and sends the frame back out), and the ARP sysctls that keep a
-/// backend holding the VIP from answering ARP for it — checked where the backend is
-/// this host, printed as advice for the others.
-pub async fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
-    let dsr: Vec<_> = cfg
-        .services
-        .iter()
-        .filter(|s| s.forwarding == Forwarding::Dsr)
-        .collect();
-    if dsr.is_empty() {
-        return Vec::new();
-    }
+/// dsr backends: on the attached interface's segment ([`dsr_segment`]), and the ARP
+/// sysctls that keep a backend holding the VIP from answering ARP for it — checked
+/// where the backend is this host, printed as advice for the others.
+pub fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
     let local: Vec<IpAddr> = crate::host::named_addresses()
         .map(|v| v.into_iter().map(|(_, a)| a).collect())
         .unwrap_or_default();
-    let ifindex = interface.and_then(|i| crate::dataplane::if_index(i).ok());
-    let rtnl = crate::neighbour::rtnl::Rtnl::new().ok();
+    let off = interface.map_or_else(Vec::new, |i| dsr_segment::off_segment(cfg, i));
     let mut out = Vec::new();
-    for s in dsr {
+    for s in cfg
+        .services
+        .iter()
+        .filter(|s| s.forwarding == Forwarding::Dsr)
+    {
         let check = format!("dsr {}", s.name);
         let mut remote = 0;
         for srv in &s.servers {
@@ -93,30 +87,12 @@ pub async fn dsr(cfg: &Config, interface: Option<&str>) -> Vec<Finding> {
                 continue;
             }
             remote += 1;
-            if let (Some(rtnl), Some(ifindex), Some(name)) = (&rtnl, ifindex, interface)
-                && let Ok(hop) = rtnl.route(ip).await
-            {
-                if let Some(gw) = hop.gateway {
-                    out.push(Finding::blocker(
-                        check.clone(),
-                        format!(
-                            "backend {ip} is reached through the router {gw}: dsr sends the \
-                             client's packet, addressed to the VIP, to the backend's MAC on \
-                             {name}'s segment; put the backend on that segment or use nat"
-                        ),
-                    ));
-                } else if hop.oif.is_some_and(|o| o != ifindex) {
-                    out.push(Finding::blocker(
-                        check.clone(),
-                        format!(
-                            "backend {ip} is on another interface's segment than {name}: dsr \
-                             sends frames back out of {name} only; put it on that segment or \
-                             use nat"
-                        ),
-                    ));
-                }
-            }
         }
+        out.extend(
+            off.iter()
+                .filter(|o| o.service == s.name)
+                .map(|o| Finding::blocker(check.clone(), o.to_string())),
+        );
         if remote > 0 {
             out.push(Finding::ok(
                 check,

@@ -1,58 +1,15 @@
-//! The interface: exists, its driver and whether it has native XDP, the program
-//! attached now, the MTU against what native XDP takes, LRO and GRO.
+//! The interface: exists, whether native XDP can forward on it, the program attached
+//! now, the MTU against what native XDP takes, LRO and GRO.
 
 use crate::{config::XdpMode, dataplane, netlink::XdpAttached};
 
-use super::{Finding, Level, ethtool};
+use super::{
+    Finding, Level, ethtool,
+    native_xdp::{self, NativeXdp},
+};
 
 /// The check name of a missing interface (the caller skips what needs it).
 pub const MISSING: &str = "interface";
-
-/// Drivers with native (driver-mode) XDP in mainline Linux, by the name `ethtool -i`
-/// gives. Knowledge, not a probe: a driver missing here may still have it.
-pub const NATIVE_XDP_DRIVERS: &[&str] = &[
-    "am65-cpsw-nuss",
-    "atlantic",
-    "bnxt_en",
-    "bonding",
-    "cpsw",
-    "ena",
-    "fec",
-    "fsl_dpaa2_eth",
-    "fsl_enetc",
-    "fsl_enetc_vf",
-    "gve",
-    "hv_netvsc",
-    "i40e",
-    "ice",
-    "igb",
-    "igc",
-    "ionic",
-    "ixgbe",
-    "ixgbevf",
-    "lan966x-switch",
-    "mana",
-    "mlx4_en",
-    "mlx5_core",
-    "mtk_soc_eth",
-    "mvneta",
-    "mvpp2",
-    "netdevsim",
-    "netsec",
-    "nfp",
-    "nicvf",
-    "qede",
-    "rvu_nicpf",
-    "rvu_nicvf",
-    "sfc",
-    "st_gmac",
-    "tsnep",
-    "tun",
-    "veth",
-    "virtio_net",
-    "vmxnet3",
-    "vif",
-];
 
 /// The largest MTU most drivers take in native XDP mode with single-buffer programs
 /// (a frame, its headroom and `skb_shared_info` in one 4 KiB page; mlx5, i40e, ice and
@@ -79,11 +36,7 @@ pub fn check(name: &str, mode: XdpMode) -> Vec<Finding> {
         check.clone(),
         format!("exists (index {ifindex}, {up})"),
     ));
-    let driver = ethtool::driver(name)
-        .ok()
-        .or_else(|| sys_driver(name))
-        .unwrap_or_default();
-    out.push(native(name, &driver, mode));
+    out.push(native(name, &native_xdp::judge(name, ifindex), mode));
     out.push(attached(name, ifindex));
     if let Some(mtu) = read(name, "mtu").and_then(|m| m.parse().ok()) {
         out.push(mtu_finding(name, mtu, mode));
@@ -98,36 +51,78 @@ fn read(name: &str, what: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-fn sys_driver(name: &str) -> Option<String> {
-    let link = std::fs::read_link(format!("/sys/class/net/{name}/device/driver")).ok()?;
-    Some(link.file_name()?.to_string_lossy().into_owned())
-}
-
-/// Whether `driver` has native XDP, and what `mode` then does.
-pub fn native(name: &str, driver: &str, mode: XdpMode) -> Finding {
+/// What native XDP does on the interface, and what `mode` then does.
+pub fn native(name: &str, judged: &NativeXdp, mode: XdpMode) -> Finding {
     let check = "xdp driver";
-    if driver.is_empty() {
-        return Finding::warning(
+    match (judged, mode) {
+        (NativeXdp::Unknown, _) => Finding::warning(
             check,
-            format!("cannot tell `{name}`'s driver: native XDP unknown"),
-        );
-    }
-    let known = NATIVE_XDP_DRIVERS.contains(&driver);
-    match (known, mode) {
-        (true, XdpMode::Generic) => Finding::warning(
+            format!("cannot tell `{name}`'s driver nor its XDP features: native XDP unknown"),
+        ),
+        (
+            NativeXdp::Delivers { driver, .. }
+            | NativeXdp::Listed {
+                driver,
+                known: true,
+            },
+            XdpMode::Generic,
+        ) => Finding::warning(
             check,
             format!(
-                "{driver} has native XDP but xdp_mode = \"generic\": the program runs after the \
-                 kernel allocated an skb per packet (several times slower); use \"auto\" or \
-                 \"native\""
+                "{driver} has native XDP but xdp_mode = \"generic\": the program runs after \
+                 the kernel allocated an skb per packet (several times slower); use \"auto\" \
+                 or \"native\""
             ),
         ),
-        (true, _) => Finding::ok(check, format!("{driver} has native XDP")),
-        (false, XdpMode::Generic) => Finding::ok(
+        (NativeXdp::Delivers { driver, features }, _) => Finding::ok(
+            check,
+            format!(
+                "{driver} has native XDP (the kernel reports: {})",
+                features.names()
+            ),
+        ),
+        (
+            NativeXdp::Listed {
+                driver,
+                known: true,
+            },
+            _,
+        ) => Finding::ok(
+            check,
+            format!("{driver} has native XDP (known driver; this kernel reports no XDP features)"),
+        ),
+        (
+            NativeXdp::CannotDeliver { driver, .. }
+            | NativeXdp::Listed {
+                driver,
+                known: false,
+            },
+            XdpMode::Generic,
+        ) => Finding::ok(
             check,
             format!("{driver}: xdp_mode = \"generic\" works on every driver"),
         ),
-        (false, XdpMode::Auto) => Finding::warning(
+        (NativeXdp::CannotDeliver { why, .. }, XdpMode::Auto) => Finding::warning(
+            check,
+            format!(
+                "{why}. \"auto\" attaches in generic mode, which delivers (an skb per packet, \
+                 several times slower)"
+            ),
+        ),
+        (NativeXdp::CannotDeliver { why, .. }, XdpMode::Native) => Finding::blocker(
+            check,
+            format!(
+                "{why}. With xdp_mode = \"native\" nothing is forwarded: fix that or use \
+                 \"auto\" (generic mode here)"
+            ),
+        ),
+        (
+            NativeXdp::Listed {
+                driver,
+                known: false,
+            },
+            XdpMode::Auto,
+        ) => Finding::warning(
             check,
             format!(
                 "{driver} is not known to have native XDP: \"auto\" falls back to generic mode \
@@ -135,11 +130,17 @@ pub fn native(name: &str, driver: &str, mode: XdpMode) -> Finding {
                  mlx5_core, bnxt_en, virtio_net, ...) runs lb at full speed"
             ),
         ),
-        (false, XdpMode::Native) => Finding::warning(
+        (
+            NativeXdp::Listed {
+                driver,
+                known: false,
+            },
+            XdpMode::Native,
+        ) => Finding::warning(
             check,
             format!(
-                "{driver} is not known to have native XDP and xdp_mode = \"native\": the attach \
-                 may be refused; use \"auto\" to fall back to generic"
+                "{driver} is not known to have native XDP and xdp_mode = \"native\": the \
+                 attach may be refused; use \"auto\" to fall back to generic"
             ),
         ),
     }
@@ -200,8 +201,9 @@ pub fn mtu_finding(name: &str, mtu: u32, mode: XdpMode) -> Finding {
         level,
         format!(
             "{mtu} is above the about {NATIVE_XDP_MAX_MTU} bytes most drivers take in native \
-             XDP (a frame in one page): the attach is refused{}; lower it (`ip link set dev \
-             {name} mtu 1500`) or accept generic mode",
+             XDP in one page; larger frames come in several buffers (the driver's `rx-sg` XDP \
+             feature), which lb's single-buffer program does not take: the attach is \
+             refused{}; lower it (`ip link set dev {name} mtu 1500`) or accept generic mode",
             if mode == XdpMode::Auto {
                 " and \"auto\" falls back to generic mode"
             } else {
@@ -250,20 +252,37 @@ fn offloads(name: &str, mode: XdpMode) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::netlink::XdpFeatures;
+
     use super::*;
 
     #[test]
-    fn native_xdp_by_driver_and_mode() {
-        assert_eq!(native("eth0", "ice", XdpMode::Auto).level, Level::Ok);
+    fn native_xdp_by_judgement_and_mode() {
+        let listed = |driver: &str, known| NativeXdp::Listed {
+            driver: driver.into(),
+            known,
+        };
         assert_eq!(
-            native("eth0", "e1000e", XdpMode::Auto).level,
+            native("eth0", &listed("ice", true), XdpMode::Auto).level,
+            Level::Ok
+        );
+        assert_eq!(
+            native("eth0", &listed("e1000e", false), XdpMode::Auto).level,
             Level::Warning
         );
-        assert_eq!(native("eth0", "e1000e", XdpMode::Generic).level, Level::Ok);
         assert_eq!(
-            native("eth0", "mlx5_core", XdpMode::Generic).level,
+            native("eth0", &listed("e1000e", false), XdpMode::Generic).level,
+            Level::Ok
+        );
+        assert_eq!(
+            native("eth0", &listed("mlx5_core", true), XdpMode::Generic).level,
             Level::Warning
         );
+        let veth =
+            native_xdp::from_features("eth0", "veth".into(), XdpFeatures(XdpFeatures::BASIC));
+        assert_eq!(native("eth0", &veth, XdpMode::Auto).level, Level::Warning);
+        assert_eq!(native("eth0", &veth, XdpMode::Native).level, Level::Blocker);
+        assert_eq!(native("eth0", &veth, XdpMode::Generic).level, Level::Ok);
         assert_eq!(mtu_finding("eth0", 1500, XdpMode::Auto).level, Level::Ok);
         assert_eq!(
             mtu_finding("eth0", 9000, XdpMode::Auto).level,

@@ -9,9 +9,11 @@
 mod addresses;
 mod bird_socket;
 mod bpffs;
+pub mod dsr_segment;
 mod ethtool;
 mod interface;
 mod kernel;
+pub mod native_xdp;
 mod privileges;
 mod sysctl;
 
@@ -111,7 +113,7 @@ pub async fn run(opts: &Options) -> Vec<Finding> {
     if let Some(cfg) = &opts.config {
         out.extend(sysctl::port_range(cfg));
         out.extend(addresses::snat(cfg, opts.interface.as_deref()));
-        out.extend(addresses::dsr(cfg, opts.interface.as_deref()).await);
+        out.extend(addresses::dsr(cfg, opts.interface.as_deref()));
         out.extend(bpffs::check(cfg));
         out.extend(bird_socket::check(cfg).await);
     } else {

@@ -24,14 +24,16 @@ pub trait ConfigSource {
 }
 
 /// The configuration file `lb-agent run` was started with: parsed and validated, its
-/// `snat_ip`s checked against this host's addresses.
+/// `snat_ip`s checked against this host's addresses and its dsr backends against the
+/// routes out of `interface`.
 pub struct ConfigFile {
     path: PathBuf,
+    interface: String,
 }
 
 impl ConfigFile {
-    pub fn new(path: PathBuf) -> Self {
-        ConfigFile { path }
+    pub fn new(path: PathBuf, interface: String) -> Self {
+        ConfigFile { path, interface }
     }
 }
 
@@ -43,6 +45,7 @@ impl ConfigSource for ConfigFile {
     fn load(&self) -> Result<Config, String> {
         let cfg = config::load(&self.path).map_err(|err| err.to_string())?;
         crate::host::check_snat_ips(&cfg)
+            .and_then(|()| crate::doctor::dsr_segment::check(&cfg, &self.interface))
             .map_err(|why| format!("{}: {why}", self.path.display()))?;
         Ok(cfg)
     }

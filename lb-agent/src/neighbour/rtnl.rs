@@ -33,26 +33,12 @@ impl Rtnl {
 
     /// The kernel's route for `addr`: its gateway (if any) and outgoing interface.
     pub async fn route(&self, addr: IpAddr) -> Result<RouteHop, NeighbourError> {
-        let msg = match addr {
-            IpAddr::V4(a) => RouteMessageBuilder::<Ipv4Addr>::new()
-                .destination_prefix(a, 32)
-                .build(),
-            IpAddr::V6(a) => RouteMessageBuilder::<Ipv6Addr>::new()
-                .destination_prefix(a, 128)
-                .build(),
-        };
         let answers = self
             .connection
-            .request(RouteNetlinkMessage::GetRoute(msg), 0)
+            .request(route_get(addr), 0)
             .await
             .map_err(failed(&format!("route get {addr}")))?;
-        Ok(answers
-            .iter()
-            .find_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(route) => Some(route_hop(route)),
-                _ => None,
-            })
-            .unwrap_or_default())
+        Ok(hop_of(&answers))
     }
 
     /// The kernel's entry for `addr` on interface `ifindex` (RTM_GETNEIGH for that one
@@ -104,6 +90,37 @@ impl Rtnl {
         }
         Ok(entries)
     }
+}
+
+/// [`Rtnl::route`] from synchronous code, on a netlink socket of its own.
+pub fn route(addr: IpAddr) -> Result<RouteHop, NeighbourError> {
+    let answers =
+        netlink::request(route_get(addr), 0).map_err(failed(&format!("route get {addr}")))?;
+    Ok(hop_of(&answers))
+}
+
+/// RTM_GETROUTE for the one destination `addr` (what `ip route get` sends).
+fn route_get(addr: IpAddr) -> RouteNetlinkMessage {
+    let msg = match addr {
+        IpAddr::V4(a) => RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(a, 32)
+            .build(),
+        IpAddr::V6(a) => RouteMessageBuilder::<Ipv6Addr>::new()
+            .destination_prefix(a, 128)
+            .build(),
+    };
+    RouteNetlinkMessage::GetRoute(msg)
+}
+
+/// The hop of the route in the answer to [`route_get`].
+fn hop_of(answers: &[RouteNetlinkMessage]) -> RouteHop {
+    answers
+        .iter()
+        .find_map(|m| match m {
+            RouteNetlinkMessage::NewRoute(route) => Some(route_hop(route)),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The index of interface `name`.

@@ -7,7 +7,6 @@ use std::io;
 use netlink_packet_core::{
     NLM_F_ACK_TLVS, NLM_F_CAPPED, NetlinkMessage, NetlinkPayload, NlasIterator,
 };
-use netlink_packet_route::RouteNetlinkMessage;
 
 use super::NetlinkError;
 
@@ -17,9 +16,9 @@ const NLMSGERR_ATTR_MSG: u16 = 1;
 const NLMSG_HDRLEN: usize = 16;
 
 /// One message of the answer to a request.
-pub(super) enum Reply {
+pub(super) enum Reply<M> {
     /// A message of the answer (the object asked for, one entry of a dump).
-    Answer(RouteNetlinkMessage),
+    Answer(M),
     /// The acknowledgement or the end of the dump: the answer is complete.
     Complete,
     /// Nothing for the request (a no-op message).
@@ -27,7 +26,7 @@ pub(super) enum Reply {
 }
 
 /// Reads one message; a refusal is the error.
-pub(super) fn reply(msg: NetlinkMessage<RouteNetlinkMessage>) -> Result<Reply, NetlinkError> {
+pub(super) fn reply<M>(msg: NetlinkMessage<M>) -> Result<Reply<M>, NetlinkError> {
     match msg.payload {
         NetlinkPayload::InnerMessage(m) => Ok(Reply::Answer(m)),
         NetlinkPayload::Done(_) => Ok(Reply::Complete),
@@ -70,6 +69,7 @@ mod tests {
     use std::num::NonZeroI32;
 
     use netlink_packet_core::{ErrorMessage, NetlinkHeader};
+    use netlink_packet_route::RouteNetlinkMessage;
 
     use super::*;
 
@@ -79,7 +79,10 @@ mod tests {
         error.header = payload;
         let mut header = NetlinkHeader::default();
         header.flags = flags;
-        match reply(NetlinkMessage::new(header, NetlinkPayload::Error(error))) {
+        match reply(NetlinkMessage::<RouteNetlinkMessage>::new(
+            header,
+            NetlinkPayload::Error(error),
+        )) {
             Err(err) => err,
             Ok(_) => panic!("an error code is a refusal"),
         }
@@ -117,7 +120,7 @@ mod tests {
         assert_eq!(err.errno(), Some(libc::EBUSY));
         assert_eq!(err.message(), None);
         assert!(matches!(
-            reply(NetlinkMessage::new(
+            reply(NetlinkMessage::<RouteNetlinkMessage>::new(
                 NetlinkHeader::default(),
                 NetlinkPayload::Error(ErrorMessage::default())
             )),

@@ -1,9 +1,10 @@
-//! One synchronous rtnetlink request on a socket of its own, answered up to its
+//! One synchronous netlink request on a socket of its own, answered up to its
 //! acknowledgement or the end of its dump: a refused change is an error with the
 //! kernel's reason, never a silent no-op.
 
 use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NLM_F_ACK, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NetlinkSerializable,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -13,13 +14,22 @@ use super::{
     reply::{Reply, reply},
 };
 
-/// Sends `msg` with `flags` (plus `NLM_F_REQUEST | NLM_F_ACK`) and collects the answers
-/// up to the acknowledgement (or the end of a dump).
+/// Sends the rtnetlink message `msg` with `flags` (plus `NLM_F_REQUEST | NLM_F_ACK`)
+/// and collects the answers up to the acknowledgement (or the end of a dump).
 pub fn request(
     msg: RouteNetlinkMessage,
     flags: u16,
 ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-    let socket = open()?;
+    request_on(NETLINK_ROUTE, msg, flags)
+}
+
+/// [`request`] on a socket of netlink `protocol` (`NETLINK_ROUTE`, `NETLINK_GENERIC`),
+/// whose messages are `M`.
+pub(super) fn request_on<M>(protocol: isize, msg: M, flags: u16) -> Result<Vec<M>, NetlinkError>
+where
+    M: NetlinkSerializable + NetlinkDeserializable,
+{
+    let socket = open(protocol)?;
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
     header.sequence_number = 1;
@@ -34,7 +44,7 @@ pub fn request(
         let (data, _) = socket.recv_from_full().map_err(NetlinkError::Socket)?;
         let mut rest = &data[..];
         while !rest.is_empty() {
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)
+            let msg = NetlinkMessage::<M>::deserialize(rest)
                 .map_err(|e| NetlinkError::Decode(e.to_string()))?;
             let len = msg.header.length as usize;
             if len == 0 {
@@ -52,8 +62,8 @@ pub fn request(
 
 /// A socket connected to the kernel that asks for extended acknowledgements, whose
 /// errors carry only the request's header. `connect` binds it to a port of its own.
-fn open() -> Result<Socket, NetlinkError> {
-    let socket = Socket::new(NETLINK_ROUTE).map_err(NetlinkError::Socket)?;
+fn open(protocol: isize) -> Result<Socket, NetlinkError> {
+    let socket = Socket::new(protocol).map_err(NetlinkError::Socket)?;
     socket
         .connect(&SocketAddr::new(0, 0))
         .map_err(NetlinkError::Socket)?;

@@ -434,3 +434,36 @@ async fn admin_refuses_a_dsr_server_on_another_port_than_the_vip() {
         "dsr keeps the VIP port: a server on port 8080 behind VIP port 80 must be refused: {err:?}"
     );
 }
+
+/// A server given without its port, as the config allows one: the service's one server
+/// at that IP; an IP with several servers, or none, is refused.
+#[tokio::test(start_paused = true)]
+async fn a_server_without_its_port_is_the_services_one_server_at_that_ip() {
+    let mut h = Harness::start(&web(
+        "",
+        &servers(&[
+            ("10.0.1.1:80", ""),
+            ("10.0.1.2:80", ""),
+            ("10.0.1.2:81", ""),
+        ]),
+    ))
+    .await;
+    h.run_for(secs(1)).await;
+    h.admin("web", "10.0.1.1", AdminChange::Patch(drain(true)))
+        .await
+        .expect("10.0.1.1 is the one server at that IP");
+    assert_eq!(h.slots("web", sa("10.0.1.1:80")), 0, "drained");
+    let several = h
+        .admin("web", "10.0.1.2", AdminChange::Patch(drain(true)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&several, AdminError::Invalid(m) if m.contains("several servers at 10.0.1.2")),
+        "{several:?}"
+    );
+    let none = h
+        .admin("web", "10.0.1.9", AdminChange::Patch(drain(true)))
+        .await
+        .unwrap_err();
+    assert!(matches!(none, AdminError::NoServer { .. }), "{none:?}");
+}

@@ -85,3 +85,24 @@ fn every_readme_example_is_a_golden_example() {
         );
     }
 }
+
+/// The packaged `/etc/lb/lb.toml` (contrib/lb.toml) is the config of
+/// docs/getting-started.md, with comments, and draws no warning from the loader.
+#[test]
+fn the_packaged_example_is_getting_starteds_config_without_a_warning() {
+    let path = repo().join("contrib/lb.toml");
+    let packaged = lb_agent::config::load(&path).expect("contrib/lb.toml loads");
+    let warnings = lb_agent::config::warnings(&packaged);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let page = std::fs::read_to_string(repo().join("docs/getting-started.md")).unwrap();
+    let documented = toml_blocks(&page)
+        .into_iter()
+        .map(|(_, body)| lb_agent::config::parse(&body, Path::new("getting-started.md")))
+        .find_map(|c| {
+            c.ok()
+                .filter(|c| c.agent.interface.as_deref() == Some("eth0"))
+        })
+        .expect("getting-started.md has the config for eth0");
+    assert_eq!(packaged.services, documented.services);
+    assert_eq!(packaged.agent.interface, documented.agent.interface);
+}

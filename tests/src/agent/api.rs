@@ -371,6 +371,30 @@ impl Api {
 
 /// The value of the Prometheus sample `name{labels…}` in `text` (every label in `labels`
 /// must match; others may be present).
+/// The data plane's counter `counter` (its `lb_common::counters::NAMES` name, e.g.
+/// `tx_nat_forward`, `drop_no_backend`) in a `/metrics` text, read from the family
+/// that shows it (`lb_packets_forwarded_total{reason="nat_forward"}`, …); `rx`, every
+/// packet, is the sum of the three packet families.
+pub fn counter(text: &str, counter: &str) -> Option<f64> {
+    let families = lb_agent::api::families::FAMILIES;
+    if counter == "rx" {
+        return families
+            .iter()
+            .filter(|f| f.name.starts_with("lb_packets_"))
+            .flat_map(|f| f.members.iter().map(move |(_, v)| (f, *v)))
+            .map(|(f, v)| metric(text, f.name, &[(f.label, v)]))
+            .sum();
+    }
+    families.iter().find_map(|f| {
+        let (_, value) = f.members.iter().find(|(c, _)| *c == counter)?;
+        if f.label.is_empty() {
+            metric(text, f.name, &[])
+        } else {
+            metric(text, f.name, &[(f.label, value)])
+        }
+    })
+}
+
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
@@ -571,7 +595,9 @@ mod tests {
         let text = "# HELP x\n# TYPE lb_service_fail_open gauge\n\
                     lb_service_fail_open{service=\"web\"} 1\n\
                     lb_service_fail_open{service=\"dns\"} 0\n\
-                    lb_dataplane_packets_total{counter=\"drop_no_backend\"} 17\n\
+                    lb_packets_dropped_total{reason=\"no_backend\"} 17\n\
+                    lb_packets_forwarded_total{reason=\"nat_forward\"} 3\n\
+                    lb_packets_passed_total{reason=\"not_vip\"} 2\n\
                     lb_transitions_total 4\n";
         assert_eq!(
             metric(text, "lb_service_fail_open", &[("service", "web")]),
@@ -581,14 +607,22 @@ mod tests {
             metric(text, "lb_service_fail_open", &[("service", "dns")]),
             Some(0.0)
         );
-        assert_eq!(
-            metric(
-                text,
-                "lb_dataplane_packets_total",
-                &[("counter", "drop_no_backend")]
-            ),
-            Some(17.0)
-        );
+        assert_eq!(counter(text, "drop_no_backend"), Some(17.0));
+        assert_eq!(counter(text, "tx_nat_forward"), Some(3.0));
+        assert_eq!(counter(text, "tx_dsr"), None);
+        // `rx` needs every reason of the three packet families, as /metrics shows them.
+        assert_eq!(counter(text, "rx"), None);
+        let every: String = lb_agent::api::families::FAMILIES
+            .iter()
+            .filter(|f| f.name.starts_with("lb_packets_"))
+            .flat_map(|f| {
+                f.members
+                    .iter()
+                    .map(move |(_, v)| format!("{}{{{}=\"{v}\"}} 2\n", f.name, f.label))
+            })
+            .collect();
+        let reasons = every.lines().count() as f64;
+        assert_eq!(counter(&every, "rx"), Some(2.0 * reasons));
         assert_eq!(metric(text, "lb_transitions_total", &[]), Some(4.0));
         assert_eq!(metric(text, "lb_transitions", &[]), None);
         assert_eq!(

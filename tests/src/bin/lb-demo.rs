@@ -728,13 +728,17 @@ impl Tour<'_> {
     /// and reports.
     fn finish(mut self) -> anyhow::Result<Vec<String>> {
         if let Ok(text) = self.api.metrics() {
+            // `lb_packets_{forwarded,passed,dropped}_total{reason="…"} N`, the non-zero ones.
             let counters: Vec<String> = text
                 .lines()
-                .filter_map(|l| l.strip_prefix("lb_dataplane_packets_total{counter=\""))
-                .filter_map(|l| l.split_once("\"} "))
-                .map(|(name, value)| format!("{name} {value}"))
+                .filter_map(|l| l.strip_prefix("lb_packets_"))
+                .filter_map(|l| l.split_once("_total{reason=\""))
+                .filter_map(|(outcome, rest)| {
+                    let (reason, value) = rest.split_once("\"} ")?;
+                    (value != "0").then(|| format!("{outcome} {reason} {value}"))
+                })
                 .collect();
-            println!("\nlb-demo: data-plane counters: {}", counters.join(", "));
+            println!("\nlb-demo: packets by outcome: {}", counters.join(", "));
         }
         if let Some(agent) = self.agent.take() {
             let status = agent.stop(Duration::from_secs(10))?;

@@ -305,7 +305,7 @@ impl Bed {
         Ok(PRESSURE_COUNTERS
             .iter()
             .map(|c| {
-                let v = api::metric(&text, "lb_dataplane_packets_total", &[("counter", c)]);
+                let v = api::counter(&text, c);
                 (*c, v.unwrap_or(0.0) as u64)
             })
             .collect())

@@ -26,10 +26,12 @@ const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
 const PAGE_WAIT: Duration = Duration::from_secs(30);
 const CONNECTIONS: usize = 200;
 
-/// The rendered server rows as `[address, state, role, share text, flows/s text]`.
+/// The rendered server rows as `[address, state, role, share text, flows/s text, open
+/// flows text]`.
 const ROWS: &str = r#"JSON.stringify([...document.querySelectorAll('tr[data-server]')].map(r =>
   [r.dataset.server, r.dataset.state, r.dataset.role,
-   r.querySelector('.share .num').textContent, r.children[5].textContent]))"#;
+   r.querySelector('.share .num').textContent, r.children[5].textContent,
+   r.querySelector('.open').textContent]))"#;
 
 fn rows(v: &Json) -> Vec<Vec<String>> {
     let text = v.as_str().unwrap_or("[]");
@@ -136,6 +138,13 @@ fn page_shows_servers_and_follows_a_failure_live() {
         })
         .unwrap_or_else(|e| panic!("the connections should show as a rate: {e}"));
     println!("page: rates after traffic: {:?}", rows(&v));
+    let (v, _) = browser
+        .wait_for("every server's open flows counted", ROWS, PAGE_WAIT, |v| {
+            let r = rows(v);
+            !r.is_empty() && r.iter().all(|r| r[5].parse::<u64>().is_ok())
+        })
+        .unwrap_or_else(|e| panic!("the open flows should show once counted: {e}"));
+    println!("page: open flows: {:?}", rows(&v));
 
     // 2. b3 fails: the page follows without a reload.
     browser

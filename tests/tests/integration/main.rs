@@ -23,6 +23,7 @@ mod netns_doctor;
 mod netns_flood_nat_ports;
 mod netns_flood_real_size;
 mod netns_foreign_mac;
+mod netns_getting_started;
 mod netns_harness;
 mod netns_health_hostile;
 mod netns_health_http;

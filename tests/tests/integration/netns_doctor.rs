@@ -3,19 +3,24 @@
 //! it — a missing interface, strict rp_filter with a backend routed out of another
 //! interface, a snat_ip that is not local, snat_ports overlapping the ephemeral ports,
 //! a pin_path off bpffs, BIRD's socket absent, a dsr backend off the segment, an MTU
-//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`).
+//! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`; `run`
+//! refuses the dsr backend off the segment too), and a
+//! veth whose peer runs no XDP program with `xdp_mode = "native"` (a warning with
+//! `auto`, which then attaches in generic mode).
 //!
 //! Layout: namespace `lb` with `eth0` (10.70.0.2/24, the attached interface) and `eth1`
-//! (10.71.0.2/24), each a veth to a peer namespace; BIRD runs in `lb` with a minimal
-//! config; pin_path is on a private bpffs.
+//! (10.71.0.2/24), each a veth to a peer namespace; `eth0`'s peer runs `lb_pass` in
+//! native mode; BIRD runs in `lb` with a minimal config; pin_path is on a private bpffs.
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
+use aya::programs::XdpMode;
 use lb_tests::{
     agent::{bpffs::PrivateBpffs, daemon::locate_binary},
+    bpf::pass_prog::{self, PassPrograms},
     net::{
         link::{Link, Mac, VethEnd, veth_pair},
         multinode::{bird_present, start_bird},
@@ -30,6 +35,8 @@ struct Host {
     dir: TempDir,
     pins: PrivateBpffs,
     bird_socket: PathBuf,
+    /// `lb_pass` on `eth0`'s peer, which native XDP_TX on a veth needs.
+    peer_pass: Option<PassPrograms>,
     // Dropped in field order: BIRD before the links and namespaces it runs in.
     _bird: NsProcess,
     _links: Vec<Link>,
@@ -84,11 +91,13 @@ fn host() -> Host {
     let bird_socket = dir.path().join("bird.ctl");
     let bird = start_bird(&lb, "doctor", &conf, &bird_socket).expect("BIRD starts");
     let pins = PrivateBpffs::mount("doctor").expect("a private bpffs");
+    let peer_pass = pass_prog::attach(&peers[0], &["eth0"], XdpMode::Driver).expect("lb_pass");
     Host {
         lb,
         dir,
         pins,
         bird_socket,
+        peer_pass: Some(peer_pass),
         _bird: bird,
         _links: links,
         _peers: peers,
@@ -174,7 +183,7 @@ fn a_good_host_passes_and_each_blocker_is_found() {
     if !bird_present() {
         return;
     }
-    let h = host();
+    let mut h = host();
 
     let good = config(&h, |t| t);
     let (code, text) = doctor(&h, &good, &[]);
@@ -184,7 +193,8 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         "ok       kernel:",
         "ok       bpf load:",
         "ok       interface eth0: exists",
-        "ok       xdp driver: veth has native XDP",
+        "ok       xdp driver: veth has native XDP (the kernel reports: basic, redirect, \
+         ndo-xmit",
         "ok       snat_ip: service \"web\": 10.70.0.2 is on eth0",
         "ok       port range:",
         "ok       bpffs:",
@@ -242,29 +252,22 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         &[],
     );
 
-    // An MTU native XDP does not take: a warning with "auto" (it falls back to generic
-    // mode), a blocker with "native" (the attach is refused).
-    h.lb.ip(&["link", "set", "eth0", "mtu", "9000"])
-        .expect("mtu");
-    let (code, text) = doctor(&h, &good, &[]);
-    assert_eq!(code, 0, "{text}");
+    // `run` refuses the dsr backend off the segment as doctor does, before attaching.
+    let off = config(&h, |t| t.replace("10.70.0.12:53", "10.71.0.12:53"));
+    let bin = locate_binary("lb-agent").expect("lb-agent built");
+    let out = Command::new("ip")
+        .args(["netns", "exec", h.lb.name()])
+        .arg(bin)
+        .args(["run", "--config"])
+        .arg(&off)
+        .output()
+        .expect("running lb-agent run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        text.lines().any(|l| l.starts_with("warning  mtu: 9000")),
-        "{text}"
+        stderr.contains("dsr backend 10.71.0.12 is on another interface's segment than eth0"),
+        "{stderr}"
     );
-    expect_blocker(
-        &h,
-        "mtu",
-        |t| {
-            t.replace(
-                "interface = \"eth0\"",
-                "interface = \"eth0\"\nxdp_mode = \"native\"",
-            )
-        },
-        &[],
-    );
-    h.lb.ip(&["link", "set", "eth0", "mtu", "1500"])
-        .expect("mtu");
 
     // Strict rp_filter: fine while every backend is routed through eth0, a blocker once
     // one is routed out of eth1.
@@ -287,5 +290,54 @@ fn a_good_host_passes_and_each_blocker_is_found() {
                 .as_str()
         },
         &[],
+    );
+
+    // A veth whose peer runs no XDP program: native XDP_TX would drop every frame.
+    drop(h.peer_pass.take());
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("warning  xdp driver: eth0 is a veth whose peer takes no XDP frames")
+            && l.contains("\"auto\" attaches in generic mode")),
+        "{text}"
+    );
+    expect_blocker(
+        &h,
+        "xdp driver",
+        |t| {
+            t.replace(
+                "interface = \"eth0\"",
+                "interface = \"eth0\"\nxdp_mode = \"native\"",
+            )
+        },
+        &[],
+    );
+
+    // An MTU native XDP does not take (set now: a veth whose peer runs an XDP program
+    // cannot have it): a warning with "auto" (it falls back to generic mode), a blocker
+    // with "native" (the attach is refused), next to the peer's.
+    h.lb.ip(&["link", "set", "eth0", "mtu", "9000"])
+        .expect("mtu");
+    let (code, text) = doctor(&h, &good, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("warning  mtu: 9000")),
+        "{text}"
+    );
+    let native = config(&h, |t| {
+        t.replace(
+            "interface = \"eth0\"",
+            "interface = \"eth0\"\nxdp_mode = \"native\"",
+        )
+    });
+    let (code, text) = doctor(&h, &native, &[]);
+    assert_eq!(code, 1, "{text}");
+    let b = blockers(&text);
+    assert!(
+        b.len() == 2
+            && b.iter().any(|l| l.starts_with("blocker  mtu: 9000"))
+            && b.iter().any(|l| l.starts_with("blocker  xdp driver:")),
+        "{text}"
     );
 }

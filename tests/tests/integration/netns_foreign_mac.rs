@@ -28,7 +28,7 @@ const DEADLINE: Duration = Duration::from_secs(15);
 
 fn counter(api: &Api, name: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_dataplane_packets_total", &[("counter", name)]).unwrap_or(0.0)
+    api::counter(&text, name).unwrap_or(0.0)
 }
 
 /// Polls the counter until it reached `at_least` or the deadline passed; its last value.

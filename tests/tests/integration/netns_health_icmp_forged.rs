@@ -42,8 +42,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn counter(api: &Api, name: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_dataplane_packets_total", &[("counter", name)])
-        .unwrap_or_else(|| panic!("{name} in the metrics"))
+    api::counter(&text, name).unwrap_or_else(|| panic!("{name} in the metrics"))
 }
 
 /// Every forged error: for each backend and each service, every snat port, from `src`

@@ -163,9 +163,9 @@ fn the_exposition_matches_the_docs_and_the_new_families_count() {
         Some(524_288.0)
     );
 
-    // The three packet families are every packet: their sum is the old `rx`, read in
-    // the same exposition.
-    let rx = api::metric(&text, "lb_dataplane_packets_total", &[("counter", "rx")]).expect("rx");
+    // The three packet families are every packet: their sum is the program's `rx`
+    // counter, which `lb_interface_info`'s interface received.
+    let rx = api::counter(&text, "rx").expect("rx");
     let outcomes = sum(&text, "lb_packets_forwarded_total")
         + sum(&text, "lb_packets_passed_total")
         + sum(&text, "lb_packets_dropped_total");

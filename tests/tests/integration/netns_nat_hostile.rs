@@ -38,18 +38,13 @@ const SPOOFED: u16 = 3_000;
 const HALF_OPEN: Duration = Duration::from_millis(8_600);
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// `lb_dataplane_packets_total{counter="NAME"}` from the agent's `/metrics`.
+/// The data plane's counter `name` from the agent's `/metrics`.
 fn counter(api: &Api, name: &str) -> u64 {
     let text = api
         .request_ok("GET", "/metrics", None)
         .expect("GET /metrics");
-    let prefix = format!("lb_dataplane_packets_total{{counter=\"{name}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} in /metrics"))
-        .trim()
-        .parse::<f64>()
-        .expect("a number") as u64
+    lb_tests::agent::api::counter(&text, name).unwrap_or_else(|| panic!("no {name} in /metrics"))
+        as u64
 }
 
 #[test]

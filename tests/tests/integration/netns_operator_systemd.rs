@@ -109,8 +109,9 @@ fn the_unit_says_each_directive_once() {
     );
     let reload = unit.service("ExecReload").unwrap();
     assert!(
-        reload.ends_with("lb-agent reload"),
-        "ExecReload must wait for the agent's answer and fail on a refused config: {reload}"
+        reload.ends_with("lb-agent reload --config /etc/lb/lb.toml"),
+        "ExecReload must wait for the agent's answer and fail on a refused config, and find \
+         the API socket the config names: {reload}"
     );
     assert_eq!(unit.service("ProtectSystem").unwrap(), "strict");
 }

@@ -38,12 +38,7 @@ const METRICS_WAIT: Duration = Duration::from_secs(10);
 
 fn tx_icmp_nat(api: &Api) -> f64 {
     let text = api.metrics().expect("GET /metrics");
-    api::metric(
-        &text,
-        "lb_dataplane_packets_total",
-        &[("counter", "tx_icmp_nat")],
-    )
-    .expect("tx_icmp_nat in the metrics")
+    api::counter(&text, "tx_icmp_nat").expect("tx_icmp_nat in the metrics")
 }
 
 /// Waits until `tx_icmp_nat` exceeds `before`; returns its value.

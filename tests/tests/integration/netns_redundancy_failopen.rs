@@ -7,7 +7,7 @@
 //!   `lb_service_fail_open{service="web"} 1`, and client connections still succeed,
 //!   spread over all servers by weight, with no `drop_no_backend`.
 //! - `fail_open = false`: new connections fail, and each dropped SYN is counted in
-//!   `lb_dataplane_packets_total{counter="drop_no_backend"}`.
+//!   `lb_packets_dropped_total{reason="no_backend"}`.
 //!
 //! Both end with the health listeners back and traffic served normally.
 
@@ -45,10 +45,10 @@ fn drops(api: &Api) -> f64 {
     let text = api.metrics().expect("GET /metrics");
     api::metric(
         &text,
-        "lb_dataplane_packets_total",
-        &[("counter", "drop_no_backend")],
+        "lb_packets_dropped_total",
+        &[("reason", "no_backend")],
     )
-    .expect("lb_dataplane_packets_total{counter=\"drop_no_backend\"} in /metrics")
+    .expect("lb_packets_dropped_total{reason=\"no_backend\"} in /metrics")
 }
 
 fn fail_open_metric(api: &Api) -> f64 {

@@ -151,8 +151,9 @@ fn reload_right_after_ready_is_handled() {
     }
 }
 
-/// `lb-agent reload` (through the API): an invalid file is refused with its error and
-/// the running config stays in force; a valid one is applied.
+/// `lb-agent reload` (through the API): an invalid file, and one with a dsr backend
+/// behind a router, is refused with its error and the running config stays in force; a
+/// valid one is applied.
 #[test]
 fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
     let bed = balance::Testbed::start(Forwarding::Nat, 33, false, Path::new(TESTSERVER));
@@ -188,7 +189,34 @@ fn reload_command_refuses_a_bad_file_and_applies_a_good_one() {
         text.contains("lb.toml:") && text.contains("service[0].server[3]"),
         "the refusal should name the file, line and key: {text}"
     );
+    // A dsr backend behind a router is refused too, as doctor calls it a blocker: the
+    // program would send its packets to the router, which sends them back.
     let client = topo.client();
+    topo.lb()
+        .ns
+        .ip(&[
+            "route",
+            "add",
+            "10.88.0.0/24",
+            "via",
+            &client.ipv4.to_string(),
+        ])
+        .expect("a route through the client");
+    std::fs::write(
+        &config_path,
+        format!(
+            "{good}\n[[service]]\nname = \"routed\"\nvip = \"{}:8080\"\nforwarding = \"dsr\"\n\n\
+             [[service.server]]\naddress = \"10.88.0.11:8080\"\n",
+            vip.ip()
+        ),
+    )
+    .expect("writing a config with a routed dsr backend");
+    let refused = reload().expect_err("a dsr backend behind a router must be refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("dsr backend 10.88.0.11 is reached through the router"),
+        "the refusal should say why: {text}"
+    );
     let tally = lb_tests::traffic::clients::tcp_names(
         &client.ns,
         client.ipv4.into(),

@@ -65,8 +65,7 @@ const METRICS_WAIT: Duration = Duration::from_secs(10);
 
 fn metric(api: &Api, counter: &str) -> f64 {
     let text = api.metrics().expect("GET /metrics");
-    api::metric(&text, "lb_dataplane_packets_total", &[("counter", counter)])
-        .unwrap_or_else(|| panic!("{counter} in the metrics"))
+    api::counter(&text, counter).unwrap_or_else(|| panic!("{counter} in the metrics"))
 }
 
 /// Waits until `counter` reaches `at_least`; returns its last value.
@@ -418,6 +417,10 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     let broken = wall_now();
     let (ok, text) = decap(&bed.backends[1], &binary, "detach");
     assert!(ok, "decap detach on t2: {text}");
+    assert!(
+        !text.contains("WARN"),
+        "decap detach has nothing to warn about (lb_decap pins nothing): {text}"
+    );
     let bound = echo.detection_bound() + MARGIN;
     let out = wait_event(&api, t2, "unhealthy", broken, bound + PROBE_INTERVAL)
         .unwrap_or_else(|e| panic!("t2 stayed in with its tunnel broken: {e}"));

@@ -7,6 +7,8 @@ const HIDDEN_POLL_MS = 10000;
 const HISTORY_S = 300;
 const TIMELINE_S = 3600;
 const SVG = 'http://www.w3.org/2000/svg';
+const OPEN_FLOWS_TITLE = 'flows pinned to the server that are still open (nat: not closed; dsr: a ' +
+  'packet within the idle timeout), counted every 5 s; 0 after a drain: the server carries nothing';
 
 const tab = {
   since: null,        // time of the newest event held (the next poll asks from it)
@@ -169,7 +171,7 @@ function serviceCard(s) {
   }
   const table = el('table', { class: 'servers' },
     el('thead', {}, el('tr', {}, ...['server', 'state', 'role', 'weight cfg / eff', 'Maglev share',
-      'new flows/s', 'bytes/s', 'new flows/s, last minutes', 'probes'].map((h) => el('th', {}, h)))));
+      'new flows/s', 'bytes/s', 'open flows', 'new flows/s, last minutes', 'probes'].map((h) => el('th', {}, h)))));
   const body = el('tbody');
   for (const b of s.servers) {
     const key = s.name + '|' + b.address;
@@ -184,6 +186,7 @@ function serviceCard(s) {
       el('td', {}, el('div', { class: 'share' }, el('div', { class: 'bar' }, el('i', { style: `width:${(b.share * 100).toFixed(2)}%` })), el('span', { class: 'num' }, pct))),
       el('td', { class: 'num' }, br && br.flows !== null ? si(br.flows) : '–'),
       el('td', { class: 'num' }, br && br.bytes !== null ? si(br.bytes, 'B') : '–'),
+      el('td', { class: 'num open', title: OPEN_FLOWS_TITLE }, b.active_flows === undefined ? '–' : si(b.active_flows)),
       el('td', {}, spark(tab.history.get(key) || [], max)),
       probeCell(b)));
   }

@@ -159,7 +159,7 @@ fn ensure_bpffs(dir: &Path) -> Result<(), DataplaneError> {
         let mounted = mount_bpffs(Path::new(BPFFS_ROOT));
         if mounted.is_ok() {
             if private_mount_namespace() {
-                tracing::warn!(
+                tracing::info!(
                     "mounted bpffs at {BPFFS_ROOT} in this process's own mount namespace (as \
                      under `ip netns exec`): the pins vanish when the agent exits; restarts do \
                      not need them"

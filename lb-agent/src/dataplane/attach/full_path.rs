@@ -176,7 +176,12 @@ pub fn forget(prog_id: u32) {
 fn remove_pin(path: &Path) {
     match std::fs::remove_file(path) {
         Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        // A directory this process may not enter holds no pin it made.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+            ) => {}
         Err(e) => {
             tracing::warn!(pin = %path.display(), error = %e, "removing a stale full-path pin")
         }

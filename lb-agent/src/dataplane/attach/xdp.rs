@@ -126,7 +126,10 @@ pub fn detach(
         what: format!("removing XDP program id {} from `{interface}`", program.id),
         source,
     })?;
-    super::full_path::forget(program.id);
+    // Only lb's balancer pins its full path; lb_decap has none.
+    if program.is_ours() {
+        super::full_path::forget(program.id);
+    }
     Ok(())
 }
 

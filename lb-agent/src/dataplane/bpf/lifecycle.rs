@@ -47,7 +47,8 @@ impl DataplaneLifecycle for BpfDataplane {
         self.serving = if lasting.is_some() {
             PROGRAM_NAME
         } else {
-            tracing::warn!(
+            // Nothing to act on: restarts adopt the program either way.
+            tracing::info!(
                 interface,
                 "no bpffs outlives the agent here (no pin_path, and init's /sys/fs/bpf is out of \
                  reach): attaching the whole-path program lb_xdp_full, without the hot-path \
