@@ -283,6 +283,17 @@ impl ServerHealth {
         self.was_up_before
     }
 
+    /// `checking`, and a probe that gates it has reached neither its `passes` nor its
+    /// `fails` yet: it may still pass (a start, a reload, an addition). Membership does
+    /// not switch backup levels on such a server's account.
+    pub fn verdicts_pending(&self) -> bool {
+        self.state == HealthState::Checking
+            && self
+                .probes
+                .iter()
+                .any(|t| t.essential && t.verdict == Verdict::Unknown)
+    }
+
     /// May get client traffic (health only; admin states are applied elsewhere).
     pub fn usable(&self) -> bool {
         self.state == HealthState::Up

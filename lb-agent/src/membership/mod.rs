@@ -66,7 +66,11 @@
 //!      return to the primary group (then, if that is not usable either, the lowest usable
 //!      backup level: the search is cyclic).
 //!
-//!    While no level is usable the active level is left unchanged.
+//!    While no level is usable the active level is left unchanged. Nor is it left while
+//!    it has no usable server but one whose probes have not reached a verdict yet
+//!    ([`MemberHealth::Checking`] with `pending`: at a start, after a reload that checks
+//!    servers again, after an addition): a level is not switched because probes have
+//!    not run. Once each of them passes or reaches its `fails`, the rules above apply.
 //! 5. **Fail-open, in tiers.** When no level is usable (no healthy server anywhere):
 //!    - with `fail_open = true` (default), tier 1: every server not `down` and not
 //!      `checking` that is only *suspect* — out for passive checks only (`unavailable`),
@@ -107,7 +111,9 @@ pub enum MemberHealth {
     Failing { since: Instant },
     /// Has not passed its essential probes yet (`checking`). `was_up`: it was in traffic
     /// before (a reload changed its probes, a restart adopted it), so it may hold flows.
-    Checking { was_up: bool },
+    /// `pending`: a probe that gates it has reached no verdict yet, so it may still pass
+    /// (a start, a reload, an addition).
+    Checking { was_up: bool, pending: bool },
 }
 
 impl MemberHealth {
@@ -121,6 +127,10 @@ impl MemberHealth {
 
     fn is_checking(self) -> bool {
         matches!(self, MemberHealth::Checking { .. })
+    }
+
+    fn is_pending(self) -> bool {
+        matches!(self, MemberHealth::Checking { pending: true, .. })
     }
 }
 
@@ -333,8 +343,12 @@ impl ServiceMembership {
         if primary_usable {
             usable_levels.insert(0);
         }
+        let pending = pending_levels(servers);
         let from = self.levels.level;
-        if let Some(why) = self.levels.step(&usable_levels, policy.backup_switch, now) {
+        if let Some(why) = self
+            .levels
+            .step(&usable_levels, &pending, policy.backup_switch, now)
+        {
             let to = self.levels.level;
             let reason = match why {
                 levels::Why::Failed => format!("{} has no usable server", Level(from)),
@@ -513,8 +527,8 @@ impl Decided<'_> {
         match (s.admin, s.health, self.blackout) {
             (Admin::Down, _, _) => Role::Removed,
             // Never in traffic: nothing pinned to keep.
-            (_, MemberHealth::Checking { was_up: false }, _) => Role::Removed,
-            (_, MemberHealth::Checking { was_up: true }, _) => Role::Sticky,
+            (_, MemberHealth::Checking { was_up: false, .. }, _) => Role::Removed,
+            (_, MemberHealth::Checking { was_up: true, .. }, _) => Role::Sticky,
             (_, _, Blackout::FailOpen(tier)) if fail_open_eligible(s, tier, self.held) => {
                 Role::Active
             }
@@ -533,6 +547,16 @@ impl Decided<'_> {
 /// Rule 1: healthy = usable and admin `up` (servers the cap holds are not).
 fn is_healthy(s: &MemberInput) -> bool {
     s.admin == Admin::Up && s.health == MemberHealth::Usable
+}
+
+/// Rule 4: the levels with a server that may still pass its first probes (admin `up`,
+/// weight above 0, `checking` with verdicts pending).
+fn pending_levels(servers: &[MemberInput]) -> BTreeSet<u32> {
+    servers
+        .iter()
+        .filter(|s| s.admin == Admin::Up && s.weight > 0 && s.health.is_pending())
+        .map(|s| s.backup)
+        .collect()
 }
 
 /// Rule 5: whether `s` takes new flows while failing open in `tier`.
