@@ -3,7 +3,7 @@
 //! (docs/check-config.md). Facts about the host are passed in ([`HostFacts`]) so that the
 //! same config always gives the same text (the golden tests in `examples/` rely on it).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
@@ -176,8 +176,27 @@ fn spare_line(svc: &ServiceConfig) -> Option<String> {
     ))
 }
 
+/// The removal cap's groups among the configured servers (membership rule 2): per
+/// level, the servers that carry its traffic (spares left out); servers from SRV names
+/// are not counted (their levels come from the records).
+pub(super) fn cap_groups(svc: &ServiceConfig) -> BTreeMap<u32, usize> {
+    let mut groups = BTreeMap::new();
+    for s in svc
+        .servers
+        .iter()
+        .filter(|s| s.service.is_none() && !s.spare)
+    {
+        let BackupLevel::Level(level) = s.backup else {
+            continue;
+        };
+        *groups.entry(level).or_default() += 1;
+    }
+    groups
+}
+
 /// With a removal cap (`max_unhealthy_percent` below 100): what it removes at most, per
-/// group of configured servers, and Azure's all-unhealthy rule.
+/// group of configured servers, and Azure's all-unhealthy rule with what a backup level
+/// or a spare changes about it.
 fn cap_line(svc: &ServiceConfig) -> Option<String> {
     let pct = svc.max_unhealthy_percent.min(100);
     if pct >= 100 {
@@ -186,33 +205,44 @@ fn cap_line(svc: &ServiceConfig) -> Option<String> {
     if pct == 0 {
         return Some("removal cap: 0%: health never removes a server".to_string());
     }
-    let mut groups: std::collections::BTreeMap<Option<u32>, usize> = Default::default();
-    for s in &svc.servers {
-        let level = match s.backup {
-            BackupLevel::Level(n) if s.service.is_none() => Some(n),
-            // SRV names: their levels come from the records.
-            _ => None,
-        };
-        *groups.entry(level).or_default() += 1;
-    }
-    let parts: Vec<String> = groups
+    let spares = svc.servers.iter().any(|s| s.spare);
+    let parts: Vec<String> = cap_groups(svc)
         .iter()
-        .filter_map(|(level, &n)| {
-            let name = match level {
-                Some(0) => "primary group".to_string(),
-                Some(l) => format!("backup level {l}"),
-                None => return None,
-            };
-            Some(format!("{name}: {} of {n}", n * usize::from(pct) / 100))
+        .map(|(&level, &n)| {
+            let removable = n * usize::from(pct) / 100;
+            match level {
+                0 if spares => {
+                    format!("primary group: {removable} of {n}, one more per running spare")
+                }
+                0 => format!("primary group: {removable} of {n}"),
+                l => format!("backup level {l}: {removable} of {n}"),
+            }
         })
         .collect();
+    let srv = svc.servers.iter().any(|s| s.service.is_some());
+    let levels = srv
+        || svc
+            .servers
+            .iter()
+            .any(|s| s.backup != BackupLevel::Level(0));
+    let instead = if spares { " and no spare runs" } else { "" };
+    let all_unhealthy = if levels {
+        format!(
+            "a group whose servers are all unhealthy{instead} has none removed (Azure), yet \
+             takes no new flow while another level has a healthy server (that level takes over); \
+             with none, they all stay in traffic"
+        )
+    } else {
+        format!(
+            "a group whose servers are all unhealthy{instead} keeps them all in traffic (Azure)"
+        )
+    };
     Some(format!(
-        "removal cap: health removes at most {pct}% of a group at once ({}); a group whose \
-         servers are all unhealthy keeps them all in traffic (Azure)",
+        "removal cap: health removes at most {pct}% of a group at once ({}); {all_unhealthy}",
         if parts.is_empty() {
             "servers from SRV names counted as they resolve".to_string()
         } else {
-            parts.join(", ")
+            parts.join("; ")
         }
     ))
 }

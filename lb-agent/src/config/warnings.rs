@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::bounds::detection_bounds;
 use super::passive::{passive_coverage, passive_gap};
+use super::report::cap_groups;
 use super::values::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 use crate::probe::MIN_INTERVAL;
@@ -148,6 +149,27 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             out.push(format!(
                 "{at}: max_unhealthy_percent = 0: health checks can never remove a server"
             ));
+        } else if s.max_unhealthy_percent < 100 {
+            let pct = usize::from(s.max_unhealthy_percent);
+            // A group of one is the all-unhealthy rule, which the cap line says.
+            for (level, n) in cap_groups(s) {
+                if n >= 2 && n * pct / 100 == 0 {
+                    let group = match level {
+                        0 => "the primary group".to_string(),
+                        l => format!("backup level {l}"),
+                    };
+                    let spare = if level == 0 && s.servers.iter().any(|v| v.spare) {
+                        " unless a spare runs in its place"
+                    } else {
+                        ""
+                    };
+                    out.push(format!(
+                        "{at}: max_unhealthy_percent = {pct} removes no server of {group} \
+                         ({n} × {pct}% rounds down to 0): health checks never take one of \
+                         them out{spare}, as with 0%"
+                    ));
+                }
+            }
         }
         let primaries: Vec<_> = s
             .servers

@@ -36,8 +36,8 @@ struct Counts {
     usable: BTreeMap<u32, usize>,
     /// Per level: servers that may still pass their first probes (`pending_levels`).
     pending: BTreeMap<u32, usize>,
-    /// Per group (level): servers whose admin state is `up` and that are not `checking`
-    /// (the cap's `n`), and how many of them are unusable.
+    /// Per group (level): non-spare servers whose admin state is `up` and that are not
+    /// `checking` (the cap's `n`), and how many of them are unusable.
     cap: BTreeMap<u32, (usize, usize)>,
 }
 
@@ -92,7 +92,7 @@ impl Counts {
         if s.admin == super::Admin::Up && s.weight > 0 && s.health.is_pending() {
             count(self.pending.entry(s.backup).or_default());
         }
-        if s.admin == super::Admin::Up && !s.health.is_checking() {
+        if s.admin == super::Admin::Up && !s.health.is_checking() && !s.is_spare() {
             let (n, unusable) = self.cap.entry(s.backup).or_default();
             count(n);
             if s.health.unusable_since().is_some() {
@@ -117,16 +117,17 @@ impl Counts {
             .map(|(&l, _)| l)
     }
 
-    /// Whether the cap holds servers in `level`'s group at `pct` (as `cap::apply`: below
-    /// 100 %, a group with every server unusable has all of them held).
-    fn over_cap(&self, level: u32, pct: u8) -> bool {
+    /// Whether the cap holds servers in `level`'s group at `pct` with `stand_ins` spares
+    /// running (as `cap::apply`: below 100 %, a group with every server unusable and no
+    /// spare standing in has all of them held).
+    fn over_cap(&self, level: u32, pct: u8, stand_ins: usize) -> bool {
         let (n, unusable) = self.cap.get(&level).copied().unwrap_or_default();
         let pct = pct.min(100);
-        if pct < 100 && unusable > 0 && unusable == n {
+        let stand_ins = if level == 0 { stand_ins } else { 0 };
+        if pct < 100 && unusable > 0 && unusable == n && stand_ins == 0 {
             return true;
         }
-        let removable = n as u64 * u64::from(pct) / 100;
-        unusable as u64 > removable
+        unusable > super::cap::removable(n, u64::from(pct), stand_ins)
     }
 }
 
@@ -223,10 +224,10 @@ impl ServiceMembership {
             return None;
         }
         let pct = policy.max_unhealthy_percent;
-        if changed
-            .iter()
-            .any(|s| before.over_cap(s.backup, pct) || counts.over_cap(s.backup, pct))
-        {
+        if changed.iter().any(|s| {
+            before.over_cap(s.backup, pct, self.stand_ins)
+                || counts.over_cap(s.backup, pct, self.stand_ins)
+        }) {
             return None;
         }
 
