@@ -11,6 +11,7 @@
 
 mod bounds;
 mod error;
+mod failures;
 mod fields;
 mod passive;
 mod probe;

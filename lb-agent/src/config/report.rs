@@ -10,6 +10,7 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 
 use super::bounds::{Bounds, detection_bounds};
+use super::failures::{Failure, blind_because, seen_within};
 use super::passive::{PassiveCoverage, passive_coverage};
 use super::values::human;
 use super::warnings::warnings;
@@ -317,53 +318,43 @@ fn probe_line(p: &ProbeConfig) -> String {
     }
 }
 
-/// The dead-server bound and, where one exists, the fast-fail bound of one probe.
+/// What one probe takes a server out for, and how soon; what it cannot see, and why.
 fn detection(p: &ProbeConfig, b: &Bounds) -> String {
-    let dead = if detects_silence(p) {
-        format!(
-            "a server that stops answering leaves traffic within {}",
-            human(b.detect_worst)
-        )
-    } else {
-        "a server that stops answering is not noticed (without expect or test, silence passes)"
-            .to_string()
-    };
-    match fast_fail(p) {
-        Some(what) => format!("{dead}, {what} within {}", human(b.detect_fast)),
-        None => dead,
-    }
-}
-
-/// Does a probe fail when the server says nothing? A udp probe fails on silence only
-/// when it waits for a reply (`expect` or `test`, as `probe::execute` decides).
-fn detects_silence(p: &ProbeConfig) -> bool {
-    p.kind != ProbeKind::Udp || p.expect.is_some() || p.test.is_some()
-}
-
-/// Can a probe see a wrong answer? http always (status, body, test); tcp and udp only
-/// when they check the reply (`expect` or `test`): a tcp probe without them (the SYN
-/// check or a connect) sees only whether the port accepts, a udp one only a port
-/// unreachable.
-fn sees_wrong_answers(p: &ProbeConfig) -> bool {
-    match p.kind {
-        ProbeKind::Http => true,
-        ProbeKind::Tcp | ProbeKind::Udp => p.expect.is_some() || p.test.is_some(),
-        ProbeKind::Icmp => false,
-    }
-}
-
-/// What makes a probe fail without waiting for its timeout.
-fn fast_fail(p: &ProbeConfig) -> Option<&'static str> {
-    let wrong = sees_wrong_answers(p);
-    match p.kind {
-        ProbeKind::Http | ProbeKind::Tcp if wrong => {
-            Some("one that refuses the connection or answers wrongly")
+    let mut seen = Vec::new();
+    let mut blind = Vec::new();
+    for f in Failure::ALL {
+        match seen_within(p, b, f) {
+            Some(d) => seen.push(format!("{} within {}", f.name(), human(d))),
+            None => blind.push(f.name()),
         }
-        ProbeKind::Http | ProbeKind::Tcp => Some("one that refuses the connection"),
-        ProbeKind::Udp if wrong => Some("one that answers with ICMP port unreachable or wrongly"),
-        ProbeKind::Udp => Some("one that answers with ICMP port unreachable"),
-        ProbeKind::Icmp => None,
     }
+    let mut text = if seen.is_empty() {
+        "a server leaves traffic for nothing it sees".to_string()
+    } else {
+        format!("a server leaves traffic: {}", seen.join(", "))
+    };
+    if slow_wrong_answer(p, b) {
+        text.push_str(
+            " (a reply that may still match is read until the timeout, unless the server \
+             closes: only an expect anchored with ^ is decided by its first bytes)",
+        );
+    }
+    if !blind.is_empty() {
+        let _ = write!(
+            text,
+            "; not seen: {} ({})",
+            blind.join(", "),
+            blind_because(p)
+        );
+    }
+    text
+}
+
+/// A tcp probe that sees a wrong answer only at its timeout.
+fn slow_wrong_answer(p: &ProbeConfig, b: &Bounds) -> bool {
+    p.kind == ProbeKind::Tcp
+        && b.detect_worst != b.detect_fast
+        && seen_within(p, b, Failure::WrongAnswer) == Some(b.detect_worst)
 }
 
 fn recovery(b: &Bounds) -> String {
@@ -418,8 +409,9 @@ fn passive_line(svc: &ServiceConfig) -> String {
     }
 }
 
-/// The service's combined bound: the fastest probe that runs while a server is up, or
-/// passive checks alone; and the slowest recovery, since every probe must pass again.
+/// The service's combined bound, per kind of failure: the fastest probe that runs while
+/// a server is up and sees it, or passive checks alone; and the slowest recovery, since
+/// every probe must pass again.
 fn service_bound_line(svc: &ServiceConfig) -> String {
     let passive = svc.max_fails > 0 && passive_coverage(svc.protocol, svc.forwarding).any();
     let always: Vec<(&ProbeConfig, Bounds)> = svc
@@ -428,39 +420,6 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
         .filter(|p| p.mode == ProbeMode::Always)
         .map(|p| (p, detection_bounds(p)))
         .collect();
-    let dead = always
-        .iter()
-        .filter(|(p, _)| detects_silence(p))
-        .min_by_key(|(_, b)| b.detect_worst);
-    let fast = always
-        .iter()
-        .filter(|(p, _)| fast_fail(p).is_some())
-        .min_by_key(|(_, b)| b.detect_fast);
-    // The fastest probe that sees a wrong answer: not always the fastest one that sees a
-    // refusal (a SYN check sees no answer at all).
-    let wrong = always
-        .iter()
-        .filter(|(p, _)| sees_wrong_answers(p))
-        .min_by_key(|(_, b)| b.detect_fast);
-    let fast_text = |(fp, fb): &(&ProbeConfig, Bounds)| match wrong {
-        Some((wp, _)) if wp.name == fp.name => format!(
-            "one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
-            human(fb.detect_fast),
-            fp.name
-        ),
-        Some((wp, wb)) => format!(
-            "one that refuses within {} (probe {:?}), one that answers wrongly within {} (probe {:?})",
-            human(fb.detect_fast),
-            fp.name,
-            human(wb.detect_fast),
-            wp.name
-        ),
-        None => format!(
-            "one that refuses within {} (probe {:?}; no probe checks the answer)",
-            human(fb.detect_fast),
-            fp.name
-        ),
-    };
     let idle = svc.probes.iter().any(|p| p.mode == ProbeMode::Idle);
     let unwatched = if svc.probes.is_empty() {
         "no probe"
@@ -469,39 +428,49 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
     } else {
         "no probe runs while a server is up"
     };
-    let mut parts = Vec::new();
-    let detection = match (dead, fast) {
-        (Some((dp, db)), fast) => {
-            let mut s = format!(
-                "a server that stops answering leaves traffic within {} (probe {:?})",
-                human(db.detect_worst),
-                dp.name
-            );
-            if let Some(f) = fast {
-                let _ = write!(s, ", {}", fast_text(f));
+    let mut seen = Vec::new();
+    let mut blind = Vec::new();
+    for f in Failure::ALL {
+        let best = always
+            .iter()
+            .filter_map(|(p, b)| seen_within(p, b, f).map(|d| (d, p.name.as_str())))
+            .min_by_key(|&(d, _)| d);
+        match best {
+            Some((d, name)) => {
+                seen.push(format!("{} within {} (probe {name:?})", f.name(), human(d)))
             }
-            s.push_str(", + propagation (< 1ms)");
-            if passive {
-                s.push_str("; sooner when passive checks count enough failures first");
-            }
-            s
+            None => blind.push(f.name()),
         }
-        (None, Some(f)) => format!(
-            "a server that goes silent {}; {}, + propagation (< 1ms)",
-            if passive {
-                "leaves only when passive checks count enough failures under client traffic (no time bound)"
-            } else {
-                "is never noticed"
-            },
-            fast_text(f),
-        ),
-        (None, None) if passive => format!(
+    }
+    let mut parts = Vec::new();
+    let detection = if seen.is_empty() && passive {
+        format!(
             "{unwatched}: only passive checks notice a failure, and only under client traffic \
              (no time bound)"
-        ),
-        (None, None) => {
-            format!("{unwatched}: nothing notices a failing server (no detection bound)")
+        )
+    } else if seen.is_empty() {
+        format!("{unwatched}: nothing notices a failing server (no detection bound)")
+    } else {
+        let mut s = format!(
+            "a server leaves traffic: {}, + propagation (< 1ms)",
+            seen.join(", ")
+        );
+        if passive {
+            s.push_str("; sooner when passive checks count enough failures first");
         }
+        if !blind.is_empty() {
+            let _ = write!(
+                s,
+                "; not seen by any probe: {}{}",
+                blind.join(", "),
+                if passive {
+                    " (only passive checks, under client traffic, with no time bound)"
+                } else {
+                    " (never noticed)"
+                }
+            );
+        }
+        s
     };
     parts.push(detection);
     if let Some(slowest) = svc
