@@ -146,8 +146,9 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
         count(svc.servers.len(), "server", "servers"),
         count(svc.probes.len(), "probe", "probes"),
     ));
+    let passive = svc.max_fails > 0 && passive_coverage(svc.protocol, svc.forwarding).any();
     for probe in &svc.probes {
-        out.push(format!("  {}", probe_line(probe)));
+        out.push(format!("  {}", probe_line(probe, passive)));
     }
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
@@ -267,8 +268,9 @@ fn maglev_line(svc: &ServiceConfig) -> String {
     )
 }
 
-/// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`.
-fn probe_line(p: &ProbeConfig) -> String {
+/// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`; `passive`: the
+/// service's passive checks count something.
+fn probe_line(p: &ProbeConfig, passive: bool) -> String {
     let b = detection_bounds(p);
     let mut head = format!(
         "probe {:?} ({} every {}, timeout {}, fails {}, passes {}",
@@ -307,9 +309,14 @@ fn probe_line(p: &ProbeConfig) -> String {
         ProbeMode::Always => format!("{head}: {}; {recovery}", detection(p, &b)),
         ProbeMode::Idle => format!(
             "{head}: runs only while the server had no client traffic for {} or is out; then {}; \
-             under traffic only passive checks notice a failure; {recovery}",
+             under traffic {}; {recovery}",
             human(p.interval),
-            detection(p, &b)
+            detection(p, &b),
+            if passive {
+                "only passive checks notice a failure"
+            } else {
+                "nothing notices a failure (no passive checks)"
+            }
         ),
         ProbeMode::Onfail => format!(
             "{head}: runs only while the server is out (unhealthy or unavailable), so it detects \

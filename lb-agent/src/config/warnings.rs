@@ -73,15 +73,6 @@ fn hollow_probes(at: &str, p: &ProbeConfig, out: &mut Vec<String>) {
             if p.expect.is_some() { "expect" } else { "test" }
         ));
     }
-    if p.kind == ProbeKind::Http
-        && p.http.method == "HEAD"
-        && p.test.as_ref().is_some_and(|t| t.reads_response())
-    {
-        out.push(format!(
-            "{at}: test reads $upstream_probe_response, but a HEAD response has no body: it is \
-             always empty"
-        ));
-    }
 }
 
 /// The MTU a tunnel service costs (docs/tunnel.md, "MTU"): said for every `ipip` /
@@ -127,6 +118,11 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             } else if s.probes.iter().all(|p| p.mode == ProbeMode::Onfail) {
                 out.push(format!(
                     "{at}: every probe is mode = \"onfail\" and {why}: nothing notices a server failing"
+                ));
+            } else if s.probes.iter().all(|p| p.mode != ProbeMode::Always) {
+                out.push(format!(
+                    "{at}: every probe is mode = \"idle\" or \"onfail\" and {why}: nothing \
+                     notices a server failing while it carries client traffic"
                 ));
             }
         }
