@@ -14,7 +14,9 @@ use super::failures::{Failure, blind_because, seen_within};
 use super::passive::{PassiveCoverage, passive_coverage};
 use super::values::human;
 use super::warnings::warnings;
-use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck};
+use super::{
+    BackupLevel, BackupSwitch, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck,
+};
 
 /// What `check-config` needs to know about the host it runs on.
 #[derive(Debug, Clone, Default)]
@@ -153,6 +155,7 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
     out.extend(spare_line(svc).map(|l| format!("  {l}")));
+    out.extend(backup_line(svc).map(|l| format!("  {l}")));
     out.extend(cap_line(svc).map(|l| format!("  {l}")));
     out.push(format!("  {}", maglev_line(svc)));
 }
@@ -194,6 +197,45 @@ pub(super) fn cap_groups(svc: &ServiceConfig) -> BTreeMap<u32, usize> {
         *groups.entry(level).or_default() += 1;
     }
     groups
+}
+
+/// With backup levels: when the primary group takes the traffic back (`backup_switch`),
+/// and that a start or a reload switches no level before the probes have run
+/// (membership rule 4).
+fn backup_line(svc: &ServiceConfig) -> Option<String> {
+    let levels = svc
+        .servers
+        .iter()
+        .any(|s| s.service.is_some() || s.backup != BackupLevel::Level(0));
+    if !levels {
+        return None;
+    }
+    let switch = match svc.backup_switch {
+        BackupSwitch::TryPrimaryEachFlow => {
+            "the primary group takes new flows again as soon as one of its servers is healthy"
+                .to_string()
+        }
+        BackupSwitch::RetryAfter(d) => format!(
+            "a backup level keeps the traffic while it is usable; the primary group is tried \
+             again every {}",
+            human(d)
+        ),
+        BackupSwitch::Permanent => {
+            "a backup level keeps the traffic until it fails, also after the primary group \
+             recovers"
+                .to_string()
+        }
+    };
+    let gated = svc.probes.iter().any(|p| p.essential);
+    Some(format!(
+        "backup levels: {switch}{}",
+        if gated {
+            "; at a start, or a reload that checks servers again, no level is left before \
+             its probes reach a verdict"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// With a removal cap (`max_unhealthy_percent` below 100): what it removes at most, per
