@@ -7,14 +7,12 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    agent::{
-        api::Api,
-        daemon::{AgentConfig, RELOAD_TIMEOUT},
-    },
+    agent::daemon::{AgentConfig, RELOAD_TIMEOUT},
     net::topology::{Forwarding, Topology},
     scenario::{
         balance::{self, BACKEND_TCP_PORT, WEIGHTS},
-        redundancy::{self, Backends, HEALTH_PORT, Member, TcpProbe},
+        pinned::{self, PinnedToB1, VERDICT_WAIT},
+        redundancy,
         restart::other_backend,
     },
     traffic::clients::{EchoConn, Tally},
@@ -125,59 +123,32 @@ fn reload_dsr_keeps_long_lived_connection() {
     removal_keeps_other_flows(Forwarding::Dsr, 32);
 }
 
-const VERDICT_WAIT: Duration = Duration::from_secs(15);
-
 /// b1 holds a long-lived connection; a reload removes b1 (it takes no new flow, the
 /// connection stays) and, with b1's health listener stopped, a second reload adds it
 /// back: b1 is `checking` again, and the connection pinned to it keeps echoing until
 /// and after its probe passes.
 fn added_back_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let h = topo.backends();
-    let b1 = Member::primary("b1", &h[0], WEIGHTS[0]);
-    let b2 = Member::primary("b2", &h[1], WEIGHTS[1]);
-    let b3 = Member::primary("b3", &h[2], WEIGHTS[2]);
-    let members = [b1, b2, b3];
-    let mut backends = Backends::start(Path::new(TESTSERVER), &members, true)
-        .expect("starting a testserver and a health listener per member");
-    let probe = TcpProbe::fast().on_port(HEALTH_PORT);
-    let all = redundancy::service(&topo, "web", &members, &probe, &[]);
-    let without_b1 = redundancy::service(&topo, "web", &members[1..], &probe, &[]);
-    let vip = all.vip;
-    let agent =
-        balance::start_agent(&topo, vec![all.clone()], Some("native")).expect("starting lb-agent");
-    let api = Api::new(&topo.lb().ns);
-    api.wait_service("web", "every server up", VERDICT_WAIT, |s| {
-        s.servers.iter().all(|v| v.state == "up" && v.active)
-    })
-    .unwrap_or_else(|e| panic!("{mode}: all three servers should be up after start: {e}"));
-    let client = topo.client();
-    let mut pinned = redundancy::echo_on(&client.ns, client.ipv4.into(), vip, "b1", 60)
-        .unwrap_or_else(|e| panic!("{mode}: a long-lived connection to b1: {e}"));
-    pinned
-        .check_echo("before the removal")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection on b1: {e}"));
-
-    agent
+    let topo = pinned::topology(forwarding, subnet);
+    let mut bed = PinnedToB1::start(&topo, Path::new(TESTSERVER));
+    let all = bed.service_of(&topo, &bed.members);
+    let without_b1 = bed.service_of(&topo, &bed.members[1..]);
+    let b1 = bed.members[0];
+    bed.agent
         .reload(&AgentConfig::new(vec![without_b1]), RELOAD_TIMEOUT)
         .unwrap_or_else(|e| panic!("{mode}: reload without b1: {e}"));
-    pinned
+    bed.pinned
         .check_echo("after the removal")
         .unwrap_or_else(|e| panic!("{mode}: removed b1 keeps its connection: {e}"));
 
-    backends
+    bed.backends
         .kill_health("b1")
         .expect("stopping b1's health listener");
-    agent
+    bed.agent
         .reload(&AgentConfig::new(vec![all]), RELOAD_TIMEOUT)
         .unwrap_or_else(|e| panic!("{mode}: reload adding b1 back: {e}"));
-    let (view, _) = api
+    let (view, _) = bed
+        .api
         .wait_service("web", "b1 back, checking", VERDICT_WAIT, |s| {
             s.server(b1.addr())
                 .is_some_and(|v| v.state == "checking" && !v.active)
@@ -185,10 +156,10 @@ fn added_back_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
         .unwrap_or_else(|e| panic!("{mode}: b1 is back and checking: {e}"));
     println!(
         "added back {mode}: b1 checking\n{}",
-        view.describe(|a| redundancy::name_of(&members, a))
+        view.describe(|a| redundancy::name_of(&bed.members, a))
     );
     for i in 0..3 {
-        pinned
+        bed.pinned
             .check_echo(&format!("while b1 is checking again {i}"))
             .unwrap_or_else(|e| {
                 panic!(
@@ -198,17 +169,7 @@ fn added_back_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    backends
-        .restart_health("b1")
-        .expect("starting b1's health listener");
-    api.wait_service("web", "b1 up again", VERDICT_WAIT, |s| {
-        s.server(b1.addr())
-            .is_some_and(|v| v.state == "up" && v.active)
-    })
-    .unwrap_or_else(|e| panic!("{mode}: b1 takes new flows once its probe passes: {e}"));
-    pinned
-        .check_echo("after b1 is up again")
-        .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1: {e}"));
+    bed.b1_health_returns(mode);
 }
 
 #[test]

@@ -10,6 +10,11 @@ use tokio::time::Instant;
 
 /// Primaries .1 and .2, backup level 1 .11, level 2 .21; `extra` service lines.
 fn config(extra: &str) -> String {
+    with_probe(extra, "")
+}
+
+/// [`config`] whose tcp probe has the `probe` lines too.
+fn with_probe(extra: &str, probe: &str) -> String {
     web(
         extra,
         &(servers(&[
@@ -17,7 +22,8 @@ fn config(extra: &str) -> String {
             ("10.0.1.2:80", ""),
             ("10.0.1.11:80", "backup = 1"),
             ("10.0.1.21:80", "backup = 2"),
-        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n"),
+        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n"
+            + probe),
     )
 }
 
@@ -161,15 +167,7 @@ async fn timed_backup_switch_returns_at_the_next_try() {
 /// `config` with an essential probe whose verdicts take a while: a server that never
 /// answers fails it only after three timeouts.
 fn essential_config(extra: &str) -> String {
-    web(
-        extra,
-        &(servers(&[
-            ("10.0.1.1:80", ""),
-            ("10.0.1.2:80", ""),
-            ("10.0.1.11:80", "backup = 1"),
-        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\ntimeout = \"1s\"\n\
-               fails = 3\nessential = true\n"),
-    )
+    with_probe(extra, "timeout = \"1s\"\nfails = 3\nessential = true\n")
 }
 
 /// The primaries answer only after the backup passed: the level must not have moved.
