@@ -271,10 +271,15 @@ fn cap_line(svc: &ServiceConfig) -> Option<String> {
             .any(|s| s.backup != BackupLevel::Level(0));
     let instead = if spares { " and no spare runs" } else { "" };
     let all_unhealthy = if levels {
+        let with_none = if svc.fail_open {
+            "they stay in traffic (fail-open)"
+        } else {
+            "those of the active level stay in traffic"
+        };
         format!(
             "a group whose servers are all unhealthy{instead} has none removed (Azure), yet \
              takes no new flow while another level has a healthy server (that level takes over); \
-             with none, they all stay in traffic"
+             with none, {with_none}"
         )
     } else {
         format!(
