@@ -10,7 +10,7 @@ use super::{Agent, Configured, Neighbours};
 use crate::{
     api::{AdminChange, AdminError, AdminRequest},
     dataplane::Dataplane,
-    health::{StartState, Transition},
+    health::Transition,
     membership::Admin,
     probe::Prober,
 };
@@ -163,7 +163,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                     &cfg,
                     new.address,
                     conf,
-                    StartState::Added,
+                    self.services[si].added_start(new.address),
                     now,
                     self.persistence.passive_kept(),
                 );

@@ -69,7 +69,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                                 fresh
                             }
                             // Added to a running service: held back until every probe passes.
-                            None => new_server(addr, conf, StartState::Added),
+                            None => new_server(addr, conf, prev.added_start(addr)),
                         };
                         servers.push((addr, server));
                     }

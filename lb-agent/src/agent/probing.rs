@@ -71,7 +71,7 @@ impl<P: Prober> Probing<P> {
         };
         // Out of traffic until its probes pass although the pool wants it (added at
         // runtime, or in traffic before and checked again): first probes come promptly.
-        let waiting = start == StartState::Added
+        let waiting = matches!(start, StartState::Added | StartState::Returning)
             || (start == StartState::ReloadedWasUp && health.state() == HealthState::Checking);
         let tasks = svc
             .probes

@@ -54,12 +54,19 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                 );
                 self.snapshot.changed();
             }
-            if let Some(t) = server
+            let pending = server.health.verdicts_pending();
+            let transition = server
                 .health
-                .on_probe(report.probe, &report.outcome, report.at)
-            {
+                .on_probe(report.probe, &report.outcome, report.at);
+            // A `checking` server whose probes all reached a verdict, still `checking`:
+            // no transition, but membership may now switch levels (membership rule 4).
+            let decided = pending && !server.health.verdicts_pending();
+            let changed = transition.is_some() || decided;
+            if let Some(t) = transition {
                 server.signals.set_healthy(server.health.usable());
                 records.push((svc.cfg.name.clone(), server.addr.to_string(), t));
+            }
+            if changed {
                 let addr = server.addr;
                 svc.mark_server(addr);
                 earliest = Some(earliest.map_or(report.at, |e| e.min(report.at)));

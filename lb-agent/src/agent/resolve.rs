@@ -13,7 +13,6 @@ use super::{Agent, server::Configured};
 use crate::{
     dataplane::Dataplane,
     discovery::{self, Expanded},
-    health::StartState,
     probe::Prober,
     publish::PublishError,
 };
@@ -72,7 +71,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                         &svc.cfg,
                         e.addr,
                         configured(e),
-                        StartState::Added,
+                        svc.added_start(e.addr),
                         now,
                         kept,
                     );

@@ -59,6 +59,7 @@ impl ServerRt {
                 HealthState::Unhealthy => MemberHealth::Failing { since },
                 HealthState::Checking => MemberHealth::Checking {
                     was_up: self.health.was_up_before(),
+                    pending: self.health.verdicts_pending(),
                 },
             },
             admin: self.admin,

@@ -14,7 +14,7 @@ use lb_common::maps::BackendStats;
 
 use crate::{
     config::ServiceConfig,
-    health::Transition,
+    health::{StartState, Transition},
     membership::{Outcome, Policy, ServiceMembership},
     publish::Publisher,
     util::ordered_join,
@@ -57,6 +57,17 @@ impl ServiceRt {
             marked_whole: false,
             changed_health: Vec::new(),
             probe_durations: Default::default(),
+        }
+    }
+
+    /// How a server added to this running service at `addr` starts: held back until
+    /// every probe passes; added back while its removed backend is still departing, it
+    /// keeps that backend's established flows meanwhile.
+    pub(super) fn added_start(&self, addr: SocketAddr) -> StartState {
+        if self.departing.contains_key(&addr) {
+            StartState::Returning
+        } else {
+            StartState::Added
         }
     }
 

@@ -11,6 +11,7 @@
 
 mod bounds;
 mod error;
+mod failures;
 mod fields;
 mod passive;
 mod probe;
@@ -283,6 +284,9 @@ pub struct ServiceConfig {
     pub maglev_size: Option<u32>,
     /// Passive failures within `fail_timeout` that make a server unavailable; 0 = off.
     pub max_fails: u32,
+    /// `max_fails` is in the file (not the default): warnings about it are about what
+    /// the operator wrote.
+    pub max_fails_written: bool,
     pub fail_timeout: Duration,
     pub max_unhealthy_percent: u8,
     pub fail_open: bool,

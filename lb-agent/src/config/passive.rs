@@ -48,10 +48,11 @@ pub fn passive_coverage(protocol: Protocol, forwarding: Forwarding) -> PassiveCo
     }
 }
 
-/// Why `svc`'s passive checks are weaker than they look, when `max_fails` is set where
-/// they see little or nothing; `None` when they see every signal or are off.
+/// Why `svc`'s passive checks are weaker than they look, when `max_fails` is written in
+/// the file where they see little or nothing; `None` when they see every signal, are off,
+/// or `max_fails` is the default (the passive line of `check-config` says what it counts).
 pub fn passive_gap(svc: &ServiceConfig) -> Option<String> {
-    if svc.max_fails == 0 {
+    if svc.max_fails == 0 || !svc.max_fails_written {
         return None;
     }
     let n = svc.max_fails;

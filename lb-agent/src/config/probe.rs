@@ -172,6 +172,15 @@ pub(super) fn probe(t: &Table<'_>) -> R<ProbeConfig> {
         p.test = Some(f.parse(|s| {
             Condition::parse(s, scope).map_err(|e| format!("is not a valid test: {e}"))
         })?);
+        if kind == ProbeKind::Http
+            && p.http.method == "HEAD"
+            && p.test.as_ref().is_some_and(|c| c.reads_response())
+        {
+            return Err(f.err(
+                "reads $upstream_probe_response, which is always empty with method = \"HEAD\": \
+                 a HEAD response has no body (use GET, or test the status and headers only)",
+            ));
+        }
         let replaced: &[&str] = if kind == ProbeKind::Http {
             &["expect_status", "expect_body"]
         } else {
@@ -307,9 +316,12 @@ fn http(t: &Table<'_>, h: &mut HttpProbe) -> R<()> {
     h.tls = opt(t, "tls", Field::bool)?.unwrap_or(false);
     h.sni = opt(t, "sni", |f| {
         f.parse(|s| {
-            values::dns_name(s)
-                .map(|()| s.to_string())
-                .map_err(|e| format!("{e} (sni is a DNS name)"))
+            values::dns_name(s).map(|()| s.to_string()).map_err(|e| {
+                format!(
+                    "{e} (sni is a DNS name, never an IP address; without sni and a Host \
+                         header the certificate is checked against the server's address)"
+                )
+            })
         })
     })?;
     h.verify = opt(t, "verify", Field::bool)?.unwrap_or(true);

@@ -3,17 +3,20 @@
 //! (docs/check-config.md). Facts about the host are passed in ([`HostFacts`]) so that the
 //! same config always gives the same text (the golden tests in `examples/` rely on it).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
 use super::bounds::{Bounds, detection_bounds};
+use super::failures::{Failure, blind_because, seen_within};
 use super::passive::{PassiveCoverage, passive_coverage};
 use super::values::human;
 use super::warnings::warnings;
-use super::{BackupLevel, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck};
+use super::{
+    BackupLevel, BackupSwitch, Config, ProbeConfig, ProbeKind, ProbeMode, ServiceConfig, TcpCheck,
+};
 
 /// What `check-config` needs to know about the host it runs on.
 #[derive(Debug, Clone, Default)]
@@ -145,12 +148,14 @@ fn service_lines(svc: &ServiceConfig, out: &mut Vec<String>) {
         count(svc.servers.len(), "server", "servers"),
         count(svc.probes.len(), "probe", "probes"),
     ));
+    let passive = svc.max_fails > 0 && passive_coverage(svc.protocol, svc.forwarding).any();
     for probe in &svc.probes {
-        out.push(format!("  {}", probe_line(probe)));
+        out.push(format!("  {}", probe_line(probe, passive)));
     }
     out.push(format!("  {}", passive_line(svc)));
     out.push(format!("  {}", service_bound_line(svc)));
     out.extend(spare_line(svc).map(|l| format!("  {l}")));
+    out.extend(backup_line(svc).map(|l| format!("  {l}")));
     out.extend(cap_line(svc).map(|l| format!("  {l}")));
     out.push(format!("  {}", maglev_line(svc)));
 }
@@ -176,8 +181,66 @@ fn spare_line(svc: &ServiceConfig) -> Option<String> {
     ))
 }
 
+/// The removal cap's groups among the configured servers (membership rule 2): per
+/// level, the servers that carry its traffic (spares left out); servers from SRV names
+/// are not counted (their levels come from the records).
+pub(super) fn cap_groups(svc: &ServiceConfig) -> BTreeMap<u32, usize> {
+    let mut groups = BTreeMap::new();
+    for s in svc
+        .servers
+        .iter()
+        .filter(|s| s.service.is_none() && !s.spare)
+    {
+        let BackupLevel::Level(level) = s.backup else {
+            continue;
+        };
+        *groups.entry(level).or_default() += 1;
+    }
+    groups
+}
+
+/// With backup levels: when the primary group takes the traffic back (`backup_switch`),
+/// and that a start or a reload switches no level before the probes have run
+/// (membership rule 4).
+fn backup_line(svc: &ServiceConfig) -> Option<String> {
+    let levels = svc
+        .servers
+        .iter()
+        .any(|s| s.service.is_some() || s.backup != BackupLevel::Level(0));
+    if !levels {
+        return None;
+    }
+    let switch = match svc.backup_switch {
+        BackupSwitch::TryPrimaryEachFlow => {
+            "the primary group takes new flows again as soon as one of its servers is healthy"
+                .to_string()
+        }
+        BackupSwitch::RetryAfter(d) => format!(
+            "a backup level keeps the traffic while it is usable; the primary group is tried \
+             again every {}",
+            human(d)
+        ),
+        BackupSwitch::Permanent => {
+            "a backup level keeps the traffic until it fails, also after the primary group \
+             recovers"
+                .to_string()
+        }
+    };
+    let gated = svc.probes.iter().any(|p| p.essential);
+    Some(format!(
+        "backup levels: {switch}{}",
+        if gated {
+            "; at a start, or a reload that checks servers again, no level is left before \
+             its probes reach a verdict"
+        } else {
+            ""
+        }
+    ))
+}
+
 /// With a removal cap (`max_unhealthy_percent` below 100): what it removes at most, per
-/// group of configured servers, and Azure's all-unhealthy rule.
+/// group of configured servers, and Azure's all-unhealthy rule with what a backup level
+/// or a spare changes about it.
 fn cap_line(svc: &ServiceConfig) -> Option<String> {
     let pct = svc.max_unhealthy_percent.min(100);
     if pct >= 100 {
@@ -186,33 +249,49 @@ fn cap_line(svc: &ServiceConfig) -> Option<String> {
     if pct == 0 {
         return Some("removal cap: 0%: health never removes a server".to_string());
     }
-    let mut groups: std::collections::BTreeMap<Option<u32>, usize> = Default::default();
-    for s in &svc.servers {
-        let level = match s.backup {
-            BackupLevel::Level(n) if s.service.is_none() => Some(n),
-            // SRV names: their levels come from the records.
-            _ => None,
-        };
-        *groups.entry(level).or_default() += 1;
-    }
-    let parts: Vec<String> = groups
+    let spares = svc.servers.iter().any(|s| s.spare);
+    let parts: Vec<String> = cap_groups(svc)
         .iter()
-        .filter_map(|(level, &n)| {
-            let name = match level {
-                Some(0) => "primary group".to_string(),
-                Some(l) => format!("backup level {l}"),
-                None => return None,
-            };
-            Some(format!("{name}: {} of {n}", n * usize::from(pct) / 100))
+        .map(|(&level, &n)| {
+            let removable = n * usize::from(pct) / 100;
+            match level {
+                0 if spares => {
+                    format!("primary group: {removable} of {n}, one more per running spare")
+                }
+                0 => format!("primary group: {removable} of {n}"),
+                l => format!("backup level {l}: {removable} of {n}"),
+            }
         })
         .collect();
+    let srv = svc.servers.iter().any(|s| s.service.is_some());
+    let levels = srv
+        || svc
+            .servers
+            .iter()
+            .any(|s| s.backup != BackupLevel::Level(0));
+    let instead = if spares { " and no spare runs" } else { "" };
+    let all_unhealthy = if levels {
+        let with_none = if svc.fail_open {
+            "they stay in traffic (fail-open)"
+        } else {
+            "those of the active level stay in traffic"
+        };
+        format!(
+            "a group whose servers are all unhealthy{instead} has none removed (Azure), yet \
+             takes no new flow while another level has a healthy server (that level takes over); \
+             with none, {with_none}"
+        )
+    } else {
+        format!(
+            "a group whose servers are all unhealthy{instead} keeps them all in traffic (Azure)"
+        )
+    };
     Some(format!(
-        "removal cap: health removes at most {pct}% of a group at once ({}); a group whose \
-         servers are all unhealthy keeps them all in traffic (Azure)",
+        "removal cap: health removes at most {pct}% of a group at once ({}); {all_unhealthy}",
         if parts.is_empty() {
             "servers from SRV names counted as they resolve".to_string()
         } else {
-            parts.join(", ")
+            parts.join("; ")
         }
     ))
 }
@@ -236,8 +315,9 @@ fn maglev_line(svc: &ServiceConfig) -> String {
     )
 }
 
-/// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`.
-fn probe_line(p: &ProbeConfig) -> String {
+/// `probe "health" (http every 2s, timeout 1s, fails 2, passes 2): ...`; `passive`: the
+/// service's passive checks count something.
+fn probe_line(p: &ProbeConfig, passive: bool) -> String {
     let b = detection_bounds(p);
     let mut head = format!(
         "probe {:?} ({} every {}, timeout {}, fails {}, passes {}",
@@ -276,9 +356,14 @@ fn probe_line(p: &ProbeConfig) -> String {
         ProbeMode::Always => format!("{head}: {}; {recovery}", detection(p, &b)),
         ProbeMode::Idle => format!(
             "{head}: runs only while the server had no client traffic for {} or is out; then {}; \
-             under traffic only passive checks notice a failure; {recovery}",
+             under traffic {}; {recovery}",
             human(p.interval),
-            detection(p, &b)
+            detection(p, &b),
+            if passive {
+                "only passive checks notice a failure"
+            } else {
+                "nothing notices a failure (no passive checks)"
+            }
         ),
         ProbeMode::Onfail => format!(
             "{head}: runs only while the server is out (unhealthy or unavailable), so it detects \
@@ -287,53 +372,43 @@ fn probe_line(p: &ProbeConfig) -> String {
     }
 }
 
-/// The dead-server bound and, where one exists, the fast-fail bound of one probe.
+/// What one probe takes a server out for, and how soon; what it cannot see, and why.
 fn detection(p: &ProbeConfig, b: &Bounds) -> String {
-    let dead = if detects_silence(p) {
-        format!(
-            "a server that stops answering leaves traffic within {}",
-            human(b.detect_worst)
-        )
-    } else {
-        "a server that stops answering is not noticed (without expect or test, silence passes)"
-            .to_string()
-    };
-    match fast_fail(p) {
-        Some(what) => format!("{dead}, {what} within {}", human(b.detect_fast)),
-        None => dead,
-    }
-}
-
-/// Does a probe fail when the server says nothing? A udp probe fails on silence only
-/// when it waits for a reply (`expect` or `test`, as `probe::execute` decides).
-fn detects_silence(p: &ProbeConfig) -> bool {
-    p.kind != ProbeKind::Udp || p.expect.is_some() || p.test.is_some()
-}
-
-/// Can a probe see a wrong answer? http always (status, body, test); tcp and udp only
-/// when they check the reply (`expect` or `test`): a tcp probe without them (the SYN
-/// check or a connect) sees only whether the port accepts, a udp one only a port
-/// unreachable.
-fn sees_wrong_answers(p: &ProbeConfig) -> bool {
-    match p.kind {
-        ProbeKind::Http => true,
-        ProbeKind::Tcp | ProbeKind::Udp => p.expect.is_some() || p.test.is_some(),
-        ProbeKind::Icmp => false,
-    }
-}
-
-/// What makes a probe fail without waiting for its timeout.
-fn fast_fail(p: &ProbeConfig) -> Option<&'static str> {
-    let wrong = sees_wrong_answers(p);
-    match p.kind {
-        ProbeKind::Http | ProbeKind::Tcp if wrong => {
-            Some("one that refuses the connection or answers wrongly")
+    let mut seen = Vec::new();
+    let mut blind = Vec::new();
+    for f in Failure::ALL {
+        match seen_within(p, b, f) {
+            Some(d) => seen.push(format!("{} within {}", f.name(), human(d))),
+            None => blind.push(f.name()),
         }
-        ProbeKind::Http | ProbeKind::Tcp => Some("one that refuses the connection"),
-        ProbeKind::Udp if wrong => Some("one that answers with ICMP port unreachable or wrongly"),
-        ProbeKind::Udp => Some("one that answers with ICMP port unreachable"),
-        ProbeKind::Icmp => None,
     }
+    let mut text = if seen.is_empty() {
+        "a server leaves traffic for nothing it sees".to_string()
+    } else {
+        format!("a server leaves traffic: {}", seen.join(", "))
+    };
+    if slow_wrong_answer(p, b) {
+        text.push_str(
+            " (a reply that may still match is read until the timeout, unless the server \
+             closes: only an expect anchored with ^ is decided by its first bytes)",
+        );
+    }
+    if !blind.is_empty() {
+        let _ = write!(
+            text,
+            "; not seen: {} ({})",
+            blind.join(", "),
+            blind_because(p)
+        );
+    }
+    text
+}
+
+/// A tcp probe that sees a wrong answer only at its timeout.
+fn slow_wrong_answer(p: &ProbeConfig, b: &Bounds) -> bool {
+    p.kind == ProbeKind::Tcp
+        && b.detect_worst != b.detect_fast
+        && seen_within(p, b, Failure::WrongAnswer) == Some(b.detect_worst)
 }
 
 fn recovery(b: &Bounds) -> String {
@@ -388,8 +463,9 @@ fn passive_line(svc: &ServiceConfig) -> String {
     }
 }
 
-/// The service's combined bound: the fastest probe that runs while a server is up, or
-/// passive checks alone; and the slowest recovery, since every probe must pass again.
+/// The service's combined bound, per kind of failure: the fastest probe that runs while
+/// a server is up and sees it, or passive checks alone; and the slowest recovery, since
+/// every probe must pass again.
 fn service_bound_line(svc: &ServiceConfig) -> String {
     let passive = svc.max_fails > 0 && passive_coverage(svc.protocol, svc.forwarding).any();
     let always: Vec<(&ProbeConfig, Bounds)> = svc
@@ -398,39 +474,6 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
         .filter(|p| p.mode == ProbeMode::Always)
         .map(|p| (p, detection_bounds(p)))
         .collect();
-    let dead = always
-        .iter()
-        .filter(|(p, _)| detects_silence(p))
-        .min_by_key(|(_, b)| b.detect_worst);
-    let fast = always
-        .iter()
-        .filter(|(p, _)| fast_fail(p).is_some())
-        .min_by_key(|(_, b)| b.detect_fast);
-    // The fastest probe that sees a wrong answer: not always the fastest one that sees a
-    // refusal (a SYN check sees no answer at all).
-    let wrong = always
-        .iter()
-        .filter(|(p, _)| sees_wrong_answers(p))
-        .min_by_key(|(_, b)| b.detect_fast);
-    let fast_text = |(fp, fb): &(&ProbeConfig, Bounds)| match wrong {
-        Some((wp, _)) if wp.name == fp.name => format!(
-            "one that fails fast (refuses, answers wrongly) within {} (probe {:?})",
-            human(fb.detect_fast),
-            fp.name
-        ),
-        Some((wp, wb)) => format!(
-            "one that refuses within {} (probe {:?}), one that answers wrongly within {} (probe {:?})",
-            human(fb.detect_fast),
-            fp.name,
-            human(wb.detect_fast),
-            wp.name
-        ),
-        None => format!(
-            "one that refuses within {} (probe {:?}; no probe checks the answer)",
-            human(fb.detect_fast),
-            fp.name
-        ),
-    };
     let idle = svc.probes.iter().any(|p| p.mode == ProbeMode::Idle);
     let unwatched = if svc.probes.is_empty() {
         "no probe"
@@ -439,39 +482,49 @@ fn service_bound_line(svc: &ServiceConfig) -> String {
     } else {
         "no probe runs while a server is up"
     };
-    let mut parts = Vec::new();
-    let detection = match (dead, fast) {
-        (Some((dp, db)), fast) => {
-            let mut s = format!(
-                "a server that stops answering leaves traffic within {} (probe {:?})",
-                human(db.detect_worst),
-                dp.name
-            );
-            if let Some(f) = fast {
-                let _ = write!(s, ", {}", fast_text(f));
+    let mut seen = Vec::new();
+    let mut blind = Vec::new();
+    for f in Failure::ALL {
+        let best = always
+            .iter()
+            .filter_map(|(p, b)| seen_within(p, b, f).map(|d| (d, p.name.as_str())))
+            .min_by_key(|&(d, _)| d);
+        match best {
+            Some((d, name)) => {
+                seen.push(format!("{} within {} (probe {name:?})", f.name(), human(d)))
             }
-            s.push_str(", + propagation (< 1ms)");
-            if passive {
-                s.push_str("; sooner when passive checks count enough failures first");
-            }
-            s
+            None => blind.push(f.name()),
         }
-        (None, Some(f)) => format!(
-            "a server that goes silent {}; {}, + propagation (< 1ms)",
-            if passive {
-                "leaves only when passive checks count enough failures under client traffic (no time bound)"
-            } else {
-                "is never noticed"
-            },
-            fast_text(f),
-        ),
-        (None, None) if passive => format!(
+    }
+    let mut parts = Vec::new();
+    let detection = if seen.is_empty() && passive {
+        format!(
             "{unwatched}: only passive checks notice a failure, and only under client traffic \
              (no time bound)"
-        ),
-        (None, None) => {
-            format!("{unwatched}: nothing notices a failing server (no detection bound)")
+        )
+    } else if seen.is_empty() {
+        format!("{unwatched}: nothing notices a failing server (no detection bound)")
+    } else {
+        let mut s = format!(
+            "a server leaves traffic: {}, + propagation (< 1ms)",
+            seen.join(", ")
+        );
+        if passive {
+            s.push_str("; sooner when passive checks count enough failures first");
         }
+        if !blind.is_empty() {
+            let _ = write!(
+                s,
+                "; not seen by any probe: {}{}",
+                blind.join(", "),
+                if passive {
+                    " (only passive checks, under client traffic, with no time bound)"
+                } else {
+                    " (never noticed)"
+                }
+            );
+        }
+        s
     };
     parts.push(detection);
     if let Some(slowest) = svc

@@ -398,6 +398,7 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         }
         Ok(size)
     })?;
+    let max_fails_written = t.get("max_fails").is_some();
     let max_fails = opt(t, "max_fails", |f| f.int_in(0, u32::MAX.into()))?
         .map_or(DEFAULT_MAX_FAILS, |n| n as u32);
     let fail_timeout = opt(t, "fail_timeout", |f| {
@@ -486,6 +487,7 @@ fn service(t: &Table<'_>) -> R<ServiceConfig> {
         source_burst,
         maglev_size,
         max_fails,
+        max_fails_written,
         fail_timeout,
         max_unhealthy_percent,
         fail_open,

@@ -295,8 +295,12 @@ pub(crate) fn server_address(s: &str) -> Result<ServerAddress, String> {
 }
 
 /// A DNS name: labels of letters, digits, `-` and `_`, 1..=63 bytes each, at most 253 in
-/// all, an optional trailing dot; the last label is not all digits (that is a mistyped IP).
+/// all, an optional trailing dot; not an IP address, and the last label is not all digits
+/// (that is a mistyped IP).
 pub(crate) fn dns_name(s: &str) -> Result<(), String> {
+    if s.parse::<IpAddr>().is_ok() {
+        return Err(format!("{s:?} is an IP address, not a host name"));
+    }
     let name = s.strip_suffix('.').unwrap_or(s);
     if name.is_empty() {
         return Err("a host name cannot be empty".into());

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::bounds::detection_bounds;
 use super::passive::{passive_coverage, passive_gap};
+use super::report::cap_groups;
 use super::values::human;
 use super::{BackupLevel, Config, Forwarding, ProbeConfig, ProbeKind, ProbeMode};
 use crate::probe::MIN_INTERVAL;
@@ -72,15 +73,6 @@ fn hollow_probes(at: &str, p: &ProbeConfig, out: &mut Vec<String>) {
             if p.expect.is_some() { "expect" } else { "test" }
         ));
     }
-    if p.kind == ProbeKind::Http
-        && p.http.method == "HEAD"
-        && p.test.as_ref().is_some_and(|t| t.reads_response())
-    {
-        out.push(format!(
-            "{at}: test reads $upstream_probe_response, but a HEAD response has no body: it is \
-             always empty"
-        ));
-    }
 }
 
 /// The MTU a tunnel service costs (docs/tunnel.md, "MTU"): said for every `ipip` /
@@ -127,6 +119,11 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
                 out.push(format!(
                     "{at}: every probe is mode = \"onfail\" and {why}: nothing notices a server failing"
                 ));
+            } else if s.probes.iter().all(|p| p.mode != ProbeMode::Always) {
+                out.push(format!(
+                    "{at}: every probe is mode = \"idle\" or \"onfail\" and {why}: nothing \
+                     notices a server failing while it carries client traffic"
+                ));
             }
         }
         if let Some(gap) = passive_gap(s) {
@@ -148,6 +145,27 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             out.push(format!(
                 "{at}: max_unhealthy_percent = 0: health checks can never remove a server"
             ));
+        } else if s.max_unhealthy_percent < 100 {
+            let pct = usize::from(s.max_unhealthy_percent);
+            // A group of one is the all-unhealthy rule, which the cap line says.
+            for (level, n) in cap_groups(s) {
+                if n >= 2 && n * pct / 100 == 0 {
+                    let group = match level {
+                        0 => "the primary group".to_string(),
+                        l => format!("backup level {l}"),
+                    };
+                    let spare = if level == 0 && s.servers.iter().any(|v| v.spare) {
+                        " unless a spare runs in its place"
+                    } else {
+                        ""
+                    };
+                    out.push(format!(
+                        "{at}: max_unhealthy_percent = {pct} removes no server of {group} \
+                         ({n} × {pct}% rounds down to 0): health checks never take one of \
+                         them out{spare}, as with 0%"
+                    ));
+                }
+            }
         }
         let primaries: Vec<_> = s
             .servers

@@ -5,7 +5,8 @@
 //! States:
 //! - `checking`: a new server with essential probes, waiting for all of them to pass
 //!   (a server added at runtime, and a spare, wait for every probe,
-//!   [`StartState::Added`], [`StartState::NewSpare`]);
+//!   [`StartState::Added`], [`StartState::NewSpare`]; one added back while its removed
+//!   backend's flows still run keeps those flows meanwhile, [`StartState::Returning`]);
 //! - `up`: usable;
 //! - `unhealthy`: a probe reached its `fails`; back to `up` when every probe has reached
 //!   its `passes`;
@@ -95,6 +96,10 @@ pub enum StartState {
     /// back in `checking` until **every** probe has passed, essential or not (Azure and
     /// TR7 hold new instances back; docs/probes.md). Without probes: up at once.
     Added,
+    /// Added back while its removed backend still holds established flows (within the
+    /// grace period of docs/membership.md): held back like [`StartState::Added`], but it
+    /// is in traffic already, so while `checking` it keeps those flows.
+    Returning,
     /// A spare (`spare = true`, primary group) the agent has not seen before: held back in
     /// `checking` until **every** probe has passed, essential or not (Angie: a spare with
     /// active checks is not used until they pass). Without probes: up at once.
@@ -104,7 +109,15 @@ pub enum StartState {
 impl StartState {
     /// Every probe gates `checking`, not only essential ones.
     fn every_probe_gates(self) -> bool {
-        matches!(self, StartState::Added | StartState::NewSpare)
+        matches!(
+            self,
+            StartState::Added | StartState::Returning | StartState::NewSpare
+        )
+    }
+
+    /// It holds established flows already, so it keeps them while `checking`.
+    fn was_in_traffic(self) -> bool {
+        matches!(self, StartState::ReloadedWasUp | StartState::Returning)
     }
 }
 
@@ -197,10 +210,11 @@ pub struct ServerHealth {
     downstart: Option<Instant>,
     /// When the current state began (membership's removal cap orders failures by it).
     since: Instant,
-    /// Started as [`StartState::ReloadedWasUp`]: it was in traffic before, so while it is
-    /// `checking` it may still hold established flows.
+    /// Started as [`StartState::ReloadedWasUp`] or [`StartState::Returning`]: it was in
+    /// traffic before, so while it is `checking` it may still hold established flows.
     was_up_before: bool,
-    /// Started as [`StartState::Added`] or [`StartState::NewSpare`]: every probe gates
+    /// Started as [`StartState::Added`], [`StartState::Returning`] or
+    /// [`StartState::NewSpare`]: every probe gates
     /// `checking`; which one, for the transition's cause.
     every_probe_gates: Option<StartState>,
 }
@@ -249,7 +263,7 @@ impl ServerHealth {
             downtime: Duration::ZERO,
             downstart: state.is_down().then_some(now),
             since: now,
-            was_up_before: start == StartState::ReloadedWasUp,
+            was_up_before: start.was_in_traffic(),
             every_probe_gates: start.every_probe_gates().then_some(start),
         }
     }
@@ -267,6 +281,17 @@ impl ServerHealth {
     /// up), so it may hold established flows while `checking`.
     pub fn was_up_before(&self) -> bool {
         self.was_up_before
+    }
+
+    /// `checking`, and a probe that gates it has reached neither its `passes` nor its
+    /// `fails` yet: it may still pass (a start, a reload, an addition). Membership does
+    /// not switch backup levels on such a server's account.
+    pub fn verdicts_pending(&self) -> bool {
+        self.state == HealthState::Checking
+            && self
+                .probes
+                .iter()
+                .any(|t| t.essential && t.verdict == Verdict::Unknown)
     }
 
     /// May get client traffic (health only; admin states are applied elsewhere).
@@ -452,6 +477,9 @@ impl ServerHealth {
                     None => {
                         let cause = match self.every_probe_gates {
                             Some(StartState::Added) => "added at runtime: all probes passed",
+                            Some(StartState::Returning) => {
+                                "added back while its flows run: all probes passed"
+                            }
                             Some(_) => "spare: all probes passed",
                             None => "all essential probes passed",
                         };

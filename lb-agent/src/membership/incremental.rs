@@ -34,8 +34,10 @@ struct Counts {
     /// Per level: healthy non-spare servers with a weight above 0 (a level is usable
     /// when it has one; level 0 also with a running spare, which the fast path excludes).
     usable: BTreeMap<u32, usize>,
-    /// Per group (level): servers whose admin state is `up` and that are not `checking`
-    /// (the cap's `n`), and how many of them are unusable.
+    /// Per level: servers that may still pass their first probes (`pending_levels`).
+    pending: BTreeMap<u32, usize>,
+    /// Per group (level): non-spare servers whose admin state is `up` and that are not
+    /// `checking` (the cap's `n`), and how many of them are unusable.
     cap: BTreeMap<u32, (usize, usize)>,
 }
 
@@ -87,7 +89,10 @@ impl Counts {
                 count(self.usable.entry(s.backup).or_default());
             }
         }
-        if s.admin == super::Admin::Up && !s.health.is_checking() {
+        if s.admin == super::Admin::Up && s.weight > 0 && s.health.is_pending() {
+            count(self.pending.entry(s.backup).or_default());
+        }
+        if s.admin == super::Admin::Up && !s.health.is_checking() && !s.is_spare() {
             let (n, unusable) = self.cap.entry(s.backup).or_default();
             count(n);
             if s.health.unusable_since().is_some() {
@@ -105,16 +110,24 @@ impl Counts {
         self.usable.iter().filter(|&(_, &n)| n > 0).map(|(&l, _)| l)
     }
 
-    /// Whether the cap holds servers in `level`'s group at `pct` (as `cap::apply`: below
-    /// 100 %, a group with every server unusable has all of them held).
-    fn over_cap(&self, level: u32, pct: u8) -> bool {
+    fn pending_levels(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pending
+            .iter()
+            .filter(|&(_, &n)| n > 0)
+            .map(|(&l, _)| l)
+    }
+
+    /// Whether the cap holds servers in `level`'s group at `pct` with `stand_ins` spares
+    /// running (as `cap::apply`: below 100 %, a group with every server unusable and no
+    /// spare standing in has all of them held).
+    fn over_cap(&self, level: u32, pct: u8, stand_ins: usize) -> bool {
         let (n, unusable) = self.cap.get(&level).copied().unwrap_or_default();
         let pct = pct.min(100);
-        if pct < 100 && unusable > 0 && unusable == n {
+        let stand_ins = if level == 0 { stand_ins } else { 0 };
+        if pct < 100 && unusable > 0 && unusable == n && stand_ins == 0 {
             return true;
         }
-        let removable = n as u64 * u64::from(pct) / 100;
-        unusable as u64 > removable
+        unusable > super::cap::removable(n, u64::from(pct), stand_ins)
     }
 }
 
@@ -150,8 +163,8 @@ impl ServiceMembership {
     /// Applies a health change of the servers in `changed` (their new inputs; keys unique,
     /// every other field as at the last computation) to `outcome`, the result of the last
     /// [`compute`](ServiceMembership::compute) or `update`, when no whole-service decision
-    /// can change: the primary group runs no spare and needs none, the set of usable levels
-    /// stays the same (so does the active level, and no `RetryAfter` try is due), the cap
+    /// can change: the primary group runs no spare and needs none, the sets of usable
+    /// levels and of levels with pending verdicts stay the same (so does the active level, and no `RetryAfter` try is due), the cap
     /// holds no server in the changed servers' groups before or after. While spares run or
     /// are needed, the missing weight and every spare's candidacy (usable with a weight
     /// above 0) must stay as they were; then the running spares stay too (the module doc's
@@ -203,6 +216,7 @@ impl ServiceMembership {
         let before = &self.agg.counts;
         if counts.usable_levels().next().is_none()
             || !counts.usable_levels().eq(before.usable_levels())
+            || !counts.pending_levels().eq(before.pending_levels())
             || (counts.weighted_spares > 0
                 && (counts.deficit() != before.deficit()
                     || (counts.deficit() > 0 && candidacy_moved)))
@@ -210,10 +224,10 @@ impl ServiceMembership {
             return None;
         }
         let pct = policy.max_unhealthy_percent;
-        if changed
-            .iter()
-            .any(|s| before.over_cap(s.backup, pct) || counts.over_cap(s.backup, pct))
-        {
+        if changed.iter().any(|s| {
+            before.over_cap(s.backup, pct, self.stand_ins)
+                || counts.over_cap(s.backup, pct, self.stand_ins)
+        }) {
             return None;
         }
 

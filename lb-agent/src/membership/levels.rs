@@ -30,15 +30,20 @@ pub(super) enum Why {
 
 impl LevelState {
     /// Moves to the level `switch` wants, given the levels with a usable server; returns
-    /// why when the level changed. With no usable level, nothing changes.
+    /// why when the level changed. With no usable level, nothing changes; nor while the
+    /// active level has no usable server but one whose verdicts are `pending`.
     pub fn step(
         &mut self,
         usable: &BTreeSet<u32>,
+        pending: &BTreeSet<u32>,
         switch: BackupSwitch,
         now: Instant,
     ) -> Option<Why> {
         self.since.get_or_insert(now);
         let current_usable = usable.contains(&self.level);
+        if !current_usable && pending.contains(&self.level) {
+            return None;
+        }
         let lowest = usable.first().copied();
         let (to, why) = if !current_usable {
             let next = match switch {

@@ -21,15 +21,17 @@
 //!    whatever the cap, the spares or the backup levels say; only fail-open (step 5) makes
 //!    a drained server take new flows again.
 //! 2. **Removal cap** (Azure `WEBSITE_HEALTHCHECK_MAXUNHEALTHYWORKERPERCENT`, our
-//!    `max_unhealthy_percent`, default 100). Per group (the primary group with its spares,
-//!    and each backup level), with `n` = the group's servers whose admin state is `up`
-//!    (and not `checking`), health may remove at most `floor(n × pct / 100)` of them at
-//!    once. When more are unusable, the ones that became unusable first (earliest
-//!    `since`; equal `since`: lower address first) are removed and the rest — the most
-//!    recent failures — are *held*: they stay `Active` while their group is the active
-//!    level, and a note says so. When **every** such server of the group is unusable and
-//!    `pct < 100`, none is removed: all are held (Azure: "when every instance is
-//!    unhealthy, none is removed"). A held server is **not healthy**: it never makes its
+//!    `max_unhealthy_percent`, default 100). Per group — the servers that carry a level's
+//!    traffic: the primary group's non-spare servers, and each backup level — with `n` =
+//!    the group's servers whose admin state is `up` (and not `checking`), health may
+//!    remove at most `floor(n × pct / 100)` of them at once, plus one for each spare that
+//!    rule 3 runs (a running spare stands in for a removed primary; an idle spare carries
+//!    no traffic, so its failure uses up nothing). When more are unusable, the ones that
+//!    became unusable first (earliest `since`; equal `since`: lower address first) are
+//!    removed and the rest — the most recent failures — are *held*: they stay `Active`
+//!    while their group is the active level, and a note says so. When **every** such
+//!    server of the group is unusable, `pct < 100` and no spare runs, none is removed:
+//!    all are held (Azure: "when every instance is unhealthy, none is removed"). A held server is **not healthy**: it never makes its
 //!    group usable, never covers missing weight for spares and never keeps fail-open
 //!    from starting. Drained and down servers are neither in `n` nor in the count: an
 //!    operator's decision never uses up health's budget. Example: 4 servers at 50% → at
@@ -66,7 +68,11 @@
 //!      return to the primary group (then, if that is not usable either, the lowest usable
 //!      backup level: the search is cyclic).
 //!
-//!    While no level is usable the active level is left unchanged.
+//!    While no level is usable the active level is left unchanged. Nor is it left while
+//!    it has no usable server but one whose probes have not reached a verdict yet
+//!    ([`MemberHealth::Checking`] with `pending`: at a start, after a reload that checks
+//!    servers again, after an addition): a level is not switched because probes have
+//!    not run. Once each of them passes or reaches its `fails`, the rules above apply.
 //! 5. **Fail-open, in tiers.** When no level is usable (no healthy server anywhere):
 //!    - with `fail_open = true` (default), tier 1: every server not `down` and not
 //!      `checking` that is only *suspect* — out for passive checks only (`unavailable`),
@@ -107,7 +113,9 @@ pub enum MemberHealth {
     Failing { since: Instant },
     /// Has not passed its essential probes yet (`checking`). `was_up`: it was in traffic
     /// before (a reload changed its probes, a restart adopted it), so it may hold flows.
-    Checking { was_up: bool },
+    /// `pending`: a probe that gates it has reached no verdict yet, so it may still pass
+    /// (a start, a reload, an addition).
+    Checking { was_up: bool, pending: bool },
 }
 
 impl MemberHealth {
@@ -121,6 +129,10 @@ impl MemberHealth {
 
     fn is_checking(self) -> bool {
         matches!(self, MemberHealth::Checking { .. })
+    }
+
+    fn is_pending(self) -> bool {
+        matches!(self, MemberHealth::Checking { pending: true, .. })
     }
 }
 
@@ -241,6 +253,9 @@ pub struct ServiceMembership {
     levels: levels::LevelState,
     /// Unusable servers the cap held in traffic at the last computation.
     held: BTreeSet<SocketAddr>,
+    /// Spares the last computation chose to run before deciding the active level: each
+    /// stands in for one removed primary in the cap's count (rule 2).
+    stand_ins: usize,
     /// Whether the primary group was usable at the last computation (for notes only).
     primary_usable: bool,
     blackout: Blackout,
@@ -276,9 +291,27 @@ impl ServiceMembership {
     /// Applies the rules of the module doc to `servers` at `now`.
     pub fn compute(&mut self, servers: &[MemberInput], policy: &Policy, now: Instant) -> Outcome {
         let mut changes = Vec::new();
+        // 1. Only healthy servers decide (held ones do not).
+        let healthy = is_healthy;
+
+        // 3. Spares (first: which run does not depend on the cap, and running ones stand
+        // in for removed servers in the cap's count).
+        let primaries = || servers.iter().filter(|s| s.backup == 0 && !s.is_spare());
+        let main_weight = primaries().fold(0u32, |a, s| a.saturating_add(s.weight));
+        let active_weight = primaries()
+            .filter(|s| healthy(s))
+            .fold(0u32, |a, s| a.saturating_add(s.weight));
+        let deficit = main_weight.saturating_sub(active_weight);
+        let candidates: Vec<(SocketAddr, u32)> = servers
+            .iter()
+            .filter(|s| s.is_spare() && healthy(s) && s.weight > 0)
+            .map(|s| (s.key, s.weight))
+            .collect();
+        let mut running = spares::select(&candidates, &self.running_spares, deficit);
+        self.stand_ins = running.len();
 
         // 2. Removal cap.
-        let caps = cap::apply(servers, policy.max_unhealthy_percent);
+        let caps = cap::apply(servers, policy.max_unhealthy_percent, self.stand_ins);
         let held: BTreeSet<SocketAddr> = caps.iter().flat_map(|c| c.held.iter().copied()).collect();
         for c in &caps {
             for k in c.held.iter().filter(|k| !self.held.contains(k)) {
@@ -306,22 +339,6 @@ impl ServiceMembership {
         for k in self.held.difference(&held) {
             changes.push(format!("removal cap: {k} no longer held in traffic"));
         }
-        // 1. Only healthy servers decide (held ones do not).
-        let healthy = is_healthy;
-
-        // 3. Spares.
-        let primaries = || servers.iter().filter(|s| s.backup == 0 && !s.is_spare());
-        let main_weight = primaries().fold(0u32, |a, s| a.saturating_add(s.weight));
-        let active_weight = primaries()
-            .filter(|s| healthy(s))
-            .fold(0u32, |a, s| a.saturating_add(s.weight));
-        let deficit = main_weight.saturating_sub(active_weight);
-        let candidates: Vec<(SocketAddr, u32)> = servers
-            .iter()
-            .filter(|s| s.is_spare() && healthy(s) && s.weight > 0)
-            .map(|s| (s.key, s.weight))
-            .collect();
-        let mut running = spares::select(&candidates, &self.running_spares, deficit);
 
         // 4. Backup levels.
         let primary_usable = primaries().any(|s| healthy(s) && s.weight > 0) || !running.is_empty();
@@ -333,8 +350,12 @@ impl ServiceMembership {
         if primary_usable {
             usable_levels.insert(0);
         }
+        let pending = pending_levels(servers);
         let from = self.levels.level;
-        if let Some(why) = self.levels.step(&usable_levels, policy.backup_switch, now) {
+        if let Some(why) = self
+            .levels
+            .step(&usable_levels, &pending, policy.backup_switch, now)
+        {
             let to = self.levels.level;
             let reason = match why {
                 levels::Why::Failed => format!("{} has no usable server", Level(from)),
@@ -513,8 +534,8 @@ impl Decided<'_> {
         match (s.admin, s.health, self.blackout) {
             (Admin::Down, _, _) => Role::Removed,
             // Never in traffic: nothing pinned to keep.
-            (_, MemberHealth::Checking { was_up: false }, _) => Role::Removed,
-            (_, MemberHealth::Checking { was_up: true }, _) => Role::Sticky,
+            (_, MemberHealth::Checking { was_up: false, .. }, _) => Role::Removed,
+            (_, MemberHealth::Checking { was_up: true, .. }, _) => Role::Sticky,
             (_, _, Blackout::FailOpen(tier)) if fail_open_eligible(s, tier, self.held) => {
                 Role::Active
             }
@@ -533,6 +554,16 @@ impl Decided<'_> {
 /// Rule 1: healthy = usable and admin `up` (servers the cap holds are not).
 fn is_healthy(s: &MemberInput) -> bool {
     s.admin == Admin::Up && s.health == MemberHealth::Usable
+}
+
+/// Rule 4: the levels with a server that may still pass its first probes (admin `up`,
+/// weight above 0, `checking` with verdicts pending).
+fn pending_levels(servers: &[MemberInput]) -> BTreeSet<u32> {
+    servers
+        .iter()
+        .filter(|s| s.admin == Admin::Up && s.weight > 0 && s.health.is_pending())
+        .map(|s| s.backup)
+        .collect()
 }
 
 /// Rule 5: whether `s` takes new flows while failing open in `tier`.

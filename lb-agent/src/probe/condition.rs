@@ -300,6 +300,24 @@ impl Parser {
                             regex_verdict(&e)
                         ),
                     })?;
+                if var == Var::Status
+                    && !(100..=599).any(|c: u16| re.is_match(c.to_string().as_bytes()))
+                {
+                    return Err(ConditionError {
+                        column,
+                        message: format!(
+                            "{text:?} matches no status code (100 to 599: three digits): `{op} \
+                             {text}` {}; for a class of codes match its first digit, e.g. \
+                             $upstream_status {}~ ^2",
+                            if op.starts_with('!') {
+                                "always holds"
+                            } else {
+                                "never holds"
+                            },
+                            if op.starts_with('!') { "!" } else { "" }
+                        ),
+                    });
+                }
                 Expr::Matches(var, re)
             }
         };

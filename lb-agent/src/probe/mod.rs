@@ -15,6 +15,7 @@ mod http;
 mod icmp;
 mod lag;
 mod local;
+mod reply_prefix;
 mod schedule;
 mod stamps;
 mod stream;
@@ -276,6 +277,13 @@ fn failed(e: ProbeError, addr: SocketAddr, start: Instant) -> ProbeOutcome {
         Some(cause) => ProbeOutcome::local_fault(start.elapsed(), format!("{cause}: {e}")),
         None => ProbeOutcome::fail(start.elapsed(), e.to_string()),
     }
+}
+
+/// Whether a tcp probe's `expect` fails a wrong reply as soon as its first bytes show it
+/// (a pattern anchored at the start); otherwise a wrong reply fails only at the close,
+/// at `max_response` or at the timeout.
+pub fn expect_decides_early(expect: &regex::Regex) -> bool {
+    reply_prefix::ReplyPrefix::new(expect.as_str()).is_some_and(|p| p.decides_early())
 }
 
 /// `re` for matching raw bytes (replies need not be UTF-8).

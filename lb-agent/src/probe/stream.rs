@@ -1,5 +1,6 @@
 //! The tcp probe: connect, optionally `send`, optionally read until `expect` matches or
-//! `test` holds (evaluated on the reply so far after every read, and at the close).
+//! `test` holds (evaluated on the reply so far after every read, and at the close). A
+//! reply that can no longer match `expect` fails at once (`reply_prefix.rs`).
 //!
 //! The connection is always closed with a reset (`SO_LINGER` 0), as HAProxy closes its
 //! checks: no FIN exchange and no `TIME_WAIT` socket per probe, which at thousands of
@@ -11,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::condition::Response as Observed;
+use super::reply_prefix::ReplyPrefix;
 use super::{ProbeError, Verdict, bytes_regex};
 use crate::config::ProbeConfig;
 
@@ -36,6 +38,10 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
         (Some(expect), _) => Some(bytes_regex(expect)?),
         (None, Some(_)) => None,
     };
+    let mut prefix = cfg
+        .expect
+        .as_ref()
+        .and_then(|e| ReplyPrefix::new(e.as_str()));
     // The reply so far meets `expect` or `test`.
     let matched = |buf: &[u8]| match (&re, &cfg.test) {
         (Some(re), _) => re.is_match(buf),
@@ -70,6 +76,12 @@ pub(super) async fn probe(cfg: &ProbeConfig, addr: SocketAddr) -> Verdict {
         // Matching from the start each time: a pattern may span reads.
         if matched(&buf) {
             return Ok(format!("response matched ({} bytes)", buf.len()));
+        }
+        if prefix.as_mut().is_some_and(|p| p.hopeless(&buf)) {
+            return Err(ProbeError::ResponseMismatch {
+                got: buf.len(),
+                why: "cannot match any more",
+            });
         }
         if buf.len() >= cfg.max_response {
             return Err(ProbeError::ResponseMismatch {

@@ -1,5 +1,7 @@
 //! DESIGN.md §6 backup levels through the whole agent: when every primary fails the
 //! lowest usable backup level takes the table; `backup_switch` decides when it returns.
+//! A start or a reload that checks servers again switches no level before the probes
+//! reach their verdicts.
 
 use std::net::SocketAddr;
 
@@ -8,6 +10,11 @@ use tokio::time::Instant;
 
 /// Primaries .1 and .2, backup level 1 .11, level 2 .21; `extra` service lines.
 fn config(extra: &str) -> String {
+    with_probe(extra, "")
+}
+
+/// [`config`] whose tcp probe has the `probe` lines too.
+fn with_probe(extra: &str, probe: &str) -> String {
     web(
         extra,
         &(servers(&[
@@ -15,7 +22,8 @@ fn config(extra: &str) -> String {
             ("10.0.1.2:80", ""),
             ("10.0.1.11:80", "backup = 1"),
             ("10.0.1.21:80", "backup = 2"),
-        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n"),
+        ]) + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n"
+            + probe),
     )
 }
 
@@ -154,4 +162,63 @@ async fn timed_backup_switch_returns_at_the_next_try() {
     );
     assert!(h.slots("web", primaries()[0]) > 0);
     assert_eq!(h.slots("web", b1()), 0);
+}
+
+/// `config` with an essential probe whose verdicts take a while: a server that never
+/// answers fails it only after three timeouts.
+fn essential_config(extra: &str) -> String {
+    with_probe(extra, "timeout = \"1s\"\nfails = 3\nessential = true\n")
+}
+
+/// The primaries answer only after the backup passed: the level must not have moved.
+async fn primaries_late(h: &mut Harness) {
+    h.run_until(secs(3), |h| h.state("web", b1()) == "up")
+        .await
+        .expect("the backup passes its probe");
+    assert_eq!(
+        h.service_status("web").active_backup_level,
+        0,
+        "the primaries' probes have not reached a verdict: no level switch"
+    );
+    for p in primaries() {
+        h.set(p, Verdict::Pass);
+    }
+    h.run_until(secs(5), |h| {
+        primaries().iter().all(|&p| h.serving("web", p))
+    })
+    .await
+    .expect("the primaries pass and take new flows");
+    h.run_for(secs(60)).await;
+    assert_eq!(h.service_status("web").active_backup_level, 0);
+    assert_eq!(h.slots("web", b1()), 0, "the backup takes no new flow");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_does_not_switch_to_a_backup_whose_probe_passed_first() {
+    for switch in ["{ permanent = true }", "{ permanent = \"1h\" }"] {
+        let cfg = essential_config(&format!("backup_switch = {switch}"));
+        let mut h = Harness::start(&cfg).await;
+        // Before any probe ran: the first runs are spread over the interval.
+        for p in primaries() {
+            h.set(p, Verdict::Silent);
+        }
+        primaries_late(&mut h).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_that_checks_again_does_not_switch_to_a_backup() {
+    let mut h = Harness::start(&essential_config("")).await;
+    h.run_until(secs(5), |h| {
+        primaries().iter().all(|&p| h.serving("web", p))
+    })
+    .await
+    .expect("setup: the primaries take new flows");
+    for p in primaries() {
+        h.set(p, Verdict::Silent);
+    }
+    h.reload(&essential_config("backup_switch = { permanent = true }"))
+        .await;
+    assert_eq!(h.state("web", primaries()[0]), "checking", "checked again");
+    primaries_late(&mut h).await;
 }

@@ -1,5 +1,6 @@
 //! Reloads through the event loop (what SIGHUP does): kept servers keep their
-//! state, removed ones leave, added ones join (held back until every probe passes); a
+//! state, removed ones leave, added ones join (held back until every probe passes; one
+//! added back while its flows still run keeps them meanwhile); a
 //! changed probe config restarts health, skipping `persistent` essential probes for
 //! servers that were up; an unchanged one re-runs a non-persistent essential probe on up
 //! servers (Angie), the servers keeping their established flows meanwhile.
@@ -436,6 +437,41 @@ async fn a_server_a_reload_adds_waits_for_its_plain_probe() {
         "up",
         "the kept servers were never touched"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_a_reload_adds_back_while_its_flows_run_keeps_them() {
+    let mut h = Harness::start(&config("", &ABC, "")).await;
+    h.run_for(secs(2)).await;
+    let id = h.backend_ids("web", c())[0];
+    h.reload(&config("", &ABC[..2], "")).await;
+    h.run_for(secs(30)).await;
+    assert!(
+        h.live("web", c()) && !h.serving("web", c()),
+        "setup: removed, its established flows stay"
+    );
+    h.set(c(), Verdict::Refuse);
+    h.reload(&config("", &ABC, "")).await;
+    assert_eq!(
+        h.state("web", c()),
+        "checking",
+        "added back: held back until its probe passes"
+    );
+    assert_eq!(
+        h.backend_ids("web", c()),
+        vec![id],
+        "the same id: flows pinned to it can continue"
+    );
+    assert!(
+        h.live("web", c()) && !h.serving("web", c()),
+        "added back within its grace period: no new flow, its established flows stay"
+    );
+    let lost = h.run_until(secs(3), |h| !h.live("web", c())).await;
+    assert_eq!(lost, None, "its flows stay while its probe fails");
+    h.set(c(), Verdict::Pass);
+    h.run_until(secs(2), |h| h.serving("web", c()))
+        .await
+        .expect("new flows with its first pass");
 }
 
 #[tokio::test(start_paused = true)]

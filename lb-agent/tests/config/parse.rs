@@ -157,7 +157,11 @@ fn design_example_parses() {
     assert_eq!(s.probes, vec![probe]);
 
     let b = detection_bounds(&s.probes[0]);
-    assert_eq!(b.detect_worst, Duration::from_secs(6), "2 × (2s + 1s)");
+    assert_eq!(
+        b.detect_worst,
+        Duration::from_secs(5),
+        "2s + 2s + 1s: the second failing probe starts a tick after the first (TR7: 2 × (2s + 1s))"
+    );
     assert_eq!(b.detect_fast, Duration::from_secs(4), "2 × 2s");
     assert_eq!(b.recover_min, Duration::from_secs(2), "(2 − 1) × 2s");
     assert_eq!(b.recover_max, Duration::from_secs(4), "2 × 2s");
@@ -617,12 +621,14 @@ fn detection_bounds_follow_tr7() {
     assert_eq!(b.detect_fast, Duration::from_secs(5));
     assert_eq!(b.recover_min, Duration::ZERO, "(1 − 1) × 5s");
     assert_eq!(b.recover_max, Duration::from_secs(5));
-    // TR7's "slow service" row: P=5, T=10, RF=3 → 45 s before propagation.
+    // TR7's "slow service" row: P=5, T=10, RF=3 gives 45 s there; as the scheduler runs
+    // it, the first failing probe starts within 5s and each ends its 10s timeout before
+    // the next starts: 5 + 2 × 10 + 10 = 35 s before propagation.
     p.fails = 3;
     p.passes = 3;
     p.timeout = Duration::from_secs(10);
     let b = detection_bounds(&p);
-    assert_eq!(b.detect_worst, Duration::from_secs(45));
+    assert_eq!(b.detect_worst, Duration::from_secs(35));
     assert_eq!(b.recover_min, Duration::from_secs(10));
     assert_eq!(
         b.recover_max,
@@ -634,8 +640,18 @@ fn detection_bounds_follow_tr7() {
     let b = detection_bounds(&p);
     assert_eq!(
         b.detect_worst,
-        Duration::from_secs(48),
-        "jitter lengthens each wait"
+        Duration::from_secs(36),
+        "jitter lengthens the wait for the first failing probe: 6 + 2 × 10 + 10"
+    );
+    // Long intervals: the probes keep their ticks, so the timeout counts once:
+    // 60 + 9 × 60 + 59 s, where TR7's formula gives 10 × (60 + 59) s.
+    let mut long = ProbeConfig::new("p", ProbeKind::Http);
+    long.interval = Duration::from_secs(60);
+    long.timeout = Duration::from_secs(59);
+    long.fails = 10;
+    assert_eq!(
+        detection_bounds(&long).detect_worst,
+        Duration::from_secs(659)
     );
     assert_eq!(
         b.recover_min,
@@ -660,7 +676,7 @@ fn detection_bounds_follow_tr7() {
 
 #[test]
 fn max_fails_with_nothing_to_count_is_warned() {
-    let w = warnings(&one_service("protocol = \"udp\"", ""));
+    let w = warnings(&one_service("protocol = \"udp\"\nmax_fails = 3", ""));
     assert!(
         w.iter().any(|w| w.starts_with(
             "service[0] (\"web\"): max_fails = 3 counts only ICMP unreachables from the server"
@@ -669,11 +685,11 @@ fn max_fails_with_nothing_to_count_is_warned() {
     );
     let udp_dsr = parse(
         "[[service]]\nname = \"dns\"\nvip = \"10.0.0.100:53\"\nprotocol = \"udp\"\n\
-         forwarding = \"dsr\"\n[[service.server]]\naddress = \"10.0.1.11:53\"\n",
+         forwarding = \"dsr\"\nmax_fails = 2\n[[service.server]]\naddress = \"10.0.1.11:53\"\n",
     );
     assert!(
         warnings(&udp_dsr).iter().any(|w| w.starts_with(
-            "service[0] (\"dns\"): max_fails = 3 has nothing to count: a udp service with forwarding = \"dsr\""
+            "service[0] (\"dns\"): max_fails = 2 has nothing to count: a udp service with forwarding = \"dsr\""
         )),
         "{:#?}",
         warnings(&udp_dsr)
@@ -683,15 +699,22 @@ fn max_fails_with_nothing_to_count_is_warned() {
         !w.iter().any(|w| w.contains("max_fails = 3")),
         "max_fails = 0 asks for nothing: {w:#?}"
     );
-    let dsr = parse(
-        "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n\
-         [[service.server]]\naddress = \"10.0.1.11:80\"\n",
-    );
-    let w = warnings(&dsr);
+    let dsr = |extra: &str| {
+        parse(&format!(
+            "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n{extra}\n\
+             [[service.server]]\naddress = \"10.0.1.11:80\"\n"
+        ))
+    };
+    let w = warnings(&dsr("max_fails = 3"));
     assert!(
         w.iter()
             .any(|w| w.contains("only client SYN retransmissions count")),
         "{w:#?}"
+    );
+    let w = warnings(&dsr(""));
+    assert!(
+        !w.iter().any(|w| w.contains("max_fails")),
+        "the default max_fails is no warning (the passive line says what it counts): {w:#?}"
     );
     let w = warnings(&one_service("", ""));
     assert!(
@@ -831,8 +854,7 @@ fn an_icmp_probe_of_a_tunnel_service_goes_through_the_tunnel_to_the_vip() {
 fn absurd_and_hollow_values_are_warned() {
     let probes = "[[service.probe]]\nname = \"decade\"\ntype = \"icmp\"\ninterval = \"3650d\"\ntimeout = \"200d\"\nfails = 4294967295\n\
                   [[service.probe]]\nname = \"fast\"\ntype = \"icmp\"\ninterval = \"0.0001s\"\ntimeout = \"0.00005s\"\npasses = 11\n\
-                  [[service.probe]]\nname = \"dns\"\ntype = \"udp\"\nexpect = \"ok\"\n\
-                  [[service.probe]]\nname = \"head\"\ntype = \"http\"\nmethod = \"HEAD\"\ntest = \"$upstream_probe_response ~ ok\"\n";
+                  [[service.probe]]\nname = \"dns\"\ntype = \"udp\"\nexpect = \"ok\"\n";
     let w = warnings(&one_service("fail_timeout = \"365d\"", probes));
     let expect = [
         "service[0] (\"web\"): fail_timeout 8760h is 2m or more",
@@ -843,7 +865,6 @@ fn absurd_and_hollow_values_are_warned() {
         "service[0].probe[1] (\"fast\"): timeout 50us is below 1ms",
         "service[0].probe[1] (\"fast\"): passes = 11: a recovered server waits at least 10ms",
         "service[0].probe[2] (\"dns\"): a udp probe with expect but no send sends an empty datagram",
-        "service[0].probe[3] (\"head\"): test reads $upstream_probe_response, but a HEAD response has no body",
     ];
     for (got, want) in w.iter().zip(expect) {
         assert!(

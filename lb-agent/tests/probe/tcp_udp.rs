@@ -101,6 +101,26 @@ async fn tcp_expect_fails_on_a_different_reply_and_close() {
 }
 
 #[tokio::test]
+async fn tcp_expect_fails_as_soon_as_the_reply_cannot_match() {
+    // Redis while it loads its dataset: a wrong answer, and the connection stays open.
+    let addr = tcp_server(
+        0,
+        b"-LOADING Redis is loading the dataset in memory\r\n",
+        false,
+    )
+    .await;
+    let mut p = probe(ProbeKind::Tcp);
+    p.send = Some(b"PING\r\n".to_vec());
+    p.expect = Some(Regex::new(r"^\+PONG").unwrap());
+    let o = execute(&p, addr).await;
+    assert_fails(&o, "cannot match any more", true);
+    assert!(
+        o.duration < TIMEOUT / 2,
+        "decided by the first bytes, not at the timeout: {o:?}"
+    );
+}
+
+#[tokio::test]
 async fn tcp_expect_reads_at_most_max_response() {
     let addr = tcp_server(0, b"garbage garbage garbage\n", true).await;
     let mut p = probe(ProbeKind::Tcp);

@@ -7,6 +7,8 @@
 //! - [`realistic::Bed`]: HTTP backends as real ones behave, with passive health and the
 //!   readings the `netns_traffic_*` scenarios and `lb-soak` judge by.
 //! - [`neighbour_moves`]: backends resolved by ARP/NDP, and their MAC moves.
+//! - [`pinned::PinnedToB1`]: three primaries with health listeners and a long-lived
+//!   connection on b1, for the scenarios about what keeps an established connection.
 //! - [`health`], [`redundancy`], [`restart`], [`chaos`]: building blocks of the health,
 //!   redundancy, restart/reload and chaos scenarios.
 
@@ -14,6 +16,7 @@ pub mod balance;
 pub mod chaos;
 pub mod health;
 pub mod neighbour_moves;
+pub mod pinned;
 pub mod realistic;
 pub mod redundancy;
 pub mod restart;

@@ -1,4 +1,4 @@
-//! Health never breaks a working TCP connection (issue 8, 3), through the real agent and
+//! Health never breaks a working TCP connection, through the real agent and
 //! data plane: b1, b2, b3 weighted 1:1:2, probed by `tcp` on a separate health listener,
 //! a long-lived TCP connection on b1. b1's health listener stops: b1 turns `unhealthy`
 //! and leaves the table (`active: false`), yet the connection pinned to it keeps echoing
@@ -8,60 +8,35 @@
 use std::{path::Path, time::Duration};
 
 use lb_tests::{
-    agent::api::Api,
-    net::topology::{Forwarding, Topology},
+    net::topology::Forwarding,
     scenario::{
-        balance::WEIGHTS,
-        redundancy::{self, Backends, HEALTH_PORT, Member, SourcePorts, TcpProbe},
+        pinned::{self, PinnedToB1, VERDICT_WAIT},
+        redundancy::{self, SourcePorts},
     },
     traffic::clients,
     util::process::STOP_GRACE,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
-const VERDICT_WAIT: Duration = Duration::from_secs(15);
 const NEW_CONNECTIONS: usize = 200;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn unhealthy_backend_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
     let mode = forwarding.as_str();
-    let topo = Topology::builder()
-        .backends(3)
-        .forwarding(forwarding)
-        .subnet(subnet)
-        .build()
-        .expect("building the topology");
-    let h = topo.backends();
-    let b1 = Member::primary("b1", &h[0], WEIGHTS[0]);
-    let b2 = Member::primary("b2", &h[1], WEIGHTS[1]);
-    let b3 = Member::primary("b3", &h[2], WEIGHTS[2]);
-    let members = [b1, b2, b3];
-    let mut backends = Backends::start(Path::new(TESTSERVER), &members, true)
-        .expect("starting a testserver and a health listener per member");
-    let probe = TcpProbe::fast().on_port(HEALTH_PORT);
-    let service = redundancy::service(&topo, "web", &members, &probe, &[]);
-    let vip = service.vip;
-    let agent = lb_tests::scenario::balance::start_agent(&topo, vec![service], Some("native"))
-        .expect("starting lb-agent");
-    let api = Api::new(&topo.lb().ns);
+    let topo = pinned::topology(forwarding, subnet);
+    let mut bed = PinnedToB1::start(&topo, Path::new(TESTSERVER));
+    let vip = bed.vip;
+    let [b1, b2, b3] = bed.members;
+    let members = bed.members;
     let name = |a| redundancy::name_of(&members, a);
     let client = topo.client();
     let mut ports = SourcePorts::new();
-    api.wait_service("web", "every server up", VERDICT_WAIT, |s| {
-        s.servers.iter().all(|v| v.state == "up" && v.active)
-    })
-    .unwrap_or_else(|e| panic!("{mode}: all three servers should be up after start: {e}"));
 
-    let mut pinned = redundancy::echo_on(&client.ns, client.ipv4.into(), vip, "b1", 60)
-        .unwrap_or_else(|e| panic!("{mode}: a long-lived connection to b1: {e}"));
-    pinned
-        .check_echo("before b1 fails")
-        .unwrap_or_else(|e| panic!("{mode}: long-lived connection on b1: {e}"));
-
-    backends
+    bed.backends
         .kill_health("b1")
         .expect("stopping b1's health listener");
-    let (view, took) = api
+    let (view, took) = bed
+        .api
         .wait_service("web", "b1 unhealthy and out", VERDICT_WAIT, |s| {
             s.server(b1.addr())
                 .is_some_and(|v| v.state == "unhealthy" && !v.active)
@@ -72,7 +47,7 @@ fn unhealthy_backend_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
         view.describe(name)
     );
     for i in 0..3 {
-        pinned
+        bed.pinned
             .check_echo(&format!("while b1 is unhealthy {i}"))
             .unwrap_or_else(|e| {
                 panic!("{mode}: the connection pinned to unhealthy b1 must keep working: {e}")
@@ -102,22 +77,12 @@ fn unhealthy_backend_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
         0.0,
         "{mode}: no new connection may reach unhealthy b1"
     );
-    pinned
+    bed.pinned
         .check_echo("after the new connections")
         .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1: {e}"));
 
-    backends
-        .restart_health("b1")
-        .expect("starting b1's health listener");
-    api.wait_service("web", "b1 up again", VERDICT_WAIT, |s| {
-        s.server(b1.addr())
-            .is_some_and(|v| v.state == "up" && v.active)
-    })
-    .unwrap_or_else(|e| panic!("{mode}: b1 returns once its probe passes: {e}"));
-    pinned
-        .check_echo("after b1 recovered")
-        .unwrap_or_else(|e| panic!("{mode}: the connection pinned to b1: {e}"));
-    let status = agent.stop(STOP_GRACE).expect("stopping lb-agent");
+    bed.b1_health_returns(mode);
+    let status = bed.agent.stop(STOP_GRACE).expect("stopping lb-agent");
     assert!(
         status.success(),
         "lb-agent should exit 0 on SIGTERM, got {status}"

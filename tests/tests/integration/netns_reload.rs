@@ -1,6 +1,8 @@
 //! Reload under traffic: a long-lived TCP connection to one backend keeps working while
 //! *another* backend is removed from the config and the agent gets SIGHUP; new
-//! connections then avoid the removed backend. In nat and in dsr.
+//! connections then avoid the removed backend. A backend removed and added back while
+//! its connections still run keeps them, also while its probe has not passed again. In
+//! nat and in dsr.
 
 use std::{path::Path, time::Duration};
 
@@ -9,6 +11,8 @@ use lb_tests::{
     net::topology::{Forwarding, Topology},
     scenario::{
         balance::{self, BACKEND_TCP_PORT, WEIGHTS},
+        pinned::{self, PinnedToB1, VERDICT_WAIT},
+        redundancy,
         restart::other_backend,
     },
     traffic::clients::{EchoConn, Tally},
@@ -117,6 +121,65 @@ fn reload_nat_keeps_long_lived_connection() {
 #[test]
 fn reload_dsr_keeps_long_lived_connection() {
     removal_keeps_other_flows(Forwarding::Dsr, 32);
+}
+
+/// b1 holds a long-lived connection; a reload removes b1 (it takes no new flow, the
+/// connection stays) and, with b1's health listener stopped, a second reload adds it
+/// back: b1 is `checking` again, and the connection pinned to it keeps echoing until
+/// and after its probe passes.
+fn added_back_keeps_its_connection(forwarding: Forwarding, subnet: u8) {
+    let mode = forwarding.as_str();
+    let topo = pinned::topology(forwarding, subnet);
+    let mut bed = PinnedToB1::start(&topo, Path::new(TESTSERVER));
+    let all = bed.service_of(&topo, &bed.members);
+    let without_b1 = bed.service_of(&topo, &bed.members[1..]);
+    let b1 = bed.members[0];
+    bed.agent
+        .reload(&AgentConfig::new(vec![without_b1]), RELOAD_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{mode}: reload without b1: {e}"));
+    bed.pinned
+        .check_echo("after the removal")
+        .unwrap_or_else(|e| panic!("{mode}: removed b1 keeps its connection: {e}"));
+
+    bed.backends
+        .kill_health("b1")
+        .expect("stopping b1's health listener");
+    bed.agent
+        .reload(&AgentConfig::new(vec![all]), RELOAD_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{mode}: reload adding b1 back: {e}"));
+    let (view, _) = bed
+        .api
+        .wait_service("web", "b1 back, checking", VERDICT_WAIT, |s| {
+            s.server(b1.addr())
+                .is_some_and(|v| v.state == "checking" && !v.active)
+        })
+        .unwrap_or_else(|e| panic!("{mode}: b1 is back and checking: {e}"));
+    println!(
+        "added back {mode}: b1 checking\n{}",
+        view.describe(|a| redundancy::name_of(&bed.members, a))
+    );
+    for i in 0..3 {
+        bed.pinned
+            .check_echo(&format!("while b1 is checking again {i}"))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{mode}: b1 added back within its grace period must keep its connection: {e}"
+                )
+            });
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    bed.b1_health_returns(mode);
+}
+
+#[test]
+fn reload_adding_back_a_removed_backend_keeps_its_connection_nat() {
+    added_back_keeps_its_connection(Forwarding::Nat, 34);
+}
+
+#[test]
+fn reload_adding_back_a_removed_backend_keeps_its_connection_dsr() {
+    added_back_keeps_its_connection(Forwarding::Dsr, 35);
 }
 
 /// `lb-agent ready` promises a working agent, SIGHUP handling included: a reload sent

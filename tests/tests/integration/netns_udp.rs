@@ -24,7 +24,9 @@ fn udp_by_weight(forwarding: Forwarding, subnet: u8) {
     let bed = balance::Testbed::start(forwarding, subnet, false, Path::new(TESTSERVER));
     let topo = &bed.topo;
     let backends = balance::weighted(topo, &WEIGHTS);
-    let service = balance::udp_service(topo, &backends);
+    let mut service = balance::udp_service(topo, &backends);
+    // Written in the file: a warning is about what the operator wrote.
+    service.extra.push("max_fails = 3".into());
     let vip = service.vip;
     let agent =
         balance::start_agent(topo, vec![service], Some("native")).expect("starting lb-agent");

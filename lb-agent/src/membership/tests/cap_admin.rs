@@ -43,6 +43,61 @@ fn removal_cap_four_at_fifty_percent_removes_two_and_keeps_the_most_recent() {
 }
 
 #[test]
+fn removal_cap_counts_the_servers_that_carry_traffic_not_idle_spares() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut servers: Vec<MemberInput> = (1..=4).map(|i| primary(i, 1)).collect();
+    servers.push(spare(10, 1));
+    let mut svc = Svc::new(servers).with(capped(50));
+    // The idle spare fails first: it carried no traffic, so it uses up nothing.
+    svc.fail_since(10, t0);
+    svc.fail_since(1, t0 + s(1));
+    svc.fail_since(2, t0 + s(2));
+    let o = svc.compute_at(t0 + s(3));
+    assert!(
+        o.held_by_cap.is_empty(),
+        "4 primaries at 50%: 2 may be removed whatever the spare: {:?}",
+        o.held_by_cap
+    );
+    assert_eq!((role(&o, 1), role(&o, 2)), (Role::Sticky, Role::Sticky));
+    svc.fail_since(3, t0 + s(4));
+    let o = svc.compute_at(t0 + s(5));
+    assert_eq!(o.held_by_cap, vec![a(3)], "the third failure is held");
+    assert_note(
+        &o,
+        "removal cap: 3 of 4 servers of primary group unusable, at most 2 may be removed",
+    );
+}
+
+#[test]
+fn removal_cap_lets_a_running_spare_stand_in_for_a_removed_primary() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let mut svc = Svc::new(vec![primary(1, 2), primary(2, 1), spare(10, 3)]).with(capped(50));
+    svc.fail_since(1, t0);
+    svc.fail_since(2, t0 + s(1));
+    let o = svc.compute_at(t0 + s(2));
+    assert_eq!(
+        running(&o),
+        vec![a(10)],
+        "the spare covers the missing weight 3"
+    );
+    assert!(
+        o.held_by_cap.is_empty(),
+        "the running spare stands in: both dead primaries removed, none held: {:?}",
+        o.held_by_cap
+    );
+    assert_eq!(
+        [role(&o, 1), role(&o, 2), role(&o, 10)],
+        [Role::Sticky, Role::Sticky, Role::Active]
+    );
+    // Without a healthy spare, Azure's rule: every primary unusable, none removed.
+    svc.fail_since(10, t0 + s(3));
+    let o = svc.compute_at(t0 + s(4));
+    assert_eq!(o.held_by_cap, vec![a(1), a(2)]);
+}
+
+#[test]
 fn removal_cap_removes_none_when_every_server_of_the_group_is_unhealthy() {
     let t0 = Instant::now();
     let s = Duration::from_secs;

@@ -67,6 +67,7 @@ fn random_health(rng: &mut Rng, now: Instant) -> MemberHealth {
         4 | 5 => MemberHealth::Failing { since: now },
         _ => MemberHealth::Checking {
             was_up: rng.one_in(2),
+            pending: rng.one_in(2),
         },
     }
 }

@@ -234,3 +234,63 @@ async fn permanent_wraps_to_primaries_from_highest_level() {
         "primary group active again: backup level 2 has no usable server",
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_level_whose_probes_have_not_run_is_not_left() {
+    for policy in [
+        Policy::default(),
+        permanent(),
+        retry_after(Duration::from_secs(30)),
+    ] {
+        // At start: every server `checking`, the backup's probe passes first.
+        let mut svc = Svc::new(vec![primary(1, 1), primary(2, 1), backup(21, 1)]).with(policy);
+        svc.pending(1, false);
+        svc.pending(2, false);
+        let o = svc.compute();
+        assert_eq!(
+            o.active_backup_level, 0,
+            "{policy:?}: the primaries' probes have not run: no switch"
+        );
+        assert_eq!(role(&o, 21), Role::Sticky);
+        svc.heal(1);
+        svc.pending(2, false);
+        let o = svc.compute();
+        assert_eq!(o.active_backup_level, 0, "{policy:?}");
+        assert_eq!(role(&o, 1), Role::Active);
+
+        // A reload checks the servers again: the same.
+        svc.pending(1, true);
+        svc.pending(2, true);
+        let o = svc.compute();
+        assert_eq!(o.active_backup_level, 0, "{policy:?}: reload, no switch");
+        assert_eq!((role(&o, 1), role(&o, 21)), (Role::Sticky, Role::Sticky));
+        assert!(o.changes.is_empty(), "{policy:?}: {:?}", o.changes);
+
+        // The primaries' verdicts come: failed. Now the backup level takes over.
+        svc.checking(1, true);
+        svc.checking(2, true);
+        let o = svc.compute();
+        assert_eq!(o.active_backup_level, 1, "{policy:?}: verdicts reached");
+        assert_note(
+            &o,
+            "backup level 1 active: primary group has no usable server",
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backup_level_whose_probes_have_not_run_is_not_left_for_the_primaries() {
+    let mut svc = Svc::new(vec![primary(1, 1), backup(21, 1)]).with(permanent());
+    svc.fail(1);
+    assert_eq!(svc.compute().active_backup_level, 1);
+    // A reload: both `checking` again, the primary's probe passes first.
+    svc.heal(1);
+    svc.pending(21, true);
+    let o = svc.compute();
+    assert_eq!(
+        o.active_backup_level, 1,
+        "permanent: the backup level's probes have not run: stay"
+    );
+    svc.heal(21);
+    assert_eq!(svc.compute().active_backup_level, 1);
+}

@@ -94,9 +94,21 @@ impl Svc {
         };
     }
 
-    /// `checking`; `was_up`: it was in traffic before.
+    /// `checking`, its probes' verdicts reached (failed); `was_up`: it was in traffic
+    /// before.
     fn checking(&mut self, last: u8, was_up: bool) {
-        self.server(last).health = MemberHealth::Checking { was_up };
+        self.server(last).health = MemberHealth::Checking {
+            was_up,
+            pending: false,
+        };
+    }
+
+    /// `checking`, its probes not run yet (a start, a reload).
+    fn pending(&mut self, last: u8, was_up: bool) {
+        self.server(last).health = MemberHealth::Checking {
+            was_up,
+            pending: true,
+        };
     }
 
     fn heal(&mut self, last: u8) {

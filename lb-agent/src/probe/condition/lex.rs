@@ -46,6 +46,30 @@ fn word_char(c: char) -> bool {
     !c.is_whitespace() && !matches!(c, '(' | ')' | '"' | '&' | '|')
 }
 
+/// The value around the `|` at `bar` as it should be written, quoted: alternatives of
+/// plain words (`200|204`) anchored as a whole (`"^(200|204)$"`), anything else (`^(2|3)..$`)
+/// as written, so that the hint matches what was meant.
+fn quoted_alternatives(chars: &[char], bar: usize) -> String {
+    let start = chars[..bar]
+        .iter()
+        .rposition(|c| c.is_whitespace() || matches!(c, '~' | '*' | '"'))
+        .map_or(0, |p| p + 1);
+    let end = chars[bar..]
+        .iter()
+        .position(|c| c.is_whitespace() || *c == '"')
+        .map_or(chars.len(), |p| bar + p);
+    let mut raw: String = chars[start..end].iter().collect();
+    // A `)` closing the condition's own group is not part of the value.
+    while raw.ends_with(')') && raw.matches(')').count() > raw.matches('(').count() {
+        raw.pop();
+    }
+    if raw.chars().all(|c| word_char(c) || c == '|') {
+        format!("\"^({raw})$\"")
+    } else {
+        format!("{raw:?}")
+    }
+}
+
 /// A bare word cannot start like a variable or an operator.
 fn word_start(c: char) -> bool {
     word_char(c) && !matches!(c, '$' | '!' | '~' | '=')
@@ -165,13 +189,10 @@ pub(super) fn lex(s: &str) -> Result<Vec<Spanned>, ConditionError> {
                     }) => v.clone(),
                     _ => String::new(),
                 };
-                let rest: String = chars[i..]
-                    .iter()
-                    .take_while(|&&c| word_char(c) || c == '|')
-                    .collect();
                 format!(
                     "a single `|` ends the bare value {prev:?}: quote a value with `|` in it, e.g. \
-                     ~ \"^({prev}{rest})$\" (a regular expression), or write `||` for \"either\""
+                     ~ {} (a regular expression), or write `||` for \"either\"",
+                    quoted_alternatives(&chars, i)
                 )
             }
             '|' => "a single `|`: write `||` for \"either\"".to_string(),

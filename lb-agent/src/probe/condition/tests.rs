@@ -186,7 +186,21 @@ fn mistakes_get_a_hint() {
         err("$upstream_status ~ 200|204")
     );
     assert!(err("$upstream_status | $upstream_http_a").contains("write `||` for \"either\""));
+    let hint = err("$upstream_status ~ ^(2|3)..$");
+    assert!(
+        hint.contains("e.g. ~ \"^(2|3)..$\""),
+        "the hint quotes the value as written, which matches a three-digit code: {hint}"
+    );
+    assert!(
+        err("($upstream_status ~ 200|204)").contains("~ \"^(200|204)$\""),
+        "the condition's own `)` is not part of the value"
+    );
+    // A status regex that matches no code from 100 to 599.
+    assert!(err("$upstream_status ~ 2xx").contains("\"2xx\" matches no status code"));
+    assert!(err("$upstream_status ~ \"^(2|3)$\"").contains("never holds"));
+    assert!(err("$upstream_status !~ ^6").contains("always holds"));
     // What stays valid.
+    assert!(check("$upstream_status ~ \"^(2|3)..$\""));
     assert!(check("$upstream_status ~ \"^(200|204)$\""));
     assert!(check("$upstream_status == 200 || $upstream_status == 204"));
     assert!(http("$upstream_probe_response ~ ok").reads_response());
