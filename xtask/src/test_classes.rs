@@ -61,6 +61,10 @@ const LIGHT: &[(&str, &str)] = &[
         "its own maps and a private bpffs named after its pid",
     ),
     (
+        "dataplane_peers",
+        "its own maps; map contents and BPF_PROG_TEST_RUN verdicts only",
+    ),
+    (
         "dataplane_slot_writes",
         "its own maps and a private bpffs named after its pid",
     ),
