@@ -266,19 +266,7 @@ impl Lb {
 
     /// Every connection event currently in `LB_CONN_EVENTS` (consumed).
     pub fn drain_conn_events(&mut self) -> Vec<ConnEvent> {
-        let mut ring = RingBuf::try_from(
-            self.ebpf
-                .map_mut(map_names::CONN_EVENTS)
-                .expect("LB_CONN_EVENTS"),
-        )
-        .expect("LB_CONN_EVENTS type");
-        let mut out = Vec::new();
-        while let Some(item) = ring.next() {
-            assert_eq!(item.len(), size_of::<ConnEvent>(), "event record size");
-            // SAFETY: ConnEvent is plain integers and the record has its size.
-            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ConnEvent>()) });
-        }
-        out
+        self.drain_ring(map_names::CONN_EVENTS)
     }
 
     /// The tables' layout (bucket counts, seeds) the program was loaded with.
@@ -914,13 +902,18 @@ impl Lb {
 
     /// Every event currently in the ring buffer (consumed).
     pub fn drain_events(&mut self) -> Vec<PassiveEvent> {
-        let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
-            .expect("LB_EVENTS type");
+        self.drain_ring(map_names::EVENTS)
+    }
+
+    /// Every record of type `T` currently in ring buffer `name` (consumed).
+    fn drain_ring<T: aya::Pod>(&mut self, name: &str) -> Vec<T> {
+        let mut ring = RingBuf::try_from(self.ebpf.map_mut(name).expect("ring buffer"))
+            .expect("ring buffer type");
         let mut out = Vec::new();
         while let Some(item) = ring.next() {
-            assert_eq!(item.len(), size_of::<PassiveEvent>(), "event record size");
-            // SAFETY: PassiveEvent is plain integers and the record has its size.
-            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<PassiveEvent>()) });
+            assert_eq!(item.len(), size_of::<T>(), "{name}: record size");
+            // SAFETY: the record has T's size and every bit pattern is a T (`aya::Pod`).
+            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<T>()) });
         }
         out
     }
