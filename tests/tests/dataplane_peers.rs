@@ -2,13 +2,23 @@
 //! refreshed, read back and removed through `PeerTables` on the kernel's maps; a nat
 //! connection published by the agent's publisher and driven through its handshake
 //! (BPF_PROG_TEST_RUN) reports itself once through the connection-event stream, and the
-//! nat scan finds its reverse entry among those seen since the handshake began.
+//! nat scan finds its reverse entry among those seen since the handshake began; a
+//! restart adopts the peer tables with their connections (maps pinned in a private
+//! bpffs).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use aya::programs::{TestRun, TestRunOptions};
+use aya::{
+    maps::MapData,
+    programs::{TestRun, TestRunOptions},
+};
 use lb_agent::{
-    dataplane::{BpfDataplane, MapSizes, census::nat_clock, peers::PeerConnection},
+    dataplane::{
+        BpfDataplane, MapSizes,
+        adopt::{ADOPTED_MAPS, AdoptedMaps, pin::PinDir},
+        census::nat_clock,
+        peers::PeerConnection,
+    },
     publish::{DesiredBackend, DesiredService, NatSpec, Publisher, Role},
 };
 use lb_common::{
@@ -17,6 +27,7 @@ use lb_common::{
     maps::{FlowKey, NAT_S_ACKED, NAT_S_ESTABLISHED, NatValue, PeerFlow},
 };
 use lb_tests::{
+    agent::bpffs::PrivateBpffs,
     bpf::object::flow_key,
     traffic::packet::{Frame, TCP_ACK, TCP_SYN},
 };
@@ -29,12 +40,15 @@ fn ip(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
-fn cluster_dataplane() -> BpfDataplane {
-    let sizes = MapSizes::default()
+fn cluster_sizes() -> MapSizes {
+    MapSizes::default()
         .with_flows(1 << 14)
         .expect("in range")
-        .with_cluster();
-    BpfDataplane::load_sized(None, None, sizes).expect("loading (root?)")
+        .with_cluster()
+}
+
+fn cluster_dataplane() -> BpfDataplane {
+    BpfDataplane::load_sized(None, None, cluster_sizes()).expect("loading (root?)")
 }
 
 fn connection(cport: u16, nat_port: u16) -> PeerConnection {
@@ -191,5 +205,42 @@ async fn a_connection_reports_itself_once_and_the_nat_scan_finds_it() {
     assert!(
         reader.nat_seen_since(later).expect("scanning").is_empty(),
         "nothing seen after now"
+    );
+}
+
+#[test]
+fn a_restart_adopts_the_peer_tables() {
+    let fs = PrivateBpffs::mount("peers").expect("a private bpffs");
+    let pins = PinDir::prepare(&fs.pins().join("lb")).expect("a pin directory");
+    let dir = pins.path().to_path_buf();
+    let mut first =
+        BpfDataplane::load_sized(None, Some(pins), cluster_sizes()).expect("loading (root?)");
+    let a = connection(40_000, 20_001);
+    first
+        .take_peer_tables()
+        .expect("the peer tables")
+        .install(&a)
+        .expect("install");
+
+    let maps = ADOPTED_MAPS
+        .iter()
+        .map(|&name| {
+            let map = MapData::from_pin(dir.join(name))
+                .unwrap_or_else(|e| panic!("opening pinned {name}: {e}"));
+            (name, map)
+        })
+        .collect();
+    let adopted = AdoptedMaps {
+        maps,
+        ..AdoptedMaps::default()
+    };
+    let mut second =
+        BpfDataplane::load_sized(Some(&adopted), None, cluster_sizes()).expect("adopting");
+    drop(first);
+    let peers = second.take_peer_tables().expect("the peer tables");
+    assert_eq!(
+        peers.get(&a.client, &a.reply).expect("reading"),
+        Some((a.flow, a.nat)),
+        "the connection another node made is still installed"
     );
 }

@@ -62,7 +62,7 @@ const LIGHT: &[(&str, &str)] = &[
     ),
     (
         "dataplane_peers",
-        "its own maps; map contents and BPF_PROG_TEST_RUN verdicts only",
+        "its own maps and a private bpffs named after its pid",
     ),
     (
         "dataplane_slot_writes",
