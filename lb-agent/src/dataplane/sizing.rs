@@ -150,8 +150,8 @@ impl MapSizes {
         }
     }
 
-    /// The same in cluster mode: the peer tables sized by `max_flows` (set it first) and
-    /// the program loaded with `CONFIG_F_CLUSTER`.
+    /// The same in cluster mode: the peer tables sized by `max_flows` and the program
+    /// loaded with `CONFIG_F_CLUSTER`.
     pub const fn with_cluster(self) -> Self {
         Self {
             flags: self.flags | CONFIG_F_CLUSTER,
