@@ -104,6 +104,20 @@ pub const DROP_TUNNEL: u32 = 32;
 /// its client resends the SYN. In dsr such a SYN is forwarded unpinned (its first ACK
 /// pins it).
 pub const DROP_FLOWS_FULL: u32 = 33;
+/// Cluster mode: a client packet that missed `LB_FLOWS` found its connection in
+/// `LB_PEER_FLOWS` (another node made it) and the flow was pinned as that node pinned it
+/// (side counter).
+pub const PEER_FLOW_ADOPTED: u32 = 34;
+/// Cluster mode: a reverse entry missing from `LB_NAT` was taken from `LB_PEER_NAT`
+/// (side counter): a backend's reply, or a client packet of an adopted flow.
+pub const PEER_NAT_ADOPTED: u32 = 35;
+/// Cluster mode: connection events sent through `LB_CONN_EVENTS` (established, ended).
+pub const CONN_EVENTS_SENT: u32 = 36;
+/// Cluster mode: connection events dropped because `LB_CONN_EVENTS` was full.
+pub const CONN_EVENTS_LOST: u32 = 37;
+/// Cluster mode: a nat allocation candidate skipped because its reply 5-tuple is in
+/// `LB_PEER_NAT` (a connection another node made holds it; side counter).
+pub const NAT_PORT_PEER_HELD: u32 = 38;
 
 /// The counters of which every packet increments exactly one.
 pub const OUTCOMES: [u32; 23] = [
@@ -134,16 +148,16 @@ pub const OUTCOMES: [u32; 23] = [
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 34;
+pub const TX_DSR_CACHED: u32 = 39;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 35;
+pub const TX_NAT_FORWARD_CACHED: u32 = 40;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 34;
+pub const COUNT: u32 = 39;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 36;
+pub const RAW_COUNT: u32 = 41;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -199,6 +213,11 @@ pub const NAMES: [&str; COUNT as usize] = [
     "tx_icmp_too_big",
     "drop_tunnel",
     "drop_flows_full",
+    "peer_flow_adopted",
+    "peer_nat_adopted",
+    "conn_events_sent",
+    "conn_events_lost",
+    "nat_port_peer_held",
 ];
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! - [`keys`]: the VIP and 5-tuple keys (re-exported by [`maps`]);
 //! - [`maps`]: key and value types of every BPF map, with their sizes asserted;
 //! - [`counters`]: indices and names of the global per-CPU outcome counters;
-//! - [`events`]: the passive-failure records sent through the ring buffer;
+//! - [`events`]: the passive-failure and connection records sent through ring buffers;
 //! - [`csum`]: one's-complement checksum folding and RFC 1624 incremental updates;
 //! - [`hash`]: the flow hash used for Maglev slots and NAT port choice;
 //! - [`schema`]: the schema version of each map a new agent adopts;
@@ -155,6 +155,18 @@ pub const FLOW_CACHE_SLOTS: u32 = 4096;
 pub const SOURCE_TABLE_SIZE: u32 = 65_536;
 /// Bytes of the passive-event ring buffer (a power of two, multiple of the page size).
 pub const EVENT_RING_BYTES: u32 = 256 * 1024;
+/// Bytes of the connection-event ring buffer in cluster mode (a power of two, multiple of
+/// the page size): 4 MiB, 27,594 events of 152 bytes (144 and the ring's 8-byte header),
+/// a quarter of a second of 100,000 new connections per second (two events each)
+/// between two reads by the agent.
+pub const CONN_EVENT_RING_BYTES: u32 = 4 * 1024 * 1024;
+/// What the connection-event ring buffer and the peer tables are compiled with, the size
+/// they keep without cluster mode: one page of ring, one entry of each table (the
+/// kernel refuses a map of none); in cluster mode the loader gives them
+/// [`CONN_EVENT_RING_BYTES`] and `agent.max_flows` entries.
+pub const CONN_EVENT_RING_MIN_BYTES: u32 = 4096;
+/// Entries of `LB_PEER_FLOWS` and `LB_PEER_NAT` without cluster mode.
+pub const PEER_ENTRIES_MIN: u32 = 1;
 /// How many source ports the NAT path tries for a new flow before it gives up.
 pub const NAT_PORT_ATTEMPTS: u32 = 8;
 /// How long (in `maps::nat_seconds`, 2^30 ns: 2 is 1.07–2.1 s) a TCP nat entry still
@@ -223,6 +235,14 @@ pub mod map_names {
     /// `lb_xdp`'s tail-call target, `lb_xdp_full` at [`super::FULL_PATH_INDEX`]; filled
     /// at every load, never adopted (docs/internals/fast-path.md, "Two programs").
     pub const PROGRAMS: &str = "LB_PROGRAMS";
+    /// Cluster mode: connections other nodes made, by client 5-tuple (`maps::PeerFlow`);
+    /// written by the agent only.
+    pub const PEER_FLOWS: &str = "LB_PEER_FLOWS";
+    /// Cluster mode: those connections' reverse entries, by reply 5-tuple
+    /// (`maps::NatValue`); written by the agent only.
+    pub const PEER_NAT: &str = "LB_PEER_NAT";
+    /// Cluster mode: nat connections established and ended (`events::ConnEvent`).
+    pub const CONN_EVENTS: &str = "LB_CONN_EVENTS";
     /// `lb_decap`: the host's addresses whose tunnel packets it strips.
     pub const DECAP_ADDRS: &str = "LB_DECAP_ADDRS";
     /// `lb_decap`: its per-CPU counters (`DECAP_*`).
@@ -236,6 +256,14 @@ pub const PROGRAM_NAME: &str = "lb_xdp";
 pub const FULL_PROGRAM_NAME: &str = "lb_xdp_full";
 /// `LB_PROGRAMS`' index of [`FULL_PROGRAM_NAME`].
 pub const FULL_PATH_INDEX: u32 = 0;
+/// Name of the cluster-mode program `lb_xdp_full` tail-calls into for a packet of a
+/// connection another node made (through `LB_PROGRAMS`): it takes the connection over
+/// from the peer tables and continues in [`FULL_PROGRAM_NAME`].
+pub const PEER_PROGRAM_NAME: &str = "lb_xdp_peer";
+/// `LB_PROGRAMS`' index of [`PEER_PROGRAM_NAME`].
+pub const PEER_PATH_INDEX: u32 = 1;
+/// Entries of `LB_PROGRAMS`.
+pub const PROGRAM_SLOTS: u32 = 2;
 /// Name of the pass-through XDP program (for veth peers).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
 /// Name of the backend-side decapsulation program (`lb-agent decap attach`).

@@ -369,6 +369,29 @@ pub const fn nat_backend_time_wait(state: u8) -> bool {
     state & (closed | NAT_S_RST) == closed
 }
 
+/// Whether a nat connection in `state` (of protocol `proto`) is established in the sense
+/// of the connection events (`events::CONN_ESTABLISHED`): TCP, the client acknowledged the
+/// backend's SYN-ACK; UDP, the backend replied.
+#[inline(always)]
+pub const fn nat_conn_established(state: u8, proto: u8) -> bool {
+    let bit = if proto == crate::IPPROTO_TCP {
+        NAT_S_ACKED
+    } else {
+        NAT_S_REPLIED
+    };
+    state & bit != 0
+}
+
+/// Whether an established TCP connection in `state` has ended (`events::CONN_ENDED`): a
+/// reset, or both FINs. UDP connections only age out.
+#[inline(always)]
+pub const fn nat_conn_ended(state: u8, proto: u8) -> bool {
+    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    proto == crate::IPPROTO_TCP
+        && state & NAT_S_ACKED != 0
+        && (state & NAT_S_RST != 0 || state & fins == fins)
+}
+
 /// Whether reverse entry `v` belongs to the client flow `client` (its 5-tuple).
 #[inline(always)]
 pub fn nat_owned_by(v: &NatValue, client: &FlowKey) -> bool {
@@ -385,6 +408,31 @@ pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
     now.wrapping_sub(v.last_seen) >= nat_reuse_after(v.state, proto)
 }
 
+/// `DataplaneConfig::flags` bit: cluster mode. The nodes of a cluster share nat
+/// connections: a client packet or a backend reply of a connection another node made is
+/// forwarded as that node forwards it (`LB_PEER_FLOWS`, `LB_PEER_NAT`, written by the
+/// agent), the allocation skips pairs those connections hold, and the program reports
+/// each connection's establishment and end (`LB_CONN_EVENTS`). Set at load, like the
+/// table layout: without it none of this runs (docs/internals/fast-path.md, "Cluster
+/// mode").
+pub const CONFIG_F_CLUSTER: u32 = 1 << 0;
+
+/// `LB_PEER_FLOWS` value, keyed by the client's 5-tuple (client -> VIP): how the node
+/// that made the connection pinned it, in this node's terms (its backend id here).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerFlow {
+    /// Backend id (this node's) the connection goes to.
+    pub backend_id: u32,
+    /// Source port toward the backend, network order (`FlowValue::nat_port`).
+    pub nat_port: u16,
+    /// Index into the service's `snat_addrs` of the source address
+    /// (`FlowValue::nat_addr`).
+    pub nat_addr: u8,
+    pub _pad: u8,
+}
+const _: () = assert!(size_of::<PeerFlow>() == 8);
+
 /// `LB_CONFIG` value (one entry): what the data plane must know about the interface it
 /// is attached to. Written by the agent when it loads and attaches the program.
 #[repr(C)]
@@ -398,7 +446,8 @@ pub struct DataplaneConfig {
     /// encapsulated are answered with ICMP fragmentation-needed / packet-too-big. 0:
     /// unknown, no check.
     pub mtu: u16,
-    /// `CONFIG_F_*` bits (none defined yet; 0).
+    /// `CONFIG_F_*` bits, as the program was loaded with them (its `.rodata` copy is
+    /// what it reads, as for `tables`).
     pub flags: u32,
     /// The layout the program was loaded with (its `.rodata` copy is what it reads): kept
     /// here for the next agent, which adopts the tables only with the same seeds and
@@ -603,6 +652,29 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_is_established_once_answered_and_ends_on_a_reset_or_both_fins() {
+        let acked = NAT_S_ESTABLISHED | NAT_S_ACKED;
+        assert!(!nat_conn_established(NAT_S_ESTABLISHED, TCP), "half-open");
+        assert!(nat_conn_established(acked, TCP));
+        assert!(!nat_conn_established(0, UDP));
+        assert!(nat_conn_established(NAT_S_REPLIED, UDP));
+        assert!(
+            !nat_conn_ended(acked | NAT_S_FIN_CLIENT, TCP),
+            "half-closed"
+        );
+        assert!(nat_conn_ended(
+            acked | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND,
+            TCP
+        ));
+        assert!(nat_conn_ended(acked | NAT_S_RST, TCP));
+        assert!(
+            !nat_conn_ended(NAT_S_ESTABLISHED | NAT_S_RST, TCP),
+            "never established: no end either"
+        );
+        assert!(!nat_conn_ended(NAT_S_REPLIED | NAT_S_ASSURED, UDP));
+    }
+
+    #[test]
     fn time_wait_margin_covers_linux_time_wait() {
         let held_ns = u64::from(NAT_TIME_WAIT_REUSE - 1) << 30;
         assert!(held_ns > u64::from(TCP_TIMEWAIT_SECS) * 1_000_000_000 + 5_000_000_000);
@@ -652,5 +724,7 @@ mod pod {
         SourceKey,
         SourceBucket,
         crate::events::PassiveEvent,
+        crate::events::ConnEvent,
+        PeerFlow,
     );
 }

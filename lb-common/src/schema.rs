@@ -26,7 +26,7 @@ pub const NAME_LEN: usize = 16;
 
 /// The schema version of every adopted map in this build. Bump a map's number whenever
 /// its bytes change meaning; a layout (size) change is detected without it.
-pub const VERSIONS: [(&str, u32); 12] = [
+pub const VERSIONS: [(&str, u32); 15] = [
     (map_names::VIP_INDEX, BASELINE),
     (map_names::VIP_GEN, BASELINE),
     (map_names::VIP_HDR, BASELINE),
@@ -39,6 +39,9 @@ pub const VERSIONS: [(&str, u32); 12] = [
     (map_names::SERVICE_STATS, BASELINE),
     (map_names::BACKEND_STATS, BASELINE),
     (map_names::EVENTS, BASELINE),
+    (map_names::PEER_FLOWS, BASELINE),
+    (map_names::PEER_NAT, BASELINE),
+    (map_names::CONN_EVENTS, BASELINE),
 ];
 
 /// This build's version of map `name`, if it is an adopted map.
@@ -74,7 +77,7 @@ mod tests {
         assert_eq!(&key(META_MAP)[..10], b"LB_SCHEMA\0");
         assert_eq!(version(map_names::FLOWS), Some(BASELINE));
         assert_eq!(version(map_names::CLOCK), None);
-        let mut keys: [[u8; NAME_LEN]; 12] = [[0; NAME_LEN]; 12];
+        let mut keys = [[0u8; NAME_LEN]; VERSIONS.len()];
         for (i, (name, _)) in VERSIONS.iter().enumerate() {
             keys[i] = key(name);
         }

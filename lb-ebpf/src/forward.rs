@@ -21,10 +21,10 @@ use crate::{
     Verdict, cache, cached_flow,
     clock::{self, Now},
     counters::{self, count},
-    dsr, events, flow,
+    dsr, events, flow, layout,
     nat::{self, Reverse, Source},
     parse::{ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, is_syn},
-    source, tunnel, validate,
+    peer, source, tunnel, validate,
 };
 
 /// A client's SYN on a flow still waiting for its handshake counts as a retransmission
@@ -117,6 +117,11 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
             pinned(pkt, svc, f, use_nat, syn, l4, now, end)
         }
         None => {
+            // Cluster mode: a connection another node made is taken over (`peer`)
+            // before anything would open a flow for it.
+            if use_nat && layout::cluster() && peer::has_flow(&pkt.key) {
+                return peer::handoff();
+            }
             // The checks a packet must pass before it may open a flow.
             if let Some(refused) = validate::opening(pkt, l4, end) {
                 return refused;
@@ -410,7 +415,7 @@ fn open(
 /// A new flow's entry: pinned to `backend_id` (nat: from `src`); a SYN's waits for
 /// its handshake, with the SYN's ISN.
 #[inline(always)]
-fn new_flow(backend_id: u32, syn: bool, isn: u32, src: Source, now: Now) -> FlowValue {
+pub(crate) fn new_flow(backend_id: u32, syn: bool, isn: u32, src: Source, now: Now) -> FlowValue {
     // Zeroed whole, then filled: an aligned 24-byte clear, not a call to `memset`
     // for the unaligned padding.
     // SAFETY: FlowValue is plain integers; all-zero is a valid value.

@@ -1,18 +1,32 @@
-//! The tables' layout set at load: `LB_FLOWS`' and `LB_NAT`'s bucket counts and bucket-hash
-//! seeds (`lb_common::table::TableLayout`), a `.rodata` global the loader writes
-//! (`EbpfLoader::override_global`) before the map is frozen, so the verifier reads its fields
-//! as constants and a bucket index is bounded by the size the maps were created with.
+//! What is set at load: the tables' layout — `LB_FLOWS`' and `LB_NAT`'s bucket counts and
+//! bucket-hash seeds (`lb_common::table::TableLayout`) — and the `CONFIG_F_*` flags (cluster
+//! mode), `.rodata` globals the loader writes (`EbpfLoader::override_global`) before the map
+//! is frozen, so the verifier reads them as constants: a bucket index is bounded by the
+//! size the maps were created with, and the code of a mode the program was not loaded
+//! with is never explored, nor run.
 
 use core::ptr::{addr_of, read_volatile};
 
-use lb_common::table::TableLayout;
+use lb_common::{maps::CONFIG_F_CLUSTER, table::TableLayout};
 
 /// The layout; the object's own value is the built-in one (a loader that sets nothing
 /// gets the compiled sizes and the public seeds of earlier releases).
 #[unsafe(no_mangle)]
 static LB_TABLE_LAYOUT: TableLayout = TableLayout::BUILT_IN;
 
+/// `DataplaneConfig::flags` as loaded (`CONFIG_F_*`); the object's own value is none.
+#[unsafe(no_mangle)]
+static LB_DATAPLANE_FLAGS: u32 = 0;
+
 // Volatile reads: LLVM must not fold the object's initial value into the code.
+
+/// Whether the program was loaded in cluster mode (`CONFIG_F_CLUSTER`).
+#[inline(always)]
+pub fn cluster() -> bool {
+    // SAFETY: a static.
+    let flags = unsafe { read_volatile(addr_of!(LB_DATAPLANE_FLAGS)) };
+    flags & CONFIG_F_CLUSTER != 0
+}
 
 /// Mask of an `LB_FLOWS` bucket index (buckets - 1).
 #[inline(always)]

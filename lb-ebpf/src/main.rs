@@ -24,6 +24,7 @@
 mod cache;
 mod cached_flow;
 mod clock;
+mod conn_events;
 mod counters;
 mod decap;
 mod dsr;
@@ -40,6 +41,7 @@ mod layout;
 mod maps;
 mod nat;
 mod parse;
+mod peer;
 mod pkt;
 mod rewrite;
 mod slots;
@@ -104,7 +106,25 @@ pub fn lb_xdp(ctx: XdpContext) -> u32 {
 #[xdp]
 #[inline(always)]
 pub fn lb_xdp_full(ctx: XdpContext) -> u32 {
-    let verdict = tunnel::finish(&ctx, balance(&ctx));
+    let mut verdict = balance(&ctx);
+    if verdict.action == peer::HANDOFF {
+        verdict = peer::enter(&ctx);
+    }
+    let verdict = tunnel::finish(&ctx, verdict);
+    counters::count(verdict.counter);
+    verdict.action
+}
+
+/// Cluster mode: takes over a connection another node made, whose packet `lb_xdp_full`
+/// handed over ([`peer`]), and continues in `lb_xdp_full` (which counts the outcome);
+/// a take-over that failed counts its own.
+#[xdp]
+#[inline(always)]
+pub fn lb_xdp_peer(ctx: XdpContext) -> u32 {
+    let verdict = match peer::adopt(&ctx) {
+        Some(v) => v,
+        None => full_path::enter(&ctx),
+    };
     counters::count(verdict.counter);
     verdict.action
 }
@@ -123,7 +143,7 @@ fn hot(ctx: &XdpContext) -> Option<Verdict> {
                 Ok(l4) => cached_flow::forward(&pkt, l4, svc, end),
                 Err(refused) => Some(refused),
             },
-            Dest::NatCandidate => nat::settled_reply(&pkt, end),
+            Dest::NatCandidate => peer::settled_reply_missed(nat::settled_reply(&pkt, end)),
             Dest::Other => Some(not_ours(&pkt, end)),
         },
     }
@@ -137,7 +157,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
         Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
         Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
             Dest::Service(svc) => forward::for_service(&pkt, svc, end),
-            Dest::NatCandidate => nat::reply(&pkt, end),
+            Dest::NatCandidate => peer::reply_missed(&pkt.key, nat::reply(&pkt, end)),
             Dest::Other => not_ours(&pkt, end),
         },
     }

@@ -5,13 +5,14 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, DECAP_ADDRS_MAX, DECAP_COUNTERS, EVENT_RING_BYTES,
-    FLOW_CACHE_SLOTS, MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES, MaglevBlock, SOURCE_TABLE_SIZE,
-    VIP_INDEX_SLOTS, VIP_INDEX_TABLES, counters,
-    events::PassiveEvent,
+    BPF_F_MMAPABLE, BPF_F_NO_COMMON_LRU, CONN_EVENT_RING_MIN_BYTES, DECAP_ADDRS_MAX,
+    DECAP_COUNTERS, EVENT_RING_BYTES, FLOW_CACHE_SLOTS, MAGLEV_BLOCKS, MAX_BACKENDS, MAX_SERVICES,
+    MaglevBlock, PEER_ENTRIES_MIN, PROGRAM_SLOTS, SOURCE_TABLE_SIZE, VIP_INDEX_SLOTS,
+    VIP_INDEX_TABLES, counters,
+    events::{ConnEvent, PassiveEvent},
     maps::{
-        Backend, BackendStats, DataplaneConfig, DecapAddr, FlowCacheEntry, ServiceStats,
-        SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
+        Backend, BackendStats, DataplaneConfig, DecapAddr, FlowCacheEntry, FlowKey, NatValue,
+        PeerFlow, ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
     table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
 };
@@ -121,11 +122,34 @@ pub static LB_CLOCK: PerCpuArray<TickClock, 1> = PerCpuArray::new();
 #[btf_map]
 pub static LB_CONFIG: Array<DataplaneConfig, 1> = Array::new();
 
-/// `lb_xdp_full` at `lb_common::FULL_PATH_INDEX`, the one entry: `lb_xdp`'s tail call
-/// for every packet it does not serve itself (see `full`). Filled by the loader before
-/// the program is attached; never adopted from a previous program.
+/// `lb_xdp_full` at `lb_common::FULL_PATH_INDEX`: `lb_xdp`'s tail call for every packet
+/// it does not serve itself (see `full_path`); `lb_xdp_peer` at
+/// `lb_common::PEER_PATH_INDEX`: `lb_xdp_full`'s in cluster mode for a packet of a
+/// connection another node made (see `peer`). Filled by the loader before the program
+/// is attached; never adopted from a previous program.
 #[btf_map]
-pub static LB_PROGRAMS: ProgramArray<1> = ProgramArray::new();
+pub static LB_PROGRAMS: ProgramArray<{ PROGRAM_SLOTS as usize }> = ProgramArray::new();
+
+/// Cluster mode: connections other nodes made, by client 5-tuple: how that node pinned
+/// each (`PeerFlow`). Written by the agent only; one entry without cluster mode (the
+/// loader sizes it by `agent.max_flows` with it). A hash map: the program reads it only
+/// when a client packet missed `LB_FLOWS`.
+#[btf_map]
+pub static LB_PEER_FLOWS: HashMap<FlowKey, PeerFlow, { PEER_ENTRIES_MIN as usize }> =
+    HashMap::new();
+
+/// Cluster mode: those connections' reverse entries, by reply 5-tuple, as the node that
+/// made each holds it in its `LB_NAT`. Read when a reply missed `LB_NAT`, and by the
+/// allocation (a pair held here is taken). Sized as `LB_PEER_FLOWS`.
+#[btf_map]
+pub static LB_PEER_NAT: HashMap<FlowKey, NatValue, { PEER_ENTRIES_MIN as usize }> = HashMap::new();
+
+/// Cluster mode: nat connections established and ended, to the agent (see
+/// `conn_events`). One page without cluster mode; the loader gives it
+/// `lb_common::CONN_EVENT_RING_BYTES` with it.
+#[btf_map]
+pub static LB_CONN_EVENTS: RingBuf<ConnEvent, { CONN_EVENT_RING_MIN_BYTES as usize }> =
+    RingBuf::new();
 
 /// `lb_decap`: the host's addresses (outer destinations whose tunnel packets it strips),
 /// written by `lb-agent decap attach`.

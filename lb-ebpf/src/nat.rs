@@ -14,8 +14,8 @@ use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
     FAMILY_V4, IPPROTO_TCP, NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS,
     counters::{
-        DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED, PASS_MALFORMED,
-        PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
+        DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_PEER_HELD, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED,
+        PASS_MALFORMED, PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
     },
     events::EVENT_RST_ON_SYN,
     hash::SEED_NAT_PORT,
@@ -30,11 +30,12 @@ use lb_common::{
 };
 
 use crate::{
-    Verdict, clock, counters, events, flow,
+    Verdict, clock, conn_events, counters, events, flow,
     hash::flow_hash,
     layout,
     maps::LB_NAT,
     parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
+    peer,
     rewrite::{retarget_l2, translate},
     slots::{self, Claim},
 };
@@ -68,6 +69,23 @@ impl slots::Table for NatTable {
 // `lb_xdp`'s own frame stays as small as before (a global function's frame adds to it:
 // 512 bytes in all). Their pointer arguments are checked for NULL, as the verifier
 // demands of a global function; their results are numbers (it cannot return pointers).
+
+/// The key of the `LB_NAT` slot whose value `v` is (a slot is its word, its key, its
+/// value: the key ends where the value starts).
+#[inline(always)]
+fn key_of(v: &NatValue) -> &FlowKey {
+    const KEY_END: usize = core::mem::offset_of!(lb_common::table::NatSlot, value);
+    const KEY_START: usize = core::mem::offset_of!(lb_common::table::NatSlot, key);
+    const _: () = assert!(KEY_END - KEY_START == size_of::<FlowKey>());
+    // SAFETY: every `NatValue` the program notes lives in an `LB_NAT` slot, right after
+    // that slot's key.
+    unsafe {
+        &*(v as *const NatValue)
+            .cast::<u8>()
+            .sub(size_of::<FlowKey>())
+            .cast()
+    }
+}
 
 /// `slots::find` in `LB_NAT` (see above).
 #[unsafe(no_mangle)]
@@ -116,17 +134,33 @@ fn displace_after(state: u8, proto: u8) -> u32 {
 /// that waits out the backend's TIME_WAIT ([`own_time_wait`]), or when it is a TCP
 /// handshake left silent ([`displace_after`]).
 #[inline(always)]
-fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
+pub(crate) fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
     Claim::from_code(lb_nat_claim(key, value, replace as u64, now_s as u64))
 }
 
-/// `slots::claim` in `LB_NAT` (see above); the result is `Claim::code`.
+/// [`claim`] for a new flow's allocation: in cluster mode a pair another node's
+/// connection holds (`peer::holds`) is `Taken` too, counted `NAT_PORT_PEER_HELD`. The
+/// check runs in [`lb_nat_claim`], verified once, not in each of the allocation's
+/// candidates (a map lookup there multiplies the states the verifier explores past its
+/// limit).
+#[inline(always)]
+fn claim_new(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
+    let mode = replace as u64 | CLAIM_NEW;
+    Claim::from_code(lb_nat_claim(key, value, mode, now_s as u64))
+}
+
+/// [`lb_nat_claim`]'s `mode` bit: the claim is a new flow's allocation ([`claim_new`]);
+/// bit 0 is `replace`.
+const CLAIM_NEW: u64 = 2;
+
+/// `slots::claim` in `LB_NAT` (see above); the result is `Claim::code`. `mode`: bit 0
+/// `replace`, [`CLAIM_NEW`].
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_nat_claim(
     key: *const FlowKey,
     value: *const NatValue,
-    replace: u64,
+    mode: u64,
     now_s: u64,
 ) -> u64 {
     if key.is_null() || value.is_null() {
@@ -134,6 +168,11 @@ pub extern "C" fn lb_nat_claim(
     }
     // SAFETY: non-NULL pointers the verifier checked to cover the types' sizes.
     let (key, value) = unsafe { (&*key, &*value) };
+    if mode & CLAIM_NEW != 0 && layout::cluster() && peer::holds(key) {
+        counters::count(NAT_PORT_PEER_HELD);
+        return Claim::Taken.code();
+    }
+    let replace = mode & 1;
     let now_s = now_s as u32;
     slots::claim::<NatTable>(
         key,
@@ -244,6 +283,35 @@ fn reverse_value(
         client_mac,
         state,
         handshake,
+        last_seen: now_s,
+        _pad2: 0,
+    }
+}
+
+/// Cluster mode: the reverse entry another node's connection has (`peer`, from
+/// `LB_PEER_NAT`) as this node claims it: aged from `now_s` (the nodes' clocks differ),
+/// with the client's previous hop `mac` when a client packet brought it.
+#[inline(always)]
+pub fn adopted_value(peer: &NatValue, mac: Option<[u8; 6]>, now_s: u32) -> NatValue {
+    NatValue {
+        client_addr: words(&peer.client_addr),
+        vip_addr: words(&peer.vip_addr),
+        client_port: peer.client_port,
+        vip_port: peer.vip_port,
+        backend_id: peer.backend_id,
+        client_mac: match mac {
+            Some(mac) => mac,
+            None => [
+                peer.client_mac[0],
+                peer.client_mac[1],
+                peer.client_mac[2],
+                peer.client_mac[3],
+                peer.client_mac[4],
+                peer.client_mac[5],
+            ],
+        },
+        state: peer.state,
+        handshake: peer.handshake,
         last_seen: now_s,
         _pad2: 0,
     }
@@ -380,7 +448,7 @@ pub fn allocate(
         };
         key.dst = key_addr(snat_addr(svc, src), family);
         key.dport = src.port;
-        match claim(&key, &value, i >= NAT_PORT_ATTEMPTS, now_s) {
+        match claim_new(&key, &value, i >= NAT_PORT_ATTEMPTS, now_s) {
             Claim::Fresh if i < NAT_PORT_ATTEMPTS => {
                 counters::count(if i == 0 {
                     NAT_PORT_FIRST
@@ -597,13 +665,20 @@ fn own_time_wait(old: &NatValue, new: &NatValue) -> bool {
 
 /// Notes in the reverse entry (`rev`, if the flow's own) what a client packet of a
 /// pinned flow changed: TCP FIN or RST (`tcp_flags`), and `bits` (`NAT_S_ACKED`,
-/// `NAT_S_ASSURED`).
+/// `NAT_S_ASSURED`); in cluster mode, a connection established or ended by it is sent
+/// to the agent (`conn_events`).
 #[inline(always)]
 pub fn client_note(rev: &mut Reverse, tcp_flags: u8, bits: u8) {
     if let Held::Own(v) = &mut rev.held {
-        let state = v.state | bits | close_bits(v.state, tcp_flags, NAT_S_FIN_CLIENT);
-        if state != v.state {
+        let old = v.state;
+        let state = old | bits | close_bits(old, tcp_flags, NAT_S_FIN_CLIENT);
+        if state != old {
             v.state = state;
+            if layout::cluster() {
+                // The client's notes are TCP's (a UDP client's `NAT_S_ASSURED` changes
+                // neither state of `conn_events`).
+                conn_events::changed(key_of(v), v, old, state, IPPROTO_TCP);
+            }
         }
         touch(v, nat_seconds(clock::now().ns));
     }
@@ -699,6 +774,7 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
     };
     // Inlined (one bucket lookup, no call): the only table read of a TCP reply.
     let Some(nat) = slots::find_value::<NatTable>(&pkt.key) else {
+        // Cluster mode: maybe a connection another node made (`peer::reply_missed`).
         return Some(Verdict::pass(PASS_NOT_VIP));
     };
     // Writes are single fields (state, age), as in the LRU map's values before.
@@ -719,6 +795,10 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
         }
         if state | bits != state {
             nat.state = state | bits;
+            // A FIN or reset takes the whole path (`FULL`), as the SYN-ACK does.
+            if FULL && layout::cluster() {
+                conn_events::changed(&pkt.key, nat, state, state | bits, IPPROTO_TCP);
+            }
         }
         // Only client packets keep a half-open entry: the backend's SYN-ACK
         // retransmissions toward a client that never acknowledged do not.
@@ -731,6 +811,9 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
                 return None;
             }
             nat.state = state | NAT_S_REPLIED;
+            if layout::cluster() {
+                conn_events::changed(&pkt.key, nat, state, state | NAT_S_REPLIED, pkt.key.proto);
+            }
             await_client(nat, pkt.key.proto, pkt.key.family);
         }
         touch(nat, nat_seconds(clock::now().ns));

@@ -9,7 +9,7 @@
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
 //! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tables`] the tables' load-time sizes and seeds, [`flood`] SYN floods against established flows, [`tunnel`] ipip/gue and `lb_decap`,
-//! [`testbed`] the probe bench's SYN responder, and [`lab`] the lab object against the
+//! [`testbed`] the probe bench's SYN responder, [`cluster`] connections shared between nodes, and [`lab`] the lab object against the
 //! product's (files under `bpf_fixtures/`).
 //!
 //! The object is verified once per process: `Lb::load` hands a dropped object out again
@@ -17,6 +17,8 @@
 
 #[path = "bpf_fixtures/cache.rs"]
 mod cache;
+#[path = "bpf_fixtures/cluster.rs"]
+mod cluster;
 #[path = "bpf_fixtures/dsr.rs"]
 mod dsr;
 #[path = "bpf_fixtures/fixture.rs"]

@@ -70,6 +70,10 @@ const LIGHT: &[(&str, &str)] = &[
         "its own maps and a private bpffs named after its pid",
     ),
     (
+        "dataplane_peers",
+        "its own maps and a private bpffs named after its pid",
+    ),
+    (
         "dataplane_slot_writes",
         "its own maps and a private bpffs named after its pid",
     ),

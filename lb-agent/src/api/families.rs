@@ -87,6 +87,24 @@ pub const FAMILIES: &[Family] = &[
         members: &[("events_sent", "sent"), ("events_lost", "lost")],
     },
     Family {
+        name: "lb_cluster_adoptions_total",
+        help: "cluster mode: connections another node made, taken over from the peer tables when their packets reached this node: flow (a client packet pinned as that node pinned it), nat (a reverse entry taken for a reply or an adopted flow)",
+        label: "table",
+        members: &[("peer_flow_adopted", "flow"), ("peer_nat_adopted", "nat")],
+    },
+    Family {
+        name: "lb_conn_events_total",
+        help: "cluster mode: connection events (established, ended) the XDP program sent to the agent (sent) or lost because their ring buffer was full (lost)",
+        label: "result",
+        members: &[("conn_events_sent", "sent"), ("conn_events_lost", "lost")],
+    },
+    Family {
+        name: "lb_nat_port_peer_held_total",
+        help: "cluster mode: nat allocation candidates skipped because a connection another node made holds them",
+        label: "",
+        members: &[("nat_port_peer_held", "")],
+    },
+    Family {
         name: "lb_icmp_ignored_total",
         help: "ICMP errors about nat flows not believed (outer source not the flow's backend, or the quoted packet does not match the flow)",
         label: "",

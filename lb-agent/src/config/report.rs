@@ -603,10 +603,26 @@ fn tables_line(cfg: &Config, host: &HostFacts) -> String {
     let Some(sizes) = MapSizes::default().with_flows(flows) else {
         return format!("flow tables: agent.max_flows {flows} is out of range");
     };
+    sizes_text(&sizes, &why)
+}
+
+/// The tables `sizes` makes and the memory they take (`why`: where the size came from).
+fn sizes_text(sizes: &crate::dataplane::MapSizes, why: &str) -> String {
     let m = sizes.table_memory();
+    // Cluster mode: the peer tables (other nodes' connections), counted in the total.
+    let peers = if sizes.cluster() {
+        format!(
+            ", LB_PEER_FLOWS and LB_PEER_NAT {} ({} entries each)",
+            mib_text(m.peers),
+            sizes.peer_entries()
+        )
+    } else {
+        String::new()
+    };
     format!(
         "flow tables: {} live flows ({why}): LB_FLOWS {} ({} buckets of 4 ways), \
-         LB_NAT {} ({} buckets of 4 ways), LB_SOURCES {} ({} entries); {} in all, {} B per flow",
+         LB_NAT {} ({} buckets of 4 ways), LB_SOURCES {} ({} entries){peers}; {} in all, {} B \
+         per flow",
         sizes.max_flows(),
         mib_text(m.flows),
         sizes.tables().flow_buckets,
@@ -627,5 +643,25 @@ fn mib_text(bytes: u64) -> String {
         format!("{:.1} GiB", mib / 1024.0)
     } else {
         format!("{mib:.1} MiB")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sizes_text;
+    use crate::dataplane::MapSizes;
+
+    #[test]
+    fn the_tables_line_counts_the_peer_tables_in_cluster_mode() {
+        let sizes = MapSizes::default().with_flows(1 << 16).expect("in range");
+        let plain = sizes_text(&sizes, "agent.max_flows");
+        assert!(!plain.contains("LB_PEER"), "{plain}");
+        assert!(plain.ends_with("in all, 520 B per flow"), "{plain}");
+        let cluster = sizes_text(&sizes.with_cluster(), "agent.max_flows");
+        assert!(
+            cluster.contains("LB_PEER_FLOWS and LB_PEER_NAT 17.0 MiB (65536 entries each)"),
+            "{cluster}"
+        );
+        assert!(cluster.ends_with("in all, 792 B per flow"), "{cluster}");
     }
 }

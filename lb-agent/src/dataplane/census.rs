@@ -2,7 +2,9 @@
 //! that is still in use, and how many of them each backend holds. The tables are plain
 //! arrays (75 MB and 54 MB at the floor of `agent.max_flows`), too large to read at every
 //! scrape: a thread of its own reads them every few seconds in `BPF_MAP_LOOKUP_BATCH`
-//! chunks, off the agent's task, and the snapshot shows the last count.
+//! chunks, off the agent's task, and the snapshot shows the last count. The same reads
+//! find, in cluster mode, the nat entries that carried traffic since a given time
+//! ([`TableReader::nat_seen_since`]: the connections whose refreshes the other nodes need).
 
 use std::{
     collections::HashMap,
@@ -17,7 +19,7 @@ use std::{
 use aya::maps::MapData;
 use aya_obj::generated::{bpf_attr, bpf_cmd};
 use lb_common::{
-    maps::{nat_reclaimable, nat_seconds},
+    maps::{FlowKey, NatValue, nat_reclaimable, nat_seconds},
     table::{FlowBucket, NatBucket, SLOT_LIVE, TABLE_WAYS, flow_reclaimable},
 };
 
@@ -120,6 +122,34 @@ impl TableReader {
         c.taken = Instant::now();
         Ok(c)
     }
+}
+
+impl TableReader {
+    /// The live `LB_NAT` entries whose `last_seen` is `since` or later (both in
+    /// `nat_seconds`, [`nat_clock`]): the connections that carried a packet since then,
+    /// with their reply 5-tuples.
+    pub fn nat_seen_since(&self, since: u32) -> io::Result<Vec<(FlowKey, NatValue)>> {
+        let mut out = Vec::new();
+        read_chunks::<NatBucket>(&self.nat, self.nat_buckets, |buckets| {
+            for b in buckets {
+                for slot in &b.ways {
+                    // Signed: `last_seen` wraps.
+                    if slot.word & SLOT_LIVE != 0
+                        && slot.value.last_seen.wrapping_sub(since) as i32 >= 0
+                    {
+                        out.push((slot.key, slot.value));
+                    }
+                }
+            }
+        })?;
+        Ok(out)
+    }
+}
+
+/// The data plane's nat clock now: `nat_seconds` of `CLOCK_MONOTONIC`, as `LB_NAT`'s
+/// `last_seen` is stamped.
+pub fn nat_clock() -> u32 {
+    nat_seconds(monotonic_ns())
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds, the clock of the tables' timestamps.

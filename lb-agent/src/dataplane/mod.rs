@@ -12,8 +12,10 @@
 //!   one-owner locks and the optional pins;
 //! - [`tables`]: the Maglev table pool and the VIP index, written through `mmap`;
 //! - [`sizing`]: the map sizes chosen at load time and the tables' seeds;
-//! - `events`: the passive-event ring buffer as an async stream;
-//! - [`census`]: the flow and nat tables counted off the agent's task;
+//! - `events`: the passive-event and connection-event ring buffers as async streams;
+//! - [`census`]: the flow and nat tables counted off the agent's task, and the nat
+//!   entries seen since a given time;
+//! - [`peers`]: cluster mode's peer tables, other nodes' connections;
 //! - `bpf`: [`BpfDataplane`], which loads the object and owns every map handle;
 //! - `batch`, `sys`: the `bpf(2)` calls aya does not offer.
 
@@ -25,6 +27,7 @@ pub mod census;
 mod error;
 mod events;
 mod lifecycle;
+pub mod peers;
 pub mod sizing;
 mod sys;
 pub mod tables;
@@ -34,7 +37,7 @@ pub use attach::{AttachMode, LinkWatch, detach, if_index};
 pub use batch::PerCpuBatchReader;
 pub use bpf::{BpfDataplane, PublishedState};
 pub use error::DataplaneError;
-pub use events::EventStream;
+pub use events::{ConnEventStream, EventStream, RingStream};
 pub use lifecycle::{DataplaneLifecycle, LinkCheck};
 pub use sizing::MapSizes;
 

@@ -1,5 +1,7 @@
-//! [`MapSizes`]: the sizes chosen at load time — the backend maps (`agent.max_backends`)
-//! and the flow, nat and source tables (`agent.max_flows`) — with the tables' hash seeds.
+//! [`MapSizes`]: the sizes chosen at load time — the backend maps (`agent.max_backends`),
+//! the flow, nat and source tables (`agent.max_flows`), and in cluster mode the peer tables
+//! and the connection-event ring — with the tables' hash seeds and the program's
+//! `CONFIG_F_*` flags.
 //!
 //! The object is compiled with `lb_common::MAX_BACKENDS` entries in `LB_BACKENDS` and
 //! `LB_BACKEND_STATS` and with the built-in table layout
@@ -12,12 +14,15 @@
 //!
 //! Ratios (per flow of `max_flows`, rounded up to a power of two): `LB_FLOWS` 1 bucket
 //! of 4 ways (4 ways per flow, as the compiled 262,144 flows in 1,048,576 ways), `LB_NAT`
-//! half a bucket (2 ways per flow), `LB_SOURCES` a quarter of an entry.
+//! half a bucket (2 ways per flow), `LB_SOURCES` a quarter of an entry; in cluster mode
+//! `LB_PEER_FLOWS` and `LB_PEER_NAT` one entry each (another node's connections), without
+//! it one entry in all (the kernel's least) and a page of `LB_CONN_EVENTS`.
 
 use aya::EbpfLoader;
 use lb_common::{
-    BACKEND_ENTRIES_LIMIT, FLOW_TABLE_SIZE, MAX_BACKENDS, SOURCE_TABLE_SIZE, map_names,
-    maps::{SourceBucket, SourceKey},
+    BACKEND_ENTRIES_LIMIT, CONN_EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAX_BACKENDS, SOURCE_TABLE_SIZE,
+    map_names,
+    maps::{CONFIG_F_CLUSTER, FlowKey, NatValue, PeerFlow, SourceBucket, SourceKey},
     table::{FlowBucket, NatBucket, TableLayout},
 };
 
@@ -32,12 +37,31 @@ pub const DEFAULT_FLOWS_FLOOR: u32 = FLOW_TABLE_SIZE;
 pub const DEFAULT_MEMORY_DIVISOR: u64 = 400;
 /// The name of the program's layout global (`lb-ebpf/src/layout.rs`).
 pub const LAYOUT_GLOBAL: &str = "LB_TABLE_LAYOUT";
+/// The name of the program's `CONFIG_F_*` flags global (`lb-ebpf/src/layout.rs`).
+pub const FLAGS_GLOBAL: &str = "LB_DATAPLANE_FLAGS";
 
 /// Kernel bytes per `LB_SOURCES` entry: 96 as this kernel charges them (`memlock` of
 /// the map, fixture `tables::the_kernel_charges_what_the_sizes_say`): the LRU hash
 /// element's header and its key and value (24 + 8 bytes, rounded to 8).
 const SOURCE_ENTRY_BYTES: u64 = 96;
 const _: () = assert!(size_of::<SourceKey>() <= 24 && size_of::<SourceBucket>() <= 8);
+
+/// Kernel bytes of a preallocated hash map's element beyond its key and value (each
+/// rounded up to 8): the element's header (48 bytes) and its share of the bucket heads
+/// (16 bytes each, as many as entries rounded up to a power of two), as this kernel
+/// charges them (fixture `tables::the_kernel_charges_what_the_sizes_say`).
+const HASH_ENTRY_OVERHEAD: u64 = 48 + 16;
+/// Kernel bytes per `LB_PEER_FLOWS` entry.
+const PEER_FLOW_ENTRY_BYTES: u64 =
+    HASH_ENTRY_OVERHEAD + size_of::<FlowKey>() as u64 + size_of::<PeerFlow>() as u64;
+/// Kernel bytes per `LB_PEER_NAT` entry.
+const PEER_NAT_ENTRY_BYTES: u64 =
+    HASH_ENTRY_OVERHEAD + size_of::<FlowKey>() as u64 + size_of::<NatValue>() as u64;
+const _: () = assert!(
+    size_of::<FlowKey>().is_multiple_of(8)
+        && size_of::<NatValue>().is_multiple_of(8)
+        && size_of::<PeerFlow>().is_multiple_of(8)
+);
 
 /// Sizes of the maps whose size is a deployment choice, and the tables' seeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +72,9 @@ pub struct MapSizes {
     tables: TableLayout,
     /// Entries of `LB_SOURCES`.
     source_entries: u32,
+    /// The program's `CONFIG_F_*` flags. Cluster mode (`CONFIG_F_CLUSTER`): the peer
+    /// tables hold `max_flows` entries each.
+    flags: u32,
 }
 
 impl Default for MapSizes {
@@ -57,21 +84,24 @@ impl Default for MapSizes {
             backend_entries: MAX_BACKENDS,
             tables: TableLayout::BUILT_IN,
             source_entries: SOURCE_TABLE_SIZE,
+            flags: 0,
         }
     }
 }
 
-/// Kernel memory the three tables take, in bytes.
+/// Kernel memory the tables take, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableMemory {
     pub flows: u64,
     pub nat: u64,
     pub sources: u64,
+    /// `LB_PEER_FLOWS` and `LB_PEER_NAT` (cluster mode; 0 without it).
+    pub peers: u64,
 }
 
 impl TableMemory {
     pub fn total(&self) -> u64 {
-        self.flows + self.nat + self.sources
+        self.flows + self.nat + self.sources + self.peers
     }
 }
 
@@ -86,6 +116,7 @@ impl MapSizes {
             backend_entries: max_backends + 1,
             tables: TableLayout::BUILT_IN,
             source_entries: SOURCE_TABLE_SIZE,
+            flags: 0,
         })
     }
 
@@ -119,6 +150,35 @@ impl MapSizes {
         }
     }
 
+    /// The same in cluster mode: the peer tables sized by `max_flows` and the program
+    /// loaded with `CONFIG_F_CLUSTER`.
+    pub const fn with_cluster(self) -> Self {
+        Self {
+            flags: self.flags | CONFIG_F_CLUSTER,
+            ..self
+        }
+    }
+
+    /// Whether the program is loaded in cluster mode.
+    pub const fn cluster(&self) -> bool {
+        self.flags & CONFIG_F_CLUSTER != 0
+    }
+
+    /// The `CONFIG_F_*` flags the program is loaded with (`DataplaneConfig::flags`).
+    pub const fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Entries of each peer table: `max_flows` in cluster mode; without it the object's
+    /// one (`lb_common::PEER_ENTRIES_MIN`).
+    pub const fn peer_entries(&self) -> u32 {
+        if self.cluster() {
+            self.max_flows()
+        } else {
+            lb_common::PEER_ENTRIES_MIN
+        }
+    }
+
     /// How many backends the maps hold (the highest id).
     pub const fn max_backends(&self) -> u32 {
         self.backend_entries - 1
@@ -141,13 +201,26 @@ impl MapSizes {
     }
 
     /// Kernel memory of `LB_FLOWS`, `LB_NAT` (array values, as the kernel allocates
-    /// them) and `LB_SOURCES` (per element, as this kernel charges it).
+    /// them), `LB_SOURCES` and in cluster mode the peer tables (per element, as this
+    /// kernel charges it).
     pub fn table_memory(&self) -> TableMemory {
+        let peers = if self.cluster() {
+            u64::from(self.peer_entries()) * (PEER_FLOW_ENTRY_BYTES + PEER_NAT_ENTRY_BYTES)
+        } else {
+            0
+        };
         TableMemory {
             flows: u64::from(self.tables.flow_buckets) * size_of::<FlowBucket>() as u64,
             nat: u64::from(self.tables.nat_buckets) * size_of::<NatBucket>() as u64,
             sources: u64::from(self.source_entries) * SOURCE_ENTRY_BYTES,
+            peers,
         }
+    }
+
+    /// Kernel memory of one connection another node made, as this node keeps it (its
+    /// `LB_PEER_FLOWS` and `LB_PEER_NAT` entries).
+    pub const fn peer_connection_bytes() -> u64 {
+        PEER_FLOW_ENTRY_BYTES + PEER_NAT_ENTRY_BYTES
     }
 
     /// What status shows of the tables.
@@ -168,11 +241,16 @@ impl MapSizes {
             map_names::FLOWS => Some(self.tables.flow_buckets),
             map_names::NAT => Some(self.tables.nat_buckets),
             map_names::SOURCES => Some(self.source_entries),
+            map_names::PEER_FLOWS | map_names::PEER_NAT if self.cluster() => {
+                Some(self.peer_entries())
+            }
+            map_names::CONN_EVENTS if self.cluster() => Some(CONN_EVENT_RING_BYTES),
             _ => None,
         }
     }
 
-    /// Tells the loader the sizes that differ from the object's, and the tables' layout.
+    /// Tells the loader the sizes that differ from the object's, the tables' layout and
+    /// the program's flags.
     pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         for name in [
             map_names::BACKENDS,
@@ -180,12 +258,16 @@ impl MapSizes {
             map_names::FLOWS,
             map_names::NAT,
             map_names::SOURCES,
+            map_names::PEER_FLOWS,
+            map_names::PEER_NAT,
+            map_names::CONN_EVENTS,
         ] {
             if let Some(n) = self.entries(name) {
                 loader.map_max_entries(name, n);
             }
         }
         loader.override_global(LAYOUT_GLOBAL, &self.tables, true);
+        loader.override_global(FLAGS_GLOBAL, &self.flags, true);
     }
 }
 

@@ -82,6 +82,11 @@ fn main() -> anyhow::Result<()> {
         }
         None => MapSizes::default(),
     };
+    let sizes = if args.cluster {
+        sizes.with_cluster()
+    } else {
+        sizes
+    };
     let mut dp = BpfDataplane::load_sized(None, None, sizes)
         .context("loading the balancer (are you root?)")?;
     let mut publisher = Publisher::default();
@@ -622,12 +627,15 @@ struct Args {
     /// Measure `lb_xdp_full` run directly (the whole path as one program) instead of
     /// `lb_xdp` with its tail call: the hand-over's price in place.
     whole: bool,
+    /// `--cluster`: the program loaded in cluster mode (peer tables empty: every case
+    /// takes the paths a node without peers' connections takes).
+    cluster: bool,
     scale: Scale,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
-                         [--vips N | --vips N,N,...] [--full-table | --flows N] [--busy] [--whole] [--servers N] \
+                         [--vips N | --vips N,N,...] [--full-table | --flows N] [--busy] [--whole] [--cluster] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
@@ -641,6 +649,7 @@ fn parse_args() -> anyhow::Result<Args> {
         flows: None,
         busy: false,
         whole: false,
+        cluster: false,
         scale: Scale::default(),
     };
     while let Some(a) = args.next() {
@@ -675,6 +684,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--flows" => parsed.flows = Some(number("--flows")? as u32),
             "--busy" => parsed.busy = true,
             "--whole" => parsed.whole = true,
+            "--cluster" => parsed.cluster = true,
             "--servers" => parsed.scale.servers = number("--servers")?,
             "--services" => parsed.scale.services = number("--services")?,
             "--rounds" => {

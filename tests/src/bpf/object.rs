@@ -16,11 +16,12 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray, PerCpuValues, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_agent::dataplane::{
     MapSizes,
+    peers::PeerConnection,
     sizing::random_seeds,
     tables::{
         maglev_pool::{Pool, pair_blocks},
@@ -30,7 +31,7 @@ use lb_agent::dataplane::{
 use lb_common::{
     FAMILY_V4, FAMILY_V6, MAGLEV_BLOCK_SLOTS, MAGLEV_BLOCKS, MAGLEV_RING_SIZE, MaglevBlock,
     counters,
-    events::PassiveEvent,
+    events::{ConnEvent, PassiveEvent},
     hash::flow_cache_slot,
     is_maglev_size, maglev_block_index, map_names,
     maps::{
@@ -156,10 +157,11 @@ impl Lb {
     pub fn recycled(mut self) -> Self {
         crate::bpf::maps::reset_maps(&self.ebpf)
             .unwrap_or_else(|e| panic!("resetting the loaded object's maps: {e}"));
-        let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
-            .expect("LB_EVENTS type");
-        while ring.next().is_some() {}
-        drop(ring);
+        for name in [map_names::EVENTS, map_names::CONN_EVENTS] {
+            let mut ring =
+                RingBuf::try_from(self.ebpf.map_mut(name).expect("ring")).expect("ring type");
+            while ring.next().is_some() {}
+        }
         self.fill_full_path();
         self.services.clear();
         self.vip_table = None;
@@ -224,6 +226,49 @@ impl Lb {
         Self::wrap(ebpf, sizes, false)
     }
 
+    /// [`Lb::load`]'s sizes in cluster mode (a fresh load: the verifier runs).
+    pub fn load_cluster() -> Self {
+        Self::load_sized(pooled_sizes().with_cluster())
+    }
+
+    /// How many instructions the verifier processed to load program `name`.
+    pub fn verified_instructions(&self, name: &str) -> u32 {
+        let prog: &Xdp = self
+            .ebpf
+            .program(name)
+            .unwrap_or_else(|| panic!("program {name}"))
+            .try_into()
+            .expect("XDP");
+        prog.info()
+            .expect("program info")
+            .verified_instruction_count()
+            .unwrap_or_else(|| panic!("{name}: the kernel reports no verified count"))
+    }
+
+    /// Installs another node's connection into `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
+    /// agent's `PeerTables::install` writes them.
+    pub fn install_peer(&mut self, c: &PeerConnection) {
+        let mut nat: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::PEER_NAT).expect("LB_PEER_NAT"))
+                .expect("LB_PEER_NAT type");
+        nat.insert(&c.reply, &c.nat, 0)
+            .expect("writing LB_PEER_NAT");
+        let mut flows: HashMap<_, FlowKey, lb_common::maps::PeerFlow> = HashMap::try_from(
+            self.ebpf
+                .map_mut(map_names::PEER_FLOWS)
+                .expect("LB_PEER_FLOWS"),
+        )
+        .expect("LB_PEER_FLOWS type");
+        flows
+            .insert(&c.client, &c.flow, 0)
+            .expect("writing LB_PEER_FLOWS");
+    }
+
+    /// Every connection event currently in `LB_CONN_EVENTS` (consumed).
+    pub fn drain_conn_events(&mut self) -> Vec<ConnEvent> {
+        self.drain_ring(map_names::CONN_EVENTS)
+    }
+
     /// The tables' layout (bucket counts, seeds) the program was loaded with.
     pub fn layout(&self) -> TableLayout {
         self.sizes.tables()
@@ -241,9 +286,10 @@ impl Lb {
         let map = self.ebpf.map(name).unwrap_or_else(|| panic!("map {name}"));
         let data = match map {
             aya::maps::Map::Array(d)
+            | aya::maps::Map::HashMap(d)
             | aya::maps::Map::LruHashMap(d)
             | aya::maps::Map::PerCpuArray(d) => d,
-            _ => panic!("{name}: not an array or LRU hash"),
+            _ => panic!("{name}: not an array or hash"),
         };
         let entries = data.info().expect("map info").max_entries();
         let fd = data.fd().as_fd().as_raw_fd();
@@ -856,13 +902,18 @@ impl Lb {
 
     /// Every event currently in the ring buffer (consumed).
     pub fn drain_events(&mut self) -> Vec<PassiveEvent> {
-        let mut ring = RingBuf::try_from(self.ebpf.map_mut(map_names::EVENTS).expect("LB_EVENTS"))
-            .expect("LB_EVENTS type");
+        self.drain_ring(map_names::EVENTS)
+    }
+
+    /// Every record of type `T` currently in ring buffer `name` (consumed).
+    fn drain_ring<T: aya::Pod>(&mut self, name: &str) -> Vec<T> {
+        let mut ring = RingBuf::try_from(self.ebpf.map_mut(name).expect("ring buffer"))
+            .expect("ring buffer type");
         let mut out = Vec::new();
         while let Some(item) = ring.next() {
-            assert_eq!(item.len(), size_of::<PassiveEvent>(), "event record size");
-            // SAFETY: PassiveEvent is plain integers and the record has its size.
-            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<PassiveEvent>()) });
+            assert_eq!(item.len(), size_of::<T>(), "{name}: record size");
+            // SAFETY: the record has T's size and every bit pattern is a T (`aya::Pod`).
+            out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<T>()) });
         }
         out
     }

@@ -8,7 +8,7 @@
 use lb_tests::bpf::stack::{STACK_BUDGET, STACK_LIMIT, StackMap, rounded};
 
 /// The programs lb attaches or tail-calls.
-const PRODUCTION: [&str; 3] = ["lb_xdp", "lb_xdp_full", "lb_pass"];
+const PRODUCTION: [&str; 4] = ["lb_xdp", "lb_xdp_full", "lb_xdp_peer", "lb_pass"];
 
 #[test]
 fn programs_fit_the_stack_budget() {

@@ -164,6 +164,49 @@ fn the_kernel_charges_what_the_sizes_say() {
     }
 }
 
+/// In cluster mode the peer tables hold `max_flows` entries each and the kernel charges
+/// them what `MapSizes` says (`peer_connection_bytes` per flow); without it one entry each.
+#[test]
+fn the_peer_tables_are_sized_by_max_flows_in_cluster_mode_only() {
+    let flows = 1 << 14;
+    let sizes = MapSizes::default()
+        .with_flows(flows)
+        .expect("in range")
+        .with_seeds(7, 11);
+    let plain = Lb::load_sized(sizes);
+    let cluster = Lb::load_sized(sizes.with_cluster());
+    for name in [map_names::PEER_FLOWS, map_names::PEER_NAT] {
+        assert_eq!(
+            plain.map_footprint(name).0,
+            1,
+            "{name} without cluster mode"
+        );
+        assert_eq!(
+            cluster.map_footprint(name).0,
+            flows,
+            "{name} in cluster mode"
+        );
+    }
+    assert_eq!(sizes.table_memory().peers, 0);
+    let want = sizes.with_cluster().table_memory().peers;
+    assert_eq!(
+        want,
+        u64::from(flows) * MapSizes::peer_connection_bytes(),
+        "per connection"
+    );
+    let got = cluster.map_footprint(map_names::PEER_FLOWS).1
+        + cluster.map_footprint(map_names::PEER_NAT).1;
+    println!(
+        "max_flows {flows}: the peer tables take {got} B (computed {want}), {} B per connection",
+        got / u64::from(flows)
+    );
+    // The kernel adds a few elements per CPU and a page or two of headers.
+    assert!(
+        got >= want && got <= want + 64 * 1024,
+        "the kernel charges {got} B, the sizes say {want} B"
+    );
+}
+
 /// A restart to a smaller `max_flows` copies the live flows into the new table: each
 /// into its bucket of the new size under the same seed, the most recently seen four
 /// where more land in one bucket, and the program finds every copied flow.

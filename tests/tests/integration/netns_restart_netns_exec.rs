@@ -512,11 +512,11 @@ fn adoption_across_layout_change_link_and_reset() {
     let agent = start_native(topo, &binary, &config, "starting over the older program");
     let line = line_with(&agent, ADOPTED, "over a changed layout");
     assert!(
-        // The object's twelve maps (docs/restarts.md): all but the two tables are kept
+        // The object's fifteen maps (docs/restarts.md): all but the two tables are kept
         // (LB_FLOWS has another size; the program recorded no seeds, as an earlier
         // release, so this install draws its own and LB_NAT is re-seeded too).
-        line.contains("maps_kept=10") && line.contains("maps_fresh=2"),
-        "ten maps kept and the two tables fresh: {line}"
+        line.contains("maps_kept=13") && line.contains("maps_fresh=2"),
+        "thirteen maps kept and the two tables fresh: {line}"
     );
     let fresh: Vec<String> = agent
         .process()

@@ -55,16 +55,17 @@ fn stop(agent: Agent, mode: &str, which: &str) {
 }
 
 fn all_maps_kept(agent: &Agent, mode: &str, step: &str) -> String {
-    maps_kept(agent, mode, step, 12)
+    maps_kept(agent, mode, step, adopt::ADOPTED_MAPS.len())
 }
 
-/// The adoption line, asserting `kept` of the 12 maps adopted.
+/// The adoption line, asserting `kept` of this build's adopted maps adopted.
 fn maps_kept(agent: &Agent, mode: &str, step: &str, kept: usize) -> String {
+    let all = adopt::ADOPTED_MAPS.len();
     let line = line_with(agent, ADOPTED, step);
     assert!(
         line.contains(&format!("maps_kept={kept}"))
-            && line.contains(&format!("maps_fresh={}", 12 - kept)),
-        "{mode}: {step}: {kept} of 12 maps should be adopted: {line}"
+            && line.contains(&format!("maps_fresh={}", all - kept)),
+        "{mode}: {step}: {kept} of {all} maps should be adopted: {line}"
     );
     line
 }
@@ -125,15 +126,17 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8, pinned: bool) {
     // Upgrade: stop the previous release, start this build.
     stop(agent, mode, "previous");
     let agent = start(&current, "upgraded");
-    // Every map but LB_COUNTERS, which this build made longer (its counters restart);
-    // the tables keep the previous release's public seeds, so that a rollback finds
-    // every flow.
+    // Every map but LB_COUNTERS, which this build made longer (its counters restart),
+    // and cluster mode's three, which the previous release does not have; the tables
+    // keep the previous release's public seeds, so that a rollback finds every flow.
     let adopted = maps_kept(&agent, mode, "upgrade", 11);
     println!("{mode}: upgrade: {adopted}");
     let summary = line_with(&agent, "maps adopted:", "upgrade summary");
     assert!(
-        summary.contains("11 of 12 maps kept, 1 created fresh (LB_COUNTERS)")
-            && summary.contains("established flows keep their backends")
+        summary.contains(
+            "11 of 15 maps kept, 4 created fresh (LB_COUNTERS, LB_PEER_FLOWS, LB_PEER_NAT, \
+             LB_CONN_EVENTS)"
+        ) && summary.contains("established flows keep their backends")
             && summary.contains("none recorded"),
         "{mode}: upgrading from a build without versions: the baseline, all but the \
          counters kept: {summary}"
@@ -155,7 +158,7 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8, pinned: bool) {
     all_maps_kept(&agent, mode, "restart of this build");
     let summary = line_with(&agent, "maps adopted:", "restart summary");
     assert!(
-        summary.contains("all 12 maps kept") && summary.contains("recorded for 12 maps"),
+        summary.contains("all 15 maps kept") && summary.contains("recorded for 15 maps"),
         "{mode}: a restart reads this build's own versions: {summary}"
     );
     println!("{mode}: restart: {summary}");
@@ -272,8 +275,8 @@ fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive:
     let agent = start("next");
     let line = line_with(&agent, ADOPTED, "across a schema change");
     assert!(
-        line.contains("maps_kept=11") && line.contains("maps_fresh=1"),
-        "{mode}: eleven maps kept, the flow table fresh: {line}"
+        line.contains("maps_kept=14") && line.contains("maps_fresh=1"),
+        "{mode}: fourteen maps kept, the flow table fresh: {line}"
     );
     let warning = line_with(&agent, "map not adopted, created fresh", "the fresh map");
     assert!(
@@ -285,7 +288,7 @@ fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive:
     );
     let summary = line_with(&agent, "maps adopted:", "the summary");
     assert!(
-        summary.contains(&format!("11 of 12 maps kept, 1 created fresh ({map}):")),
+        summary.contains(&format!("14 of 15 maps kept, 1 created fresh ({map}):")),
         "{mode}: {summary}"
     );
     println!("{mode}: {warning}\n{mode}: {summary}");

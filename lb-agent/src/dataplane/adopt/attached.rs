@@ -23,7 +23,7 @@ use crate::dataplane::{DataplaneError, sizing::MapSizes, sys};
 const KERNEL_NAME_LEN: usize = 15;
 
 /// Maps a new program takes over from the previous one (the clock cache is not state).
-pub const ADOPTED_MAPS: [&str; 12] = [
+pub const ADOPTED_MAPS: [&str; 15] = [
     map_names::VIP_INDEX,
     map_names::VIP_GEN,
     map_names::VIP_HDR,
@@ -36,6 +36,9 @@ pub const ADOPTED_MAPS: [&str; 12] = [
     map_names::SERVICE_STATS,
     map_names::BACKEND_STATS,
     map_names::EVENTS,
+    map_names::PEER_FLOWS,
+    map_names::PEER_NAT,
+    map_names::CONN_EVENTS,
 ];
 
 /// An XDP program on the interface.

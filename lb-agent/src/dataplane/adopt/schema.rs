@@ -232,6 +232,15 @@ pub fn consequence(name: &str) -> &'static str {
             "counters restart from zero"
         }
         map_names::EVENTS => "passive events the previous agent had not read are lost",
+        map_names::PEER_FLOWS | map_names::PEER_NAT => {
+            "cluster mode: the other nodes' connections are installed again by the agent's \
+             resync before it announces anything (until then a packet of one of them that \
+             reaches this node is handled as a new flow)"
+        }
+        map_names::CONN_EVENTS => {
+            "cluster mode: connection events the previous agent had not read are lost (the \
+             other nodes learn those connections from the next refresh)"
+        }
         _ => "its previous contents are dropped",
     }
 }

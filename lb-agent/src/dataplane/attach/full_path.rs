@@ -1,5 +1,7 @@
 //! `lb_xdp_full`, the second XDP program: loaded next to `lb_xdp` and put into
-//! `LB_PROGRAMS` before `lb_xdp` can run, and kept there after the agent exits.
+//! `LB_PROGRAMS` before `lb_xdp` can run, and kept there after the agent exits; with it
+//! `lb_xdp_peer`, the cluster-mode program `lb_xdp_full` tail-calls through the same
+//! array (docs/internals/fast-path.md, "Cluster mode").
 //!
 //! The kernel empties a `PROG_ARRAY` when its last user reference goes (an open fd or a
 //! pin): the attached `lb_xdp` outlives the agent (netlink attach), so once attached the
@@ -22,56 +24,66 @@ use aya::{
     maps::{Map, ProgramArray},
     programs::{Xdp, loaded_programs},
 };
-use lb_common::{FULL_PATH_INDEX, FULL_PROGRAM_NAME, map_names};
+use lb_common::{
+    FULL_PATH_INDEX, FULL_PROGRAM_NAME, PEER_PATH_INDEX, PEER_PROGRAM_NAME, map_names,
+};
 
 use crate::dataplane::{DataplaneError, adopt::pin};
 
 /// Pin name prefix (followed by `lb_xdp`'s program id).
 const PIN_PREFIX: &str = "lb_full_path_";
 
-/// Loads `lb_xdp_full` (the verifier runs) and puts it into `LB_PROGRAMS`.
+/// The tail-call targets and their `LB_PROGRAMS` index.
+const TARGETS: [(&str, u32); 2] = [
+    (FULL_PROGRAM_NAME, FULL_PATH_INDEX),
+    (PEER_PROGRAM_NAME, PEER_PATH_INDEX),
+];
+
+/// Loads `lb_xdp_full` and `lb_xdp_peer` (the verifier runs) and puts them into
+/// `LB_PROGRAMS`. `lb_xdp_peer` is loaded without cluster mode too: the verifier prunes
+/// its work there, and `LB_PROGRAMS` is the same in both modes.
 pub fn load(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    full_program(ebpf)?.load().map_err(program_error)?;
+    for (name, _) in TARGETS {
+        program(ebpf, name)?
+            .load()
+            .map_err(|source| DataplaneError::Program { name, source })?;
+    }
     fill(ebpf)
 }
 
-/// `lb_xdp_full` in the object.
-fn full_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
-    ebpf.program_mut(FULL_PROGRAM_NAME)
-        .ok_or(DataplaneError::MissingProgram {
-            name: FULL_PROGRAM_NAME,
-        })?
+/// Tail-call target `name` in the object.
+fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Xdp, DataplaneError> {
+    ebpf.program_mut(name)
+        .ok_or(DataplaneError::MissingProgram { name })?
         .try_into()
-        .map_err(program_error)
+        .map_err(|source| DataplaneError::Program { name, source })
 }
 
-fn program_error(source: aya::programs::ProgramError) -> DataplaneError {
-    DataplaneError::Program {
-        name: FULL_PROGRAM_NAME,
-        source,
-    }
-}
-
-/// Puts the loaded `lb_xdp_full` into `LB_PROGRAMS` (again: fixtures empty it).
+/// Puts the loaded tail-call targets into `LB_PROGRAMS` (again: fixtures empty it).
 pub fn fill(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
-    let prog = full_program(ebpf)?;
-    let fd = prog
-        .fd()
-        .map_err(program_error)?
-        .try_clone()
-        .map_err(|source| DataplaneError::Io {
-            what: "duplicating lb_xdp_full's fd",
-            source,
-        })?;
-    let name = map_names::PROGRAMS;
-    let map = ebpf
-        .map_mut(name)
-        .ok_or(DataplaneError::MissingMap { name })?;
-    let mut array =
-        ProgramArray::try_from(map).map_err(|source| DataplaneError::Map { name, source })?;
-    array
-        .set(FULL_PATH_INDEX, &fd, 0)
-        .map_err(|source| DataplaneError::Map { name, source })
+    for (target, index) in TARGETS {
+        let fd = program(ebpf, target)?
+            .fd()
+            .map_err(|source| DataplaneError::Program {
+                name: target,
+                source,
+            })?
+            .try_clone()
+            .map_err(|source| DataplaneError::Io {
+                what: "duplicating a tail-call target's fd",
+                source,
+            })?;
+        let name = map_names::PROGRAMS;
+        let map = ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut array =
+            ProgramArray::try_from(map).map_err(|source| DataplaneError::Map { name, source })?;
+        array
+            .set(index, &fd, 0)
+            .map_err(|source| DataplaneError::Map { name, source })?;
+    }
+    Ok(())
 }
 
 /// A bpffs directory whose pins outlive this process, if there is one (never in a

@@ -4,8 +4,7 @@
 
 use std::{net::IpAddr, os::fd::AsFd, time::Duration};
 
-use aya::maps::Map;
-use lb_common::{FULL_PROGRAM_NAME, PROGRAM_NAME, map_names};
+use lb_common::{FULL_PROGRAM_NAME, PROGRAM_NAME};
 
 use super::{Attachment, BpfDataplane};
 use crate::{
@@ -16,7 +15,7 @@ use crate::{
             pin::{self, PinDir},
         },
         attach::{self, AttachMode, full_path},
-        census::{CensusSampler, TableReader},
+        census::CensusSampler,
         sizing::MapSizes,
     },
     netlink::{self, XdpAttached},
@@ -176,20 +175,12 @@ impl DataplaneLifecycle for BpfDataplane {
     }
 
     fn start_census(&mut self, every: Duration) -> Result<(), DataplaneError> {
-        let array = |name: &'static str| match self.ebpf.map(name) {
-            Some(Map::Array(data)) => Ok(data),
-            Some(_) => Err(DataplaneError::Map {
-                name,
-                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
-            }),
-            None => Err(DataplaneError::MissingMap { name }),
-        };
-        let reader = TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?)
-            .and_then(|r| CensusSampler::start(r, every))
-            .map_err(|source| DataplaneError::Io {
+        let reader = CensusSampler::start(self.table_reader()?, every).map_err(|source| {
+            DataplaneError::Io {
                 what: "starting the flow and nat table count",
                 source,
-            })?;
+            }
+        })?;
         self.census = Some(reader);
         Ok(())
     }

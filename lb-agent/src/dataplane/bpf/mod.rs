@@ -20,10 +20,12 @@ use std::net::IpAddr;
 use crate::netlink::XdpAttached;
 
 use super::{
-    DataplaneError,
+    ConnEventStream, DataplaneError,
     adopt::{self, AdoptedMaps, flow_tables, pin::PinDir, schema_map, staging::Staging},
     attach::{full_path, tunnel::TunnelConfig},
     batch::PerCpuBatchReader,
+    census::TableReader,
+    peers::PeerTables,
     sizing::MapSizes,
     tables::{
         maglev_table::{self, Pair},
@@ -66,7 +68,7 @@ pub struct BpfDataplane {
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
-const ALL_MAPS: [&str; 12] = adopt::ADOPTED_MAPS;
+const ALL_MAPS: [&str; 15] = adopt::ADOPTED_MAPS;
 
 /// Where and how the program is attached.
 #[derive(Clone, Debug)]
@@ -132,6 +134,7 @@ impl BpfDataplane {
             &mut ebpf,
             &DataplaneConfig {
                 tables: sizes.tables(),
+                flags: sizes.flags(),
                 ..DataplaneConfig::default()
             },
         )?;
@@ -209,11 +212,44 @@ impl BpfDataplane {
             .map_err(|source| DataplaneError::Program { name, source })
     }
 
+    /// Cluster mode: `LB_PEER_FLOWS` and `LB_PEER_NAT`, to install other nodes'
+    /// connections into (once: the handles move to the caller).
+    pub fn take_peer_tables(&mut self) -> Result<PeerTables, DataplaneError> {
+        let flows = take(&mut self.ebpf, map_names::PEER_FLOWS)?;
+        let nat = take(&mut self.ebpf, map_names::PEER_NAT)?;
+        Ok(PeerTables::new(flows, nat))
+    }
+
+    /// Cluster mode: the connection events (`LB_CONN_EVENTS`) as an async stream (once).
+    pub fn take_conn_events(&mut self) -> Result<ConnEventStream, DataplaneError> {
+        ConnEventStream::new(take(&mut self.ebpf, map_names::CONN_EVENTS)?)
+    }
+
+    /// A reader of the flow and nat tables usable from any thread (for
+    /// [`TableReader::nat_seen_since`]).
+    pub fn table_reader(&self) -> Result<TableReader, DataplaneError> {
+        let array = |name: &'static str| match self.ebpf.map(name) {
+            Some(Map::Array(data)) => Ok(data),
+            Some(_) => Err(DataplaneError::Map {
+                name,
+                source: aya::maps::MapError::InvalidMapType { map_type: 0 },
+            }),
+            None => Err(DataplaneError::MissingMap { name }),
+        };
+        TableReader::new(array(map_names::FLOWS)?, array(map_names::NAT)?).map_err(|source| {
+            DataplaneError::Io {
+                what: "opening the flow and nat tables for reading",
+                source,
+            }
+        })
+    }
+
     /// Tells the program the interface's MAC (`LB_CONFIG`; all zero: no check).
     pub fn set_interface_mac(&mut self, mac: [u8; 6]) -> Result<(), DataplaneError> {
         let value = DataplaneConfig {
             mac,
             tables: self.sizes.tables(),
+            flags: self.sizes.flags(),
             ..DataplaneConfig::default()
         };
         write_config(&mut self.ebpf, &value)

@@ -1,0 +1,133 @@
+//! Cluster mode, the data plane's side of shared connections: another node's connections
+//! installed into, refreshed in and removed from `LB_PEER_FLOWS` and `LB_PEER_NAT`, which
+//! the XDP program reads when a packet of one of them reaches this node and takes over
+//! (docs/internals/fast-path.md, "Cluster mode"). The program never writes them.
+
+use aya::maps::{HashMap, MapData, MapError};
+use lb_common::{
+    map_names,
+    maps::{FlowKey, NatValue, PeerFlow},
+};
+
+use super::DataplaneError;
+
+/// `BPF_EXIST`: update an entry only if it is there.
+const BPF_EXIST: u64 = 2;
+
+/// One connection another node made, in this node's terms (its backend id here): what
+/// `LB_PEER_FLOWS` and `LB_PEER_NAT` hold of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerConnection {
+    /// The client's 5-tuple (client -> VIP).
+    pub client: FlowKey,
+    /// The backend and source (SNAT address index and port) it is pinned to.
+    pub flow: PeerFlow,
+    /// The reply's 5-tuple (backend -> SNAT address and port).
+    pub reply: FlowKey,
+    /// Its reverse entry. `client_mac` is the MAC a reply taken over before any client
+    /// packet is sent to (this node's previous hop toward the client; a client packet
+    /// brings its own); `last_seen` is ignored (the program ages a taken-over entry from
+    /// its own clock).
+    pub nat: NatValue,
+}
+
+/// `LB_PEER_FLOWS` and `LB_PEER_NAT`.
+pub struct PeerTables {
+    flows: HashMap<MapData, FlowKey, PeerFlow>,
+    nat: HashMap<MapData, FlowKey, NatValue>,
+}
+
+impl PeerTables {
+    pub(super) fn new(
+        flows: HashMap<MapData, FlowKey, PeerFlow>,
+        nat: HashMap<MapData, FlowKey, NatValue>,
+    ) -> Self {
+        Self { flows, nat }
+    }
+
+    /// Installs (or replaces) a connection in both tables: the reverse entry first, so
+    /// that a client packet taking the flow over finds it.
+    pub fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
+        self.nat
+            .insert(&c.reply, &c.nat, 0)
+            .map_err(|source| map_error(map_names::PEER_NAT, source))?;
+        self.flows
+            .insert(&c.client, &c.flow, 0)
+            .map_err(|source| map_error(map_names::PEER_FLOWS, source))
+    }
+
+    /// Rewrites the reverse entry of an installed connection (its state as the node that
+    /// reported it last saw it); `false` when none is installed under `reply`.
+    pub fn refresh(&mut self, reply: &FlowKey, nat: &NatValue) -> Result<bool, DataplaneError> {
+        match self.nat.insert(reply, nat, BPF_EXIST) {
+            Ok(()) => Ok(true),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
+                Ok(false)
+            }
+            Err(source) => Err(map_error(map_names::PEER_NAT, source)),
+        }
+    }
+
+    /// Removes a connection from both tables (either entry may be gone already).
+    pub fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError> {
+        remove(&mut self.flows, map_names::PEER_FLOWS, client)?;
+        remove(&mut self.nat, map_names::PEER_NAT, reply)
+    }
+
+    /// The installed connection whose client 5-tuple is `client`, with its reverse
+    /// entry found by `reply`, if both are there.
+    pub fn get(
+        &self,
+        client: &FlowKey,
+        reply: &FlowKey,
+    ) -> Result<Option<(PeerFlow, NatValue)>, DataplaneError> {
+        let flow = lookup(&self.flows, map_names::PEER_FLOWS, client)?;
+        let nat = lookup(&self.nat, map_names::PEER_NAT, reply)?;
+        Ok(flow.zip(nat))
+    }
+
+    /// How many connections are installed (entries of `LB_PEER_FLOWS`).
+    pub fn len(&self) -> usize {
+        self.flows.keys().filter(Result::is_ok).count()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn map_error(name: &'static str, source: MapError) -> DataplaneError {
+    DataplaneError::Map { name, source }
+}
+
+fn is_missing(e: &MapError) -> bool {
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(e) => e.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
+fn remove<V: aya::Pod>(
+    map: &mut HashMap<MapData, FlowKey, V>,
+    name: &'static str,
+    key: &FlowKey,
+) -> Result<(), DataplaneError> {
+    match map.remove(key) {
+        Err(e) if !is_missing(&e) => Err(map_error(name, e)),
+        _ => Ok(()),
+    }
+}
+
+fn lookup<V: aya::Pod>(
+    map: &HashMap<MapData, FlowKey, V>,
+    name: &'static str,
+    key: &FlowKey,
+) -> Result<Option<V>, DataplaneError> {
+    match map.get(key, 0) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if is_missing(&e) => Ok(None),
+        Err(e) => Err(map_error(name, e)),
+    }
+}

@@ -1,0 +1,180 @@
+//! Cluster mode: connections another node made, taken over when their packets reach this
+//! node (a router moved the client's flow or the backend's replies), so that this node
+//! forwards them in both directions exactly as that node does: same backend, same SNAT
+//! address and port.
+//!
+//! The agent keeps every other node's connections in `LB_PEER_FLOWS` (by client 5-tuple)
+//! and `LB_PEER_NAT` (by reply 5-tuple). `lb_xdp_full` looks there only after a miss: a
+//! nat client packet without an `LB_FLOWS` entry ([`has_flow`]), a reply to a SNAT
+//! address without an `LB_NAT` entry ([`has_reverse`]). On a hit it hands the packet
+//! ([`HANDOFF`]) to `lb_xdp_peer` ([`enter`]), a program of its own with its own stack
+//! (`lb_xdp_full`'s is full, docs/internals/fast-path.md "Stack budget"), which writes the
+//! entries through the same claims a new flow's go through ([`adopt`]) and continues in
+//! `lb_xdp_full`: the packet then finds them and takes the established path, the per-CPU
+//! flow cache filled as for any flow. The allocation also skips a pair `LB_PEER_NAT` holds
+//! ([`holds`]). None of this runs without cluster mode: every caller asks
+//! `layout::cluster` first, which the verifier reads as a constant.
+
+use aya_ebpf::programs::XdpContext;
+use lb_common::{
+    PEER_PATH_INDEX,
+    counters::{
+        DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NO_FULL_PATH, FLOW_EVICTED, PASS_NOT_VIP,
+        PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
+    },
+    maps::{FlowKey, ServiceMeta, nat_seconds},
+};
+
+use crate::{
+    Verdict, cache, clock,
+    counters::count,
+    flow, forward, layout,
+    maps::{LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
+    nat::{self, Source},
+    parse::{self, ETH_SRC, Packet, Parsed},
+    slots::{self, Claim},
+    vip::{self, Dest},
+};
+
+/// The verdict action of a packet `lb_xdp_full` hands to `lb_xdp_peer` (no XDP action
+/// and no tunnel verdict has this bit); its counter is never counted.
+pub const HANDOFF: u32 = 1 << 29;
+
+/// The verdict that hands the packet to `lb_xdp_peer`.
+#[inline(always)]
+pub const fn handoff() -> Verdict {
+    Verdict::new(HANDOFF, 0)
+}
+
+/// Whether another node's connection has the client 5-tuple `key`.
+#[inline(always)]
+pub fn has_flow(key: &FlowKey) -> bool {
+    LB_PEER_FLOWS.get_ptr(key).is_some()
+}
+
+/// Whether another node's connection has the reply 5-tuple `key`.
+#[inline(always)]
+pub fn has_reverse(key: &FlowKey) -> bool {
+    LB_PEER_NAT.get_ptr(key).is_some()
+}
+
+/// Whether another node's connection holds the (address, port) pair of the reply
+/// 5-tuple `key`: the allocation takes it as held (a pair whose owner changed when the
+/// cluster's members did may still carry that node's connection).
+#[inline(always)]
+pub fn holds(key: &FlowKey) -> bool {
+    has_reverse(key)
+}
+
+/// `lb_xdp`: a reply `nat::settled_reply` found no `LB_NAT` entry for
+/// (`PASS_NOT_VIP`) goes to the whole path in cluster mode, which may take it over
+/// ([`reply_missed`]).
+#[inline(always)]
+pub fn settled_reply_missed(v: Option<Verdict>) -> Option<Verdict> {
+    match v {
+        Some(v) if layout::cluster() && v.counter == PASS_NOT_VIP => None,
+        v => v,
+    }
+}
+
+/// `lb_xdp_full`: a reply (`reply`, its 5-tuple) `nat::reply` found no `LB_NAT` entry
+/// for (`PASS_NOT_VIP`) is handed over in cluster mode when `LB_PEER_NAT` has it.
+#[inline(always)]
+pub fn reply_missed(reply: &FlowKey, v: Verdict) -> Verdict {
+    if layout::cluster() && v.counter == PASS_NOT_VIP && has_reverse(reply) {
+        handoff()
+    } else {
+        v
+    }
+}
+
+/// Continues this packet in `lb_xdp_peer`; returns only if the tail call failed
+/// (`LB_PROGRAMS` without it: a loader bug), then the packet is dropped and counted
+/// `DROP_NO_FULL_PATH`, as for `lb_xdp_full`'s own entry.
+#[inline(always)]
+pub fn enter(ctx: &XdpContext) -> Verdict {
+    // SAFETY: the tail call replaces this program by `lb_xdp_peer` on the same context,
+    // or returns without effect.
+    unsafe { LB_PROGRAMS.tail_call(ctx, PEER_PATH_INDEX) };
+    Verdict::drop(DROP_NO_FULL_PATH)
+}
+
+/// `lb_xdp_peer`'s work: takes the packet's connection over from the peer tables.
+/// `None`: done (or nothing to take: the peer entry went meanwhile), the packet continues
+/// in `lb_xdp_full`; a verdict: the take-over failed and the packet ends here (rather
+/// than loop back into a miss that hands it over again).
+#[inline(always)]
+pub fn adopt(ctx: &XdpContext) -> Option<Verdict> {
+    let Parsed::Flow(pkt) = parse::parse(ctx) else {
+        return None;
+    };
+    match vip::dest(&pkt.key) {
+        Dest::Service(svc) => adopt_flow(&pkt, svc),
+        Dest::NatCandidate => adopt_reply(&pkt),
+        Dest::Other => None,
+    }
+}
+
+/// A client packet: pins its flow as `LB_PEER_FLOWS` says, after its reverse entry
+/// (from `LB_PEER_NAT`, unless `LB_NAT` holds it already). The flow is settled; its
+/// `nat_tick` is last tick's, so that this packet verifies the reverse entry
+/// (`nat::ensure` claims one if `LB_PEER_NAT` had none). Refused (`DROP_FLOWS_FULL`)
+/// when the flow's bucket is busy or full: the client resends.
+#[inline(always)]
+fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
+    // SAFETY: a map value, read field by field.
+    let peer = unsafe { &*LB_PEER_FLOWS.get_ptr(&pkt.key)? };
+    let id = peer.backend_id;
+    let src = Source {
+        addr: peer.nat_addr,
+        port: peer.nat_port,
+    };
+    let Some(backend) = flow::any_backend(id) else {
+        return Some(Verdict::drop(DROP_BAD_BACKEND));
+    };
+    let now = clock::now();
+    let reply = nat::reply_key(&pkt.key, svc, backend, src);
+    if nat::lb_nat_find(&reply) == slots::NOT_FOUND {
+        let _ = adopt_reverse(&reply, Some(pkt.eth.mac::<ETH_SRC>()), nat_seconds(now.ns));
+    }
+    let mut value = forward::new_flow(id, false, 0, src, now);
+    value.nat_tick = now.tick.wrapping_sub(1);
+    match Claim::from_code(flow::lb_flow_claim(&pkt.key, &value, now.ns)) {
+        Claim::Busy | Claim::Full => return Some(Verdict::drop(DROP_FLOWS_FULL)),
+        Claim::Evicted => count(FLOW_EVICTED),
+        Claim::Fresh | Claim::Replaced | Claim::Taken | Claim::Displaced => {}
+    }
+    // As for a new flow: a copy this CPU may hold of an evicted entry must not outlive it.
+    cache::forget(&pkt.key);
+    count(PEER_FLOW_ADOPTED);
+    None
+}
+
+/// A backend's reply: claims its reverse entry from `LB_PEER_NAT`. A bucket busy or full
+/// of live entries leaves it untranslated (`PASS_NOT_VIP`, as a reply without an entry).
+#[inline(always)]
+fn adopt_reply(pkt: &Packet) -> Option<Verdict> {
+    match adopt_reverse(&pkt.key, None, nat_seconds(clock::now().ns)) {
+        Claim::Busy | Claim::Full | Claim::Evicted => Some(Verdict::pass(PASS_NOT_VIP)),
+        Claim::Fresh | Claim::Replaced | Claim::Taken | Claim::Displaced => None,
+    }
+}
+
+/// Claims the reverse entry `reply` as `LB_PEER_NAT` holds it, aged from `now_s` (the
+/// other node's clock is not this one's) and, for a client packet, with the MAC it came
+/// from (`mac`); a reply keeps the MAC the agent installed. `Taken` when `LB_PEER_NAT`
+/// has no such entry (nothing to claim: the caller goes on as without it).
+#[inline(always)]
+fn adopt_reverse(reply: &FlowKey, mac: Option<[u8; 6]>, now_s: u32) -> Claim {
+    let Some(peer) = LB_PEER_NAT.get_ptr(reply) else {
+        return Claim::Taken;
+    };
+    // SAFETY: a map value, read field by field.
+    let peer = unsafe { &*peer };
+    let value = nat::adopted_value(peer, mac, now_s);
+    let claim = nat::claim(reply, &value, false, now_s);
+    if matches!(claim, Claim::Fresh | Claim::Replaced) {
+        count(PEER_NAT_ADOPTED);
+    }
+    claim
+}

@@ -1,0 +1,390 @@
+//! Cluster mode: a nat connection made on one node ("A", one loaded program) and
+//! installed into another's peer tables ("B", a second program with maps of its own) as
+//! the agent installs it, from A's connection event and flow entry. B forwards the
+//! client's next packet to the same backend from the same SNAT address and port and
+//! translates the backend's replies back exactly as A does; without the peer entry B
+//! does what a node without cluster mode does; the allocation skips a pair a peer entry
+//! holds; events come once per connection; without the cluster flag none of it runs.
+
+use super::prelude::*;
+use lb_agent::dataplane::peers::PeerConnection;
+use lb_common::{
+    events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
+    maps::PeerFlow,
+};
+
+/// A TCP connection of client port `cport` to `NAT4` through its handshake on `a`;
+/// returns its source port.
+fn establish(a: &mut Lb, cport: u16, events: &[(u32, u64)]) -> u16 {
+    let port = nat_forward(
+        a,
+        "A: SYN",
+        &to_vip(NAT4, cport, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    nat_reply(
+        a,
+        "A: SYN-ACK",
+        &backend_reply(NAT4, port, TCP_SYN | TCP_ACK),
+        NAT4,
+        cport,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    let mut counters = vec![(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)];
+    counters.extend_from_slice(events);
+    nat_forward(
+        a,
+        "A: the client's ACK of the SYN-ACK",
+        &to_vip(NAT4, cport, TCP_ACK),
+        NAT4,
+        &counters,
+    );
+    port
+}
+
+/// What the agent installs on another node from `a`'s event `e` (its backend ids are
+/// the same here: both nodes load the same world).
+fn peer_connection(a: &Lb, e: &ConnEvent) -> PeerConnection {
+    let f = a.flow(&e.client).expect("A's flow entry");
+    PeerConnection {
+        client: e.client,
+        flow: PeerFlow {
+            backend_id: f.backend_id,
+            nat_port: f.nat_port,
+            nat_addr: f.nat_addr,
+            _pad: 0,
+        },
+        reply: e.reply,
+        nat: e.nat,
+    }
+}
+
+/// Node A with one established connection (client port `CPORT`), the connection as
+/// another node installs it, and its source port.
+fn node_a_with_a_connection() -> (Lb, PeerConnection, u16) {
+    let mut a = world_in(Lb::load_cluster(), &[NAT4]);
+    let port = establish(&mut a, CPORT, &[(CONN_EVENTS_SENT, 1)]);
+    let events = a.drain_conn_events();
+    assert_eq!(events.len(), 1, "one event: {events:?}");
+    let e = events[0];
+    assert_eq!(e.kind, CONN_ESTABLISHED);
+    assert_eq!(e.client, client_key(NAT4, CPORT));
+    assert_eq!(e.reply, reply_key(NAT4, port));
+    assert_eq!(Some(e.nat), a.nat_entry(&e.reply), "the entry as it stands");
+    assert_eq!(e.nat.backend_id, svc(NAT4).backend);
+    let conn = peer_connection(&a, &e);
+    (a, conn, port)
+}
+
+#[test]
+fn a_client_flow_that_moves_keeps_its_backend_and_source() {
+    let (mut a, conn, port) = node_a_with_a_connection();
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.install_peer(&conn);
+
+    let data = to_vip(NAT4, CPORT, TCP_ACK).payload(b"GET /");
+    let on_a = a.run(&data.bytes());
+    let on_b = nat_forward(
+        &mut b,
+        "B: the client's next packet, taken over",
+        &data,
+        NAT4,
+        &[
+            (TX_NAT_FORWARD, 1),
+            (FLOW_HIT, 1),
+            (PEER_FLOW_ADOPTED, 1),
+            (PEER_NAT_ADOPTED, 1),
+        ],
+    );
+    assert_eq!(on_b, port, "the same source port as on A");
+    assert_frames_eq("B forwards as A does", &on_a.out, &b.run(&data.bytes()).out);
+    let flow = b.flow(&conn.client).expect("B pinned the flow");
+    assert_eq!(
+        (flow.backend_id, flow.nat_port, flow.nat_addr, flow.flags),
+        (
+            conn.flow.backend_id,
+            conn.flow.nat_port,
+            conn.flow.nat_addr,
+            0
+        ),
+        "pinned as on A, settled"
+    );
+    let rev = b.nat_entry(&conn.reply).expect("B's reverse entry");
+    assert_eq!(
+        (rev.state, rev.handshake, rev.client_mac, rev.backend_id),
+        (
+            conn.nat.state,
+            conn.nat.handshake,
+            CLIENT_MAC,
+            conn.nat.backend_id
+        ),
+        "the reverse entry as on A"
+    );
+
+    let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
+    nat_reply(
+        &mut b,
+        "B: the backend's reply",
+        &reply,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    assert_frames_eq(
+        "B translates the reply as A does",
+        &a.run(&reply.bytes()).out,
+        &b.run(&reply.bytes()).out,
+    );
+}
+
+#[test]
+fn a_reply_that_moves_first_is_translated_as_on_the_node_that_made_it() {
+    let (mut a, conn, port) = node_a_with_a_connection();
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.install_peer(&conn);
+
+    let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"more");
+    nat_reply(
+        &mut b,
+        "B: the backend's reply, taken over",
+        &reply,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1), (PEER_NAT_ADOPTED, 1)],
+    );
+    assert_frames_eq(
+        "B translates as A does",
+        &a.run(&reply.bytes()).out,
+        &b.run(&reply.bytes()).out,
+    );
+    let port_b = nat_forward(
+        &mut b,
+        "B: then the client's packet: the flow taken over, its reverse entry there",
+        &to_vip(NAT4, CPORT, TCP_ACK).payload(b"x"),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (PEER_FLOW_ADOPTED, 1)],
+    );
+    assert_eq!(port_b, port);
+}
+
+#[test]
+fn without_a_peer_entry_a_node_does_what_it_does_without_cluster_mode() {
+    let (_a, conn, port) = node_a_with_a_connection();
+    let mut cluster = world_in(Lb::load_cluster(), &[NAT4]);
+    let mut plain = world(&[NAT4]);
+    let ack = to_vip(NAT4, CPORT, TCP_ACK).payload(b"GET /");
+    let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"200");
+    for (what, frame) in [
+        ("the client's packet", &ack),
+        ("the backend's reply", &reply),
+    ] {
+        let counters = |lb: &Lb| lb.counters();
+        let (before_c, before_p) = (counters(&cluster), counters(&plain));
+        let (on_c, on_p) = (cluster.run(&frame.bytes()), plain.run(&frame.bytes()));
+        assert_eq!(on_c.action, on_p.action, "{what}: the same action");
+        assert_frames_eq(what, &on_p.out, &on_c.out);
+        assert_eq!(
+            named(&counter_deltas(&before_c, &counters(&cluster))),
+            named(&counter_deltas(&before_p, &counters(&plain))),
+            "{what}: the same counters"
+        );
+    }
+    assert!(cluster.drain_conn_events().is_empty());
+    assert_eq!(
+        cluster.flow(&conn.client).map(|f| f.nat_port),
+        plain.flow(&conn.client).map(|f| f.nat_port),
+        "the same new flow"
+    );
+}
+
+#[test]
+fn the_allocation_skips_a_pair_a_peer_entry_holds() {
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    let client = client_key(NAT4, CPORT + 1);
+    let range = u32::from(NAT_PORT_MAX - NAT_PORT_MIN) + 1;
+    let hash = lb_common::hash::flow_hash(&client, lb_common::hash::SEED_NAT_PORT);
+    let first = (u32::from(NAT_PORT_MIN) + hash % range) as u16;
+    // Another client's connection, made on another node, holds the first candidate.
+    let other = client_key(NAT4, CPORT + 2);
+    b.install_peer(&PeerConnection {
+        client: other,
+        flow: PeerFlow {
+            backend_id: svc(NAT4).backend,
+            nat_port: first.to_be(),
+            nat_addr: 0,
+            _pad: 0,
+        },
+        reply: reply_key(NAT4, first),
+        nat: NatValue {
+            client_addr: other.src,
+            vip_addr: other.dst,
+            client_port: other.sport,
+            vip_port: other.dport,
+            backend_id: svc(NAT4).backend,
+            client_mac: CLIENT_MAC,
+            ..NatValue::default()
+        },
+    });
+    let port = nat_forward(
+        &mut b,
+        "B: a new flow whose first candidate a peer entry holds",
+        &to_vip(NAT4, CPORT + 1, TCP_SYN),
+        NAT4,
+        &[
+            (TX_NAT_FORWARD, 1),
+            (FLOW_NEW, 1),
+            (NAT_PORT_PEER_HELD, 1),
+            (NAT_PORT_RETRIED, 1),
+        ],
+    );
+    assert_ne!(port, first);
+    assert_eq!(b.nat_entry(&reply_key(NAT4, first)), None, "never claimed");
+}
+
+#[test]
+fn connection_events_come_once_per_connection() {
+    let mut a = world_in(Lb::load_cluster(), &[NAT4, NAT4_UDP]);
+    let port = establish(&mut a, CPORT, &[(CONN_EVENTS_SENT, 1)]);
+    let quiet = [(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)];
+    for _ in 0..3 {
+        nat_forward(
+            &mut a,
+            "A: data",
+            &to_vip(NAT4, CPORT, TCP_ACK).payload(b"d"),
+            NAT4,
+            &quiet,
+        );
+        nat_reply(
+            &mut a,
+            "A: data back",
+            &backend_reply(NAT4, port, TCP_ACK).payload(b"d"),
+            NAT4,
+            CPORT,
+            &[(TX_NAT_REPLY, 1)],
+        );
+    }
+    nat_forward(
+        &mut a,
+        "A: the client's FIN (half-closed: no event)",
+        &to_vip(NAT4, CPORT, TCP_FIN | TCP_ACK),
+        NAT4,
+        &quiet,
+    );
+    nat_reply(
+        &mut a,
+        "A: the backend's FIN ends the connection",
+        &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1), (CONN_EVENTS_SENT, 1)],
+    );
+    nat_forward(
+        &mut a,
+        "A: the last ACK",
+        &to_vip(NAT4, CPORT, TCP_ACK),
+        NAT4,
+        &quiet,
+    );
+    nat_reply(
+        &mut a,
+        "A: a retransmitted FIN",
+        &backend_reply(NAT4, port, TCP_FIN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    let kinds: Vec<u32> = a.drain_conn_events().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [CONN_ESTABLISHED, CONN_ENDED]);
+
+    // UDP: the first reply establishes; nothing ends it.
+    let udp = nat_forward(
+        &mut a,
+        "A: UDP query",
+        &to_vip(NAT4_UDP, CPORT, 0).payload(b"q"),
+        NAT4_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    nat_reply(
+        &mut a,
+        "A: UDP answer",
+        &backend_reply(NAT4_UDP, udp, 0).payload(b"a"),
+        NAT4_UDP,
+        CPORT,
+        &[(TX_NAT_REPLY, 1), (CONN_EVENTS_SENT, 1)],
+    );
+    nat_forward(
+        &mut a,
+        "A: UDP again",
+        &to_vip(NAT4_UDP, CPORT, 0).payload(b"q"),
+        NAT4_UDP,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    nat_reply(
+        &mut a,
+        "A: UDP answer again",
+        &backend_reply(NAT4_UDP, udp, 0).payload(b"a"),
+        NAT4_UDP,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    let events = a.drain_conn_events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, CONN_ESTABLISHED);
+    assert_eq!(events[0].client, client_key(NAT4_UDP, CPORT));
+    assert_eq!(events[0].reply, reply_key(NAT4_UDP, udp));
+}
+
+#[test]
+fn without_the_cluster_flag_no_peer_lookup_and_no_event() {
+    let (_a, conn, port) = node_a_with_a_connection();
+    let mut lb = world(&[NAT4]);
+    assert_eq!(lb.sizes().flags(), 0);
+    // A connection installed as in cluster mode (the tables hold one entry here): the
+    // program never looks.
+    lb.install_peer(&conn);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "no flag: a reply only the peer tables know is not ours",
+            input: backend_reply(NAT4, port, TCP_ACK).bytes(),
+            action: XDP_PASS,
+            output: Out::Unchanged,
+            counters: &[(PASS_NOT_VIP, 1)],
+        },
+    );
+    nat_forward(
+        &mut lb,
+        "no flag: the client's packet opens a flow of its own",
+        &to_vip(NAT4, CPORT, TCP_ACK),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    establish(&mut lb, CPORT + 1, &[]);
+    assert!(lb.drain_conn_events().is_empty(), "no connection event");
+}
+
+#[test]
+fn the_verifier_explores_cluster_mode_only_when_loaded_with_it() {
+    let plain = Lb::load();
+    let cluster = Lb::load_cluster();
+    let count = |lb: &Lb, name| lb.verified_instructions(name);
+    for name in [
+        lb_common::PROGRAM_NAME,
+        lb_common::FULL_PROGRAM_NAME,
+        lb_common::PEER_PROGRAM_NAME,
+    ] {
+        println!(
+            "{name}: {} instructions verified without cluster mode, {} with it",
+            count(&plain, name),
+            count(&cluster, name)
+        );
+    }
+    // `lb_xdp_peer` is loaded in both modes (entered only in cluster mode): its parse
+    // and service lookup are most of it either way.
+    let full = lb_common::FULL_PROGRAM_NAME;
+    assert!(
+        count(&plain, full) < count(&cluster, full),
+        "{full}: the cluster code is pruned without the flag"
+    );
+}
