@@ -58,7 +58,13 @@ pub fn build(root: &Path, target: &Path) -> anyhow::Result<PathBuf> {
     // workspace crate by its path relative to the workspace, so a seeded artifact of
     // this tree's crate would otherwise look newer than the release's sources and be
     // taken as fresh: the release's own crates must always be rebuilt.
-    status(Command::new("tar").arg("-xmf").arg(&tar).arg("-C").arg(&src))?;
+    status(
+        Command::new("tar")
+            .arg("-xmf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(&src),
+    )?;
     std::fs::remove_file(&tar)?;
 
     let channel = pins::Pin::read(&src, pins::USERSPACE_FILE)
