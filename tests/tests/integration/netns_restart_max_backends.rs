@@ -1,8 +1,8 @@
 //! A restart that changes `agent.max_backends` (root, netns): the backend maps of the
 //! new size cannot take over the old ones, so `LB_BACKENDS` and `LB_BACKEND_STATS` are
-//! created fresh (said in the log, as any layout change) and the other ten maps are
+//! created fresh (said in the log, as any layout change) and the other thirteen maps are
 //! adopted; the service is served after it, and a restart at the same size adopts all
-//! twelve maps again.
+//! fifteen maps again.
 
 use std::{path::Path, time::Duration};
 
@@ -58,8 +58,8 @@ fn a_new_backend_capacity_recreates_the_backend_maps_and_keeps_the_rest() {
     let agent = start(&["max_backends = 131071"], "grown");
     let line = operator::line_with(agent.process(), operator::ADOPTED, "grown");
     assert!(
-        line.contains("maps_kept=10") && line.contains("maps_fresh=2"),
-        "the two backend maps fresh, the other ten kept: {line}"
+        line.contains("maps_kept=13") && line.contains("maps_fresh=2"),
+        "the two backend maps fresh, the other thirteen kept: {line}"
     );
     let fresh = lines_with(&agent, "map not adopted, created fresh");
     for map in ["LB_BACKENDS", "LB_BACKEND_STATS"] {
@@ -77,7 +77,7 @@ fn a_new_backend_capacity_recreates_the_backend_maps_and_keeps_the_rest() {
     let agent = start(&["max_backends = 131071"], "same size again");
     let line = operator::line_with(agent.process(), operator::ADOPTED, "same size again");
     assert!(
-        line.contains("maps_kept=12")
+        line.contains("maps_kept=15")
             && line.contains("maps_fresh=0")
             && line.contains("backends=3"),
         "the grown maps are adopted as they are, with the three backends: {line}"

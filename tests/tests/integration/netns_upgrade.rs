@@ -167,8 +167,13 @@ fn upgrade_and_rollback(forwarding: Forwarding, subnet: u8, pinned: bool) {
     // Rollback: stop this build, start the previous release again.
     stop(agent, mode, "restarted");
     let agent = start(&previous, "rolled-back");
-    // The previous release judges by layout: the longer LB_COUNTERS is made fresh.
-    maps_kept(&agent, mode, "rollback", 11);
+    // The previous release judges its own 12 maps by layout: the longer LB_COUNTERS
+    // is made fresh (it has no cluster maps to adopt).
+    let line = line_with(&agent, ADOPTED, "rollback");
+    assert!(
+        line.contains("maps_kept=11") && line.contains("maps_fresh=1"),
+        "{mode}: rollback: 11 of the previous release's 12 maps should be adopted: {line}"
+    );
     thread::sleep(SETTLE);
 
     let tally = stream.finish();
