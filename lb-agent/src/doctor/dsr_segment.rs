@@ -4,7 +4,7 @@
 //! back until its TTL runs out) or out of another interface never receives it. One
 //! check for `doctor` (a blocker), `run` and `reload` (both refuse the config).
 
-use std::{fmt, net::IpAddr};
+use std::{collections::HashMap, fmt, net::IpAddr};
 
 use crate::{
     config::{Config, Forwarding, ServerAddress},
@@ -63,6 +63,8 @@ pub fn off_segment(cfg: &Config, interface: &str) -> Vec<OffSegment> {
         return Vec::new();
     };
     let local = crate::host::local_addresses().unwrap_or_default();
+    // One route lookup per address, however many ports and services name it.
+    let mut routes: HashMap<IpAddr, Option<Route>> = HashMap::new();
     let mut out = Vec::new();
     for s in cfg
         .services
@@ -77,13 +79,16 @@ pub fn off_segment(cfg: &Config, interface: &str) -> Vec<OffSegment> {
             if local.contains(&ip) {
                 continue;
             }
-            let Ok(hop) = rtnl::route(ip) else {
+            let route = *routes.entry(ip).or_insert_with(|| {
+                let hop = rtnl::route(ip).ok()?;
+                match (hop.gateway, hop.oif) {
+                    (Some(gw), _) => Some(Route::Gateway(gw)),
+                    (None, Some(oif)) if oif != ifindex => Some(Route::OtherInterface),
+                    _ => None,
+                }
+            });
+            let Some(route) = route else {
                 continue;
-            };
-            let route = match (hop.gateway, hop.oif) {
-                (Some(gw), _) => Route::Gateway(gw),
-                (None, Some(oif)) if oif != ifindex => Route::OtherInterface,
-                _ => continue,
             };
             out.push(OffSegment {
                 service: s.name.clone(),
