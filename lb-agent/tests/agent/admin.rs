@@ -135,18 +135,9 @@ async fn added_server_gets_slots_once_its_mac_resolves() {
     let mut h = Harness::with_neighbours(&config(), neighbours).await;
     h.run_for(secs(2)).await;
     let d = sa("10.0.1.4:80");
-    h.admin(
-        "web",
-        "10.0.1.4:80",
-        AdminChange::Add(NewServer {
-            address: d,
-            weight: 1,
-            spare: false,
-            backup: 0,
-        }),
-    )
-    .await
-    .expect("adding a server must be accepted");
+    h.add_server("web", d)
+        .await
+        .expect("adding a server must be accepted");
     assert_eq!(
         h.state("web", d),
         "checking",
@@ -195,18 +186,9 @@ async fn added_server_is_probed_and_held_back_while_it_fails() {
     let mut h = running().await;
     let d = sa("10.0.1.4:80");
     h.set(d, crate::util::Verdict::Refuse);
-    h.admin(
-        "web",
-        "10.0.1.4:80",
-        AdminChange::Add(NewServer {
-            address: d,
-            weight: 1,
-            spare: false,
-            backup: 0,
-        }),
-    )
-    .await
-    .expect("adding a server must be accepted");
+    h.add_server("web", d)
+        .await
+        .expect("adding a server must be accepted");
     assert_eq!(
         h.slots("web", d),
         0,
@@ -294,18 +276,7 @@ async fn a_server_added_back_while_its_flows_run_keeps_its_id() {
         .await
         .expect("remove");
     h.run_for(secs(30)).await;
-    h.admin(
-        "web",
-        "10.0.1.2:80",
-        AdminChange::Add(NewServer {
-            address: b,
-            weight: 1,
-            spare: false,
-            backup: 0,
-        }),
-    )
-    .await
-    .expect("add back");
+    h.add_server("web", b).await.expect("add back");
     assert_eq!(
         h.backend_ids("web", b),
         vec![id],
@@ -349,18 +320,7 @@ async fn admin_refuses_unknown_service_unknown_server_and_zero_weight() {
         matches!(err, Err(AdminError::Invalid(_))),
         "weight 0: {err:?}"
     );
-    let err = h
-        .admin(
-            "web",
-            "10.0.1.1:80",
-            AdminChange::Add(NewServer {
-                address: sa("10.0.1.1:80"),
-                weight: 1,
-                spare: false,
-                backup: 0,
-            }),
-        )
-        .await;
+    let err = h.add_server("web", sa("10.0.1.1:80")).await;
     assert!(
         matches!(err, Err(AdminError::Invalid(_))),
         "duplicate: {err:?}"
@@ -417,18 +377,7 @@ async fn admin_refuses_a_dsr_server_on_another_port_than_the_vip() {
     let dsr = "[[service]]\nname = \"web\"\nvip = \"10.0.0.100:80\"\nforwarding = \"dsr\"\n\
                [[service.server]]\naddress = \"10.0.1.1:80\"\n";
     let mut h = Harness::start(dsr).await;
-    let err = h
-        .admin(
-            "web",
-            "10.0.1.4:8080",
-            AdminChange::Add(NewServer {
-                address: sa("10.0.1.4:8080"),
-                weight: 1,
-                spare: false,
-                backup: 0,
-            }),
-        )
-        .await;
+    let err = h.add_server("web", sa("10.0.1.4:8080")).await;
     assert!(
         matches!(err, Err(AdminError::Invalid(_))),
         "dsr keeps the VIP port: a server on port 8080 behind VIP port 80 must be refused: {err:?}"

@@ -5,7 +5,7 @@
 
 use crate::util::{Harness, Verdict, sa, secs, servers, web};
 use lb_agent::announce::MemoryRoutes;
-use lb_agent::api::{AdminChange, NewServer, render_metrics};
+use lb_agent::api::{AdminChange, render_metrics};
 
 fn config(extra: &str) -> String {
     web(
@@ -141,18 +141,7 @@ async fn fingerprint_is_equal_whatever_order_servers_arrived_in() {
             + "[[service.probe]]\ntype = \"tcp\"\ninterval = \"1s\"\n"),
     );
     let mut b = Harness::start(&only_second).await;
-    b.admin(
-        "web",
-        "10.0.1.1:80",
-        AdminChange::Add(NewServer {
-            address: sa("10.0.1.1:80"),
-            weight: 1,
-            spare: false,
-            backup: 0,
-        }),
-    )
-    .await
-    .expect("added");
+    b.add_server("web", sa("10.0.1.1:80")).await.expect("added");
     a.run_for(secs(3)).await;
     b.run_for(secs(3)).await;
     assert_ne!(

@@ -2,7 +2,6 @@
 //! stays `checking` until it passes; without an essential probe it is up at once.
 
 use crate::util::{Harness, Verdict, sa, secs, servers, web};
-use lb_agent::api::{AdminChange, NewServer};
 
 const ESSENTIAL: &str =
     "[[service.probe]]\nname = \"ready\"\ntype = \"http\"\ninterval = \"5s\"\nessential = true\n";
@@ -31,18 +30,9 @@ async fn running(extra: &str) -> Harness {
 }
 
 async fn add(h: &mut Harness, addr: &str) {
-    h.admin(
-        "web",
-        addr,
-        AdminChange::Add(NewServer {
-            address: sa(addr),
-            weight: 1,
-            spare: false,
-            backup: 0,
-        }),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("adding {addr} must be accepted: {e}"));
+    h.add_server("web", sa(addr))
+        .await
+        .unwrap_or_else(|e| panic!("adding {addr} must be accepted: {e}"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lb_agent::agent::{Agent, Environment, Neighbours, StaticNeighbours};
-use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog, ReloadOutcome};
+use lb_agent::api::{AdminChange, AdminError, AdminRequest, EventLog, NewServer, ReloadOutcome};
 use lb_agent::config::{self, Config, ProbeConfig};
 use lb_agent::dataplane::DataplaneError;
 use lb_agent::event_loop::{
@@ -511,6 +511,22 @@ impl<N: Neighbours> Harness<N> {
             }
         }
         None
+    }
+
+    /// Adds `address` to `service` at runtime as a primary of weight 1, as
+    /// `lb-agent server add SERVICE ADDRESS` does.
+    pub async fn add_server(
+        &mut self,
+        service: &str,
+        address: SocketAddr,
+    ) -> Result<(), AdminError> {
+        let change = AdminChange::Add(NewServer {
+            address,
+            weight: 1,
+            spare: false,
+            backup: 0,
+        });
+        self.admin(service, &address.to_string(), change).await
     }
 
     /// A runtime change as the API hands it to the agent, through the loop; the agent's
