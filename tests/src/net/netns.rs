@@ -9,6 +9,11 @@ use std::{fs::File, os::fd::AsRawFd, panic, path::PathBuf, sync::Arc, thread};
 use crate::util::{cmd, error::Error};
 
 /// A named network namespace (`/run/netns/NAME`), deleted when the last clone drops.
+
+/// The ephemeral port range of client namespaces: fixed source ports of client batches
+/// stay below it.
+pub const EPHEMERAL_PORTS: &str = "50000 60999";
+
 #[derive(Clone, Debug)]
 pub struct NetNs(Arc<Inner>);
 
@@ -128,6 +133,14 @@ impl NetNs {
                 "writing sysctl {key} = {value} in network namespace {}",
                 self.name()
             )))
+    }
+
+    /// Moves this namespace's ephemeral port range to [`EPHEMERAL_PORTS`], above every
+    /// fixed source port a client batch binds (`first_port + i` stays below 50000), so a
+    /// connection that took an ephemeral port (a download, an echo connection, its
+    /// `TIME_WAIT`) never holds a port a later batch binds.
+    pub fn keep_ephemeral_ports_above_fixed(&self) -> Result<(), Error> {
+        self.sysctl("net.ipv4.ip_local_port_range", EPHEMERAL_PORTS)
     }
 
     fn command_error(&self, source: Error) -> Error {

@@ -181,6 +181,7 @@ impl PmtuNet {
             )?);
         }
         net.configure()?;
+        net.client.keep_ephemeral_ports_above_fixed()?;
         net.switch.attach_pass(XdpMode::Driver, &[])?;
         Ok(net)
     }

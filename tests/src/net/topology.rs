@@ -230,6 +230,7 @@ impl TopologyBuilder {
             ipv6: self.ipv6,
         };
         topo.configure_hosts(self.static_neighbours)?;
+        topo.client.ns.keep_ephemeral_ports_above_fixed()?;
         topo.switch.attach_pass(self.pass_mode, &self.no_pass)?;
         Ok(topo)
     }

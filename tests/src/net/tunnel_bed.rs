@@ -115,6 +115,7 @@ impl TunnelBed {
                 },
             )?;
         }
+        bed.client.keep_ephemeral_ports_above_fixed()?;
         for (i, (name, host)) in BACKENDS.iter().zip(&bed.backends).enumerate() {
             let n = i as u8 + 1;
             bed.links.push(link::veth_pair(
