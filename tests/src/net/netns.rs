@@ -8,12 +8,11 @@ use std::{fs::File, os::fd::AsRawFd, panic, path::PathBuf, sync::Arc, thread};
 
 use crate::util::{cmd, error::Error};
 
-/// A named network namespace (`/run/netns/NAME`), deleted when the last clone drops.
-
 /// The ephemeral port range of client namespaces: fixed source ports of client batches
 /// stay below it.
 pub const EPHEMERAL_PORTS: &str = "50000 60999";
 
+/// A named network namespace (`/run/netns/NAME`), deleted when the last clone drops.
 #[derive(Clone, Debug)]
 pub struct NetNs(Arc<Inner>);
 
