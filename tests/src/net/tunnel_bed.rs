@@ -22,7 +22,9 @@
 //! The lb routes 10.94.0.0/16 through the router, so the next hop it writes for every
 //! backend is the router's MAC. Backends answer the client directly through the router
 //! (their default route). Neighbours on the bridge are permanent entries; every host
-//! sends full checksums. Every namespace, link, program and file is removed on drop,
+//! sends full checksums, or, built with other [`Offloads`], the client, the lb and the
+//! backends keep their offloads (the router always sends full checksums). Every
+//! namespace, link, program and file is removed on drop,
 //! also when a test fails.
 
 use std::{
@@ -34,7 +36,7 @@ use aya::programs::XdpMode;
 
 use crate::{
     net::{
-        link::{self, Link, Mac, VethEnd},
+        link::{self, Link, Mac, Offloads, VethEnd},
         names,
         netns::NetNs,
         switch::Switch,
@@ -79,8 +81,14 @@ pub struct TunnelBed {
 }
 
 impl TunnelBed {
-    /// Creates the namespaces, links, addresses, routes and neighbours.
+    /// Creates the namespaces, links, addresses, routes and neighbours; every host sends
+    /// full checksums.
     pub fn build() -> Result<TunnelBed, Error> {
+        TunnelBed::build_with(Offloads::FullChecksums)
+    }
+
+    /// [`TunnelBed::build`] with the hosts' `offloads`.
+    pub fn build_with(offloads: Offloads) -> Result<TunnelBed, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
@@ -131,12 +139,12 @@ impl TunnelBed {
                 },
             )?);
         }
-        bed.configure()?;
-        bed.switch.attach_pass(XdpMode::Driver, &[])?;
+        bed.configure(offloads)?;
+        bed.switch.attach_pass_for(offloads, XdpMode::Driver, &[])?;
         Ok(bed)
     }
 
-    fn configure(&self) -> Result<(), Error> {
+    fn configure(&self, offloads: Offloads) -> Result<(), Error> {
         let neigh = |addr: IpAddr, mac: Mac| {
             format!("neigh replace {addr} lladdr {mac} dev {HOST_IF} nud permanent")
         };
@@ -192,16 +200,15 @@ impl TunnelBed {
                 format!("addr add {VIP6}/128 dev lo"),
             ])?;
         }
-        for (ns, dev) in [
-            (&self.lb, HOST_IF.to_owned()),
-            (&self.client, HOST_IF.to_owned()),
-            (&self.router, HOST_IF.to_owned()),
-        ]
-        .into_iter()
-        .chain(BACKENDS.iter().map(|b| (&self.router, (*b).to_owned())))
-        .chain(self.backends.iter().map(|b| (b, HOST_IF.to_owned())))
-        {
-            link::set_tx_checksum(ns, &dev, false)?;
+        // The router is the wire: it sends full checksums in every bed.
+        for dev in std::iter::once(HOST_IF).chain(BACKENDS) {
+            link::set_tx_checksum(&self.router, dev, false)?;
+        }
+        let hosts = [(&self.lb, true), (&self.client, false)]
+            .into_iter()
+            .chain(self.backends.iter().map(|b| (b, false)));
+        for (ns, is_lb) in hosts {
+            link::set_host_offloads(ns, HOST_IF, offloads, is_lb)?;
         }
         Ok(())
     }
