@@ -2,7 +2,8 @@
 //! that asks for encapsulation ([`forward`]); the entry point then ([`finish`]) prepends
 //! the outer header with `bpf_xdp_adjust_head` — the last thing done to the packet, as
 //! the helper invalidates every packet pointer the path holds — or answers a packet that
-//! would no longer fit the interface's MTU ([`too_big`]). docs/tunnel.md.
+//! would no longer fit the interface's MTU ([`too_big`]), or drops merged segments longer
+//! than the MTU. docs/tunnel.md.
 //!
 //! The outer header: IPv4 (protocol 4 for an IPv4 inner packet, 41 for IPv6) or IPv6
 //! (next header 4 or 41) after the backend's family, from `LB_CONFIG`'s tunnel source of
@@ -160,6 +161,15 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
     };
     let overhead = overhead(b.family == FAMILY_V4, gue);
     let mtu = cfg.mtu as u32;
+    // Longer than the MTU: no frame of the wire but TCP segments merged before the
+    // program, which only generic mode sees (from a virtual interface whose peer hands
+    // over TSO/GSO packets whole). Encapsulated here it would keep the inner packet's
+    // segmentation state, which no kernel path can segment; and its segments fit, so a
+    // "too big" answer would only repeat the MTU the sender uses. Dropped (docs/tunnel.md,
+    // "Offloads").
+    if mtu != 0 && inner_len > mtu {
+        return packed(XDP_DROP, DROP_TUNNEL);
+    }
     if mtu != 0 && inner_len + overhead > mtu {
         if !df || mtu <= overhead {
             return packed(XDP_DROP, DROP_TUNNEL);

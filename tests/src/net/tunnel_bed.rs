@@ -35,6 +35,7 @@ use std::{
 use aya::programs::XdpMode;
 
 use crate::{
+    agent::daemon::{AgentConfig, READY_LINE, START_TIMEOUT},
     net::{
         link::{self, Link, Mac, Offloads, VethEnd},
         names,
@@ -42,7 +43,7 @@ use crate::{
         switch::Switch,
         topology::HOST_IF,
     },
-    util::{error::Error, temp_dir::TempDir},
+    util::{error::Error, process::NsProcess, temp_dir::TempDir},
 };
 
 /// The VIP.
@@ -226,6 +227,28 @@ impl TunnelBed {
     /// Backend `i` on `port`.
     pub fn backend_addr(&self, i: usize, port: u16) -> SocketAddr {
         SocketAddr::new(self.backend_ip(i), port)
+    }
+
+    /// Writes `config`, with the lb's address as `agent.tunnel_source`, into the bed's
+    /// directory and starts `binary run` (`lb-agent`) with it on the lb's interface,
+    /// `flags` added; waits until it is ready.
+    pub fn start_agent(
+        &self,
+        binary: &Path,
+        config: &AgentConfig,
+        flags: &[&str],
+    ) -> Result<NsProcess, Error> {
+        let mut config = config.clone();
+        config.agent_extra.push(format!("tunnel_source = \"{LB}\""));
+        let path = self.dir().join("lb.toml");
+        std::fs::write(&path, config.render())
+            .map_err(Error::io(format!("writing {}", path.display())))?;
+        let path = path.display().to_string();
+        let mut args = vec!["run", "--config", &path, "--interface", HOST_IF];
+        args.extend(flags);
+        let agent = NsProcess::spawn(&self.lb, "lb-agent", binary, &args, &[("NO_COLOR", "1")])?;
+        agent.wait_for_line(0, READY_LINE, START_TIMEOUT)?;
+        Ok(agent)
     }
 
     /// A directory for this bed's files (removed on drop).

@@ -1,6 +1,6 @@
 //! Tunnel forwarding (`ipip`, `gue`): the encapsulation toward the backend's next hop,
-//! the ICMP "too big" answer when the encapsulated packet would not fit the MTU, and
-//! the backends' `lb_decap` (which restores the client's packet).
+//! the ICMP "too big" answer when the encapsulated packet would not fit the MTU, the
+//! drop of merged segments longer than the MTU, and the backends' `lb_decap` (which restores the client's packet).
 
 use super::prelude::*;
 use lb_common::{
@@ -499,6 +499,33 @@ fn a_packet_that_would_not_fit_the_mtu_is_answered_too_big() {
             counters: &[(DROP_TUNNEL, 1), (FLOW_NEW, 1)],
         },
     );
+}
+
+#[test]
+fn merged_segments_longer_than_the_mtu_are_dropped_unanswered() {
+    let mut lb = tunnels();
+    // TCP services: what TSO and GRO merge.
+    for t in [TUN4, TUN6, GUE6, TUN46] {
+        // What generic mode sees from a peer that hands over a TSO packet whole: more
+        // than any frame of the wire (a frame that only the outer headers push over the
+        // MTU is answered too big, above).
+        let mut merged = sized(t, CPORT, MTU as usize + 1);
+        merged.v4.frag = 0x4000;
+        check(
+            &mut lb,
+            Fixture {
+                desc: &format!(
+                    "{}: {} bytes, more than the MTU: merged segments, dropped unanswered",
+                    t.vip,
+                    MTU + 1
+                ),
+                input: merged.bytes(),
+                action: XDP_DROP,
+                output: Out::Any,
+                counters: &[(DROP_TUNNEL, 1), (FLOW_NEW, 1)],
+            },
+        );
+    }
 }
 
 #[test]
