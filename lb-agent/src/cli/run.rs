@@ -11,7 +11,6 @@ use lb_agent::{
     api::{self, ApiState},
     config::{self, Config},
     dataplane::{AttachMode, DataplaneLifecycle, MapSizes},
-    doctor::merged_segments,
     event_loop::{
         ConfigFile, EventLoop, Exit, Inputs, UnixSignals, log_passive_gaps, tell_systemd,
     },
@@ -159,15 +158,6 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     drop(previous);
     let xdp_mode = agent.dataplane().mode_name();
     agent.set_xdp_mode(xdp_mode);
-    let attached = if xdp_mode == AttachMode::Generic.name() {
-        config::XdpMode::Generic
-    } else {
-        config::XdpMode::Native
-    };
-    let tunnels = merged_segments::has_tunnels(&cfg);
-    if let Some(finding) = merged_segments::check(&interface, attached, tunnels) {
-        warn!(interface, "{}", finding.text);
-    }
     // Announced only now, with the program forwarding (docs/multi-node.md).
     let bgp = super::node::start_announcing(&mut agent, &cfg.agent)?;
 

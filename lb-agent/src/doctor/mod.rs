@@ -13,7 +13,6 @@ pub mod dsr_segment;
 mod ethtool;
 mod interface;
 mod kernel;
-pub mod merged_segments;
 pub mod native_xdp;
 mod privileges;
 mod sysctl;
@@ -103,11 +102,6 @@ pub async fn run(opts: &Options) -> Vec<Finding> {
             let exists = found.iter().all(|f| f.check != interface::MISSING);
             out.extend(found);
             if exists {
-                let tunnels = opts
-                    .config
-                    .as_ref()
-                    .is_some_and(merged_segments::has_tunnels);
-                out.extend(merged_segments::check(name, mode, tunnels));
                 out.extend(sysctl::rp_filter(name, opts.config.as_ref()).await);
             }
         }

@@ -8,10 +8,8 @@
 //! - hosts with NICs (`HostDefaults`: the switch is a wire, which carries wire-sized
 //!   frames with complete checksums), in native and in generic mode;
 //! - an lb behind a veth whose peer hands over what senders on the same host built
-//!   (`VethPeers`: TSO packets of up to 64 KiB, whole), in generic mode: nat and dsr
-//!   deliver; through ipip and gue the download does, but the upload's TSO packets
-//!   reach the program longer than the MTU, which XDP cannot encapsulate: they are
-//!   dropped and counted `drop_tunnel`, not answered too big, and the upload stalls
+//!   (`VethPeers`: TSO packets of up to 64 KiB, whole), in generic mode, where the
+//!   tunnel services' merged packets go out through `lb_tunnel_gso` on the tc ingress
 //!   (docs/tunnel.md, "Offloads").
 //!
 //! Generic mode on a NIC sees no merged segments: the kernel skips GRO on an interface
@@ -81,37 +79,6 @@ fn download(client: &NetNs, vip: SocketAddr, what: &str) -> Duration {
         "{what}: the 4 MiB download arrives intact within {TRANSFER_LIMIT:?}"
     );
     started.elapsed()
-}
-
-/// Long enough for a delivering upload many times over.
-const STALL_LIMIT: Duration = Duration::from_secs(3);
-/// The too-big answers path-MTU discovery needs for an upload through a tunnel service
-/// (11 through a wire, in either mode), with a margin; answering every merged packet
-/// would send hundreds.
-const PMTU_ANSWERS: f64 = 20.0;
-
-/// A tunnel service in generic mode behind veth peers: the download arrives intact; the
-/// upload's TSO packets reach the program whole, longer than the MTU, which cannot
-/// encapsulate them: each is dropped and counted `drop_tunnel`, not answered too big
-/// (its segments fit: only the first wire-sized ones are, as path-MTU discovery needs),
-/// and the upload does not complete
-/// (docs/tunnel.md, "Offloads").
-fn upload_of_merged_segments_dropped(client: &NetNs, vip: SocketAddr, api: &Api, what: &str) {
-    let down = download(client, vip, what);
-    let (dropped, too_big) = (counter(api, "drop_tunnel"), counter(api, "tx_icmp_too_big"));
-    let answer = pmtu::upload(client, vip, TRANSFER, STALL_LIMIT)
-        .unwrap_or_else(|e| panic!("{what}: uploading: {e}"));
-    let dropped = counter(api, "drop_tunnel") - dropped;
-    let too_big = counter(api, "tx_icmp_too_big") - too_big;
-    assert!(
-        answer.starts_with("stalled after") && dropped > 0.0 && too_big <= PMTU_ANSWERS,
-        "{what}: merged segments are dropped (drop_tunnel +{dropped}), not answered too \
-         big (tx_icmp_too_big +{too_big}, at most {PMTU_ANSWERS}); the upload: {answer}"
-    );
-    println!(
-        "{what}: 4 MiB down in {down:.2?}; upload {answer} in {STALL_LIMIT:?}, \
-         drop_tunnel +{dropped}, tx_icmp_too_big +{too_big}"
-    );
 }
 
 /// nat to `b1` and dsr to `b2` on the topology's VIP.
@@ -212,23 +179,20 @@ fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
         )
         .expect("starting lb-agent");
     let api = Api::new(&bed.lb);
-    let merged_segments_arrive = offloads == Offloads::VethPeers && xdp_mode == "generic";
-    if merged_segments_arrive {
-        // The agent cannot see the peer's offloads; it says what a veth's peer may do.
+    if xdp_mode == "generic" {
         agent
-            .wait_for_line(0, "tunnel services in generic mode", START_TIMEOUT)
-            .expect("lb-agent warns of merged segments on a veth in generic mode");
+            .wait_for_line(0, "lb_tunnel_gso attached", START_TIMEOUT)
+            .expect("lb-agent puts lb_tunnel_gso on the tc ingress in generic mode");
     }
     for (name, port) in [("ipip", IPIP_PORT), ("gue", GUE_PORT)] {
-        let (vip, what) = (
-            SocketAddr::new(vip, port),
-            format!("{name} {xdp_mode} ({offloads:?})"),
+        let what = format!("{name} {xdp_mode} ({offloads:?})");
+        let dropped = counter(&api, "drop_tunnel");
+        transfers(&bed.client, SocketAddr::new(vip, port), &api, &what);
+        assert_eq!(
+            counter(&api, "drop_tunnel"),
+            dropped,
+            "{what}: no packet left unencapsulated"
         );
-        if merged_segments_arrive {
-            upload_of_merged_segments_dropped(&bed.client, vip, &api, &what);
-        } else {
-            transfers(&bed.client, vip, &api, &what);
-        }
     }
 }
 
