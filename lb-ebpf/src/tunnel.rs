@@ -163,12 +163,12 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
     };
     let overhead = overhead(b.family == FAMILY_V4, gue);
     let mtu = cfg.mtu as u32;
-    // Longer than the MTU: no frame of the wire but TCP segments merged before the
-    // program, which only generic mode sees (from a virtual interface whose peer hands
-    // over TSO packets whole). Its segments fit, so no "too big" answer: encapsulated
-    // and passed to `lb_tunnel_gso` on the tc ingress, which gives the skb the tunnel's
-    // GSO state and sends it ([`crate::tunnel_gso`]). Only within one family: the skb's
-    // inner protocol is taken from the outer header there.
+    // Longer than the MTU: no frame of the wire but segments merged before the program
+    // (TSO, GRO), which only generic mode sees (from a virtual interface whose peer
+    // hands over its host's TSO packets whole). Its segments fit, so no "too big"
+    // answer: encapsulated and passed to `lb_tunnel_gso` on the tc ingress, which gives
+    // the skb the tunnel's GSO state and sends it ([`crate::tunnel_gso`]). Only within
+    // one family: the skb's inner protocol is taken from the outer header there.
     let merged = mtu != 0 && inner_len > mtu;
     if merged && inner_v4 != (b.family == FAMILY_V4) {
         return packed(XDP_DROP, DROP_TUNNEL);

@@ -110,8 +110,9 @@ impl DataplaneLifecycle for BpfDataplane {
                 Err(error) => tracing::warn!(
                     interface,
                     error = ?error,
-                    "lb_tunnel_gso not attached (TCX needs kernel 6.6): tunnel services drop \
-                     the merged segments generic mode may see (docs/tunnel.md, \"Offloads\")"
+                    "lb_tunnel_gso not attached to the tc ingress (TCX, kernel 6.6 or later): \
+                     the merged segments generic mode may see are lost to tunnel services \
+                     (docs/tunnel.md, \"Offloads\")"
                 ),
             }
         }
