@@ -1,8 +1,8 @@
 //! Transfers through the balancer between hosts that keep a real host's offloads
 //! (`lb_tests::net::link::Offloads`): TSO, GSO and TX checksum offload on the client,
 //! the lb and the backends, GRO on the lb's interface. Each bed holds every service of
-//! its kind: nat and dsr (`topology`), ipip and gue (`tunnel_bed`, backends behind a
-//! router); through each a 4 MiB upload and a 4 MiB download, each complete and
+//! its kind: nat and dsr (`topology`), ipip and gue over IPv4 and IPv6 (`tunnel_bed`,
+//! backends behind a router); through each a 4 MiB upload and a 4 MiB download, each complete and
 //! byte-exact within [`TRANSFER_LIMIT`]:
 //!
 //! - hosts with NICs (`HostDefaults`: the switch is a wire, which carries wire-sized
@@ -32,7 +32,7 @@ use lb_tests::{
         netns::NetNs,
         pmtu::{self, TransferServer},
         topology::{Forwarding, HOST_IF, Topology},
-        tunnel_bed::{TunnelBed, VIP},
+        tunnel_bed::{TunnelBed, VIP, VIP6},
     },
     scenario::balance,
 };
@@ -148,33 +148,43 @@ fn decap_attach(ns: &NetNs, binary: &Path) {
 fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
     let bed = TunnelBed::build_with(offloads).expect("building the tunnel bed");
     let binary = locate_binary("lb-agent").expect("finding lb-agent");
-    let vip = IpAddr::V4(VIP);
     let mut services = Vec::new();
     let mut servers = Vec::new();
-    for (i, name, forwarding, port) in [
+    // Over both families: ipip and ip6ip6 to t1, gue over IPv4 and over IPv6 to t2.
+    let tunnels = [
         (0, "ipip", Forwarding::Ipip, IPIP_PORT),
         (1, "gue", Forwarding::Gue, GUE_PORT),
-    ] {
+    ];
+    for (i, _, _, _) in tunnels {
         decap_attach(&bed.backends[i], &binary);
+    }
+    for ((i, name, forwarding, port), v6) in
+        tunnels.into_iter().flat_map(|t| [(t, false), (t, true)])
+    {
+        let (vip, backend, name) = if v6 {
+            (IpAddr::V6(VIP6), bed.backend_ip6(i), format!("{name}6"))
+        } else {
+            (IpAddr::V4(VIP), bed.backend_ip(i), name.to_owned())
+        };
         servers.push(
             TransferServer::start(&bed.backends[i], SocketAddr::new(vip, port))
                 .expect("starting a transfer server"),
         );
         services.push(Service {
-            name: name.into(),
+            name,
             vip: SocketAddr::new(vip, port),
             protocol: Proto::Tcp,
             forwarding,
             snat_ip: None,
             snat_ports: None,
-            servers: vec![(bed.backend_addr(i, port), 1)],
+            servers: vec![(SocketAddr::new(backend, port), 1)],
             extra: Vec::new(),
         });
     }
     let agent = bed
         .start_agent(
             &binary,
-            &AgentConfig::new(services),
+            &AgentConfig::new(services.clone()),
             &["--xdp-mode", xdp_mode],
         )
         .expect("starting lb-agent");
@@ -184,10 +194,10 @@ fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
             .wait_for_line(0, "lb_tunnel_gso attached", START_TIMEOUT)
             .expect("lb-agent puts lb_tunnel_gso on the tc ingress in generic mode");
     }
-    for (name, port) in [("ipip", IPIP_PORT), ("gue", GUE_PORT)] {
-        let what = format!("{name} {xdp_mode} ({offloads:?})");
+    for service in &services {
+        let what = format!("{} {xdp_mode} ({offloads:?})", service.name);
         let dropped = counter(&api, "drop_tunnel");
-        transfers(&bed.client, SocketAddr::new(vip, port), &api, &what);
+        transfers(&bed.client, service.vip, &api, &what);
         assert_eq!(
             counter(&api, "drop_tunnel"),
             dropped,
