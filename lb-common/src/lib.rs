@@ -266,6 +266,9 @@ pub const PEER_PATH_INDEX: u32 = 1;
 pub const PROGRAM_SLOTS: u32 = 2;
 /// Name of the pass-through XDP program (for veth peers).
 pub const PASS_PROGRAM_NAME: &str = "lb_pass";
+/// Name of the tc ingress program that sends out a tunnel service's merged segments, which
+/// the XDP program encapsulated and passed in generic mode (docs/tunnel.md, "Offloads").
+pub const TUNNEL_GSO_PROGRAM_NAME: &str = "lb_tunnel_gso";
 /// Name of the backend-side decapsulation program (`lb-agent decap attach`).
 pub const DECAP_PROGRAM_NAME: &str = "lb_decap";
 /// `LB_DECAP_ADDRS` entries: addresses of one host.

@@ -8,8 +8,8 @@
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
-//! [`counters`] the outputs, [`tunnel`] the ipip/gue encapsulation and [`too_big`] its
-//! ICMP answer, [`decap`] the backends' `lb_decap`, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
+//! [`counters`] the outputs, [`tunnel`] the ipip/gue encapsulation, [`too_big`] its
+//! ICMP answer and [`tunnel_gso`] the tc program that sends merged segments out, [`decap`] the backends' `lb_decap`, [`clock`] the flow clock, [`maps`] every map, [`hash`] the flow
 //! hash as the stack budget wants it, [`layout`] the tables' sizes and seeds set at load, [`stack_order`] its ordering hint, [`pkt`]
 //! bounds-checked packet access.
 #![no_std]
@@ -49,6 +49,7 @@ mod source;
 mod stack_order;
 mod too_big;
 mod tunnel;
+mod tunnel_gso;
 mod validate;
 mod vip;
 

@@ -2,7 +2,8 @@
 //! that asks for encapsulation ([`forward`]); the entry point then ([`finish`]) prepends
 //! the outer header with `bpf_xdp_adjust_head` — the last thing done to the packet, as
 //! the helper invalidates every packet pointer the path holds — or answers a packet that
-//! would no longer fit the interface's MTU ([`too_big`]). docs/tunnel.md.
+//! would no longer fit the interface's MTU ([`too_big`]); merged segments longer than
+//! the MTU go on to the tc ingress ([`crate::tunnel_gso`]). docs/tunnel.md.
 //!
 //! The outer header: IPv4 (protocol 4 for an IPv4 inner packet, 41 for IPv6) or IPv6
 //! (next header 4 or 41) after the backend's family, from `LB_CONFIG`'s tunnel source of
@@ -13,7 +14,7 @@
 
 use aya_ebpf::{
     bindings::{
-        xdp_action::{XDP_DROP, XDP_TX},
+        xdp_action::{XDP_DROP, XDP_PASS, XDP_TX},
         xdp_md,
     },
     helpers::bpf_xdp_adjust_head,
@@ -99,9 +100,11 @@ fn packed(action: u32, counter: u32) -> u64 {
 
 /// What [`encap`] keeps across `bpf_xdp_adjust_head` besides the context and two map
 /// pointers, in one register: the inner packet's length (bits 0..16), whether it is
-/// IPv4 (bit 16), GUE (bit 17), the flow's mix (bits 32..64).
+/// IPv4 (bit 16), GUE (bit 17), merged segments to pass (bit 18), the flow's mix (bits
+/// 32..64).
 const KEEP_V4: u64 = 1 << 16;
 const KEEP_GUE: u64 = 1 << 17;
+const KEEP_MERGED: u64 = 1 << 18;
 
 /// Encapsulates the packet for the backend `action` names (see [`forward`]); returns
 /// the verdict [`packed`]. Values are re-read from the map entries after the helper
@@ -160,7 +163,17 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
     };
     let overhead = overhead(b.family == FAMILY_V4, gue);
     let mtu = cfg.mtu as u32;
-    if mtu != 0 && inner_len + overhead > mtu {
+    // Longer than the MTU: no frame of the wire but segments merged before the program
+    // (TSO, GRO), which only generic mode sees (from a virtual interface whose peer
+    // hands over its host's TSO packets whole). Its segments fit, so no "too big"
+    // answer: encapsulated and passed to `lb_tunnel_gso` on the tc ingress, which gives
+    // the skb the tunnel's GSO state and sends it ([`crate::tunnel_gso`]). Only within
+    // one family: the skb's inner protocol is taken from the outer header there.
+    let merged = mtu != 0 && inner_len > mtu;
+    if merged && inner_v4 != (b.family == FAMILY_V4) {
+        return packed(XDP_DROP, DROP_TUNNEL);
+    }
+    if !merged && mtu != 0 && inner_len + overhead > mtu {
         if !df || mtu <= overhead {
             return packed(XDP_DROP, DROP_TUNNEL);
         }
@@ -175,6 +188,7 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
     let keep = (inner_len as u64 & 0xffff)
         | if inner_v4 { KEEP_V4 } else { 0 }
         | if gue { KEEP_GUE } else { 0 }
+        | if merged { KEEP_MERGED } else { 0 }
         | ((mix(h) as u64) << 32);
     // One value across the helper call, not its parts.
     let keep = opaque(keep);
@@ -183,7 +197,12 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
         return packed(XDP_DROP, DROP_TUNNEL);
     }
     if write(&x, b, cfg, keep) {
-        packed(XDP_TX, TX_TUNNEL)
+        let action = if keep & KEEP_MERGED != 0 {
+            XDP_PASS
+        } else {
+            XDP_TX
+        };
+        packed(action, TX_TUNNEL)
     } else {
         packed(XDP_DROP, DROP_TUNNEL)
     }

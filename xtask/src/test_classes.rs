@@ -123,6 +123,8 @@ const NEIGHBOURS: &str = "neighbour timing bounds of seconds under a connection 
      the agent's own 100 ms share read from its log line's timestamp";
 const MULTINODE: &str = "two lb nodes and a BIRD router in its own namespaces; bounds of seconds";
 const RESTARTS: &str = "agent restarts with held connections; bounds of seconds";
+const TRANSFERS: &str =
+    "4 MiB transfers over veth, each well under a second, bounded at 20 s to tell a stall";
 
 /// Timing-bound binaries whose bounds hold beside two other tests of this list (and a
 /// light job): three of their tests run at a time.
@@ -153,6 +155,7 @@ const WAITING: &[(&str, &str)] = &[
     ("netns_neighbour_failed", NEIGHBOURS),
     ("netns_neighbour_gateway", NEIGHBOURS),
     ("netns_neighbour_moves", NEIGHBOURS),
+    ("netns_offloads", TRANSFERS),
     ("netns_passive_restart", RESTARTS),
     ("netns_pmtu", PROBES),
     ("netns_redundancy_backup", PROBES),

@@ -95,6 +95,40 @@ pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, Error> {
     })
 }
 
+/// What a bed leaves of veth's offloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offloads {
+    /// Every host sends full checksums ([`set_tx_checksum`] off, which takes TSO with
+    /// it): the balancer only ever sees wire-sized frames with complete checksums.
+    FullChecksums,
+    /// Hosts with NICs: the client, the lb and the backends keep veth's defaults (TX
+    /// checksum offload, TSO, GSO) and the lb's interface has GRO on, as a NIC's driver;
+    /// the switch's ports (and a router) are the wire, which carries no super-packet and
+    /// no partial checksum: they send full checksums, so the bridge segments and
+    /// checksums every TSO packet before it reaches another host.
+    HostDefaults,
+    /// [`Offloads::HostDefaults`], but the switch's ports keep veth's defaults too: the
+    /// lb's interface is a veth whose peer hands over what senders on the same host
+    /// built, whole (TSO packets of up to 64 KiB, partial checksums), as on a container
+    /// host.
+    VethPeers,
+}
+
+/// Gives a host's `ifname` in `ns` the offloads of `offloads`: full checksums, or veth's
+/// defaults with GRO on where `gro` (the lb's interface, as a NIC's driver has it).
+pub fn set_host_offloads(
+    ns: &NetNs,
+    ifname: &str,
+    offloads: Offloads,
+    gro: bool,
+) -> Result<(), Error> {
+    match offloads {
+        Offloads::FullChecksums => set_tx_checksum(ns, ifname, false),
+        Offloads::HostDefaults | Offloads::VethPeers if gro => set_gro(ns, ifname, true),
+        Offloads::HostDefaults | Offloads::VethPeers => Ok(()),
+    }
+}
+
 /// Turns TX checksum offload of `ifname` in `ns` on or off (`ethtool -K IF tx on|off`).
 ///
 /// A veth that sends with offload hands the peer packets whose checksum field holds only
@@ -109,6 +143,12 @@ pub fn set_tx_checksum(ns: &NetNs, ifname: &str, on: bool) -> Result<(), Error> 
 /// A veth hands TSO-capable senders' packets to its peer's NAPI only with TSO off.
 pub fn set_tso(ns: &NetNs, ifname: &str, on: bool) -> Result<(), Error> {
     ethtool_set(ns, ifname, ETHTOOL_STSO, u32::from(on))
+}
+
+/// Turns generic receive offload of `ifname` in `ns` on or off (`ethtool -K IF gro …`).
+/// A veth with GRO on receives through NAPI and merges what arrives, as a NIC's driver.
+pub fn set_gro(ns: &NetNs, ifname: &str, on: bool) -> Result<(), Error> {
+    ethtool_set(ns, ifname, ETHTOOL_SGRO, u32::from(on))
 }
 
 fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), Error> {
@@ -127,7 +167,7 @@ fn ethtool_set(ns: &NetNs, ifname: &str, cmd: u32, data: u32) -> Result<(), Erro
 /// TCP work. The link must be up (a veth has NAPI instances only then), and the peer
 /// must send without TSO ([`set_tso`]): a veth passes TSO senders' packets around NAPI.
 pub fn set_threaded_napi(ns: &NetNs, ifname: &str) -> Result<(), Error> {
-    ethtool_set(ns, ifname, ETHTOOL_SGRO, 1)?;
+    set_gro(ns, ifname, true)?;
     // sysfs shows the devices of the namespace it was mounted in: `ip netns exec`
     // mounts the namespace's own.
     let sysfs = format!("/sys/class/net/{ifname}/threaded");

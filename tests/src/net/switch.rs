@@ -9,7 +9,7 @@ use aya::programs::XdpMode;
 use crate::{
     bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{self, Link, Mac, VethEnd},
+        link::{self, Link, Mac, Offloads, VethEnd},
         netns::NetNs,
         topology::BRIDGE,
     },
@@ -57,6 +57,35 @@ impl Switch {
             .collect();
         self.pass = Some(pass_prog::attach(&self.ns, &ports, mode)?);
         Ok(())
+    }
+
+    /// Readies the ports for `offloads` and attaches `lb_pass` in `mode` to them but
+    /// those in `skip`. Beds whose hosts keep their offloads get it only on `p-lb`
+    /// (native `XDP_TX` from the lb needs it; on a host's port it would take the host's
+    /// TSO: a veth whose peer runs XDP loses GSO); with [`Offloads::HostDefaults`] every
+    /// port sends full checksums, so that the bridge segments TSO packets and completes
+    /// checksums before they leave through a port, as a wire carries them.
+    pub fn attach_pass_for(
+        &mut self,
+        offloads: Offloads,
+        mode: XdpMode,
+        skip: &[String],
+    ) -> Result<(), Error> {
+        let mut skip = skip.to_vec();
+        if offloads != Offloads::FullChecksums {
+            skip.extend(
+                self.ports
+                    .iter()
+                    .map(|(name, _)| name.clone())
+                    .filter(|name| name != "p-lb"),
+            );
+        }
+        if offloads == Offloads::HostDefaults {
+            for (name, _) in &self.ports {
+                link::set_tx_checksum(&self.ns, name, false)?;
+            }
+        }
+        self.attach_pass(mode, &skip)
     }
 
     /// The switch's namespace.

@@ -16,7 +16,8 @@
 //! host knows every other host's MAC (permanent neighbour entries), so no test depends
 //! on ARP timing; `static_neighbours(false)` leaves resolution to the kernel (and to
 //! the agent). Hosts send full checksums (see [`link::set_tx_checksum`]). `lb_pass` runs
-//! in native mode on every switch-side veth.
+//! in native mode on every switch-side veth. [`TopologyBuilder::offloads`] lets the hosts
+//! keep their offloads instead ([`Offloads`]).
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
@@ -27,7 +28,7 @@ use aya::programs::XdpMode;
 
 use crate::{
     net::{
-        link::{self, Mac, VethEnd},
+        link::{self, Mac, Offloads, VethEnd},
         names,
         netns::NetNs,
         switch::Switch,
@@ -117,6 +118,7 @@ pub struct TopologyBuilder {
     static_neighbours: bool,
     pass_mode: XdpMode,
     no_pass: Vec<String>,
+    offloads: Offloads,
 }
 
 impl TopologyBuilder {
@@ -162,6 +164,12 @@ impl TopologyBuilder {
     /// that host).
     pub fn without_pass_on(mut self, role: &str) -> Self {
         self.no_pass.push(format!("p-{role}"));
+        self
+    }
+
+    /// What the hosts keep of veth's offloads (default [`Offloads::FullChecksums`]).
+    pub fn offloads(mut self, offloads: Offloads) -> Self {
+        self.offloads = offloads;
         self
     }
 
@@ -229,9 +237,10 @@ impl TopologyBuilder {
             forwarding: self.forwarding,
             ipv6: self.ipv6,
         };
-        topo.configure_hosts(self.static_neighbours)?;
+        topo.configure_hosts(self.static_neighbours, self.offloads)?;
         topo.client.ns.keep_ephemeral_ports_above_fixed()?;
-        topo.switch.attach_pass(self.pass_mode, &self.no_pass)?;
+        topo.switch
+            .attach_pass_for(self.offloads, self.pass_mode, &self.no_pass)?;
         Ok(topo)
     }
 }
@@ -262,6 +271,7 @@ impl Topology {
             static_neighbours: true,
             pass_mode: XdpMode::Driver,
             no_pass: Vec::new(),
+            offloads: Offloads::FullChecksums,
         }
     }
 
@@ -313,7 +323,7 @@ impl Topology {
         self.dir.path()
     }
 
-    fn configure_hosts(&self, static_neighbours: bool) -> Result<(), Error> {
+    fn configure_hosts(&self, static_neighbours: bool, offloads: Offloads) -> Result<(), Error> {
         let vip4 = self.vip4();
         let vip6 = self.vip6();
         for host in self.hosts() {
@@ -366,7 +376,7 @@ impl Topology {
                     host.ns.sysctl(key, value)?;
                 }
             }
-            link::set_tx_checksum(&host.ns, HOST_IF, false)?;
+            link::set_host_offloads(&host.ns, HOST_IF, offloads, host.role == "lb")?;
         }
         Ok(())
     }

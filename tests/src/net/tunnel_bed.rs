@@ -22,7 +22,9 @@
 //! The lb routes 10.94.0.0/16 through the router, so the next hop it writes for every
 //! backend is the router's MAC. Backends answer the client directly through the router
 //! (their default route). Neighbours on the bridge are permanent entries; every host
-//! sends full checksums. Every namespace, link, program and file is removed on drop,
+//! sends full checksums, or, built with other [`Offloads`], the client, the lb and the
+//! backends keep their offloads (the router always sends full checksums). Every
+//! namespace, link, program and file is removed on drop,
 //! also when a test fails.
 
 use std::{
@@ -33,14 +35,15 @@ use std::{
 use aya::programs::XdpMode;
 
 use crate::{
+    agent::daemon::{AgentConfig, READY_LINE, START_TIMEOUT},
     net::{
-        link::{self, Link, Mac, VethEnd},
+        link::{self, Link, Mac, Offloads, VethEnd},
         names,
         netns::NetNs,
         switch::Switch,
         topology::HOST_IF,
     },
-    util::{error::Error, temp_dir::TempDir},
+    util::{error::Error, process::NsProcess, temp_dir::TempDir},
 };
 
 /// The VIP.
@@ -79,8 +82,14 @@ pub struct TunnelBed {
 }
 
 impl TunnelBed {
-    /// Creates the namespaces, links, addresses, routes and neighbours.
+    /// Creates the namespaces, links, addresses, routes and neighbours; every host sends
+    /// full checksums.
     pub fn build() -> Result<TunnelBed, Error> {
+        TunnelBed::build_with(Offloads::FullChecksums)
+    }
+
+    /// [`TunnelBed::build`] with the hosts' `offloads`.
+    pub fn build_with(offloads: Offloads) -> Result<TunnelBed, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
@@ -131,12 +140,12 @@ impl TunnelBed {
                 },
             )?);
         }
-        bed.configure()?;
-        bed.switch.attach_pass(XdpMode::Driver, &[])?;
+        bed.configure(offloads)?;
+        bed.switch.attach_pass_for(offloads, XdpMode::Driver, &[])?;
         Ok(bed)
     }
 
-    fn configure(&self) -> Result<(), Error> {
+    fn configure(&self, offloads: Offloads) -> Result<(), Error> {
         let neigh = |addr: IpAddr, mac: Mac| {
             format!("neigh replace {addr} lladdr {mac} dev {HOST_IF} nud permanent")
         };
@@ -192,16 +201,15 @@ impl TunnelBed {
                 format!("addr add {VIP6}/128 dev lo"),
             ])?;
         }
-        for (ns, dev) in [
-            (&self.lb, HOST_IF.to_owned()),
-            (&self.client, HOST_IF.to_owned()),
-            (&self.router, HOST_IF.to_owned()),
-        ]
-        .into_iter()
-        .chain(BACKENDS.iter().map(|b| (&self.router, (*b).to_owned())))
-        .chain(self.backends.iter().map(|b| (b, HOST_IF.to_owned())))
-        {
-            link::set_tx_checksum(ns, &dev, false)?;
+        // The router is the wire: it sends full checksums in every bed.
+        for dev in std::iter::once(HOST_IF).chain(BACKENDS) {
+            link::set_tx_checksum(&self.router, dev, false)?;
+        }
+        let hosts = [(&self.lb, true), (&self.client, false)]
+            .into_iter()
+            .chain(self.backends.iter().map(|b| (b, false)));
+        for (ns, is_lb) in hosts {
+            link::set_host_offloads(ns, HOST_IF, offloads, is_lb)?;
         }
         Ok(())
     }
@@ -219,6 +227,28 @@ impl TunnelBed {
     /// Backend `i` on `port`.
     pub fn backend_addr(&self, i: usize, port: u16) -> SocketAddr {
         SocketAddr::new(self.backend_ip(i), port)
+    }
+
+    /// Writes `config`, with the lb's address as `agent.tunnel_source`, into the bed's
+    /// directory and starts `binary run` (`lb-agent`) with it on the lb's interface,
+    /// `flags` added; waits until it is ready.
+    pub fn start_agent(
+        &self,
+        binary: &Path,
+        config: &AgentConfig,
+        flags: &[&str],
+    ) -> Result<NsProcess, Error> {
+        let mut config = config.clone();
+        config.agent_extra.push(format!("tunnel_source = \"{LB}\""));
+        let path = self.dir().join("lb.toml");
+        std::fs::write(&path, config.render())
+            .map_err(Error::io(format!("writing {}", path.display())))?;
+        let path = path.display().to_string();
+        let mut args = vec!["run", "--config", &path, "--interface", HOST_IF];
+        args.extend(flags);
+        let agent = NsProcess::spawn(&self.lb, "lb-agent", binary, &args, &[("NO_COLOR", "1")])?;
+        agent.wait_for_line(0, READY_LINE, START_TIMEOUT)?;
+        Ok(agent)
     }
 
     /// A directory for this bed's files (removed on drop).

@@ -1,6 +1,7 @@
 //! Tunnel forwarding (`ipip`, `gue`): the encapsulation toward the backend's next hop,
-//! the ICMP "too big" answer when the encapsulated packet would not fit the MTU, and
-//! the backends' `lb_decap` (which restores the client's packet).
+//! the ICMP "too big" answer when the encapsulated packet would not fit the MTU, merged
+//! segments longer than the MTU encapsulated and passed (to `lb_tunnel_gso`), and the
+//! backends' `lb_decap` (which restores the client's packet).
 
 use super::prelude::*;
 use lb_common::{
@@ -198,12 +199,24 @@ fn chosen(t: Tun, out: &[u8]) -> (u16, u32) {
 
 /// Sends `inner` to `t` and checks the encapsulation byte for byte; returns the output.
 fn forward(lb: &mut Lb, t: Tun, desc: &str, inner: &Frame, counters: &[(u32, u64)]) -> Vec<u8> {
+    encapsulate(lb, t, desc, inner, XDP_TX, counters)
+}
+
+/// [`forward`], with the encapsulated packet's `action`.
+fn encapsulate(
+    lb: &mut Lb,
+    t: Tun,
+    desc: &str,
+    inner: &Frame,
+    action: u32,
+    counters: &[(u32, u64)],
+) -> Vec<u8> {
     let run = check(
         lb,
         Fixture {
             desc,
             input: inner.bytes(),
-            action: XDP_TX,
+            action,
             output: Out::Any,
             counters,
         },
@@ -494,6 +507,44 @@ fn a_packet_that_would_not_fit_the_mtu_is_answered_too_big() {
         Fixture {
             desc: "ipip: too big without DF: dropped (lb does not fragment)",
             input: big.bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_TUNNEL, 1), (FLOW_NEW, 1)],
+        },
+    );
+}
+
+#[test]
+fn merged_segments_longer_than_the_mtu_are_encapsulated_and_passed_to_tc() {
+    let mut lb = tunnels();
+    // What generic mode sees from a peer that hands over a TSO packet whole: more than
+    // any frame of the wire (a frame that only the outer headers push over the MTU is
+    // answered too big, above). Encapsulated, not answered, and passed: lb_tunnel_gso
+    // sends it out.
+    for t in [TUN4, TUN6, GUE6] {
+        let mut merged = sized(t, CPORT, MTU as usize + 1);
+        merged.v4.frag = 0x4000;
+        encapsulate(
+            &mut lb,
+            t,
+            &format!(
+                "{}: {} bytes, more than the MTU: merged segments, encapsulated and passed",
+                t.vip,
+                MTU + 1
+            ),
+            &merged,
+            XDP_PASS,
+            &[(TX_TUNNEL, 1), (FLOW_NEW, 1)],
+        );
+    }
+    // tc takes the skb's inner protocol from the outer header: one family only.
+    let mut merged = sized(TUN46, CPORT, MTU as usize + 1);
+    merged.v4.frag = 0x4000;
+    check(
+        &mut lb,
+        Fixture {
+            desc: "IPv4 in IPv6, more than the MTU: merged segments across families, dropped",
+            input: merged.bytes(),
             action: XDP_DROP,
             output: Out::Any,
             counters: &[(DROP_TUNNEL, 1), (FLOW_NEW, 1)],

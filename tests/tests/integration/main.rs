@@ -50,6 +50,7 @@ mod netns_neighbour_failed;
 mod netns_neighbour_gateway;
 mod netns_neighbour_moves;
 mod netns_neighbour_netlink;
+mod netns_offloads;
 mod netns_operator_container;
 mod netns_operator_systemd;
 mod netns_passive_restart;

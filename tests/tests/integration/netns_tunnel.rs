@@ -29,7 +29,7 @@ use lb_tests::{
     agent::{
         api::{self, Api},
         bpffs::PrivateBpffs,
-        daemon::{AgentConfig, Proto, READY_LINE, START_TIMEOUT, Service, locate_binary},
+        daemon::{AgentConfig, Proto, Service, locate_binary},
     },
     net::{
         pmtu::{self, TransferServer},
@@ -43,7 +43,6 @@ use lb_tests::{
         clients::{EchoConn, tcp_names},
         pacer::wall_now,
     },
-    util::process::NsProcess,
 };
 
 const TESTSERVER: &str = env!("CARGO_BIN_EXE_lb-testserver");
@@ -214,29 +213,9 @@ fn backends_behind_a_router_serve_through_ipip_and_gue() {
     };
     let mut config = AgentConfig::new(vec![web, bulk, web6, bulk6]);
     config.pin_path = bpffs.pins().display().to_string();
-    config.agent_extra.push(format!(
-        "tunnel_source = \"{}\"",
-        lb_tests::net::tunnel_bed::LB
-    ));
-    let path = bed.dir().join("lb.toml");
-    std::fs::write(&path, config.render()).expect("writing lb.toml");
-    let agent = NsProcess::spawn(
-        &bed.lb,
-        "lb-agent",
-        &binary,
-        &[
-            "run",
-            "--config",
-            &path.display().to_string(),
-            "--interface",
-            HOST_IF,
-        ],
-        &[("NO_COLOR", "1")],
-    )
-    .expect("starting lb-agent");
-    agent
-        .wait_for_line(0, READY_LINE, START_TIMEOUT)
-        .expect("lb-agent ready");
+    let agent = bed
+        .start_agent(&binary, &config, &[])
+        .expect("starting lb-agent");
     // The balancer's own interface runs lb_xdp: decap refuses to take its place.
     let (ok, text) = decap(&bed.lb, &binary, "attach");
     assert!(

@@ -80,11 +80,7 @@ pub fn attach_decap(
         }
     }
     let name = DECAP_PROGRAM_NAME;
-    let prog: &mut Xdp = ebpf
-        .program_mut(name)
-        .ok_or(DataplaneError::MissingProgram { name })?
-        .try_into()
-        .map_err(|source| DataplaneError::Program { name, source })?;
+    let prog: &mut Xdp = super::program(&mut ebpf, name)?;
     prog.load()
         .map_err(|source| DataplaneError::Program { name, source })?;
     let fd = prog

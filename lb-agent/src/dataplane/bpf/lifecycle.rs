@@ -96,6 +96,26 @@ impl DataplaneLifecycle for BpfDataplane {
             replaced = previous.map(|p| p.id),
             "XDP program attached"
         );
+        if used == XdpAttached::Generic && !self.tunnel_gso {
+            match attach::tunnel_gso::attach(&mut self.ebpf, ifindex) {
+                Ok(()) => {
+                    self.tunnel_gso = true;
+                    tracing::info!(
+                        interface,
+                        "lb_tunnel_gso attached to the tc ingress: it sends out the tunnel \
+                         services' merged segments generic mode sees (docs/tunnel.md, \
+                         \"Offloads\")"
+                    );
+                }
+                Err(error) => tracing::warn!(
+                    interface,
+                    error = ?error,
+                    "lb_tunnel_gso not attached to the tc ingress (TCX, kernel 6.6 or later): \
+                     the merged segments generic mode may see are lost to tunnel services \
+                     (docs/tunnel.md, \"Offloads\")"
+                ),
+            }
+        }
         self.attached = Some(Attachment {
             interface: interface.to_string(),
             ifindex,

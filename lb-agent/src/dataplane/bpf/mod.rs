@@ -65,6 +65,8 @@ pub struct BpfDataplane {
     tunnel_source: Option<IpAddr>,
     /// Counts the flow and nat tables every few seconds, once started.
     census: Option<super::census::CensusSampler>,
+    /// `lb_tunnel_gso` is on the interface's tc ingress (generic mode only).
+    tunnel_gso: bool,
 }
 
 /// Every map of the object that holds state (all are pinned when pinning is on).
@@ -189,6 +191,7 @@ impl BpfDataplane {
             serving: PROGRAM_NAME,
             tunnel_source: None,
             census: None,
+            tunnel_gso: false,
         })
     }
 
