@@ -125,7 +125,15 @@ fn config(root: Table<'_>) -> R<Config> {
             services.push(svc);
         }
     }
-    Ok(Config { agent, services })
+    let cluster = match root.get("cluster") {
+        Some(f) => Some(super::cluster::cluster(&f.table()?, &services)?),
+        None => None,
+    };
+    Ok(Config {
+        agent,
+        services,
+        cluster,
+    })
 }
 
 fn agent(t: &Table<'_>) -> R<AgentConfig> {
