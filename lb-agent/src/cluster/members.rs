@@ -7,7 +7,7 @@ use std::ops::RangeInclusive;
 
 use ring::digest;
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, Config, Forwarding};
 
 /// One member: its name and the address its peers dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +86,20 @@ impl Members {
     /// The ports of `range` this node hands out.
     pub fn own_ports(&self, range: &RangeInclusive<u16>) -> RangeInclusive<u16> {
         port_slice(range, self.own, self.sorted.len())
+    }
+
+    /// `cfg` as this node applies it: every nat service's `snat_ports` narrowed to this
+    /// node's slice, so that the data plane hands out only ports no other member does.
+    pub fn own_share(&self, cfg: &Config) -> Config {
+        let mut own = cfg.clone();
+        for svc in own
+            .services
+            .iter_mut()
+            .filter(|s| s.forwarding == Forwarding::Nat)
+        {
+            svc.snat_ports = self.own_ports(&svc.snat_ports);
+        }
+        own
     }
 }
 

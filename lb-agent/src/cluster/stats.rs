@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why something a peer sent was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl Refusals {
 }
 
 /// The state of this node's outgoing connection to a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PeerState {
     Connecting,
@@ -58,6 +58,18 @@ pub enum PeerState {
     Up,
     /// The peer refused the hello (another member list, or this node is not in it).
     Refused,
+}
+
+impl PeerState {
+    /// The name status and `/metrics` show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerState::Connecting => "connecting",
+            PeerState::Syncing => "syncing",
+            PeerState::Up => "up",
+            PeerState::Refused => "refused",
+        }
+    }
 }
 
 /// One peer's counters.
@@ -134,7 +146,7 @@ pub struct Lag {
 }
 
 /// One peer, as `status`, the API and `/metrics` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerStatus {
     pub name: String,
     pub address: String,
@@ -150,7 +162,7 @@ pub struct PeerStatus {
 }
 
 /// Refusals by reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusedStatus {
     pub wrong_key: u64,
     pub foreign_node: u64,
@@ -161,7 +173,7 @@ pub struct RefusedStatus {
 }
 
 /// The cluster component's status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStatus {
     pub node: String,
     pub index: usize,

@@ -9,6 +9,7 @@
 mod addresses;
 mod bird_socket;
 mod bpffs;
+mod cluster;
 mod ethtool;
 mod interface;
 mod kernel;
@@ -114,6 +115,7 @@ pub async fn run(opts: &Options) -> Vec<Finding> {
         out.extend(addresses::dsr(cfg, opts.interface.as_deref()).await);
         out.extend(bpffs::check(cfg));
         out.extend(bird_socket::check(cfg).await);
+        out.extend(cluster::check(cfg).await);
     } else {
         out.push(Finding::ok(
             "config",

@@ -243,3 +243,20 @@ async fn a_cut_longer_than_the_idle_timeout_resumes_and_resends() {
     assert_eq!(s.peers[0].sent, 20);
     assert_eq!(b.status().refused.replayed, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_tells_whether_a_peer_answers_with_the_same_key() {
+    use lb_agent::cluster::{Identity, Reach, reach};
+    let mut seats = seats(2);
+    let _a = start(&mut seats, 0);
+    let peer = seats[0].address;
+    let within = Duration::from_secs(2);
+    let same = Identity::derive(&KEY).unwrap();
+    assert!(matches!(reach(&same, peer, within).await, Reach::Up(_)));
+    let other = Identity::derive(&[0x77; 32]).unwrap();
+    assert_eq!(reach(&other, peer, within).await, Reach::WrongKey);
+    let nobody = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let silent = nobody.local_addr().unwrap();
+    let got = reach(&same, silent, Duration::from_millis(300)).await;
+    assert!(matches!(got, Reach::NoAnswer(_)), "{got:?}");
+}
