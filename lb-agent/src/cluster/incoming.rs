@@ -155,7 +155,12 @@ async fn receive(
                     inbound.next_seq = inbound.next_seq.max(first_seq + records.len() as u64);
                     (&records[seen as usize..], Some(inbound.next_seq))
                 }
-                Frame::Bulk { records } if !inbound.bulk_done => (records, None),
+                Frame::Bulk { records } => {
+                    // A bulk may also come on a live connection (the sender's resend
+                    // window no longer reached back): batches wait for its end.
+                    inbound.bulk_done = false;
+                    (records, None)
+                }
                 Frame::BulkEnd { next_seq, .. } if !inbound.bulk_done => {
                     inbound.bulk_done = true;
                     inbound.next_seq = *next_seq;
