@@ -129,20 +129,13 @@ fn peers(f: &Field<'_>, node: &str, listen: SocketAddr) -> R<Vec<ClusterPeer>> {
     Ok(out)
 }
 
-/// A member's name: 1..64 letters, digits, '_', '-' or '.', starting with a letter or digit.
+/// A member's name: the characters of a service name.
 fn node_name(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        && s.as_bytes()[0].is_ascii_alphanumeric();
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
+    super::schema::service_name(s).map_err(|_| {
+        format!(
             "{s:?} is not a node name: 1..64 letters, digits, '_', '-' or '.', starting with a letter or digit"
-        ))
-    }
+        )
+    })
 }
 
 /// A member's sync address: the unicast `IP:PORT` its peers dial.

@@ -324,7 +324,7 @@ fn optional_path(s: &str, what: &str) -> Result<Option<PathBuf>, String> {
     Ok(Some(p))
 }
 
-fn service_name(s: &str) -> Result<String, String> {
+pub(super) fn service_name(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 64
         && s.bytes()

@@ -71,10 +71,7 @@ fn receiver(config: ClusterConfig, socket: UdpSocket, expect: usize) -> Receiver
     std::thread::spawn(move || {
         // SAFETY: gettid has no preconditions.
         tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = single_thread().expect("runtime");
         rt.block_on(async move {
             let start = Instant::now();
             let mut b = Cluster::start_on(&config, &KEY, socket).expect("start B");
@@ -118,6 +115,13 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A runtime on the calling thread only: one core at most.
+fn single_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// Sockets for A and B, bound now.
 fn sockets() -> anyhow::Result<(UdpSocket, UdpSocket, [ClusterConfig; 2])> {
     let a = UdpSocket::bind("127.0.0.1:0")?;
@@ -128,9 +132,7 @@ fn sockets() -> anyhow::Result<(UdpSocket, UdpSocket, [ClusterConfig; 2])> {
 
 fn live(records: usize) -> anyhow::Result<()> {
     let (sa, sb, [ca, cb]) = sockets()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = single_thread()?;
     rt.block_on(async move {
         let a = Cluster::start_on(&ca, &KEY, sa)?;
         let b = receiver(cb, sb, records);
@@ -178,9 +180,7 @@ fn live(records: usize) -> anyhow::Result<()> {
 
 fn resync(n: usize) -> anyhow::Result<()> {
     let (sa, sb, [ca, cb]) = sockets()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = single_thread()?;
     rt.block_on(async move {
         let a = Cluster::start_on(&ca, &KEY, sa)?;
         let all: Vec<Record> = (0..n as u32).map(record).collect();
