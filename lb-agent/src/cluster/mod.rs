@@ -47,6 +47,7 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 
 /// The running cluster component.
 pub struct Cluster {
+    config: ClusterConfig,
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
     changes: mpsc::UnboundedReceiver<Vec<Change>>,
@@ -167,12 +168,18 @@ impl Cluster {
             )));
         }
         Ok(Cluster {
+            config: config.clone(),
             shared,
             endpoint,
             changes,
             resync,
             tasks,
         })
+    }
+
+    /// The `[cluster]` it runs with (a change needs a restart).
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
     }
 
     /// The members, sorted, with this node's index.
