@@ -39,7 +39,17 @@ async fn serve(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let mut peer = None;
     let result = receive(&shared, &conn, &mut peer).await;
     if let Some(p) = peer {
-        shared.peers[p].receiving.store(false, Relaxed);
+        // Unless a newer connection of the same peer replaced this one.
+        let mut t = shared.lock();
+        let inbound = &mut t.inbound[p];
+        if inbound
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.stable_id() == conn.stable_id())
+        {
+            inbound.connection = None;
+            shared.peers[p].receiving.store(false, Relaxed);
+        }
     }
     match result {
         Ok(()) => {}
