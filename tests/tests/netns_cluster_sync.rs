@@ -3,7 +3,6 @@
 //! published on one node reach the other's replicas, every one within a second.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lb_agent::cluster::{Change, Cluster, PeerState, Record, RecordKind};
@@ -22,33 +21,14 @@ fn lossy_input(ns: &NetNs) {
         "table inet syncloss {{ chain input {{ type filter hook input priority 0; \
          udp dport {PORT} numgen random mod 100 < 1 counter drop; }}; }}"
     );
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", &rules])
-        .output()
-        .expect("running nft");
-    assert!(
-        out.status.success(),
-        "nft: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ns.nft(&[&rules]).expect("the loss rule");
 }
 
 /// The packets the loss rule dropped in `ns`.
 fn dropped(ns: &NetNs) -> u64 {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns.name(),
-            "nft",
-            "list",
-            "table",
-            "inet",
-            "syncloss",
-        ])
-        .output()
-        .expect("running nft");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = ns
+        .nft(&["list", "table", "inet", "syncloss"])
+        .expect("listing the loss rule");
     text.split_whitespace()
         .skip_while(|w| *w != "packets")
         .nth(1)
