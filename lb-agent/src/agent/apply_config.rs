@@ -33,6 +33,15 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         &mut self,
         cfg: &Config,
     ) -> Result<ReapplyReport, PublishError> {
+        // In a cluster each node hands out its own slice of the nat source ports.
+        let own_share;
+        let cfg = match &self.cluster {
+            Some(cluster) => {
+                own_share = cluster.members().own_share(cfg);
+                &own_share
+            }
+            None => cfg,
+        };
         let mut admin_report = ReapplyReport::default();
         let now = Instant::now();
         let mut old: HashMap<String, ServiceRt> = self

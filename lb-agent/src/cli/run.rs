@@ -137,6 +137,18 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         let _ = lb_agent::probe::syn::availability();
     }
     let (mut agent, handles) = Agent::new(dp, Arc::new(NetProber), neighbours, env);
+    // Before the first publish: in a cluster the node hands out its slice of nat ports.
+    if let Some(cluster) = &cfg.cluster {
+        let started = lb_agent::cluster::Cluster::start(cluster)
+            .context("starting the cluster sync ([cluster])")?;
+        info!(
+            node = %cluster.node,
+            listen = %cluster.listen,
+            peers = cluster.peers.len(),
+            "cluster sync started"
+        );
+        agent.start_cluster(started);
+    }
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);
     }
@@ -158,6 +170,13 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     drop(previous);
     let xdp_mode = agent.dataplane().mode_name();
     agent.set_xdp_mode(xdp_mode);
+    // In a cluster, nothing is announced before the peers' bulk resync completed (or
+    // `resync_timeout` passed): the node could not forward their connections.
+    if let Some(cluster) = agent.cluster() {
+        let mut resynced = cluster.resync_complete();
+        info!("waiting for the cluster's bulk resync before announcing");
+        let _ = resynced.wait_for(|done| *done).await;
+    }
     // Announced only now, with the program forwarding (docs/multi-node.md).
     let bgp = super::node::start_announcing(&mut agent, &cfg.agent)?;
 

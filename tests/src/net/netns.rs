@@ -142,6 +142,13 @@ impl NetNs {
         self.sysctl("net.ipv4.ip_local_port_range", EPHEMERAL_PORTS)
     }
 
+    /// Runs `nft args…` in this namespace; returns its output.
+    pub fn nft(&self, args: &[&str]) -> Result<String, Error> {
+        let mut full = vec!["netns", "exec", self.name(), "nft"];
+        full.extend_from_slice(args);
+        cmd::ip(&full).map_err(|source| self.command_error(source))
+    }
+
     fn command_error(&self, source: Error) -> Error {
         source.context(format!("in network namespace {}", self.name()))
     }
