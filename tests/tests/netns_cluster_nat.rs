@@ -10,11 +10,14 @@
 //! fails when `CI` is set and is skipped (with a message) otherwise.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr},
     time::Duration,
 };
 
+use lb_common::maps::{FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
 use lb_tests::{
+    agent::flow_snapshot::NatTable,
     net::multinode::{self, MultiNode},
     traffic::{
         clients::EchoConn,
@@ -102,6 +105,50 @@ impl Held {
 fn cluster_config(topo: &MultiNode, index: usize) -> String {
     let _ = (topo, index);
     String::new()
+}
+
+/// Live translations that two nodes hold for different connections: the same reply
+/// 5-tuple (backend <- SNAT address and port) in two nodes' `LB_NAT`, each not closed
+/// (no reset, not both FINs), with another client or VIP. A backend would see one
+/// 4-tuple used by two connections at once.
+fn collisions(topo: &MultiNode) -> Vec<String> {
+    let both_fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    let closed = |state: u8| state & NAT_S_RST != 0 || state & both_fins == both_fins;
+    // Reply 5-tuple -> the node that holds it and the connection (client and VIP).
+    let mut held: HashMap<FlowKey, (String, Connection)> = HashMap::new();
+    let mut found = Vec::new();
+    for node in &topo.nodes {
+        let table = NatTable::open(&node.ns, "eth0").expect("the node's LB_NAT");
+        table
+            .for_each(|key, v| {
+                if closed(v.state) {
+                    return;
+                }
+                let this = Connection {
+                    client: (v.client_addr, v.client_port),
+                    vip: (v.vip_addr, v.vip_port),
+                };
+                match held.get(key) {
+                    Some((other_node, other)) if *other != this => found.push(format!(
+                        "{key:?}: {other_node} {other:?}, {} {this:?}",
+                        node.name
+                    )),
+                    Some(_) => {}
+                    None => {
+                        held.insert(*key, (node.name.clone(), this));
+                    }
+                }
+            })
+            .expect("reading LB_NAT");
+    }
+    found
+}
+
+/// A nat connection by its client side: client and VIP (address and port, as on the wire).
+#[derive(Debug, PartialEq, Eq)]
+struct Connection {
+    client: ([u32; 4], u16),
+    vip: ([u32; 4], u16),
 }
 
 /// The failed new connections that no event explains.
@@ -273,6 +320,7 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     let attempts: Vec<Attempt> = pacers.into_iter().flat_map(Pacer::finish).collect();
     let download = download.finish();
     let late = unexplained(&attempts, &events);
+    let collided = collisions(&topo);
     let broke = held.failures();
     for e in &events {
         eprintln!(
@@ -284,9 +332,9 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     eprintln!("new connections: {}", summary(&attempts));
     eprintln!("download: {download:?}");
     assert!(
-        broke.is_empty() && late.is_empty() && download.is_ok(),
+        broke.is_empty() && late.is_empty() && download.is_ok() && collided.is_empty(),
         "{} of {KEEPALIVE} keep-alive connections broke:\n{broke:#?}\nnew connections that failed outside every \
-         event's window:\n{late:#?}\ndownload: {download:?}",
+         event's window:\n{late:#?}\ndownload: {download:?}\ntranslations held by two nodes:\n{collided:#?}",
         broke.len()
     );
 }
