@@ -35,7 +35,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     ) -> Result<ReapplyReport, PublishError> {
         // In a cluster each node hands out its own slice of the nat source ports.
         let own_share;
-        let cfg = match &self.cluster {
+        let cfg = match self.cluster() {
             Some(cluster) => {
                 own_share = cluster.members().own_share(cfg);
                 &own_share

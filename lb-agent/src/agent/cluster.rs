@@ -1,29 +1,213 @@
-//! The agent's cluster component: the [`Cluster`] that shares nat connections with the
-//! peers of `[cluster]` (docs/internals/cluster-sync.md), held while the agent runs;
-//! its status goes into the snapshot, and in cluster mode the services' SNAT addresses
-//! are announced like VIPs.
+//! The agent's cluster component ([`ClusterNode`]): the [`Cluster`] that shares nat
+//! connections with the peers of `[cluster]` (docs/internals/cluster-sync.md) and the
+//! data plane's side of it ([`PeerStore`]). This node's connections go out as records
+//! (established and ended, from the data plane's connection events; refreshed while
+//! they carry traffic); the peers' come in as replicas and are installed into the peer
+//! tables, in this node's terms (its backend ids, its previous hop toward the client).
+//! In cluster mode the services' SNAT addresses are announced like VIPs.
 
-use super::{Agent, Neighbours};
-use crate::{cluster::Cluster, dataplane::Dataplane, probe::Prober};
+use std::{collections::HashMap, net::IpAddr};
+
+use lb_common::{
+    events::ConnEvent,
+    maps::{NatValue, PeerFlow},
+};
+use tracing::warn;
+
+use super::{Agent, Neighbours, ServiceRt};
+use crate::{
+    cluster::{self, Change, Cluster, Record},
+    config::Protocol,
+    dataplane::{
+        Dataplane,
+        census::nat_clock,
+        peers::{PeerConnection, PeerStore},
+    },
+    probe::Prober,
+    publish::Publisher,
+};
+
+/// Client next-hop MACs kept at most; the cache starts over when full.
+const CLIENT_MACS: usize = 65_536;
+
+/// The cluster component: the sync, the peer tables, what the refresh scans saw.
+pub struct ClusterNode {
+    sync: Cluster,
+    tables: Box<dyn PeerStore>,
+    /// This node's previous hop toward each client seen in a replica (what a reply taken
+    /// over before any client packet is sent to).
+    client_macs: HashMap<IpAddr, [u8; 6]>,
+    /// The `nat_seconds` of the last refresh scan.
+    scanned_at: u32,
+}
+
+impl ClusterNode {
+    pub fn new(sync: Cluster, tables: Box<dyn PeerStore>) -> Self {
+        ClusterNode {
+            sync,
+            tables,
+            client_macs: HashMap::new(),
+            scanned_at: nat_clock(),
+        }
+    }
+
+    pub fn sync(&self) -> &Cluster {
+        &self.sync
+    }
+
+    pub fn sync_mut(&mut self) -> &mut Cluster {
+        &mut self.sync
+    }
+}
 
 impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
-    /// Runs `cluster` as this agent's cluster component: from now on the nat services'
+    /// Runs `node` as this agent's cluster component: from now on the nat services'
     /// SNAT addresses are announced like VIPs (the peers share them, and the backend
     /// side's routers spread replies over the nodes that announce them).
-    pub fn start_cluster(&mut self, cluster: Cluster) {
-        self.cluster = Some(cluster);
+    pub fn start_cluster(&mut self, node: ClusterNode) {
+        self.cluster = Some(node);
         self.announcement.announce_snat_addresses();
         self.announce();
         self.snapshot.changed();
     }
 
-    /// The cluster component, when `[cluster]` is configured.
+    /// The sync component, when `[cluster]` is configured.
     pub fn cluster(&self) -> Option<&Cluster> {
-        self.cluster.as_ref()
+        self.cluster.as_ref().map(ClusterNode::sync)
     }
 
-    /// The cluster component, to publish records and take the replicas' changes.
+    /// The sync component, to take its changes.
     pub fn cluster_mut(&mut self) -> Option<&mut Cluster> {
-        self.cluster.as_mut()
+        self.cluster.as_mut().map(ClusterNode::sync_mut)
     }
+
+    /// The data plane's connection events: this node's connections, established or
+    /// ended, shared with the peers.
+    pub fn on_conn_events(&mut self, batch: &[ConnEvent]) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        let records: Vec<Record> = batch.iter().filter_map(cluster::record_of_event).collect();
+        node.sync.publish(&records);
+    }
+
+    /// This node's own nat entries that carried traffic since the last scan are
+    /// refreshed at the peers: a connection another node made and that now lives here
+    /// keeps its port at its owner, and every replica stays alive while it is used.
+    pub fn refresh_cluster(&mut self) {
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        let now = nat_clock();
+        let seen = match node.tables.nat_seen_since(node.scanned_at) {
+            Ok(seen) => seen,
+            Err(err) => {
+                warn!(error = %err, "cluster refresh: reading LB_NAT failed");
+                return;
+            }
+        };
+        node.scanned_at = now;
+        let records: Vec<Record> = seen
+            .iter()
+            .map(|(reply, nat)| {
+                // `nat_seconds` are 2^30 ns: about 1.07 s each.
+                let age_ms = now.wrapping_sub(nat.last_seen).min(3600) * 1074;
+                cluster::refresh_of_entry(reply, nat, age_ms)
+            })
+            .collect();
+        node.sync.publish(&records);
+    }
+
+    /// Replicas the peers sent (or that expired): installed into, or removed from, the
+    /// peer tables. A replica of a service or backend this node does not have is
+    /// skipped with a warning (the configs differ).
+    pub async fn on_cluster_changes(&mut self, changes: Vec<Change>) {
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        let neighbours = self.macs.neighbours().clone();
+        for change in changes {
+            let (record, install) = match change {
+                Change::Upsert(r) => (r, true),
+                Change::Remove(r) => (r, false),
+            };
+            let (client, reply) = (cluster::client_key(&record), cluster::reply_key(&record));
+            let done = if install {
+                let client_ip = record.client.ip();
+                let mac = match node.client_macs.get(&client_ip) {
+                    Some(mac) => *mac,
+                    None => match neighbours.resolve(client_ip).await {
+                        Ok(mac) => {
+                            if node.client_macs.len() >= CLIENT_MACS {
+                                node.client_macs.clear();
+                            }
+                            node.client_macs.insert(client_ip, mac);
+                            mac
+                        }
+                        Err(why) => {
+                            warn!(client = %client_ip, %why, "no next hop toward a replica's client; its replies wait for a client packet");
+                            [0; 6]
+                        }
+                    },
+                };
+                let Some(conn) =
+                    peer_connection(&record, &self.services, self.publishing.publisher(), mac)
+                else {
+                    warn!(vip = %record.vip, backend = %record.backend, "a peer's connection names a service or backend this node does not have");
+                    continue;
+                };
+                node.tables.install(&conn)
+            } else {
+                node.tables.remove(&client, &reply)
+            };
+            if let Err(err) = done {
+                warn!(error = %err, "cluster: writing the peer tables failed");
+            }
+        }
+    }
+}
+
+/// `record` in this node's terms: its backend id here, the SNAT address's index in the
+/// service's `snat_ips`; `None` when this node has no such service, backend or address.
+fn peer_connection(
+    record: &Record,
+    services: &[ServiceRt],
+    publisher: &Publisher,
+    client_mac: [u8; 6],
+) -> Option<PeerConnection> {
+    let protocol = match record.protocol {
+        lb_common::IPPROTO_TCP => Protocol::Tcp,
+        lb_common::IPPROTO_UDP => Protocol::Udp,
+        _ => return None,
+    };
+    let svc = services
+        .iter()
+        .find(|s| s.cfg.vip == record.vip && s.cfg.protocol == protocol)?;
+    let backend_id = publisher.backend_id(&svc.cfg.name, &record.backend)?;
+    let nat_addr = svc
+        .cfg
+        .snat_ips
+        .iter()
+        .position(|ip| *ip == record.snat.ip())?;
+    let (client, reply) = (cluster::client_key(record), cluster::reply_key(record));
+    Some(PeerConnection {
+        client,
+        flow: PeerFlow {
+            backend_id,
+            nat_port: reply.dport,
+            nat_addr: u8::try_from(nat_addr).ok()?,
+            _pad: 0,
+        },
+        reply,
+        nat: NatValue {
+            client_addr: client.src,
+            vip_addr: client.dst,
+            client_port: client.sport,
+            vip_port: client.dport,
+            backend_id,
+            client_mac,
+            state: record.state,
+            ..NatValue::default()
+        },
+    })
 }

@@ -9,6 +9,7 @@
 //! the peers' connections ([`incoming`]) and expire replicas; dropping the component
 //! stops them.
 
+mod conn;
 mod error;
 mod frame;
 mod identity;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+pub use conn::{client_key, record_of_event, refresh_of_entry, reply_key};
 pub use error::{KeyError, Malformed, StartError, SyncError};
 pub use identity::{Identity, MIN_KEY_LEN, read_key};
 pub use members::{Member, Members, port_slice};
@@ -50,7 +52,8 @@ pub struct Cluster {
     config: ClusterConfig,
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
-    changes: mpsc::UnboundedReceiver<Vec<Change>>,
+    /// Until the agent's event loop takes it.
+    changes: Option<mpsc::UnboundedReceiver<Vec<Change>>>,
     resync: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -171,7 +174,7 @@ impl Cluster {
             config: config.clone(),
             shared,
             endpoint,
-            changes,
+            changes: Some(changes),
             resync,
             tasks,
         })
@@ -202,9 +205,14 @@ impl Cluster {
     }
 
     /// The replicas to install or remove, batch by batch, as peers send them and as
-    /// they expire.
-    pub fn changes(&mut self) -> &mut mpsc::UnboundedReceiver<Vec<Change>> {
-        &mut self.changes
+    /// they expire (`None` once taken).
+    pub fn changes(&mut self) -> Option<&mut mpsc::UnboundedReceiver<Vec<Change>>> {
+        self.changes.as_mut()
+    }
+
+    /// Takes the stream of [`changes`](Self::changes), for an event loop to wait on.
+    pub fn take_changes(&mut self) -> Option<mpsc::UnboundedReceiver<Vec<Change>>> {
+        self.changes.take()
     }
 
     /// Turns true once every peer completed a bulk resync to this node, or the resync

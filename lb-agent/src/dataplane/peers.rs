@@ -9,7 +9,7 @@ use lb_common::{
     maps::{FlowKey, NatValue, PeerFlow},
 };
 
-use super::DataplaneError;
+use super::{DataplaneError, census::TableReader};
 
 /// `BPF_EXIST`: update an entry only if it is there.
 const BPF_EXIST: u64 = 2;
@@ -29,6 +29,50 @@ pub struct PeerConnection {
     /// brings its own); `last_seen` is ignored (the program ages a taken-over entry from
     /// its own clock).
     pub nat: NatValue,
+}
+
+/// What the agent's cluster component reads and writes of the data plane: the other
+/// nodes' connections in, this node's active ones out. [`ClusterTables`] is the real
+/// one; the agent tests use [`crate::testing::MemoryPeers`].
+pub trait PeerStore: Send {
+    /// Installs (or replaces) another node's connection.
+    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError>;
+    /// Removes another node's connection (either entry may be gone already).
+    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError>;
+    /// This node's own nat entries (`LB_NAT`, reply 5-tuple and value) that carried a
+    /// packet at `since` or later (`nat_seconds`).
+    fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError>;
+}
+
+/// The real data plane's side of cluster mode: the peer tables and a reader of `LB_NAT`.
+pub struct ClusterTables {
+    peers: PeerTables,
+    reader: TableReader,
+}
+
+impl ClusterTables {
+    pub fn new(peers: PeerTables, reader: TableReader) -> Self {
+        Self { peers, reader }
+    }
+}
+
+impl PeerStore for ClusterTables {
+    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
+        self.peers.install(c)
+    }
+
+    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError> {
+        self.peers.remove(client, reply)
+    }
+
+    fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError> {
+        self.reader
+            .nat_seen_since(since)
+            .map_err(|source| DataplaneError::Io {
+                what: "reading LB_NAT for the cluster's refresh",
+                source,
+            })
+    }
 }
 
 /// `LB_PEER_FLOWS` and `LB_PEER_NAT`.

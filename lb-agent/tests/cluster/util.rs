@@ -111,7 +111,10 @@ pub async fn until(
 /// Every change `cluster` has handed out so far.
 pub fn drain(cluster: &mut Cluster) -> Vec<Change> {
     let mut out = Vec::new();
-    while let Ok(batch) = cluster.changes().try_recv() {
+    let Some(changes) = cluster.changes() else {
+        return out;
+    };
+    while let Ok(batch) = changes.try_recv() {
         out.extend(batch);
     }
     out

@@ -75,9 +75,10 @@ fn receiver(config: ClusterConfig, socket: UdpSocket, expect: usize) -> Receiver
         rt.block_on(async move {
             let start = Instant::now();
             let mut b = Cluster::start_on(&config, &KEY, socket).expect("start B");
+            let mut changes = b.take_changes().expect("the changes, taken once");
             let mut applied = 0usize;
             while applied < expect {
-                match b.changes().recv().await {
+                match changes.recv().await {
                     Some(batch) => applied += batch.len(),
                     None => break,
                 }

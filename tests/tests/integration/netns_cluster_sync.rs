@@ -140,7 +140,7 @@ async fn with_one_percent_loss_every_replica_converges_within_a_second() {
         nodes[0].publish(&records);
         let next = at + Duration::from_millis(2);
         while Instant::now() < next || (batch as usize + 1) * BATCH == total && seen < total {
-            while let Ok(changes) = nodes[1].changes().try_recv() {
+            while let Ok(changes) = nodes[1].changes().expect("the changes stream").try_recv() {
                 for c in changes {
                     if let Change::Upsert(r) = c {
                         worst = worst.max(published[&r.client].elapsed());

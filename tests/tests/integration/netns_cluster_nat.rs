@@ -100,11 +100,40 @@ impl Held {
     }
 }
 
-/// The `[cluster]` section of node `index` (the nodes share their state and their SNAT
-/// address).
+/// The SNAT address every node shares (announced by each agent, not on an interface).
+const SNAT: Ipv4Addr = Ipv4Addr::new(10, 94, 0, 1);
+/// The sync port on every node's address.
+const SYNC_PORT: u16 = 7946;
+
+/// The `[cluster]` section of node `index` (every node lists the others as peers and
+/// holds the same key file, written into its directory).
 fn cluster_config(topo: &MultiNode, index: usize) -> String {
-    let _ = (topo, index);
-    String::new()
+    let key: Vec<u8> = (0..32u8)
+        .map(|i| i.wrapping_mul(37).wrapping_add(11))
+        .collect();
+    let node = &topo.nodes[index];
+    let key_file = node.dir.join("cluster.key");
+    std::fs::write(&key_file, &key).expect("writing the key file");
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("key file mode");
+    let mut text = format!(
+        "\n[cluster]\nnode = \"{}\"\nlisten = \"{}:{SYNC_PORT}\"\nkey_file = {:?}\n",
+        node.name,
+        node.addr,
+        key_file.display().to_string()
+    );
+    for (i, peer) in topo.nodes.iter().enumerate() {
+        if i != index {
+            text.push_str(&format!(
+                "\n[[cluster.peer]]\nname = \"{}\"\naddress = \"{}:{SYNC_PORT}\"\n",
+                peer.name, peer.addr
+            ));
+        }
+    }
+    text
 }
 
 /// Live translations that two nodes hold for different connections: the same reply
@@ -182,7 +211,7 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         let cluster = cluster_config(&topo, i);
         let n = &mut topo.nodes[i];
         n.forwarding = "nat";
-        n.service_keys = format!("snat_ip = \"{}\"\n", n.addr);
+        n.service_keys = format!("snat_ip = \"{SNAT}\"\n");
         n.extra_config = cluster;
         n.start_bird().expect("node BIRD");
         n.start_agent(&backends).expect("node agent");
