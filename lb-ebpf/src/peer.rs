@@ -6,7 +6,7 @@
 //! The agent keeps every other node's connections in `LB_PEER_FLOWS` (by client 5-tuple)
 //! and `LB_PEER_NAT` (by reply 5-tuple). `lb_xdp_full` looks there only after a miss: a
 //! nat client packet without an `LB_FLOWS` entry ([`has_flow`]), a reply to a SNAT
-//! address without an `LB_NAT` entry ([`has_reverse`]). On a hit it hands the packet
+//! address without an `LB_NAT` entry ([`reply_missed`]). It hands the packet
 //! ([`HANDOFF`]) to `lb_xdp_peer` ([`enter`]), a program of its own with its own stack
 //! (`lb_xdp_full`'s is full, docs/internals/fast-path.md "Stack budget"), which writes the
 //! entries through the same claims a new flow's go through ([`adopt`]) and continues in
@@ -32,6 +32,7 @@ use crate::{
     maps::{LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
     nat::{self, Source},
     parse::{self, ETH_SRC, Packet, Parsed},
+    peer_bounce,
     slots::{self, Claim},
     vip::{self, Dest},
 };
@@ -77,11 +78,12 @@ pub fn settled_reply_missed(v: Option<Verdict>) -> Option<Verdict> {
     }
 }
 
-/// `lb_xdp_full`: a reply (`reply`, its 5-tuple) `nat::reply` found no `LB_NAT` entry
-/// for (`PASS_NOT_VIP`) is handed over in cluster mode when `LB_PEER_NAT` has it.
+/// `lb_xdp_full`: a reply `nat::reply` found no `LB_NAT` entry for (`PASS_NOT_VIP`) is
+/// handed over in cluster mode: `lb_xdp_peer` takes it over from `LB_PEER_NAT` or sends
+/// it on to the node that owns its port (`peer_bounce`).
 #[inline(always)]
-pub fn reply_missed(reply: &FlowKey, v: Verdict) -> Verdict {
-    if layout::cluster() && v.counter == PASS_NOT_VIP && has_reverse(reply) {
+pub fn reply_missed(v: Verdict) -> Verdict {
+    if layout::cluster() && v.counter == PASS_NOT_VIP {
         handoff()
     } else {
         v
@@ -150,10 +152,15 @@ fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
     None
 }
 
-/// A backend's reply: claims its reverse entry from `LB_PEER_NAT`. A bucket busy or full
-/// of live entries leaves it untranslated (`PASS_NOT_VIP`, as a reply without an entry).
+/// A backend's reply: claims its reverse entry from `LB_PEER_NAT`; without one, the
+/// connection is another member's that has not shared it yet, and the reply goes on to
+/// it (`peer_bounce`). A bucket busy or full of live entries leaves it untranslated
+/// (`PASS_NOT_VIP`, as a reply without an entry).
 #[inline(always)]
 fn adopt_reply(pkt: &Packet) -> Option<Verdict> {
+    if !has_reverse(&pkt.key) {
+        return Some(peer_bounce::to_owner(pkt));
+    }
     match adopt_reverse(&pkt.key, None, nat_seconds(clock::now().ns)) {
         Claim::Busy | Claim::Full | Claim::Evicted => Some(Verdict::pass(PASS_NOT_VIP)),
         Claim::Fresh | Claim::Replaced | Claim::Taken | Claim::Displaced => None,

@@ -35,9 +35,10 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     ) -> Result<ReapplyReport, PublishError> {
         // In a cluster each node hands out its own slice of the nat source ports.
         let own_share;
-        let cfg = match self.cluster() {
-            Some(cluster) => {
-                own_share = cluster.members().own_share(cfg);
+        let cfg = match &mut self.cluster {
+            Some(node) => {
+                node.set_shared_snat(cfg);
+                own_share = node.sync().members().own_share(cfg);
                 &own_share
             }
             None => cfg,

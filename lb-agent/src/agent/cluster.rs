@@ -4,20 +4,24 @@
 //! (established and ended, from the data plane's connection events; refreshed while
 //! they carry traffic); the peers' come in as replicas and are installed into the peer
 //! tables, in this node's terms (its backend ids, its previous hop toward the client).
-//! In cluster mode the services' SNAT addresses are announced like VIPs.
+//! In cluster mode the services' SNAT addresses are announced like VIPs, and the data
+//! plane knows each member's MAC and the shared SNAT port ranges (`LB_CLUSTER`), to send
+//! a reply it has no entry for on to the member that owns its port.
 
 use std::{collections::HashMap, net::IpAddr};
 
 use lb_common::{
     events::ConnEvent,
-    maps::{NatValue, PeerFlow},
+    maps::{
+        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NatValue, PeerFlow,
+    },
 };
 use tracing::warn;
 
 use super::{Agent, Neighbours, ServiceRt};
 use crate::{
     cluster::{self, Change, Cluster, Record},
-    config::Protocol,
+    config::{Config, Forwarding, Protocol},
     dataplane::{
         Dataplane,
         census::nat_clock,
@@ -39,15 +43,93 @@ pub struct ClusterNode {
     client_macs: HashMap<IpAddr, [u8; 6]>,
     /// The `nat_seconds` of the last refresh scan.
     scanned_at: u32,
+    /// What `LB_CLUSTER` holds (or is to hold): members, MACs, shared SNAT addresses.
+    members: ClusterMembers,
+    /// Whether `members` changed since it was last written.
+    members_dirty: bool,
+    /// Members (bit by index) whose MAC the last lookup did not find (logged once).
+    unresolved: u32,
 }
 
 impl ClusterNode {
     pub fn new(sync: Cluster, tables: Box<dyn PeerStore>) -> Self {
+        let index = sync.members();
+        let members = ClusterMembers {
+            count: index.all().len().min(CLUSTER_MEMBERS_MAX) as u8,
+            own: index.own_index() as u8,
+            ..ClusterMembers::default()
+        };
         ClusterNode {
             sync,
             tables,
             client_macs: HashMap::new(),
             scanned_at: nat_clock(),
+            members,
+            members_dirty: true,
+            unresolved: 0,
+        }
+    }
+
+    /// The shared SNAT addresses of `cfg`'s nat services and their whole port ranges
+    /// (before this node's slice is taken), written to `LB_CLUSTER`. check-config gives every
+    /// service sharing an address the same range; the first one's is kept.
+    pub fn set_shared_snat(&mut self, cfg: &Config) {
+        let mut snat = [ClusterSnat::default(); CLUSTER_SNAT_MAX];
+        let mut used = 0;
+        for svc in cfg
+            .services
+            .iter()
+            .filter(|s| s.forwarding == Forwarding::Nat)
+        {
+            for ip in &svc.snat_ips {
+                let (addr, family) = crate::publish::addr_words(*ip);
+                if snat[..used]
+                    .iter()
+                    .any(|s| s.addr == addr && s.family == family)
+                {
+                    continue;
+                }
+                if used == CLUSTER_SNAT_MAX {
+                    warn!(snat = %ip, "more shared SNAT addresses than the data plane names; replies to this one are not sent on to their owner");
+                    continue;
+                }
+                snat[used] = ClusterSnat {
+                    addr,
+                    family,
+                    port_min: *svc.snat_ports.start(),
+                    port_max: *svc.snat_ports.end(),
+                    ..ClusterSnat::default()
+                };
+                used += 1;
+            }
+        }
+        if snat != self.members.snat {
+            self.members.snat = snat;
+            self.members.snat_count = used as u8;
+            self.members_dirty = true;
+        }
+        self.write_members();
+    }
+
+    /// Records member `index`'s MAC (`None`: not known).
+    fn set_member_mac(&mut self, index: usize, mac: Option<[u8; 6]>) {
+        let mac = mac.unwrap_or_default();
+        if let Some(slot) = self.members.macs.get_mut(index)
+            && *slot != mac
+        {
+            *slot = mac;
+            self.members_dirty = true;
+        }
+    }
+
+    /// Writes `LB_CLUSTER` if it changed.
+    fn write_members(&mut self) {
+        if !self.members_dirty {
+            return;
+        }
+        match self.tables.set_members(&self.members) {
+            Ok(()) => self.members_dirty = false,
+            Err(err) => warn!(error = %err, "cluster: writing LB_CLUSTER failed"),
         }
     }
 
@@ -93,8 +175,10 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
 
     /// This node's own nat entries that carried traffic since the last scan are
     /// refreshed at the peers: a connection another node made and that now lives here
-    /// keeps its port at its owner, and every replica stays alive while it is used.
-    pub fn refresh_cluster(&mut self) {
+    /// keeps its port at its owner, and every replica stays alive while it is used. The
+    /// members' MACs are looked up again (a member replaced, or not answering before).
+    pub async fn refresh_cluster(&mut self) {
+        self.resolve_members().await;
         let Some(node) = &mut self.cluster else {
             return;
         };
@@ -116,6 +200,46 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             })
             .collect();
         node.sync.publish(&records);
+    }
+
+    /// Looks up each peer's MAC on the attached interface (from its cluster address) and
+    /// writes `LB_CLUSTER` if anything changed: a reply whose port a peer owns is sent to
+    /// that MAC. A peer not resolved keeps no MAC; its replies are not sent on.
+    pub async fn resolve_members(&mut self) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        let peers: Vec<(usize, IpAddr)> = node
+            .sync
+            .members()
+            .peers()
+            .map(|(i, m)| (i, m.address.ip()))
+            .collect();
+        let neighbours = self.macs.neighbours().clone();
+        let mut found = Vec::with_capacity(peers.len());
+        for (index, ip) in peers {
+            found.push((index, ip, neighbours.resolve(ip).await));
+        }
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        for (index, ip, mac) in found {
+            let bit = 1u32 << index;
+            match mac {
+                Ok(mac) => {
+                    node.unresolved &= !bit;
+                    node.set_member_mac(index, Some(mac));
+                }
+                Err(why) => {
+                    if node.unresolved & bit == 0 {
+                        warn!(peer = %ip, %why, "no MAC for a cluster member; replies to its ports are not sent on to it until it answers");
+                    }
+                    node.unresolved |= bit;
+                    node.set_member_mac(index, None);
+                }
+            }
+        }
+        node.write_members();
     }
 
     /// Replicas the peers sent (or that expired): installed into, or removed from, the

@@ -175,6 +175,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
+    agent.resolve_members().await;
     // Attached (or swapped in) only now: the program never runs on unpublished maps.
     agent
         .dataplane_mut()

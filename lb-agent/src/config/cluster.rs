@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lb_common::maps::CLUSTER_SNAT_MAX;
+
 use super::fields::{R, opt, positive_duration};
 use super::spanned::{Field, Table};
 use super::{Forwarding, ServiceConfig, values};
@@ -16,7 +18,7 @@ pub(super) const CLUSTER_KEYS: &[&str] = &["node", "listen", "key_file", "resync
 pub(super) const PEER_KEYS: &[&str] = &["name", "address"];
 
 /// Most members of a cluster (this node and its peers).
-pub const MAX_MEMBERS: usize = 16;
+pub const MAX_MEMBERS: usize = lb_common::maps::CLUSTER_MEMBERS_MAX;
 /// Default `cluster.resync_timeout`.
 pub const DEFAULT_RESYNC_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -80,6 +82,7 @@ pub(super) fn cluster(t: &Table<'_>, services: &[ServiceConfig]) -> R<ClusterCon
             )));
         }
     }
+    shared_snat_ranges(&peer_field, services)?;
     Ok(ClusterConfig {
         node,
         listen,
@@ -87,6 +90,40 @@ pub(super) fn cluster(t: &Table<'_>, services: &[ServiceConfig]) -> R<ClusterCon
         resync_timeout,
         peers,
     })
+}
+
+/// In a cluster a reply's destination port names the member that made its connection
+/// (each hands out its slice of the SNAT address's range): services that share a SNAT
+/// address must give it one range, and the data plane names at most
+/// `CLUSTER_SNAT_MAX` shared addresses.
+fn shared_snat_ranges(f: &Field<'_>, services: &[ServiceConfig]) -> R<()> {
+    let mut seen: Vec<(std::net::IpAddr, &ServiceConfig)> = Vec::new();
+    for svc in services.iter().filter(|s| s.forwarding == Forwarding::Nat) {
+        for ip in &svc.snat_ips {
+            match seen.iter().find(|(addr, _)| addr == ip) {
+                Some((_, first)) if first.snat_ports != svc.snat_ports => {
+                    return Err(f.err(format!(
+                        "services {:?} ({}-{}) and {:?} ({}-{}) share SNAT address {ip} with different snat_ports: in a cluster each shared address has one port range, which the members split",
+                        first.name,
+                        first.snat_ports.start(),
+                        first.snat_ports.end(),
+                        svc.name,
+                        svc.snat_ports.start(),
+                        svc.snat_ports.end(),
+                    )));
+                }
+                Some(_) => {}
+                None => seen.push((*ip, svc)),
+            }
+        }
+    }
+    if seen.len() > CLUSTER_SNAT_MAX {
+        return Err(f.err(format!(
+            "the nat services use {} SNAT addresses; a cluster shares at most {CLUSTER_SNAT_MAX}",
+            seen.len()
+        )));
+    }
+    Ok(())
 }
 
 fn peers(f: &Field<'_>, node: &str, listen: SocketAddr) -> R<Vec<ClusterPeer>> {
@@ -216,6 +253,14 @@ mod tests {
                     "{BASE}{PEER}[[cluster.peer]]\nname = \"lb3\"\naddress = \"10.0.9.3:7946\"\n"
                 ),
                 "lb.toml:12: cluster.peer: 3 members split service \"web\"'s 2 source ports",
+            ),
+            (
+                format!(
+                    "[[service]]\nname = \"api\"\nvip = \"10.0.0.101:80\"\nsnat_ip = \"10.0.0.2\"\n\
+                     snat_ports = \"2000-2999\"\n[[service.server]]\naddress = \"10.0.1.12:8080\"\n\
+                     {BASE}{PEER}"
+                ),
+                "lb.toml:19: cluster.peer: services \"web\" (1024-1025) and \"api\" (2000-2999) share SNAT address 10.0.0.2 with different snat_ports",
             ),
             (
                 BASE.replace("10.0.9.1:7946", "0.0.0.0:7946") + PEER,

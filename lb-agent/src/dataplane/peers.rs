@@ -1,12 +1,13 @@
 //! Cluster mode, the data plane's side of shared connections: another node's connections
 //! installed into, refreshed in and removed from `LB_PEER_FLOWS` and `LB_PEER_NAT`, which
 //! the XDP program reads when a packet of one of them reaches this node and takes over
-//! (docs/internals/fast-path.md, "Cluster mode"). The program never writes them.
+//! (docs/internals/fast-path.md, "Cluster mode"), and the members (`LB_CLUSTER`) a reply
+//! no table knows is sent on to. The program never writes them.
 
-use aya::maps::{HashMap, MapData, MapError};
+use aya::maps::{Array, HashMap, MapData, MapError};
 use lb_common::{
     map_names,
-    maps::{FlowKey, NatValue, PeerFlow},
+    maps::{ClusterMembers, FlowKey, NatValue, PeerFlow},
 };
 
 use super::{DataplaneError, census::TableReader};
@@ -42,6 +43,8 @@ pub trait PeerStore: Send {
     /// This node's own nat entries (`LB_NAT`, reply 5-tuple and value) that carried a
     /// packet at `since` or later (`nat_seconds`).
     fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError>;
+    /// Writes the members, their MACs and the shared SNAT addresses (`LB_CLUSTER`).
+    fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError>;
 }
 
 /// The real data plane's side of cluster mode: the peer tables and a reader of `LB_NAT`.
@@ -65,6 +68,10 @@ impl PeerStore for ClusterTables {
         self.peers.remove(client, reply)
     }
 
+    fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
+        self.peers.set_members(members)
+    }
+
     fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError> {
         self.reader
             .nat_seen_since(since)
@@ -75,18 +82,38 @@ impl PeerStore for ClusterTables {
     }
 }
 
-/// `LB_PEER_FLOWS` and `LB_PEER_NAT`.
+/// `LB_PEER_FLOWS`, `LB_PEER_NAT` and `LB_CLUSTER`.
 pub struct PeerTables {
     flows: HashMap<MapData, FlowKey, PeerFlow>,
     nat: HashMap<MapData, FlowKey, NatValue>,
+    members: Array<MapData, ClusterMembers>,
 }
 
 impl PeerTables {
     pub(super) fn new(
         flows: HashMap<MapData, FlowKey, PeerFlow>,
         nat: HashMap<MapData, FlowKey, NatValue>,
+        members: Array<MapData, ClusterMembers>,
     ) -> Self {
-        Self { flows, nat }
+        Self {
+            flows,
+            nat,
+            members,
+        }
+    }
+
+    /// Writes `LB_CLUSTER`: the members, their MACs and the shared SNAT addresses.
+    pub fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
+        self.members
+            .set(0, members, 0)
+            .map_err(|source| map_error(map_names::CLUSTER, source))
+    }
+
+    /// What `LB_CLUSTER` holds.
+    pub fn members(&self) -> Result<ClusterMembers, DataplaneError> {
+        self.members
+            .get(&0, 0)
+            .map_err(|source| map_error(map_names::CLUSTER, source))
     }
 
     /// Installs (or replaces) a connection in both tables: the reverse entry first, so

@@ -254,7 +254,7 @@ where
                 Ok(())
             }
             Wake::ClusterRefresh => {
-                agent.refresh_cluster();
+                agent.refresh_cluster().await;
                 Ok(())
             }
             Wake::Deadline => agent.on_tick(Instant::now()),

@@ -7,7 +7,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use lb_common::maps::{FlowKey, NatValue};
+use lb_common::maps::{ClusterMembers, FlowKey, NatValue};
 
 use crate::dataplane::{
     DataplaneError,
@@ -26,12 +26,19 @@ struct Tables {
     installed: HashMap<FlowKey, PeerConnection>,
     /// This node's own entries: reply 5-tuple, value (its `last_seen` says when).
     own: Vec<(FlowKey, NatValue)>,
+    /// What `LB_CLUSTER` would hold.
+    members: ClusterMembers,
 }
 
 impl MemoryPeers {
     /// The connections installed now, by client 5-tuple.
     pub fn installed(&self) -> HashMap<FlowKey, PeerConnection> {
         self.lock().installed.clone()
+    }
+
+    /// The members as last written.
+    pub fn members(&self) -> ClusterMembers {
+        self.lock().members
     }
 
     /// Sets this node's own nat entries (the refresh scans read them).
@@ -52,6 +59,11 @@ impl PeerStore for MemoryPeers {
 
     fn remove(&mut self, client: &FlowKey, _reply: &FlowKey) -> Result<(), DataplaneError> {
         self.lock().installed.remove(client);
+        Ok(())
+    }
+
+    fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
+        self.lock().members = *members;
         Ok(())
     }
 

@@ -264,6 +264,15 @@ impl Lb {
             .expect("writing LB_PEER_FLOWS");
     }
 
+    /// Writes `LB_CLUSTER` (the members, their MACs, the shared SNAT addresses), as the
+    /// agent's `PeerTables::set_members` does.
+    pub fn set_cluster_members(&mut self, members: &lb_common::maps::ClusterMembers) {
+        let mut map: Array<_, lb_common::maps::ClusterMembers> =
+            Array::try_from(self.ebpf.map_mut(map_names::CLUSTER).expect("LB_CLUSTER"))
+                .expect("LB_CLUSTER type");
+        map.set(0, members, 0).expect("writing LB_CLUSTER");
+    }
+
     /// Every connection event currently in `LB_CONN_EVENTS` (consumed).
     pub fn drain_conn_events(&mut self) -> Vec<ConnEvent> {
         self.drain_ring(map_names::CONN_EVENTS)

@@ -30,7 +30,10 @@ use std::{
 };
 
 use crate::{
-    agent::daemon::{READY_LINE, locate_binary},
+    agent::{
+        api::{self, Api},
+        daemon::{API_LISTEN, READY_LINE, locate_binary},
+    },
     net::{
         link::{self, Link, Mac, VethEnd},
         names,
@@ -106,7 +109,7 @@ impl Node {
     /// weights, fail-closed, in `forwarding`) and waits until it is ready.
     pub fn start_agent(&mut self, backends: &[(Ipv4Addr, u32)]) -> Result<(), Error> {
         let mut cfg = format!(
-            "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"\"\npin_path = \"\"\n\
+            "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"{API_LISTEN}\"\npin_path = \"\"\n\
              api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n{}\n\
              [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"{}\"\nfail_open = false\n{}",
             self.socket().display().to_string(),
@@ -197,6 +200,15 @@ impl Node {
             what: format!("`lb-agent status --json` on {}", self.name),
             source,
         })
+    }
+
+    /// The data plane's counter `name` (`lb_common::counters::NAMES`) from the node's
+    /// `/metrics` (its API on the node's own loopback).
+    pub fn counter(&self, name: &str) -> Result<u64, Error> {
+        let text = Api::new(&self.ns)
+            .metrics()
+            .map_err(|e| Error::Unexpected(format!("/metrics on {}: {e}", self.name)))?;
+        Ok(api::counter(&text, name).unwrap_or(0.0) as u64)
     }
 
     /// The service's Maglev table fingerprint (`lb-agent status --json`).

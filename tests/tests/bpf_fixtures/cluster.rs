@@ -4,14 +4,43 @@
 //! client's next packet to the same backend from the same SNAT address and port and
 //! translates the backend's replies back exactly as A does; without the peer entry B
 //! does what a node without cluster mode does; the allocation skips a pair a peer entry
-//! holds; events come once per connection; without the cluster flag none of it runs.
+//! holds; a reply no table knows goes on to the member that owns its port; events come
+//! once per connection; without the cluster flag none of it runs.
 
 use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
-    maps::PeerFlow,
+    maps::{ClusterMembers, ClusterSnat, PeerFlow},
 };
+
+/// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
+/// that a frame B sends on reaches A as the original would.
+const MAC_A: [u8; 6] = LB_MAC;
+/// Node B's own MAC: the frames B receives are addressed to it.
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x2b];
+
+/// B's `LB_CLUSTER`: two members, A (index 0, `mac_a`) and B (index 1), sharing NAT4's
+/// SNAT address with the range `first..=first + 1`: A owns `first`, B `first + 1`.
+fn two_members(first: u16, mac_a: [u8; 6]) -> ClusterMembers {
+    let vip = svc(NAT4).vip;
+    let (addr, family) = (addr_words(snat(vip)), family(vip));
+    let mut members = ClusterMembers {
+        count: 2,
+        own: 1,
+        snat_count: 1,
+        ..ClusterMembers::default()
+    };
+    members.macs[0] = mac_a;
+    members.snat[0] = ClusterSnat {
+        addr,
+        family,
+        port_min: first,
+        port_max: first + 1,
+        ..ClusterSnat::default()
+    };
+    members
+}
 
 /// A TCP connection of client port `cport` to `NAT4` through its handshake on `a`;
 /// returns its source port.
@@ -387,4 +416,92 @@ fn the_verifier_explores_cluster_mode_only_when_loaded_with_it() {
         count(&plain, full) < count(&cluster, full),
         "{full}: the cluster code is pruned without the flag"
     );
+}
+
+#[test]
+fn a_reply_no_table_knows_goes_on_to_the_member_that_owns_its_port() {
+    // A made the connection; B has not heard of it yet (the SYN-ACK outruns the sync).
+    let mut a = world_in(Lb::load_cluster(), &[NAT4]);
+    let port = nat_forward(
+        &mut a,
+        "A: SYN",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.set_interface_mac(MAC_B);
+    b.set_cluster_members(&two_members(port, MAC_A));
+    let syn_ack =
+        backend_reply(NAT4, port, TCP_SYN | TCP_ACK).macs(backend_mac(svc(NAT4).backend), MAC_B);
+
+    let before = b.counters();
+    let run = b.run(&syn_ack.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX", "B sends the SYN-ACK on");
+    assert_eq!(
+        named(&counter_deltas(&before, &b.counters())),
+        named(&[(RX, 1), (TX_PEER_BOUNCE, 1)]),
+    );
+    let sent_on = syn_ack.clone().macs(MAC_B, MAC_A).bytes();
+    assert_frames_eq("only the Ethernet addresses change", &sent_on, &run.out);
+
+    // A translates what B sent on exactly as the SYN-ACK itself.
+    let from_b = a.run(&sent_on);
+    assert_eq!(action_name(from_b.action), "XDP_TX");
+    assert_frames_eq(
+        "A answers the client as for the original",
+        &reply_expected(&syn_ack, NAT4, CPORT),
+        &from_b.out,
+    );
+}
+
+#[test]
+fn a_reply_is_not_sent_on_when_this_node_owns_it_or_it_came_from_a_member() {
+    let port = NAT_PORT_MIN;
+    let reply = |src: [u8; 6], port: u16| {
+        backend_reply(NAT4, port, TCP_SYN | TCP_ACK)
+            .macs(src, MAC_B)
+            .bytes()
+    };
+    let router = backend_mac(svc(NAT4).backend);
+    for (what, members, frame) in [
+        (
+            "its port is this node's",
+            two_members(port, MAC_A),
+            reply(router, port + 1),
+        ),
+        (
+            "it came from a member",
+            two_members(port, MAC_A),
+            reply(MAC_A, port),
+        ),
+        (
+            "the owner's MAC is not known",
+            two_members(port, [0; 6]),
+            reply(router, port),
+        ),
+        (
+            "its port is outside the shared range",
+            two_members(port, MAC_A),
+            reply(router, port + 2),
+        ),
+        (
+            "no member is known yet",
+            ClusterMembers::default(),
+            reply(router, port),
+        ),
+    ] {
+        let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+        b.set_interface_mac(MAC_B);
+        b.set_cluster_members(&members);
+        let before = b.counters();
+        let run = b.run(&frame);
+        assert_eq!(action_name(run.action), "XDP_PASS", "{what}");
+        assert_eq!(
+            named(&counter_deltas(&before, &b.counters())),
+            named(&[(RX, 1), (PASS_NOT_VIP, 1)]),
+            "{what}"
+        );
+        assert_frames_eq(what, &frame, &run.out);
+    }
 }

@@ -360,6 +360,24 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     }
     eprintln!("new connections: {}", summary(&attempts));
     eprintln!("download: {download:?}");
+    let mut shared = [0u64; 3];
+    for node in &topo.nodes {
+        let [bounced, flows, nats] = ["tx_peer_bounce", "peer_flow_adopted", "peer_nat_adopted"]
+            .map(|c| node.counter(c).expect("the node's counters"));
+        eprintln!(
+            "{}: replies sent on to their owner {bounced}, flows taken over {flows}, reverse entries taken over {nats}",
+            node.name
+        );
+        for (sum, n) in shared.iter_mut().zip([bounced, flows, nats]) {
+            *sum += n;
+        }
+    }
+    // The router spreads the backends' replies over every node: SYN-ACKs reach nodes
+    // that have not heard of their connection yet, and the moves hand connections over.
+    assert!(
+        shared[0] > 0 && shared[1] > 0 && shared[2] > 0,
+        "every mechanism was exercised (sent on, flows and reverse entries taken over): {shared:?}"
+    );
     assert!(
         broke.is_empty() && late.is_empty() && download.is_ok() && collided.is_empty(),
         "{} of {KEEPALIVE} keep-alive connections broke:\n{broke:#?}\nnew connections that failed outside every \
