@@ -275,6 +275,11 @@ pub const NAT_H_PENDING: u8 = 1 << 0;
 /// NAT handshake: the flow sent its one passive-failure event (`FLOW_F_REPORTED`,
 /// whichever path sent it).
 pub const NAT_H_REPORTED: u8 = 1 << 1;
+/// NAT handshake bits, cluster mode: the entry was taken over from `LB_PEER_NAT` (another
+/// node made the connection, whose port it owns). Once its port may be reused, or when a
+/// SYN-ACK finds it past its handshake, a reply takes it as gone: the owner may have
+/// given the pair to a new connection this node has not heard of.
+pub const NAT_H_ADOPTED: u8 = 1 << 2;
 
 /// NAT state (TCP): the client sent FIN.
 pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;

@@ -22,7 +22,10 @@ use lb_common::{
         DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NO_FULL_PATH, FLOW_EVICTED, PASS_NOT_VIP,
         PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
     },
-    maps::{FlowKey, ServiceMeta, nat_seconds},
+    maps::{
+        FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST,
+        NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+    },
 };
 
 use crate::{
@@ -31,7 +34,7 @@ use crate::{
     flow, forward, layout,
     maps::{LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
     nat::{self, Source},
-    parse::{self, ETH_SRC, Packet, Parsed},
+    parse::{self, ETH_SRC, Packet, Parsed, TCP_SYN},
     peer_bounce,
     slots::{self, Claim},
     vip::{self, Dest},
@@ -112,7 +115,13 @@ pub fn adopt(ctx: &XdpContext) -> Option<Verdict> {
     };
     match vip::dest(&pkt.key) {
         Dest::Service(svc) => adopt_flow(&pkt, svc),
-        Dest::NatCandidate => adopt_reply(&pkt),
+        Dest::NatCandidate => {
+            let syn = pkt.is_tcp()
+                && pkt
+                    .l4(ctx.data_end())
+                    .is_some_and(|l4| l4.tcp_flags & TCP_SYN != 0);
+            adopt_reply(&pkt, syn)
+        }
         Dest::Other => None,
     }
 }
@@ -152,12 +161,41 @@ fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
     None
 }
 
+/// Whether `v`, the `LB_NAT` entry a reply found (`syn`: a SYN-ACK), is a taken-over
+/// connection's that may be over (`NAT_H_ADOPTED`): its port may be reused, or a SYN-ACK
+/// comes after its handshake. Its owner may have given the pair to a new connection;
+/// the reply then goes the way of one without an entry ([`reply_missed`]).
+#[inline(always)]
+pub fn stale(v: &NatValue, proto: u8, syn: bool) -> bool {
+    if v.handshake & NAT_H_ADOPTED == 0 {
+        return false;
+    }
+    let past_handshake = NAT_S_ACKED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND | NAT_S_RST;
+    (syn && v.state & past_handshake != 0)
+        || nat_reclaimable(v, proto, nat_seconds(clock::now().ns))
+}
+
+/// Frees the `LB_NAT` entry of `key` if it is [`stale`]; `false` when its bucket is
+/// busy (the reply then passes rather than loop back here).
+#[inline(always)]
+fn forget_stale(key: &FlowKey, syn: bool) -> bool {
+    let code = nat::lb_nat_find(key);
+    match slots::value_at::<nat::NatTable>(code) {
+        Some(v) if stale(v, key.proto, syn) => nat::lb_nat_free(key, code) == 1,
+        _ => true,
+    }
+}
+
 /// A backend's reply: claims its reverse entry from `LB_PEER_NAT`; without one, the
 /// connection is another member's that has not shared it yet, and the reply goes on to
-/// it (`peer_bounce`). A bucket busy or full of live entries leaves it untranslated
-/// (`PASS_NOT_VIP`, as a reply without an entry).
+/// it (`peer_bounce`). A [`stale`] entry of a connection taken over before goes first.
+/// A bucket busy or full of live entries leaves it untranslated (`PASS_NOT_VIP`, as a
+/// reply without an entry).
 #[inline(always)]
-fn adopt_reply(pkt: &Packet) -> Option<Verdict> {
+fn adopt_reply(pkt: &Packet, syn: bool) -> Option<Verdict> {
+    if !forget_stale(&pkt.key, syn) {
+        return Some(Verdict::pass(PASS_NOT_VIP));
+    }
     if !has_reverse(&pkt.key) {
         return Some(peer_bounce::to_owner(pkt));
     }

@@ -16,9 +16,10 @@ pub const RESEND_WINDOW: usize = 262_144;
 /// A change the rest of the agent applies (to the data plane's peer maps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// Install or refresh this connection.
+    /// Install or refresh this connection (a closed one too, with its closed state,
+    /// until its reuse time has passed).
     Upsert(Record),
-    /// Remove it: closed, or expired.
+    /// Remove it: expired.
     Remove(Record),
 }
 
@@ -27,7 +28,9 @@ struct Replica {
     record: Record,
     last_packet: Instant,
     expires: Instant,
-    from_peer: bool,
+    /// Whether a peer's record of it went to the data plane's peer tables (which then
+    /// hold it until it expires, also after this node's own records of it).
+    installed: bool,
 }
 
 /// How long a connection in `record`'s state lives without packets: the nat
@@ -52,24 +55,32 @@ impl Replicas {
     /// node published it). Returns the change for the data plane, if any.
     pub fn apply(&mut self, record: &Record, now: Instant, from_peer: bool) -> Option<Change> {
         let key = record.key();
-        if record.kind == RecordKind::Close {
-            return self.map.remove(&key).map(|_| Change::Remove(*record));
+        if record.kind == RecordKind::Close && !self.map.contains_key(&key) {
+            return None;
         }
+        // A closed connection stays until its closed state's reuse time has passed (as
+        // an open one until its idle time has): the node that saw the close holds its
+        // translation that long, so its owner must not hand the pair out before.
         let last_packet = now
             .checked_sub(Duration::from_millis(record.age_ms.into()))
             .unwrap_or(now);
         let expires = last_packet + idle_limit(record);
         if expires <= now {
-            return self.map.remove(&key).map(|r| Change::Remove(r.record));
+            return self
+                .map
+                .remove(&key)
+                .filter(|r| r.installed)
+                .map(|r| Change::Remove(r.record));
         }
+        let installed = from_peer || self.map.get(&key).is_some_and(|r| r.installed);
         let replica = Replica {
             record: *record,
             last_packet,
             expires,
-            from_peer,
+            installed,
         };
         match self.map.insert(key, replica) {
-            Some(old) if old.expires > expires => {
+            Some(old) if old.expires > expires && record.kind != RecordKind::Close => {
                 // An older report (a resent or bulk record): keep the later one.
                 self.map.insert(key, old);
                 None
@@ -78,12 +89,12 @@ impl Replicas {
         }
     }
 
-    /// Removes the replicas expired at `now`; returns those of peers' connections.
+    /// Removes the replicas expired at `now`; returns those the peer tables hold.
     pub fn expire(&mut self, now: Instant) -> Vec<Change> {
         let mut gone = Vec::new();
         self.map.retain(|_, r| {
             let keep = r.expires > now;
-            if !keep && r.from_peer {
+            if !keep && r.installed {
                 gone.push(Change::Remove(r.record));
             }
             keep
@@ -194,11 +205,21 @@ mod tests {
         };
         assert_eq!(r.apply(&stale, now, true), None);
         assert_eq!(r.snapshot(now)[0].age_ms, 0);
+        // A close keeps the replica, closed, for the closed state's reuse time.
         let close = Record {
             kind: RecordKind::Close,
+            state: open.state | lb_common::maps::NAT_S_RST,
             ..open
         };
-        assert_eq!(r.apply(&close, now, true), Some(Change::Remove(close)));
+        assert_eq!(r.apply(&close, now, true), Some(Change::Upsert(close)));
+        let closed_limit = idle_limit(&close);
+        assert!(closed_limit < Duration::from_secs(10), "{closed_limit:?}");
+        assert!(
+            r.expire(now + closed_limit - Duration::from_secs(1))
+                .is_empty()
+        );
+        assert_eq!(r.expire(now + closed_limit), vec![Change::Remove(close)]);
+        // A close of a connection this node never heard of changes nothing.
         assert_eq!(r.apply(&close, now, true), None);
         assert_eq!(r.len(), 0);
 
@@ -211,6 +232,35 @@ mod tests {
         assert!(r.expire(now + limit - Duration::from_secs(1)).is_empty());
         assert_eq!(r.expire(now + limit), vec![Change::Remove(open)]);
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn a_peers_connection_this_node_reports_too_leaves_the_peer_tables_when_it_expires() {
+        // A peer's connection, installed here; then it lives here (this node refreshes
+        // it) and ends here: the peer tables still hold it until it expires.
+        let now = Instant::now();
+        let mut r = Replicas::default();
+        let open = sample(1, RecordKind::Open);
+        assert_eq!(r.apply(&open, now, true), Some(Change::Upsert(open)));
+        let refresh = Record {
+            kind: RecordKind::Refresh,
+            ..open
+        };
+        r.apply(&refresh, now, false);
+        let close = Record {
+            kind: RecordKind::Close,
+            state: open.state | lb_common::maps::NAT_S_RST,
+            ..open
+        };
+        r.apply(&close, now, false);
+        assert_eq!(
+            r.expire(now + idle_limit(&close)),
+            vec![Change::Remove(close)]
+        );
+        // This node's own connection never reached the peer tables: nothing to remove.
+        let own = sample(2, RecordKind::Open);
+        r.apply(&own, now, false);
+        assert!(r.expire(now + idle_limit(&own)).is_empty());
     }
 
     #[test]

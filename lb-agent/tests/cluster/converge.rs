@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use lb_agent::cluster::{Change, PeerState, RecordKind};
+use lb_agent::cluster::{Change, PeerState, Record, RecordKind};
 use lb_agent::config::ClusterConfig;
 
 use crate::util::*;
@@ -40,15 +40,28 @@ async fn three_nodes_converge_on_opens_refreshes_and_closes() {
     assert_eq!(got.len(), 200, "node 1 installs the 200 of the others");
     assert!(got.contains(&Change::Upsert(record(0, 7, RecordKind::Open))));
 
-    nodes[0].publish(&[record(0, 7, RecordKind::Close)]);
+    // A close (a reset) keeps the replica, closed, for the closed state's reuse time
+    // (2 nat seconds and the expiry margin), then it expires.
+    let close = Record {
+        state: record(0, 7, RecordKind::Close).state | lb_common::maps::NAT_S_RST,
+        ..record(0, 7, RecordKind::Close)
+    };
+    nodes[0].publish(&[close]);
     until(&nodes[1], Duration::from_secs(2), "the close", |s| {
-        s.connections == 299
+        s.peers.iter().any(|p| p.received == 101)
     })
     .await;
-    assert_eq!(
-        drain(&mut nodes[1]),
-        vec![Change::Remove(record(0, 7, RecordKind::Close))]
-    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(drain(&mut nodes[1]), vec![Change::Upsert(close)]);
+    until(
+        &nodes[1],
+        Duration::from_secs(12),
+        "the closed replica's expiry",
+        |s| s.connections == 299,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(drain(&mut nodes[1]), vec![Change::Remove(close)]);
     for n in &nodes {
         let s = n.status();
         assert_eq!(

@@ -11,7 +11,7 @@ use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
-    maps::{ClusterMembers, ClusterSnat, PeerFlow},
+    maps::{ClusterMembers, ClusterSnat, NAT_H_ADOPTED, PeerFlow},
 };
 
 /// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
@@ -144,11 +144,11 @@ fn a_client_flow_that_moves_keeps_its_backend_and_source() {
         (rev.state, rev.handshake, rev.client_mac, rev.backend_id),
         (
             conn.nat.state,
-            conn.nat.handshake,
+            conn.nat.handshake | NAT_H_ADOPTED,
             CLIENT_MAC,
             conn.nat.backend_id
         ),
-        "the reverse entry as on A"
+        "the reverse entry as on A, marked as taken over"
     );
 
     let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
@@ -504,4 +504,73 @@ fn a_reply_is_not_sent_on_when_this_node_owns_it_or_it_came_from_a_member() {
         );
         assert_frames_eq(what, &frame, &run.out);
     }
+}
+
+#[test]
+fn a_taken_over_entry_that_may_be_over_gives_way_to_the_owners_new_connection() {
+    // B took connection 1 over (its reply came through B), and the connection ended:
+    // its replica is gone from B's peer tables, B's entry stays.
+    let (_a, first, port) = node_a_with_a_connection();
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.set_interface_mac(MAC_B);
+    b.install_peer(&first);
+    let to_b = |f: Frame| f.macs(backend_mac(svc(NAT4).backend), MAC_B);
+    let data = to_b(backend_reply(NAT4, port, TCP_ACK).payload(b"1"));
+    let run = b.run(&data.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX", "B translates the reply");
+    let taken = b
+        .nat_entry(&first.reply)
+        .expect("B's entry of connection 1");
+    assert_ne!(taken.handshake & NAT_H_ADOPTED, 0, "marked as taken over");
+    b.remove_peer(&first);
+    b.set_cluster_members(&two_members(port, MAC_A));
+
+    // The owner gave the pair to a new connection: its SYN-ACK is not connection 1's,
+    // B forgets that entry and sends the SYN-ACK on to the owner.
+    let syn_ack = to_b(backend_reply(NAT4, port, TCP_SYN | TCP_ACK));
+    let before = b.counters();
+    let run = b.run(&syn_ack.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX");
+    assert_eq!(
+        named(&counter_deltas(&before, &b.counters())),
+        named(&[(RX, 1), (TX_PEER_BOUNCE, 1)]),
+    );
+    assert_frames_eq(
+        "sent on unchanged",
+        &syn_ack.clone().macs(MAC_B, MAC_A).bytes(),
+        &run.out,
+    );
+    assert_eq!(
+        b.nat_entry(&first.reply),
+        None,
+        "connection 1's entry is gone"
+    );
+
+    // Once the new connection's replica is here, a reply to it while B still held
+    // connection 1's entry, past its reuse time, takes the new one.
+    b.install_peer(&first);
+    b.run(&data.bytes());
+    let mut old = b.nat_entry(&first.reply).expect("taken over again");
+    old.last_seen = old.last_seen.wrapping_sub(2 * 900);
+    b.insert_nat(first.reply, old);
+    b.remove_peer(&first);
+    let second = PeerConnection {
+        client: client_key(NAT4, CPORT + 1),
+        nat: NatValue {
+            client_port: (CPORT + 1).to_be(),
+            ..first.nat
+        },
+        ..first
+    };
+    b.install_peer(&second);
+    let reply = to_b(backend_reply(NAT4, port, TCP_ACK).payload(b"2"));
+    let run = b.run(&reply.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX");
+    let mut expected = reply_expected(&reply, NAT4, CPORT + 1);
+    expected[6..12].copy_from_slice(&MAC_B);
+    assert_frames_eq(
+        "the reply reaches the new connection's client",
+        &expected,
+        &run.out,
+    );
 }
