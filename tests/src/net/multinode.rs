@@ -45,6 +45,9 @@ use crate::{
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 92, 0, 100);
 pub const PORT: u16 = 8080;
+/// The backends' HTTP port (`lb-testserver --web`): a backend that closes first, for
+/// scenarios with a second service on the VIP.
+pub const WEB_PORT: u16 = 8081;
 pub const ROUTER_LAN: Ipv4Addr = Ipv4Addr::new(10, 90, 0, 1);
 pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 91, 0, 10);
 /// The announce interface on every node.
@@ -365,7 +368,14 @@ impl MultiNode {
                 ns,
                 &format!("testserver {name}"),
                 &testserver,
-                &["--name", &name, "--tcp", &PORT.to_string()],
+                &[
+                    "--name",
+                    &name,
+                    "--tcp",
+                    &PORT.to_string(),
+                    "--web",
+                    &WEB_PORT.to_string(),
+                ],
                 &[],
             )?;
             p.wait_for_line(0, "ready", Duration::from_secs(10))?;

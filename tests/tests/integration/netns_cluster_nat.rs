@@ -4,14 +4,17 @@
 //! killed, the node back, a node's link down and up, a node drained and undrained),
 //! because every node forwards every packet of an established connection, in either
 //! direction, exactly as the node that made it. New connections from several clients run
-//! throughout and may fail only inside the router's detection window of an event.
+//! throughout and may fail only inside the router's detection window of an event. The
+//! sync network of one node is then cut for a while: new connections keep working, and no
+//! translation is ever held by two nodes (read from every node's `LB_NAT`; a collision
+//! would also show at the backend as a new connection that fails).
 //!
 //! Needs root and `bird` (`cargo xtask setup` installs bird2). Without bird the test
 //! fails when `CI` is set and is skipped (with a message) otherwise.
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     time::Duration,
 };
 
@@ -22,6 +25,7 @@ use lb_tests::{
     traffic::{
         clients::EchoConn,
         download::Download,
+        ordinary::{Ordinary, OrdinaryConfig},
         pacer::{Attempt, Outcome, PaceConfig, Pacer, summary, wall_now},
     },
 };
@@ -97,6 +101,42 @@ impl Held {
 
     fn failures(&self) -> Vec<&str> {
         self.broken.iter().flatten().map(String::as_str).collect()
+    }
+}
+
+/// The second service: HTTP on the same VIP and SNAT address, whose backends close
+/// first (`lb-testserver --web`).
+fn http_service(backends: &[Ipv4Addr]) -> String {
+    let mut text = format!(
+        "\n[[service]]\nname = \"http\"\nvip = \"{}:{}\"\nprotocol = \"tcp\"\nforwarding = \"nat\"\n\
+         fail_open = false\nsnat_ip = \"{SNAT}\"\n",
+        multinode::VIP,
+        multinode::WEB_PORT
+    );
+    for b in backends {
+        text.push_str(&format!(
+            "\n[[service.server]]\naddress = \"{b}:{}\"\n",
+            multinode::WEB_PORT
+        ));
+    }
+    text
+}
+
+/// How long the sync network stays partitioned.
+const PARTITION: Duration = Duration::from_secs(5);
+
+/// Cuts (`true`) or restores the sync traffic of the node in `ns`, both ways.
+fn cut_sync(ns: &lb_tests::net::netns::NetNs, cut: bool) {
+    if cut {
+        let drop = format!("udp dport {SYNC_PORT} drop; udp sport {SYNC_PORT} drop;");
+        let rules = format!(
+            "table inet partition {{ chain input {{ type filter hook input priority 0; {drop} }}; \
+             chain output {{ type filter hook output priority 0; {drop} }}; }}"
+        );
+        ns.nft(&[&rules]).expect("nft: cutting the sync network");
+    } else {
+        ns.nft(&["delete", "table", "inet", "partition"])
+            .expect("nft: healing the sync network");
     }
 }
 
@@ -180,18 +220,22 @@ struct Connection {
     vip: ([u32; 4], u16),
 }
 
-/// The failed new connections that no event explains.
-fn unexplained(attempts: &[Attempt], events: &[Event]) -> Vec<String> {
-    let slack = CONNECT_TIMEOUT.as_secs_f64();
-    attempts
-        .iter()
-        .filter(|a| !matches!(a.outcome, Outcome::Answered(_)))
-        .filter(|a| {
+/// The failures (wall-clock start, what) that no event explains: a new connection may
+/// fail if it started up to its timeout (`slack`) before an event or within the
+/// router's detection window after it.
+fn unexplained(
+    failed: impl Iterator<Item = (f64, String)>,
+    events: &[Event],
+    slack: Duration,
+) -> Vec<String> {
+    let slack = slack.as_secs_f64();
+    failed
+        .filter(|(start, _)| {
             !events
                 .iter()
-                .any(|e| a.start >= e.start - slack && a.start <= e.moved + slack)
+                .any(|e| *start >= e.start - slack && *start <= e.moved + slack)
         })
-        .map(|a| format!("port {} at {:.3}: {:?}", a.port, a.start, a.outcome))
+        .map(|(start, what)| format!("{what} at {start:.3}"))
         .collect()
 }
 
@@ -207,12 +251,13 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
             .expect("client address");
     }
     let backends: Vec<_> = topo.backend_addrs().into_iter().map(|b| (b, 1)).collect();
+    let topo_backends = topo.backend_addrs();
     for i in 0..topo.nodes.len() {
         let cluster = cluster_config(&topo, i);
         let n = &mut topo.nodes[i];
         n.forwarding = "nat";
         n.service_keys = format!("snat_ip = \"{SNAT}\"\n");
-        n.extra_config = cluster;
+        n.extra_config = format!("{}{cluster}", http_service(&topo_backends));
         n.start_bird().expect("node BIRD");
         n.start_agent(&backends).expect("node agent");
     }
@@ -246,6 +291,13 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
             )
         })
         .collect();
+    // HTTP as users make it: loops of new connections the backend closes first, and
+    // keep-alive clients (the backend closes after 100 requests; they reconnect).
+    let http_cfg = OrdinaryConfig::new(
+        SocketAddr::new(IpAddr::V4(multinode::VIP), multinode::WEB_PORT),
+        TRAFFIC_LIMIT,
+    );
+    let http = Ordinary::start(&topo.client, &http_cfg);
     // Every keep-alive connection is established well over 1 s before the first event.
     std::thread::sleep(Duration::from_millis(1500));
     held.check("before");
@@ -346,10 +398,35 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     settle();
     held.check("n1-undrained");
 
+    // The sync network partitioned: n3 neither sends to nor hears from its peers while
+    // new connections keep coming through every node. Each node still hands out only
+    // its own slice, and replies still reach their owner (the second hop needs no
+    // sync): no translation is held twice and no new connection fails for it.
+    cut_sync(&topo.nodes[2].ns, true);
+    std::thread::sleep(PARTITION);
+    let collided_partitioned = collisions(&topo);
+    cut_sync(&topo.nodes[2].ns, false);
+    settle();
+    held.check("partition-healed");
+
     let attempts: Vec<Attempt> = pacers.into_iter().flat_map(Pacer::finish).collect();
+    let http = http.finish(true);
     let download = download.finish();
-    let late = unexplained(&attempts, &events);
-    let collided = collisions(&topo);
+    let failed_http: Vec<(f64, String)> = http
+        .failures()
+        .map(|(r, f)| (r.at, format!("http {:?}: {f:?}", r.client)))
+        .collect();
+    let late = unexplained(
+        attempts
+            .iter()
+            .filter(|a| !matches!(a.outcome, Outcome::Answered(_)))
+            .map(|a| (a.start, format!("port {}: {:?}", a.port, a.outcome)))
+            .chain(failed_http),
+        &events,
+        CONNECT_TIMEOUT.max(http_cfg.timeout),
+    );
+    let mut collided = collided_partitioned;
+    collided.extend(collisions(&topo));
     let broke = held.failures();
     for e in &events {
         eprintln!(
@@ -359,6 +436,7 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         );
     }
     eprintln!("new connections: {}", summary(&attempts));
+    eprintln!("http: {}", http.summary());
     eprintln!("download: {download:?}");
     let mut shared = [0u64; 3];
     for node in &topo.nodes {
