@@ -24,7 +24,7 @@ use lb_common::{
     },
     maps::{
         FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST,
-        NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+        NatValue, PEER_F_CLOSED, ServiceMeta, nat_reclaimable, nat_seconds,
     },
 };
 
@@ -50,10 +50,16 @@ pub const fn handoff() -> Verdict {
     Verdict::new(HANDOFF, 0)
 }
 
-/// Whether another node's connection has the client 5-tuple `key`.
+/// Whether another node's connection has the client 5-tuple `key` and this packet
+/// (`syn`: a client SYN) continues it: a SYN on the 5-tuple of a closed connection
+/// (`PEER_F_CLOSED`) opens a new one (the client reused its port).
 #[inline(always)]
-pub fn has_flow(key: &FlowKey) -> bool {
-    LB_PEER_FLOWS.get_ptr(key).is_some()
+pub fn has_flow(key: &FlowKey, syn: bool) -> bool {
+    match LB_PEER_FLOWS.get_ptr(key) {
+        // SAFETY: a map value, one field read.
+        Some(p) => !syn || unsafe { (*p).flags } & PEER_F_CLOSED == 0,
+        None => false,
+    }
 }
 
 /// Whether another node's connection has the reply 5-tuple `key`.

@@ -13,7 +13,8 @@ use std::{collections::HashMap, net::IpAddr};
 use lb_common::{
     events::ConnEvent,
     maps::{
-        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NatValue, PeerFlow,
+        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NAT_S_FIN_BACKEND,
+        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, PEER_F_CLOSED, PeerFlow,
     },
 };
 use tracing::warn;
@@ -320,7 +321,11 @@ fn peer_connection(
             backend_id,
             nat_port: reply.dport,
             nat_addr: u8::try_from(nat_addr).ok()?,
-            _pad: 0,
+            flags: if nat_closed(record.state) {
+                PEER_F_CLOSED
+            } else {
+                0
+            },
         },
         reply,
         nat: NatValue {
@@ -334,4 +339,10 @@ fn peer_connection(
             ..NatValue::default()
         },
     })
+}
+
+/// Whether a connection in nat `state` has closed: both FINs, or a reset.
+fn nat_closed(state: u8) -> bool {
+    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    state & NAT_S_RST != 0 || state & fins == fins
 }

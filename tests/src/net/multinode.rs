@@ -214,6 +214,20 @@ impl Node {
         Ok(api::counter(&text, name).unwrap_or(0.0) as u64)
     }
 
+    /// The cluster part of the status page's data (`/api/v1/page`, `cluster`).
+    pub fn cluster_page(&self) -> Result<Json, Error> {
+        let text = Api::new(&self.ns)
+            .request_ok("GET", "/api/v1/page", None)
+            .map_err(|e| Error::Unexpected(format!("/api/v1/page on {}: {e}", self.name)))?;
+        let page = Json::parse(&text).map_err(|source| Error::Json {
+            what: format!("/api/v1/page on {}", self.name),
+            source,
+        })?;
+        page.get("cluster")
+            .cloned()
+            .ok_or_else(|| Error::Unexpected(format!("no cluster on {}'s page", self.name)))
+    }
+
     /// The service's Maglev table fingerprint (`lb-agent status --json`).
     pub fn fingerprint(&self) -> Result<String, Error> {
         let json = self.status()?;

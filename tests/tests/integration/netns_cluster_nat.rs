@@ -450,6 +450,44 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
             *sum += n;
         }
     }
+    // Every node's status page shows its peers up, records going both ways, nothing
+    // refused.
+    for node in &topo.nodes {
+        let c = node.cluster_page().expect("the status page's cluster");
+        let peers = c
+            .get("peers")
+            .map(|p| p.items().to_vec())
+            .unwrap_or_default();
+        let refused = c.get("refused").expect("refusals");
+        let refused_total: u64 = [
+            "wrong_key",
+            "foreign_node",
+            "fingerprint",
+            "version",
+            "malformed",
+            "replayed",
+        ]
+        .iter()
+        .filter_map(|k| refused.get(k).and_then(|v| v.as_u64()))
+        .sum();
+        eprintln!("{}: cluster {c:?}", node.name);
+        assert_eq!(peers.len(), 2, "{}: two peers on the page", node.name);
+        for p in &peers {
+            let field = |k: &str| p.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+            assert!(
+                p.get("state").and_then(|s| s.as_str()) == Some("up")
+                    && field("sent") > 0
+                    && field("received") > 0,
+                "{}: peer {p:?} is up and records went both ways",
+                node.name
+            );
+        }
+        assert_eq!(
+            refused_total, 0,
+            "{}: nothing refused: {refused:?}",
+            node.name
+        );
+    }
     // The router spreads the backends' replies over every node: SYN-ACKs reach nodes
     // that have not heard of their connection yet, and the moves hand connections over.
     assert!(
