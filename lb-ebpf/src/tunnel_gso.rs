@@ -44,14 +44,14 @@ pub fn lb_tunnel_gso(ctx: TcContext) -> i32 {
         (skb.pkt_type, skb.gso_size, skb.ifindex)
     };
     if pkt_type != PACKET_OTHERHOST || gso_size == 0 {
-        return TC_ACT_OK as i32;
+        return TC_ACT_OK;
     }
     match outer(&ctx) {
         Some((true, false)) => reencap::<{ ETH_HLEN + IPV4_HLEN }>(&ctx, ifindex, true, false),
         Some((true, true)) => reencap::<{ ETH_HLEN + IPV4_HLEN + 8 }>(&ctx, ifindex, true, true),
         Some((false, false)) => reencap::<{ ETH_HLEN + IPV6_HLEN }>(&ctx, ifindex, false, false),
         Some((false, true)) => reencap::<{ ETH_HLEN + IPV6_HLEN + 8 }>(&ctx, ifindex, false, true),
-        None => TC_ACT_OK as i32,
+        None => TC_ACT_OK,
     }
 }
 
@@ -86,7 +86,7 @@ fn outer(ctx: &TcContext) -> Option<(bool, bool)> {
 #[inline(always)]
 fn reencap<const N: usize>(ctx: &TcContext, ifindex: u32, v4: bool, gue: bool) -> i32 {
     let Ok(headers) = ctx.load::<[u8; N]>(0) else {
-        return TC_ACT_SHOT as i32;
+        return TC_ACT_SHOT;
     };
     let overhead = (if v4 {
         TUNNEL_V4_OVERHEAD
@@ -99,7 +99,7 @@ fn reencap<const N: usize>(ctx: &TcContext, ifindex: u32, v4: bool, gue: bool) -
         .adjust_room(-overhead, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_FIXED_GSO as u64)
         .is_err()
     {
-        return TC_ACT_SHOT as i32;
+        return TC_ACT_SHOT;
     }
     let l3 = if v4 {
         BPF_F_ADJ_ROOM_ENCAP_L3_IPV4
@@ -112,7 +112,7 @@ fn reencap<const N: usize>(ctx: &TcContext, ifindex: u32, v4: bool, gue: bool) -
         .is_err()
         || ctx.store(0, &headers, 0).is_err()
     {
-        return TC_ACT_SHOT as i32;
+        return TC_ACT_SHOT;
     }
     // SAFETY: a helper call with plain values; it returns TC_ACT_REDIRECT.
     unsafe { bpf_redirect(ifindex, 0) as i32 }
