@@ -65,8 +65,13 @@ pub fn named_addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
     Ok(out)
 }
 
-/// `(service, snat_ip)` of every nat service whose `snat_ip` is not in `local`.
+/// `(service, snat_ip)` of every nat service whose `snat_ip` is not in `local`. In
+/// cluster mode with an `announce_interface` the agent puts the SNAT addresses there
+/// itself (they are announced like VIPs), so none is foreign.
 pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, IpAddr)> {
+    if cfg.cluster.is_some() && cfg.agent.announce_interface.is_some() {
+        return Vec::new();
+    }
     cfg.services
         .iter()
         .filter(|s| s.forwarding == Forwarding::Nat)

@@ -20,6 +20,7 @@
 //! - [`rlimit`]: the file-descriptor limit, raised at start;
 //! - [`sd_notify`]: readiness, watchdog and stopping for a systemd `Type=notify` unit;
 //! - [`build_info`]: version, commit and the XDP object's hash;
+//! - [`cluster`]: the nat connections shared with the peers of `[cluster]` over QUIC;
 //! - [`doctor`]: the host preflight of `lb-agent doctor` (docs/doctor.md);
 //! - [`import`]: lb.toml from keepalived and Angie/nginx configs (`lb-agent import`, docs/migrating.md);
 //! - [`view`]: the snapshot the operator surface shows; [`api`]: REST API and `/metrics`;
@@ -31,6 +32,7 @@ mod alloc;
 pub mod announce;
 pub mod api;
 pub mod build_info;
+pub mod cluster;
 pub mod config;
 pub mod dataplane;
 pub mod discovery;

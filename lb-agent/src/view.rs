@@ -38,6 +38,9 @@ pub struct Snapshot {
     /// sample (or without a kernel data plane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occupancy: Option<TablesOccupancy>,
+    /// The connections shared with the cluster's peers; `None` without `[cluster]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 /// The flow, nat and source tables as loaded (`agent.max_flows`, docs/capacity.md).

@@ -118,9 +118,13 @@ pub const CONN_EVENTS_LOST: u32 = 37;
 /// Cluster mode: a nat allocation candidate skipped because its reply 5-tuple is in
 /// `LB_PEER_NAT` (a connection another node made holds it; side counter).
 pub const NAT_PORT_PEER_HELD: u32 = 38;
+/// Transmitted, cluster mode: a backend's reply this node has no entry for, sent on to
+/// the member whose port slice holds its destination port (the node that made the
+/// connection and has not shared it yet), with only its Ethernet addresses rewritten.
+pub const TX_PEER_BOUNCE: u32 = 39;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 23] = [
+pub const OUTCOMES: [u32; 24] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -144,20 +148,21 @@ pub const OUTCOMES: [u32; 23] = [
     TX_ICMP_TOO_BIG,
     DROP_TUNNEL,
     DROP_FLOWS_FULL,
+    TX_PEER_BOUNCE,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 39;
+pub const TX_DSR_CACHED: u32 = 40;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 40;
+pub const TX_NAT_FORWARD_CACHED: u32 = 41;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 39;
+pub const COUNT: u32 = 40;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 41;
+pub const RAW_COUNT: u32 = 42;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -218,6 +223,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "conn_events_sent",
     "conn_events_lost",
     "nat_port_peer_held",
+    "tx_peer_bounce",
 ];
 
 #[cfg(test)]

@@ -243,6 +243,10 @@ pub mod map_names {
     pub const PEER_NAT: &str = "LB_PEER_NAT";
     /// Cluster mode: nat connections established and ended (`events::ConnEvent`).
     pub const CONN_EVENTS: &str = "LB_CONN_EVENTS";
+    /// Cluster mode: the members, their MACs and the shared SNAT addresses
+    /// (`maps::ClusterMembers`); written by the agent at start and when a member's MAC
+    /// changes, not pinned.
+    pub const CLUSTER: &str = "LB_CLUSTER";
     /// `lb_decap`: the host's addresses whose tunnel packets it strips.
     pub const DECAP_ADDRS: &str = "LB_DECAP_ADDRS";
     /// `lb_decap`: its per-CPU counters (`DECAP_*`).

@@ -275,6 +275,11 @@ pub const NAT_H_PENDING: u8 = 1 << 0;
 /// NAT handshake: the flow sent its one passive-failure event (`FLOW_F_REPORTED`,
 /// whichever path sent it).
 pub const NAT_H_REPORTED: u8 = 1 << 1;
+/// NAT handshake bits, cluster mode: the entry was taken over from `LB_PEER_NAT` (another
+/// node made the connection, whose port it owns). Once its port may be reused, or when a
+/// SYN-ACK finds it past its handshake, a reply takes it as gone: the owner may have
+/// given the pair to a new connection this node has not heard of.
+pub const NAT_H_ADOPTED: u8 = 1 << 2;
 
 /// NAT state (TCP): the client sent FIN.
 pub const NAT_S_FIN_CLIENT: u8 = 1 << 0;
@@ -429,9 +434,80 @@ pub struct PeerFlow {
     /// Index into the service's `snat_addrs` of the source address
     /// (`FlowValue::nat_addr`).
     pub nat_addr: u8,
-    pub _pad: u8,
+    /// `PEER_F_*` bits.
+    pub flags: u8,
 }
 const _: () = assert!(size_of::<PeerFlow>() == 8);
+
+/// `PeerFlow::flags`: the connection has closed (both FINs, or a reset; its replica stays
+/// for the closed state's reuse time). A client SYN on its 5-tuple opens a new
+/// connection (the client reused its port) rather than take the old one over.
+pub const PEER_F_CLOSED: u8 = 1 << 0;
+
+/// Most members of a cluster (this node and its peers); `LB_CLUSTER` has room for each.
+pub const CLUSTER_MEMBERS_MAX: usize = 16;
+/// Most shared SNAT addresses `LB_CLUSTER` names (check-config refuses more in a cluster).
+pub const CLUSTER_SNAT_MAX: usize = 16;
+
+/// A SNAT address the nodes of a cluster share and its source port range, split into
+/// contiguous slices by member index (member `i` hands out
+/// `[min + i*len/n, min + (i+1)*len/n)`, `len = max - min + 1`): a reply's destination
+/// port names the node that made its connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterSnat {
+    /// The address, network order, as in [`FlowKey::dst`].
+    pub addr: [u32; 4],
+    /// `FAMILY_V4` or `FAMILY_V6`; 0 for an unused entry.
+    pub family: u8,
+    pub _pad: u8,
+    /// First source port, host order.
+    pub port_min: u16,
+    /// Last source port (inclusive), host order.
+    pub port_max: u16,
+    pub _pad2: u16,
+}
+const _: () = assert!(size_of::<ClusterSnat>() == 24);
+
+/// `LB_CLUSTER` value (one entry, cluster mode): the members, this node's index among
+/// them and where each one's frames go, and the shared SNAT addresses. A backend's reply
+/// that reaches this node before the connection's owner shared it (the SYN-ACK of a new
+/// connection, when the routers spread replies over the nodes) is sent on to the owner
+/// unchanged but for its Ethernet addresses (`TX_PEER_BOUNCE`). Written by the agent;
+/// all zero (no member) until it is, and then nothing is sent on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterMembers {
+    /// How many members (this node included); 0: not known yet.
+    pub count: u8,
+    /// This node's index among them (members sorted by name).
+    pub own: u8,
+    /// How many of `snat` are in use.
+    pub snat_count: u8,
+    pub _pad: u8,
+    /// Each member's MAC on the attached interface's segment, by index; all zero for
+    /// this node and for a member whose MAC is not known (its replies are not sent on).
+    pub macs: [[u8; 6]; CLUSTER_MEMBERS_MAX],
+    /// The shared SNAT addresses and their port ranges.
+    pub snat: [ClusterSnat; CLUSTER_SNAT_MAX],
+}
+const _: () = assert!(size_of::<ClusterMembers>() == 484);
+
+/// The index of the member whose slice of `port_min..=port_max` holds `port`, among
+/// `count` members; `None` outside the range or without members. The agent's slices
+/// (`[min + i*len/n, min + (i+1)*len/n)`) and this agree by construction.
+#[inline(always)]
+pub fn cluster_port_owner(port: u16, port_min: u16, port_max: u16, count: u8) -> Option<u8> {
+    if count == 0 || port < port_min || port > port_max {
+        return None;
+    }
+    let len = u32::from(port_max - port_min) + 1;
+    let offset = u32::from(port - port_min);
+    let n = u32::from(count);
+    // The owner is the largest i with floor(i*len/n) <= offset: i = floor(((offset+1)*n
+    // - 1) / len), which is exact (see the test) and needs no loop.
+    Some((((offset + 1) * n - 1) / len) as u8)
+}
 
 /// `LB_CONFIG` value (one entry): what the data plane must know about the interface it
 /// is attached to. Written by the agent when it loads and attaches the program.
@@ -549,6 +625,36 @@ const _: () = assert!(size_of::<TickClock>() == 16);
 mod tests {
     use super::*;
     use crate::{IPPROTO_TCP as TCP, IPPROTO_UDP as UDP};
+
+    #[test]
+    fn the_port_owner_is_the_member_whose_slice_holds_the_port() {
+        for (min, max) in [(20_000u16, 29_999u16), (1, 1), (10, 12), (40_000, 65_535)] {
+            let len = u32::from(max - min) + 1;
+            for count in 1..=CLUSTER_MEMBERS_MAX as u32 {
+                if count > len {
+                    continue;
+                }
+                for i in 0..count {
+                    let first = u32::from(min) + i * len / count;
+                    let end = u32::from(min) + (i + 1) * len / count;
+                    for port in first..end {
+                        assert_eq!(
+                            cluster_port_owner(port as u16, min, max, count as u8),
+                            Some(i as u8),
+                            "port {port} of {min}..={max} among {count}"
+                        );
+                    }
+                }
+            }
+            assert_eq!(cluster_port_owner(max, min, max, 0), None);
+            if min > 0 {
+                assert_eq!(cluster_port_owner(min - 1, min, max, 3), None);
+            }
+            if max < u16::MAX {
+                assert_eq!(cluster_port_owner(max + 1, min, max, 3), None);
+            }
+        }
+    }
 
     /// Every row of the port lifecycle (docs/nat-ports.md): the state, the protocol and
     /// how long the port is held after the entry's last packet.
@@ -726,5 +832,7 @@ mod pod {
         crate::events::PassiveEvent,
         crate::events::ConnEvent,
         PeerFlow,
+        ClusterSnat,
+        ClusterMembers,
     );
 }

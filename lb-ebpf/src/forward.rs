@@ -119,7 +119,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
         None => {
             // Cluster mode: a connection another node made is taken over (`peer`)
             // before anything would open a flow for it.
-            if use_nat && layout::cluster() && peer::has_flow(&pkt.key) {
+            if use_nat && layout::cluster() && peer::has_flow(&pkt.key, syn) {
                 return peer::handoff();
             }
             // The checks a packet must pass before it may open a flow.

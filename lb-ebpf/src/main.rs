@@ -42,6 +42,7 @@ mod maps;
 mod nat;
 mod parse;
 mod peer;
+mod peer_bounce;
 mod pkt;
 mod rewrite;
 mod slots;
@@ -158,7 +159,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
         Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
         Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
             Dest::Service(svc) => forward::for_service(&pkt, svc, end),
-            Dest::NatCandidate => peer::reply_missed(&pkt.key, nat::reply(&pkt, end)),
+            Dest::NatCandidate => peer::reply_missed(nat::reply(&pkt, end)),
             Dest::Other => not_ours(&pkt, end),
         },
     }

@@ -11,8 +11,9 @@ use lb_common::{
     VIP_INDEX_TABLES, counters,
     events::{ConnEvent, PassiveEvent},
     maps::{
-        Backend, BackendStats, DataplaneConfig, DecapAddr, FlowCacheEntry, FlowKey, NatValue,
-        PeerFlow, ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
+        Backend, BackendStats, ClusterMembers, DataplaneConfig, DecapAddr, FlowCacheEntry, FlowKey,
+        NatValue, PeerFlow, ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader,
+        VipSlot,
     },
     table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
 };
@@ -150,6 +151,11 @@ pub static LB_PEER_NAT: HashMap<FlowKey, NatValue, { PEER_ENTRIES_MIN as usize }
 #[btf_map]
 pub static LB_CONN_EVENTS: RingBuf<ConnEvent, { CONN_EVENT_RING_MIN_BYTES as usize }> =
     RingBuf::new();
+
+/// Cluster mode: the members and the shared SNAT addresses (see `peer_bounce`), written
+/// by the agent.
+#[btf_map]
+pub static LB_CLUSTER: Array<ClusterMembers, 1> = Array::new();
 
 /// `lb_decap`: the host's addresses (outer destinations whose tunnel packets it strips),
 /// written by `lb-agent decap attach`.

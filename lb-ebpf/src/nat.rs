@@ -21,10 +21,10 @@ use lb_common::{
     hash::SEED_NAT_PORT,
     maps::{
         Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue,
-        MAX_SNAT_ADDRS, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED, NAT_S_BACKEND_FIRST,
-        NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED, NAT_S_RST, NatValue,
-        ServiceMeta, nat_backend_time_wait as backend_time_wait, nat_owned_by as owned_by,
-        nat_reclaimable, nat_reuse_after, nat_seconds,
+        MAX_SNAT_ADDRS, NAT_H_ADOPTED, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED,
+        NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED,
+        NAT_S_RST, NatValue, ServiceMeta, nat_backend_time_wait as backend_time_wait,
+        nat_owned_by as owned_by, nat_reclaimable, nat_reuse_after, nat_seconds,
     },
     nat_stride,
 };
@@ -311,7 +311,7 @@ pub fn adopted_value(peer: &NatValue, mac: Option<[u8; 6]>, now_s: u32) -> NatVa
             ],
         },
         state: peer.state,
-        handshake: peer.handshake,
+        handshake: peer.handshake | NAT_H_ADOPTED,
         last_seen: now_s,
         _pad2: 0,
     }
@@ -777,6 +777,16 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
         // Cluster mode: maybe a connection another node made (`peer::reply_missed`).
         return Some(Verdict::pass(PASS_NOT_VIP));
     };
+    // Cluster mode: a taken-over connection's entry that may be over is a miss too.
+    if layout::cluster()
+        && peer::stale(
+            nat,
+            pkt.key.proto,
+            pkt.is_tcp() && l4.tcp_flags & TCP_SYN != 0,
+        )
+    {
+        return Some(Verdict::pass(PASS_NOT_VIP));
+    }
     // Writes are single fields (state, age), as in the LRU map's values before.
     let state = nat.state;
     if pkt.is_tcp() {

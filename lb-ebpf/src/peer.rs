@@ -6,7 +6,7 @@
 //! The agent keeps every other node's connections in `LB_PEER_FLOWS` (by client 5-tuple)
 //! and `LB_PEER_NAT` (by reply 5-tuple). `lb_xdp_full` looks there only after a miss: a
 //! nat client packet without an `LB_FLOWS` entry ([`has_flow`]), a reply to a SNAT
-//! address without an `LB_NAT` entry ([`has_reverse`]). On a hit it hands the packet
+//! address without an `LB_NAT` entry ([`reply_missed`]). It hands the packet
 //! ([`HANDOFF`]) to `lb_xdp_peer` ([`enter`]), a program of its own with its own stack
 //! (`lb_xdp_full`'s is full, docs/internals/fast-path.md "Stack budget"), which writes the
 //! entries through the same claims a new flow's go through ([`adopt`]) and continues in
@@ -22,7 +22,10 @@ use lb_common::{
         DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NO_FULL_PATH, FLOW_EVICTED, PASS_NOT_VIP,
         PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
     },
-    maps::{FlowKey, ServiceMeta, nat_seconds},
+    maps::{
+        FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST,
+        NatValue, PEER_F_CLOSED, ServiceMeta, nat_reclaimable, nat_seconds,
+    },
 };
 
 use crate::{
@@ -31,7 +34,8 @@ use crate::{
     flow, forward, layout,
     maps::{LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
     nat::{self, Source},
-    parse::{self, ETH_SRC, Packet, Parsed},
+    parse::{self, ETH_SRC, Packet, Parsed, TCP_SYN},
+    peer_bounce,
     slots::{self, Claim},
     vip::{self, Dest},
 };
@@ -46,10 +50,16 @@ pub const fn handoff() -> Verdict {
     Verdict::new(HANDOFF, 0)
 }
 
-/// Whether another node's connection has the client 5-tuple `key`.
+/// Whether another node's connection has the client 5-tuple `key` and this packet
+/// (`syn`: a client SYN) continues it: a SYN on the 5-tuple of a closed connection
+/// (`PEER_F_CLOSED`) opens a new one (the client reused its port).
 #[inline(always)]
-pub fn has_flow(key: &FlowKey) -> bool {
-    LB_PEER_FLOWS.get_ptr(key).is_some()
+pub fn has_flow(key: &FlowKey, syn: bool) -> bool {
+    match LB_PEER_FLOWS.get_ptr(key) {
+        // SAFETY: a map value, one field read.
+        Some(p) => !syn || unsafe { (*p).flags } & PEER_F_CLOSED == 0,
+        None => false,
+    }
 }
 
 /// Whether another node's connection has the reply 5-tuple `key`.
@@ -77,11 +87,12 @@ pub fn settled_reply_missed(v: Option<Verdict>) -> Option<Verdict> {
     }
 }
 
-/// `lb_xdp_full`: a reply (`reply`, its 5-tuple) `nat::reply` found no `LB_NAT` entry
-/// for (`PASS_NOT_VIP`) is handed over in cluster mode when `LB_PEER_NAT` has it.
+/// `lb_xdp_full`: a reply `nat::reply` found no `LB_NAT` entry for (`PASS_NOT_VIP`) is
+/// handed over in cluster mode: `lb_xdp_peer` takes it over from `LB_PEER_NAT` or sends
+/// it on to the node that owns its port (`peer_bounce`).
 #[inline(always)]
-pub fn reply_missed(reply: &FlowKey, v: Verdict) -> Verdict {
-    if layout::cluster() && v.counter == PASS_NOT_VIP && has_reverse(reply) {
+pub fn reply_missed(v: Verdict) -> Verdict {
+    if layout::cluster() && v.counter == PASS_NOT_VIP {
         handoff()
     } else {
         v
@@ -110,7 +121,13 @@ pub fn adopt(ctx: &XdpContext) -> Option<Verdict> {
     };
     match vip::dest(&pkt.key) {
         Dest::Service(svc) => adopt_flow(&pkt, svc),
-        Dest::NatCandidate => adopt_reply(&pkt),
+        Dest::NatCandidate => {
+            let syn = pkt.is_tcp()
+                && pkt
+                    .l4(ctx.data_end())
+                    .is_some_and(|l4| l4.tcp_flags & TCP_SYN != 0);
+            adopt_reply(&pkt, syn)
+        }
         Dest::Other => None,
     }
 }
@@ -150,10 +167,44 @@ fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
     None
 }
 
-/// A backend's reply: claims its reverse entry from `LB_PEER_NAT`. A bucket busy or full
-/// of live entries leaves it untranslated (`PASS_NOT_VIP`, as a reply without an entry).
+/// Whether `v`, the `LB_NAT` entry a reply found (`syn`: a SYN-ACK), is a taken-over
+/// connection's that may be over (`NAT_H_ADOPTED`): its port may be reused, or a SYN-ACK
+/// comes after its handshake. Its owner may have given the pair to a new connection;
+/// the reply then goes the way of one without an entry ([`reply_missed`]).
 #[inline(always)]
-fn adopt_reply(pkt: &Packet) -> Option<Verdict> {
+pub fn stale(v: &NatValue, proto: u8, syn: bool) -> bool {
+    if v.handshake & NAT_H_ADOPTED == 0 {
+        return false;
+    }
+    let past_handshake = NAT_S_ACKED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND | NAT_S_RST;
+    (syn && v.state & past_handshake != 0)
+        || nat_reclaimable(v, proto, nat_seconds(clock::now().ns))
+}
+
+/// Frees the `LB_NAT` entry of `key` if it is [`stale`]; `false` when its bucket is
+/// busy (the reply then passes rather than loop back here).
+#[inline(always)]
+fn forget_stale(key: &FlowKey, syn: bool) -> bool {
+    let code = nat::lb_nat_find(key);
+    match slots::value_at::<nat::NatTable>(code) {
+        Some(v) if stale(v, key.proto, syn) => nat::lb_nat_free(key, code) == 1,
+        _ => true,
+    }
+}
+
+/// A backend's reply: claims its reverse entry from `LB_PEER_NAT`; without one, the
+/// connection is another member's that has not shared it yet, and the reply goes on to
+/// it (`peer_bounce`). A [`stale`] entry of a connection taken over before goes first.
+/// A bucket busy or full of live entries leaves it untranslated (`PASS_NOT_VIP`, as a
+/// reply without an entry).
+#[inline(always)]
+fn adopt_reply(pkt: &Packet, syn: bool) -> Option<Verdict> {
+    if !forget_stale(&pkt.key, syn) {
+        return Some(Verdict::pass(PASS_NOT_VIP));
+    }
+    if !has_reverse(&pkt.key) {
+        return Some(peer_bounce::to_owner(pkt));
+    }
     match adopt_reverse(&pkt.key, None, nat_seconds(clock::now().ns)) {
         Claim::Busy | Claim::Full | Claim::Evicted => Some(Verdict::pass(PASS_NOT_VIP)),
         Claim::Fresh | Claim::Replaced | Claim::Taken | Claim::Displaced => None,

@@ -14,7 +14,10 @@ use lb_common::{
     vip_bucket_index,
 };
 
-use crate::maps::{LB_VIP_GEN, LB_VIP_HDR, LB_VIP_INDEX};
+use crate::{
+    layout,
+    maps::{LB_VIP_GEN, LB_VIP_HDR, LB_VIP_INDEX},
+};
 
 /// What the destination of a TCP/UDP packet is.
 pub enum Dest {
@@ -48,8 +51,10 @@ pub fn dest(key: &FlowKey) -> Dest {
     if let Some(slot) = probe(generation, hdr.seed, &vip, VIP_SLOT_SERVICE) {
         return Dest::Service(&slot.meta);
     }
+    // The header's range is this node's own ports; in cluster mode a reply to another
+    // member's port is ours too (taken over, or sent on to that member).
     let port = u16::from_be(key.dport);
-    if port < hdr.nat_port_min || port > hdr.nat_port_max {
+    if !layout::cluster() && (port < hdr.nat_port_min || port > hdr.nat_port_max) {
         return Dest::Other;
     }
     match probe(

@@ -25,19 +25,29 @@ pub(super) struct Announcement {
     traffic_total: u64,
     /// When `traffic_total` last moved (a drained node is quiet since then).
     traffic_moved: Option<Instant>,
+    /// Cluster mode: the nat services' SNAT addresses are announced like their VIPs.
+    snat_addresses: bool,
 }
 
 impl Announcement {
+    /// From now on, announces each nat service's SNAT addresses as it announces the
+    /// service's VIP (cluster mode).
+    pub fn announce_snat_addresses(&mut self) {
+        self.snat_addresses = true;
+    }
+
     /// Re-decides every VIP's announcement from `services`' last membership (a service
-    /// serves when it is fail-open or has an active server whose MAC is known).
+    /// serves when it is fail-open or has an active server whose MAC is known); in
+    /// cluster mode its SNAT addresses follow the same decision.
     pub fn update(
         &mut self,
         services: &[ServiceRt],
         macs: &HashMap<IpAddr, [u8; 6]>,
     ) -> Vec<Change> {
+        let snat = self.snat_addresses;
         let input = services
             .iter()
-            .map(|svc| {
+            .flat_map(|svc| {
                 let serve = match &svc.outcome {
                     Some(o) if o.fail_open => Serve::FailOpen,
                     Some(o)
@@ -49,7 +59,14 @@ impl Announcement {
                     }
                     _ => Serve::Nothing,
                 };
-                (svc.cfg.vip.ip(), serve)
+                let snat_ips = if snat {
+                    svc.cfg.snat_ips.as_slice()
+                } else {
+                    &[]
+                };
+                std::iter::once(svc.cfg.vip.ip())
+                    .chain(snat_ips.iter().copied())
+                    .map(move |ip| (ip, serve))
             })
             .collect();
         self.announcer.update(input)

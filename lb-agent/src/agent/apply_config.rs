@@ -33,6 +33,16 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         &mut self,
         cfg: &Config,
     ) -> Result<ReapplyReport, PublishError> {
+        // In a cluster each node hands out its own slice of the nat source ports.
+        let own_share;
+        let cfg = match &mut self.cluster {
+            Some(node) => {
+                node.set_shared_snat(cfg);
+                own_share = node.sync().members().own_share(cfg);
+                &own_share
+            }
+            None => cfg,
+        };
         let mut admin_report = ReapplyReport::default();
         let now = Instant::now();
         let mut old: HashMap<String, ServiceRt> = self

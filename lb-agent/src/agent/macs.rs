@@ -36,6 +36,11 @@ impl<N: Neighbours> Macs<N> {
         }
     }
 
+    /// Where MACs come from (also for addresses that are not backends).
+    pub fn neighbours(&self) -> &Arc<N> {
+        &self.neighbours
+    }
+
     /// The MACs known, by backend address.
     pub fn known(&self) -> &HashMap<IpAddr, [u8; 6]> {
         &self.known

@@ -22,6 +22,7 @@
 //! | `events` | the shared event log, events pending while a reader holds it, the transitions count | `event_log.rs` |
 //! | `faults` | passive events by kind, agent-wide local faults | `faults.rs`, `local_faults.rs` |
 //! | `announcement` | the VIP announcer (routes, drain, BGP sessions), the traffic total a drain waits on | `announcing.rs` |
+//! | `cluster` | the connections shared with the peers of `[cluster]` ([`crate::cluster::Cluster`]) and the data plane's peer tables, when configured | `cluster.rs` |
 //! | `discovery` | DNS answers of `resolve = true` servers and their re-resolution | `crate::discovery`, `resolve.rs` |
 //! | `deadlines` | the next time-driven deadline, cached between changes | `deadlines.rs` |
 //! | `snapshot` | the last snapshot and its `watch` sender, its schedule, waiting readers, kept server records, table fingerprints | `snapshot/mod.rs`, `schedule.rs`, `readers.rs`, `build.rs` |
@@ -46,6 +47,7 @@ mod admin;
 mod admin_state;
 mod announcing;
 mod apply_config;
+mod cluster;
 mod deadlines;
 mod departing;
 mod desired;
@@ -74,6 +76,7 @@ use std::{net::SocketAddr, sync::Arc};
 use tokio::sync::{mpsc, watch};
 
 pub use admin_state::{AdminState, ReapplyReport, StateFileError};
+pub use cluster::ClusterNode;
 pub use neighbours::{KernelNeighbours, Neighbours, StaticNeighbours};
 pub use publish_retry::{FIRST_RETRY, LAST_RETRY};
 use server::{Configured, ServerRt};
@@ -109,6 +112,7 @@ pub struct Agent<D: Dataplane, P: Prober, N: Neighbours> {
     events: event_log::Events,
     faults: faults::Faults,
     announcement: announcing::Announcement,
+    cluster: Option<ClusterNode>,
     discovery: crate::discovery::Discovery,
     deadlines: deadlines::DeadlineCache,
     snapshot: snapshot::SnapshotCache,
@@ -137,6 +141,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             events,
             faults: Default::default(),
             announcement: Default::default(),
+            cluster: None,
             discovery: Default::default(),
             deadlines: Default::default(),
             snapshot,

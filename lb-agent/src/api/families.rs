@@ -17,7 +17,7 @@ pub struct Family {
 pub const FAMILIES: &[Family] = &[
     Family {
         name: "lb_packets_forwarded_total",
-        help: "packets the XDP program sent back out (XDP_TX), by reason: dsr, nat_forward (client to backend), nat_reply (backend to client), icmp_nat (an ICMP error about a nat flow, translated), tunnel (ipip/gue, encapsulated), icmp_too_big (a too-big answer to a client whose packet would not fit once encapsulated)",
+        help: "packets the XDP program sent back out (XDP_TX), by reason: dsr, nat_forward (client to backend), nat_reply (backend to client), icmp_nat (an ICMP error about a nat flow, translated), tunnel (ipip/gue, encapsulated), icmp_too_big (a too-big answer to a client whose packet would not fit once encapsulated), peer_bounce (cluster mode: a backend's reply sent on to the node that made its connection)",
         label: "reason",
         members: &[
             ("tx_dsr", "dsr"),
@@ -26,6 +26,7 @@ pub const FAMILIES: &[Family] = &[
             ("tx_icmp_nat", "icmp_nat"),
             ("tx_tunnel", "tunnel"),
             ("tx_icmp_too_big", "icmp_too_big"),
+            ("tx_peer_bounce", "peer_bounce"),
         ],
     },
     Family {

@@ -296,6 +296,9 @@ pub fn render(snap: &Snapshot) -> String {
     if snap.announce.enabled {
         announce(o, &snap.announce);
     }
+    if let Some(cluster) = &snap.cluster {
+        super::cluster_metrics::render(o, cluster);
+    }
     out
 }
 
@@ -418,12 +421,12 @@ fn announce(o: &mut String, a: &crate::view::AnnounceStatus) {
     }
 }
 
-fn header(o: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn header(o: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(o, "# HELP {name} {help}");
     let _ = writeln!(o, "# TYPE {name} {kind}");
 }
 
-fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+pub(super) fn line(o: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
     o.push_str(name);
     if !labels.is_empty() {
         o.push('{');

@@ -6,6 +6,7 @@
 //! loop, which owns all state and answers through a oneshot channel.
 
 mod auth;
+mod cluster_metrics;
 mod counters;
 pub mod families;
 mod limits;

@@ -169,6 +169,9 @@ pub struct PageView {
     pub propagation: Histogram,
     /// Events at or after the asked time, oldest first.
     pub events: Vec<Event>,
+    /// With `[cluster]`: this node, its peers and the sync's counters.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 /// One service on the page.
@@ -247,6 +250,7 @@ pub fn view(snap: &Snapshot, events: Vec<Event>, now: SystemTime) -> PageView {
         transitions: snap.transitions,
         propagation: snap.propagation.clone(),
         events,
+        cluster: snap.cluster.clone(),
     }
 }
 

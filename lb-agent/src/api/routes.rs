@@ -42,13 +42,16 @@ pub fn router(state: ApiState) -> Router {
 /// The agent itself: its build and where it is attached.
 async fn agent(State(st): State<ApiState>) -> Response {
     let snap = st.snapshot.get().await;
-    Json(json!({
+    let mut body = json!({
         "build": snap.build,
         "interface": snap.interface,
         "xdp_mode": snap.xdp_mode,
         "tables": snap.tables,
-    }))
-    .into_response()
+    });
+    if let Some(cluster) = &snap.cluster {
+        body["cluster"] = json!(cluster);
+    }
+    Json(body).into_response()
 }
 
 async fn services(State(st): State<ApiState>) -> Response {

@@ -7,10 +7,10 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 use super::lifecycle;
 use anyhow::Context;
 use lb_agent::{
-    agent::{AdminState, Agent, Environment, KernelNeighbours},
+    agent::{AdminState, Agent, ClusterNode, Environment, KernelNeighbours},
     api::{self, ApiState},
     config::{self, Config},
-    dataplane::{AttachMode, DataplaneLifecycle, MapSizes},
+    dataplane::{AttachMode, DataplaneLifecycle, MapSizes, peers::ClusterTables},
     event_loop::{
         ConfigFile, EventLoop, Exit, Inputs, UnixSignals, log_passive_gaps, tell_systemd,
     },
@@ -103,15 +103,18 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         adopted,
         previous,
         pin_lock: _pin_lock,
-    } = lifecycle::prepare(
-        &interface,
-        cfg.agent.pin_path.as_deref(),
-        opts.reset,
-        MapSizes::for_backends(cfg.agent.max_backends)
+    } = lifecycle::prepare(&interface, cfg.agent.pin_path.as_deref(), opts.reset, {
+        let sizes = MapSizes::for_backends(cfg.agent.max_backends)
             .context("agent.max_backends out of range (the config check allows 1..=1048575)")?
             .with_flows(config::max_flows(&cfg.agent))
-            .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?,
-    )?;
+            .context("agent.max_flows out of range (the config check allows 1024..=16777216)")?;
+        // Cluster mode: the peer tables and the connection events.
+        if cfg.cluster.is_some() {
+            sizes.with_cluster()
+        } else {
+            sizes
+        }
+    })?;
     let events = dp.take_events().transpose()?;
     // Counted off the agent's task: a scan reads both tables (about 130 MB).
     if let Err(err) = dp.start_census(TABLE_CENSUS_EVERY) {
@@ -137,6 +140,28 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         let _ = lb_agent::probe::syn::availability();
     }
     let (mut agent, handles) = Agent::new(dp, Arc::new(NetProber), neighbours, env);
+    // Before the first publish: in a cluster the node hands out its slice of nat ports.
+    let mut cluster_changes = None;
+    let mut conn_events = None;
+    if let Some(cluster) = &cfg.cluster {
+        let mut started = lb_agent::cluster::Cluster::start(cluster)
+            .context("starting the cluster sync ([cluster])")?;
+        info!(
+            node = %cluster.node,
+            listen = %cluster.listen,
+            peers = cluster.peers.len(),
+            "cluster sync started"
+        );
+        cluster_changes = started.take_changes();
+        let tables = ClusterTables::new(
+            agent.dataplane_mut().take_peer_tables()?,
+            agent.dataplane().table_reader()?,
+        );
+        conn_events = Some(forward_conn_events(
+            agent.dataplane_mut().take_conn_events()?,
+        ));
+        agent.start_cluster(ClusterNode::new(started, Box::new(tables)));
+    }
     if !adopted.services.is_empty() {
         agent.adopt(&adopted);
     }
@@ -150,6 +175,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
+    agent.resolve_members().await;
     // Attached (or swapped in) only now: the program never runs on unpublished maps.
     agent
         .dataplane_mut()
@@ -158,6 +184,21 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     drop(previous);
     let xdp_mode = agent.dataplane().mode_name();
     agent.set_xdp_mode(xdp_mode);
+    // In a cluster, nothing is announced before the peers' bulk resync completed (or
+    // `resync_timeout` passed): the node could not forward their connections.
+    if let Some(cluster) = agent.cluster() {
+        let mut resynced = cluster.resync_complete();
+        info!("waiting for the cluster's bulk resync before announcing");
+        // The replicas the bulk brings are installed as they come.
+        loop {
+            tokio::select! {
+                _ = resynced.wait_for(|done| *done) => break,
+                Some(changes) = next_changes(&mut cluster_changes) => {
+                    agent.on_cluster_changes(changes).await;
+                }
+            }
+        }
+    }
     // Announced only now, with the program forwarding (docs/multi-node.md).
     let bgp = super::node::start_announcing(&mut agent, &cfg.agent)?;
 
@@ -208,6 +249,8 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         bgp,
         signals,
         passive_events: events,
+        conn_events,
+        cluster_changes,
         attachment: lifecycle::Attachment::watch(),
         config: Box::new(ConfigFile::new(opts.config.clone(), interface.clone())),
         // `WatchdogSec=`: pinged from the loop, so a loop that hangs stops the pings.
@@ -223,4 +266,38 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
     drop(event_loop);
     drop(listening);
     Ok(exit)
+}
+
+/// Reads the data plane's connection events on a task of their own and hands them to
+/// the event loop in batches (the loop stays generic over where they come from).
+fn forward_conn_events(
+    mut stream: lb_agent::dataplane::ConnEventStream,
+) -> mpsc::Receiver<Vec<lb_common::events::ConnEvent>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            match stream.next_batch().await {
+                Ok(batch) => {
+                    if tx.send(batch).await.is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    warn!(error = %err, "connection event ring failed; the cluster gets no more of this node's connections");
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next batch of replica changes; pending forever without a stream.
+async fn next_changes(
+    changes: &mut Option<mpsc::UnboundedReceiver<Vec<lb_agent::cluster::Change>>>,
+) -> Option<Vec<lb_agent::cluster::Change>> {
+    match changes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }

@@ -38,6 +38,9 @@ pub async fn status(api: &http::Target, json: bool) -> anyhow::Result<ExitCode> 
                 t.memory_bytes as f64 / (1024.0 * 1024.0)
             );
         }
+        if let Some(c) = &agent.cluster {
+            print!("{}", render_cluster(c));
+        }
     }
     print!("{}", render(&services));
     Ok(ExitCode::SUCCESS)
@@ -51,6 +54,51 @@ struct AgentView {
     xdp_mode: String,
     #[serde(default)]
     tables: Option<lb_agent::view::TablesStatus>,
+    #[serde(default)]
+    cluster: Option<lb_agent::cluster::ClusterStatus>,
+}
+
+/// The cluster lines: this node, then one line per peer.
+fn render_cluster(c: &lb_agent::cluster::ClusterStatus) -> String {
+    use std::fmt::Write;
+    let r = &c.refused;
+    let mut out = format!(
+        "cluster node {} ({} of {})  resync {}  connections {}  refused: wrong key {}, \
+         foreign node {}, fingerprint {}, version {}, malformed {}, replayed {}; stray \
+         datagrams {}\n",
+        c.node,
+        c.index + 1,
+        c.members,
+        if c.resync_complete {
+            "complete"
+        } else {
+            "waiting"
+        },
+        c.connections,
+        r.wrong_key,
+        r.foreign_node,
+        r.fingerprint,
+        r.version,
+        r.malformed,
+        r.replayed,
+        c.stray_datagrams
+    );
+    for p in &c.peers {
+        let _ = writeln!(
+            out,
+            "  peer {} {}  {}{}  sent {}  resent {}  received {}  lag {} records / {} ms",
+            p.name,
+            p.address,
+            p.state.as_str(),
+            if p.receiving { ", receiving" } else { "" },
+            p.sent,
+            p.resent,
+            p.received,
+            p.lag_records,
+            p.lag_ms
+        );
+    }
+    out
 }
 
 /// The narrowest the address column gets (an `IPv4:port` fits in 21).

@@ -12,7 +12,7 @@ use super::values;
 pub(super) type R<T> = Result<T, ConfigError>;
 
 /// The top-level keys.
-pub(super) const TOP_KEYS: &[&str] = &["agent", "service"];
+pub(super) const TOP_KEYS: &[&str] = &["agent", "service", "cluster"];
 /// Every key of `[agent]`.
 pub(super) const AGENT_KEYS: &[&str] = &[
     "interface",
@@ -109,6 +109,8 @@ pub fn accepted_keys() -> Vec<(&'static str, Vec<&'static str>)> {
         ("service.server", SERVER_KEYS.to_vec()),
         ("service.probe", probe_keys()),
         ("service.probe.headers", HEADER_SOURCE_KEYS.to_vec()),
+        ("cluster", super::cluster::CLUSTER_KEYS.to_vec()),
+        ("cluster.peer", super::cluster::PEER_KEYS.to_vec()),
     ]
 }
 

@@ -10,6 +10,7 @@
 //! `lb-agent/tests/docs/config_keys_documented.rs`.
 
 mod bounds;
+mod cluster;
 mod error;
 mod failures;
 mod fields;
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use bounds::{Bounds, detection_bounds};
+pub use cluster::{ClusterConfig, ClusterPeer, DEFAULT_RESYNC_TIMEOUT, MAX_MEMBERS};
 pub use error::ConfigError;
 pub use fields::accepted_keys;
 pub use passive::{PassiveCoverage, passive_coverage, passive_gap};
@@ -117,6 +119,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// In file order.
     pub services: Vec<ServiceConfig>,
+    /// `[cluster]`; `None`: this node shares no state.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// `[agent]`.

@@ -125,7 +125,15 @@ fn config(root: Table<'_>) -> R<Config> {
             services.push(svc);
         }
     }
-    Ok(Config { agent, services })
+    let cluster = match root.get("cluster") {
+        Some(f) => Some(super::cluster::cluster(&f.table()?, &services)?),
+        None => None,
+    };
+    Ok(Config {
+        agent,
+        services,
+        cluster,
+    })
 }
 
 fn agent(t: &Table<'_>) -> R<AgentConfig> {
@@ -316,7 +324,7 @@ fn optional_path(s: &str, what: &str) -> Result<Option<PathBuf>, String> {
     Ok(Some(p))
 }
 
-fn service_name(s: &str) -> Result<String, String> {
+pub(super) fn service_name(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 64
         && s.bytes()

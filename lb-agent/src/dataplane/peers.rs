@@ -1,15 +1,16 @@
 //! Cluster mode, the data plane's side of shared connections: another node's connections
 //! installed into, refreshed in and removed from `LB_PEER_FLOWS` and `LB_PEER_NAT`, which
 //! the XDP program reads when a packet of one of them reaches this node and takes over
-//! (docs/internals/fast-path.md, "Cluster mode"). The program never writes them.
+//! (docs/internals/fast-path.md, "Cluster mode"), and the members (`LB_CLUSTER`) a reply
+//! no table knows is sent on to. The program never writes them.
 
-use aya::maps::{HashMap, MapData, MapError};
+use aya::maps::{Array, HashMap, MapData, MapError};
 use lb_common::{
     map_names,
-    maps::{FlowKey, NatValue, PeerFlow},
+    maps::{ClusterMembers, FlowKey, NatValue, PeerFlow},
 };
 
-use super::DataplaneError;
+use super::{DataplaneError, census::TableReader};
 
 /// `BPF_EXIST`: update an entry only if it is there.
 const BPF_EXIST: u64 = 2;
@@ -31,18 +32,88 @@ pub struct PeerConnection {
     pub nat: NatValue,
 }
 
-/// `LB_PEER_FLOWS` and `LB_PEER_NAT`.
+/// What the agent's cluster component reads and writes of the data plane: the other
+/// nodes' connections in, this node's active ones out. [`ClusterTables`] is the real
+/// one; the agent tests use [`crate::testing::MemoryPeers`].
+pub trait PeerStore: Send {
+    /// Installs (or replaces) another node's connection.
+    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError>;
+    /// Removes another node's connection (either entry may be gone already).
+    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError>;
+    /// This node's own nat entries (`LB_NAT`, reply 5-tuple and value) that carried a
+    /// packet at `since` or later (`nat_seconds`).
+    fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError>;
+    /// Writes the members, their MACs and the shared SNAT addresses (`LB_CLUSTER`).
+    fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError>;
+}
+
+/// The real data plane's side of cluster mode: the peer tables and a reader of `LB_NAT`.
+pub struct ClusterTables {
+    peers: PeerTables,
+    reader: TableReader,
+}
+
+impl ClusterTables {
+    pub fn new(peers: PeerTables, reader: TableReader) -> Self {
+        Self { peers, reader }
+    }
+}
+
+impl PeerStore for ClusterTables {
+    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
+        self.peers.install(c)
+    }
+
+    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError> {
+        self.peers.remove(client, reply)
+    }
+
+    fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
+        self.peers.set_members(members)
+    }
+
+    fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError> {
+        self.reader
+            .nat_seen_since(since)
+            .map_err(|source| DataplaneError::Io {
+                what: "reading LB_NAT for the cluster's refresh",
+                source,
+            })
+    }
+}
+
+/// `LB_PEER_FLOWS`, `LB_PEER_NAT` and `LB_CLUSTER`.
 pub struct PeerTables {
     flows: HashMap<MapData, FlowKey, PeerFlow>,
     nat: HashMap<MapData, FlowKey, NatValue>,
+    members: Array<MapData, ClusterMembers>,
 }
 
 impl PeerTables {
     pub(super) fn new(
         flows: HashMap<MapData, FlowKey, PeerFlow>,
         nat: HashMap<MapData, FlowKey, NatValue>,
+        members: Array<MapData, ClusterMembers>,
     ) -> Self {
-        Self { flows, nat }
+        Self {
+            flows,
+            nat,
+            members,
+        }
+    }
+
+    /// Writes `LB_CLUSTER`: the members, their MACs and the shared SNAT addresses.
+    pub fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
+        self.members
+            .set(0, members, 0)
+            .map_err(|source| map_error(map_names::CLUSTER, source))
+    }
+
+    /// What `LB_CLUSTER` holds.
+    pub fn members(&self) -> Result<ClusterMembers, DataplaneError> {
+        self.members
+            .get(&0, 0)
+            .map_err(|source| map_error(map_names::CLUSTER, source))
     }
 
     /// Installs (or replaces) a connection in both tables: the reverse entry first, so

@@ -9,6 +9,7 @@
 mod addresses;
 mod bird_socket;
 mod bpffs;
+mod cluster;
 pub mod dsr_segment;
 mod ethtool;
 mod interface;
@@ -116,6 +117,7 @@ pub async fn run(opts: &Options) -> Vec<Finding> {
         out.extend(addresses::dsr(cfg, opts.interface.as_deref()));
         out.extend(bpffs::check(cfg));
         out.extend(bird_socket::check(cfg).await);
+        out.extend(cluster::check(cfg).await);
     } else {
         out.push(Finding::ok(
             "config",

@@ -24,10 +24,13 @@ pub use inputs::{AttachmentWatch, PassiveEvents, Signal, Signals, UnixSignals};
 pub use reload::{ConfigFile, ConfigSource, log_passive_gaps};
 pub use wake::Wake;
 
+use lb_common::events::ConnEvent;
+
 use crate::{
     agent::{Agent, Neighbours},
     announce::bird_sessions,
     api::{AdminRequest, ReloadOutcome, ReloadRequest, SnapshotRequest},
+    cluster::Change,
     config::{self, AgentConfig},
     dataplane::Dataplane,
     neighbour::nexthops::MacUpdate,
@@ -41,6 +44,9 @@ pub const REPORT_BATCH: usize = 256;
 pub const STATS_EVERY: Duration = Duration::from_millis(500);
 /// How often unknown MACs are retried.
 pub const MAC_RETRY: Duration = Duration::from_secs(2);
+/// Cluster mode: how often this node's active nat connections are refreshed at the peers
+/// (well within the shortest idle time a replica lives, docs/internals/cluster-sync.md).
+pub const CLUSTER_REFRESH: Duration = Duration::from_secs(2);
 
 /// What the loop is fed.
 pub struct Inputs<S, E, W> {
@@ -59,6 +65,11 @@ pub struct Inputs<S, E, W> {
     pub signals: S,
     /// The data plane's passive events, when it has a stream of them.
     pub passive_events: Option<E>,
+    /// Cluster mode: the data plane's connection events (this node's connections).
+    pub conn_events: Option<mpsc::Receiver<Vec<ConnEvent>>>,
+    /// Cluster mode: the replicas the peers sent, to install or remove
+    /// ([`crate::cluster::Cluster::take_changes`]).
+    pub cluster_changes: Option<mpsc::UnboundedReceiver<Vec<Change>>>,
     pub attachment: W,
     /// What a reload reads.
     pub config: Box<dyn ConfigSource>,
@@ -82,6 +93,8 @@ struct Timers {
     watchdog: Option<Interval>,
     /// Only when announcing with a lifetime.
     announce_refresh: Option<Interval>,
+    /// Only in cluster mode.
+    cluster_refresh: Option<Interval>,
 }
 
 /// The agent and everything that drives it.
@@ -116,6 +129,10 @@ where
             mac_retry: interval(MAC_RETRY),
             watchdog: inputs.watchdog.map(interval),
             announce_refresh,
+            cluster_refresh: inputs
+                .cluster_changes
+                .is_some()
+                .then(|| interval(CLUSTER_REFRESH)),
         };
         EventLoop {
             agent,
@@ -177,6 +194,15 @@ where
             batch = next_or_pending(inputs.passive_events.as_mut().map(E::next_batch)) => {
                 Wake::PassiveEvents(batch)
             }
+            Some(batch) = next_or_pending(inputs.conn_events.as_mut().map(mpsc::Receiver::recv)) => {
+                Wake::ConnEvents(batch)
+            }
+            Some(changes) = next_or_pending(
+                inputs.cluster_changes.as_mut().map(mpsc::UnboundedReceiver::recv)
+            ) => Wake::ClusterChanges(changes),
+            _ = next_or_pending(timers.cluster_refresh.as_mut().map(Interval::tick)) => {
+                Wake::ClusterRefresh
+            }
             Some(req) = inputs.admin.recv() => Wake::Admin(req),
             _ = sleep_until(deadline) => Wake::Deadline,
             Some(reply) = inputs.snapshots.recv() => Wake::SnapshotRequest(reply),
@@ -217,6 +243,18 @@ where
             }
             Wake::Admin(req) => {
                 agent.on_admin(req).await;
+                Ok(())
+            }
+            Wake::ConnEvents(batch) => {
+                agent.on_conn_events(&batch);
+                Ok(())
+            }
+            Wake::ClusterChanges(changes) => {
+                agent.on_cluster_changes(changes).await;
+                Ok(())
+            }
+            Wake::ClusterRefresh => {
+                agent.refresh_cluster().await;
                 Ok(())
             }
             Wake::Deadline => agent.on_tick(Instant::now()),

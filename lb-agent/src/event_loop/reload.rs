@@ -72,6 +72,12 @@ pub async fn reload<D: Dataplane, P: Prober, N: Neighbours>(
         warn!(keys = restart_only.0.join(", "), "{restart_only}");
         warnings.push(restart_only.to_string());
     }
+    if agent.cluster().map(crate::cluster::Cluster::config) != new_cfg.cluster.as_ref() {
+        let why = "[cluster] changed: it applies at the next restart (the running members, \
+                   key and port slices stay in force)";
+        warn!("{why}");
+        warnings.push(why.to_string());
+    }
     let path = source.origin().display();
     match agent.apply_config_reporting(&new_cfg).await {
         Ok(report) => {

@@ -2,13 +2,14 @@
 
 use std::future::Future;
 
-use lb_common::events::PassiveEvent;
+use lb_common::events::{ConnEvent, PassiveEvent};
 use tokio::time::Instant;
 
 use super::Signal;
 use crate::{
     announce::bird_sessions,
     api::{AdminRequest, ReloadRequest, SnapshotRequest},
+    cluster::Change,
     dataplane::DataplaneError,
     neighbour::nexthops::MacUpdate,
     probe::ProbeReport,
@@ -23,6 +24,12 @@ pub enum Wake {
     /// Probe reports, as many as were queued (at most [`super::REPORT_BATCH`]).
     Reports(Vec<ProbeReport>),
     PassiveEvents(Result<Vec<PassiveEvent>, DataplaneError>),
+    /// Cluster mode: this node's connections established or ended.
+    ConnEvents(Vec<ConnEvent>),
+    /// Cluster mode: replicas to install or remove.
+    ClusterChanges(Vec<Change>),
+    /// Cluster mode: time to refresh this node's active connections at the peers.
+    ClusterRefresh,
     Admin(AdminRequest),
     /// The agent's next deadline came.
     Deadline,

@@ -334,6 +334,8 @@ impl<N: Neighbours> Harness<N> {
             bgp: None,
             signals: SentSignals(signals),
             passive_events: Some(SentEvents(passive_rx)),
+            conn_events: None,
+            cluster_changes: None,
             attachment: SentChecks { found, next: None },
             config: Box::new(ConfigText(config_text.clone())),
             watchdog: None,

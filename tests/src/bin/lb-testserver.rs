@@ -7,7 +7,9 @@
 //! ```
 //!
 //! TCP: on accept, writes `<name>\n`, then answers every line it receives with
-//! `<name> <line>` until the client closes, so a long-lived connection can be checked.
+//! `<name> <line>` until the client closes, so a long-lived connection can be checked;
+//! a line `stream N` is answered with `<name> stream N` and then N bytes (at most 1 GiB,
+//! a repeating `0123456789` pattern) as fast as the client reads: a long download.
 //! UDP: answers every datagram with `<name>` (or the `--udp-answer` text), from the
 //! address it was sent to (one socket per local address, so a DSR VIP on `lo` answers as
 //! the VIP).
@@ -72,6 +74,8 @@ const MAX_BODY: usize = 4096;
 const MAX_ECHO: usize = 256;
 /// Bytes a `hang` connection reads (and drops) at most before it closes.
 const MAX_HANG_READ: u64 = 1 << 20;
+/// The longest download a `stream N` line may ask for.
+const MAX_STREAM: u64 = 1 << 30;
 /// Requests a kept-alive web connection serves before the server closes it.
 const WEB_KEEPALIVE_MAX: usize = 100;
 
@@ -480,7 +484,32 @@ fn serve_tcp(mut stream: TcpStream, name: &str, idle: Duration) -> std::io::Resu
         reply.push(b' ');
         reply.extend_from_slice(&line);
         stream.write_all(&reply)?;
+        if let Some(bytes) = stream_request(&line) {
+            write_pattern(&mut stream, bytes)?;
+        }
     }
+}
+
+/// The byte count of a `stream N` line (at most [`MAX_STREAM`]).
+fn stream_request(line: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(line).ok()?.trim_end();
+    let n: u64 = text.strip_prefix("stream ")?.parse().ok()?;
+    (n <= MAX_STREAM).then_some(n)
+}
+
+/// Writes `bytes` bytes of the repeating `0123456789` pattern, byte `i` being
+/// `b'0' + i % 10`, so the reader can check every byte.
+fn write_pattern(stream: &mut TcpStream, bytes: u64) -> std::io::Result<()> {
+    let chunk: Vec<u8> = (0..64 * 1024).map(|i| b'0' + (i % 10) as u8).collect();
+    let mut left = bytes;
+    while left > 0 {
+        // 65,536 is not a multiple of 10: every chunk starts where the last one ended.
+        let start = ((bytes - left) % 10) as usize;
+        let n = left.min((chunk.len() - 10) as u64) as usize;
+        stream.write_all(&chunk[start..start + n])?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 fn udp_loop(socket: UdpSocket, control: Arc<Control>) {

@@ -264,6 +264,33 @@ impl Lb {
             .expect("writing LB_PEER_FLOWS");
     }
 
+    /// Removes another node's connection from `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
+    /// agent does when its replica expires.
+    pub fn remove_peer(&mut self, c: &PeerConnection) {
+        let mut nat: HashMap<_, FlowKey, NatValue> =
+            HashMap::try_from(self.ebpf.map_mut(map_names::PEER_NAT).expect("LB_PEER_NAT"))
+                .expect("LB_PEER_NAT type");
+        nat.remove(&c.reply).expect("removing from LB_PEER_NAT");
+        let mut flows: HashMap<_, FlowKey, lb_common::maps::PeerFlow> = HashMap::try_from(
+            self.ebpf
+                .map_mut(map_names::PEER_FLOWS)
+                .expect("LB_PEER_FLOWS"),
+        )
+        .expect("LB_PEER_FLOWS type");
+        flows
+            .remove(&c.client)
+            .expect("removing from LB_PEER_FLOWS");
+    }
+
+    /// Writes `LB_CLUSTER` (the members, their MACs, the shared SNAT addresses), as the
+    /// agent's `PeerTables::set_members` does.
+    pub fn set_cluster_members(&mut self, members: &lb_common::maps::ClusterMembers) {
+        let mut map: Array<_, lb_common::maps::ClusterMembers> =
+            Array::try_from(self.ebpf.map_mut(map_names::CLUSTER).expect("LB_CLUSTER"))
+                .expect("LB_CLUSTER type");
+        map.set(0, members, 0).expect("writing LB_CLUSTER");
+    }
+
     /// Every connection event currently in `LB_CONN_EVENTS` (consumed).
     pub fn drain_conn_events(&mut self) -> Vec<ConnEvent> {
         self.drain_ring(map_names::CONN_EVENTS)

@@ -12,6 +12,10 @@
 //! | backend n| 10.90.0.(10+n)/24           |
 //! | VIP      | 10.92.0.100                 |
 //!
+//! [`MultiNode::build_routed`] puts the backends on a segment of their own behind the
+//! router instead (10.93.0.(10+n)/24 via 10.93.0.1), the layout a nat service across
+//! nodes needs: the backends' replies reach the nodes through the router too.
+//!
 //! Everything (processes first, then links and namespaces, then the directory) is
 //! removed on drop, also when a test fails.
 
@@ -26,7 +30,10 @@ use std::{
 };
 
 use crate::{
-    agent::daemon::{READY_LINE, locate_binary},
+    agent::{
+        api::{self, Api},
+        daemon::{API_LISTEN, READY_LINE, locate_binary},
+    },
     net::{
         link::{self, Link, Mac, VethEnd},
         names,
@@ -38,6 +45,9 @@ use crate::{
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 92, 0, 100);
 pub const PORT: u16 = 8080;
+/// The backends' HTTP port (`lb-testserver --web`): a backend that closes first, for
+/// scenarios with a second service on the VIP.
+pub const WEB_PORT: u16 = 8081;
 pub const ROUTER_LAN: Ipv4Addr = Ipv4Addr::new(10, 90, 0, 1);
 pub const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 91, 0, 10);
 /// The announce interface on every node.
@@ -58,8 +68,12 @@ pub struct Node {
     /// More `[agent]` lines for the agent's config (e.g. `announce_lifetime = "4s"`).
     pub agent_keys: String,
     /// The service's `forwarding`: `dsr` unless a scenario sets another (`ipip`, whose
-    /// backends then decapsulate).
+    /// backends then decapsulate; `nat`, which needs `service_keys` with its `snat_ip`).
     pub forwarding: &'static str,
+    /// More lines for the service's table (e.g. `snat_ip = "10.90.0.2"`).
+    pub service_keys: String,
+    /// Tables appended after the service (e.g. a `[cluster]` section).
+    pub extra_config: String,
 }
 
 impl Node {
@@ -98,20 +112,22 @@ impl Node {
     /// weights, fail-closed, in `forwarding`) and waits until it is ready.
     pub fn start_agent(&mut self, backends: &[(Ipv4Addr, u32)]) -> Result<(), Error> {
         let mut cfg = format!(
-            "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"\"\npin_path = \"\"\n\
+            "[agent]\ninterface = \"eth0\"\nxdp_mode = \"generic\"\napi_listen = \"{API_LISTEN}\"\npin_path = \"\"\n\
              api_socket = {:?}\nstate_file = {:?}\nannounce_interface = \"{ANNOUNCE_IF}\"\nbird_socket = {:?}\n{}\n\
-             [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"{}\"\nfail_open = false\n",
+             [[service]]\nname = \"web\"\nvip = \"{VIP}:{PORT}\"\nprotocol = \"tcp\"\nforwarding = \"{}\"\nfail_open = false\n{}",
             self.socket().display().to_string(),
             self.dir.join("admin-state.json").display().to_string(),
             self.bird_socket().display().to_string(),
             self.agent_keys,
             self.forwarding,
+            self.service_keys,
         );
         for (b, weight) in backends {
             cfg.push_str(&format!(
                 "\n[[service.server]]\naddress = \"{b}:{PORT}\"\nweight = {weight}\n"
             ));
         }
+        cfg.push_str(&self.extra_config);
         let path = self.dir.join("lb.toml");
         std::fs::write(&path, cfg).map_err(Error::io(format!("writing {}", path.display())))?;
         let bin = locate_binary("lb-agent")?;
@@ -189,6 +205,29 @@ impl Node {
         })
     }
 
+    /// The data plane's counter `name` (`lb_common::counters::NAMES`) from the node's
+    /// `/metrics` (its API on the node's own loopback).
+    pub fn counter(&self, name: &str) -> Result<u64, Error> {
+        let text = Api::new(&self.ns)
+            .metrics()
+            .map_err(|e| Error::Unexpected(format!("/metrics on {}: {e}", self.name)))?;
+        Ok(api::counter(&text, name).unwrap_or(0.0) as u64)
+    }
+
+    /// The cluster part of the status page's data (`/api/v1/page`, `cluster`).
+    pub fn cluster_page(&self) -> Result<Json, Error> {
+        let text = Api::new(&self.ns)
+            .request_ok("GET", "/api/v1/page", None)
+            .map_err(|e| Error::Unexpected(format!("/api/v1/page on {}: {e}", self.name)))?;
+        let page = Json::parse(&text).map_err(|source| Error::Json {
+            what: format!("/api/v1/page on {}", self.name),
+            source,
+        })?;
+        page.get("cluster")
+            .cloned()
+            .ok_or_else(|| Error::Unexpected(format!("no cluster on {}'s page", self.name)))
+    }
+
     /// The service's Maglev table fingerprint (`lb-agent status --json`).
     pub fn fingerprint(&self) -> Result<String, Error> {
         let json = self.status()?;
@@ -223,13 +262,24 @@ pub struct MultiNode {
     pub router: NetNs,
     _links: Vec<Link>,
     _switch: Switch,
+    _backend_switch: Option<Switch>,
     dir: TempDir,
 }
 
 impl MultiNode {
     /// Builds the topology with `nodes` lb nodes and `backends` backends running
-    /// `lb-testserver`, BIRD on the router; the nodes' BIRD and agents are not started.
+    /// `lb-testserver` on the nodes' segment, BIRD on the router; the nodes' BIRD and
+    /// agents are not started.
     pub fn build(nodes: usize, backends: usize) -> Result<Self, Error> {
+        Self::build_with(nodes, backends, BackendPlace::Lan)
+    }
+
+    /// As [`build`](Self::build), with the backends on their own segment behind the router.
+    pub fn build_routed(nodes: usize, backends: usize) -> Result<Self, Error> {
+        Self::build_with(nodes, backends, BackendPlace::Routed)
+    }
+
+    fn build_with(nodes: usize, backends: usize, place: BackendPlace) -> Result<Self, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
@@ -302,45 +352,17 @@ impl MultiNode {
                 bird: None,
                 agent_keys: String::new(),
                 forwarding: "dsr",
+                service_keys: String::new(),
+                extra_config: String::new(),
             });
         }
-        let mut backend_list = Vec::new();
-        for b in 1..=backends {
-            let ns = NetNs::create(&format!("{tag}-b{b}"))?;
-            lan(&ns, 10 + b as u8)?;
-            ns.ip_batch(&[
-                format!("addr add {VIP}/32 dev lo"),
-                format!("route add default via {ROUTER_LAN}"),
-            ])?;
-            for (k, v) in [
-                ("net.ipv4.conf.all.arp_ignore", "1"),
-                ("net.ipv4.conf.all.arp_announce", "2"),
-                ("net.ipv4.conf.eth0.arp_ignore", "1"),
-                ("net.ipv4.conf.eth0.arp_announce", "2"),
-                ("net.ipv4.conf.all.rp_filter", "0"),
-                ("net.ipv4.conf.eth0.rp_filter", "0"),
-            ] {
-                ns.sysctl(k, v)?;
+        let (backend_list, backend_switch) = match place {
+            BackendPlace::Lan => (lan_backends(&tag, backends, &mut lan, &node_list)?, None),
+            BackendPlace::Routed => {
+                let (list, switch) = routed_backends(&tag, backends, &router)?;
+                (list, Some(switch))
             }
-            backend_list.push((Ipv4Addr::new(10, 90, 0, 10 + b as u8), ns));
-        }
-        // Nodes know the backends' MACs (no test depends on ARP timing).
-        for node in &node_list {
-            for (i, (addr, _)) in backend_list.iter().enumerate() {
-                let mac = Mac([0x02, 0x90, 0, 0, 0, 11 + i as u8]).to_string();
-                node.ns.ip(&[
-                    "neigh",
-                    "replace",
-                    &addr.to_string(),
-                    "lladdr",
-                    &mac,
-                    "dev",
-                    "eth0",
-                    "nud",
-                    "permanent",
-                ])?;
-            }
-        }
+        };
         let mut topo = MultiNode {
             servers: Vec::new(),
             router_bird: None,
@@ -350,6 +372,7 @@ impl MultiNode {
             router,
             _links: links,
             _switch: switch,
+            _backend_switch: backend_switch,
             dir,
         };
         let testserver = locate_binary("lb-testserver")?;
@@ -359,7 +382,14 @@ impl MultiNode {
                 ns,
                 &format!("testserver {name}"),
                 &testserver,
-                &["--name", &name, "--tcp", &PORT.to_string()],
+                &[
+                    "--name",
+                    &name,
+                    "--tcp",
+                    &PORT.to_string(),
+                    "--web",
+                    &WEB_PORT.to_string(),
+                ],
                 &[],
             )?;
             p.wait_for_line(0, "ready", Duration::from_secs(10))?;
@@ -374,10 +404,17 @@ impl MultiNode {
             .replace("router id 192.0.2.1;", &format!("router id {ROUTER_LAN};"))
             .replace("log syslog all;", "log stderr all;");
         for (i, n) in self.nodes.iter().enumerate() {
-            conf = conf.replace(
-                &format!("neighbor 192.0.2.1{} as", i + 1),
-                &format!("neighbor {} as", n.addr),
-            );
+            let example = format!("neighbor 192.0.2.1{} as", i + 1);
+            if conf.contains(&example) {
+                conf = conf.replace(&example, &format!("neighbor {} as", n.addr));
+            } else {
+                // The example config has two nodes; more are added as it adds them.
+                conf.push_str(&format!(
+                    "\nprotocol bgp lb{} from lb_node {{\n\tneighbor {} as 65001;\n}}\n",
+                    i + 1,
+                    n.addr
+                ));
+            }
         }
         let path = self.dir.path().join("router-bird.conf");
         std::fs::write(&path, conf).map_err(Error::io(format!("writing {}", path.display())))?;
@@ -537,4 +574,105 @@ pub fn which(program: &str) -> Result<PathBuf, Error> {
                 "`{program}` is not installed: run `cargo xtask setup` (bird2)"
             ))
         })
+}
+
+/// Where a [`MultiNode`]'s backends are.
+#[derive(Clone, Copy)]
+enum BackendPlace {
+    /// On the nodes' segment, the VIP on `lo` (dsr and tunnels).
+    Lan,
+    /// On a segment of their own behind the router.
+    Routed,
+}
+
+/// Backends on the nodes' segment: the VIP on `lo`, answering ARP only for their own
+/// address; the nodes know their MACs (no test depends on ARP timing).
+fn lan_backends(
+    tag: &str,
+    backends: usize,
+    lan: &mut impl FnMut(&NetNs, u8) -> Result<(), Error>,
+    nodes: &[Node],
+) -> Result<Vec<(Ipv4Addr, NetNs)>, Error> {
+    let mut backend_list = Vec::new();
+    for b in 1..=backends {
+        let ns = NetNs::create(&format!("{tag}-b{b}"))?;
+        lan(&ns, 10 + b as u8)?;
+        ns.ip_batch(&[
+            format!("addr add {VIP}/32 dev lo"),
+            format!("route add default via {ROUTER_LAN}"),
+        ])?;
+        for (k, v) in [
+            ("net.ipv4.conf.all.arp_ignore", "1"),
+            ("net.ipv4.conf.all.arp_announce", "2"),
+            ("net.ipv4.conf.eth0.arp_ignore", "1"),
+            ("net.ipv4.conf.eth0.arp_announce", "2"),
+            ("net.ipv4.conf.all.rp_filter", "0"),
+            ("net.ipv4.conf.eth0.rp_filter", "0"),
+        ] {
+            ns.sysctl(k, v)?;
+        }
+        backend_list.push((Ipv4Addr::new(10, 90, 0, 10 + b as u8), ns));
+    }
+    // Nodes know the backends' MACs (no test depends on ARP timing).
+    for node in nodes {
+        for (i, (addr, _)) in backend_list.iter().enumerate() {
+            let mac = Mac([0x02, 0x90, 0, 0, 0, 11 + i as u8]).to_string();
+            node.ns.ip(&[
+                "neigh",
+                "replace",
+                &addr.to_string(),
+                "lladdr",
+                &mac,
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ])?;
+        }
+    }
+    Ok(backend_list)
+}
+
+/// The router's address on the backends' own segment ([`MultiNode::build_routed`]).
+pub const ROUTER_BACKENDS: Ipv4Addr = Ipv4Addr::new(10, 93, 0, 1);
+
+/// Backends on a segment of their own (a second switch) behind the router: router
+/// `eth2` at [`ROUTER_BACKENDS`]/24, backend n at 10.93.0.(10+n), routed through it.
+fn routed_backends(
+    tag: &str,
+    backends: usize,
+    router: &NetNs,
+) -> Result<(Vec<(Ipv4Addr, NetNs)>, Switch), Error> {
+    let mut switch = Switch::create(&format!("{tag}s"))?;
+    let mut plug = |ns: &NetNs, name: &str, index: u8| -> Result<(), Error> {
+        switch.plug(
+            &format!("p{index}"),
+            Mac([0x02, 0x92, 0, 0, 0, index]),
+            VethEnd {
+                ns,
+                name,
+                mac: Mac([0x02, 0x93, 0, 0, 0, index]),
+            },
+        )?;
+        ns.ip_batch(&[
+            format!("addr add 10.93.0.{index}/24 dev {name}"),
+            format!("link set {name} up"),
+        ])?;
+        link::set_tx_checksum(ns, name, false)
+    };
+    plug(router, "eth2", 1)?;
+    let mut list = Vec::new();
+    for b in 1..=backends {
+        let ns = NetNs::create(&format!("{tag}-b{b}"))?;
+        plug(&ns, "eth0", 10 + b as u8)?;
+        ns.ip(&[
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTER_BACKENDS.to_string(),
+        ])?;
+        list.push((Ipv4Addr::new(10, 93, 0, 10 + b as u8), ns));
+    }
+    Ok((list, switch))
 }

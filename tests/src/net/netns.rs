@@ -46,6 +46,14 @@ impl NetNs {
         cmd::ip(&full).map_err(|source| self.command_error(source))
     }
 
+    /// Runs `nft ARGS…` in this namespace (`ip netns exec NAME nft …`): a ruleset as
+    /// one argument, or a command such as `list table inet NAME`; returns its stdout.
+    pub fn nft(&self, args: &[&str]) -> Result<String, Error> {
+        let mut full = vec!["netns", "exec", self.name(), "nft"];
+        full.extend_from_slice(args);
+        cmd::ip(&full).map_err(|source| self.command_error(source))
+    }
+
     /// Runs many `ip` commands (without the leading `ip`) in this namespace in one process.
     pub fn ip_batch(&self, lines: &[String]) -> Result<(), Error> {
         cmd::ip_batch(Some(self.name()), lines).map_err(|source| self.command_error(source))

@@ -279,6 +279,12 @@ impl EchoConn {
         &self.backend
     }
 
+    /// The connection's socket, for a scenario that speaks more than echo lines on it
+    /// (nothing was read past the greeting).
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
     /// The local (client) address of the connection.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.stream.local_addr()

@@ -4,14 +4,43 @@
 //! client's next packet to the same backend from the same SNAT address and port and
 //! translates the backend's replies back exactly as A does; without the peer entry B
 //! does what a node without cluster mode does; the allocation skips a pair a peer entry
-//! holds; events come once per connection; without the cluster flag none of it runs.
+//! holds; a reply no table knows goes on to the member that owns its port; events come
+//! once per connection; without the cluster flag none of it runs.
 
 use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
-    maps::PeerFlow,
+    maps::{ClusterMembers, ClusterSnat, NAT_H_ADOPTED, PEER_F_CLOSED, PeerFlow},
 };
+
+/// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
+/// that a frame B sends on reaches A as the original would.
+const MAC_A: [u8; 6] = LB_MAC;
+/// Node B's own MAC: the frames B receives are addressed to it.
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x2b];
+
+/// B's `LB_CLUSTER`: two members, A (index 0, `mac_a`) and B (index 1), sharing NAT4's
+/// SNAT address with the range `first..=first + 1`: A owns `first`, B `first + 1`.
+fn two_members(first: u16, mac_a: [u8; 6]) -> ClusterMembers {
+    let vip = svc(NAT4).vip;
+    let (addr, family) = (addr_words(snat(vip)), family(vip));
+    let mut members = ClusterMembers {
+        count: 2,
+        own: 1,
+        snat_count: 1,
+        ..ClusterMembers::default()
+    };
+    members.macs[0] = mac_a;
+    members.snat[0] = ClusterSnat {
+        addr,
+        family,
+        port_min: first,
+        port_max: first + 1,
+        ..ClusterSnat::default()
+    };
+    members
+}
 
 /// A TCP connection of client port `cport` to `NAT4` through its handshake on `a`;
 /// returns its source port.
@@ -53,7 +82,7 @@ fn peer_connection(a: &Lb, e: &ConnEvent) -> PeerConnection {
             backend_id: f.backend_id,
             nat_port: f.nat_port,
             nat_addr: f.nat_addr,
-            _pad: 0,
+            flags: 0,
         },
         reply: e.reply,
         nat: e.nat,
@@ -115,11 +144,11 @@ fn a_client_flow_that_moves_keeps_its_backend_and_source() {
         (rev.state, rev.handshake, rev.client_mac, rev.backend_id),
         (
             conn.nat.state,
-            conn.nat.handshake,
+            conn.nat.handshake | NAT_H_ADOPTED,
             CLIENT_MAC,
             conn.nat.backend_id
         ),
-        "the reverse entry as on A"
+        "the reverse entry as on A, marked as taken over"
     );
 
     let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
@@ -213,7 +242,7 @@ fn the_allocation_skips_a_pair_a_peer_entry_holds() {
             backend_id: svc(NAT4).backend,
             nat_port: first.to_be(),
             nat_addr: 0,
-            _pad: 0,
+            flags: 0,
         },
         reply: reply_key(NAT4, first),
         nat: NatValue {
@@ -386,5 +415,204 @@ fn the_verifier_explores_cluster_mode_only_when_loaded_with_it() {
     assert!(
         count(&plain, full) < count(&cluster, full),
         "{full}: the cluster code is pruned without the flag"
+    );
+}
+
+#[test]
+fn a_reply_no_table_knows_goes_on_to_the_member_that_owns_its_port() {
+    // A made the connection; B has not heard of it yet (the SYN-ACK outruns the sync).
+    let mut a = world_in(Lb::load_cluster(), &[NAT4]);
+    let port = nat_forward(
+        &mut a,
+        "A: SYN",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.set_interface_mac(MAC_B);
+    b.set_cluster_members(&two_members(port, MAC_A));
+    let syn_ack =
+        backend_reply(NAT4, port, TCP_SYN | TCP_ACK).macs(backend_mac(svc(NAT4).backend), MAC_B);
+
+    let before = b.counters();
+    let run = b.run(&syn_ack.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX", "B sends the SYN-ACK on");
+    assert_eq!(
+        named(&counter_deltas(&before, &b.counters())),
+        named(&[(RX, 1), (TX_PEER_BOUNCE, 1)]),
+    );
+    let sent_on = syn_ack.clone().macs(MAC_B, MAC_A).bytes();
+    assert_frames_eq("only the Ethernet addresses change", &sent_on, &run.out);
+
+    // A translates what B sent on exactly as the SYN-ACK itself.
+    let from_b = a.run(&sent_on);
+    assert_eq!(action_name(from_b.action), "XDP_TX");
+    assert_frames_eq(
+        "A answers the client as for the original",
+        &reply_expected(&syn_ack, NAT4, CPORT),
+        &from_b.out,
+    );
+}
+
+#[test]
+fn a_reply_is_not_sent_on_when_this_node_owns_it_or_it_came_from_a_member() {
+    let port = NAT_PORT_MIN;
+    let reply = |src: [u8; 6], port: u16| {
+        backend_reply(NAT4, port, TCP_SYN | TCP_ACK)
+            .macs(src, MAC_B)
+            .bytes()
+    };
+    let router = backend_mac(svc(NAT4).backend);
+    for (what, members, frame) in [
+        (
+            "its port is this node's",
+            two_members(port, MAC_A),
+            reply(router, port + 1),
+        ),
+        (
+            "it came from a member",
+            two_members(port, MAC_A),
+            reply(MAC_A, port),
+        ),
+        (
+            "the owner's MAC is not known",
+            two_members(port, [0; 6]),
+            reply(router, port),
+        ),
+        (
+            "its port is outside the shared range",
+            two_members(port, MAC_A),
+            reply(router, port + 2),
+        ),
+        (
+            "no member is known yet",
+            ClusterMembers::default(),
+            reply(router, port),
+        ),
+    ] {
+        let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+        b.set_interface_mac(MAC_B);
+        b.set_cluster_members(&members);
+        let before = b.counters();
+        let run = b.run(&frame);
+        assert_eq!(action_name(run.action), "XDP_PASS", "{what}");
+        assert_eq!(
+            named(&counter_deltas(&before, &b.counters())),
+            named(&[(RX, 1), (PASS_NOT_VIP, 1)]),
+            "{what}"
+        );
+        assert_frames_eq(what, &frame, &run.out);
+    }
+}
+
+#[test]
+fn a_taken_over_entry_that_may_be_over_gives_way_to_the_owners_new_connection() {
+    // B took connection 1 over (its reply came through B), and the connection ended:
+    // its replica is gone from B's peer tables, B's entry stays.
+    let (_a, first, port) = node_a_with_a_connection();
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.set_interface_mac(MAC_B);
+    b.install_peer(&first);
+    let to_b = |f: Frame| f.macs(backend_mac(svc(NAT4).backend), MAC_B);
+    let data = to_b(backend_reply(NAT4, port, TCP_ACK).payload(b"1"));
+    let run = b.run(&data.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX", "B translates the reply");
+    let taken = b
+        .nat_entry(&first.reply)
+        .expect("B's entry of connection 1");
+    assert_ne!(taken.handshake & NAT_H_ADOPTED, 0, "marked as taken over");
+    b.remove_peer(&first);
+    b.set_cluster_members(&two_members(port, MAC_A));
+
+    // The owner gave the pair to a new connection: its SYN-ACK is not connection 1's,
+    // B forgets that entry and sends the SYN-ACK on to the owner.
+    let syn_ack = to_b(backend_reply(NAT4, port, TCP_SYN | TCP_ACK));
+    let before = b.counters();
+    let run = b.run(&syn_ack.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX");
+    assert_eq!(
+        named(&counter_deltas(&before, &b.counters())),
+        named(&[(RX, 1), (TX_PEER_BOUNCE, 1)]),
+    );
+    assert_frames_eq(
+        "sent on unchanged",
+        &syn_ack.clone().macs(MAC_B, MAC_A).bytes(),
+        &run.out,
+    );
+    assert_eq!(
+        b.nat_entry(&first.reply),
+        None,
+        "connection 1's entry is gone"
+    );
+
+    // Once the new connection's replica is here, a reply to it while B still held
+    // connection 1's entry, past its reuse time, takes the new one.
+    b.install_peer(&first);
+    b.run(&data.bytes());
+    let mut old = b.nat_entry(&first.reply).expect("taken over again");
+    old.last_seen = old.last_seen.wrapping_sub(2 * 900);
+    b.insert_nat(first.reply, old);
+    b.remove_peer(&first);
+    let second = PeerConnection {
+        client: client_key(NAT4, CPORT + 1),
+        nat: NatValue {
+            client_port: (CPORT + 1).to_be(),
+            ..first.nat
+        },
+        ..first
+    };
+    b.install_peer(&second);
+    let reply = to_b(backend_reply(NAT4, port, TCP_ACK).payload(b"2"));
+    let run = b.run(&reply.bytes());
+    assert_eq!(action_name(run.action), "XDP_TX");
+    let mut expected = reply_expected(&reply, NAT4, CPORT + 1);
+    expected[6..12].copy_from_slice(&MAC_B);
+    assert_frames_eq(
+        "the reply reaches the new connection's client",
+        &expected,
+        &run.out,
+    );
+}
+
+#[test]
+fn a_syn_on_a_closed_connections_tuple_opens_a_new_connection() {
+    // The connection closed (reset) on A; its replica stays on B for the closed state's
+    // reuse time. The client reuses its port: the SYN opens a new flow on B, on another
+    // source port (the old pair is still held).
+    let (_a, mut conn, port) = node_a_with_a_connection();
+    conn.flow.flags = PEER_F_CLOSED;
+    conn.nat.state |= lb_common::maps::NAT_S_RST;
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.install_peer(&conn);
+    let before = b.counters();
+    let run = b.run(&to_vip(NAT4, CPORT, TCP_SYN).bytes());
+    assert_eq!(action_name(run.action), "XDP_TX");
+    let moved = named(&counter_deltas(&before, &b.counters()));
+    assert!(
+        moved.contains(&"flow_new+1".to_string()) && !moved.iter().any(|c| c.starts_with("peer_")),
+        "a new flow, nothing taken over: {moved:?}"
+    );
+    let flow = b.flow(&conn.client).expect("the new flow");
+    assert_ne!(
+        u16::from_be(flow.nat_port),
+        port,
+        "not the closed connection's pair"
+    );
+
+    // Any other packet of that 5-tuple still belongs to the closed connection.
+    let mut c = world_in(Lb::load_cluster(), &[NAT4]);
+    c.install_peer(&conn);
+    nat_forward(
+        &mut c,
+        "the closed connection's last ACK, taken over",
+        &to_vip(NAT4, CPORT, TCP_ACK),
+        NAT4,
+        &[
+            (TX_NAT_FORWARD, 1),
+            (FLOW_HIT, 1),
+            (PEER_FLOW_ADOPTED, 1),
+            (PEER_NAT_ADOPTED, 1),
+        ],
     );
 }

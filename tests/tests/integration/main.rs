@@ -20,6 +20,8 @@ mod flood_sink;
 mod netns_admin_state;
 mod netns_balance;
 mod netns_chaos;
+mod netns_cluster_nat;
+mod netns_cluster_sync;
 mod netns_doctor;
 mod netns_flood_nat_ports;
 mod netns_flood_real_size;

@@ -11,7 +11,6 @@
 use std::{
     net::{IpAddr, SocketAddr},
     path::Path,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -169,15 +168,7 @@ fn forged_icmp_floods_never_steer_syn_checks() {
          tcp dport {BACKEND_TCP_PORT} drop; }}; }}"
     );
     let b2 = &topo.backends()[1].ns;
-    let out = Command::new("ip")
-        .args(["netns", "exec", b2.name(), "nft", &rules])
-        .output()
-        .expect("running nft");
-    assert!(
-        out.status.success(),
-        "nft: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    b2.nft(&[&rules]).expect("nft drops b2's port");
     for (v6, name) in [(false, "web4"), (true, "web6")] {
         wait_state(
             &api,

@@ -96,6 +96,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             events,
             faults,
             announcement,
+            cluster,
             snapshot,
             ..
         } = self;
@@ -108,6 +109,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             transitions: events.transitions(),
             faults,
             announcement,
+            cluster: cluster.as_ref().map(super::ClusterNode::sync),
         };
         (snapshot, sources)
     }

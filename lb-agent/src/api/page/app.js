@@ -294,6 +294,30 @@ function renderCounters(v) {
     el('p', { class: 'muted' }, `${h.count} publications · p50 ${quant(0.5)} · p99 ${quant(0.99)}`));
 }
 
+// ---- cluster ------------------------------------------------------------------------
+
+function renderCluster(v) {
+  const panel = document.getElementById('cluster-panel');
+  const c = v.cluster;
+  panel.hidden = !c;
+  if (!c) return;
+  document.getElementById('cluster-node').textContent =
+    `${c.node} (${c.index + 1} of ${c.members}) · resync ${c.resync_complete ? 'complete' : 'waiting'} · ${si(c.connections)} connections`;
+  document.getElementById('cluster-peers').replaceChildren(
+    el('tr', {}, ...['peer', 'address', 'state', 'sent', 'resent', 'received', 'lag', 'connects']
+      .map((h) => el('th', {}, h))),
+    ...c.peers.map((p) => el('tr', { 'data-peer': p.name },
+      el('td', {}, p.name), el('td', {}, p.address), el('td', {}, pill(p.state)),
+      el('td', { class: 'num' }, si(p.sent)), el('td', { class: 'num' }, si(p.resent)),
+      el('td', { class: 'num' }, si(p.received)),
+      el('td', { class: 'num' }, `${si(p.lag_records)} · ${p.lag_ms} ms`),
+      el('td', { class: 'num' }, si(p.connects)))));
+  const r = c.refused;
+  document.getElementById('cluster-refused').textContent =
+    `refused: wrong key ${r.wrong_key}, foreign node ${r.foreign_node}, member list ${r.fingerprint}, ` +
+    `version ${r.version}, malformed ${r.malformed}, replayed ${r.replayed} · stray datagrams ${c.stray_datagrams}`;
+}
+
 // ---- loop ---------------------------------------------------------------------------
 
 function render(v) {
@@ -301,6 +325,7 @@ function render(v) {
   document.getElementById('updated').textContent = 'updated ' + clock(v.time);
   document.getElementById('services').replaceChildren(...v.services.map(serviceCard));
   renderTimeline(v);
+  renderCluster(v);
   renderCounters(v);
 }
 

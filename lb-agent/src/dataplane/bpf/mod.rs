@@ -216,11 +216,12 @@ impl BpfDataplane {
     }
 
     /// Cluster mode: `LB_PEER_FLOWS` and `LB_PEER_NAT`, to install other nodes'
-    /// connections into (once: the handles move to the caller).
+    /// connections into, and `LB_CLUSTER` (once: the handles move to the caller).
     pub fn take_peer_tables(&mut self) -> Result<PeerTables, DataplaneError> {
         let flows = take(&mut self.ebpf, map_names::PEER_FLOWS)?;
         let nat = take(&mut self.ebpf, map_names::PEER_NAT)?;
-        Ok(PeerTables::new(flows, nat))
+        let members = take(&mut self.ebpf, map_names::CLUSTER)?;
+        Ok(PeerTables::new(flows, nat, members))
     }
 
     /// Cluster mode: the connection events (`LB_CONN_EVENTS`) as an async stream (once).

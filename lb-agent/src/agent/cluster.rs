@@ -1,0 +1,348 @@
+//! The agent's cluster component ([`ClusterNode`]): the [`Cluster`] that shares nat
+//! connections with the peers of `[cluster]` (docs/internals/cluster-sync.md) and the
+//! data plane's side of it ([`PeerStore`]). This node's connections go out as records
+//! (established and ended, from the data plane's connection events; refreshed while
+//! they carry traffic); the peers' come in as replicas and are installed into the peer
+//! tables, in this node's terms (its backend ids, its previous hop toward the client).
+//! In cluster mode the services' SNAT addresses are announced like VIPs, and the data
+//! plane knows each member's MAC and the shared SNAT port ranges (`LB_CLUSTER`), to send
+//! a reply it has no entry for on to the member that owns its port.
+
+use std::{collections::HashMap, net::IpAddr};
+
+use lb_common::{
+    events::ConnEvent,
+    maps::{
+        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NAT_S_FIN_BACKEND,
+        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, PEER_F_CLOSED, PeerFlow,
+    },
+};
+use tracing::warn;
+
+use super::{Agent, Neighbours, ServiceRt};
+use crate::{
+    cluster::{self, Change, Cluster, Record},
+    config::{Config, Forwarding, Protocol},
+    dataplane::{
+        Dataplane,
+        census::nat_clock,
+        peers::{PeerConnection, PeerStore},
+    },
+    probe::Prober,
+    publish::Publisher,
+};
+
+/// Client next-hop MACs kept at most; the cache starts over when full.
+const CLIENT_MACS: usize = 65_536;
+
+/// The cluster component: the sync, the peer tables, what the refresh scans saw.
+pub struct ClusterNode {
+    sync: Cluster,
+    tables: Box<dyn PeerStore>,
+    /// This node's previous hop toward each client seen in a replica (what a reply taken
+    /// over before any client packet is sent to).
+    client_macs: HashMap<IpAddr, [u8; 6]>,
+    /// The `nat_seconds` of the last refresh scan.
+    scanned_at: u32,
+    /// What `LB_CLUSTER` holds (or is to hold): members, MACs, shared SNAT addresses.
+    members: ClusterMembers,
+    /// Whether `members` changed since it was last written.
+    members_dirty: bool,
+    /// Members (bit by index) whose MAC the last lookup did not find (logged once).
+    unresolved: u32,
+}
+
+impl ClusterNode {
+    pub fn new(sync: Cluster, tables: Box<dyn PeerStore>) -> Self {
+        let index = sync.members();
+        let members = ClusterMembers {
+            count: index.all().len().min(CLUSTER_MEMBERS_MAX) as u8,
+            own: index.own_index() as u8,
+            ..ClusterMembers::default()
+        };
+        ClusterNode {
+            sync,
+            tables,
+            client_macs: HashMap::new(),
+            scanned_at: nat_clock(),
+            members,
+            members_dirty: true,
+            unresolved: 0,
+        }
+    }
+
+    /// The shared SNAT addresses of `cfg`'s nat services and their whole port ranges
+    /// (before this node's slice is taken), written to `LB_CLUSTER`. check-config gives every
+    /// service sharing an address the same range; the first one's is kept.
+    pub fn set_shared_snat(&mut self, cfg: &Config) {
+        let mut snat = [ClusterSnat::default(); CLUSTER_SNAT_MAX];
+        let mut used = 0;
+        for svc in cfg
+            .services
+            .iter()
+            .filter(|s| s.forwarding == Forwarding::Nat)
+        {
+            for ip in &svc.snat_ips {
+                let (addr, family) = crate::publish::addr_words(*ip);
+                if snat[..used]
+                    .iter()
+                    .any(|s| s.addr == addr && s.family == family)
+                {
+                    continue;
+                }
+                if used == CLUSTER_SNAT_MAX {
+                    warn!(snat = %ip, "more shared SNAT addresses than the data plane names; replies to this one are not sent on to their owner");
+                    continue;
+                }
+                snat[used] = ClusterSnat {
+                    addr,
+                    family,
+                    port_min: *svc.snat_ports.start(),
+                    port_max: *svc.snat_ports.end(),
+                    ..ClusterSnat::default()
+                };
+                used += 1;
+            }
+        }
+        if snat != self.members.snat {
+            self.members.snat = snat;
+            self.members.snat_count = used as u8;
+            self.members_dirty = true;
+        }
+        self.write_members();
+    }
+
+    /// Records member `index`'s MAC (`None`: not known).
+    fn set_member_mac(&mut self, index: usize, mac: Option<[u8; 6]>) {
+        let mac = mac.unwrap_or_default();
+        if let Some(slot) = self.members.macs.get_mut(index)
+            && *slot != mac
+        {
+            *slot = mac;
+            self.members_dirty = true;
+        }
+    }
+
+    /// Writes `LB_CLUSTER` if it changed.
+    fn write_members(&mut self) {
+        if !self.members_dirty {
+            return;
+        }
+        match self.tables.set_members(&self.members) {
+            Ok(()) => self.members_dirty = false,
+            Err(err) => warn!(error = %err, "cluster: writing LB_CLUSTER failed"),
+        }
+    }
+
+    pub fn sync(&self) -> &Cluster {
+        &self.sync
+    }
+
+    pub fn sync_mut(&mut self) -> &mut Cluster {
+        &mut self.sync
+    }
+}
+
+impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
+    /// Runs `node` as this agent's cluster component: from now on the nat services'
+    /// SNAT addresses are announced like VIPs (the peers share them, and the backend
+    /// side's routers spread replies over the nodes that announce them).
+    pub fn start_cluster(&mut self, node: ClusterNode) {
+        self.cluster = Some(node);
+        self.announcement.announce_snat_addresses();
+        self.announce();
+        self.snapshot.changed();
+    }
+
+    /// The sync component, when `[cluster]` is configured.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.as_ref().map(ClusterNode::sync)
+    }
+
+    /// The sync component, to take its changes.
+    pub fn cluster_mut(&mut self) -> Option<&mut Cluster> {
+        self.cluster.as_mut().map(ClusterNode::sync_mut)
+    }
+
+    /// The data plane's connection events: this node's connections, established or
+    /// ended, shared with the peers.
+    pub fn on_conn_events(&mut self, batch: &[ConnEvent]) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        let records: Vec<Record> = batch.iter().filter_map(cluster::record_of_event).collect();
+        node.sync.publish(&records);
+    }
+
+    /// This node's own nat entries that carried traffic since the last scan are
+    /// refreshed at the peers: a connection another node made and that now lives here
+    /// keeps its port at its owner, and every replica stays alive while it is used. The
+    /// members' MACs are looked up again (a member replaced, or not answering before).
+    pub async fn refresh_cluster(&mut self) {
+        self.resolve_members().await;
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        let now = nat_clock();
+        let seen = match node.tables.nat_seen_since(node.scanned_at) {
+            Ok(seen) => seen,
+            Err(err) => {
+                warn!(error = %err, "cluster refresh: reading LB_NAT failed");
+                return;
+            }
+        };
+        node.scanned_at = now;
+        let records: Vec<Record> = seen
+            .iter()
+            .map(|(reply, nat)| {
+                // `nat_seconds` are 2^30 ns: about 1.07 s each.
+                let age_ms = now.wrapping_sub(nat.last_seen).min(3600) * 1074;
+                cluster::refresh_of_entry(reply, nat, age_ms)
+            })
+            .collect();
+        node.sync.publish(&records);
+    }
+
+    /// Looks up each peer's MAC on the attached interface (from its cluster address) and
+    /// writes `LB_CLUSTER` if anything changed: a reply whose port a peer owns is sent to
+    /// that MAC. A peer not resolved keeps no MAC; its replies are not sent on.
+    pub async fn resolve_members(&mut self) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        let peers: Vec<(usize, IpAddr)> = node
+            .sync
+            .members()
+            .peers()
+            .map(|(i, m)| (i, m.address.ip()))
+            .collect();
+        let neighbours = self.macs.neighbours().clone();
+        let mut found = Vec::with_capacity(peers.len());
+        for (index, ip) in peers {
+            found.push((index, ip, neighbours.resolve(ip).await));
+        }
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        for (index, ip, mac) in found {
+            let bit = 1u32 << index;
+            match mac {
+                Ok(mac) => {
+                    node.unresolved &= !bit;
+                    node.set_member_mac(index, Some(mac));
+                }
+                Err(why) => {
+                    if node.unresolved & bit == 0 {
+                        warn!(peer = %ip, %why, "no MAC for a cluster member; replies to its ports are not sent on to it until it answers");
+                    }
+                    node.unresolved |= bit;
+                    node.set_member_mac(index, None);
+                }
+            }
+        }
+        node.write_members();
+    }
+
+    /// Replicas the peers sent (or that expired): installed into, or removed from, the
+    /// peer tables. A replica of a service or backend this node does not have is
+    /// skipped with a warning (the configs differ).
+    pub async fn on_cluster_changes(&mut self, changes: Vec<Change>) {
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        let neighbours = self.macs.neighbours().clone();
+        for change in changes {
+            let (record, install) = match change {
+                Change::Upsert(r) => (r, true),
+                Change::Remove(r) => (r, false),
+            };
+            let (client, reply) = (cluster::client_key(&record), cluster::reply_key(&record));
+            let done = if install {
+                let client_ip = record.client.ip();
+                let mac = match node.client_macs.get(&client_ip) {
+                    Some(mac) => *mac,
+                    None => match neighbours.resolve(client_ip).await {
+                        Ok(mac) => {
+                            if node.client_macs.len() >= CLIENT_MACS {
+                                node.client_macs.clear();
+                            }
+                            node.client_macs.insert(client_ip, mac);
+                            mac
+                        }
+                        Err(why) => {
+                            warn!(client = %client_ip, %why, "no next hop toward a replica's client; its replies wait for a client packet");
+                            [0; 6]
+                        }
+                    },
+                };
+                let Some(conn) =
+                    peer_connection(&record, &self.services, self.publishing.publisher(), mac)
+                else {
+                    warn!(vip = %record.vip, backend = %record.backend, "a peer's connection names a service or backend this node does not have");
+                    continue;
+                };
+                node.tables.install(&conn)
+            } else {
+                node.tables.remove(&client, &reply)
+            };
+            if let Err(err) = done {
+                warn!(error = %err, "cluster: writing the peer tables failed");
+            }
+        }
+    }
+}
+
+/// `record` in this node's terms: its backend id here, the SNAT address's index in the
+/// service's `snat_ips`; `None` when this node has no such service, backend or address.
+fn peer_connection(
+    record: &Record,
+    services: &[ServiceRt],
+    publisher: &Publisher,
+    client_mac: [u8; 6],
+) -> Option<PeerConnection> {
+    let protocol = match record.protocol {
+        lb_common::IPPROTO_TCP => Protocol::Tcp,
+        lb_common::IPPROTO_UDP => Protocol::Udp,
+        _ => return None,
+    };
+    let svc = services
+        .iter()
+        .find(|s| s.cfg.vip == record.vip && s.cfg.protocol == protocol)?;
+    let backend_id = publisher.backend_id(&svc.cfg.name, &record.backend)?;
+    let nat_addr = svc
+        .cfg
+        .snat_ips
+        .iter()
+        .position(|ip| *ip == record.snat.ip())?;
+    let (client, reply) = (cluster::client_key(record), cluster::reply_key(record));
+    Some(PeerConnection {
+        client,
+        flow: PeerFlow {
+            backend_id,
+            nat_port: reply.dport,
+            nat_addr: u8::try_from(nat_addr).ok()?,
+            flags: if nat_closed(record.state) {
+                PEER_F_CLOSED
+            } else {
+                0
+            },
+        },
+        reply,
+        nat: NatValue {
+            client_addr: client.src,
+            vip_addr: client.dst,
+            client_port: client.sport,
+            vip_port: client.dport,
+            backend_id,
+            client_mac,
+            state: record.state,
+            ..NatValue::default()
+        },
+    })
+}
+
+/// Whether a connection in nat `state` has closed: both FINs, or a reset.
+fn nat_closed(state: u8) -> bool {
+    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
+    state & NAT_S_RST != 0 || state & fins == fins
+}
