@@ -13,8 +13,8 @@ use std::{collections::HashMap, net::IpAddr};
 use lb_common::{
     events::ConnEvent,
     maps::{
-        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NAT_S_FIN_BACKEND,
-        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, PEER_F_CLOSED, PeerFlow,
+        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NatValue,
+        PEER_F_CLOSED, PeerFlow, nat_conn_ended,
     },
 };
 use tracing::warn;
@@ -321,7 +321,7 @@ fn peer_connection(
             backend_id,
             nat_port: reply.dport,
             nat_addr: u8::try_from(nat_addr).ok()?,
-            flags: if nat_closed(record.state) {
+            flags: if nat_conn_ended(record.state, record.protocol) {
                 PEER_F_CLOSED
             } else {
                 0
@@ -339,10 +339,4 @@ fn peer_connection(
             ..NatValue::default()
         },
     })
-}
-
-/// Whether a connection in nat `state` has closed: both FINs, or a reset.
-fn nat_closed(state: u8) -> bool {
-    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
-    state & NAT_S_RST != 0 || state & fins == fins
 }
