@@ -13,8 +13,7 @@ use std::{collections::HashMap, net::IpAddr};
 use lb_common::{
     events::ConnEvent,
     maps::{
-        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NatValue,
-        PEER_F_CLOSED, PeerFlow, nat_conn_ended,
+        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NatValue, PeerFlow,
     },
 };
 use tracing::warn;
@@ -321,11 +320,7 @@ fn peer_connection(
             backend_id,
             nat_port: reply.dport,
             nat_addr: u8::try_from(nat_addr).ok()?,
-            flags: if nat_conn_ended(record.state, record.protocol) {
-                PEER_F_CLOSED
-            } else {
-                0
-            },
+            _pad: 0,
         },
         reply,
         nat: NatValue {
