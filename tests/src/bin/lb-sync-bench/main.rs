@@ -1,4 +1,4 @@
-//! `lb-sync-bench [--only live,resync,lag,memory] [--records N] [--bulk N]
+//! `lb-sync-bench [--only live,resync,replicas,lag,memory] [--records N] [--bulk N]
 //! [--rates R,R] [--seconds S] [--memory N]`: the cluster component over QUIC on
 //! loopback, two nodes in one process, each on its own thread with a single-threaded
 //! runtime (one core each at most); node B installs what it applies into the kernel's
@@ -10,9 +10,10 @@
 //!   record gives records per CPU-second, and the wall time from the first publish to
 //!   B's last apply;
 //! - **bulk resync**: A holds N connections; B starts empty and the time until its
-//!   resync completes (every record installed into the peer tables) is measured, and
-//!   without the map writes, the process's resident memory growth meanwhile (B's
-//!   replicas; A holds its records before B starts);
+//!   resync completes (every record applied; installed into the peer tables) is
+//!   measured;
+//! - **replicas**: the process's resident memory growth during a bulk resync without
+//!   the map writes (B's replicas: A holds its records before B starts);
 //! - **sync lag** ([`lag`]): at each rate, publish to B's map write, p50/p99/max;
 //! - **memory** ([`kernel::memory`]): kernel bytes per replicated connection.
 
@@ -27,11 +28,16 @@ use lb_agent::cluster::{Cluster, Record};
 
 use node::Plan;
 
-const USAGE: &str = "usage: lb-sync-bench [--only live,resync,lag,memory] [--records N] \
+/// Records A publishes at a time before a bulk resync.
+const RESYNC_CHUNK: usize = 10_000;
+/// How long A waits after publishing before B starts (see [`resync`]).
+const SETTLE: Duration = Duration::from_secs(2);
+
+const USAGE: &str = "usage: lb-sync-bench [--only live,resync,replicas,lag,memory] [--records N] \
                      [--bulk N] [--rates R,R] [--seconds S] [--memory N]";
 
 fn main() -> anyhow::Result<()> {
-    let mut only = "live,resync,lag,memory".to_owned();
+    let mut only = "live,resync,replicas,lag,memory".to_owned();
     let mut records = 1_000_000usize;
     let mut bulk = 1_000_000usize;
     let mut rates = vec![10_000usize, 100_000];
@@ -68,6 +74,7 @@ fn main() -> anyhow::Result<()> {
                 resync(bulk, false)?;
                 resync(bulk, true)?;
             }
+            "replicas" => replicas(bulk)?,
             "lag" => {
                 for &rate in &rates {
                     lag::lag(rate, seconds)?;
@@ -123,13 +130,19 @@ fn live(records: usize, maps: bool) -> anyhow::Result<()> {
 
 /// A holds `n` connections; B starts empty and resyncs them (into its peer tables, with
 /// `maps`).
-fn resync(n: usize, maps: bool) -> anyhow::Result<()> {
+fn resync(n: usize, maps: bool) -> anyhow::Result<node::Applied> {
     let (sa, sb, [ca, cb]) = node::sockets()?;
     node::single_thread()?.block_on(async move {
         let a = Cluster::start_on(&ca, &node::KEY, sa)?;
-        let all: Vec<Record> = (0..n as u32).map(node::record).collect();
-        a.publish(&all);
-        drop(all);
+        // In chunks: no large buffer freed while B's memory is measured.
+        let mut chunk = Vec::with_capacity(RESYNC_CHUNK);
+        for first in (0..n).step_by(RESYNC_CHUNK) {
+            chunk.clear();
+            chunk.extend((first..n.min(first + RESYNC_CHUNK)).map(|i| node::record(i as u32)));
+            a.publish(&chunk);
+        }
+        // The allocator gives freed memory back to the kernel after a delay.
+        tokio::time::sleep(SETTLE).await;
         let plan = Plan {
             expect: n,
             tables: maps.then(|| kernel::sizes(n, true)).transpose()?,
@@ -137,17 +150,8 @@ fn resync(n: usize, maps: bool) -> anyhow::Result<()> {
         };
         let b = node::receiver(cb, sb, plan);
         let applied = node::wait_done(&b, Duration::from_secs(600), "resync").await?;
-        let memory = if maps {
-            String::new()
-        } else {
-            format!(
-                "; resident memory +{} B ({:.0} B per connection)",
-                applied.resident_growth,
-                applied.resident_growth as f64 / n as f64
-            )
-        };
         println!(
-            "bulk resync ({}): {n} connections in {:.2?} (B's start to its last {}){memory}",
+            "bulk resync ({}): {n} connections in {:.2?} (B's start to its last {})",
             if maps {
                 "with the map writes"
             } else {
@@ -156,6 +160,32 @@ fn resync(n: usize, maps: bool) -> anyhow::Result<()> {
             applied.took,
             if maps { "map write" } else { "apply" },
         );
-        Ok(())
+        Ok(applied)
     })
+}
+
+/// The allocator's (mimalloc's, lb-agent's) option that gives freed memory back to the
+/// kernel at once rather than after a delay: set, resident memory counts what is held.
+const PURGE_AT_ONCE: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "0");
+
+/// B's replicas of `n` connections: the resident memory growth of a bulk resync, in a
+/// process of this binary whose allocator gives freed memory back at once (this one when
+/// it does; the option only applies at a process's start).
+fn replicas(n: usize) -> anyhow::Result<()> {
+    let (option, at_once) = PURGE_AT_ONCE;
+    if std::env::var(option).is_ok_and(|v| v == at_once) {
+        let applied = resync(n, false)?;
+        println!(
+            "replicas: resident memory +{} B during the resync of {n} ({:.0} B per connection)",
+            applied.resident_growth,
+            applied.resident_growth as f64 / n as f64
+        );
+        return Ok(());
+    }
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["--only", "replicas", "--bulk", &n.to_string()])
+        .env(option, at_once)
+        .status()?;
+    anyhow::ensure!(status.success(), "lb-sync-bench --only replicas: {status}");
+    Ok(())
 }
