@@ -17,6 +17,10 @@ use crate::node::record;
 /// The backend id every replica is pinned to (this node's id of `10.0.1.11:8080`).
 const BACKEND_ID: u32 = 1;
 
+/// Time for the kernel to free a closed object's maps (a work item does, after the
+/// last descriptor is closed).
+const MAPS_FREED: Duration = Duration::from_secs(2);
+
 /// Record's entries in `LB_PEER_FLOWS` and `LB_PEER_NAT`, filled as the agent's glue
 /// (`agent::cluster::peer_connection`) fills them, with SNAT address index 0.
 pub fn peer_connection(record: &Record) -> PeerConnection {
@@ -76,10 +80,11 @@ fn vmalloc_growth<T>(f: impl FnOnce() -> T) -> anyhow::Result<(i64, T)> {
 /// less the same sizes without it, per entry; the growth while `n` connections are
 /// installed (nothing if the elements were allocated when the maps were created).
 pub fn memory(n: usize) -> anyhow::Result<()> {
+    // The objects of the modes before are being freed by the kernel's work items.
+    std::thread::sleep(MAPS_FREED);
     let (plain, lb) = vmalloc_growth(|| Lb::load_sized(sizes(n, false).expect("checked")))?;
     drop(lb);
-    // Maps are freed by a kernel work item after their last descriptor is closed.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(MAPS_FREED);
     let (cluster, mut lb) = vmalloc_growth(|| Lb::load_sized(sizes(n, true).expect("checked")))?;
     let entries = lb.sizes().peer_entries();
     let (flows_entries, flows_bytes) = lb.map_footprint(map_names::PEER_FLOWS);

@@ -26,7 +26,7 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
             tables: Some(kernel::sizes(total, true)?),
             track: true,
         };
-        let b = node::receiver(cb, sb, plan);
+        let mut b = node::receiver(cb, sb, plan);
         node::wait_up(&a).await?;
         let mut published = Vec::with_capacity(total);
         let mut tick = tokio::time::interval(BATCH_EVERY);
@@ -39,7 +39,7 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
         }
         let took = start.elapsed();
         let applied =
-            node::wait_done(&b, Duration::from_secs(120), "install of every record").await?;
+            node::wait_done(&mut b, Duration::from_secs(120), "install of every record").await?;
         let mut lags: Vec<Duration> = applied
             .installs
             .iter()

@@ -97,7 +97,7 @@ fn live(records: usize, maps: bool) -> anyhow::Result<()> {
             tables: maps.then(|| kernel::sizes(records, true)).transpose()?,
             track: false,
         };
-        let b = node::receiver(cb, sb, plan);
+        let mut b = node::receiver(cb, sb, plan);
         node::wait_up(&a).await?;
         let all: Vec<Record> = (0..records as u32).map(node::record).collect();
         let cpu0 = node::thread_ns(b.tid)?;
@@ -110,7 +110,7 @@ fn live(records: usize, maps: bool) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
-        node::wait_done(&b, Duration::from_secs(300), "apply of every record").await?;
+        node::wait_done(&mut b, Duration::from_secs(300), "apply of every record").await?;
         let wall = start.elapsed();
         let cpu = Duration::from_nanos(node::thread_ns(b.tid)? - cpu0);
         println!(
@@ -148,8 +148,8 @@ fn resync(n: usize, maps: bool) -> anyhow::Result<node::Applied> {
             tables: maps.then(|| kernel::sizes(n, true)).transpose()?,
             track: false,
         };
-        let b = node::receiver(cb, sb, plan);
-        let applied = node::wait_done(&b, Duration::from_secs(600), "resync").await?;
+        let mut b = node::receiver(cb, sb, plan);
+        let applied = node::wait_done(&mut b, Duration::from_secs(600), "resync").await?;
         println!(
             "bulk resync ({}): {n} connections in {:.2?} (B's start to its last {})",
             if maps {

@@ -121,10 +121,22 @@ pub struct Applied {
     pub resident_growth: i64,
 }
 
-/// B's thread.
+/// B's thread; dropping it once B reported waits for the thread to end (and its
+/// tables to be closed).
 pub struct Receiver {
     pub tid: i32,
-    pub done: mpsc::Receiver<anyhow::Result<Applied>>,
+    done: mpsc::Receiver<anyhow::Result<Applied>>,
+    /// Until B reported.
+    thread: Option<std::thread::JoinHandle<()>>,
+    reported: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(thread) = self.reported.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Starts B on its own thread and runtime (its tables, when asked for, loaded before it
@@ -133,7 +145,7 @@ pub struct Receiver {
 pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receiver {
     let (tid_tx, tid_rx) = mpsc::channel();
     let (done_tx, done) = mpsc::channel();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         // SAFETY: gettid has no preconditions.
         tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
         let mut lb = plan.tables.map(Lb::load_sized);
@@ -183,15 +195,20 @@ pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receive
     Receiver {
         tid: tid_rx.recv().expect("the thread starts"),
         done,
+        thread: Some(thread),
+        reported: None,
     }
 }
 
 /// Waits (polling, on A's runtime) up to `limit` for B's report.
-pub async fn wait_done(b: &Receiver, limit: Duration, what: &str) -> anyhow::Result<Applied> {
+pub async fn wait_done(b: &mut Receiver, limit: Duration, what: &str) -> anyhow::Result<Applied> {
     let start = Instant::now();
     loop {
         match b.done.try_recv() {
-            Ok(applied) => return applied,
+            Ok(applied) => {
+                b.reported = b.thread.take();
+                return applied;
+            }
             Err(mpsc::TryRecvError::Disconnected) => anyhow::bail!("B stopped before {what}"),
             Err(mpsc::TryRecvError::Empty) => {}
         }
