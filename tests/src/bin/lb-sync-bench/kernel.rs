@@ -9,7 +9,6 @@ use lb_agent::cluster::{Record, client_key, reply_key};
 use lb_agent::dataplane::MapSizes;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::map_names;
-use lb_common::maps::{NatValue, PeerFlow};
 use lb_tests::bpf::object::Lb;
 
 use crate::node::record;
@@ -21,29 +20,17 @@ const BACKEND_ID: u32 = 1;
 /// last descriptor is closed).
 const MAPS_FREED: Duration = Duration::from_secs(2);
 
-/// Record's entries in `LB_PEER_FLOWS` and `LB_PEER_NAT`, filled as the agent's glue
-/// (`agent::cluster::peer_connection`) fills them, with SNAT address index 0.
+/// Record's entries in `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the agent's glue makes
+/// them, with SNAT address index 0.
 pub fn peer_connection(record: &Record) -> PeerConnection {
-    let (client, reply) = (client_key(record), reply_key(record));
-    PeerConnection {
-        client,
-        flow: PeerFlow {
-            backend_id: BACKEND_ID,
-            nat_port: reply.dport,
-            nat_addr: 0,
-            _pad: 0,
-        },
-        reply,
-        nat: NatValue {
-            client_addr: client.src,
-            vip_addr: client.dst,
-            client_port: client.sport,
-            vip_port: client.dport,
-            backend_id: BACKEND_ID,
-            state: record.state,
-            ..NatValue::default()
-        },
-    }
+    PeerConnection::new(
+        client_key(record),
+        reply_key(record),
+        record.state,
+        BACKEND_ID,
+        0,
+        [0; 6],
+    )
 }
 
 /// Tables for `connections` flows (`agent.max_flows`), in cluster mode or not.
