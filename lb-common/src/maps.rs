@@ -434,15 +434,9 @@ pub struct PeerFlow {
     /// Index into the service's `snat_addrs` of the source address
     /// (`FlowValue::nat_addr`).
     pub nat_addr: u8,
-    /// `PEER_F_*` bits.
-    pub flags: u8,
+    pub _pad: u8,
 }
 const _: () = assert!(size_of::<PeerFlow>() == 8);
-
-/// `PeerFlow::flags`: the connection has closed (both FINs, or a reset; its replica stays
-/// for the closed state's reuse time). A client SYN on its 5-tuple opens a new
-/// connection (the client reused its port) rather than take the old one over.
-pub const PEER_F_CLOSED: u8 = 1 << 0;
 
 /// Most members of a cluster (this node and its peers); `LB_CLUSTER` has room for each.
 pub const CLUSTER_MEMBERS_MAX: usize = 16;

@@ -24,7 +24,7 @@ use lb_common::{
     },
     maps::{
         FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST,
-        NatValue, PEER_F_CLOSED, ServiceMeta, nat_reclaimable, nat_seconds,
+        NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
     },
 };
 
@@ -51,15 +51,13 @@ pub const fn handoff() -> Verdict {
 }
 
 /// Whether another node's connection has the client 5-tuple `key` and this packet
-/// (`syn`: a client SYN) continues it: a SYN on the 5-tuple of a closed connection
-/// (`PEER_F_CLOSED`) opens a new one (the client reused its port).
+/// continues it. A client SYN (`syn`) never does: a connection is shared only once the
+/// client acknowledged the SYN-ACK, after which its client sends no SYN, so a SYN on a
+/// shared 5-tuple opens a new connection (the client reused its port) rather than take
+/// the old one over, whose pair the backend may still hold in `TIME_WAIT`.
 #[inline(always)]
 pub fn has_flow(key: &FlowKey, syn: bool) -> bool {
-    match LB_PEER_FLOWS.get_ptr(key) {
-        // SAFETY: a map value, one field read.
-        Some(p) => !syn || unsafe { (*p).flags } & PEER_F_CLOSED == 0,
-        None => false,
-    }
+    !syn && LB_PEER_FLOWS.get_ptr(key).is_some()
 }
 
 /// Whether another node's connection has the reply 5-tuple `key`.

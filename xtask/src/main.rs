@@ -192,15 +192,12 @@ fn main() -> anyhow::Result<()> {
                 }
                 cargo(&args)?;
             }
-            // lb's flow table next to Katran's LRU_HASH at a million live flows (~2 min).
-            cargo(&[
-                "run",
-                "--release",
-                "-p",
-                "lb-tests",
-                "--bin",
-                "lb-fill-bench",
-            ])?;
+            // lb's flow table next to Katran's LRU_HASH at a million live flows (~2 min);
+            // cluster sync between two nodes over loopback QUIC: lag into the peer tables,
+            // records per core, bulk resync, kernel memory per replica (~2 min).
+            for bench in ["lb-fill-bench", "lb-sync-bench"] {
+                cargo(&["run", "--release", "-p", "lb-tests", "--bin", bench])?;
+            }
             // The dsr ordinary-traffic soak for 60 s (the suite runs it for 20 s).
             cargo_env(&test_runner::BENCH_SOAK, &[test_runner::BENCH_SOAK_ENV])
         }

@@ -12,10 +12,7 @@ use std::{collections::HashMap, net::IpAddr};
 
 use lb_common::{
     events::ConnEvent,
-    maps::{
-        CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat, NAT_S_FIN_BACKEND,
-        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, PEER_F_CLOSED, PeerFlow,
-    },
+    maps::{CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat},
 };
 use tracing::warn;
 
@@ -314,35 +311,12 @@ fn peer_connection(
         .snat_ips
         .iter()
         .position(|ip| *ip == record.snat.ip())?;
-    let (client, reply) = (cluster::client_key(record), cluster::reply_key(record));
-    Some(PeerConnection {
-        client,
-        flow: PeerFlow {
-            backend_id,
-            nat_port: reply.dport,
-            nat_addr: u8::try_from(nat_addr).ok()?,
-            flags: if nat_closed(record.state) {
-                PEER_F_CLOSED
-            } else {
-                0
-            },
-        },
-        reply,
-        nat: NatValue {
-            client_addr: client.src,
-            vip_addr: client.dst,
-            client_port: client.sport,
-            vip_port: client.dport,
-            backend_id,
-            client_mac,
-            state: record.state,
-            ..NatValue::default()
-        },
-    })
-}
-
-/// Whether a connection in nat `state` has closed: both FINs, or a reset.
-fn nat_closed(state: u8) -> bool {
-    let fins = NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND;
-    state & NAT_S_RST != 0 || state & fins == fins
+    Some(PeerConnection::new(
+        cluster::client_key(record),
+        cluster::reply_key(record),
+        record.state,
+        backend_id,
+        u8::try_from(nat_addr).ok()?,
+        client_mac,
+    ))
 }

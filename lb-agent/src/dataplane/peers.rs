@@ -32,6 +32,41 @@ pub struct PeerConnection {
     pub nat: NatValue,
 }
 
+impl PeerConnection {
+    /// The connection `client` -> VIP whose reply is `reply`, in connection `state`
+    /// (`NAT_S_*`), pinned to this node's `backend_id` and the service's SNAT address
+    /// `nat_addr` (an index); `client_mac` as [`PeerConnection::nat`] says.
+    pub fn new(
+        client: FlowKey,
+        reply: FlowKey,
+        state: u8,
+        backend_id: u32,
+        nat_addr: u8,
+        client_mac: [u8; 6],
+    ) -> Self {
+        PeerConnection {
+            client,
+            flow: PeerFlow {
+                backend_id,
+                nat_port: reply.dport,
+                nat_addr,
+                _pad: 0,
+            },
+            reply,
+            nat: NatValue {
+                client_addr: client.src,
+                vip_addr: client.dst,
+                client_port: client.sport,
+                vip_port: client.dport,
+                backend_id,
+                client_mac,
+                state,
+                ..NatValue::default()
+            },
+        }
+    }
+}
+
 /// What the agent's cluster component reads and writes of the data plane: the other
 /// nodes' connections in, this node's active ones out. [`ClusterTables`] is the real
 /// one; the agent tests use [`crate::testing::MemoryPeers`].

@@ -20,13 +20,41 @@ pub fn repo_root() -> PathBuf {
 
 /// `name -> type` of every table row of docs/metrics.md.
 pub fn documented() -> BTreeMap<String, String> {
+    documented_by_section()
+        .into_iter()
+        .map(|(name, (kind, _))| (name, kind))
+        .collect()
+}
+
+/// The heading of docs/metrics.md's section of the families only an agent with
+/// `[cluster]` exports.
+pub const CLUSTER_SECTION: &str = "Cluster (with `[cluster]`)";
+
+/// `name -> (type, heading of its section)` of every table row of docs/metrics.md.
+pub fn documented_by_section() -> BTreeMap<String, (String, String)> {
     let text = read("docs/metrics.md");
+    let mut section = String::new();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            section = heading.trim().to_string();
+        } else if line.starts_with("| `lb_") {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            out.insert(
+                cells[1].trim_matches('`').to_string(),
+                (cells[2].to_string(), section.clone()),
+            );
+        }
+    }
+    out
+}
+
+/// `name -> type` of every family a `/metrics` text declares (`# TYPE` lines).
+pub fn exposed(text: &str) -> BTreeMap<String, String> {
     text.lines()
-        .filter(|l| l.starts_with("| `lb_"))
-        .map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
-        })
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, t)| (n.to_string(), t.to_string()))
         .collect()
 }
 

@@ -248,18 +248,10 @@ impl Lb {
     /// Installs another node's connection into `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
     /// agent's `PeerTables::install` writes them.
     pub fn install_peer(&mut self, c: &PeerConnection) {
-        let mut nat: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::PEER_NAT).expect("LB_PEER_NAT"))
-                .expect("LB_PEER_NAT type");
-        nat.insert(&c.reply, &c.nat, 0)
+        self.peer_map(map_names::PEER_NAT)
+            .insert(&c.reply, &c.nat, 0)
             .expect("writing LB_PEER_NAT");
-        let mut flows: HashMap<_, FlowKey, lb_common::maps::PeerFlow> = HashMap::try_from(
-            self.ebpf
-                .map_mut(map_names::PEER_FLOWS)
-                .expect("LB_PEER_FLOWS"),
-        )
-        .expect("LB_PEER_FLOWS type");
-        flows
+        self.peer_map(map_names::PEER_FLOWS)
             .insert(&c.client, &c.flow, 0)
             .expect("writing LB_PEER_FLOWS");
     }
@@ -267,19 +259,21 @@ impl Lb {
     /// Removes another node's connection from `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
     /// agent does when its replica expires.
     pub fn remove_peer(&mut self, c: &PeerConnection) {
-        let mut nat: HashMap<_, FlowKey, NatValue> =
-            HashMap::try_from(self.ebpf.map_mut(map_names::PEER_NAT).expect("LB_PEER_NAT"))
-                .expect("LB_PEER_NAT type");
-        nat.remove(&c.reply).expect("removing from LB_PEER_NAT");
-        let mut flows: HashMap<_, FlowKey, lb_common::maps::PeerFlow> = HashMap::try_from(
-            self.ebpf
-                .map_mut(map_names::PEER_FLOWS)
-                .expect("LB_PEER_FLOWS"),
-        )
-        .expect("LB_PEER_FLOWS type");
-        flows
+        self.peer_map::<NatValue>(map_names::PEER_NAT)
+            .remove(&c.reply)
+            .expect("removing from LB_PEER_NAT");
+        self.peer_map::<lb_common::maps::PeerFlow>(map_names::PEER_FLOWS)
             .remove(&c.client)
             .expect("removing from LB_PEER_FLOWS");
+    }
+
+    /// One of the peer tables (hash maps keyed by a 5-tuple).
+    fn peer_map<V: aya::Pod>(
+        &mut self,
+        name: &str,
+    ) -> HashMap<&mut aya::maps::MapData, FlowKey, V> {
+        HashMap::try_from(self.ebpf.map_mut(name).unwrap_or_else(|| panic!("{name}")))
+            .unwrap_or_else(|e| panic!("{name} type: {e}"))
     }
 
     /// Writes `LB_CLUSTER` (the members, their MACs, the shared SNAT addresses), as the

@@ -11,7 +11,7 @@ use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
-    maps::{ClusterMembers, ClusterSnat, NAT_H_ADOPTED, PEER_F_CLOSED, PeerFlow},
+    maps::{ClusterMembers, ClusterSnat, NAT_H_ADOPTED, PeerFlow},
 };
 
 /// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
@@ -82,7 +82,7 @@ fn peer_connection(a: &Lb, e: &ConnEvent) -> PeerConnection {
             backend_id: f.backend_id,
             nat_port: f.nat_port,
             nat_addr: f.nat_addr,
-            flags: 0,
+            _pad: 0,
         },
         reply: e.reply,
         nat: e.nat,
@@ -242,7 +242,7 @@ fn the_allocation_skips_a_pair_a_peer_entry_holds() {
             backend_id: svc(NAT4).backend,
             nat_port: first.to_be(),
             nat_addr: 0,
-            flags: 0,
+            _pad: 0,
         },
         reply: reply_key(NAT4, first),
         nat: NatValue {
@@ -576,13 +576,12 @@ fn a_taken_over_entry_that_may_be_over_gives_way_to_the_owners_new_connection() 
 }
 
 #[test]
-fn a_syn_on_a_closed_connections_tuple_opens_a_new_connection() {
-    // The connection closed (reset) on A; its replica stays on B for the closed state's
-    // reuse time. The client reuses its port: the SYN opens a new flow on B, on another
-    // source port (the old pair is still held).
-    let (_a, mut conn, port) = node_a_with_a_connection();
-    conn.flow.flags = PEER_F_CLOSED;
-    conn.nat.state |= lb_common::maps::NAT_S_RST;
+fn a_syn_on_a_shared_connections_tuple_opens_a_new_connection() {
+    // The connection ended on A (the backend closed first and holds the pair in
+    // TIME_WAIT); its replica stays on B for a while, open or closed as B last heard.
+    // The client reuses its port and the router sends it to B: the SYN opens a new flow
+    // on B, on another source port (the old pair is still held).
+    let (_a, conn, port) = node_a_with_a_connection();
     let mut b = world_in(Lb::load_cluster(), &[NAT4]);
     b.install_peer(&conn);
     let before = b.counters();
@@ -600,12 +599,12 @@ fn a_syn_on_a_closed_connections_tuple_opens_a_new_connection() {
         "not the closed connection's pair"
     );
 
-    // Any other packet of that 5-tuple still belongs to the closed connection.
+    // Any other packet of that 5-tuple still belongs to the shared connection.
     let mut c = world_in(Lb::load_cluster(), &[NAT4]);
     c.install_peer(&conn);
     nat_forward(
         &mut c,
-        "the closed connection's last ACK, taken over",
+        "the shared connection's next ACK, taken over",
         &to_vip(NAT4, CPORT, TCP_ACK),
         NAT4,
         &[

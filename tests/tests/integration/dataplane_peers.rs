@@ -59,7 +59,7 @@ fn connection(cport: u16, nat_port: u16) -> PeerConnection {
             backend_id: 1,
             nat_port: nat_port.to_be(),
             nat_addr: 0,
-            flags: 0,
+            _pad: 0,
         },
         reply: flow_key(
             ip(10, 9, 2, 1),

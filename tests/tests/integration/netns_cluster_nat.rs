@@ -20,7 +20,7 @@ use std::{
 
 use lb_common::maps::{FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
 use lb_tests::{
-    agent::flow_snapshot::NatTable,
+    agent::{flow_snapshot::NatTable, metric_families},
     net::multinode::{self, MultiNode},
     traffic::{
         clients::EchoConn,
@@ -450,6 +450,22 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
             *sum += n;
         }
     }
+    // A node in a cluster exports every family docs/metrics.md lists for it.
+    let text = lb_tests::agent::api::Api::new(&topo.nodes[0].ns)
+        .metrics()
+        .expect("n1's /metrics");
+    let exported = metric_families::exposed(&text);
+    let missing: Vec<_> = metric_families::documented_by_section()
+        .into_iter()
+        .filter(|(name, (kind, section))| {
+            section == metric_families::CLUSTER_SECTION && exported.get(name) != Some(kind)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "cluster families documented, not exported: {missing:?}"
+    );
     // Every node's status page shows its peers up, records going both ways, nothing
     // refused.
     for node in &topo.nodes {

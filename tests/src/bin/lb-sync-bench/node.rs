@@ -1,0 +1,235 @@
+//! The two nodes of the bench: their records, configs and sockets, and node B, the
+//! receiver, on its own thread with a single-threaded runtime (one core at most), which
+//! takes the changes and installs each into the kernel's peer tables when given them.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lb_agent::cluster::{Change, Cluster, Record, RecordKind};
+use lb_agent::config::{ClusterConfig, ClusterPeer};
+use lb_agent::dataplane::MapSizes;
+use lb_tests::bpf::object::Lb;
+
+use crate::kernel;
+
+pub const KEY: [u8; 32] = [0x42; 32];
+
+/// Source ports per SNAT address in [`record`].
+const PORTS_PER_SNAT: u32 = 60_000;
+
+/// Connection `n`: its client address encodes `n` ([`index`]), and its reply's 5-tuple
+/// (backend, SNAT address and port) is distinct too, so that each takes its own entry in
+/// both peer tables.
+pub fn record(n: u32) -> Record {
+    let [a, b, c, d] = n.to_be_bytes();
+    let [_, _, s1, s2] = (n / PORTS_PER_SNAT).to_be_bytes();
+    Record {
+        kind: RecordKind::Open,
+        protocol: lb_common::IPPROTO_TCP,
+        state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
+        age_ms: 0,
+        vip: "10.0.0.100:80".parse().expect("literal"),
+        client: SocketAddr::from(([100 + a, b, c, d], 40000)),
+        backend: "10.0.1.11:8080".parse().expect("literal"),
+        snat: SocketAddr::from(([10, 2 + s1, s2, 2], 1024 + (n % PORTS_PER_SNAT) as u16)),
+    }
+}
+
+/// The `n` of a [`record`].
+pub fn index(record: &Record) -> u32 {
+    match record.client {
+        SocketAddr::V4(a) => {
+            let [a, b, c, d] = a.ip().octets();
+            u32::from_be_bytes([a - 100, b, c, d])
+        }
+        SocketAddr::V6(_) => unreachable!("the bench's records are IPv4"),
+    }
+}
+
+fn configs(a: SocketAddr, b: SocketAddr) -> [ClusterConfig; 2] {
+    let one = |node: &str, listen, peer: &str, address| ClusterConfig {
+        node: node.into(),
+        listen,
+        key_file: "/unused".into(),
+        resync_timeout: Duration::from_secs(600),
+        peers: vec![ClusterPeer {
+            name: peer.into(),
+            address,
+        }],
+    };
+    [one("lb-a", a, "lb-b", b), one("lb-b", b, "lb-a", a)]
+}
+
+/// Sockets for A and B, bound now, and their configs.
+pub fn sockets() -> anyhow::Result<(UdpSocket, UdpSocket, [ClusterConfig; 2])> {
+    let a = UdpSocket::bind("127.0.0.1:0")?;
+    let b = UdpSocket::bind("127.0.0.1:0")?;
+    let configs = configs(a.local_addr()?, b.local_addr()?);
+    Ok((a, b, configs))
+}
+
+/// A runtime on the calling thread only: one core at most.
+pub fn single_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// Nanoseconds thread `tid` of this process has run.
+pub fn thread_ns(tid: i32) -> anyhow::Result<u64> {
+    let path = format!("/proc/self/task/{tid}/schedstat");
+    let text = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("{path}: {text:?}"))
+}
+
+/// This process's resident memory in bytes.
+pub fn resident_bytes() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("/proc/self/statm: {text:?}"))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Ok(pages * u64::try_from(page)?)
+}
+
+/// What B is asked to do.
+pub struct Plan {
+    /// How many records it waits for.
+    pub expect: usize,
+    /// The peer tables to install each record into: an object loaded in cluster mode
+    /// with these sizes; none: the cluster component alone.
+    pub tables: Option<MapSizes>,
+    /// Whether to note when each record's install was done.
+    pub track: bool,
+}
+
+/// What B reports once it applied the records it expected.
+pub struct Applied {
+    /// From its start to its last install, its resync complete.
+    pub took: Duration,
+    /// Per record when tracked: its index and when its install was done.
+    pub installs: Vec<(u32, Instant)>,
+    /// The process's resident memory growth from B's start (its tables loaded) to then.
+    pub resident_growth: i64,
+}
+
+/// B's thread; dropping it once B reported waits for the thread to end (and its
+/// tables to be closed).
+pub struct Receiver {
+    pub tid: i32,
+    done: mpsc::Receiver<anyhow::Result<Applied>>,
+    /// Until B reported.
+    thread: Option<std::thread::JoinHandle<()>>,
+    reported: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(thread) = self.reported.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts B on its own thread and runtime (its tables, when asked for, loaded before it
+/// starts); it reports once it applied `plan.expect` records, then serves two seconds
+/// more for A's figures to be read, and stops.
+pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receiver {
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
+        let mut lb = plan.tables.map(Lb::load_sized);
+        let report = done_tx.clone();
+        let run = || -> anyhow::Result<()> {
+            single_thread()?.block_on(async move {
+                let resident = resident_bytes()?;
+                let start = Instant::now();
+                let mut b = Cluster::start_on(&config, &KEY, socket)?;
+                let mut changes = b.take_changes().context("the changes, taken once")?;
+                let mut installs = Vec::with_capacity(if plan.track { plan.expect } else { 0 });
+                let mut applied = 0usize;
+                while applied < plan.expect {
+                    let Some(batch) = changes.recv().await else {
+                        break;
+                    };
+                    applied += batch.len();
+                    for change in &batch {
+                        let Change::Upsert(record) = change else {
+                            continue;
+                        };
+                        if let Some(lb) = &mut lb {
+                            lb.install_peer(&kernel::peer_connection(record));
+                        }
+                        if plan.track {
+                            installs.push((index(record), Instant::now()));
+                        }
+                    }
+                }
+                let mut resynced = b.resync_complete();
+                let _ = resynced.wait_for(|d| *d).await;
+                let took = start.elapsed();
+                let resident_growth = resident_bytes()? as i64 - resident as i64;
+                let _ = report.send(Ok(Applied {
+                    took,
+                    installs,
+                    resident_growth,
+                }));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                Ok(())
+            })
+        };
+        if let Err(e) = run() {
+            let _ = done_tx.send(Err(e));
+        }
+    });
+    Receiver {
+        tid: tid_rx.recv().expect("the thread starts"),
+        done,
+        thread: Some(thread),
+        reported: None,
+    }
+}
+
+/// Waits (polling, on A's runtime) up to `limit` for B's report.
+pub async fn wait_done(b: &mut Receiver, limit: Duration, what: &str) -> anyhow::Result<Applied> {
+    let start = Instant::now();
+    loop {
+        match b.done.try_recv() {
+            Ok(applied) => {
+                b.reported = b.thread.take();
+                return applied;
+            }
+            Err(mpsc::TryRecvError::Disconnected) => anyhow::bail!("B stopped before {what}"),
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        if start.elapsed() > limit {
+            anyhow::bail!("no {what} in {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits until A is connected to B and their (empty) bulk resync is done, so that only
+/// live records are timed.
+pub async fn wait_up(a: &Cluster) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while !a.status().peers[0].bulk_received
+        || a.status().peers[0].state != lb_agent::cluster::PeerState::Up
+    {
+        if start.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("the nodes did not connect: {:#?}", a.status());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
