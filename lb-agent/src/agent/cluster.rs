@@ -8,7 +8,7 @@
 //! plane knows each member's MAC and the shared SNAT port ranges (`LB_CLUSTER`), to send
 //! a reply it has no entry for on to the member that owns its port.
 
-use std::{collections::HashMap, net::IpAddr};
+use std::{collections::HashMap, net::IpAddr, time::Duration};
 
 use lb_common::{
     events::ConnEvent,
@@ -28,6 +28,9 @@ use crate::{
     probe::Prober,
     publish::Publisher,
 };
+
+/// How long a refresh waits for one member's MAC (the event loop waits meanwhile).
+const MEMBER_LOOKUP: Duration = Duration::from_millis(5);
 
 /// Client next-hop MACs kept at most; the cache starts over when full.
 const CLIENT_MACS: usize = 65_536;
@@ -176,7 +179,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// keeps its port at its owner, and every replica stays alive while it is used. The
     /// members' MACs are looked up again (a member replaced, or not answering before).
     pub async fn refresh_cluster(&mut self) {
-        self.resolve_members().await;
+        self.resolve_members(MEMBER_LOOKUP).await;
         let Some(node) = &mut self.cluster else {
             return;
         };
@@ -202,8 +205,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
 
     /// Looks up each peer's MAC on the attached interface (from its cluster address) and
     /// writes `LB_CLUSTER` if anything changed: a reply whose port a peer owns is sent to
-    /// that MAC. A peer not resolved keeps no MAC; its replies are not sent on.
-    pub async fn resolve_members(&mut self) {
+    /// that MAC. A peer not resolved within `wait` keeps no MAC; its replies are not sent
+    /// on until a later refresh finds it.
+    pub async fn resolve_members(&mut self, wait: Duration) {
         let Some(node) = &self.cluster else {
             return;
         };
@@ -216,7 +220,15 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         let neighbours = self.macs.neighbours().clone();
         let mut found = Vec::with_capacity(peers.len());
         for (index, ip) in peers {
-            found.push((index, ip, neighbours.resolve(ip).await));
+            // Bounded by `wait`: a MAC the kernel does not know yet is being resolved (the
+            // lookup asked for it) and found at a later refresh.
+            let mac = match tokio::time::timeout(wait, neighbours.resolve(ip)).await {
+                Ok(mac) => mac,
+                Err(_) => Err(format!(
+                    "not resolved within {wait:?}; asked again at the next refresh"
+                )),
+            };
+            found.push((index, ip, mac));
         }
         let Some(node) = &mut self.cluster else {
             return;

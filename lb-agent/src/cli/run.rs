@@ -175,7 +175,8 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         .apply_config(&cfg)
         .await
         .context("publishing the configured services")?;
-    agent.resolve_members().await;
+    // Before the event loop runs: the peers' MACs may need a neighbour resolution.
+    agent.resolve_members(MAC_TIMEOUT).await;
     // Attached (or swapped in) only now: the program never runs on unpublished maps.
     agent
         .dataplane_mut()

@@ -124,6 +124,8 @@ fn http_service(backends: &[Ipv4Addr]) -> String {
 
 /// How long the sync network stays partitioned.
 const PARTITION: Duration = Duration::from_secs(5);
+/// After the partition heals, the time its resent records and reconnections take.
+const HEAL_WINDOW: Duration = Duration::from_secs(1);
 
 /// Cuts (`true`) or restores the sync traffic of the node in `ns`, both ways.
 fn cut_sync(ns: &lb_tests::net::netns::NetNs, cut: bool) {
@@ -406,6 +408,14 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     std::thread::sleep(PARTITION);
     let collided_partitioned = collisions(&topo);
     cut_sync(&topo.nodes[2].ns, false);
+    // The resent records and reconnections right after the heal: a new connection
+    // there may be reset (docs/multi-node.md, "What still breaks").
+    let healed = wall_now();
+    events.push(Event {
+        what: "sync healed",
+        start: healed,
+        moved: healed + HEAL_WINDOW.as_secs_f64(),
+    });
     settle();
     held.check("partition-healed");
 
@@ -430,7 +440,7 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     let broke = held.failures();
     for e in &events {
         eprintln!(
-            "{}: the router moved the flows {:.3} s after it began",
+            "{}: over (the router's flows moved, or the window closed) {:.3} s after it began",
             e.what,
             e.moved - e.start
         );
