@@ -10,6 +10,7 @@
 
 use std::{collections::HashMap, net::IpAddr, time::Duration};
 
+use futures_util::{StreamExt, stream::FuturesUnordered};
 use lb_common::{
     events::ConnEvent,
     maps::{CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat},
@@ -253,50 +254,133 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     }
 
     /// Replicas the peers sent (or that expired): installed into, or removed from, the
-    /// peer tables. A replica of a service or backend this node does not have is
-    /// skipped with a warning (the configs differ).
+    /// peer tables, in batches. A replica of a service or backend this node does not
+    /// have is skipped (the configs differ; one warning per batch). The next hops
+    /// toward clients not seen before are looked up together first, the wait bounded
+    /// by [`CLIENT_LOOKUP`].
     pub async fn on_cluster_changes(&mut self, changes: Vec<Change>) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        let mut unknown: Vec<IpAddr> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Upsert(r) if !node.client_macs.contains_key(&r.client.ip()) => {
+                    Some(r.client.ip())
+                }
+                _ => None,
+            })
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        let found = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            resolve_clients(self.macs.neighbours().as_ref(), unknown, CLIENT_LOOKUP).await
+        };
         let Some(node) = &mut self.cluster else {
             return;
         };
-        let neighbours = self.macs.neighbours().clone();
+        node.learn_client_macs(found);
+        let mut installs = Vec::new();
+        let mut removes = Vec::new();
+        let mut skipped: Option<(usize, Record)> = None;
         for change in changes {
-            let (record, install) = match change {
-                Change::Upsert(r) => (r, true),
-                Change::Remove(r) => (r, false),
-            };
-            let (client, reply) = (cluster::client_key(&record), cluster::reply_key(&record));
-            let done = if install {
-                let client_ip = record.client.ip();
-                let mac = match node.client_macs.get(&client_ip) {
-                    Some(mac) => *mac,
-                    None => match neighbours.resolve(client_ip).await {
-                        Ok(mac) => {
-                            if node.client_macs.len() >= CLIENT_MACS {
-                                node.client_macs.clear();
-                            }
-                            node.client_macs.insert(client_ip, mac);
-                            mac
-                        }
-                        Err(why) => {
-                            warn!(client = %client_ip, %why, "no next hop toward a replica's client; its replies wait for a client packet");
-                            [0; 6]
-                        }
-                    },
-                };
-                let Some(conn) =
-                    peer_connection(&record, &self.services, self.publishing.publisher(), mac)
-                else {
-                    warn!(vip = %record.vip, backend = %record.backend, "a peer's connection names a service or backend this node does not have");
-                    continue;
-                };
-                node.tables.install(&conn)
-            } else {
-                node.tables.remove(&client, &reply)
-            };
-            if let Err(err) = done {
-                warn!(error = %err, "cluster: writing the peer tables failed");
+            match change {
+                Change::Upsert(record) => {
+                    if !removes.is_empty() {
+                        node.remove(&std::mem::take(&mut removes));
+                    }
+                    let mac = node
+                        .client_macs
+                        .get(&record.client.ip())
+                        .copied()
+                        .unwrap_or_default();
+                    match peer_connection(&record, &self.services, self.publishing.publisher(), mac)
+                    {
+                        Some(conn) => installs.push(conn),
+                        None => skipped.get_or_insert((0, record)).0 += 1,
+                    }
+                }
+                Change::Remove(record) => {
+                    if !installs.is_empty() {
+                        node.install(&std::mem::take(&mut installs));
+                    }
+                    removes.push((cluster::client_key(&record), cluster::reply_key(&record)));
+                }
             }
+        }
+        node.install(&installs);
+        node.remove(&removes);
+        if let Some((count, first)) = skipped {
+            warn!(count, vip = %first.vip, backend = %first.backend, "peers' connections name a service or backend this node does not have; skipped");
+        }
+    }
+}
+
+/// How long a batch of replicas waits for the next hops toward its new clients (the
+/// event loop waits meanwhile). A client not resolved in time is installed without a
+/// MAC (a reply taken over before the client's next packet waits for that packet) and
+/// looked up again with its next replica.
+const CLIENT_LOOKUP: Duration = Duration::from_millis(5);
+
+/// Looks `ips` up together, for at most `wait`: those answered, with their MAC or why
+/// not.
+async fn resolve_clients<N: Neighbours>(
+    neighbours: &N,
+    ips: Vec<IpAddr>,
+    wait: Duration,
+) -> Vec<(IpAddr, Result<[u8; 6], String>)> {
+    let mut lookups: FuturesUnordered<_> = ips
+        .into_iter()
+        .map(|ip| async move { (ip, neighbours.resolve(ip).await) })
+        .collect();
+    let mut found = Vec::new();
+    let _ = tokio::time::timeout(wait, async {
+        while let Some(answer) = lookups.next().await {
+            found.push(answer);
+        }
+    })
+    .await;
+    found
+}
+
+impl ClusterNode {
+    /// Keeps the next hops found toward clients (the cache starts over when full); one
+    /// warning for those that have none.
+    fn learn_client_macs(&mut self, found: Vec<(IpAddr, Result<[u8; 6], String>)>) {
+        let mut missing: Option<(usize, IpAddr, String)> = None;
+        for (ip, mac) in found {
+            match mac {
+                Ok(mac) => {
+                    if self.client_macs.len() >= CLIENT_MACS {
+                        self.client_macs.clear();
+                    }
+                    self.client_macs.insert(ip, mac);
+                }
+                Err(why) => missing.get_or_insert((0, ip, why)).0 += 1,
+            }
+        }
+        if let Some((count, client, why)) = missing {
+            warn!(count, %client, %why, "no next hop toward replicas' clients; their replies wait for a client packet");
+        }
+    }
+
+    fn install(&mut self, conns: &[PeerConnection]) {
+        if conns.is_empty() {
+            return;
+        }
+        if let Err(err) = self.tables.install(conns) {
+            warn!(error = %err, "cluster: writing the peer tables failed");
+        }
+    }
+
+    fn remove(&mut self, keys: &[(lb_common::maps::FlowKey, lb_common::maps::FlowKey)]) {
+        if keys.is_empty() {
+            return;
+        }
+        if let Err(err) = self.tables.remove(keys) {
+            warn!(error = %err, "cluster: removing from the peer tables failed");
         }
     }
 }

@@ -32,12 +32,18 @@ pub struct Record {
     pub snat: SocketAddr,
 }
 
-/// A connection's identity: its client side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ConnKey {
-    pub protocol: u8,
-    pub vip: SocketAddr,
-    pub client: SocketAddr,
+/// A connection's identity: its client side (protocol, VIP and client address and
+/// port, the addresses IPv6 or IPv4-mapped), packed into five words: compared and
+/// hashed word by word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ConnKey([u64; 5]);
+
+impl std::hash::Hash for ConnKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for word in self.0 {
+            state.write_u64(word);
+        }
+    }
 }
 
 impl Record {
@@ -45,11 +51,15 @@ impl Record {
     pub const LEN: usize = 80;
 
     pub fn key(&self) -> ConnKey {
-        ConnKey {
-            protocol: self.protocol,
-            vip: self.vip,
-            client: self.client,
+        let mut bytes = [0u8; 40];
+        bytes[0] = self.protocol;
+        bytes[1..19].copy_from_slice(&endpoint_bytes(self.vip));
+        bytes[19..37].copy_from_slice(&endpoint_bytes(self.client));
+        let mut words = [0u64; 5];
+        for (word, chunk) in words.iter_mut().zip(bytes.as_chunks::<8>().0) {
+            *word = u64::from_ne_bytes(*chunk);
         }
+        ConnKey(words)
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -63,12 +73,7 @@ impl Record {
         out.push(if self.vip.is_ipv4() { 4 } else { 6 });
         out.extend_from_slice(&self.age_ms.to_be_bytes());
         for sa in [self.vip, self.client, self.backend, self.snat] {
-            let v6 = match sa.ip() {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            };
-            out.extend_from_slice(&v6.octets());
-            out.extend_from_slice(&sa.port().to_be_bytes());
+            out.extend_from_slice(&endpoint_bytes(sa));
         }
     }
 
@@ -117,6 +122,66 @@ impl Record {
             snat,
         })
     }
+}
+
+impl ConnKey {
+    fn bytes(&self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        for (chunk, word) in out.as_chunks_mut::<8>().0.iter_mut().zip(self.0) {
+            *chunk = word.to_ne_bytes();
+        }
+        out
+    }
+
+    pub fn protocol(&self) -> u8 {
+        self.bytes()[0]
+    }
+
+    /// The record of this connection whose other fields are these (`backend` and
+    /// `snat` as [`endpoint_bytes`] gives them).
+    pub fn record(
+        &self,
+        kind: RecordKind,
+        state: u8,
+        age_ms: u32,
+        backend: &[u8; 18],
+        snat: &[u8; 18],
+    ) -> Record {
+        let bytes = self.bytes();
+        let part = |at: usize| -> [u8; 18] { bytes[at..at + 18].try_into().expect("18 bytes") };
+        Record {
+            kind,
+            protocol: bytes[0],
+            state,
+            age_ms,
+            vip: endpoint_of(&part(1)),
+            client: endpoint_of(&part(19)),
+            backend: endpoint_of(backend),
+            snat: endpoint_of(snat),
+        }
+    }
+}
+
+/// The address and port of [`endpoint_bytes`]'s form (an IPv4-mapped address is the
+/// IPv4 address: a record never carries one as IPv6).
+fn endpoint_of(b: &[u8; 18]) -> SocketAddr {
+    let octets: [u8; 16] = b[..16].try_into().expect("16 bytes");
+    let v6 = Ipv6Addr::from(octets);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    SocketAddr::new(ip, u16::from_be_bytes([b[16], b[17]]))
+}
+
+/// An address and port as the wire carries them: 16 address bytes (IPv4 mapped into
+/// IPv6), then the port, big-endian.
+pub fn endpoint_bytes(sa: SocketAddr) -> [u8; 18] {
+    let v6 = match sa.ip() {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    let mut out = [0u8; 18];
+    out[..16].copy_from_slice(&v6.octets());
+    out[16..].copy_from_slice(&sa.port().to_be_bytes());
+    out
 }
 
 #[cfg(test)]

@@ -2,10 +2,11 @@
 //! (its own and its peers'), with the time each expires, and the log of the records it
 //! published, numbered, that its peers have not all acknowledged (the resend window).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque, hash_map::Entry};
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
-use super::record::{ConnKey, Record, RecordKind};
+use super::record::{ConnKey, Record, RecordKind, endpoint_bytes};
 
 /// Added to a connection's idle time before its replica expires.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(5);
@@ -19,100 +20,216 @@ pub enum Change {
     /// Install or refresh this connection (a closed one too, with its closed state,
     /// until its reuse time has passed).
     Upsert(Record),
-    /// Remove it: expired.
+    /// Remove it: expired (the record it was last known by, aged 0).
     Remove(Record),
 }
 
+/// What the replica table holds of a connection besides its key: 56 bytes.
 #[derive(Debug, Clone, Copy)]
 struct Replica {
-    record: Record,
-    last_packet: Instant,
-    expires: Instant,
+    kind: RecordKind,
+    state: u8,
     /// Whether a peer's record of it went to the data plane's peer tables (which then
     /// hold it until it expires, also after this node's own records of it).
     installed: bool,
+    backend: [u8; 18],
+    snat: [u8; 18],
+    /// When it expires, in nanoseconds from the table's origin.
+    expires: u64,
+    /// The expiry wheel's slot that holds its key: at or before `expires`'s.
+    due: u32,
+}
+
+impl Replica {
+    /// Its record, the key giving the rest, aged `age_ms`.
+    fn record(&self, key: &ConnKey, age_ms: u32) -> Record {
+        key.record(self.kind, self.state, age_ms, &self.backend, &self.snat)
+    }
 }
 
 /// How long a connection in `record`'s state lives without packets: the nat
 /// lifecycle's reuse time for that state, plus [`EXPIRY_MARGIN`].
 pub fn idle_limit(record: &Record) -> Duration {
-    let nat_seconds = lb_common::maps::nat_reuse_after(record.state, record.protocol);
+    idle_limit_of(record.state, record.protocol)
+}
+
+fn idle_limit_of(state: u8, protocol: u8) -> Duration {
+    let nat_seconds = lb_common::maps::nat_reuse_after(state, protocol);
     Duration::from_nanos(u64::from(nat_seconds) << 30) + EXPIRY_MARGIN
 }
 
-/// Every connection this node knows, by its client side.
-#[derive(Debug, Default)]
+/// Shards of the replica table. Each grows on its own and at its own count, so a
+/// growth copies a small part of the table, never the whole (a million replicas take
+/// tens of milliseconds to copy, and the sync waits meanwhile).
+const SHARDS: usize = 1024;
+
+type Shard = HashMap<ConnKey, Replica, foldhash::fast::RandomState>;
+
+/// Every connection this node knows, by its client side, and an expiry wheel: the keys
+/// by the second (from `origin`) their replica is due to be looked at. A replica's key
+/// sits in one slot at a time, at or before its expiry; a refresh that moves the expiry
+/// later leaves it there, and the sweep that reaches the slot moves it on. So a sweep
+/// costs the replicas due, not the table. Times are kept as nanoseconds from `origin`,
+/// a day before the table was made.
+#[derive(Debug)]
 pub struct Replicas {
-    map: HashMap<ConnKey, Replica>,
+    shards: Vec<Shard>,
+    /// Picks a key's shard (seeded apart from the shards' own hashers).
+    spread: foldhash::fast::RandomState,
+    wheel: BTreeMap<u32, Vec<ConnKey>>,
+    origin: Instant,
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Replicas {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            spread: foldhash::fast::RandomState::default(),
+            wheel: BTreeMap::new(),
+            // A day back: before the last packet of every connection not expired yet.
+            origin: Instant::now()
+                .checked_sub(Duration::from_secs(86_400))
+                .unwrap_or_else(Instant::now),
+        }
+    }
+}
+
+/// Seconds in a nanosecond time: its wheel slot.
+fn slot_of(ns: u64) -> u32 {
+    (ns / 1_000_000_000) as u32
 }
 
 impl Replicas {
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.shards.iter().map(HashMap::len).sum()
+    }
+
+    /// The index of `key`'s shard.
+    fn shard_of(&self, key: &ConnKey) -> usize {
+        self.spread.hash_one(key) as usize % SHARDS
+    }
+
+    /// `t` in nanoseconds from the origin.
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.origin).as_nanos() as u64
     }
 
     /// Applies `record` received at `now` (`from_peer`: a peer sent it; otherwise this
     /// node published it). Returns the change for the data plane, if any.
     pub fn apply(&mut self, record: &Record, now: Instant, from_peer: bool) -> Option<Change> {
-        let key = record.key();
-        if record.kind == RecordKind::Close && !self.map.contains_key(&key) {
-            return None;
-        }
         // A closed connection stays until its closed state's reuse time has passed (as
         // an open one until its idle time has): the node that saw the close holds its
         // translation that long, so its owner must not hand the pair out before.
         let last_packet = now
             .checked_sub(Duration::from_millis(record.age_ms.into()))
             .unwrap_or(now);
-        let expires = last_packet + idle_limit(record);
-        if expires <= now {
-            return self
-                .map
-                .remove(&key)
-                .filter(|r| r.installed)
-                .map(|r| Change::Remove(r.record));
-        }
-        let installed = from_peer || self.map.get(&key).is_some_and(|r| r.installed);
+        let expires_at = last_packet + idle_limit(record);
+        let expired = expires_at <= now;
+        let expires = self.ns(expires_at);
+        let slot = slot_of(expires);
         let replica = Replica {
-            record: *record,
-            last_packet,
+            kind: record.kind,
+            state: record.state,
+            installed: from_peer,
+            backend: endpoint_bytes(record.backend),
+            snat: endpoint_bytes(record.snat),
             expires,
-            installed,
+            due: slot,
         };
-        match self.map.insert(key, replica) {
-            Some(old) if old.expires > expires && record.kind != RecordKind::Close => {
-                // An older report (a resent or bulk record): keep the later one.
-                self.map.insert(key, old);
-                None
+        // One lookup: the table is far larger than the caches.
+        let key = record.key();
+        let at = self.shard_of(&key);
+        match self.shards[at].entry(key) {
+            Entry::Vacant(vacant) => {
+                if record.kind == RecordKind::Close || expired {
+                    return None;
+                }
+                self.wheel.entry(slot).or_default().push(key);
+                vacant.insert(replica);
             }
-            _ => Some(Change::Upsert(*record)),
+            Entry::Occupied(mut occupied) => {
+                let old = *occupied.get();
+                if expired {
+                    // Its wheel entry finds it gone.
+                    occupied.remove();
+                    return old.installed.then(|| Change::Remove(old.record(&key, 0)));
+                }
+                if old.expires > expires && record.kind != RecordKind::Close {
+                    // An older report (a resent or bulk record): keep the later one.
+                    return None;
+                }
+                let due = if old.due <= slot {
+                    old.due
+                } else {
+                    self.wheel.entry(slot).or_default().push(key);
+                    slot
+                };
+                occupied.insert(Replica {
+                    due,
+                    installed: from_peer || old.installed,
+                    ..replica
+                });
+            }
         }
+        Some(Change::Upsert(*record))
     }
 
     /// Removes the replicas expired at `now`; returns those the peer tables hold.
     pub fn expire(&mut self, now: Instant) -> Vec<Change> {
+        let now = self.ns(now);
+        let current = slot_of(now);
         let mut gone = Vec::new();
-        self.map.retain(|_, r| {
-            let keep = r.expires > now;
-            if !keep && r.installed {
-                gone.push(Change::Remove(r.record));
+        while let Some(entry) = self.wheel.first_entry() {
+            let slot = *entry.key();
+            if slot > current {
+                break;
             }
-            keep
-        });
+            let keys = entry.remove();
+            let mut later: Vec<(u32, ConnKey)> = Vec::new();
+            for key in keys {
+                let at = self.shard_of(&key);
+                let shard = &mut self.shards[at];
+                let Some(r) = shard.get_mut(&key) else {
+                    continue;
+                };
+                if r.due != slot {
+                    // An earlier expiry put it in an earlier slot, already looked at.
+                    continue;
+                }
+                if r.expires <= now {
+                    if r.installed {
+                        gone.push(Change::Remove(r.record(&key, 0)));
+                    }
+                    shard.remove(&key);
+                } else {
+                    r.due = slot_of(r.expires).max(slot);
+                    later.push((r.due, key));
+                }
+            }
+            for (due, key) in later {
+                self.wheel.entry(due).or_default().push(key);
+            }
+            if slot == current {
+                break;
+            }
+        }
         gone
     }
 
     /// Every connection as an open record aged at `now`, for a bulk resync.
     pub fn snapshot(&self, now: Instant) -> Vec<Record> {
-        self.map
-            .values()
-            .map(|r| Record {
-                kind: RecordKind::Open,
-                age_ms: now
-                    .saturating_duration_since(r.last_packet)
-                    .as_millis()
-                    .min(u32::MAX.into()) as u32,
-                ..r.record
+        let now = self.ns(now);
+        self.shards
+            .iter()
+            .flat_map(|shard| shard.iter())
+            .map(|(key, r)| {
+                let limit = idle_limit_of(r.state, key.protocol()).as_nanos() as u64;
+                let last_packet = r.expires.saturating_sub(limit);
+                let age_ms = (now.saturating_sub(last_packet) / 1_000_000).min(u32::MAX.into());
+                Record {
+                    kind: RecordKind::Open,
+                    ..r.record(key, age_ms as u32)
+                }
             })
             .collect()
     }
@@ -131,7 +248,9 @@ impl Outbox {
     pub fn new(window: usize) -> Self {
         Outbox {
             first: 1,
-            log: VecDeque::new(),
+            // Reserved whole (its pages are touched as records come): growing it would
+            // copy the log while the sync waits.
+            log: VecDeque::with_capacity(window + 1),
             window,
         }
     }
@@ -218,7 +337,10 @@ mod tests {
             r.expire(now + closed_limit - Duration::from_secs(1))
                 .is_empty()
         );
-        assert_eq!(r.expire(now + closed_limit), vec![Change::Remove(close)]);
+        assert_eq!(
+            r.expire(now + closed_limit),
+            vec![Change::Remove(Record { age_ms: 0, ..close })]
+        );
         // A close of a connection this node never heard of changes nothing.
         assert_eq!(r.apply(&close, now, true), None);
         assert_eq!(r.len(), 0);
@@ -230,7 +352,10 @@ mod tests {
         let limit = idle_limit(&open);
         assert!(limit > Duration::from_secs(960) && limit < Duration::from_secs(975));
         assert!(r.expire(now + limit - Duration::from_secs(1)).is_empty());
-        assert_eq!(r.expire(now + limit), vec![Change::Remove(open)]);
+        assert_eq!(
+            r.expire(now + limit),
+            vec![Change::Remove(Record { age_ms: 0, ..open })]
+        );
         assert_eq!(r.len(), 0);
     }
 
@@ -255,12 +380,125 @@ mod tests {
         r.apply(&close, now, false);
         assert_eq!(
             r.expire(now + idle_limit(&close)),
-            vec![Change::Remove(close)]
+            vec![Change::Remove(Record { age_ms: 0, ..close })]
         );
         // This node's own connection never reached the peer tables: nothing to remove.
         let own = sample(2, RecordKind::Open);
         r.apply(&own, now, false);
         assert!(r.expire(now + idle_limit(&own)).is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_gives_each_connection_back_whole_and_aged() {
+        let now = Instant::now();
+        let mut r = Replicas::default();
+        let v4 = Record {
+            age_ms: 5_000,
+            ..sample(7, RecordKind::Refresh)
+        };
+        let v6 = Record {
+            kind: RecordKind::Open,
+            protocol: lb_common::IPPROTO_UDP,
+            state: 0,
+            age_ms: 0,
+            vip: "[2001:db8::100]:53".parse().unwrap(),
+            client: "[2001:db8:1::7]:40000".parse().unwrap(),
+            backend: "[2001:db8:2::11]:53".parse().unwrap(),
+            snat: "[2001:db8::2]:2000".parse().unwrap(),
+        };
+        r.apply(&v4, now, true);
+        r.apply(&v6, now, true);
+        let mut snapshot = r.snapshot(now + Duration::from_secs(1));
+        snapshot.sort_by_key(|rec| rec.protocol);
+        assert_eq!(
+            snapshot,
+            vec![
+                Record {
+                    kind: RecordKind::Open,
+                    age_ms: 6_000,
+                    ..v4
+                },
+                Record {
+                    age_ms: 1_000,
+                    ..v6
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_wheel_expires_exactly_what_a_full_scan_would() {
+        // Opens, refreshes (later expiries), stale reports and closes (earlier expiries)
+        // in a pseudo-random order, swept every 700 ms: each sweep removes exactly the
+        // replicas whose expiry has passed, as a scan of the whole table would.
+        let start = Instant::now();
+        let mut r = Replicas::default();
+        let mut model: HashMap<ConnKey, (Instant, bool)> = HashMap::new();
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let udp = |n: u32, kind| Record {
+            protocol: lb_common::IPPROTO_UDP,
+            state: 0,
+            ..sample(n, kind)
+        };
+        for step in 0..4_000u32 {
+            let now = start + Duration::from_millis(u64::from(step) * 700 / 20);
+            let n = next(300) as u32;
+            let kind = match next(4) {
+                0 | 1 => RecordKind::Open,
+                2 => RecordKind::Refresh,
+                _ => RecordKind::Close,
+            };
+            let record = Record {
+                age_ms: next(40_000) as u32,
+                ..udp(n, kind)
+            };
+            let from_peer = next(2) == 0;
+            if let Some(change) = r.apply(&record, now, from_peer) {
+                let key = record.key();
+                match change {
+                    Change::Upsert(_) => {
+                        let installed = from_peer || model.get(&key).is_some_and(|(_, i)| *i);
+                        let last = now - Duration::from_millis(record.age_ms.into());
+                        model.insert(key, (last + idle_limit(&record), installed));
+                    }
+                    Change::Remove(_) => {
+                        model.remove(&key);
+                    }
+                }
+            } else if record.kind != RecordKind::Close || model.contains_key(&record.key()) {
+                // Refused as stale, or expired on arrival (and not installed).
+                let last = now
+                    .checked_sub(Duration::from_millis(record.age_ms.into()))
+                    .unwrap_or(now);
+                if last + idle_limit(&record) <= now {
+                    model.remove(&record.key());
+                }
+            }
+            if step % 20 == 19 {
+                let mut gone: Vec<ConnKey> = r
+                    .expire(now)
+                    .into_iter()
+                    .map(|c| match c {
+                        Change::Remove(rec) => rec.key(),
+                        Change::Upsert(_) => panic!("a sweep only removes"),
+                    })
+                    .collect();
+                let mut expected: Vec<ConnKey> = model
+                    .iter()
+                    .filter(|(_, (expires, installed))| *expires <= now && *installed)
+                    .map(|(k, _)| *k)
+                    .collect();
+                model.retain(|_, (expires, _)| *expires > now);
+                gone.sort();
+                expected.sort();
+                assert_eq!(gone, expected, "step {step}");
+                assert_eq!(r.len(), model.len(), "step {step}");
+            }
+        }
     }
 
     #[test]

@@ -75,6 +75,13 @@ pub enum DataplaneError {
     Replaced { interface: String, now: String },
     #[error("interface `{interface}` (index {ifindex}) is gone")]
     InterfaceGone { interface: String, ifindex: u32 },
+    #[error("map `{name}`: {count} entries refused")]
+    Refused {
+        name: &'static str,
+        count: usize,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("map `{name}`")]
     Map {
         name: &'static str,

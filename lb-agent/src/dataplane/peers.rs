@@ -10,10 +10,7 @@ use lb_common::{
     maps::{ClusterMembers, FlowKey, NatValue, PeerFlow},
 };
 
-use super::{DataplaneError, census::TableReader};
-
-/// `BPF_EXIST`: update an entry only if it is there.
-const BPF_EXIST: u64 = 2;
+use super::{DataplaneError, batch, census::TableReader};
 
 /// One connection another node made, in this node's terms (its backend id here): what
 /// `LB_PEER_FLOWS` and `LB_PEER_NAT` hold of it.
@@ -71,10 +68,11 @@ impl PeerConnection {
 /// nodes' connections in, this node's active ones out. [`ClusterTables`] is the real
 /// one; the agent tests use [`crate::testing::MemoryPeers`].
 pub trait PeerStore: Send {
-    /// Installs (or replaces) another node's connection.
-    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError>;
-    /// Removes another node's connection (either entry may be gone already).
-    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError>;
+    /// Installs (or replaces) other nodes' connections.
+    fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError>;
+    /// Removes other nodes' connections, each by its client and reply 5-tuples (either
+    /// entry may be gone already).
+    fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError>;
     /// This node's own nat entries (`LB_NAT`, reply 5-tuple and value) that carried a
     /// packet at `since` or later (`nat_seconds`).
     fn nat_seen_since(&self, since: u32) -> Result<Vec<(FlowKey, NatValue)>, DataplaneError>;
@@ -95,12 +93,12 @@ impl ClusterTables {
 }
 
 impl PeerStore for ClusterTables {
-    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
-        self.peers.install(c)
+    fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError> {
+        self.peers.install(conns)
     }
 
-    fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError> {
-        self.peers.remove(client, reply)
+    fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError> {
+        self.peers.remove(keys)
     }
 
     fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
@@ -144,40 +142,28 @@ impl PeerTables {
             .map_err(|source| map_error(map_names::CLUSTER, source))
     }
 
-    /// What `LB_CLUSTER` holds.
-    pub fn members(&self) -> Result<ClusterMembers, DataplaneError> {
-        self.members
-            .get(&0, 0)
-            .map_err(|source| map_error(map_names::CLUSTER, source))
+    /// Installs (or replaces) connections in both tables, a batch call per table: the
+    /// reverse entries first, so that a client packet taking a flow over finds its own.
+    /// An entry the kernel refuses (a table full) is skipped; the others are written.
+    pub fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError> {
+        let (replies, nats): (Vec<FlowKey>, Vec<NatValue>) =
+            conns.iter().map(|c| (c.reply, c.nat)).unzip();
+        let nat = batch::update_all(&self.nat, &replies, &nats);
+        let (clients, flows): (Vec<FlowKey>, Vec<PeerFlow>) =
+            conns.iter().map(|c| (c.client, c.flow)).unzip();
+        let flow = batch::update_all(&self.flows, &clients, &flows);
+        nat.map_err(|r| refused(map_names::PEER_NAT, r))?;
+        flow.map_err(|r| refused(map_names::PEER_FLOWS, r))
     }
 
-    /// Installs (or replaces) a connection in both tables: the reverse entry first, so
-    /// that a client packet taking the flow over finds it.
-    pub fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
-        self.nat
-            .insert(&c.reply, &c.nat, 0)
-            .map_err(|source| map_error(map_names::PEER_NAT, source))?;
-        self.flows
-            .insert(&c.client, &c.flow, 0)
-            .map_err(|source| map_error(map_names::PEER_FLOWS, source))
-    }
-
-    /// Rewrites the reverse entry of an installed connection (its state as the node that
-    /// reported it last saw it); `false` when none is installed under `reply`.
-    pub fn refresh(&mut self, reply: &FlowKey, nat: &NatValue) -> Result<bool, DataplaneError> {
-        match self.nat.insert(reply, nat, BPF_EXIST) {
-            Ok(()) => Ok(true),
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
-                Ok(false)
-            }
-            Err(source) => Err(map_error(map_names::PEER_NAT, source)),
-        }
-    }
-
-    /// Removes a connection from both tables (either entry may be gone already).
-    pub fn remove(&mut self, client: &FlowKey, reply: &FlowKey) -> Result<(), DataplaneError> {
-        remove(&mut self.flows, map_names::PEER_FLOWS, client)?;
-        remove(&mut self.nat, map_names::PEER_NAT, reply)
+    /// Removes connections from both tables, a batch call per table (an entry already
+    /// gone is passed over).
+    pub fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError> {
+        let (clients, replies): (Vec<FlowKey>, Vec<FlowKey>) = keys.iter().copied().unzip();
+        let flow = batch::delete_all(&self.flows, &clients);
+        let nat = batch::delete_all(&self.nat, &replies);
+        flow.map_err(|r| refused(map_names::PEER_FLOWS, r))?;
+        nat.map_err(|r| refused(map_names::PEER_NAT, r))
     }
 
     /// The installed connection whose client 5-tuple is `client`, with its reverse
@@ -215,14 +201,11 @@ fn is_missing(e: &MapError) -> bool {
     }
 }
 
-fn remove<V: aya::Pod>(
-    map: &mut HashMap<MapData, FlowKey, V>,
-    name: &'static str,
-    key: &FlowKey,
-) -> Result<(), DataplaneError> {
-    match map.remove(key) {
-        Err(e) if !is_missing(&e) => Err(map_error(name, e)),
-        _ => Ok(()),
+fn refused(name: &'static str, refused: batch::Refused) -> DataplaneError {
+    DataplaneError::Refused {
+        name,
+        count: refused.count,
+        source: refused.first,
     }
 }
 

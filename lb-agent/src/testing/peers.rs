@@ -52,13 +52,19 @@ impl MemoryPeers {
 }
 
 impl PeerStore for MemoryPeers {
-    fn install(&mut self, c: &PeerConnection) -> Result<(), DataplaneError> {
-        self.lock().installed.insert(c.client, *c);
+    fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError> {
+        let mut tables = self.lock();
+        for c in conns {
+            tables.installed.insert(c.client, *c);
+        }
         Ok(())
     }
 
-    fn remove(&mut self, client: &FlowKey, _reply: &FlowKey) -> Result<(), DataplaneError> {
-        self.lock().installed.remove(client);
+    fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError> {
+        let mut tables = self.lock();
+        for (client, _reply) in keys {
+            tables.installed.remove(client);
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ mod admin_validation;
 mod announce;
 mod backup;
 mod cap;
+mod cluster;
 mod detection;
 mod essential;
 mod event_loop;

@@ -82,43 +82,68 @@ fn connection(cport: u16, nat_port: u16) -> PeerConnection {
 }
 
 #[test]
-fn peer_connections_are_installed_refreshed_and_removed_in_both_tables() {
+fn peer_connections_are_installed_replaced_and_removed_in_both_tables() {
     let mut dp = cluster_dataplane();
     let mut peers = dp.take_peer_tables().expect("the peer tables");
     assert!(peers.is_empty());
     let a = connection(40_000, 20_001);
     let b = connection(40_001, 20_002);
-    peers.install(&a).expect("install a");
-    peers.install(&b).expect("install b");
+    peers.install(&[a, b]).expect("install a and b");
     assert_eq!(peers.len(), 2);
     assert_eq!(
         peers.get(&a.client, &a.reply).expect("reading"),
         Some((a.flow, a.nat))
     );
 
-    let mut later = a.nat;
-    later.state |= lb_common::maps::NAT_S_FIN_CLIENT;
-    assert!(peers.refresh(&a.reply, &later).expect("refresh"));
+    let mut later = a;
+    later.nat.state |= lb_common::maps::NAT_S_FIN_CLIENT;
+    peers.install(&[later]).expect("replace a");
     assert_eq!(
         peers.get(&a.client, &a.reply).expect("reading"),
-        Some((a.flow, later))
+        Some((a.flow, later.nat))
     );
-    let absent = connection(40_002, 20_003);
-    assert!(
-        !peers.refresh(&absent.reply, &absent.nat).expect("refresh"),
-        "a refresh installs nothing"
-    );
-    assert_eq!(
-        peers.get(&absent.client, &absent.reply).expect("reading"),
-        None
-    );
+    assert_eq!(peers.len(), 2);
 
-    peers.remove(&a.client, &a.reply).expect("remove");
+    let absent = connection(40_002, 20_003);
     peers
-        .remove(&a.client, &a.reply)
+        .remove(&[(a.client, a.reply), (absent.client, absent.reply)])
+        .expect("removing, one of them never installed: no error");
+    peers
+        .remove(&[(a.client, a.reply)])
         .expect("removing again is no error");
     assert_eq!(peers.get(&a.client, &a.reply).expect("reading"), None);
     assert_eq!(peers.len(), 1, "b stays");
+    assert_eq!(
+        peers.get(&b.client, &b.reply).expect("reading"),
+        Some((b.flow, b.nat))
+    );
+}
+
+#[test]
+fn a_batch_larger_than_the_room_left_writes_what_fits_and_counts_the_rest() {
+    let mut dp = cluster_dataplane();
+    let mut peers = dp.take_peer_tables().expect("the peer tables");
+    let room = cluster_sizes().peer_entries() as usize;
+    assert!(room + 10 < 64_000, "a port each");
+    let conns: Vec<PeerConnection> = (0..room + 10)
+        .map(|i| connection(1024 + i as u16, 1024 + i as u16))
+        .collect();
+    let err = peers
+        .install(&conns)
+        .expect_err("ten more than the tables hold");
+    let text = format!("{err}");
+    assert!(text.contains("10 entries refused"), "{text}");
+    assert_eq!(peers.len(), room, "every entry that fits is written");
+    let last = conns[room - 1];
+    assert_eq!(
+        peers.get(&last.client, &last.reply).expect("reading"),
+        Some((last.flow, last.nat))
+    );
+    let keys: Vec<_> = conns.iter().map(|c| (c.client, c.reply)).collect();
+    peers
+        .remove(&keys)
+        .expect("removing all, the refused ones absent");
+    assert!(peers.is_empty());
 }
 
 /// Runs `lb_xdp` once on `frame`; its XDP action.
@@ -219,7 +244,7 @@ fn a_restart_adopts_the_peer_tables() {
     first
         .take_peer_tables()
         .expect("the peer tables")
-        .install(&a)
+        .install(&[a])
         .expect("install");
 
     let maps = ADOPTED_MAPS

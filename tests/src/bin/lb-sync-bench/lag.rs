@@ -40,6 +40,17 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
         let took = start.elapsed();
         let applied =
             node::wait_done(&mut b, Duration::from_secs(120), "install of every record").await?;
+        if std::env::var_os("LB_SYNC_BENCH_TIMELINE").is_some() {
+            // The worst lag of each 100 ms of publishing, to tell a start-up queue from
+            // stalls later on.
+            let mut worst = vec![Duration::ZERO; (took.as_millis() / 100 + 1) as usize];
+            for &(n, done) in &applied.installs {
+                let at = published[n as usize];
+                let slot = (((at - start).as_millis() / 100) as usize).min(worst.len() - 1);
+                worst[slot] = worst[slot].max(done - at);
+            }
+            eprintln!("worst lag per 100 ms published: {worst:.1?}");
+        }
         let mut lags: Vec<Duration> = applied
             .installs
             .iter()

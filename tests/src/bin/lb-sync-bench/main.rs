@@ -33,7 +33,7 @@ const RESYNC_CHUNK: usize = 10_000;
 /// How long A waits after publishing before B starts (see [`resync`]).
 const SETTLE: Duration = Duration::from_secs(2);
 
-const USAGE: &str = "usage: lb-sync-bench [--only live,resync,replicas,lag,memory] [--records N] \
+const USAGE: &str = "usage: lb-sync-bench [--only live,live-alone,live-maps,resync,replicas,lag,memory] [--records N] \
                      [--bulk N] [--rates R,R] [--seconds S] [--memory N]";
 
 fn main() -> anyhow::Result<()> {
@@ -70,6 +70,8 @@ fn main() -> anyhow::Result<()> {
                 live(records, false)?;
                 live(records, true)?;
             }
+            "live-alone" => live(records, false)?,
+            "live-maps" => live(records, true)?,
             "resync" => {
                 resync(bulk, false)?;
                 resync(bulk, true)?;

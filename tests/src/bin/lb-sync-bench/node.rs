@@ -1,6 +1,6 @@
 //! The two nodes of the bench: their records, configs and sockets, and node B, the
 //! receiver, on its own thread with a single-threaded runtime (one core at most), which
-//! takes the changes and installs each into the kernel's peer tables when given them.
+//! takes the changes and installs them into the kernel's peer tables, a batch at a time, when given them.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc;
@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use lb_agent::cluster::{Change, Cluster, Record, RecordKind};
 use lb_agent::config::{ClusterConfig, ClusterPeer};
-use lb_agent::dataplane::MapSizes;
-use lb_tests::bpf::object::Lb;
+use lb_agent::dataplane::{BpfDataplane, MapSizes};
 
 use crate::kernel;
 
@@ -145,53 +144,67 @@ impl Drop for Receiver {
 pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receiver {
     let (tid_tx, tid_rx) = mpsc::channel();
     let (done_tx, done) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        // SAFETY: gettid has no preconditions.
-        tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
-        let mut lb = plan.tables.map(Lb::load_sized);
-        let report = done_tx.clone();
-        let run = || -> anyhow::Result<()> {
-            single_thread()?.block_on(async move {
-                let resident = resident_bytes()?;
-                let start = Instant::now();
-                let mut b = Cluster::start_on(&config, &KEY, socket)?;
-                let mut changes = b.take_changes().context("the changes, taken once")?;
-                let mut installs = Vec::with_capacity(if plan.track { plan.expect } else { 0 });
-                let mut applied = 0usize;
-                while applied < plan.expect {
-                    let Some(batch) = changes.recv().await else {
-                        break;
-                    };
-                    applied += batch.len();
-                    for change in &batch {
-                        let Change::Upsert(record) = change else {
-                            continue;
+    // Named, so that a profile (`perf report --comm lb-sync-b`) tells B's work apart.
+    let thread = std::thread::Builder::new()
+        .name("lb-sync-b".into())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
+            // The agent's own write path: its peer tables, a batch call per table for each
+            // batch of changes.
+            let mut tables = plan.tables.map(|sizes| {
+                BpfDataplane::load_sized(None, None, sizes)
+                    .and_then(|mut dp| dp.take_peer_tables().map(|t| (dp, t)))
+                    .expect("the object loads in cluster mode (root?)")
+            });
+            let report = done_tx.clone();
+            let run = || -> anyhow::Result<()> {
+                single_thread()?.block_on(async move {
+                    let resident = resident_bytes()?;
+                    let start = Instant::now();
+                    let mut b = Cluster::start_on(&config, &KEY, socket)?;
+                    let mut changes = b.take_changes().context("the changes, taken once")?;
+                    let mut installs = Vec::with_capacity(if plan.track { plan.expect } else { 0 });
+                    let mut applied = 0usize;
+                    while applied < plan.expect {
+                        let Some(batch) = changes.recv().await else {
+                            break;
                         };
-                        if let Some(lb) = &mut lb {
-                            lb.install_peer(&kernel::peer_connection(record));
+                        applied += batch.len();
+                        let records = batch.iter().filter_map(|change| match change {
+                            Change::Upsert(record) => Some(record),
+                            Change::Remove(_) => None,
+                        });
+                        if let Some((_, peers)) = &mut tables {
+                            let conns: Vec<_> =
+                                records.clone().map(kernel::peer_connection).collect();
+                            peers
+                                .install(&conns)
+                                .context("installing into the peer tables")?;
                         }
                         if plan.track {
-                            installs.push((index(record), Instant::now()));
+                            let done = Instant::now();
+                            installs.extend(records.map(|record| (index(record), done)));
                         }
                     }
-                }
-                let mut resynced = b.resync_complete();
-                let _ = resynced.wait_for(|d| *d).await;
-                let took = start.elapsed();
-                let resident_growth = resident_bytes()? as i64 - resident as i64;
-                let _ = report.send(Ok(Applied {
-                    took,
-                    installs,
-                    resident_growth,
-                }));
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                Ok(())
-            })
-        };
-        if let Err(e) = run() {
-            let _ = done_tx.send(Err(e));
-        }
-    });
+                    let mut resynced = b.resync_complete();
+                    let _ = resynced.wait_for(|d| *d).await;
+                    let took = start.elapsed();
+                    let resident_growth = resident_bytes()? as i64 - resident as i64;
+                    let _ = report.send(Ok(Applied {
+                        took,
+                        installs,
+                        resident_growth,
+                    }));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(())
+                })
+            };
+            if let Err(e) = run() {
+                let _ = done_tx.send(Err(e));
+            }
+        })
+        .expect("a thread starts");
     Receiver {
         tid: tid_rx.recv().expect("the thread starts"),
         done,
