@@ -49,7 +49,7 @@ pub struct Arrival {
 pub struct Capture {
     seen: Arc<Mutex<Vec<Arrival>>>,
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<io::Result<()>>>,
+    handle: Option<JoinHandle<io::Result<u32>>>,
 }
 
 impl Capture {
@@ -76,7 +76,8 @@ impl Capture {
         self.seen.lock().expect("capture lock").clone()
     }
 
-    /// Stops the capture; an error if reading failed.
+    /// Stops the capture; an error if reading failed or the socket lost frames (then
+    /// what arrived is not known).
     pub fn stop(mut self) -> Result<Vec<Arrival>, Error> {
         self.finish()?;
         Ok(self.arrivals())
@@ -84,13 +85,19 @@ impl Capture {
 
     fn finish(&mut self) -> Result<(), Error> {
         self.stop.store(true, Ordering::Relaxed);
-        match self.handle.take() {
-            Some(h) => h
-                .join()
-                .map_err(|_| Error::Unexpected("the capture thread panicked".into()))?
-                .map_err(Error::io("reading the capture")),
-            None => Ok(()),
+        let Some(h) = self.handle.take() else {
+            return Ok(());
+        };
+        let lost = h
+            .join()
+            .map_err(|_| Error::Unexpected("the capture thread panicked".into()))?
+            .map_err(Error::io("reading the capture"))?;
+        if lost > 0 {
+            return Err(Error::Unexpected(format!(
+                "the capture lost {lost} frames (its socket's buffer overflowed)"
+            )));
         }
+        Ok(())
     }
 }
 
@@ -167,7 +174,8 @@ fn setsockopt<T>(sock: &OwnedFd, name: i32, value: &T) -> io::Result<()> {
     Ok(())
 }
 
-fn read_until(sock: &OwnedFd, into: &Mutex<Vec<Arrival>>, stop: &AtomicBool) -> io::Result<()> {
+/// Reads frames into `into` until `stop`; returns how many the socket dropped.
+fn read_until(sock: &OwnedFd, into: &Mutex<Vec<Arrival>>, stop: &AtomicBool) -> io::Result<u32> {
     let mut frame = [0u8; 2048];
     while !stop.load(Ordering::Relaxed) {
         let Some((n, at_ns)) = receive(sock, &mut frame)? else {
@@ -177,7 +185,28 @@ fn read_until(sock: &OwnedFd, into: &Mutex<Vec<Arrival>>, stop: &AtomicBool) -> 
             into.lock().expect("capture lock").push(a);
         }
     }
-    Ok(())
+    dropped(sock)
+}
+
+/// Frames the socket dropped since it was opened (`PACKET_STATISTICS`, read once).
+fn dropped(sock: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: a zeroed tpacket_stats is valid.
+    let mut stats: libc::tpacket_stats = unsafe { zeroed() };
+    let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: `stats` and `len` live across the call, `len` says how large `stats` is.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut stats as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stats.tp_drops)
 }
 
 /// Reads one frame into `frame`: its length and receive time, or `None` when the read
