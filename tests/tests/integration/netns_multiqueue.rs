@@ -98,15 +98,18 @@ fn is_flow(topo: &Topology, a: &Arrival) -> bool {
     let Some(&(_, proto, forwarding, _, _)) = SERVICES.iter().find(|s| s.4 == a.dport) else {
         return false;
     };
-    let wanted = match proto {
-        Proto::Tcp => IPPROTO_TCP,
-        Proto::Udp => IPPROTO_UDP,
-    };
-    a.proto == wanted
+    a.proto == ip_proto(proto)
         && match forwarding {
             Forwarding::Nat => a.src == topo.lb().ipv4 && NAT_PORTS.contains(&a.sport),
             _ => a.src == topo.client().ipv4,
         }
+}
+
+fn ip_proto(proto: Proto) -> u8 {
+    match proto {
+        Proto::Tcp => IPPROTO_TCP,
+        Proto::Udp => IPPROTO_UDP,
+    }
 }
 
 fn backend_ports() -> Vec<u16> {
@@ -125,10 +128,7 @@ fn both_cpus_hold_flows(topo: &Topology, when: &str) -> Vec<usize> {
             // nat UDP always goes through LB_FLOWS (docs/internals/fast-path.md).
             continue;
         }
-        let proto = match proto {
-            Proto::Tcp => IPPROTO_TCP,
-            Proto::Udp => IPPROTO_UDP,
-        };
+        let proto = ip_proto(proto);
         let of_service = |cpu: usize| {
             by_cpu[cpu]
                 .iter()
