@@ -200,6 +200,11 @@ const ALONE: &[(&str, &str)] = &[
         "netns_flood_real_size",
         "3,000,000 frames from an AF_PACKET sender, every one of which must reach the lb",
     ),
+    (
+        "netns_multiqueue",
+        "a sender pinned to each CPU in turn keeps both busy for 17 s, and frames without \
+         a stamp are judged to 10 ms of a map write",
+    ),
 ];
 
 /// Alone binaries whose tests run as jobs of their own beside each other (and nothing

@@ -1,5 +1,5 @@
 //! The few ethtool queries the doctor needs (`SIOCETHTOOL`): the driver's name, LRO
-//! (`ETHTOOL_GFLAGS`) and GRO (`ETHTOOL_GGRO`).
+//! (`ETHTOOL_GFLAGS`), GRO (`ETHTOOL_GGRO`) and TX checksum offload (`ETHTOOL_GTXCSUM`).
 
 use std::{
     io,
@@ -8,6 +8,7 @@ use std::{
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
+const ETHTOOL_GTXCSUM: u32 = 0x16;
 const ETHTOOL_GFLAGS: u32 = 0x25;
 const ETHTOOL_GGRO: u32 = 0x2b;
 const ETH_FLAG_LRO: u32 = 1 << 15;
@@ -95,4 +96,9 @@ pub fn lro(interface: &str) -> io::Result<bool> {
 /// Whether generic receive offload is on.
 pub fn gro(interface: &str) -> io::Result<bool> {
     value(interface, ETHTOOL_GGRO).map(|v| v != 0)
+}
+
+/// Whether TX checksum offload is on (`ethtool -k IF`'s `tx-checksumming`).
+pub fn tx_checksum(interface: &str) -> io::Result<bool> {
+    value(interface, ETHTOOL_GTXCSUM).map(|v| v != 0)
 }

@@ -1,11 +1,13 @@
-//! The interface: exists, whether native XDP can forward on it, the program attached
-//! now, the MTU against what native XDP takes, LRO and GRO.
+//! The interface: exists, whether native XDP can forward on it (and, on a veth, whether
+//! the peer completes checksums), the program attached now, the MTU against what native
+//! XDP takes, LRO and GRO.
 
 use crate::{config::XdpMode, dataplane, netlink::XdpAttached};
 
 use super::{
     Finding, Level, ethtool,
     native_xdp::{self, NativeXdp},
+    veth_peer,
 };
 
 /// The check name of a missing interface (the caller skips what needs it).
@@ -36,7 +38,9 @@ pub fn check(name: &str, mode: XdpMode) -> Vec<Finding> {
         check.clone(),
         format!("exists (index {ifindex}, {up})"),
     ));
-    out.push(native(name, &native_xdp::judge(name, ifindex), mode));
+    let judged = native_xdp::judge(name, ifindex);
+    out.push(native(name, &judged, mode));
+    out.extend(veth_peer::check(name, ifindex, &judged, mode));
     out.push(attached(name, ifindex));
     if let Some(mtu) = read(name, "mtu").and_then(|m| m.parse().ok()) {
         out.push(mtu_finding(name, mtu, mode));

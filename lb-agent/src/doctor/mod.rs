@@ -17,6 +17,7 @@ mod kernel;
 pub mod native_xdp;
 mod privileges;
 mod sysctl;
+mod veth_peer;
 
 use std::fmt;
 

@@ -9,7 +9,8 @@
 //! - [`Subscription`]: a socket in multicast groups, for the watches of links,
 //!   neighbours and routes;
 //! - [`xdp`]: which XDP program an interface runs, and attaching, replacing or removing it;
-//! - [`query_xdp_features`]: what XDP the interface's driver offers (netdev family).
+//! - [`query_xdp_features`]: what XDP the interface's driver offers (netdev family);
+//! - [`query_link_peer`]: where a veth's peer is.
 //!
 //! A request the kernel refuses is a [`NetlinkError`] with its errno and, when the
 //! kernel gave one, its extended-ack message (`NETLINK_EXT_ACK`).
@@ -17,6 +18,7 @@
 mod connection;
 mod error;
 pub mod generic;
+mod link_peer;
 mod reply;
 mod request;
 mod subscription;
@@ -25,6 +27,7 @@ mod xdp_features;
 
 pub use connection::Connection;
 pub use error::NetlinkError;
+pub use link_peer::{LinkPeer, query_link_peer};
 pub use request::request;
 pub use subscription::{
     RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK, RTNLGRP_NEIGH, Ready, Subscription,

@@ -7,6 +7,7 @@
 //! [`confine`]) and upgrades between releases ([`upgrade`]).
 
 pub mod api;
+pub mod attached_maps;
 pub mod bpffs;
 pub mod browser;
 pub mod confine;

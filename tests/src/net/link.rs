@@ -70,25 +70,29 @@ pub struct VethEnd<'a> {
 /// namespace, so names only need to be unique inside those two). The guard owns end `a`.
 /// Both ends are left down.
 pub fn veth_pair(a: VethEnd<'_>, b: VethEnd<'_>) -> Result<Link, Error> {
+    veth_pair_with_queues(a, b, 1)
+}
+
+/// [`veth_pair`] with `queues` receive and transmit queues on each end (`numrxqueues`,
+/// `numtxqueues`): each receive queue has a NAPI instance of its own, so native XDP on
+/// the end runs on whichever CPU sent into that queue, on several CPUs at once.
+pub fn veth_pair_with_queues(a: VethEnd<'_>, b: VethEnd<'_>, queues: u32) -> Result<Link, Error> {
     check_name(a.name)?;
     check_name(b.name)?;
     let (mac_a, mac_b) = (a.mac.to_string(), b.mac.to_string());
-    a.ns.ip(&[
-        "link",
-        "add",
-        a.name,
-        "address",
-        &mac_a,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        b.name,
-        "address",
-        &mac_b,
-        "netns",
-        b.ns.name(),
-    ])?;
+    let count = queues.to_string();
+    // One queue is veth's default: the command then names no queues.
+    let per_end: &[&str] = if queues == 1 {
+        &[]
+    } else {
+        &["numrxqueues", &count, "numtxqueues", &count]
+    };
+    let mut args = vec!["link", "add", a.name, "address", &mac_a];
+    args.extend_from_slice(per_end);
+    args.extend(["type", "veth", "peer", "name", b.name, "address", &mac_b]);
+    args.extend_from_slice(per_end);
+    args.extend(["netns", b.ns.name()]);
+    a.ns.ip(&args)?;
     Ok(Link {
         ns: a.ns.clone(),
         name: a.name.to_owned(),

@@ -42,7 +42,19 @@ impl Switch {
     /// Plugs `host` (its namespace, interface name and MAC) into a new port `port`
     /// whose own MAC is `port_mac`.
     pub fn plug(&mut self, port: &str, port_mac: Mac, host: VethEnd<'_>) -> Result<(), Error> {
-        let link = plug(&self.ns, BRIDGE, port, port_mac, host)?;
+        self.plug_with_queues(port, port_mac, host, 1)
+    }
+
+    /// [`Switch::plug`] through a veth pair of `queues` receive and transmit queues on
+    /// each end ([`link::veth_pair_with_queues`]).
+    pub fn plug_with_queues(
+        &mut self,
+        port: &str,
+        port_mac: Mac,
+        host: VethEnd<'_>,
+        queues: u32,
+    ) -> Result<(), Error> {
+        let link = plug_with_queues(&self.ns, BRIDGE, port, port_mac, host, queues)?;
         self.ports.push((port.to_owned(), link));
         Ok(())
     }
@@ -103,13 +115,26 @@ pub fn plug(
     port_mac: Mac,
     host: VethEnd<'_>,
 ) -> Result<Link, Error> {
-    let link = link::veth_pair(
+    plug_with_queues(ns, bridge, port, port_mac, host, 1)
+}
+
+/// [`plug`] through a veth pair of `queues` receive and transmit queues on each end.
+pub fn plug_with_queues(
+    ns: &NetNs,
+    bridge: &str,
+    port: &str,
+    port_mac: Mac,
+    host: VethEnd<'_>,
+    queues: u32,
+) -> Result<Link, Error> {
+    let link = link::veth_pair_with_queues(
         VethEnd {
             ns,
             name: port,
             mac: port_mac,
         },
         host,
+        queues,
     )?;
     ns.ip_batch(&[
         format!("link set {port} master {bridge}"),

@@ -119,6 +119,7 @@ pub struct TopologyBuilder {
     pass_mode: XdpMode,
     no_pass: Vec<String>,
     offloads: Offloads,
+    queues: u32,
 }
 
 impl TopologyBuilder {
@@ -173,6 +174,14 @@ impl TopologyBuilder {
         self
     }
 
+    /// Receive and transmit queues of every veth pair, each end (default 1). With 2 the
+    /// lb's `eth0` has a NAPI instance per queue, so its XDP program runs on the CPU of
+    /// whoever sent into each queue, on both CPUs at once (`netns_multiqueue`).
+    pub fn queues(mut self, n: u32) -> Self {
+        self.queues = n;
+        self
+    }
+
     /// Creates everything. On error, whatever was created is removed again.
     pub fn build(self) -> Result<Topology, Error> {
         // SAFETY: geteuid has no preconditions.
@@ -212,7 +221,7 @@ impl TopologyBuilder {
                 role,
                 ns,
             };
-            switch.plug(
+            switch.plug_with_queues(
                 &format!("p-{}", host.role),
                 Mac([0x02, 0x78, k, 0, 0, index]),
                 VethEnd {
@@ -220,6 +229,7 @@ impl TopologyBuilder {
                     name: HOST_IF,
                     mac: host.mac,
                 },
+                self.queues,
             )?;
             hosts.push(host);
         }
@@ -261,7 +271,8 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Defaults: 3 backends, nat, IPv4 only, static neighbours, native `lb_pass`.
+    /// Defaults: 3 backends, nat, IPv4 only, static neighbours, native `lb_pass`, one
+    /// queue per veth.
     pub fn builder() -> TopologyBuilder {
         TopologyBuilder {
             backends: 3,
@@ -272,6 +283,7 @@ impl Topology {
             pass_mode: XdpMode::Driver,
             no_pass: Vec::new(),
             offloads: Offloads::FullChecksums,
+            queues: 1,
         }
     }
 

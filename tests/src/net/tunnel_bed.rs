@@ -255,4 +255,9 @@ impl TunnelBed {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// The switch's namespace (bridge `br0`, ports `p-rt`, `p-lb`, `p-cl`).
+    pub fn switch(&self) -> &NetNs {
+        self.switch.ns()
+    }
 }

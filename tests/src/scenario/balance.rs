@@ -47,10 +47,21 @@ impl Testbed {
 /// Starts `lb-testserver --name bN --tcp 8080 --udp 8081` on every backend and waits
 /// until each has bound its ports.
 pub fn start_testservers(topo: &Topology, testserver: &Path) -> Result<Vec<NsProcess>, Error> {
+    let (tcp, udp) = (BACKEND_TCP_PORT.to_string(), BACKEND_UDP_PORT.to_string());
+    start_testservers_with(topo, testserver, &["--tcp", &tcp, "--udp", &udp])
+}
+
+/// Starts `lb-testserver --name bN PORTS…` (`--tcp PORT`, `--udp PORT`, …) on every
+/// backend and waits until each has bound its ports.
+pub fn start_testservers_with(
+    topo: &Topology,
+    testserver: &Path,
+    ports: &[&str],
+) -> Result<Vec<NsProcess>, Error> {
     let mut servers = Vec::new();
     for b in topo.backends() {
-        let (tcp, udp) = (BACKEND_TCP_PORT.to_string(), BACKEND_UDP_PORT.to_string());
-        let args = ["--name", b.role.as_str(), "--tcp", &tcp, "--udp", &udp];
+        let mut args = vec!["--name", b.role.as_str()];
+        args.extend_from_slice(ports);
         let p = b.spawn(&format!("testserver {}", b.role), testserver, &args)?;
         p.wait_for_line(0, "ready", SERVER_START)?;
         servers.push(p);

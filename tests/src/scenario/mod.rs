@@ -9,6 +9,7 @@
 //! - [`neighbour_moves`]: backends resolved by ARP/NDP, and their MAC moves.
 //! - [`pinned::PinnedToB1`]: three primaries with health listeners and a long-lived
 //!   connection on b1, for the scenarios about what keeps an established connection.
+//! - [`unnamed`]: when the maps stop naming a backend host, and what reached it after.
 //! - [`health`], [`redundancy`], [`restart`], [`chaos`]: building blocks of the health,
 //!   redundancy, restart/reload and chaos scenarios.
 
@@ -21,3 +22,4 @@ pub mod realistic;
 pub mod redundancy;
 pub mod restart;
 pub mod syn_bed;
+pub mod unnamed;

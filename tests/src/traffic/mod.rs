@@ -4,6 +4,7 @@
 //! wire ([`inject`], [`frame_stream`]), forged ICMP errors ([`icmp_forge`]) and forged
 //! SYN replies ([`syn_forge`]).
 
+pub mod arrivals;
 pub mod clients;
 pub mod download;
 pub mod frame_stream;
@@ -12,4 +13,5 @@ pub mod inject;
 pub mod ordinary;
 pub mod pacer;
 pub mod packet;
+pub mod spread;
 pub mod syn_forge;

@@ -46,6 +46,7 @@ mod netns_metrics;
 mod netns_multinode;
 mod netns_multinode_deadman;
 mod netns_multinode_tunnel;
+mod netns_multiqueue;
 mod netns_nat_hostile;
 mod netns_nat_time_wait;
 mod netns_neighbour_failed;

@@ -6,7 +6,9 @@
 //! native XDP does not take with `xdp_mode = "native"` (a warning with `auto`; `run`
 //! refuses the dsr backend off the segment too), and a
 //! veth whose peer runs no XDP program with `xdp_mode = "native"` (a warning with
-//! `auto`, which then attaches in generic mode).
+//! `auto`, which then attaches in generic mode). A veth's peer with TX checksum offload
+//! on is a warning (its peer in another namespace, which doctor cannot read, too), and
+//! fine once it is off.
 //!
 //! Layout: namespace `lb` with `eth0` (10.70.0.2/24, the attached interface) and `eth1`
 //! (10.71.0.2/24), each a veth to a peer namespace; `eth0`'s peer runs `lb_pass` in
@@ -22,7 +24,7 @@ use lb_tests::{
     agent::{bpffs::PrivateBpffs, daemon::locate_binary},
     bpf::pass_prog::{self, PassPrograms},
     net::{
-        link::{Link, Mac, VethEnd, veth_pair},
+        link::{self, Link, Mac, VethEnd, veth_pair},
         multinode::{bird_present, start_bird},
         names::unique_tag,
         netns::NetNs,
@@ -201,6 +203,7 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         "ok       bird:",
         "ok       rp_filter: 2 (all 2, eth0 0): loose",
         "ok       dsr dns: on each of the 1 backends",
+        "warning  veth peer: eth0's peer is in another network namespace",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(expected)),
@@ -291,6 +294,46 @@ fn a_good_host_passes_and_each_blocker_is_found() {
         },
         &[],
     );
+
+    // A veth whose peer is in this namespace: doctor reads the peer's TX checksum
+    // offload, a warning while it is on (veth's default), fine once it is off.
+    let pair = veth_pair(
+        VethEnd {
+            ns: &h.lb,
+            name: "vx0",
+            mac: Mac([0x02, 0x70, 0, 0, 9, 2]),
+        },
+        VethEnd {
+            ns: &h.lb,
+            name: "vx1",
+            mac: Mac([0x02, 0x70, 0, 0, 9, 1]),
+        },
+    )
+    .expect("a veth pair inside the lb namespace");
+    h.lb.ip_batch(&["link set vx0 up".into(), "link set vx1 up".into()])
+        .expect("vx0 and vx1 up");
+    // GRO on the peer lets it take XDP frames: native mode forwards on vx0.
+    link::set_gro(&h.lb, "vx1", true).expect("ethtool -K vx1 gro on");
+    let peer_line = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("veth peer:"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let (_, text) = doctor(&h, &good, &["--interface", "vx0"]);
+    assert!(
+        peer_line(&text)
+            .starts_with("warning  veth peer: vx1, vx0's peer, has TX checksum offload on")
+            && peer_line(&text).contains("`ethtool -K vx1 tx off`"),
+        "{text}"
+    );
+    link::set_tx_checksum(&h.lb, "vx1", false).expect("ethtool -K vx1 tx off");
+    let (_, text) = doctor(&h, &good, &["--interface", "vx0"]);
+    assert!(
+        peer_line(&text).starts_with("ok       veth peer: vx1 sends full checksums"),
+        "{text}"
+    );
+    drop(pair);
 
     // A veth whose peer runs no XDP program: native XDP_TX would drop every frame.
     drop(h.peer_pass.take());

@@ -10,11 +10,15 @@
 //! - an lb behind a veth whose peer hands over what senders on the same host built
 //!   (`VethPeers`: TSO packets of up to 64 KiB, whole), in generic mode, where the
 //!   tunnel services' merged packets go out through `lb_tunnel_gso` on the tc ingress
-//!   (docs/tunnel.md, "Offloads").
+//!   (docs/tunnel.md, "Offloads");
+//! - the same in native mode with the remedy docs/doctor.md gives ("veth peer"): the
+//!   peer's TX checksum offload off (`ethtool -K p-lb tx off`), so the host completes
+//!   checksums and segments before the peer hands frames over.
 //!
 //! Generic mode on a NIC sees no merged segments: the kernel skips GRO on an interface
-//! with a generic XDP program. Native mode behind veth peers is not run: the frames the
-//! program sends keep a peer's partial checksums, which receivers drop (docs/doctor.md).
+//! with a generic XDP program. Native mode behind veth peers that keep their TX checksum
+//! offload is not run: the frames the program sends keep the partial checksums, which
+//! receivers drop (docs/doctor.md).
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -28,7 +32,7 @@ use lb_tests::{
         daemon::{AgentConfig, Proto, START_TIMEOUT, Service, locate_binary},
     },
     net::{
-        link::Offloads,
+        link::{self, Offloads},
         netns::NetNs,
         pmtu::{self, TransferServer},
         topology::{Forwarding, HOST_IF, Topology},
@@ -81,14 +85,31 @@ fn download(client: &NetNs, vip: SocketAddr, what: &str) -> Duration {
     started.elapsed()
 }
 
+/// What the lb's veth peer keeps of its TX checksum offload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerTx {
+    /// As the bed's offloads leave it.
+    AsBuilt,
+    /// Off on the switch's port `p-lb` (docs/doctor.md's remedy for native mode).
+    Off,
+}
+
+/// Turns the TX checksum offload of the lb's peer, `p-lb` in `switch`, off for `PeerTx::Off`.
+fn set_peer_tx(switch: &NetNs, peer_tx: PeerTx) {
+    if peer_tx == PeerTx::Off {
+        link::set_tx_checksum(switch, "p-lb", false).expect("ethtool -K p-lb tx off");
+    }
+}
+
 /// nat to `b1` and dsr to `b2` on the topology's VIP.
-fn nat_and_dsr(offloads: Offloads, xdp_mode: &str) {
+fn nat_and_dsr(offloads: Offloads, xdp_mode: &str, peer_tx: PeerTx) {
     let topo = Topology::builder()
         .backends(2)
         .forwarding(Forwarding::Dsr)
         .offloads(offloads)
         .build()
         .expect("building the topology");
+    set_peer_tx(topo.switch(), peer_tx);
     let (b1, b2) = (&topo.backends()[0], &topo.backends()[1]);
     let vip = IpAddr::V4(topo.vip4());
     let _servers = [
@@ -122,7 +143,7 @@ fn nat_and_dsr(offloads: Offloads, xdp_mode: &str) {
             &topo.client().ns,
             SocketAddr::new(vip, port),
             &api,
-            &format!("{name} {xdp_mode} ({offloads:?})"),
+            &format!("{name} {xdp_mode} ({offloads:?}, peer TX {peer_tx:?})"),
         );
     }
 }
@@ -145,8 +166,9 @@ fn decap_attach(ns: &NetNs, binary: &Path) {
 }
 
 /// ipip to `t1` and gue to `t2`, behind the router.
-fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
+fn ipip_and_gue(offloads: Offloads, xdp_mode: &str, peer_tx: PeerTx) {
     let bed = TunnelBed::build_with(offloads).expect("building the tunnel bed");
+    set_peer_tx(bed.switch(), peer_tx);
     let binary = locate_binary("lb-agent").expect("finding lb-agent");
     let mut services = Vec::new();
     let mut servers = Vec::new();
@@ -195,7 +217,10 @@ fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
             .expect("lb-agent puts lb_tunnel_gso on the tc ingress in generic mode");
     }
     for service in &services {
-        let what = format!("{} {xdp_mode} ({offloads:?})", service.name);
+        let what = format!(
+            "{} {xdp_mode} ({offloads:?}, peer TX {peer_tx:?})",
+            service.name
+        );
         let dropped = counter(&api, "drop_tunnel");
         transfers(&bed.client, service.vip, &api, &what);
         assert_eq!(
@@ -208,30 +233,40 @@ fn ipip_and_gue(offloads: Offloads, xdp_mode: &str) {
 
 #[test]
 fn nat_and_dsr_native() {
-    nat_and_dsr(Offloads::HostDefaults, "native");
+    nat_and_dsr(Offloads::HostDefaults, "native", PeerTx::AsBuilt);
 }
 
 #[test]
 fn nat_and_dsr_generic() {
-    nat_and_dsr(Offloads::HostDefaults, "generic");
+    nat_and_dsr(Offloads::HostDefaults, "generic", PeerTx::AsBuilt);
 }
 
 #[test]
 fn ipip_and_gue_native() {
-    ipip_and_gue(Offloads::HostDefaults, "native");
+    ipip_and_gue(Offloads::HostDefaults, "native", PeerTx::AsBuilt);
 }
 
 #[test]
 fn ipip_and_gue_generic() {
-    ipip_and_gue(Offloads::HostDefaults, "generic");
+    ipip_and_gue(Offloads::HostDefaults, "generic", PeerTx::AsBuilt);
 }
 
 #[test]
 fn nat_and_dsr_generic_behind_veth_peers() {
-    nat_and_dsr(Offloads::VethPeers, "generic");
+    nat_and_dsr(Offloads::VethPeers, "generic", PeerTx::AsBuilt);
 }
 
 #[test]
 fn ipip_and_gue_generic_behind_veth_peers() {
-    ipip_and_gue(Offloads::VethPeers, "generic");
+    ipip_and_gue(Offloads::VethPeers, "generic", PeerTx::AsBuilt);
+}
+
+#[test]
+fn nat_and_dsr_native_behind_veth_peers_without_their_tx_offload() {
+    nat_and_dsr(Offloads::VethPeers, "native", PeerTx::Off);
+}
+
+#[test]
+fn ipip_and_gue_native_behind_veth_peers_without_their_tx_offload() {
+    ipip_and_gue(Offloads::VethPeers, "native", PeerTx::Off);
 }
