@@ -308,6 +308,20 @@ fn a_million_established_flows_keep_their_backends_under_spoofed_syns_acks_and_d
         .expect("reloading with b4");
     echoes += echo_all(&mut conns, "after the reload");
 
+    // `count` new connections from the client's next source ports.
+    let open_new = |ports: &mut u16, count: usize| {
+        let t = clients::tcp_names(
+            &client.ns,
+            client.ipv4.into(),
+            *ports,
+            vip,
+            count,
+            Duration::from_secs(30),
+        )
+        .expect("entering the client namespace");
+        *ports += count as u16;
+        t
+    };
     let mut new_ports = NEW_FIRST_PORT;
     let mut new_failures: Vec<String> = Vec::new();
     let (mut during_all, mut after_all, mut rounds_all) = (0usize, 0usize, 0usize);
@@ -347,16 +361,7 @@ fn a_million_established_flows_keep_their_backends_under_spoofed_syns_acks_and_d
         let mut rounds = 0;
         while !sending.is_finished() && rounds < MAX_ROUNDS {
             echoes += echo_all(&mut conns, &format!("{flood:?} flood round {rounds}"));
-            let t = clients::tcp_names(
-                &client.ns,
-                client.ipv4.into(),
-                new_ports,
-                vip,
-                NEW_PER_ROUND,
-                Duration::from_secs(30),
-            )
-            .expect("entering the client namespace");
-            new_ports += NEW_PER_ROUND as u16;
+            let t = open_new(&mut new_ports, NEW_PER_ROUND);
             during += t.answered();
             new_failures.extend(t.failures);
             rounds += 1;
@@ -365,16 +370,7 @@ fn a_million_established_flows_keep_their_backends_under_spoofed_syns_acks_and_d
             .join()
             .expect("the flood thread")
             .expect("sending the flood");
-        let after = clients::tcp_names(
-            &client.ns,
-            client.ipv4.into(),
-            new_ports,
-            vip,
-            NEW_AFTER,
-            Duration::from_secs(30),
-        )
-        .expect("entering the client namespace");
-        new_ports += NEW_AFTER as u16;
+        let after = open_new(&mut new_ports, NEW_AFTER);
         new_failures.extend(after.failures.iter().cloned());
         echoes += echo_all(&mut conns, &format!("after the {flood:?} flood"));
         let flooded = FlowCounters::settled(&api).expect("GET /metrics");
