@@ -327,24 +327,11 @@ fn a_million_established_flows_keep_their_backends_under_spoofed_syns_acks_and_d
     let (mut during_all, mut after_all, mut rounds_all) = (0usize, 0usize, 0usize);
     for flood in FLOODS {
         let before_flood = FlowCounters::settled(&api).expect("GET /metrics");
+        let (macs, vip4) = ((client.mac.0, topo.lb().mac.0), topo.vip4());
         let template = match flood {
-            Flood::Syn => FrameTemplate::tcp(
-                client.mac.0,
-                topo.lb().mac.0,
-                topo.vip4(),
-                vip.port(),
-                TCP_SYN,
-            ),
-            Flood::Ack => FrameTemplate::tcp(
-                client.mac.0,
-                topo.lb().mac.0,
-                topo.vip4(),
-                vip.port(),
-                TCP_ACK,
-            ),
-            Flood::Udp => {
-                FrameTemplate::udp(client.mac.0, topo.lb().mac.0, topo.vip4(), udp_vip.port())
-            }
+            Flood::Syn => FrameTemplate::tcp(macs.0, macs.1, vip4, vip.port(), TCP_SYN),
+            Flood::Ack => FrameTemplate::tcp(macs.0, macs.1, vip4, vip.port(), TCP_ACK),
+            Flood::Udp => FrameTemplate::udp(macs.0, macs.1, vip4, udp_vip.port()),
         };
         let flood_wire = wire.clone();
         let sending = thread::spawn(move || {
