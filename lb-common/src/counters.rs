@@ -122,9 +122,18 @@ pub const NAT_PORT_PEER_HELD: u32 = 38;
 /// the member whose port slice holds its destination port (the node that made the
 /// connection and has not shared it yet), with only its Ethernet addresses rewritten.
 pub const TX_PEER_BOUNCE: u32 = 39;
+/// Dropped, nat: a TCP segment other than a SYN for a flow without an entry. It cannot
+/// make a working connection (a new source port the backend never saw, which answers it
+/// with a reset), and from a spoofed source it would take a flow entry and a port
+/// (docs/capacity.md, "Spoofed packets of every kind").
+pub const DROP_NO_FLOW: u32 = 40;
+/// dsr and tunnel: a new flow forwarded by its Maglev choice without a flow entry, its
+/// bucket having no way an unconfirmed flow may take (side counter: its next packet
+/// chooses again, the same backend while the Maglev table is unchanged).
+pub const FLOW_UNPINNED: u32 = 41;
 
 /// The counters of which every packet increments exactly one.
-pub const OUTCOMES: [u32; 24] = [
+pub const OUTCOMES: [u32; 25] = [
     PASS_NOT_IP,
     PASS_NOT_VIP,
     PASS_MALFORMED,
@@ -149,20 +158,21 @@ pub const OUTCOMES: [u32; 24] = [
     DROP_TUNNEL,
     DROP_FLOWS_FULL,
     TX_PEER_BOUNCE,
+    DROP_NO_FLOW,
 ];
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 40;
+pub const TX_DSR_CACHED: u32 = 42;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 41;
+pub const TX_NAT_FORWARD_CACHED: u32 = 43;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 40;
+pub const COUNT: u32 = 42;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 42;
+pub const RAW_COUNT: u32 = 44;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -224,6 +234,8 @@ pub const NAMES: [&str; COUNT as usize] = [
     "conn_events_lost",
     "nat_port_peer_held",
     "tx_peer_bounce",
+    "drop_no_flow",
+    "flow_unpinned",
 ];
 
 #[cfg(test)]

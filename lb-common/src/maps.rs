@@ -193,6 +193,21 @@ pub const FLOW_F_REPORTED: u32 = 1 << 1;
 /// and the client's next packet makes the entry assured). Only that packet pays a
 /// lookup in `LB_NAT` for it.
 pub const FLOW_F_NAT_AWAIT: u32 = 1 << 2;
+/// Flow flag (dsr, tunnel): the flow was opened by a packet other than a SYN, and no
+/// packet of it has come more than a second after that one yet: its source has not
+/// proved itself (docs/capacity.md, "Spoofed packets of every kind").
+pub const FLOW_F_UNPROVEN: u32 = 1 << 3;
+/// Flow flag (nat): the flow was opened by a datagram and its backend has not answered
+/// yet: its source has not proved itself (docs/capacity.md, "Spoofed packets of every
+/// kind").
+pub const FLOW_F_UNANSWERED: u32 = 1 << 4;
+/// The flags of a flow that is not confirmed: waiting for its handshake
+/// ([`FLOW_F_SYN_PENDING`]) or for its proof ([`FLOW_F_UNPROVEN`],
+/// [`FLOW_F_UNANSWERED`]). Such a flow is admitted apart from confirmed ones and never
+/// takes a busy confirmed flow's way (`lb_common::table::PENDING_WAYS_MAX`).
+pub const FLOW_F_UNCONFIRMED: u32 = FLOW_F_SYN_PENDING | FLOW_F_UNPROVEN | FLOW_F_UNANSWERED;
+/// The flags of a flow waiting for its proof (kept when the flow is re-hashed).
+pub const FLOW_F_AWAITING_PROOF: u32 = FLOW_F_UNPROVEN | FLOW_F_UNANSWERED;
 
 /// `LB_FLOWS` value: where an established client flow goes.
 #[repr(C)]

@@ -11,16 +11,17 @@
 //! lb-ebpf's `slots` module and docs/internals/fast-path.md.
 
 pub use crate::layout::{FLOW_BUCKETS, NAT_BUCKETS, SEED_FLOW_TABLE, SEED_NAT_TABLE, TableLayout};
-use crate::maps::{FLOW_F_SYN_PENDING, FlowKey, FlowValue, NatValue};
+use crate::maps::{FLOW_F_UNCONFIRMED, FlowKey, FlowValue, NatValue};
 
 /// Ways (slots) per bucket. Four: a bucket scan stays short for the verifier and a
 /// bucket of `LB_NAT` is 416 bytes (6.5 cache lines).
 pub const TABLE_WAYS: u32 = 4;
 
-/// At most this many ways of an `LB_FLOWS` bucket hold flows still waiting for their
-/// handshake (`FLOW_F_SYN_PENDING`, not yet reclaimable): a flood of SYNs from spoofed
-/// sources fills at most half of each bucket, and never takes an established flow's way
-/// (lb-ebpf's `slots::claim_admitted`, docs/internals/fast-path.md "Floods").
+/// At most this many ways of an `LB_FLOWS` bucket hold unconfirmed flows (waiting for
+/// their handshake or their proof, `FLOW_F_UNCONFIRMED`, not yet reclaimable): a flood
+/// from spoofed sources, of SYNs, ACKs or datagrams, fills at most half of each bucket,
+/// and never takes a confirmed flow's way (lb-ebpf's `slots::claim_admitted`,
+/// docs/internals/fast-path.md "Floods", docs/capacity.md).
 pub const PENDING_WAYS_MAX: u32 = 2;
 
 /// Slot word bit: the slot holds a key (its key and value are complete).
@@ -115,12 +116,13 @@ pub fn flow_idle(last_seen_ns: u64, now_ns: u64) -> bool {
 }
 
 /// Whether flow `v` may give its way to a new flow at `now_ns`: idle ([`flow_idle`]),
-/// or still waiting for its handshake [`SYN_WAIT_MAX_NS`] after the SYN that started
-/// the wait (a failed handshake). Signed, as `flow_idle`.
+/// or still unconfirmed ([`FLOW_F_UNCONFIRMED`]) [`SYN_WAIT_MAX_NS`] after the SYN that
+/// started its wait or its last refresh (a failed handshake, a source that never proved
+/// itself). Signed, as `flow_idle`.
 #[inline(always)]
 pub fn flow_reclaimable(v: &FlowValue, now_ns: u64) -> bool {
     let age = now_ns.wrapping_sub(v.last_seen_ns) as i64;
-    let limit = if v.flags & FLOW_F_SYN_PENDING != 0 {
+    let limit = if v.flags & FLOW_F_UNCONFIRMED != 0 {
         SYN_WAIT_MAX_NS
     } else {
         FLOW_IDLE_NS
@@ -208,7 +210,7 @@ mod tests {
             last_seen_ns: now - age,
             ..FlowValue::default()
         };
-        let pending = FLOW_F_SYN_PENDING;
+        let pending = crate::maps::FLOW_F_SYN_PENDING;
         assert!(!flow_reclaimable(&at(SYN_WAIT_MAX_NS, pending), now));
         assert!(flow_reclaimable(&at(SYN_WAIT_MAX_NS + 1, pending), now));
         assert!(
@@ -216,6 +218,12 @@ mod tests {
             "a settled flow keeps the idle timeout"
         );
         assert!(flow_reclaimable(&at(FLOW_IDLE_NS + 1, 0), now));
+        let unproven = crate::maps::FLOW_F_UNPROVEN;
+        assert!(!flow_reclaimable(&at(SYN_WAIT_MAX_NS, unproven), now));
+        assert!(
+            flow_reclaimable(&at(SYN_WAIT_MAX_NS + 1, unproven), now),
+            "a source that never proved itself"
+        );
     }
 
     #[test]

@@ -11,10 +11,13 @@
 
 use lb_common::{
     MAGLEV_BLOCK_SLOTS, NO_BACKEND,
-    counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED},
+    counters::{DROP_BAD_BACKEND, DROP_NO_BACKEND, FLOW_EVICTED, FLOW_UNPINNED},
     hash::{SEED_MAGLEV, table_hash},
     maglev_block_index,
-    maps::{BACKEND_F_LIVE, Backend, FLOW_F_SYN_PENDING, FlowKey, FlowValue, ServiceMeta},
+    maps::{
+        BACKEND_F_LIVE, Backend, FLOW_F_UNCONFIRMED, FLOW_F_UNPROVEN, FlowKey, FlowValue,
+        ServiceMeta,
+    },
     table::{FlowBucket, flow_reclaimable},
 };
 
@@ -71,13 +74,14 @@ pub extern "C" fn lb_flow_find(key: *const FlowKey) -> u64 {
 }
 
 /// `slots::claim_admitted` in `LB_FLOWS`: a free way, else one whose flow is idle or
-/// whose handshake failed (`flow_reclaimable` at `now_ns`), else the way of the oldest
-/// flow still waiting for its handshake (displaced), else the way of the established
-/// flow idle longest (evicted). A flow that waits for its handshake
-/// (`FLOW_F_SYN_PENDING`: a SYN's) takes a free way only while fewer than
-/// `PENDING_WAYS_MAX` ways of its bucket wait, and an established flow's way never in
-/// dsr, in nat only one silent for `NAT_SYN_EVICTS_IDLE_NS`. A key already present
-/// (another CPU pinned it meanwhile) is kept. The result is `Claim::code`.
+/// whose handshake or proof failed (`flow_reclaimable` at `now_ns`), else the way of the
+/// oldest unconfirmed flow (displaced), else the way of the confirmed flow idle longest
+/// (evicted). An unconfirmed flow (`FLOW_F_UNCONFIRMED`: a SYN's waiting for its
+/// handshake, or one opened by another packet waiting for its proof) takes a free way
+/// only while fewer than `PENDING_WAYS_MAX` ways of its bucket hold unconfirmed flows,
+/// and a confirmed flow's way never in dsr, in nat only one silent for
+/// `NAT_SYN_EVICTS_IDLE_NS`. A key already present (another CPU pinned it meanwhile) is
+/// kept. The result is `Claim::code`.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, now_ns: u64) -> u64 {
@@ -91,10 +95,11 @@ pub extern "C" fn lb_flow_claim(key: *const FlowKey, value: *const FlowValue, no
         let idle = now_ns.wrapping_sub(v.last_seen_ns) as i64;
         if idle > 0 { idle as u64 } else { 0 }
     };
-    let pending = |v: &FlowValue| v.flags & FLOW_F_SYN_PENDING != 0;
-    // A SYN's flow takes an established flow's way only in nat (unpinned, its next
+    let pending = |v: &FlowValue| v.flags & FLOW_F_UNCONFIRMED != 0;
+    // An unconfirmed flow takes a confirmed flow's way only in nat (unpinned, its next
     // packet would get another source: the connection would fail), and only one silent
-    // for `NAT_SYN_EVICTS_IDLE_NS`; in dsr never (unpinned, its ACK pins it).
+    // for `NAT_SYN_EVICTS_IDLE_NS`; in dsr never (unpinned, it is forwarded by its
+    // Maglev choice, and a later packet pins it).
     let limit = if !pending(value) {
         0
     } else if value.nat_port != 0 {
@@ -122,12 +127,12 @@ pub fn lookup(key: &FlowKey) -> Option<*mut FlowValue> {
     slots::value_at::<FlowTable>(lb_flow_find(key)).map(|v| v as *mut FlowValue)
 }
 
-/// Pins a new flow (stamped `value.last_seen_ns`) as [`lb_flow_claim`] admits it; an
-/// established flow evicted is counted `FLOW_EVICTED` (a waiting one displaced is not).
-/// A key another CPU pinned meanwhile is kept (the same Maglev choice). A bucket
+/// Pins a new flow (stamped `value.last_seen_ns`) as [`lb_flow_claim`] admits it; a
+/// confirmed flow evicted is counted `FLOW_EVICTED` (an unconfirmed one displaced is
+/// not). A key another CPU pinned meanwhile is kept (the same Maglev choice). A bucket
 /// another CPU is writing at this instant is not waited for: the packet is forwarded
 /// anyway and the flow's next packet pins it. `false` only when the flow was refused:
-/// it waits for its handshake and its bucket is full of established flows.
+/// it is unconfirmed and its bucket is full of confirmed flows.
 #[inline(always)]
 pub fn insert(key: &FlowKey, value: &FlowValue) -> bool {
     let code = Claim::from_code(lb_flow_claim(key, value, value.last_seen_ns));
@@ -188,12 +193,25 @@ pub fn slot_backend(id: u32) -> Result<(u32, &'static Backend), u32> {
     Ok((id, b))
 }
 
-/// Refreshes `last_seen_ns` if it is more than [`REFRESH_NS`] old.
+/// Counts a new flow forwarded without an entry (dsr, tunnel: [`insert`] refused it).
+#[inline(always)]
+pub fn unpinned() {
+    counters::count(FLOW_UNPINNED);
+}
+
+/// Refreshes `last_seen_ns` if it is more than [`REFRESH_NS`] old. That refresh also
+/// confirms a dsr or tunnel flow waiting for its proof (`FLOW_F_UNPROVEN`):
+/// `last_seen_ns` was still the time of the packet that opened the flow (or of the last
+/// that restarted or re-hashed it), so this packet came more than [`REFRESH_NS`] after
+/// it (docs/capacity.md, "Spoofed packets of every kind").
 ///
 /// Signed: another CPU's cached clock may have written a value a tick ahead of ours.
 #[inline(always)]
 pub fn touch(flow: &mut FlowValue, now: u64) {
     if now.wrapping_sub(flow.last_seen_ns) as i64 > REFRESH_NS as i64 {
         flow.last_seen_ns = now;
+        if flow.flags & FLOW_F_UNPROVEN != 0 {
+            flow.flags &= !FLOW_F_UNPROVEN;
+        }
     }
 }

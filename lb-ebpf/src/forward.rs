@@ -10,9 +10,10 @@ use lb_common::{
     },
     events::EVENT_SYN_RETRANSMIT,
     maps::{
-        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED,
-        FLOW_F_SYN_PENDING, FlowValue, NAT_H_PENDING, NAT_S_ACKED, NAT_S_ASSURED,
-        NAT_S_ESTABLISHED, SERVICE_F_NAT, SERVICE_F_TUNNEL, ServiceMeta,
+        BACKEND_F_LIVE, BACKEND_F_SERVING, Backend, FLOW_F_AWAITING_PROOF, FLOW_F_NAT_AWAIT,
+        FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FLOW_F_UNANSWERED, FLOW_F_UNPROVEN, FlowValue,
+        NAT_H_PENDING, NAT_S_ACKED, NAT_S_ASSURED, NAT_S_ESTABLISHED, SERVICE_F_NAT,
+        SERVICE_F_TUNNEL, ServiceMeta,
     },
     table::SYN_WAIT_MAX_NS,
 };
@@ -123,7 +124,7 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
                 return peer::handoff();
             }
             // The checks a packet must pass before it may open a flow.
-            if let Some(refused) = validate::opening(pkt, l4, end) {
+            if let Some(refused) = validate::opening(pkt, l4, use_nat, end) {
                 return refused;
             }
             open(pkt, svc, use_nat, now, early)
@@ -176,9 +177,9 @@ pub fn to_service(pkt: &Packet, l4: L4, svc: &ServiceMeta, end: usize) -> Verdic
                 }
             }
         }
-    } else if flow.is_none() {
+    } else if flow.is_none() && !pin(pkt, backend_id, syn, src, now, end) {
         // dsr: unpinned, the flow's next packet chooses the same backend by Maglev.
-        let _ = pin(pkt, backend_id, syn, src, now, end);
+        flow::unpinned();
     }
 
     counters::service_packet(sid, pkt.len, new_flow);
@@ -348,7 +349,8 @@ fn pinned(
     count(if renew { FLOW_NEW } else { FLOW_REHASH });
     cache::forget(&pkt.key);
     f.backend_id = new_id;
-    f.flags = if syn { FLOW_F_SYN_PENDING } else { 0 };
+    // A flow waiting for its proof still waits (a re-hash proves nothing).
+    f.flags = (f.flags & FLOW_F_AWAITING_PROOF) | if syn { FLOW_F_SYN_PENDING } else { 0 };
     f.nat_port = 0;
     f.nat_addr = 0;
     f.nat_tick = stamp(syn, pkt.tcp_seq(end), now.tick);
@@ -429,12 +431,23 @@ pub(crate) fn new_flow(backend_id: u32, syn: bool, isn: u32, src: Source, now: N
     value
 }
 
-/// Pins a new flow to `backend_id` (nat: from `src`); a SYN's ISN is read here.
-/// `false`: a SYN refused by its bucket, full of established flows (`flow::insert`).
+/// Pins a new flow to `backend_id` (nat: from `src`); a SYN's ISN is read here. A flow
+/// opened by another packet waits for its proof: in nat (only a datagram opens one
+/// there) the backend's answer (`FLOW_F_UNANSWERED`), in dsr and tunnel a later packet
+/// (`FLOW_F_UNPROVEN`). Either is unconfirmed: `false` when its bucket, full of
+/// confirmed flows, refused it (`flow::insert`).
 #[inline(always)]
 fn pin(pkt: &Packet, backend_id: u32, syn: bool, src: Source, now: Now, end: usize) -> bool {
     let isn = if syn { pkt.tcp_seq(end) } else { 0 };
-    let pinned = flow::insert(&pkt.key, &new_flow(backend_id, syn, isn, src, now));
+    let mut value = new_flow(backend_id, syn, isn, src, now);
+    if !syn {
+        value.flags = if src.port != NO_SOURCE.port {
+            FLOW_F_UNANSWERED
+        } else {
+            FLOW_F_UNPROVEN
+        };
+    }
+    let pinned = flow::insert(&pkt.key, &value);
     // A copy this CPU may still hold of an evicted entry must not outlive the new one.
     cache::forget(&pkt.key);
     count(FLOW_NEW);

@@ -20,8 +20,8 @@ use lb_common::{
     events::EVENT_RST_ON_SYN,
     hash::SEED_NAT_PORT,
     maps::{
-        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FlowKey, FlowValue,
-        MAX_SNAT_ADDRS, NAT_H_ADOPTED, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED,
+        Backend, FLOW_F_NAT_AWAIT, FLOW_F_REPORTED, FLOW_F_SYN_PENDING, FLOW_F_UNANSWERED, FlowKey,
+        FlowValue, MAX_SNAT_ADDRS, NAT_H_ADOPTED, NAT_H_PENDING, NAT_H_REPORTED, NAT_S_ACKED,
         NAT_S_BACKEND_FIRST, NAT_S_ESTABLISHED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_REPLIED,
         NAT_S_RST, NatValue, ServiceMeta, nat_backend_time_wait as backend_time_wait,
         nat_owned_by as owned_by, nat_reclaimable, nat_reuse_after, nat_seconds,
@@ -844,13 +844,15 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
     Some(Verdict::new(XDP_TX, TX_NAT_REPLY))
 }
 
-/// UDP: the first reply of a flow; the client's next packet makes the entry assured.
+/// UDP: the first reply of a flow, the proof its source asked for it (the flow is
+/// confirmed: `FLOW_F_UNANSWERED` cleared); the client's next packet makes the entry
+/// assured.
 #[inline(always)]
 fn await_client(nat: &NatValue, proto: u8, family: u8) {
     if let Some(f) = flow::lookup(&client_key(nat, proto, family)) {
         // SAFETY: as in `handshake_reply`.
         let f = unsafe { &mut *f };
-        f.flags |= FLOW_F_NAT_AWAIT;
+        f.flags = (f.flags & !FLOW_F_UNANSWERED) | FLOW_F_NAT_AWAIT;
     }
 }
 

@@ -16,11 +16,14 @@
 //!    loopback, multicast, limited broadcast): `DROP_BAD_SOURCE`;
 //! 5. the IPv4 header checksum: `DROP_MALFORMED` (a packet of a pinned flow takes no
 //!    new state, and its backend verifies the checksum);
-//! 6. an RST: `DROP_BAD_FLAGS` (it cannot open a connection).
+//! 6. an RST: `DROP_BAD_FLAGS` (it cannot open a connection);
+//! 7. nat: any other TCP segment but a SYN: `DROP_NO_FLOW` (it cannot open a connection
+//!    either: the backend never saw the new source port it would get, and answers with
+//!    a reset; docs/capacity.md, "Spoofed packets of every kind").
 
 use lb_common::{
     FAMILY_V4,
-    counters::{DROP_BAD_FLAGS, DROP_BAD_SOURCE, DROP_MALFORMED, PASS_TTL_EXPIRED},
+    counters::{DROP_BAD_FLAGS, DROP_BAD_SOURCE, DROP_MALFORMED, DROP_NO_FLOW, PASS_TTL_EXPIRED},
     csum::fold,
 };
 
@@ -49,9 +52,10 @@ pub fn to_vip(pkt: &Packet, end: usize) -> Result<L4, Verdict> {
     Ok(l4)
 }
 
-/// The verdict for a VIP packet without a pinned flow that must not open one, or `None`.
+/// The verdict for a VIP packet without a pinned flow that must not open one (`nat`: of
+/// a nat service), or `None`.
 #[inline(always)]
-pub fn opening(pkt: &Packet, l4: L4, end: usize) -> Option<Verdict> {
+pub fn opening(pkt: &Packet, l4: L4, nat: bool, end: usize) -> Option<Verdict> {
     let bad_source = if pkt.key.family == FAMILY_V4 {
         bad_source_v4(pkt.key.src[0])
     } else {
@@ -65,6 +69,9 @@ pub fn opening(pkt: &Packet, l4: L4, end: usize) -> Option<Verdict> {
     }
     if pkt.is_tcp() && l4.tcp_flags & TCP_RST != 0 {
         return Some(Verdict::drop(DROP_BAD_FLAGS));
+    }
+    if nat && pkt.is_tcp() && l4.tcp_flags & TCP_SYN == 0 {
+        return Some(Verdict::drop(DROP_NO_FLOW));
     }
     None
 }

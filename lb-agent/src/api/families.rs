@@ -57,18 +57,20 @@ pub const FAMILIES: &[Family] = &[
             ("drop_bad_backend", "bad_backend"),
             ("drop_no_full_path", "no_full_path"),
             ("drop_flows_full", "flows_full"),
+            ("drop_no_flow", "no_flow"),
             ("drop_tunnel", "tunnel"),
         ],
     },
     Family {
         name: "lb_flow_events_total",
-        help: "flow-table events (not packet outcomes): hit (a packet of a pinned flow), new (a flow chose its backend through Maglev), rehash (its pinned backend was gone), evicted (a new flow took a full bucket's longest-idle way)",
+        help: "flow-table events (not packet outcomes): hit (a packet of a pinned flow), new (a flow chose its backend through Maglev), rehash (its pinned backend was gone), evicted (a new flow took a full bucket's longest-idle way), unpinned (dsr, tunnel: a new flow forwarded by its Maglev choice without an entry, its bucket having no way an unconfirmed flow may take)",
         label: "event",
         members: &[
             ("flow_hit", "hit"),
             ("flow_new", "new"),
             ("flow_rehash", "rehash"),
             ("flow_evicted", "evicted"),
+            ("flow_unpinned", "unpinned"),
         ],
     },
     Family {

@@ -22,6 +22,8 @@ pub struct FlowCounters {
     pub new: u64,
     /// `lb_packets_dropped_total{reason="flows_full"}`.
     pub flows_full: u64,
+    /// `lb_flow_events_total{event="unpinned"}`.
+    pub unpinned: u64,
 }
 
 /// The sample `family{label="value"}` of `text`.
@@ -39,6 +41,7 @@ impl FlowCounters {
             evicted: sample(&text, "lb_flow_events_total", "event", "evicted")?,
             new: sample(&text, "lb_flow_events_total", "event", "new")?,
             flows_full: sample(&text, "lb_packets_dropped_total", "reason", "flows_full")?,
+            unpinned: sample(&text, "lb_flow_events_total", "event", "unpinned")?,
         })
     }
 

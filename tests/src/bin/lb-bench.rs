@@ -39,6 +39,11 @@ const NEW_FLOWS: usize = BLOCK * BLOCKS;
 
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
+/// Passes of the table fill (`--flows`, `--full-table`): an ACK's flow is confirmed by
+/// the next pass's ACK, a flow displaced before that opened again.
+const FILL_PASSES: usize = 3;
+/// More than the second after which a packet of an unproven flow confirms it.
+const PROOF_WAIT: Duration = Duration::from_millis(1_100);
 
 struct Case {
     name: &'static str,
@@ -121,15 +126,21 @@ fn main() -> anyhow::Result<()> {
     };
     if let Some(fill) = fill {
         // Live (established) flows from other clients, as many as the table is sized
-        // for: each opened by an ACK (a SYN's flow would wait for its handshake, and
-        // waiting flows take at most two ways of a bucket); a flow whose bucket is full
-        // evicts its longest-idle way.
+        // for: each opened by an ACK, unconfirmed (at most two of a bucket at a time),
+        // and confirmed by its next ACK more than a second later; a flow displaced
+        // before that is opened again by the next pass.
         let started = std::time::Instant::now();
-        for i in 0..fill {
-            let src = IpAddr::from([10, 30 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
-            let (action, _) = run_once(dp.program_mut()?, &tcp(src, 5000, dsr_vip, TCP_ACK))?;
-            if action != XDP_TX {
-                bail!("filling the flow table: action {action}");
+        for pass in 0..FILL_PASSES {
+            if pass > 0 {
+                std::thread::sleep(PROOF_WAIT);
+            }
+            for i in 0..fill {
+                let src = IpAddr::from([10, 30 + (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+                let frame = tcp(src, 5000, dsr_vip, TCP_ACK);
+                let (action, _) = run_once(dp.program_mut()?, &frame)?;
+                if action != XDP_TX {
+                    bail!("filling the flow table: action {action}");
+                }
             }
         }
         let filled_in = started.elapsed();
@@ -151,13 +162,32 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    // Established flows: the first call creates the flow, the measured ones hit it.
+    // Established flows, confirmed before they are measured: dsr and ipip by a second
+    // packet more than a second after the first, nat by its handshake (the client's
+    // SYN, the backend's SYN-ACK, the client's ACK).
     let est_dsr = tcp(client, 40_000, dsr_vip, TCP_ACK);
     let est_nat = tcp(client, 40_001, nat_vip, TCP_ACK);
     let est_ipip = tcp(client, 40_004, IPIP_VIP.parse()?, TCP_ACK);
     run_once(dp.program_mut()?, &est_dsr)?;
-    run_once(dp.program_mut()?, &est_nat)?;
     run_once(dp.program_mut()?, &est_ipip)?;
+    // A backend's segment to the nat flow it was forwarded as (`fwd`).
+    let backend_reply = |fwd: &[u8], flags: u8| -> anyhow::Result<Vec<u8>> {
+        let (backend, nat_port) = forwarded_to(fwd)?;
+        Ok(
+            Frame::tcp(backend.ip(), backend.port(), snat, nat_port, flags)
+                .payload(&[0u8; 64])
+                .bytes(),
+        )
+    };
+    let (_, fwd) = run_once(dp.program_mut()?, &tcp(client, 40_001, nat_vip, TCP_SYN))?;
+    run_once(dp.program_mut()?, &backend_reply(&fwd, TCP_SYN | TCP_ACK)?)?;
+    std::thread::sleep(PROOF_WAIT);
+    for est in [&est_dsr, &est_nat, &est_ipip] {
+        let (action, _) = run_once(dp.program_mut()?, est)?;
+        if action != XDP_TX {
+            bail!("confirming an established flow: action {action}");
+        }
+    }
 
     // A nat reply: learn the allocated source port from a forwarded SYN.
     let syn = tcp(client, 40_002, nat_vip, TCP_SYN);
@@ -175,12 +205,7 @@ fn main() -> anyhow::Result<()> {
             nonzero.join(" ")
         );
     }
-    let (backend, nat_port) = forwarded_to(&fwd)?;
-    let reply = |flags: u8| {
-        Frame::tcp(backend.ip(), backend.port(), snat, nat_port, flags)
-            .payload(&[0u8; 64])
-            .bytes()
-    };
+    let reply = |flags: u8| backend_reply(&fwd, flags);
 
     let new_flows = |vip: SocketAddr, base: u8| -> Vec<Vec<u8>> {
         (0..NEW_FLOWS)
@@ -224,14 +249,14 @@ fn main() -> anyhow::Result<()> {
         },
         Case {
             name: "nat reply",
-            packets: vec![reply(TCP_SYN | TCP_ACK)],
+            packets: vec![reply(TCP_SYN | TCP_ACK)?],
             expect: XDP_TX,
         },
         // The SYN-ACK above reads the handshake state kept in the reverse entry
         // (docs/passive-signals.md); the rest of a connection's replies do not.
         Case {
             name: "nat reply (ACK)",
-            packets: vec![reply(TCP_ACK)],
+            packets: vec![reply(TCP_ACK)?],
             expect: XDP_TX,
         },
         Case {

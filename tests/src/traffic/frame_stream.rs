@@ -1,5 +1,5 @@
-//! Millions of distinct TCP frames put on a namespace's wire fast enough for a test: one
-//! template frame whose source address and port are rewritten per frame (both
+//! Millions of distinct TCP or UDP frames put on a namespace's wire fast enough for a
+//! test: one template frame whose source address and port are rewritten per frame (both
 //! checksums updated incrementally, RFC 1624), sent by `sendmmsg` batches on an
 //! `AF_PACKET` socket. Every frame is delivered to the interface's queue: a batch the
 //! full queue refuses (`ENOBUFS`, which needs a qdisc: [`crate::net::netns::NetNs::hold_bursts`])
@@ -16,7 +16,7 @@ use crate::{
     net::netns::NetNs,
     traffic::{
         inject,
-        packet::{Frame, IPPROTO_TCP},
+        packet::{Frame, IPPROTO_TCP, IPPROTO_UDP},
     },
     util::error::Error,
 };
@@ -25,24 +25,31 @@ use crate::{
 const BATCH: usize = 64;
 /// Pause after a full queue refused a frame.
 const FULL_QUEUE_PAUSE: Duration = Duration::from_micros(200);
-/// Bytes of an IPv4 TCP frame without options or payload.
-const FRAME_LEN: usize = 14 + 20 + 20;
+/// Bytes of every frame: an IPv4 TCP segment without options or payload, or an IPv4
+/// UDP datagram of [`UDP_PAYLOAD`] bytes.
+pub const FRAME_LEN: usize = 14 + 20 + 20;
+/// The UDP datagrams' payload: their frames are as long as the TCP ones.
+const UDP_PAYLOAD: [u8; 12] = *b"spoofed-flow";
 /// Offsets in that frame.
 const IP_CSUM: usize = 14 + 10;
 const IP_SRC: usize = 14 + 12;
-const TCP_SPORT: usize = 14 + 20;
+const L4_SPORT: usize = 14 + 20;
 const TCP_CSUM: usize = 14 + 20 + 16;
+const UDP_CSUM: usize = 14 + 20 + 6;
 
-/// An IPv4 TCP frame (no options, no payload) whose source changes per frame.
+/// An IPv4 TCP or UDP frame whose source changes per frame.
 #[derive(Clone, Debug)]
-pub struct TcpTemplate {
+pub struct FrameTemplate {
     bytes: [u8; FRAME_LEN],
+    /// Where its transport checksum is.
+    l4_csum: usize,
 }
 
-impl TcpTemplate {
-    /// The frame `src_mac → dst_mac`, `0.0.0.0:0 → dst:dport` with `flags`; each frame
-    /// sent gets its own source ([`TcpTemplate::write`]).
-    pub fn new(src_mac: [u8; 6], dst_mac: [u8; 6], dst: Ipv4Addr, dport: u16, flags: u8) -> Self {
+impl FrameTemplate {
+    /// The TCP frame (no options, no payload) `src_mac → dst_mac`, `0.0.0.0:0 →
+    /// dst:dport` with `flags`; each frame sent gets its own source
+    /// ([`FrameTemplate::write`]).
+    pub fn tcp(src_mac: [u8; 6], dst_mac: [u8; 6], dst: Ipv4Addr, dport: u16, flags: u8) -> Self {
         let f = Frame::tcp(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             0,
@@ -50,13 +57,29 @@ impl TcpTemplate {
             dport,
             flags,
         )
-        .macs(src_mac, dst_mac)
-        .bytes();
-        assert_eq!(f.len(), FRAME_LEN, "a plain IPv4 TCP frame");
-        assert_eq!(f[14 + 9], IPPROTO_TCP);
+        .macs(src_mac, dst_mac);
+        Self::of(&f, IPPROTO_TCP, TCP_CSUM)
+    }
+
+    /// The UDP frame `src_mac → dst_mac`, `0.0.0.0:0 → dst:dport`, a 12-byte payload.
+    pub fn udp(src_mac: [u8; 6], dst_mac: [u8; 6], dst: Ipv4Addr, dport: u16) -> Self {
+        let f = Frame::udp(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0, IpAddr::V4(dst), dport)
+            .macs(src_mac, dst_mac)
+            .payload(&UDP_PAYLOAD);
+        Self::of(&f, IPPROTO_UDP, UDP_CSUM)
+    }
+
+    fn of(f: &Frame, proto: u8, l4_csum: usize) -> Self {
+        let f = f.bytes();
+        assert_eq!(
+            f.len(),
+            FRAME_LEN,
+            "a plain IPv4 frame of the template's length"
+        );
+        assert_eq!(f[14 + 9], proto);
         let mut bytes = [0u8; FRAME_LEN];
         bytes.copy_from_slice(&f);
-        TcpTemplate { bytes }
+        FrameTemplate { bytes, l4_csum }
     }
 
     /// The template with source `src:sport`, checksums updated, into `out`.
@@ -67,10 +90,11 @@ impl TcpTemplate {
         // The template's source is all zeroes: each checksum only gains the new words.
         let ip = add_words(read16(out, IP_CSUM), &addr);
         out[IP_CSUM..IP_CSUM + 2].copy_from_slice(&ip.to_be_bytes());
-        let tcp = add_words(add_words(read16(out, TCP_CSUM), &addr), &port);
-        out[TCP_CSUM..TCP_CSUM + 2].copy_from_slice(&tcp.to_be_bytes());
+        let at = self.l4_csum;
+        let l4 = add_words(add_words(read16(out, at), &addr), &port);
+        out[at..at + 2].copy_from_slice(&l4.to_be_bytes());
         out[IP_SRC..IP_SRC + 4].copy_from_slice(&addr);
-        out[TCP_SPORT..TCP_SPORT + 2].copy_from_slice(&port);
+        out[L4_SPORT..L4_SPORT + 2].copy_from_slice(&port);
     }
 }
 
@@ -110,7 +134,7 @@ impl Sent {
 pub fn send(
     ns: &NetNs,
     ifname: &str,
-    template: &TcpTemplate,
+    template: &FrameTemplate,
     count: u64,
     source: impl Fn(u64) -> (Ipv4Addr, u16) + Send + Sync,
     limit: Duration,
@@ -140,7 +164,7 @@ pub fn send(
 fn stream(
     fd: i32,
     ifindex: u32,
-    template: &TcpTemplate,
+    template: &FrameTemplate,
     count: u64,
     source: &(impl Fn(u64) -> (Ipv4Addr, u16) + Sync),
     limit: Duration,
@@ -219,18 +243,25 @@ mod tests {
     fn a_rewritten_template_equals_the_frame_built_whole() {
         let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
         let dst = Ipv4Addr::new(10, 77, 1, 200);
-        let t = TcpTemplate::new(a, b, dst, 8080, TCP_ACK);
+        let tcp = FrameTemplate::tcp(a, b, dst, 8080, TCP_ACK);
+        let udp = FrameTemplate::udp(a, b, dst, 53);
         for (src, port) in [
             (Ipv4Addr::new(198, 18, 0, 0), 1),
             (Ipv4Addr::new(198, 19, 255, 255), 65535),
             (Ipv4Addr::new(255, 255, 255, 254), 40000),
         ] {
             let mut out = [0u8; FRAME_LEN];
-            t.write(src, port, &mut out);
+            tcp.write(src, port, &mut out);
             let whole = Frame::tcp(IpAddr::V4(src), port, IpAddr::V4(dst), 8080, TCP_ACK)
                 .macs(a, b)
                 .bytes();
-            assert_eq!(out.as_slice(), whole.as_slice(), "{src}:{port}");
+            assert_eq!(out.as_slice(), whole.as_slice(), "TCP {src}:{port}");
+            udp.write(src, port, &mut out);
+            let whole = Frame::udp(IpAddr::V4(src), port, IpAddr::V4(dst), 53)
+                .macs(a, b)
+                .payload(&UDP_PAYLOAD)
+                .bytes();
+            assert_eq!(out.as_slice(), whole.as_slice(), "UDP {src}:{port}");
         }
     }
 }

@@ -382,12 +382,15 @@ fn without_the_cluster_flag_no_peer_lookup_and_no_event() {
             counters: &[(PASS_NOT_VIP, 1)],
         },
     );
-    nat_forward(
+    check(
         &mut lb,
-        "no flag: the client's packet opens a flow of its own",
-        &to_vip(NAT4, CPORT, TCP_ACK),
-        NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+        Fixture {
+            desc: "no flag: the client's ACK is not taken over (nor opens a flow of its own)",
+            input: to_vip(NAT4, CPORT, TCP_ACK).bytes(),
+            action: XDP_DROP,
+            output: Out::Any,
+            counters: &[(DROP_NO_FLOW, 1)],
+        },
     );
     establish(&mut lb, CPORT + 1, &[]);
     assert!(lb.drain_conn_events().is_empty(), "no connection event");

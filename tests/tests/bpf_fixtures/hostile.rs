@@ -485,6 +485,16 @@ fn flag_combinations_that_cannot_open_a_connection_take_nothing() {
         1,
         &[(TX_DSR, 1), (FLOW_NEW, 1)],
     );
+    // nat: any segment but a SYN without a flow can make no connection (the backend
+    // never saw the source port it would get): dropped, no port taken.
+    for (desc, flags) in [
+        ("nat: ACK without a flow", TCP_ACK),
+        ("nat: FIN+ACK without a flow", TCP_FIN | TCP_ACK),
+        ("nat: PSH+ACK without a flow", TCP_PSH | TCP_ACK),
+    ] {
+        let f = to_vip(NAT4, CPORT, flags);
+        refused(&mut lb, desc, f.bytes(), XDP_DROP, DROP_NO_FLOW);
+    }
     // An RST of a pinned flow goes to its backend.
     let rst = to_vip(DSR4, CPORT, TCP_RST);
     forwarded_dsr(

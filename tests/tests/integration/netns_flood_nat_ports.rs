@@ -26,7 +26,7 @@ use lb_tests::{
     scenario::balance,
     traffic::{
         clients,
-        frame_stream::{self, TcpTemplate},
+        frame_stream::{self, FrameTemplate},
         packet::TCP_SYN,
     },
     util::process::STOP_GRACE,
@@ -81,7 +81,7 @@ fn real_nat_clients_get_ports_during_a_sustained_spoofed_syn_flood() {
     let IpAddr::V4(vip4) = vip.ip() else {
         panic!("an IPv4 VIP")
     };
-    let syn = TcpTemplate::new(client.mac.0, topo.lb().mac.0, vip4, vip.port(), TCP_SYN);
+    let syn = FrameTemplate::tcp(client.mac.0, topo.lb().mac.0, vip4, vip.port(), TCP_SYN);
 
     let stop = Arc::new(AtomicBool::new(false));
     let (flood_ns, flood_stop) = (client.ns.clone(), stop.clone());
