@@ -89,25 +89,26 @@ fn key(proto: u8, src: SocketAddr, dst: SocketAddr) -> FlowKey {
 mod tests {
     use super::*;
     use crate::cluster::record::tests::sample;
+    use crate::dataplane::peers::PeerConnection;
     use lb_common::maps::{NAT_S_ACKED, NAT_S_ESTABLISHED};
 
-    /// The event the data plane would send for `record`'s connection.
+    /// The event the data plane reports for `record`'s connection: its entry as the
+    /// peer tables would hold it (backend id 7).
     fn event_of(record: &Record, kind: u32) -> ConnEvent {
-        let (client, reply) = (client_key(record), reply_key(record));
+        let conn = PeerConnection::new(
+            client_key(record),
+            reply_key(record),
+            record.state,
+            7,
+            0,
+            [0; 6],
+        );
         ConnEvent {
             kind,
             _pad: 0,
-            client,
-            reply,
-            nat: NatValue {
-                client_addr: client.src,
-                vip_addr: client.dst,
-                client_port: client.sport,
-                vip_port: client.dport,
-                backend_id: 7,
-                state: record.state,
-                ..NatValue::default()
-            },
+            client: conn.client,
+            reply: conn.reply,
+            nat: conn.nat,
         }
     }
 
