@@ -12,9 +12,13 @@
 //! | backend n| 10.90.0.(10+n)/24           |
 //! | VIP      | 10.92.0.100                 |
 //!
-//! [`MultiNode::build_routed`] puts the backends on a segment of their own behind the
+//! [`MultiNodeBuilder::routed`] puts the backends on a segment of their own behind the
 //! router instead (10.93.0.(10+n)/24 via 10.93.0.1), the layout a nat service across
 //! nodes needs: the backends' replies reach the nodes through the router too.
+//!
+//! Every host sends full checksums unless the bed is built with other [`Offloads`]
+//! ([`MultiNodeBuilder::offloads`]); the router and the switches' ports are the wire
+//! and always send full checksums.
 //!
 //! Everything (processes first, then links and namespaces, then the directory) is
 //! removed on drop, also when a test fails.
@@ -35,7 +39,7 @@ use crate::{
         daemon::{API_LISTEN, READY_LINE, locate_binary},
     },
     net::{
-        link::{self, Link, Mac, VethEnd},
+        link::{self, Link, Mac, Offloads, VethEnd},
         names,
         netns::NetNs,
         switch::Switch,
@@ -268,18 +272,29 @@ pub struct MultiNode {
 
 impl MultiNode {
     /// Builds the topology with `nodes` lb nodes and `backends` backends running
-    /// `lb-testserver` on the nodes' segment, BIRD on the router; the nodes' BIRD and
-    /// agents are not started.
+    /// `lb-testserver` on the nodes' segment, BIRD on the router, every host sending
+    /// full checksums; the nodes' BIRD and agents are not started.
     pub fn build(nodes: usize, backends: usize) -> Result<Self, Error> {
-        Self::build_with(nodes, backends, BackendPlace::Lan)
+        Self::builder(nodes, backends).build()
     }
 
-    /// As [`build`](Self::build), with the backends on their own segment behind the router.
-    pub fn build_routed(nodes: usize, backends: usize) -> Result<Self, Error> {
-        Self::build_with(nodes, backends, BackendPlace::Routed)
+    /// Options for a topology of `nodes` lb nodes and `backends` backends, as
+    /// [`build`](Self::build) makes it unless they say otherwise.
+    pub fn builder(nodes: usize, backends: usize) -> MultiNodeBuilder {
+        MultiNodeBuilder {
+            nodes,
+            backends,
+            place: BackendPlace::Lan,
+            offloads: Offloads::FullChecksums,
+        }
     }
 
-    fn build_with(nodes: usize, backends: usize, place: BackendPlace) -> Result<Self, Error> {
+    fn build_with(
+        nodes: usize,
+        backends: usize,
+        place: BackendPlace,
+        offloads: Offloads,
+    ) -> Result<Self, Error> {
         names::sweep_stale_once();
         let tag = names::unique_tag();
         let dir = TempDir::create(std::env::temp_dir().join(&tag))?;
@@ -304,7 +319,7 @@ impl MultiNode {
             "link set eth0 up".into(),
             "route add default via 10.91.0.1".into(),
         ])?;
-        link::set_tx_checksum(&client, "eth0", false)?;
+        link::set_host_offloads(&client, "eth0", offloads, false)?;
         // Batches bind fixed source ports below 40000; ephemeral ones (long-lived
         // connections) stay above, so the two never collide.
         client.sysctl("net.ipv4.ip_local_port_range", "40000 60999")?;
@@ -312,6 +327,7 @@ impl MultiNode {
             "addr add 10.91.0.1/24 dev eth1".into(),
             "link set eth1 up".into(),
         ])?;
+        // The router is the wire: it sends full checksums in every bed.
         link::set_tx_checksum(&router, "eth1", false)?;
         router.sysctl("net.ipv4.ip_forward", "1")?;
         router.sysctl("net.ipv4.fib_multipath_hash_policy", "1")?;
@@ -330,15 +346,16 @@ impl MultiNode {
                 format!("addr add 10.90.0.{index}/24 dev eth0"),
                 "link set eth0 up".into(),
             ])?;
-            link::set_tx_checksum(ns, "eth0", false)?;
             Ok(())
         };
         lan(&router, 1)?;
+        link::set_tx_checksum(&router, "eth0", false)?;
         let mut node_list = Vec::new();
         for n in 1..=nodes {
             let name = format!("n{n}");
             let ns = NetNs::create(&format!("{tag}-{name}"))?;
             lan(&ns, 1 + n as u8)?;
+            link::set_host_offloads(&ns, "eth0", offloads, true)?;
             ns.ip(&["route", "add", "default", "via", &ROUTER_LAN.to_string()])?;
             let ndir = dir.path().join(&name);
             std::fs::create_dir_all(&ndir)
@@ -356,13 +373,20 @@ impl MultiNode {
                 extra_config: String::new(),
             });
         }
-        let (backend_list, backend_switch) = match place {
-            BackendPlace::Lan => (lan_backends(&tag, backends, &mut lan, &node_list)?, None),
+        let (backend_list, mut backend_switch) = match place {
+            BackendPlace::Lan => (
+                lan_backends(&tag, backends, &mut lan, &node_list, offloads)?,
+                None,
+            ),
             BackendPlace::Routed => {
-                let (list, switch) = routed_backends(&tag, backends, &router)?;
+                let (list, switch) = routed_backends(&tag, backends, &router, offloads)?;
                 (list, Some(switch))
             }
         };
+        switch.wire_ports(offloads)?;
+        if let Some(s) = backend_switch.as_mut() {
+            s.wire_ports(offloads)?;
+        }
         let mut topo = MultiNode {
             servers: Vec::new(),
             router_bird: None,
@@ -576,8 +600,39 @@ pub fn which(program: &str) -> Result<PathBuf, Error> {
         })
 }
 
+/// Options of a [`MultiNode`]; start with [`MultiNode::builder`].
+#[derive(Clone, Copy, Debug)]
+pub struct MultiNodeBuilder {
+    nodes: usize,
+    backends: usize,
+    place: BackendPlace,
+    offloads: Offloads,
+}
+
+impl MultiNodeBuilder {
+    /// The backends on a segment of their own behind the router (default: on the
+    /// nodes' segment).
+    pub fn routed(mut self) -> Self {
+        self.place = BackendPlace::Routed;
+        self
+    }
+
+    /// What the hosts (client, nodes, backends) keep of veth's offloads (default
+    /// [`Offloads::FullChecksums`]); the nodes' interfaces get GRO on with any other.
+    pub fn offloads(mut self, offloads: Offloads) -> Self {
+        self.offloads = offloads;
+        self
+    }
+
+    /// Builds the topology and starts BIRD on the router and `lb-testserver` on every
+    /// backend; the nodes' BIRD and agents are not started.
+    pub fn build(self) -> Result<MultiNode, Error> {
+        MultiNode::build_with(self.nodes, self.backends, self.place, self.offloads)
+    }
+}
+
 /// Where a [`MultiNode`]'s backends are.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum BackendPlace {
     /// On the nodes' segment, the VIP on `lo` (dsr and tunnels).
     Lan,
@@ -592,11 +647,13 @@ fn lan_backends(
     backends: usize,
     lan: &mut impl FnMut(&NetNs, u8) -> Result<(), Error>,
     nodes: &[Node],
+    offloads: Offloads,
 ) -> Result<Vec<(Ipv4Addr, NetNs)>, Error> {
     let mut backend_list = Vec::new();
     for b in 1..=backends {
         let ns = NetNs::create(&format!("{tag}-b{b}"))?;
         lan(&ns, 10 + b as u8)?;
+        link::set_host_offloads(&ns, "eth0", offloads, false)?;
         ns.ip_batch(&[
             format!("addr add {VIP}/32 dev lo"),
             format!("route add default via {ROUTER_LAN}"),
@@ -642,6 +699,7 @@ fn routed_backends(
     tag: &str,
     backends: usize,
     router: &NetNs,
+    offloads: Offloads,
 ) -> Result<(Vec<(Ipv4Addr, NetNs)>, Switch), Error> {
     let mut switch = Switch::create(&format!("{tag}s"))?;
     let mut plug = |ns: &NetNs, name: &str, index: u8| -> Result<(), Error> {
@@ -657,14 +715,15 @@ fn routed_backends(
         ns.ip_batch(&[
             format!("addr add 10.93.0.{index}/24 dev {name}"),
             format!("link set {name} up"),
-        ])?;
-        link::set_tx_checksum(ns, name, false)
+        ])
     };
     plug(router, "eth2", 1)?;
+    link::set_tx_checksum(router, "eth2", false)?;
     let mut list = Vec::new();
     for b in 1..=backends {
         let ns = NetNs::create(&format!("{tag}-b{b}"))?;
         plug(&ns, "eth0", 10 + b as u8)?;
+        link::set_host_offloads(&ns, "eth0", offloads, false)?;
         ns.ip(&[
             "route",
             "add",

@@ -74,9 +74,8 @@ impl Switch {
     /// Readies the ports for `offloads` and attaches `lb_pass` in `mode` to them but
     /// those in `skip`. Beds whose hosts keep their offloads get it only on `p-lb`
     /// (native `XDP_TX` from the lb needs it; on a host's port it would take the host's
-    /// TSO: a veth whose peer runs XDP loses GSO); with [`Offloads::HostDefaults`] every
-    /// port sends full checksums, so that the bridge segments TSO packets and completes
-    /// checksums before they leave through a port, as a wire carries them.
+    /// TSO: a veth whose peer runs XDP loses GSO); the ports are readied as
+    /// [`Switch::wire_ports`] does.
     pub fn attach_pass_for(
         &mut self,
         offloads: Offloads,
@@ -92,12 +91,21 @@ impl Switch {
                     .filter(|name| name != "p-lb"),
             );
         }
+        self.wire_ports(offloads)?;
+        self.attach_pass(mode, &skip)
+    }
+
+    /// Readies the ports for `offloads`: with [`Offloads::HostDefaults`] every port sends
+    /// full checksums, so that the bridge segments TSO packets and completes checksums
+    /// before they leave through a port, as a wire carries them; otherwise they keep
+    /// veth's defaults.
+    pub fn wire_ports(&self, offloads: Offloads) -> Result<(), Error> {
         if offloads == Offloads::HostDefaults {
             for (name, _) in &self.ports {
                 link::set_tx_checksum(&self.ns, name, false)?;
             }
         }
-        self.attach_pass(mode, &skip)
+        Ok(())
     }
 
     /// The switch's namespace.

@@ -9,6 +9,10 @@
 //! translation is ever held by two nodes (read from every node's `LB_NAT`; a collision
 //! would also show at the backend as a new connection that fails).
 //!
+//! The hosts keep the offloads hosts with NICs have (`Offloads::HostDefaults`): TSO, GSO
+//! and TX checksum offload on the client, the nodes and the backends, GRO on the nodes'
+//! interfaces; the router and the switches' ports are the wire and send full checksums.
+//!
 //! Needs root and `bird` (`cargo xtask setup` installs bird2). Without bird the test
 //! fails when `CI` is set and is skipped (with a message) otherwise.
 
@@ -21,7 +25,10 @@ use std::{
 use lb_common::maps::{FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
 use lb_tests::{
     agent::{flow_snapshot::NatTable, metric_families},
-    net::multinode::{self, MultiNode},
+    net::{
+        link::Offloads,
+        multinode::{self, MultiNode},
+    },
     traffic::{
         clients::EchoConn,
         download::Download,
@@ -246,7 +253,11 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     if !multinode::bird_present() {
         return;
     }
-    let mut topo = MultiNode::build_routed(3, 3).expect("building the multi-node topology");
+    let mut topo = MultiNode::builder(3, 3)
+        .routed()
+        .offloads(Offloads::HostDefaults)
+        .build()
+        .expect("building the multi-node topology");
     for extra in &CLIENTS[1..] {
         topo.client
             .ip(&["addr", "add", &format!("{extra}/24"), "dev", "eth0"])
