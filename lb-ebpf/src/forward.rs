@@ -303,11 +303,11 @@ fn pinned(
             settle(pkt, f, b, l4, true, src, now.tick);
             return Ok((id, b, src, false));
         };
-        let mac = pkt.eth.mac::<ETH_SRC>();
         let kept = if restarted {
             // The restart wrote or claimed the entry: nothing left to verify.
             let handshake = nat::handshake_bits(f);
             f.flags &= !FLOW_F_NAT_AWAIT;
+            let mac = pkt.eth.mac::<ETH_SRC>();
             nat::restart(&mut rev, &pkt.key, svc, b, id, src, handshake, mac)
         } else {
             note_client(pkt, f, &mut rev, l4);
@@ -326,7 +326,9 @@ fn pinned(
                     f.nat_tick = now.tick;
                 }
                 let handshake = nat::handshake_bits(f);
-                nat::ensure(&mut rev, &pkt.key, svc, b, id, src, state, handshake, mac)
+                nat::ensure(
+                    &mut rev, &pkt.key, svc, b, id, src, state, handshake, pkt.eth,
+                )
             }
         };
         if kept {

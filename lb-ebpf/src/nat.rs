@@ -34,8 +34,9 @@ use crate::{
     hash::flow_hash,
     layout,
     maps::LB_NAT,
-    parse::{L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
+    parse::{ETH_HLEN, ETH_SRC, L4, Packet, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     peer,
+    pkt::Hdr,
     rewrite::{retarget_l2, translate},
     slots::{self, Claim},
 };
@@ -556,7 +557,9 @@ pub fn note_reported(rev: &mut Reverse) {
 /// connection: `NAT_S_ESTABLISHED | NAT_S_ACKED` for a TCP flow whose handshake was
 /// answered and whose client sends again) and `handshake` ([`handshake_bits`]), and an
 /// existing entry gains the `state` bits. `false` when another flow holds the key or
-/// its bucket is full of live entries: the flow needs a new source (`allocate`).
+/// its bucket is full of live entries: the flow needs a new source (`allocate`). The
+/// entry, existing or claimed, takes the source MAC of `eth` (the client's packet) as
+/// the previous hop its replies go to.
 ///
 /// Called for the first packet of a flow in each tick (`FlowValue::nat_tick`), not for
 /// every packet.
@@ -571,7 +574,7 @@ pub fn ensure(
     src: Source,
     state: u8,
     handshake: u8,
-    client_mac: [u8; 6],
+    eth: Hdr<ETH_HLEN>,
 ) -> bool {
     let now_s = nat_seconds(clock::now().ns);
     match &mut rev.held {
@@ -582,12 +585,19 @@ pub fn ensure(
             if v.state & state != state {
                 v.state |= state;
             }
+            // The previous hop the client's packets come from now: after a router in
+            // front moved to another MAC (a failover, a replaced card), the replies
+            // follow from this tick on. Written whatever it held (the line is written
+            // by `touch` anyway); a reply read on another CPU while it changes may see
+            // it half written, once, as any field a writer changes.
+            eth.copy_mac::<ETH_SRC>(&mut v.client_mac);
             touch(v, now_s);
             true
         }
         Held::Other => false,
         Held::Missing => {
             let key = reply_key(client, svc, backend, src);
+            let client_mac = eth.mac::<ETH_SRC>();
             reinsert(
                 &key, client, backend_id, client_mac, state, handshake, now_s,
             )

@@ -116,6 +116,26 @@ impl<const N: usize> Hdr<N> {
     }
 
     /// A 6-byte MAC address at `OFF`.
+    /// Copies the 6-byte MAC address at `OFF` into `dst` with two scalar loads and
+    /// stores: no copy of the six bytes on the stack.
+    #[inline(always)]
+    pub fn copy_mac<const OFF: usize>(self, dst: &mut [u8; 6]) {
+        const { assert!(OFF + 6 <= N) };
+        let d = dst.as_mut_ptr();
+        // SAFETY: the six bytes lie inside the checked header; `dst` is six writable
+        // bytes; all accesses unaligned.
+        unsafe {
+            ptr::write_unaligned(
+                d.cast::<u32>(),
+                ptr::read_unaligned(self.0.add(OFF).cast::<u32>()),
+            );
+            ptr::write_unaligned(
+                d.add(4).cast::<u16>(),
+                ptr::read_unaligned(self.0.add(OFF + 4).cast::<u16>()),
+            );
+        }
+    }
+
     #[inline(always)]
     pub fn mac<const OFF: usize>(self) -> [u8; 6] {
         const { assert!(OFF + 6 <= N) };

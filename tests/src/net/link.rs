@@ -99,6 +99,13 @@ pub fn veth_pair_with_queues(a: VethEnd<'_>, b: VethEnd<'_>, queues: u32) -> Res
     })
 }
 
+/// Gives `ifname` in `ns` the MAC `mac`, as a NIC swap or a migrated VM does; the kernel
+/// announces it only where `arp_notify` (IPv4) or `ndisc_notify` (IPv6) is on.
+pub fn set_mac(ns: &NetNs, ifname: &str, mac: Mac) -> Result<(), Error> {
+    ns.ip(&["link", "set", "dev", ifname, "address", &mac.to_string()])
+        .map(|_| ())
+}
+
 /// What a bed leaves of veth's offloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Offloads {

@@ -15,6 +15,7 @@ use std::{fmt::Write as _, net::SocketAddr, thread, time::Duration};
 
 use crate::{
     agent::{api::EventView, daemon::START_TIMEOUT},
+    net::link::{self, Mac},
     scenario::{
         health::{self, MARGIN},
         realistic::{Bed, SERVICE},
@@ -226,9 +227,8 @@ fn apply(bed: &mut Bed, fault: Fault, events: &mut Vec<EventView>, since: f64) -
             let ns = &bed.topo.backends()[index].ns;
             ns.sysctl("net.ipv4.conf.eth0.arp_notify", "1")
                 .expect("arp_notify");
-            let mac = format!("02:c4:a0:5e:00:{:02x}", index + 1);
-            ns.ip(&["link", "set", "dev", "eth0", "address", &mac])
-                .expect("a new MAC");
+            let mac = Mac([0x02, 0xc4, 0xa0, 0x5e, 0x00, index as u8 + 1]);
+            link::set_mac(ns, "eth0", mac).expect("a new MAC");
         }
         Fault::Reload => {
             bed.agent

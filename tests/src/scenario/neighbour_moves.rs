@@ -16,7 +16,7 @@ use crate::{
         daemon::{Agent, AgentConfig, START_TIMEOUT, Service, locate_binary},
     },
     net::{
-        link::Mac,
+        link::{self, Mac},
         netns::NetNs,
         topology::{Forwarding, HOST_IF, Topology},
     },
@@ -236,9 +236,7 @@ impl Moves {
     /// Gives `role`'s `eth0` a new MAC, as a NIC swap or a migrated VM does; says
     /// nothing to the segment by itself (`arp_notify` and `ndisc_notify` are off).
     pub fn change_mac(&self, role: &str, mac: Mac) {
-        self.backend_ns(role)
-            .ip(&["link", "set", "dev", HOST_IF, "address", &mac.to_string()])
-            .expect("changing the backend's MAC");
+        link::set_mac(self.backend_ns(role), HOST_IF, mac).expect("changing the backend's MAC");
     }
 
     /// Makes `role`'s kernel announce its addresses itself when its MAC changes (an

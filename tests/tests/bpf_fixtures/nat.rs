@@ -226,6 +226,70 @@ fn nat_ipv6_tcp_and_udp() {
 }
 
 #[test]
+fn replies_follow_the_clients_previous_hop_to_its_new_mac() {
+    // A router in front of the clients moves to another MAC (a VRRP failover): the
+    // client's packets of an established connection come from the new one, and the
+    // replies must go there, not to the old MAC, which no longer answers.
+    const MOVED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x3c, 0x02];
+    let mut lb = world(&[NAT4]);
+    let port = nat_forward(
+        &mut lb,
+        "nat: SYN",
+        &to_vip(NAT4, CPORT, TCP_SYN),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    nat_reply(
+        &mut lb,
+        "nat reply: SYN-ACK",
+        &backend_reply(NAT4, port, TCP_SYN | TCP_ACK),
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    nat_forward(
+        &mut lb,
+        "nat: ACK",
+        &to_vip(NAT4, CPORT, TCP_ACK),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    // The reverse entry is verified on a flow's first packet of a kernel tick.
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    nat_forward(
+        &mut lb,
+        "nat: the client's data, now from the moved router",
+        &to_vip(NAT4, CPORT, TCP_ACK)
+            .payload(b"GET /")
+            .macs(MOVED_MAC, LB_MAC),
+        NAT4,
+        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
+    );
+    let entry = lb.nat_entry(&reply_key(NAT4, port)).expect("entry");
+    assert_eq!(
+        entry.client_mac, MOVED_MAC,
+        "the entry took the new previous hop"
+    );
+    let data = backend_reply(NAT4, port, TCP_ACK).payload(b"HTTP/1.1 200 OK");
+    let client = client4();
+    let s = svc(NAT4);
+    check(
+        &mut lb,
+        Fixture {
+            desc: "nat reply: to the new MAC",
+            input: data.bytes(),
+            action: XDP_TX,
+            output: Out::Frame(
+                retuple(&data, s.vip, s.port, client, CPORT)
+                    .macs(LB_MAC, MOVED_MAC)
+                    .bytes(),
+            ),
+            counters: &[(TX_NAT_REPLY, 1)],
+        },
+    );
+}
+
+#[test]
 fn nat_reinserts_an_evicted_reverse_entry() {
     let mut lb = world(&[NAT4]);
     let syn = to_vip(NAT4, CPORT, TCP_SYN);

@@ -1,7 +1,8 @@
 //! A nat service on three lb nodes behind a BIRD ECMP router (docs/multi-node.md), the
 //! backends on their own segment behind the same router: keep-alive connections and a
 //! long download must survive every move the router makes (a node's agent and BIRD
-//! killed, the node back, a node's link down and up, a node drained and undrained),
+//! killed, the node back, a node's link down and up, a node drained and undrained) and
+//! the router's interface on the nodes' segment moving to another MAC,
 //! because every node forwards every packet of an established connection, in either
 //! direction, exactly as the node that made it. New connections from several clients run
 //! throughout and may fail only inside the router's detection window of an event. The
@@ -26,8 +27,8 @@ use lb_common::maps::{FlowKey, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST};
 use lb_tests::{
     agent::{flow_snapshot::NatTable, metric_families},
     net::{
-        link::Offloads,
-        multinode::{self, MultiNode},
+        link::{self, Mac, Offloads},
+        multinode::{self, MultiNode, Node},
     },
     traffic::{
         clients::EchoConn,
@@ -127,6 +128,46 @@ fn http_service(backends: &[Ipv4Addr]) -> String {
         ));
     }
     text
+}
+
+/// The MAC the router's interface on the nodes' segment moves to.
+const MOVED_ROUTER_MAC: Mac = Mac([0x02, 0x90, 0, 0x5a, 0, 1]);
+/// From the router's announcement until every node's agent holds its new MAC.
+const FOLLOW_BOUND: Duration = Duration::from_secs(3);
+
+/// The MACs node's service `web` holds for its servers (`None`: not known), from its API.
+fn server_macs(node: &Node) -> Vec<Option<String>> {
+    let text = lb_tests::agent::api::Api::new(&node.ns)
+        .request_ok("GET", "/api/v1/services/web", None)
+        .expect("the node's service");
+    let service = lb_tests::util::json::Json::parse(&text).expect("the service's JSON");
+    service
+        .get("servers")
+        .map(|servers| {
+            servers
+                .items()
+                .iter()
+                .map(|s| s.get("mac").and_then(|m| m.as_str()).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls every node until its agent holds `mac` for every server.
+fn wait_servers_at(topo: &MultiNode, mac: Mac, limit: Duration) {
+    let want = Some(mac.to_string());
+    let start = std::time::Instant::now();
+    loop {
+        let held: Vec<_> = topo.nodes.iter().map(server_macs).collect();
+        if held.iter().flatten().all(|m| *m == want) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "every node holds {mac} for every server within {limit:?}: {held:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// How long the sync network stays partitioned.
@@ -410,6 +451,26 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     });
     settle();
     held.check("n1-undrained");
+
+    // The router's interface on the nodes' segment moves to another MAC (a NIC swap, a
+    // VRRP failover), announced by the kernel's gratuitous ARP. The router is every
+    // backend's next hop from the nodes: each agent follows it through its neighbour
+    // watch into its backend table, which the replicas installed on peers name by id.
+    // It is also every client's previous hop: replies of established connections must
+    // go to its new MAC too.
+    let start = wall_now();
+    topo.router
+        .sysctl("net.ipv4.conf.eth0.arp_notify", "1")
+        .expect("arp_notify on the router");
+    link::set_mac(&topo.router, "eth0", MOVED_ROUTER_MAC).expect("the router's new MAC");
+    wait_servers_at(&topo, MOVED_ROUTER_MAC, FOLLOW_BOUND);
+    events.push(Event {
+        what: "router MAC moved",
+        start,
+        moved: wall_now(),
+    });
+    settle();
+    held.check("router-mac-moved");
 
     // The sync network partitioned: n3 neither sends to nor hears from its peers while
     // new connections keep coming through every node. Each node still hands out only
