@@ -65,18 +65,31 @@ pub fn named_addresses() -> std::io::Result<Vec<(String, IpAddr)>> {
     Ok(out)
 }
 
-/// `(service, snat_ip)` of every nat service whose `snat_ip` is not in `local`. In
-/// cluster mode with an `announce_interface` the agent puts the SNAT addresses there
-/// itself (they are announced like VIPs), so none is foreign.
-pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, IpAddr)> {
-    if cfg.cluster.is_some() && cfg.agent.announce_interface.is_some() {
-        return Vec::new();
+/// The addresses the agent puts on its `announce_interface` itself (docs/multi-node.md):
+/// the VIPs, and in cluster mode the nat services' SNAT addresses, announced like VIPs.
+/// None without an `announce_interface`.
+pub fn announced_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
+    if cfg.agent.announce_interface.is_none() {
+        return BTreeSet::new();
     }
+    let vips = cfg.services.iter().map(|s| s.vip.ip());
+    let snat = cfg
+        .services
+        .iter()
+        .filter(|s| cfg.cluster.is_some() && s.forwarding == Forwarding::Nat)
+        .flat_map(|s| s.snat_ips.iter().copied());
+    vips.chain(snat).collect()
+}
+
+/// `(service, snat_ip)` of every nat service whose `snat_ip` is neither in `local` nor
+/// one the agent adds itself ([`announced_addresses`]).
+pub fn foreign_snat_ips(cfg: &Config, local: &BTreeSet<IpAddr>) -> Vec<(String, IpAddr)> {
+    let announced = announced_addresses(cfg);
     cfg.services
         .iter()
         .filter(|s| s.forwarding == Forwarding::Nat)
         .flat_map(|s| s.snat_ips.iter().map(|ip| (s.name.clone(), *ip)))
-        .filter(|(_, ip)| !local.contains(ip))
+        .filter(|(_, ip)| !local.contains(ip) && !announced.contains(ip))
         .collect()
 }
 

@@ -36,6 +36,11 @@ const MEMBER_LOOKUP: Duration = Duration::from_millis(5);
 /// Client next-hop MACs kept at most; the cache starts over when full.
 const CLIENT_MACS: usize = 65_536;
 
+/// How long a client's next-hop MAC is kept: the cache starts over at the first refresh
+/// after it, so a router that moved to another MAC is looked up again. (Entries the data
+/// plane holds follow a move with the client's next packet.)
+const CLIENT_MACS_FOR: Duration = Duration::from_secs(30);
+
 /// The cluster component: the sync, the peer tables, what the refresh scans saw.
 pub struct ClusterNode {
     sync: Cluster,
@@ -43,6 +48,8 @@ pub struct ClusterNode {
     /// This node's previous hop toward each client seen in a replica (what a reply taken
     /// over before any client packet is sent to).
     client_macs: HashMap<IpAddr, [u8; 6]>,
+    /// When `client_macs` started over.
+    client_macs_since: tokio::time::Instant,
     /// The `nat_seconds` of the last refresh scan.
     scanned_at: u32,
     /// What `LB_CLUSTER` holds (or is to hold): members, MACs, shared SNAT addresses.
@@ -65,6 +72,7 @@ impl ClusterNode {
             sync,
             tables,
             client_macs: HashMap::new(),
+            client_macs_since: tokio::time::Instant::now(),
             scanned_at: nat_clock(),
             members,
             members_dirty: true,
@@ -184,6 +192,10 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         let Some(node) = &mut self.cluster else {
             return;
         };
+        if node.client_macs_since.elapsed() >= CLIENT_MACS_FOR {
+            node.client_macs.clear();
+            node.client_macs_since = tokio::time::Instant::now();
+        }
         let now = nat_clock();
         let seen = match node.tables.nat_seen_since(node.scanned_at) {
             Ok(seen) => seen,

@@ -6,8 +6,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use crate::util::{Harness, sa, servers};
-use lb_agent::agent::{ClusterNode, StaticNeighbours};
+use crate::util::{Harness, LearnedNeighbours, sa, secs, servers};
+use lb_agent::agent::{ClusterNode, Neighbours, StaticNeighbours};
 use lb_agent::cluster::{self, Change, Cluster, Record, RecordKind};
 use lb_agent::config::{ClusterConfig, ClusterPeer};
 use lb_agent::testing::MemoryPeers;
@@ -53,6 +53,10 @@ async fn clustered() -> (Harness<StaticNeighbours>, MemoryPeers) {
         .into(),
         default: Some(BACKEND_MAC),
     };
+    clustered_with(neighbours).await
+}
+
+async fn clustered_with<N: Neighbours>(neighbours: N) -> (Harness<N>, MemoryPeers) {
     let mut h = Harness::with_neighbours(&config(), neighbours).await;
     let socket = UdpSocket::bind("127.0.0.1:0").expect("a socket");
     let listen = socket.local_addr().expect("its address");
@@ -143,4 +147,40 @@ async fn replicas_are_installed_in_this_nodes_terms_and_removed_when_they_expire
     let installed = peers.installed();
     assert_eq!(installed.len(), 1);
     assert!(installed.contains_key(&cluster::client_key(&api)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clients_next_hop_that_moved_is_looked_up_again() {
+    const MOVED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x02];
+    let neighbours = LearnedNeighbours::default();
+    for backend in ["10.0.1.1", "10.0.1.2"] {
+        neighbours.learn(backend.parse().unwrap(), BACKEND_MAC);
+    }
+    let client = sa("192.0.2.7:1").ip();
+    neighbours.learn(client, CLIENT_MAC);
+    let (mut h, peers) = clustered_with(neighbours).await;
+    let web = record(RecordKind::Open, "10.0.0.100:80", "10.0.1.2:80");
+    let installed_mac =
+        |peers: &MemoryPeers| peers.installed()[&cluster::client_key(&web)].nat.client_mac;
+    h.agent_mut()
+        .on_cluster_changes(vec![Change::Upsert(web)])
+        .await;
+    assert_eq!(installed_mac(&peers), CLIENT_MAC);
+
+    // The router toward the client moves to another MAC.
+    h.neighbours.learn(client, MOVED_MAC);
+    let refresh = Record {
+        kind: RecordKind::Refresh,
+        ..web
+    };
+    h.agent_mut()
+        .on_cluster_changes(vec![Change::Upsert(refresh)])
+        .await;
+    assert_eq!(installed_mac(&peers), CLIENT_MAC, "kept a while");
+    tokio::time::advance(secs(31)).await;
+    h.agent_mut().refresh_cluster().await;
+    h.agent_mut()
+        .on_cluster_changes(vec![Change::Upsert(refresh)])
+        .await;
+    assert_eq!(installed_mac(&peers), MOVED_MAC, "looked up again");
 }

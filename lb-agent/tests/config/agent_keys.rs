@@ -118,6 +118,37 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 }
 
 #[test]
+fn addresses_the_agent_announces_itself_are_no_foreign_snat_ip() {
+    let none = std::collections::BTreeSet::new();
+    let parse = |head: &str, snat: &str| {
+        config::parse(
+            &format!("{head}{}", SERVICE.replace("SNAT", snat)),
+            Path::new("lb.toml"),
+        )
+        .unwrap()
+    };
+    let announce = "[agent]\nannounce_interface = \"lo\"\n";
+    let cluster = "[cluster]\nnode = \"lb1\"\nlisten = \"10.0.9.1:7946\"\n\
+                   key_file = \"/etc/lb/cluster.key\"\n[[cluster.peer]]\nname = \"lb2\"\n\
+                   address = \"10.0.9.2:7946\"\n";
+    let foreign = |cfg: &config::Config| lb_agent::host::foreign_snat_ips(cfg, &none).len();
+    // The VIP's own address: put there by the announcer.
+    assert_eq!(foreign(&parse(announce, "10.0.0.100")), 0);
+    assert_eq!(
+        foreign(&parse("", "10.0.0.100")),
+        1,
+        "no announcer: not added"
+    );
+    // A SNAT address of its own: announced like a VIP in a cluster only.
+    assert_eq!(
+        foreign(&parse(&format!("{announce}{cluster}"), "10.0.0.2")),
+        0
+    );
+    assert_eq!(foreign(&parse(announce, "10.0.0.2")), 1);
+    assert_eq!(foreign(&parse(cluster, "10.0.0.2")), 1);
+}
+
+#[test]
 fn a_snat_ip_not_on_this_host_is_found_refused_by_run_and_warned_by_check_config() {
     let local = lb_agent::host::local_addresses().expect("listing addresses");
     assert!(local.contains(&"127.0.0.1".parse().unwrap()), "{local:?}");
