@@ -458,6 +458,27 @@ pub const CLUSTER_MEMBERS_MAX: usize = 16;
 /// Most shared SNAT addresses `LB_CLUSTER` names (check-config refuses more in a cluster).
 pub const CLUSTER_SNAT_MAX: usize = 16;
 
+/// Most next-hop MAC moves `LB_CLUSTER` carries (the latest; a new one pushes out the
+/// oldest).
+pub const CLUSTER_HOP_MOVES_MAX: usize = 4;
+
+/// A next hop's MAC that moved (a router's failover, a replaced card): a nat reply whose
+/// entry names `old` as the client's previous hop goes to `new`, and the entry takes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HopMove {
+    pub old: [u8; 6],
+    pub new: [u8; 6],
+}
+const _: () = assert!(size_of::<HopMove>() == 12);
+
+impl HopMove {
+    /// The MAC `mac` moved to, if one of `moves` names it.
+    pub fn apply(moves: &[HopMove], mac: [u8; 6]) -> Option<[u8; 6]> {
+        moves.iter().find(|m| m.old == mac).map(|m| m.new)
+    }
+}
+
 /// A SNAT address the nodes of a cluster share and its source port range, split into
 /// contiguous slices by member index (member `i` hands out
 /// `[min + i*len/n, min + (i+1)*len/n)`, `len = max - min + 1`): a reply's destination
@@ -493,14 +514,18 @@ pub struct ClusterMembers {
     pub own: u8,
     /// How many of `snat` are in use.
     pub snat_count: u8,
-    pub _pad: u8,
+    /// How many of `hop_moves` are in use.
+    pub hop_move_count: u8,
     /// Each member's MAC on the attached interface's segment, by index; all zero for
     /// this node and for a member whose MAC is not known (its replies are not sent on).
     pub macs: [[u8; 6]; CLUSTER_MEMBERS_MAX],
     /// The shared SNAT addresses and their port ranges.
     pub snat: [ClusterSnat; CLUSTER_SNAT_MAX],
+    /// The latest next-hop MAC moves the agent saw: in cluster mode a node may take a
+    /// connection's replies without its client's packets, which bring the new MAC.
+    pub hop_moves: [HopMove; CLUSTER_HOP_MOVES_MAX],
 }
-const _: () = assert!(size_of::<ClusterMembers>() == 484);
+const _: () = assert!(size_of::<ClusterMembers>() == 532);
 
 /// The index of the member whose slice of `port_min..=port_max` holds `port`, among
 /// `count` members; `None` outside the range or without members. The agent's slices
@@ -842,6 +867,7 @@ mod pod {
         crate::events::ConnEvent,
         PeerFlow,
         ClusterSnat,
+        HopMove,
         ClusterMembers,
     );
 }

@@ -797,7 +797,10 @@ fn reply_in<const FULL: bool>(pkt: &Packet, end: usize) -> Option<Verdict> {
     {
         return Some(Verdict::pass(PASS_NOT_VIP));
     }
-    // Writes are single fields (state, age), as in the LRU map's values before.
+    if layout::cluster() {
+        peer::follow_hop_moves(nat);
+    }
+    // Writes are single fields (state, age).
     let state = nat.state;
     if pkt.is_tcp() {
         let flags = l4.tcp_flags;

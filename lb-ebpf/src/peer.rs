@@ -23,8 +23,8 @@ use lb_common::{
         PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
     },
     maps::{
-        FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND, NAT_S_FIN_CLIENT, NAT_S_RST,
-        NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+        CLUSTER_HOP_MOVES_MAX, FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND,
+        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
     },
 };
 
@@ -32,7 +32,7 @@ use crate::{
     Verdict, cache, clock,
     counters::count,
     flow, forward, layout,
-    maps::{LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
+    maps::{LB_CLUSTER, LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
     nat::{self, Source},
     parse::{self, ETH_SRC, Packet, Parsed, TCP_SYN},
     peer_bounce,
@@ -177,6 +177,53 @@ pub fn stale(v: &NatValue, proto: u8, syn: bool) -> bool {
     let past_handshake = NAT_S_ACKED | NAT_S_FIN_CLIENT | NAT_S_FIN_BACKEND | NAT_S_RST;
     (syn && v.state & past_handshake != 0)
         || nat_reclaimable(v, proto, nat_seconds(clock::now().ns))
+}
+
+/// For `v`, the `LB_NAT` entry a reply found: when its client MAC is one the agent saw
+/// move (`ClusterMembers::hop_moves`), the entry takes the new one. On a node that takes
+/// a connection's replies but not its client's packets, nothing else would bring it.
+#[inline(always)]
+pub fn follow_hop_moves(v: &mut NatValue) {
+    let Some(members) = LB_CLUSTER.get(0) else {
+        return;
+    };
+    let count = members.hop_move_count as usize;
+    if count == 0 {
+        return;
+    }
+    let mac = v.client_mac.as_mut_ptr();
+    // SAFETY: six bytes of the entry, read as a u32 and a u16, unaligned.
+    let (hi, lo) = unsafe {
+        (
+            core::ptr::read_unaligned(mac.cast::<u32>()),
+            core::ptr::read_unaligned(mac.add(4).cast::<u16>()),
+        )
+    };
+    for i in 0..CLUSTER_HOP_MOVES_MAX {
+        if i >= count {
+            return;
+        }
+        let m = &members.hop_moves[i];
+        let old = m.old.as_ptr();
+        let new = m.new.as_ptr();
+        // SAFETY: six bytes each of the map's value and of the entry, as above; scalar
+        // copies (an array copy would take stack the fast path has no room for).
+        unsafe {
+            if core::ptr::read_unaligned(old.cast::<u32>()) == hi
+                && core::ptr::read_unaligned(old.add(4).cast::<u16>()) == lo
+            {
+                core::ptr::write_unaligned(
+                    mac.cast::<u32>(),
+                    core::ptr::read_unaligned(new.cast::<u32>()),
+                );
+                core::ptr::write_unaligned(
+                    mac.add(4).cast::<u16>(),
+                    core::ptr::read_unaligned(new.add(4).cast::<u16>()),
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Frees the `LB_NAT` entry of `key` if it is [`stale`]; `false` when its bucket is

@@ -13,11 +13,14 @@ use std::{collections::HashMap, net::IpAddr, time::Duration};
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use lb_common::{
     events::ConnEvent,
-    maps::{CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat},
+    maps::{
+        CLUSTER_HOP_MOVES_MAX, CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, ClusterSnat,
+        HopMove,
+    },
 };
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::{Agent, Neighbours, ServiceRt};
+use super::{Agent, Neighbours, ServiceRt, neighbours::fmt_mac};
 use crate::{
     cluster::{self, Change, Cluster, Record},
     config::{Config, Forwarding, Protocol},
@@ -132,6 +135,29 @@ impl ClusterNode {
         }
     }
 
+    /// Adds next-hop MAC moves to `LB_CLUSTER` (the latest [`CLUSTER_HOP_MOVES_MAX`]):
+    /// a move back to a MAC drops the move away from it, and a move from the MAC an
+    /// earlier move went to carries that one along, so no reply is sent round a chain.
+    fn add_hop_moves(&mut self, moves: &[HopMove]) {
+        let count = usize::from(self.members.hop_move_count);
+        let mut kept: Vec<HopMove> = self.members.hop_moves[..count].to_vec();
+        for m in moves {
+            kept.retain(|k| k.old != m.new && k.old != m.old);
+            for k in &mut kept {
+                if k.new == m.old {
+                    k.new = m.new;
+                }
+            }
+            kept.push(*m);
+        }
+        let kept = &kept[kept.len().saturating_sub(CLUSTER_HOP_MOVES_MAX)..];
+        let mut hop_moves = [HopMove::default(); CLUSTER_HOP_MOVES_MAX];
+        hop_moves[..kept.len()].copy_from_slice(kept);
+        self.members.hop_moves = hop_moves;
+        self.members.hop_move_count = kept.len() as u8;
+        self.members_dirty = true;
+    }
+
     /// Writes `LB_CLUSTER` if it changed.
     fn write_members(&mut self) {
         if !self.members_dirty {
@@ -214,6 +240,58 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             })
             .collect();
         node.sync.publish(&records);
+    }
+
+    /// Next hops whose MACs (`left`) the backends no longer have: a router in front
+    /// may have moved to another MAC. For each, one client cached behind it is looked
+    /// up again; a new MAC is a move. The cached clients follow it (replicas installed
+    /// from now on name the new MAC), and `LB_CLUSTER` carries it: a reply whose entry
+    /// names the old MAC goes to the new one (`ClusterMembers::hop_moves`).
+    pub async fn follow_client_hops(&mut self, mut left: Vec<[u8; 6]>) {
+        let Some(node) = &self.cluster else {
+            return;
+        };
+        left.sort_unstable();
+        left.dedup();
+        let probes: Vec<([u8; 6], IpAddr)> = left
+            .into_iter()
+            .filter_map(|old| {
+                node.client_macs
+                    .iter()
+                    .find(|(_, mac)| **mac == old)
+                    .map(|(ip, _)| (old, *ip))
+            })
+            .collect();
+        if probes.is_empty() {
+            return;
+        }
+        let ips = probes.iter().map(|(_, ip)| *ip).collect();
+        let found = resolve_clients(self.macs.neighbours().as_ref(), ips, CLIENT_LOOKUP).await;
+        let moves: Vec<HopMove> = found
+            .into_iter()
+            .filter_map(|(ip, mac)| {
+                let old = probes.iter().find(|(_, probe)| *probe == ip)?.0;
+                mac.ok()
+                    .filter(|new| *new != old)
+                    .map(|new| HopMove { old, new })
+            })
+            .collect();
+        let Some(node) = &mut self.cluster else {
+            return;
+        };
+        if moves.is_empty() {
+            return;
+        }
+        for mac in node.client_macs.values_mut() {
+            if let Some(new) = HopMove::apply(&moves, *mac) {
+                *mac = new;
+            }
+        }
+        node.add_hop_moves(&moves);
+        node.write_members();
+        for m in &moves {
+            info!(old = %fmt_mac(m.old), new = %fmt_mac(m.new), "clients' next hop moved to another MAC; replies taken over follow it");
+        }
     }
 
     /// Looks up each peer's MAC on the attached interface (from its cluster address) and

@@ -101,8 +101,14 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
     /// MACs the kernel changed: a new address goes into the maps at once (the same
     /// path a resolved MAC takes); `None` (FAILED, INCOMPLETE, deleted, no route) makes
     /// the backend unselectable exactly as an unknown MAC, until the kernel has an
-    /// address again. Only the services with such a backend are recomputed.
-    pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
+    /// address again. Only the services with such a backend are recomputed. In cluster
+    /// mode the replicas' clients behind a next hop that moved follow it
+    /// ([`Agent::follow_client_hops`]).
+    pub async fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
+        let before: Vec<[u8; 6]> = updates
+            .iter()
+            .filter_map(|u| self.macs.known().get(&u.backend).copied())
+            .collect();
         let services = &self.services;
         let changed = self.macs.follow(updates, || {
             services
@@ -130,11 +136,17 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                 }
             }
         }
+        let known = self.macs.known();
+        let left = before
+            .into_iter()
+            .filter(|old| !known.values().any(|mac| mac == old))
+            .collect();
+        self.follow_client_hops(left).await;
         published
     }
 }
 
-fn fmt_mac(m: [u8; 6]) -> String {
+pub(super) fn fmt_mac(m: [u8; 6]) -> String {
     format!(
         "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
         m[0], m[1], m[2], m[3], m[4], m[5]

@@ -268,7 +268,7 @@ where
                 Ok(())
             }
             Wake::MacRetry => agent.retry_macs().await,
-            Wake::MacUpdates(updates) => agent.on_mac_updates(&updates),
+            Wake::MacUpdates(updates) => agent.on_mac_updates(&updates).await,
             Wake::Watchdog => {
                 tell_systemd("WATCHDOG=1");
                 Ok(())

@@ -3,14 +3,16 @@
 //! before this node's slice is taken), and how peers' replicas become peer-table
 //! entries in this node's terms (its backend ids, its next hop toward the client).
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use crate::util::{Harness, LearnedNeighbours, sa, secs, servers};
 use lb_agent::agent::{ClusterNode, Neighbours, StaticNeighbours};
 use lb_agent::cluster::{self, Change, Cluster, Record, RecordKind};
 use lb_agent::config::{ClusterConfig, ClusterPeer};
+use lb_agent::neighbour::nexthops::MacUpdate;
 use lb_agent::testing::MemoryPeers;
+use lb_common::maps::HopMove;
 
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x01];
@@ -183,4 +185,115 @@ async fn a_clients_next_hop_that_moved_is_looked_up_again() {
         .on_cluster_changes(vec![Change::Upsert(refresh)])
         .await;
     assert_eq!(installed_mac(&peers), MOVED_MAC, "looked up again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_next_hop_that_moves_with_the_backends_reaches_lb_cluster_and_the_replicas() {
+    const MOVED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x03];
+    const BACK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x04];
+    // One router in front: the backends' next hop and the client's.
+    let neighbours = LearnedNeighbours::default();
+    let backends: Vec<IpAddr> = ["10.0.1.1", "10.0.1.2"]
+        .iter()
+        .map(|b| b.parse().unwrap())
+        .collect();
+    for b in &backends {
+        neighbours.learn(*b, BACKEND_MAC);
+    }
+    let client = sa("192.0.2.7:1").ip();
+    neighbours.learn(client, BACKEND_MAC);
+    let (mut h, peers) = clustered_with(neighbours).await;
+    let web = record(RecordKind::Open, "10.0.0.100:80", "10.0.1.2:80");
+    let installed_mac =
+        |peers: &MemoryPeers| peers.installed()[&cluster::client_key(&web)].nat.client_mac;
+    let moves = |peers: &MemoryPeers| {
+        let m = peers.members();
+        m.hop_moves[..usize::from(m.hop_move_count)].to_vec()
+    };
+    h.agent_mut()
+        .on_cluster_changes(vec![Change::Upsert(web)])
+        .await;
+    assert_eq!(installed_mac(&peers), BACKEND_MAC);
+    assert_eq!(moves(&peers), []);
+
+    // The router moves to another MAC; the kernel's neighbour watch reports it for the
+    // backends.
+    let moved_to = |h: &mut Harness<LearnedNeighbours>, mac: [u8; 6]| {
+        for ip in backends.iter().chain([&client]) {
+            h.neighbours.learn(*ip, mac);
+        }
+        backends
+            .iter()
+            .map(|b| MacUpdate {
+                backend: *b,
+                mac: Some(mac),
+            })
+            .collect::<Vec<_>>()
+    };
+    let updates = moved_to(&mut h, MOVED_MAC);
+    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    let first = HopMove {
+        old: BACKEND_MAC,
+        new: MOVED_MAC,
+    };
+    assert_eq!(moves(&peers), [first], "LB_CLUSTER carries the move");
+    let refresh = Record {
+        kind: RecordKind::Refresh,
+        ..web
+    };
+    h.agent_mut()
+        .on_cluster_changes(vec![Change::Upsert(refresh)])
+        .await;
+    assert_eq!(
+        installed_mac(&peers),
+        MOVED_MAC,
+        "a replica installed from now on names the new MAC, without waiting for the cache"
+    );
+
+    // A backend moving to another next hop whose old MAC another backend still has
+    // moves nothing.
+    h.neighbours.learn(backends[0], BACKEND_MAC);
+    h.agent_mut()
+        .on_mac_updates(&[MacUpdate {
+            backend: backends[0],
+            mac: Some(BACKEND_MAC),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(moves(&peers), [first], "nothing more");
+
+    // The router moves on, then back: no reply is sent round a chain of moves.
+    let updates = moved_to(&mut h, BACK_MAC);
+    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    let on = HopMove {
+        old: MOVED_MAC,
+        new: BACK_MAC,
+    };
+    assert_eq!(
+        moves(&peers),
+        [
+            HopMove {
+                old: BACKEND_MAC,
+                new: BACK_MAC
+            },
+            on
+        ],
+        "the first move carried along"
+    );
+    let updates = moved_to(&mut h, BACKEND_MAC);
+    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    assert_eq!(
+        moves(&peers),
+        [
+            HopMove {
+                old: MOVED_MAC,
+                new: BACKEND_MAC
+            },
+            HopMove {
+                old: BACK_MAC,
+                new: BACKEND_MAC
+            }
+        ],
+        "back where it began: nothing moves away from it"
+    );
 }

@@ -11,7 +11,7 @@ use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
-    maps::{ClusterMembers, ClusterSnat, NAT_H_ADOPTED, PeerFlow},
+    maps::{ClusterMembers, ClusterSnat, HopMove, NAT_H_ADOPTED, PeerFlow},
 };
 
 /// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
@@ -617,4 +617,47 @@ fn a_syn_on_a_shared_connections_tuple_opens_a_new_connection() {
             (PEER_NAT_ADOPTED, 1),
         ],
     );
+}
+
+#[test]
+fn replies_follow_a_next_hop_move_lb_cluster_names() {
+    let moved = [0x02, 0, 0, 0, 0x4d, 0x0f];
+    // A connection this node made, whose client's packets now reach another node.
+    let (mut a, conn, port) = node_a_with_a_connection();
+    let mut members = two_members(port, MAC_A);
+    members.hop_move_count = 1;
+    members.hop_moves[0] = HopMove {
+        old: CLIENT_MAC,
+        new: moved,
+    };
+    let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"more");
+    assert_eq!(a.run(&reply.bytes()).out[..6], CLIENT_MAC, "no move yet");
+    a.set_cluster_members(&members);
+    assert_eq!(a.run(&reply.bytes()).out[..6], moved, "after the move");
+    assert_eq!(
+        a.nat_entry(&conn.reply).map(|v| v.client_mac),
+        Some(moved),
+        "the entry took it"
+    );
+
+    // A connection taken over from a replica before the move.
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    b.install_peer(&conn);
+    nat_reply(
+        &mut b,
+        "B: the backend's reply, taken over",
+        &reply,
+        NAT4,
+        CPORT,
+        &[(TX_NAT_REPLY, 1), (PEER_NAT_ADOPTED, 1)],
+    );
+    b.set_cluster_members(&members);
+    assert_eq!(b.run(&reply.bytes()).out[..6], moved, "B too");
+
+    // A MAC no move names is left as it is.
+    members.hop_moves[0].old = [0x02, 0, 0, 0, 0x4d, 0x10];
+    let (mut c, _, port) = node_a_with_a_connection();
+    c.set_cluster_members(&members);
+    let reply = backend_reply(NAT4, port, TCP_ACK).payload(b"more");
+    assert_eq!(c.run(&reply.bytes()).out[..6], CLIENT_MAC);
 }

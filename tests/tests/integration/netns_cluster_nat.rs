@@ -512,8 +512,9 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     let broke = held.failures();
     for e in &events {
         eprintln!(
-            "{}: over (the router's flows moved, or the window closed) {:.3} s after it began",
+            "{} at {:.3}: over (the router's flows moved, or the window closed) {:.3} s after it began",
             e.what,
+            e.start,
             e.moved - e.start
         );
     }
