@@ -262,6 +262,16 @@ fn ipip_and_gue_generic_behind_veth_peers() {
 }
 
 #[test]
+fn nat_and_dsr_native_behind_veth_peers() {
+    nat_and_dsr(Offloads::VethPeers, "native", PeerTx::AsBuilt);
+}
+
+#[test]
+fn ipip_and_gue_native_behind_veth_peers() {
+    ipip_and_gue(Offloads::VethPeers, "native", PeerTx::AsBuilt);
+}
+
+#[test]
 fn nat_and_dsr_native_behind_veth_peers_without_their_tx_offload() {
     nat_and_dsr(Offloads::VethPeers, "native", PeerTx::Off);
 }

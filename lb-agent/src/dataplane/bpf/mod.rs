@@ -12,7 +12,9 @@ use aya::{
 };
 use lb_common::{
     FULL_PROGRAM_NAME, PROGRAM_NAME, map_names,
-    maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
+    maps::{
+        Backend, BackendStats, CONFIG_F_NATIVE, DataplaneConfig, ServiceMeta, ServiceStats, VipKey,
+    },
 };
 
 use std::net::IpAddr;
@@ -329,6 +331,25 @@ impl BpfDataplane {
             .ok_or(DataplaneError::MissingMap { name })?;
         let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
         let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
+        config.set(0, &value, 0).map_err(map_err(name))
+    }
+
+    /// Tells the program whether it runs in native mode (`CONFIG_F_NATIVE` in
+    /// `LB_CONFIG`, the rest kept): there it completes partial checksums before it
+    /// forwards (docs/internals/fast-path.md, "Partial checksums").
+    pub fn set_native(&mut self, native: bool) -> Result<(), DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        let mut value = config.get(&0, 0).map_err(map_err(name))?;
+        value.flags = if native {
+            value.flags | CONFIG_F_NATIVE
+        } else {
+            value.flags & !CONFIG_F_NATIVE
+        };
         config.set(0, &value, 0).map_err(map_err(name))
     }
 
