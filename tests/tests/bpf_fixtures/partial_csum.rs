@@ -38,50 +38,6 @@ fn partial(frame: &Frame) -> Vec<u8> {
     bytes
 }
 
-/// Runs `input` and checks that it is sent as `expected` (a frame with full checksums)
-/// with `counters`.
-fn sent_as(lb: &mut Lb, desc: &str, input: Vec<u8>, expected: Vec<u8>, counters: &[(u32, u64)]) {
-    let run = check(
-        lb,
-        Fixture {
-            desc,
-            input,
-            action: XDP_TX,
-            output: Out::Frame(expected),
-            counters,
-        },
-    );
-    assert_checksums_valid(desc, &run.out);
-}
-
-/// Runs a partial client packet of nat service `id` and checks it is translated with a
-/// full checksum; returns the nat port.
-fn nat_partial(lb: &mut Lb, desc: &str, frame: &Frame, id: u32) -> u16 {
-    let s = svc(id);
-    let run = check(
-        lb,
-        Fixture {
-            desc,
-            input: partial(frame),
-            action: XDP_TX,
-            output: Out::Any,
-            counters: &[
-                (TX_NAT_FORWARD, 1),
-                (FLOW_NEW, 1),
-                (NAT_PORT_FIRST, 1),
-                (CSUM_COMPLETED, 1),
-            ],
-        },
-    );
-    let port = out_sport(frame, &run.out);
-    let expected = retuple(frame, snat(s.vip), port, s.backend_addr, s.backend_port)
-        .macs(LB_MAC, backend_mac(s.backend))
-        .bytes();
-    assert_frames_eq(desc, &expected, &run.out);
-    assert_checksums_valid(desc, &run.out);
-    port
-}
-
 #[test]
 fn native_mode_completes_partial_checksums_through_dsr() {
     let mut lb = native_world(&[DSR4, DSR4_UDP, DSR6]);
@@ -111,11 +67,18 @@ fn native_mode_completes_partial_checksums_through_nat_both_ways() {
     let mut lb = native_world(&[NAT4, NAT4_UDP, NAT6, NAT6_UDP]);
     for id in [NAT4, NAT4_UDP, NAT6, NAT6_UDP] {
         let out = to_vip(id, CPORT, TCP_SYN).payload(b"client data, odd");
-        let port = nat_partial(
+        let port = nat_forward_bytes(
             &mut lb,
             &format!("nat service {id}: a client packet with a partial checksum"),
             &out,
+            partial(&out),
             id,
+            &[
+                (TX_NAT_FORWARD, 1),
+                (FLOW_NEW, 1),
+                (NAT_PORT_FIRST, 1),
+                (CSUM_COMPLETED, 1),
+            ],
         );
         let back = backend_reply(id, port, TCP_SYN | TCP_ACK).payload(b"backend reply");
         sent_as(
@@ -170,15 +133,12 @@ fn generic_mode_leaves_a_partial_checksum_to_the_kernel() {
         let input = partial(&syn);
         let mut expected = input.clone();
         expected[..12].copy_from_slice(&dsr_expected(&syn, svc(id).backend)[..12]);
-        check(
+        transmitted(
             &mut lb,
-            Fixture {
-                desc: &format!("dsr service {id}, generic mode: only the MACs change"),
-                input,
-                action: XDP_TX,
-                output: Out::Frame(expected),
-                counters: &[(TX_DSR, 1), (FLOW_NEW, 1)],
-            },
+            &format!("dsr service {id}, generic mode: only the MACs change"),
+            input,
+            Out::Frame(expected),
+            &[(TX_DSR, 1), (FLOW_NEW, 1)],
         );
     }
 }
