@@ -134,6 +134,7 @@ pub const FLOW_UNPINNED: u32 = 41;
 /// Native mode: a TCP/UDP packet whose checksum field held only its pseudo-header's sum
 /// (a partial checksum a sender on the same host left for the device to complete, which
 /// a veth hands over) was given its full checksum before it was forwarded (side counter;
+/// a complete checksum that equals that sum is left as it is, uncounted;
 /// docs/internals/fast-path.md, "Partial checksums").
 pub const CSUM_COMPLETED: u32 = 42;
 

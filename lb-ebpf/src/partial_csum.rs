@@ -10,9 +10,10 @@
 //! mode ([`CONFIG_F_NATIVE`], written into `LB_CONFIG` at attach) a packet whose field
 //! equals its pseudo-header's sum gets the full checksum, summed over the whole segment,
 //! before anything else reads or rewrites it (nat's incremental updates, the tunnels'
-//! encapsulation). A complete checksum that happens to equal that sum is rewritten with
-//! the value it holds: the segment's sum with the field in it is the complement of the
-//! pseudo-header's sum either way. docs/internals/fast-path.md, "Partial checksums".
+//! encapsulation). A complete checksum that happens to equal that sum (one in 65,536)
+//! comes out as it is, and is not counted: the segment's sum with the field in it is the
+//! complement of the pseudo-header's sum either way. docs/internals/fast-path.md,
+//! "Partial checksums".
 //!
 //! Which packets: those for a service or a nat source address, which the program
 //! forwards, drops, or passes to the host itself (a local delivery trusts a checksum the
@@ -50,15 +51,31 @@ const UDP_CSUM: usize = 6;
 /// Completes the TCP/UDP checksum of `pkt` if the program runs in native mode and the
 /// field holds only the pseudo-header's sum. A UDP datagram without a checksum (0), and
 /// a segment cut off by the frame's end, are left as they are.
+///
+/// Every packet access is made through a pointer made here from the frame's start and
+/// an offset, never through `pkt`'s: a bounds check on the caller's pointers would widen
+/// their proved range on some paths and not on others, and the verifier would explore
+/// the rest of the path once for each.
 #[inline(always)]
 pub fn complete(pkt: &Packet, end: usize) {
     if !native() {
         return;
     }
     let udp = pkt.key.proto == IPPROTO_UDP;
-    let seg = pkt.l4_len | (udp as u32) << UDP_BIT;
-    let off = pkt.len.wrapping_sub(pkt.l4_room);
-    if fill_in(pkt.eth.addr(), end, off, seg, pseudo_sum(pkt)) {
+    // The segment's offset, at most MAX_HEADERS for every packet `parse` admits; the
+    // mask changes nothing but bounds it for the verifier (`opaque`: the compiler,
+    // which cannot see that it changes nothing, keeps it).
+    let off = opaque(pkt.len.wrapping_sub(pkt.l4_room) as u64) as u32 & OFF_MASK;
+    let at = pkt.eth.addr() + off as usize;
+    let field = if udp { UDP_CSUM } else { TCP_CSUM };
+    let Some(f) = ptr_at::<2>(at + field, end) else {
+        return;
+    };
+    let held = f.u16::<0>();
+    if held != pseudo_sum(pkt) || (udp && held == 0) {
+        return;
+    }
+    if fill_in(at, end, pkt.l4_len | (udp as u32) << UDP_BIT) {
         count(CSUM_COMPLETED);
     }
 }
@@ -74,7 +91,7 @@ fn native() -> bool {
 /// The folded sum of the pseudo-header (not inverted), as a partial checksum holds it.
 /// An IPv4 key's address words 1 to 3 are zero, so both families sum all eight.
 #[inline(always)]
-fn pseudo_sum(pkt: &Packet) -> u32 {
+fn pseudo_sum(pkt: &Packet) -> u16 {
     let k = &pkt.key;
     let mut sum = (pkt.l4_len as u16).to_be() as u64 + (k.proto as u16).to_be() as u64;
     let mut i = 0;
@@ -82,24 +99,19 @@ fn pseudo_sum(pkt: &Packet) -> u32 {
         sum += k.src[i] as u64 + k.dst[i] as u64;
         i += 1;
     }
-    fold(sum) as u32
+    fold(sum)
 }
 
-/// If the checksum field of the TCP/UDP segment `off` bytes into the frame at `data`
-/// (whose end is `end`) holds `pseudo`, writes the full checksum there: the complement
-/// of the segment's sum with `pseudo` in the field (standing for the pseudo-header).
-/// `seg` holds the segment's length, and [`UDP_BIT`] for UDP (a field of 0 is no
-/// checksum; a result of 0 is sent as 0xffff). `true` when it wrote; `false` for a
-/// field that does not hold `pseudo`, a segment shorter than its header or longer
-/// than [`MAX_SEGMENT`], or one cut off by the frame's end.
-///
+/// Writes the full checksum of the TCP/UDP segment at `at` (whose end is `end`) into
+/// its field, which holds the pseudo-header's sum: the complement of the segment's sum
+/// with that sum in the field. `seg` holds the segment's length, and [`UDP_BIT`] for UDP
+/// (a result of 0 is sent as 0xffff). `false` (nothing changed) for a field that holds
+/// the full checksum already, a segment shorter than its header or longer than
+/// [`MAX_SEGMENT`], or one cut off by the frame's end.
 /// A subprogram of its own, so that its locals never add to the caller's frame
-/// (docs/internals/fast-path.md, "Stack budget"). Every packet access is checked here,
-/// on pointers made here from the frame's start and an offset: a check on the caller's
-/// pointers would widen their proved range on some paths and not on others, and the
-/// verifier would explore the rest of the caller once for each.
+/// (docs/internals/fast-path.md, "Stack budget").
 #[inline(never)]
-fn fill_in(data: usize, end: usize, off: u32, seg: u32, pseudo: u32) -> bool {
+fn fill_in(at: usize, end: usize, seg: u32) -> bool {
     let udp = seg & (1 << UDP_BIT) != 0;
     let len = seg & !(1 << UDP_BIT);
     let (field, header) = if udp {
@@ -107,27 +119,25 @@ fn fill_in(data: usize, end: usize, off: u32, seg: u32, pseudo: u32) -> bool {
     } else {
         (TCP_CSUM, TCP_HLEN)
     };
-    if len > MAX_SEGMENT || len < header as u32 || off > MAX_HEADERS {
+    if len > MAX_SEGMENT || len < header as u32 {
         return false;
     }
-    // Masks after the checks, on values the compiler cannot see through (so it keeps
-    // them): they change nothing but give the verifier the bounds in whichever register
-    // the values are recomputed.
-    let at = data + (opaque(off as u64) as u32 & OFF_MASK) as usize;
+    // As `off` in `complete`: bounded for the verifier in whichever register it is
+    // recomputed.
     let len = (opaque(len as u64) as u32 & LEN_MASK) as usize;
-    let Some(f) = ptr_at::<2>(at + field, end) else {
-        return false;
-    };
-    let held = f.u16::<0>();
-    if held as u32 != pseudo || (udp && held == 0) {
-        return false;
-    }
     let Some(sum) = segment_sum(at, len, end) else {
         return false;
     };
     let mut check = !fold(sum);
     if udp && check == 0 {
         check = 0xffff;
+    }
+    let Some(f) = ptr_at::<2>(at + field, end) else {
+        return false;
+    };
+    if f.u16::<0>() == check {
+        // A complete checksum that equals its pseudo-header's sum.
+        return false;
     }
     f.set_u16::<0>(check);
     true

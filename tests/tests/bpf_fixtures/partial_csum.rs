@@ -2,8 +2,8 @@
 //! TCP/UDP packet whose checksum field holds only its pseudo-header's sum (as a sender
 //! on the same host leaves it for the device, and a veth hands it over) leaves with its
 //! full checksum, through dsr, nat and a nat reply, over IPv4 and IPv6; a complete
-//! checksum is left as it is; in generic mode (the kernel completes it) a partial one is
-//! too. Expected frames are built from scratch (`lb_tests::traffic::packet`'s own sum)
+//! checksum is left as it is, uncounted even when it equals its pseudo-header's sum; in
+//! generic mode (the kernel completes it) a partial one is left as it is too. Expected frames are built from scratch (`lb_tests::traffic::packet`'s own sum)
 //! and the output's checksums verified again by etherparse.
 
 use lb_common::maps::{CONFIG_F_NATIVE, DataplaneConfig};
@@ -122,6 +122,49 @@ fn native_mode_leaves_complete_checksums_as_they_are() {
         &none,
         NAT4_UDP,
         &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+}
+
+/// A TCP SYN of service `id` whose complete checksum equals its pseudo-header's sum:
+/// `payload` and two bytes chosen for it.
+fn complete_like_partial(id: u32, payload: &[u8]) -> Frame {
+    assert!(payload.len().is_multiple_of(2), "the two bytes open a word");
+    let with = |x: u16| {
+        let mut p = payload.to_vec();
+        p.extend_from_slice(&x.to_be_bytes());
+        to_vip(id, CPORT, TCP_SYN).payload(&p)
+    };
+    let base = with(0);
+    let pseudo = fold(pseudo_header_sum(
+        base.src,
+        base.dst,
+        IPPROTO_TCP,
+        base.l4_bytes().len(),
+    ));
+    let field = base.l4_offset() + 16;
+    let checksum = |f: &Frame| u16::from_be_bytes([f.bytes()[field], f.bytes()[field + 1]]);
+    // The checksum is the complement of a sum the last word adds to: with that word at
+    // x it is the checksum at 0 less x (one's complement), so x = checksum(0) - pseudo.
+    let x = fold(u64::from(checksum(&base)) + u64::from(!pseudo));
+    let frame = with(x);
+    assert_eq!(
+        checksum(&frame),
+        pseudo,
+        "the chosen bytes make the checksum its pseudo-header's sum"
+    );
+    frame
+}
+
+#[test]
+fn native_mode_keeps_a_complete_checksum_that_equals_the_pseudo_header_sum() {
+    let mut lb = native_world(&[DSR4]);
+    let frame = complete_like_partial(DSR4, b"complete, like a partial one");
+    sent_as(
+        &mut lb,
+        "dsr: a complete checksum equal to the pseudo-header's sum comes out as it is",
+        frame.bytes(),
+        dsr_expected(&frame, svc(DSR4).backend),
+        &[(TX_DSR, 1), (FLOW_NEW, 1)],
     );
 }
 
