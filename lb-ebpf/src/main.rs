@@ -4,8 +4,8 @@
 //! `lbr_*`, `lbt_*`) are in [`lab`], built only with the `lab` feature, which the product
 //! build never enables.
 //!
-//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`partial_csum`] the
-//! checksums native mode completes, [`cached_flow`] a
+//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`partial_csum`] the
+//! partial checksums native mode completes, [`validate`] what a VIP packet must pass, [`cached_flow`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and

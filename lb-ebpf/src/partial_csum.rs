@@ -42,8 +42,6 @@ const MAX_HEADERS: u32 = (ETH_HLEN + VLAN_HLEN + 60) as u32;
 const OFF_MASK: u32 = 0x7f;
 const LEN_MASK: u32 = 0xfff;
 const _: () = assert!(MAX_HEADERS <= OFF_MASK && MAX_SEGMENT <= LEN_MASK);
-/// In [`fill_in`]'s `seg`: the segment is UDP (the bits below are its length).
-const UDP_BIT: u32 = 16;
 /// Offset of the checksum field in a TCP and in a UDP header.
 const TCP_CSUM: usize = 16;
 const UDP_CSUM: usize = 6;
@@ -75,7 +73,7 @@ pub fn complete(pkt: &Packet, end: usize) {
     if held != pseudo_sum(pkt) || (udp && held == 0) {
         return;
     }
-    if fill_in(at, end, pkt.l4_len | (udp as u32) << UDP_BIT) {
+    if fill_in(at, end, pkt.l4_len, udp) {
         count(CSUM_COMPLETED);
     }
 }
@@ -104,16 +102,14 @@ fn pseudo_sum(pkt: &Packet) -> u16 {
 
 /// Writes the full checksum of the TCP/UDP segment at `at` (whose end is `end`) into
 /// its field, which holds the pseudo-header's sum: the complement of the segment's sum
-/// with that sum in the field. `seg` holds the segment's length, and [`UDP_BIT`] for UDP
-/// (a result of 0 is sent as 0xffff). `false` (nothing changed) for a field that holds
+/// with that sum in the field. The segment is `len` bytes long, and UDP if `udp` (a
+/// result of 0 is then sent as 0xffff). `false` (nothing changed) for a field that holds
 /// the full checksum already, a segment shorter than its header or longer than
 /// [`MAX_SEGMENT`], or one cut off by the frame's end.
 /// A subprogram of its own, so that its locals never add to the caller's frame
 /// (docs/internals/fast-path.md, "Stack budget").
 #[inline(never)]
-fn fill_in(at: usize, end: usize, seg: u32) -> bool {
-    let udp = seg & (1 << UDP_BIT) != 0;
-    let len = seg & !(1 << UDP_BIT);
+fn fill_in(at: usize, end: usize, len: u32, udp: bool) -> bool {
     let (field, header) = if udp {
         (UDP_CSUM, UDP_HLEN)
     } else {

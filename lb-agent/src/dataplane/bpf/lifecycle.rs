@@ -1,6 +1,7 @@
 //! [`DataplaneLifecycle`] on the kernel: the netlink attach of the serving program with
-//! the interface's MAC, tunnel parameters and XDP mode, the attachment check that re-attaches a
-//! program removed behind the agent, and the event ring and table census handed out.
+//! the interface's MAC, tunnel parameters and XDP mode, the attachment check that
+//! re-attaches a program removed behind the agent, and the event ring and table census
+//! handed out.
 
 use std::{net::IpAddr, os::fd::AsFd, time::Duration};
 
