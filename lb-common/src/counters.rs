@@ -131,6 +131,12 @@ pub const DROP_NO_FLOW: u32 = 40;
 /// bucket having no way an unconfirmed flow may take (side counter: its next packet
 /// chooses again, the same backend while the Maglev table is unchanged).
 pub const FLOW_UNPINNED: u32 = 41;
+/// Native mode: a TCP/UDP packet whose checksum field held only its pseudo-header's sum
+/// (a partial checksum a sender on the same host left for the device to complete, which
+/// a veth hands over) was given its full checksum before it was forwarded (side counter;
+/// a complete checksum that equals that sum is left as it is, uncounted;
+/// docs/internals/fast-path.md, "Partial checksums").
+pub const CSUM_COMPLETED: u32 = 42;
 
 /// The counters of which every packet increments exactly one.
 pub const OUTCOMES: [u32; 25] = [
@@ -163,16 +169,16 @@ pub const OUTCOMES: [u32; 25] = [
 
 /// Raw only (never in [`derive`]'s figures): transmitted in dsr from the per-CPU flow
 /// cache — a `TX_DSR` outcome and a `FLOW_HIT` in one update.
-pub const TX_DSR_CACHED: u32 = 42;
+pub const TX_DSR_CACHED: u32 = 43;
 /// Raw only: transmitted in nat (client -> backend) from the per-CPU flow cache — a
 /// `TX_NAT_FORWARD` outcome and a `FLOW_HIT` in one update.
-pub const TX_NAT_FORWARD_CACHED: u32 = 43;
+pub const TX_NAT_FORWARD_CACHED: u32 = 44;
 
 /// Number of counters the readers see (the figures [`derive`] returns, [`NAMES`]).
-pub const COUNT: u32 = 42;
+pub const COUNT: u32 = 43;
 /// Number of slots of `LB_COUNTERS`: the [`COUNT`] figures' own slots (`RX`'s stays
 /// zero) and the raw-only cache outcomes.
-pub const RAW_COUNT: u32 = 44;
+pub const RAW_COUNT: u32 = 45;
 
 /// The figures every reader sees (indexed by the constants above, named by [`NAMES`])
 /// from the per-CPU sums of `LB_COUNTERS`' slots: the cache outcomes folded into their
@@ -236,6 +242,7 @@ pub const NAMES: [&str; COUNT as usize] = [
     "tx_peer_bounce",
     "drop_no_flow",
     "flow_unpinned",
+    "csum_completed",
 ];
 
 #[cfg(test)]

@@ -437,6 +437,15 @@ pub const fn nat_reclaimable(v: &NatValue, proto: u8, now: u32) -> bool {
 /// mode").
 pub const CONFIG_F_CLUSTER: u32 = 1 << 0;
 
+/// `DataplaneConfig::flags` bit: the program is attached in native (driver) mode, where
+/// the frames it sends lose the socket buffer's checksum state, so a partial TCP/UDP
+/// checksum (the pseudo-header's sum a sender on the same host left for the device to
+/// complete) is completed before forwarding; in generic mode the kernel completes it.
+/// Unlike [`CONFIG_F_CLUSTER`] it is not set at load but written into `LB_CONFIG` by the
+/// agent at attach (`auto` learns the mode from the attach), and the program reads it
+/// there (docs/internals/fast-path.md, "Partial checksums").
+pub const CONFIG_F_NATIVE: u32 = 1 << 1;
+
 /// `LB_PEER_FLOWS` value, keyed by the client's 5-tuple (client -> VIP): how the node
 /// that made the connection pinned it, in this node's terms (its backend id here).
 #[repr(C)]
@@ -556,8 +565,8 @@ pub struct DataplaneConfig {
     /// encapsulated are answered with ICMP fragmentation-needed / packet-too-big. 0:
     /// unknown, no check.
     pub mtu: u16,
-    /// `CONFIG_F_*` bits, as the program was loaded with them (its `.rodata` copy is
-    /// what it reads, as for `tables`).
+    /// `CONFIG_F_*` bits: those the program was loaded with (its `.rodata` copy is what
+    /// it reads, as for `tables`), and [`CONFIG_F_NATIVE`], which it reads here.
     pub flags: u32,
     /// The layout the program was loaded with (its `.rodata` copy is what it reads): kept
     /// here for the next agent, which adopts the tables only with the same seeds and

@@ -4,7 +4,8 @@
 //! `lbr_*`, `lbt_*`) are in [`lab`], built only with the `lab` feature, which the product
 //! build never enables.
 //!
-//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`validate`] what a VIP packet must pass, [`cached_flow`] a
+//! Layout: [`parse`] headers, [`vip`] which service a packet is for, [`partial_csum`] the
+//! partial checksums native mode completes, [`validate`] what a VIP packet must pass, [`cached_flow`] a
 //! cached flow's short path, [`forward`] the VIP path over [`flow`] (flow table and Maglev), [`dsr`] and [`nat`] the two
 //! forwarding modes, [`rewrite`] header and checksum rewrites, [`icmp`] errors about
 //! nat flows (believed signals, translation by [`icmp_nat`]), [`events`] and
@@ -41,6 +42,7 @@ mod layout;
 mod maps;
 mod nat;
 mod parse;
+mod partial_csum;
 mod peer;
 mod peer_bounce;
 mod pkt;
@@ -140,7 +142,7 @@ fn hot(ctx: &XdpContext) -> Option<Verdict> {
     match parse::parse(ctx) {
         Parsed::Pass(counter) => Some(Verdict::pass(counter)),
         Parsed::Icmp(_) => None,
-        Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
+        Parsed::Flow(pkt) => match destination(&pkt, end) {
             Dest::Service(svc) => match validate::to_vip(&pkt, end) {
                 Ok(l4) => cached_flow::forward(&pkt, l4, svc, end),
                 Err(refused) => Some(refused),
@@ -157,12 +159,23 @@ fn balance(ctx: &XdpContext) -> Verdict {
     match parse::parse(ctx) {
         Parsed::Pass(counter) => Verdict::pass(counter),
         Parsed::Icmp(icmp) => icmp::handle(&icmp, end),
-        Parsed::Flow(pkt) => match vip::dest(&pkt.key) {
+        Parsed::Flow(pkt) => match destination(&pkt, end) {
             Dest::Service(svc) => forward::for_service(&pkt, svc, end),
             Dest::NatCandidate => peer::reply_missed(nat::reply(&pkt, end)),
             Dest::Other => not_ours(&pkt, end),
         },
     }
+}
+
+/// Where a TCP/UDP packet is going ([`vip::dest`]); one for a service or a nat source
+/// address has its checksum completed if it is partial ([`partial_csum`]).
+#[inline(always)]
+fn destination(pkt: &parse::Packet, end: usize) -> Dest {
+    let dest = vip::dest(&pkt.key);
+    if !matches!(dest, Dest::Other) {
+        partial_csum::complete(pkt, end);
+    }
+    dest
 }
 
 /// A TCP/UDP packet to no service and no nat source address: the same outcome

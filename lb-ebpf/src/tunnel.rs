@@ -211,7 +211,7 @@ fn encap(ctx: *mut xdp_md, action: u32) -> u64 {
 /// `v`, through an asm statement the compiler can neither see through nor move across
 /// memory accesses.
 #[inline(always)]
-fn opaque(mut v: u64) -> u64 {
+pub fn opaque(mut v: u64) -> u64 {
     // SAFETY: register only; `v` comes out as it went in.
     unsafe {
         core::arch::asm!(

@@ -8,7 +8,7 @@
 //!
 //! Layout: [`world`] the services every fixture starts from, [`fixture`] the runner
 //! and comparisons; one module per concern: [`dsr`], [`nat`], [`malformed`],
-//! [`nat_ports`], [`hostile`], [`flows`], [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tables`] the tables' load-time sizes and seeds, [`flood`] SYN floods against established flows, [`tunnel`] ipip/gue and `lb_decap`,
+//! [`nat_ports`], [`hostile`], [`flows`], [`partial_csum`] the checksums native mode completes, [`passive`], [`syn_resend`], [`icmp`], [`vips`], [`cache`], [`settled`], [`split`], [`stack`] the stack budget, [`tables`] the tables' load-time sizes and seeds, [`flood`] SYN floods against established flows, [`tunnel`] ipip/gue and `lb_decap`,
 //! [`testbed`] the probe bench's SYN responder, [`cluster`] connections shared between nodes, and [`lab`] the lab object against the
 //! product's (files under `bpf_fixtures/`).
 //!
@@ -47,6 +47,8 @@ mod nat_handshake;
 mod nat_ports;
 #[path = "bpf_fixtures/nat_table.rs"]
 mod nat_table;
+#[path = "bpf_fixtures/partial_csum.rs"]
+mod partial_csum;
 #[path = "bpf_fixtures/passive.rs"]
 mod passive;
 #[path = "bpf_fixtures/reuse.rs"]

@@ -108,6 +108,12 @@ pub const FAMILIES: &[Family] = &[
         members: &[("nat_port_peer_held", "")],
     },
     Family {
+        name: "lb_checksums_completed_total",
+        help: "native mode: forwarded TCP/UDP packets whose partial checksum (the pseudo-header's sum a sender on the same host left to the device, which a veth hands over) the XDP program completed",
+        label: "",
+        members: &[("csum_completed", "")],
+    },
+    Family {
         name: "lb_icmp_ignored_total",
         help: "ICMP errors about nat flows not believed (outer source not the flow's backend, or the quoted packet does not match the flow)",
         label: "",

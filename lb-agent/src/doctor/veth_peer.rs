@@ -1,10 +1,11 @@
-//! A veth's peer and its TX checksum offload. The peer hands over packets as the host
-//! built them: with the offload on (veth's default), what the host sends or merges (GRO)
-//! through the peer carries a partial checksum (the pseudo-header's sum only) that the
-//! receiver was to complete. Generic mode keeps that promise (the frame leaves as an skb
-//! that still says so); native mode's `XDP_TX` frames lose it, and receivers drop them as
-//! corrupt. With the offload off the host completes every checksum (and segments TSO
-//! packets) before the peer hands them over.
+//! A veth's peer and its TX checksum offload, on a veth where native mode forwards. With
+//! the offload on (veth's default) the peer hands over what the host sends or merges
+//! (GRO) with partial checksums (the pseudo-header's sum only), which the receiver was to
+//! complete; native mode's `XDP_TX` frames lose that promise, so the program completes
+//! them before it forwards (docs/internals/fast-path.md, "Partial checksums"). With the
+//! offload off the host completes every checksum before the peer hands packets over.
+//! Either way forwarding delivers: the finding says which (an `ok`), so that the
+//! operator knows whether `lb_checksums_completed_total` is to move.
 
 use crate::{
     config::XdpMode,
@@ -14,6 +15,10 @@ use crate::{
 use super::{Finding, ethtool, native_xdp::NativeXdp};
 
 const CHECK: &str = "veth peer";
+
+/// What the program does about partial checksums on a veth, said after each finding.
+const COMPLETED: &str = "native mode completes the partial checksums such a peer hands over \
+                         (lb_checksums_completed_total)";
 
 /// The finding for interface `name` (index `ifindex`) judged `judged`, run in `mode`;
 /// `None` unless it is a veth on which native mode forwards.
@@ -30,45 +35,35 @@ pub fn check(name: &str, ifindex: u32, judged: &NativeXdp, mode: XdpMode) -> Opt
         Ok(LinkPeer::Elsewhere) => None,
         Ok(LinkPeer::None) => return None,
         Err(err) => {
-            return Some(Finding::warning(
+            return Some(Finding::ok(
                 CHECK,
-                format!("cannot read {name}'s peer: {err}. {}", remedy("PEER")),
+                format!(
+                    "cannot read {name}'s peer ({err}); if it has TX checksum offload on, {COMPLETED}"
+                ),
             ));
         }
     };
     let Some(peer) = peer else {
-        return Some(Finding::warning(
+        return Some(Finding::ok(
             CHECK,
             format!(
                 "{name}'s peer is in another network namespace, where doctor cannot read its \
-                 offloads. {}",
-                remedy("PEER")
+                 TX checksum offload; if it is on (veth's default), {COMPLETED}"
             ),
         ));
     };
-    Some(match ethtool::tx_checksum(&peer) {
-        Ok(false) => Finding::ok(
-            CHECK,
-            format!(
-                "{peer} sends full checksums (TX checksum offload off): native mode's forwarded \
-                 frames are complete"
+    Some(Finding::ok(
+        CHECK,
+        match ethtool::tx_checksum(&peer) {
+            Ok(false) => format!("{peer} sends full checksums (TX checksum offload off)"),
+            Ok(true) => format!(
+                "{peer}, {name}'s peer, has TX checksum offload on (veth's default): {COMPLETED}"
             ),
-        ),
-        Ok(true) => Finding::warning(
-            CHECK,
-            format!(
-                "{peer}, {name}'s peer, has TX checksum offload on. {}",
-                remedy(&peer)
+            Err(err) => format!(
+                "cannot read {peer}'s TX checksum offload ({err}); if it is on, {COMPLETED}"
             ),
-        ),
-        Err(err) => Finding::warning(
-            CHECK,
-            format!(
-                "cannot read {peer}'s TX checksum offload: {err}. {}",
-                remedy(&peer)
-            ),
-        ),
-    })
+        },
+    ))
 }
 
 /// The name of interface `index` in this network namespace.
@@ -82,15 +77,6 @@ fn name_of(index: u32) -> Option<String> {
     // SAFETY: on success the kernel wrote a NUL-terminated name into `buf`.
     let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
     Some(name.to_string_lossy().into_owned())
-}
-
-fn remedy(peer: &str) -> String {
-    format!(
-        "With TX checksum offload on there (veth's default), packets the host sends or merges \
-         through the peer carry partial checksums, which native mode's XDP_TX frames keep and \
-         receivers drop: `ethtool -K {peer} tx off` where the peer lives (it takes TSO with \
-         it), or xdp_mode = \"generic\""
-    )
 }
 
 #[cfg(test)]

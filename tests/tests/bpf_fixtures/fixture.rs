@@ -224,17 +224,21 @@ pub fn nat_forward(
     id: u32,
     counters: &[(u32, u64)],
 ) -> u16 {
+    nat_forward_bytes(lb, desc, frame, frame.bytes(), id, counters)
+}
+
+/// [`nat_forward`] of `input`, which must be translated as `frame` is (`frame`'s bytes
+/// with other checksum bytes).
+pub fn nat_forward_bytes(
+    lb: &mut Lb,
+    desc: &str,
+    frame: &Frame,
+    input: Vec<u8>,
+    id: u32,
+    counters: &[(u32, u64)],
+) -> u16 {
     let s = svc(id);
-    let run = check(
-        lb,
-        Fixture {
-            desc,
-            input: frame.bytes(),
-            action: XDP_TX,
-            output: Out::Any,
-            counters,
-        },
-    );
+    let run = transmitted(lb, desc, input, Out::Any, counters);
     let port = out_sport(frame, &run.out);
     assert!(
         (NAT_PORT_MIN..=NAT_PORT_MAX).contains(&port),
@@ -280,15 +284,44 @@ pub fn nat_reply(
     cport: u16,
     counters: &[(u32, u64)],
 ) {
-    let run = check(
+    sent_as(
+        lb,
+        desc,
+        reply.bytes(),
+        reply_expected(reply, id, cport),
+        counters,
+    );
+}
+
+/// Runs `input` and checks that it is sent (`XDP_TX`) as `output`, with `counters`.
+pub fn transmitted(
+    lb: &mut Lb,
+    desc: &str,
+    input: Vec<u8>,
+    output: Out,
+    counters: &[(u32, u64)],
+) -> Run {
+    check(
         lb,
         Fixture {
             desc,
-            input: reply.bytes(),
+            input,
             action: XDP_TX,
-            output: Out::Frame(reply_expected(reply, id, cport)),
+            output,
             counters,
         },
-    );
+    )
+}
+
+/// Runs `input` and checks that it is sent as `expected`, whose checksums etherparse
+/// verifies too, with `counters`.
+pub fn sent_as(
+    lb: &mut Lb,
+    desc: &str,
+    input: Vec<u8>,
+    expected: Vec<u8>,
+    counters: &[(u32, u64)],
+) {
+    let run = transmitted(lb, desc, input, Out::Frame(expected), counters);
     assert_checksums_valid(desc, &run.out);
 }

@@ -8,17 +8,18 @@
 //! - hosts with NICs (`HostDefaults`: the switch is a wire, which carries wire-sized
 //!   frames with complete checksums), in native and in generic mode;
 //! - an lb behind a veth whose peer hands over what senders on the same host built
-//!   (`VethPeers`: TSO packets of up to 64 KiB, whole), in generic mode, where the
+//!   (`VethPeers`): in generic mode TSO packets of up to 64 KiB, whole, where the
 //!   tunnel services' merged packets go out through `lb_tunnel_gso` on the tc ingress
-//!   (docs/tunnel.md, "Offloads");
-//! - the same in native mode with the remedy docs/doctor.md gives ("veth peer"): the
-//!   peer's TX checksum offload off (`ethtool -K p-lb tx off`), so the host completes
-//!   checksums and segments before the peer hands frames over.
+//!   (docs/tunnel.md, "Offloads"); in native mode wire-sized frames (the peer loses its
+//!   segmentation offloads while the lb's end runs a native program) whose checksums
+//!   may be partial, which the program completes (`csum_completed` moves in this bed
+//!   only; docs/internals/fast-path.md, "Partial checksums");
+//! - the same in native mode with the peer's TX checksum offload off (`ethtool -K p-lb
+//!   tx off`), so the host completes checksums and segments before the peer hands
+//!   frames over.
 //!
 //! Generic mode on a NIC sees no merged segments: the kernel skips GRO on an interface
-//! with a generic XDP program. Native mode behind veth peers that keep their TX checksum
-//! offload is not run: the frames the program sends keep the partial checksums, which
-//! receivers drop (docs/doctor.md).
+//! with a generic XDP program.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -90,7 +91,7 @@ fn download(client: &NetNs, vip: SocketAddr, what: &str) -> Duration {
 enum PeerTx {
     /// As the bed's offloads leave it.
     AsBuilt,
-    /// Off on the switch's port `p-lb` (docs/doctor.md's remedy for native mode).
+    /// Off on the switch's port `p-lb`: the host completes every checksum.
     Off,
 }
 
@@ -98,6 +99,26 @@ enum PeerTx {
 fn set_peer_tx(switch: &NetNs, peer_tx: PeerTx) {
     if peer_tx == PeerTx::Off {
         link::set_tx_checksum(switch, "p-lb", false).expect("ethtool -K p-lb tx off");
+    }
+}
+
+/// Checks the packets the program completed a partial checksum of (`csum_completed`):
+/// some exactly in native mode behind a veth peer that keeps its TX checksum offload,
+/// the only bed whose frames reach the program with partial checksums and leave it
+/// without the kernel's help.
+fn check_completions(api: &Api, offloads: Offloads, xdp_mode: &str, peer_tx: PeerTx) {
+    let completed = counter(api, "csum_completed");
+    let partial = offloads == Offloads::VethPeers && peer_tx == PeerTx::AsBuilt;
+    if xdp_mode == "native" && partial {
+        assert!(
+            completed > 0.0,
+            "native mode behind veth peers completes partial checksums"
+        );
+    } else {
+        assert_eq!(
+            completed, 0.0,
+            "{xdp_mode} ({offloads:?}, peer TX {peer_tx:?}): no checksum to complete"
+        );
     }
 }
 
@@ -146,6 +167,7 @@ fn nat_and_dsr(offloads: Offloads, xdp_mode: &str, peer_tx: PeerTx) {
             &format!("{name} {xdp_mode} ({offloads:?}, peer TX {peer_tx:?})"),
         );
     }
+    check_completions(&api, offloads, xdp_mode, peer_tx);
 }
 
 /// Runs `lb-agent decap attach` on a backend of the tunnel bed.
@@ -229,6 +251,7 @@ fn ipip_and_gue(offloads: Offloads, xdp_mode: &str, peer_tx: PeerTx) {
             "{what}: no packet left unencapsulated"
         );
     }
+    check_completions(&api, offloads, xdp_mode, peer_tx);
 }
 
 #[test]
@@ -259,6 +282,16 @@ fn nat_and_dsr_generic_behind_veth_peers() {
 #[test]
 fn ipip_and_gue_generic_behind_veth_peers() {
     ipip_and_gue(Offloads::VethPeers, "generic", PeerTx::AsBuilt);
+}
+
+#[test]
+fn nat_and_dsr_native_behind_veth_peers() {
+    nat_and_dsr(Offloads::VethPeers, "native", PeerTx::AsBuilt);
+}
+
+#[test]
+fn ipip_and_gue_native_behind_veth_peers() {
+    ipip_and_gue(Offloads::VethPeers, "native", PeerTx::AsBuilt);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! [`DataplaneLifecycle`] on the kernel: the netlink attach of the serving program with
-//! the interface's MAC and tunnel parameters, the attachment check that re-attaches a
-//! program removed behind the agent, and the event ring and table census handed out.
+//! the interface's MAC, tunnel parameters and XDP mode, the attachment check that
+//! re-attaches a program removed behind the agent, and the event ring and table census
+//! handed out.
 
 use std::{net::IpAddr, os::fd::AsFd, time::Duration};
 
@@ -40,6 +41,13 @@ impl DataplaneLifecycle for BpfDataplane {
         })?;
         self.set_interface_mac(mac)?;
         self.set_tunnel_config(interface)?;
+        // The mode the attach tries first, so that the program's first packets are
+        // treated as that mode's; corrected below if `auto` falls back to generic.
+        let tried_native = match previous {
+            Some(old) => old.mode == XdpAttached::Driver,
+            None => mode != AttachMode::Generic,
+        };
+        self.set_native(tried_native)?;
         let ifindex = attach::if_index(interface)?;
         // The split's `LB_PROGRAMS` must outlive this process as the attached program does.
         let lasting = full_path::lasting_dir(self.pins.as_ref());
@@ -86,6 +94,9 @@ impl DataplaneLifecycle for BpfDataplane {
             }
             (attempt, _, _) => attempt?,
         };
+        if (used == XdpAttached::Driver) != tried_native {
+            self.set_native(used == XdpAttached::Driver)?;
+        }
         if let Some(dir) = &lasting {
             full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
         }

@@ -12,7 +12,9 @@ use aya::{
 };
 use lb_common::{
     FULL_PROGRAM_NAME, PROGRAM_NAME, map_names,
-    maps::{Backend, BackendStats, DataplaneConfig, ServiceMeta, ServiceStats, VipKey},
+    maps::{
+        Backend, BackendStats, CONFIG_F_NATIVE, DataplaneConfig, ServiceMeta, ServiceStats, VipKey,
+    },
 };
 
 use std::net::IpAddr;
@@ -322,13 +324,35 @@ impl BpfDataplane {
     /// Writes `tunnel` (MTU, outer sources) into `LB_CONFIG`, keeping the MAC; done at
     /// every attach, and by benchmarks that run the program unattached.
     pub fn set_tunnel(&mut self, tunnel: &TunnelConfig) -> Result<(), DataplaneError> {
+        self.update_config(|current| tunnel.apply(current))
+    }
+
+    /// Tells the program whether it runs in native mode (`CONFIG_F_NATIVE` in
+    /// `LB_CONFIG`, the rest kept): there it completes partial checksums before it
+    /// forwards (docs/internals/fast-path.md, "Partial checksums").
+    pub fn set_native(&mut self, native: bool) -> Result<(), DataplaneError> {
+        self.update_config(|current| DataplaneConfig {
+            flags: if native {
+                current.flags | CONFIG_F_NATIVE
+            } else {
+                current.flags & !CONFIG_F_NATIVE
+            },
+            ..current
+        })
+    }
+
+    /// Rewrites `LB_CONFIG` as `change` makes it from its current value.
+    fn update_config(
+        &mut self,
+        change: impl FnOnce(DataplaneConfig) -> DataplaneConfig,
+    ) -> Result<(), DataplaneError> {
         let name = map_names::CONFIG;
         let map = self
             .ebpf
             .map_mut(name)
             .ok_or(DataplaneError::MissingMap { name })?;
         let mut config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
-        let value = tunnel.apply(config.get(&0, 0).map_err(map_err(name))?);
+        let value = change(config.get(&0, 0).map_err(map_err(name))?);
         config.set(0, &value, 0).map_err(map_err(name))
     }
 
