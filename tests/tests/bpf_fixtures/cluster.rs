@@ -42,36 +42,6 @@ fn two_members(first: u16, mac_a: [u8; 6]) -> ClusterMembers {
     members
 }
 
-/// A TCP connection of client port `cport` to `NAT4` through its handshake on `a`;
-/// returns its source port.
-fn establish(a: &mut Lb, cport: u16, events: &[(u32, u64)]) -> u16 {
-    let port = nat_forward(
-        a,
-        "A: SYN",
-        &to_vip(NAT4, cport, TCP_SYN),
-        NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
-    );
-    nat_reply(
-        a,
-        "A: SYN-ACK",
-        &backend_reply(NAT4, port, TCP_SYN | TCP_ACK),
-        NAT4,
-        cport,
-        &[(TX_NAT_REPLY, 1)],
-    );
-    let mut counters = vec![(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)];
-    counters.extend_from_slice(events);
-    nat_forward(
-        a,
-        "A: the client's ACK of the SYN-ACK",
-        &to_vip(NAT4, cport, TCP_ACK),
-        NAT4,
-        &counters,
-    );
-    port
-}
-
 /// What the agent installs on another node from `a`'s event `e` (its backend ids are
 /// the same here: both nodes load the same world).
 fn peer_connection(a: &Lb, e: &ConnEvent) -> PeerConnection {
@@ -93,7 +63,7 @@ fn peer_connection(a: &Lb, e: &ConnEvent) -> PeerConnection {
 /// another node installs it, and its source port.
 fn node_a_with_a_connection() -> (Lb, PeerConnection, u16) {
     let mut a = world_in(Lb::load_cluster(), &[NAT4]);
-    let port = establish(&mut a, CPORT, &[(CONN_EVENTS_SENT, 1)]);
+    let port = nat_handshake(&mut a, NAT4, CPORT, &[(CONN_EVENTS_SENT, 1)]);
     let events = a.drain_conn_events();
     assert_eq!(events.len(), 1, "one event: {events:?}");
     let e = events[0];
@@ -274,7 +244,7 @@ fn the_allocation_skips_a_pair_a_peer_entry_holds() {
 #[test]
 fn connection_events_come_once_per_connection() {
     let mut a = world_in(Lb::load_cluster(), &[NAT4, NAT4_UDP]);
-    let port = establish(&mut a, CPORT, &[(CONN_EVENTS_SENT, 1)]);
+    let port = nat_handshake(&mut a, NAT4, CPORT, &[(CONN_EVENTS_SENT, 1)]);
     let quiet = [(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)];
     for _ in 0..3 {
         nat_forward(
@@ -392,7 +362,7 @@ fn without_the_cluster_flag_no_peer_lookup_and_no_event() {
             counters: &[(DROP_NO_FLOW, 1)],
         },
     );
-    establish(&mut lb, CPORT + 1, &[]);
+    nat_handshake(&mut lb, NAT4, CPORT + 1, &[]);
     assert!(lb.drain_conn_events().is_empty(), "no connection event");
 }
 

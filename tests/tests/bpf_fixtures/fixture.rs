@@ -215,6 +215,37 @@ pub fn out_sport(frame: &Frame, out: &[u8]) -> u16 {
     u16::from_be_bytes([out[at], out[at + 1]])
 }
 
+/// A TCP connection of client port `cport` to nat service `id` through its handshake
+/// (SYN, SYN-ACK, the client's ACK), each step checked; `extra` are the counters the
+/// ACK moves beyond the forward itself. Returns its source port.
+pub fn nat_handshake(lb: &mut Lb, id: u32, cport: u16, extra: &[(u32, u64)]) -> u16 {
+    let port = nat_forward(
+        lb,
+        "nat: SYN",
+        &to_vip(id, cport, TCP_SYN),
+        id,
+        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
+    );
+    nat_reply(
+        lb,
+        "nat: SYN-ACK",
+        &backend_reply(id, port, TCP_SYN | TCP_ACK),
+        id,
+        cport,
+        &[(TX_NAT_REPLY, 1)],
+    );
+    let mut counters = vec![(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)];
+    counters.extend_from_slice(extra);
+    nat_forward(
+        lb,
+        "nat: the client's ACK of the SYN-ACK",
+        &to_vip(id, cport, TCP_ACK),
+        id,
+        &counters,
+    );
+    port
+}
+
 /// Sends a client packet of a nat service; checks the translation byte for byte and
 /// with etherparse; returns the nat port.
 pub fn nat_forward(

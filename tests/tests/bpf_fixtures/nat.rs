@@ -232,28 +232,7 @@ fn replies_follow_the_clients_previous_hop_to_its_new_mac() {
     // replies must go there, not to the old MAC, which no longer answers.
     const MOVED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x3c, 0x02];
     let mut lb = world(&[NAT4]);
-    let port = nat_forward(
-        &mut lb,
-        "nat: SYN",
-        &to_vip(NAT4, CPORT, TCP_SYN),
-        NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_NEW, 1), (NAT_PORT_FIRST, 1)],
-    );
-    nat_reply(
-        &mut lb,
-        "nat reply: SYN-ACK",
-        &backend_reply(NAT4, port, TCP_SYN | TCP_ACK),
-        NAT4,
-        CPORT,
-        &[(TX_NAT_REPLY, 1)],
-    );
-    nat_forward(
-        &mut lb,
-        "nat: ACK",
-        &to_vip(NAT4, CPORT, TCP_ACK),
-        NAT4,
-        &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1)],
-    );
+    let port = nat_handshake(&mut lb, NAT4, CPORT, &[]);
     // The reverse entry is verified on a flow's first packet of a kernel tick.
     std::thread::sleep(std::time::Duration::from_millis(25));
     nat_forward(
