@@ -36,6 +36,7 @@ use crate::{
     nat::{self, Source},
     parse::{self, ETH_SRC, Packet, Parsed, TCP_SYN},
     peer_bounce,
+    pkt::MacWords,
     slots::{self, Claim},
     vip::{self, Dest},
 };
@@ -191,37 +192,15 @@ pub fn follow_hop_moves(v: &mut NatValue) {
     if count == 0 {
         return;
     }
-    let mac = v.client_mac.as_mut_ptr();
-    // SAFETY: six bytes of the entry, read as a u32 and a u16, unaligned.
-    let (hi, lo) = unsafe {
-        (
-            core::ptr::read_unaligned(mac.cast::<u32>()),
-            core::ptr::read_unaligned(mac.add(4).cast::<u16>()),
-        )
-    };
+    let mac = MacWords::of(&v.client_mac);
     for i in 0..CLUSTER_HOP_MOVES_MAX {
         if i >= count {
             return;
         }
         let m = &members.hop_moves[i];
-        let old = m.old.as_ptr();
-        let new = m.new.as_ptr();
-        // SAFETY: six bytes each of the map's value and of the entry, as above; scalar
-        // copies (an array copy would take stack the fast path has no room for).
-        unsafe {
-            if core::ptr::read_unaligned(old.cast::<u32>()) == hi
-                && core::ptr::read_unaligned(old.add(4).cast::<u16>()) == lo
-            {
-                core::ptr::write_unaligned(
-                    mac.cast::<u32>(),
-                    core::ptr::read_unaligned(new.cast::<u32>()),
-                );
-                core::ptr::write_unaligned(
-                    mac.add(4).cast::<u16>(),
-                    core::ptr::read_unaligned(new.add(4).cast::<u16>()),
-                );
-                return;
-            }
+        if MacWords::of(&m.old) == mac {
+            MacWords::of(&m.new).write(&mut v.client_mac);
+            return;
         }
     }
 }

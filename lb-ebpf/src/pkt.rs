@@ -115,27 +115,17 @@ impl<const N: usize> Hdr<N> {
         }
     }
 
-    /// A 6-byte MAC address at `OFF`.
-    /// Copies the 6-byte MAC address at `OFF` into `dst` with two scalar loads and
-    /// stores: no copy of the six bytes on the stack.
+    /// Copies the 6-byte MAC address at `OFF` into `dst` ([`MacWords`]: no copy of the
+    /// six bytes on the stack).
     #[inline(always)]
     pub fn copy_mac<const OFF: usize>(self, dst: &mut [u8; 6]) {
         const { assert!(OFF + 6 <= N) };
-        let d = dst.as_mut_ptr();
-        // SAFETY: the six bytes lie inside the checked header; `dst` is six writable
-        // bytes; all accesses unaligned.
-        unsafe {
-            ptr::write_unaligned(
-                d.cast::<u32>(),
-                ptr::read_unaligned(self.0.add(OFF).cast::<u32>()),
-            );
-            ptr::write_unaligned(
-                d.add(4).cast::<u16>(),
-                ptr::read_unaligned(self.0.add(OFF + 4).cast::<u16>()),
-            );
-        }
+        // SAFETY: the six bytes lie inside the checked header.
+        let mac = unsafe { MacWords::read(self.0.add(OFF)) };
+        mac.write(dst);
     }
 
+    /// A 6-byte MAC address at `OFF`.
     #[inline(always)]
     pub fn mac<const OFF: usize>(self) -> [u8; 6] {
         const { assert!(OFF + 6 <= N) };
@@ -161,6 +151,47 @@ impl<const N: usize> Hdr<N> {
         unsafe {
             ptr::write_unaligned(self.0.add(OFF).cast::<u32>(), hi);
             ptr::write_unaligned(self.0.add(OFF + 4).cast::<u16>(), lo);
+        }
+    }
+}
+
+/// A MAC address as two scalars (its first four bytes and its last two, as they lie in
+/// memory), so that reading, comparing and writing one takes two loads or stores and no
+/// stack: a `[u8; 6]` copy compiles (LLVM 22) to a byte loop through the stack.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct MacWords(u32, u16);
+
+impl MacWords {
+    /// The six bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` points to six readable bytes (any alignment).
+    #[inline(always)]
+    pub unsafe fn read(p: *const u8) -> Self {
+        // SAFETY: the caller's six bytes, read unaligned.
+        unsafe {
+            MacWords(
+                ptr::read_unaligned(p.cast::<u32>()),
+                ptr::read_unaligned(p.add(4).cast::<u16>()),
+            )
+        }
+    }
+
+    /// The MAC held in `mac`.
+    #[inline(always)]
+    pub fn of(mac: &[u8; 6]) -> Self {
+        // SAFETY: `mac` is six readable bytes.
+        unsafe { Self::read(mac.as_ptr()) }
+    }
+
+    /// Writes it into `dst`.
+    #[inline(always)]
+    pub fn write(self, dst: &mut [u8; 6]) {
+        let d = dst.as_mut_ptr();
+        // SAFETY: `dst` is six writable bytes, written unaligned.
+        unsafe {
+            ptr::write_unaligned(d.cast::<u32>(), self.0);
+            ptr::write_unaligned(d.add(4).cast::<u16>(), self.1);
         }
     }
 }
