@@ -8,7 +8,7 @@
 //! plane knows each member's MAC and the shared SNAT port ranges (`LB_CLUSTER`), to send
 //! a reply it has no entry for on to the member that owns its port.
 
-use std::{collections::HashMap, net::IpAddr, time::Duration};
+use std::{net::IpAddr, time::Duration};
 
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use lb_common::{
@@ -20,7 +20,7 @@ use lb_common::{
 };
 use tracing::{info, warn};
 
-use super::{Agent, Neighbours, ServiceRt, neighbours::fmt_mac};
+use super::{Agent, Neighbours, ServiceRt, client_hops::ClientHops, neighbours::fmt_mac};
 use crate::{
     cluster::{self, Change, Cluster, Record},
     config::{Config, Forwarding, Protocol},
@@ -36,23 +36,13 @@ use crate::{
 /// How long a refresh waits for one member's MAC (the event loop waits meanwhile).
 const MEMBER_LOOKUP: Duration = Duration::from_millis(5);
 
-/// Client next-hop MACs kept at most; the cache starts over when full.
-const CLIENT_MACS: usize = 65_536;
-
-/// How long a client's next-hop MAC is kept: the cache starts over at the first refresh
-/// after it, so a router that moved to another MAC is looked up again. (Entries the data
-/// plane holds follow a move with the client's next packet.)
-const CLIENT_MACS_FOR: Duration = Duration::from_secs(30);
-
 /// The cluster component: the sync, the peer tables, what the refresh scans saw.
 pub struct ClusterNode {
     sync: Cluster,
     tables: Box<dyn PeerStore>,
     /// This node's previous hop toward each client seen in a replica (what a reply taken
     /// over before any client packet is sent to).
-    client_macs: HashMap<IpAddr, [u8; 6]>,
-    /// When `client_macs` started over.
-    client_macs_since: tokio::time::Instant,
+    client_macs: ClientHops,
     /// The `nat_seconds` of the last refresh scan.
     scanned_at: u32,
     /// What `LB_CLUSTER` holds (or is to hold): members, MACs, shared SNAT addresses.
@@ -74,8 +64,7 @@ impl ClusterNode {
         ClusterNode {
             sync,
             tables,
-            client_macs: HashMap::new(),
-            client_macs_since: tokio::time::Instant::now(),
+            client_macs: ClientHops::new(),
             scanned_at: nat_clock(),
             members,
             members_dirty: true,
@@ -218,10 +207,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         let Some(node) = &mut self.cluster else {
             return;
         };
-        if node.client_macs_since.elapsed() >= CLIENT_MACS_FOR {
-            node.client_macs.clear();
-            node.client_macs_since = tokio::time::Instant::now();
-        }
+        node.client_macs.age();
         let now = nat_clock();
         let seen = match node.tables.nat_seen_since(node.scanned_at) {
             Ok(seen) => seen,
@@ -255,12 +241,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         left.dedup();
         let probes: Vec<([u8; 6], IpAddr)> = left
             .into_iter()
-            .filter_map(|old| {
-                node.client_macs
-                    .iter()
-                    .find(|(_, mac)| **mac == old)
-                    .map(|(ip, _)| (old, *ip))
-            })
+            .filter_map(|old| node.client_macs.one_behind(old).map(|ip| (old, ip)))
             .collect();
         if probes.is_empty() {
             return;
@@ -282,11 +263,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         if moves.is_empty() {
             return;
         }
-        for mac in node.client_macs.values_mut() {
-            if let Some(new) = HopMove::apply(&moves, *mac) {
-                *mac = new;
-            }
-        }
+        node.client_macs.follow(&moves);
         node.add_hop_moves(&moves);
         node.write_members();
         for m in &moves {
@@ -355,9 +332,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         let mut unknown: Vec<IpAddr> = changes
             .iter()
             .filter_map(|c| match c {
-                Change::Upsert(r) if !node.client_macs.contains_key(&r.client.ip()) => {
-                    Some(r.client.ip())
-                }
+                Change::Upsert(r) if !node.client_macs.fresh(&r.client.ip()) => Some(r.client.ip()),
                 _ => None,
             })
             .collect();
@@ -384,7 +359,6 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                     let mac = node
                         .client_macs
                         .get(&record.client.ip())
-                        .copied()
                         .unwrap_or_default();
                     match peer_connection(&record, &self.services, self.publishing.publisher(), mac)
                     {
@@ -436,18 +410,13 @@ async fn resolve_clients<N: Neighbours>(
 }
 
 impl ClusterNode {
-    /// Keeps the next hops found toward clients (the cache starts over when full); one
-    /// warning for those that have none.
+    /// Keeps the next hops found toward clients; one warning for those that have none
+    /// (a MAC known before stays in use).
     fn learn_client_macs(&mut self, found: Vec<(IpAddr, Result<[u8; 6], String>)>) {
         let mut missing: Option<(usize, IpAddr, String)> = None;
         for (ip, mac) in found {
             match mac {
-                Ok(mac) => {
-                    if self.client_macs.len() >= CLIENT_MACS {
-                        self.client_macs.clear();
-                    }
-                    self.client_macs.insert(ip, mac);
-                }
+                Ok(mac) => self.client_macs.learn(ip, mac),
                 Err(why) => missing.get_or_insert((0, ip, why)).0 += 1,
             }
         }

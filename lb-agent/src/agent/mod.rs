@@ -47,6 +47,7 @@ mod admin;
 mod admin_state;
 mod announcing;
 mod apply_config;
+mod client_hops;
 mod cluster;
 mod deadlines;
 mod departing;
