@@ -29,6 +29,7 @@ use crate::{
         census::nat_clock,
         peers::{PeerConnection, PeerStore},
     },
+    neighbour::nexthops::Moved,
     probe::Prober,
     publish::Publisher,
 };
@@ -162,6 +163,22 @@ impl ClusterNode {
         &self.sync
     }
 
+    /// The status page's cluster section: the sync's, and the next-hop moves replies
+    /// follow.
+    pub fn status(&self) -> cluster::ClusterStatus {
+        let count = usize::from(self.members.hop_move_count);
+        cluster::ClusterStatus {
+            next_hop_moves: self.members.hop_moves[..count]
+                .iter()
+                .map(|m| cluster::NextHopMove {
+                    old: fmt_mac(m.old),
+                    new: fmt_mac(m.new),
+                })
+                .collect(),
+            ..self.sync.status()
+        }
+    }
+
     pub fn sync_mut(&mut self) -> &mut Cluster {
         &mut self.sync
     }
@@ -228,38 +245,32 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         node.sync.publish(&records);
     }
 
-    /// Next hops whose MACs (`left`) the backends no longer have: a router in front
-    /// may have moved to another MAC. For each, one client cached behind it is looked
-    /// up again; a new MAC is a move. The cached clients follow it (replicas installed
-    /// from now on name the new MAC), and `LB_CLUSTER` carries it: a reply whose entry
-    /// names the old MAC goes to the new one (`ClusterMembers::hop_moves`).
-    pub async fn follow_client_hops(&mut self, mut left: Vec<[u8; 6]>) {
-        let Some(node) = &self.cluster else {
-            return;
-        };
-        left.sort_unstable();
-        left.dedup();
-        let probes: Vec<([u8; 6], IpAddr)> = left
-            .into_iter()
-            .filter_map(|old| node.client_macs.one_behind(old).map(|ip| (old, ip)))
-            .collect();
-        if probes.is_empty() {
-            return;
-        }
-        let ips = probes.iter().map(|(_, ip)| *ip).collect();
-        let found = resolve_clients(self.macs.neighbours().as_ref(), ips, CLIENT_LOOKUP).await;
-        let moves: Vec<HopMove> = found
-            .into_iter()
-            .filter_map(|(ip, mac)| {
-                let old = probes.iter().find(|(_, probe)| *probe == ip)?.0;
-                mac.ok()
-                    .filter(|new| *new != old)
-                    .map(|new| HopMove { old, new })
-            })
-            .collect();
+    /// Neighbours on the attached interface that moved to another link-layer address
+    /// (a router's NIC swapped, a VRRP failover). A move of a neighbour that may stand
+    /// between this node and clients is followed: the cached clients' next hops take the
+    /// new MAC (replicas installed from now on name it), and `LB_CLUSTER` carries the
+    /// move, so a reply whose entry names the old MAC goes to the new one
+    /// (`ClusterMembers::hop_moves`). A backend's own move is left to the backend table,
+    /// unless a cached client's next hop is that MAC too.
+    pub fn follow_neighbour_moves(&mut self, moved: &[Moved]) {
         let Some(node) = &mut self.cluster else {
             return;
         };
+        let moves: Vec<HopMove> = moved
+            .iter()
+            .filter(|m| {
+                m.old != m.new
+                    && (node.client_macs.one_behind(m.old).is_some()
+                        || !self
+                            .services
+                            .iter()
+                            .any(|s| s.servers.keys().any(|a| a.ip() == m.addr)))
+            })
+            .map(|m| HopMove {
+                old: m.old,
+                new: m.new,
+            })
+            .collect();
         if moves.is_empty() {
             return;
         }
@@ -267,7 +278,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         node.add_hop_moves(&moves);
         node.write_members();
         for m in &moves {
-            info!(old = %fmt_mac(m.old), new = %fmt_mac(m.new), "clients' next hop moved to another MAC; replies taken over follow it");
+            info!(old = %fmt_mac(m.old), new = %fmt_mac(m.new), "a neighbour moved to another MAC; replies taken over that named the old one follow it");
         }
     }
 

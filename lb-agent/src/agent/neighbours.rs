@@ -1,5 +1,5 @@
 //! Where the agent gets backend MAC addresses: the kernel (real runs) or a fixed table;
-//! and how MAC changes the kernel reports reach the maps ([`Agent::on_mac_updates`]).
+//! and how the changes the kernel reports reach the maps ([`Agent::on_neighbour_changes`]).
 
 use std::{collections::HashMap, future::Future, net::IpAddr, time::Duration};
 
@@ -11,7 +11,7 @@ use crate::{
     dataplane::Dataplane,
     neighbour::{
         NeighbourError,
-        nexthops::MacUpdate,
+        nexthops::{MacUpdate, NeighbourChanges},
         rtnl::Rtnl,
         watch::{self, Follow},
     },
@@ -24,7 +24,7 @@ pub trait Neighbours: Send + Sync + 'static {
     fn resolve(&self, ip: IpAddr) -> impl Future<Output = Result<[u8; 6], String>> + Send;
 
     /// The backends whose MAC should be followed from now on (every server's address);
-    /// changes come back through [`Agent::on_mac_updates`]. Nothing by default.
+    /// changes come back through [`Agent::on_neighbour_changes`]. Nothing by default.
     fn follow(&self, _backends: Vec<IpAddr>) {}
 
     /// One more backend to follow (a server added at runtime).
@@ -42,11 +42,11 @@ pub struct KernelNeighbours {
 
 impl KernelNeighbours {
     /// Opens the netlink connection and starts the watch (inside a tokio runtime). The
-    /// receiver carries the MAC changes: feed each batch to [`Agent::on_mac_updates`].
+    /// receiver carries the changes: feed each batch to [`Agent::on_neighbour_changes`].
     pub fn new(
         interface: &str,
         timeout: Duration,
-    ) -> Result<(Self, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
+    ) -> Result<(Self, mpsc::Receiver<NeighbourChanges>), NeighbourError> {
         let rtnl = Rtnl::new()?;
         let (follow, updates) = watch::spawn(interface, rtnl.clone())?;
         Ok((
@@ -98,17 +98,20 @@ impl Neighbours for StaticNeighbours {
 }
 
 impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
+    /// One batch from the neighbour watch: the backends' MACs ([`Agent::on_mac_updates`]),
+    /// then, in cluster mode, the neighbours that moved to another link-layer address
+    /// ([`Agent::follow_neighbour_moves`]).
+    pub fn on_neighbour_changes(&mut self, changes: &NeighbourChanges) -> Result<(), PublishError> {
+        let published = self.on_mac_updates(&changes.backends);
+        self.follow_neighbour_moves(&changes.moved);
+        published
+    }
+
     /// MACs the kernel changed: a new address goes into the maps at once (the same
     /// path a resolved MAC takes); `None` (FAILED, INCOMPLETE, deleted, no route) makes
     /// the backend unselectable exactly as an unknown MAC, until the kernel has an
-    /// address again. Only the services with such a backend are recomputed. In cluster
-    /// mode the replicas' clients behind a next hop that moved follow it
-    /// ([`Agent::follow_client_hops`]).
-    pub async fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
-        let before: Vec<[u8; 6]> = updates
-            .iter()
-            .filter_map(|u| self.macs.known().get(&u.backend).copied())
-            .collect();
+    /// address again. Only the services with such a backend are recomputed.
+    pub fn on_mac_updates(&mut self, updates: &[MacUpdate]) -> Result<(), PublishError> {
         let services = &self.services;
         let changed = self.macs.follow(updates, || {
             services
@@ -136,12 +139,6 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
                 }
             }
         }
-        let known = self.macs.known();
-        let left = before
-            .into_iter()
-            .filter(|old| !known.values().any(|mac| mac == old))
-            .collect();
-        self.follow_client_hops(left).await;
         published
     }
 }

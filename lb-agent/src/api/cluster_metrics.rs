@@ -155,6 +155,7 @@ mod tests {
                 replayed: 0,
             },
             stray_datagrams: 9,
+            next_hop_moves: Vec::new(),
         };
         let mut text = String::new();
         render(&mut text, &status);

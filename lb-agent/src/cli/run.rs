@@ -126,7 +126,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         tables: dp.sizes().status(),
     };
     // The netlink watch starts with it: the MACs lb writes follow the kernel's tables.
-    let (neighbours, mac_updates) = KernelNeighbours::new(&interface, MAC_TIMEOUT)
+    let (neighbours, neighbour_changes) = KernelNeighbours::new(&interface, MAC_TIMEOUT)
         .context("opening the netlink connection for neighbours and routes")?;
     let neighbours = Arc::new(neighbours);
     // Sets the SYN check up (or says once why tcp probes connect instead) before the
@@ -246,7 +246,7 @@ async fn serve(opts: RunOptions, cfg: Config) -> anyhow::Result<ExitCode> {
         admin,
         snapshots,
         reloads,
-        mac_updates,
+        neighbour_changes,
         bgp,
         signals,
         passive_events: events,

@@ -98,6 +98,9 @@ fn render_cluster(c: &lb_agent::cluster::ClusterStatus) -> String {
             p.lag_ms
         );
     }
+    for m in &c.next_hop_moves {
+        let _ = writeln!(out, "  next hop moved {} -> {}", m.old, m.new);
+    }
     out
 }
 

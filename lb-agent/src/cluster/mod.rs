@@ -37,7 +37,7 @@ pub use identity::{Identity, MIN_KEY_LEN, read_key};
 pub use members::{Member, Members, port_slice};
 pub use reach::{Reach, reach};
 pub use record::{ConnKey, Record, RecordKind};
-pub use stats::{ClusterStatus, PeerState, PeerStatus, RefusedStatus};
+pub use stats::{ClusterStatus, NextHopMove, PeerState, PeerStatus, RefusedStatus};
 pub use store::{Change, EXPIRY_MARGIN, idle_limit};
 
 use crate::config::ClusterConfig;
@@ -252,6 +252,7 @@ impl Cluster {
             peers,
             refused: self.shared.refusals.status(),
             stray_datagrams: self.shared.stray_datagrams(),
+            next_hop_moves: Vec::new(),
         }
     }
 }

@@ -186,4 +186,15 @@ pub struct ClusterStatus {
     pub refused: RefusedStatus,
     /// Datagrams on the sync socket that no connection took.
     pub stray_datagrams: u64,
+    /// The latest moves of a neighbour to another MAC that replies follow (oldest
+    /// first; `LB_CLUSTER` holds them).
+    #[serde(default)]
+    pub next_hop_moves: Vec<NextHopMove>,
+}
+
+/// A neighbour's move from one MAC to another, as the status page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextHopMove {
+    pub old: String,
+    pub new: String,
 }

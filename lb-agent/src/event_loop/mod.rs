@@ -33,7 +33,7 @@ use crate::{
     cluster::Change,
     config::{self, AgentConfig},
     dataplane::Dataplane,
-    neighbour::nexthops::MacUpdate,
+    neighbour::nexthops::NeighbourChanges,
     probe::{ProbeReport, Prober},
     publish::PublishError,
 };
@@ -58,8 +58,8 @@ pub struct Inputs<S, E, W> {
     pub snapshots: mpsc::Receiver<SnapshotRequest>,
     /// Reloads asked through the API.
     pub reloads: mpsc::Receiver<ReloadRequest>,
-    /// MAC changes of backends, from the neighbour watch.
-    pub mac_updates: mpsc::Receiver<Vec<MacUpdate>>,
+    /// The neighbour watch's changes: backends' MACs, neighbours that moved.
+    pub neighbour_changes: mpsc::Receiver<NeighbourChanges>,
     /// BGP session status, when BIRD is polled.
     pub bgp: Option<watch::Receiver<bird_sessions::Sessions>>,
     pub signals: S,
@@ -209,7 +209,7 @@ where
             _ = sleep_until(readers) => Wake::ReadersDue,
             _ = timers.stats.tick() => Wake::Stats,
             _ = timers.mac_retry.tick(), if unknown_macs => Wake::MacRetry,
-            Some(updates) = inputs.mac_updates.recv() => Wake::MacUpdates(updates),
+            Some(changes) = inputs.neighbour_changes.recv() => Wake::NeighbourChanges(changes),
             _ = next_or_pending(timers.watchdog.as_mut().map(Interval::tick)) => Wake::Watchdog,
             _ = next_or_pending(timers.announce_refresh.as_mut().map(Interval::tick)) => {
                 Wake::AnnounceRefresh
@@ -268,7 +268,7 @@ where
                 Ok(())
             }
             Wake::MacRetry => agent.retry_macs().await,
-            Wake::MacUpdates(updates) => agent.on_mac_updates(&updates).await,
+            Wake::NeighbourChanges(changes) => agent.on_neighbour_changes(&changes),
             Wake::Watchdog => {
                 tell_systemd("WATCHDOG=1");
                 Ok(())

@@ -11,7 +11,7 @@ use crate::{
     api::{AdminRequest, ReloadRequest, SnapshotRequest},
     cluster::Change,
     dataplane::DataplaneError,
-    neighbour::nexthops::MacUpdate,
+    neighbour::nexthops::NeighbourChanges,
     probe::ProbeReport,
 };
 
@@ -40,7 +40,8 @@ pub enum Wake {
     Stats,
     /// Time to resolve the MACs still unknown.
     MacRetry,
-    MacUpdates(Vec<MacUpdate>),
+    /// The neighbour watch reported changes.
+    NeighbourChanges(NeighbourChanges),
     /// Time to tell systemd the loop runs.
     Watchdog,
     /// Time to renew the announced routes' lifetime.

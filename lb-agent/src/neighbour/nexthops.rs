@@ -2,7 +2,8 @@
 //! table says about it, and the MAC (or none) each backend should have in the maps.
 //!
 //! Pure: the watch ([`super::watch`]) feeds it route answers and neighbour entries and
-//! sends the [`MacUpdate`]s it returns to the agent.
+//! sends the [`MacUpdate`]s it returns to the agent, with the [`Moved`] neighbours it
+//! noticed on the way ([`NextHops::take_moved`]).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -14,6 +15,32 @@ use super::decode::{Mac, NeighEntry, Reach};
 pub struct MacUpdate {
     pub backend: IpAddr,
     pub mac: Option<Mac>,
+}
+
+/// A neighbour on the interface answered from another link-layer address than the one
+/// it last had (a NIC swapped, a VRRP or router failover, a host moved): whatever was
+/// sent to `old` for it now belongs at `new`. Reported for every neighbour, not only
+/// the backends' next hops: a router toward the clients is one too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moved {
+    pub addr: IpAddr,
+    pub old: Mac,
+    pub new: Mac,
+}
+
+/// One batch from the watch to the agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NeighbourChanges {
+    /// Backends whose MAC changed.
+    pub backends: Vec<MacUpdate>,
+    /// Neighbours whose link-layer address moved.
+    pub moved: Vec<Moved>,
+}
+
+impl NeighbourChanges {
+    pub fn is_empty(&self) -> bool {
+        self.backends.is_empty() && self.moved.is_empty()
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,6 +62,11 @@ pub struct NextHops {
     /// The interface's entries as last seen; `None`: the kernel deleted it. An address
     /// never seen says nothing (its first event may still be queued on the socket).
     table: HashMap<IpAddr, Option<Reach>>,
+    /// The last link-layer address each neighbour had, kept while it is FAILED or
+    /// deleted, so a neighbour that comes back elsewhere is a move too.
+    lladdr: HashMap<IpAddr, Mac>,
+    /// Moves noticed since [`NextHops::take_moved`].
+    moved: Vec<Moved>,
 }
 
 impl NextHops {
@@ -98,6 +130,7 @@ impl NextHops {
             return Vec::new();
         }
         self.table.insert(entry.addr, Some(entry.reach));
+        self.note_lladdr(entry.addr, entry.reach);
         if matches!(entry.reach, Reach::Usable(_) | Reach::Failed) {
             for h in self.hops.values_mut() {
                 if h.pending == Some(entry.addr) {
@@ -125,6 +158,10 @@ impl NextHops {
             .filter(|e| e.ifindex == self.ifindex)
             .map(|e| (e.addr, Some(e.reach)))
             .collect();
+        let ifindex = self.ifindex;
+        for e in entries.iter().filter(|e| e.ifindex == ifindex) {
+            self.note_lladdr(e.addr, e.reach);
+        }
         // A next hop in use missing from the dump was deleted meanwhile.
         for h in self.hops.values() {
             for hop in [h.current, h.pending].into_iter().flatten() {
@@ -146,6 +183,22 @@ impl NextHops {
             .into_iter()
             .filter_map(|b| self.evaluate(b))
             .collect()
+    }
+
+    /// The neighbours whose link-layer address moved since the last call.
+    pub fn take_moved(&mut self) -> Vec<Moved> {
+        std::mem::take(&mut self.moved)
+    }
+
+    fn note_lladdr(&mut self, addr: IpAddr, reach: Reach) {
+        let Reach::Usable(new) = reach else {
+            return;
+        };
+        if let Some(old) = self.lladdr.insert(addr, new)
+            && old != new
+        {
+            self.moved.push(Moved { addr, old, new });
+        }
     }
 
     fn evaluate_hop(&mut self, hop: IpAddr) -> Vec<MacUpdate> {
@@ -350,5 +403,60 @@ mod tests {
             s.neigh(entry("10.0.1.20", Reach::Usable(OLD))),
             vec![up("10.0.1.20", Some(OLD))]
         );
+    }
+
+    #[test]
+    fn every_neighbour_that_answers_from_another_address_is_a_move() {
+        let mut s = state();
+        assert!(s.take_moved().is_empty(), "first sight is no move");
+        // A router no backend uses (toward the clients) moves.
+        s.neigh(entry("10.0.1.254", Reach::Usable(OLD)));
+        s.neigh(entry("10.0.1.254", Reach::Usable(NEW)));
+        // The backends' gateway moves.
+        s.neigh(entry("10.0.1.1", Reach::Usable(NEW)));
+        // The same address again is nothing.
+        s.neigh(entry("10.0.1.1", Reach::Usable(NEW)));
+        assert_eq!(
+            s.take_moved(),
+            vec![
+                Moved {
+                    addr: ip("10.0.1.254"),
+                    old: OLD,
+                    new: NEW
+                },
+                Moved {
+                    addr: ip("10.0.1.1"),
+                    old: OLD,
+                    new: NEW
+                },
+            ]
+        );
+        assert!(s.take_moved().is_empty());
+        // Failed, deleted, then back elsewhere: a move from the address it last had.
+        s.neigh(entry("10.0.1.11", Reach::Failed));
+        s.neigh_gone(IF, ip("10.0.1.11"));
+        s.neigh(entry("10.0.1.11", Reach::Usable(NEW)));
+        // Seen in a dump after lost events.
+        s.replace_table(&[entry("10.0.1.254", Reach::Usable(OLD))]);
+        assert_eq!(
+            s.take_moved(),
+            vec![
+                Moved {
+                    addr: ip("10.0.1.11"),
+                    old: OLD,
+                    new: NEW
+                },
+                Moved {
+                    addr: ip("10.0.1.254"),
+                    old: NEW,
+                    new: OLD
+                },
+            ]
+        );
+        // Another interface's entries are not this one's neighbours.
+        let mut other = entry("10.0.1.254", Reach::Usable(NEW));
+        other.ifindex = IF + 1;
+        s.neigh(other);
+        assert!(s.take_moved().is_empty());
     }
 }

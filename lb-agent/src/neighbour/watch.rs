@@ -1,5 +1,6 @@
 //! The netlink watch: a socket in the neighbour and IPv4/IPv6 route multicast groups
-//! feeds [`NextHops`]; the MACs that change go to the agent. On overflow (ENOBUFS:
+//! feeds [`NextHops`]; the backends' MACs that change and the neighbours that moved to
+//! another link-layer address go to the agent. On overflow (ENOBUFS:
 //! events were lost) the neighbour table is dumped again and every route looked up again.
 
 use std::{net::IpAddr, sync::Arc};
@@ -10,7 +11,7 @@ use tracing::{debug, info, warn};
 use super::{
     NeighbourError,
     decode::{self, Event, RouteChange},
-    nexthops::{MacUpdate, NextHops},
+    nexthops::{MacUpdate, NeighbourChanges, NextHops},
     poke,
     rtnl::{Rtnl, ifindex},
 };
@@ -47,12 +48,12 @@ impl Follow {
 }
 
 /// Subscribes and starts the watch task for `interface`, which makes its route and
-/// neighbour requests over `rtnl`; must be called inside a tokio runtime. MAC changes
+/// neighbour requests over `rtnl`; must be called inside a tokio runtime. The changes
 /// arrive on the receiver, in batches.
 pub fn spawn(
     interface: &str,
     rtnl: Rtnl,
-) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
+) -> Result<(Follow, mpsc::Receiver<NeighbourChanges>), NeighbourError> {
     spawn_with_buffer(interface, rtnl, RCVBUF)
 }
 
@@ -61,7 +62,7 @@ pub fn spawn_with_buffer(
     interface: &str,
     rtnl: Rtnl,
     rcvbuf: usize,
-) -> Result<(Follow, mpsc::Receiver<Vec<MacUpdate>>), NeighbourError> {
+) -> Result<(Follow, mpsc::Receiver<NeighbourChanges>), NeighbourError> {
     let index = ifindex(interface)?;
     let changes = Subscription::open(
         &[RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE],
@@ -94,7 +95,7 @@ struct Watch {
     rtnl: Rtnl,
     state: NextHops,
     follow: watch::Receiver<Arc<Vec<IpAddr>>>,
-    out: mpsc::Sender<Vec<MacUpdate>>,
+    out: mpsc::Sender<NeighbourChanges>,
 }
 
 impl Watch {
@@ -102,9 +103,13 @@ impl Watch {
         let mut updates = self.resync().await;
         info!(interface = %self.interface, "watching neighbour and route changes over netlink");
         loop {
-            if !updates.is_empty() {
-                debug!(?updates, "MAC updates to the agent");
-                if self.out.send(std::mem::take(&mut updates)).await.is_err() {
+            let batch = NeighbourChanges {
+                backends: std::mem::take(&mut updates),
+                moved: self.state.take_moved(),
+            };
+            if !batch.is_empty() {
+                debug!(?batch, "neighbour changes to the agent");
+                if self.out.send(batch).await.is_err() {
                     return; // the agent is gone
                 }
             }

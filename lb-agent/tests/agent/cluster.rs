@@ -10,7 +10,7 @@ use crate::util::{Harness, LearnedNeighbours, sa, secs, servers};
 use lb_agent::agent::{ClusterNode, Neighbours, StaticNeighbours};
 use lb_agent::cluster::{self, Change, Cluster, Record, RecordKind};
 use lb_agent::config::{ClusterConfig, ClusterPeer};
-use lb_agent::neighbour::nexthops::MacUpdate;
+use lb_agent::neighbour::nexthops::Moved;
 use lb_agent::testing::MemoryPeers;
 use lb_common::maps::HopMove;
 
@@ -188,17 +188,15 @@ async fn a_clients_next_hop_that_moved_is_looked_up_again() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_next_hop_that_moves_with_the_backends_reaches_lb_cluster_and_the_replicas() {
+async fn a_neighbour_that_moves_reaches_lb_cluster_and_the_replicas() {
     const MOVED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x03];
     const BACK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x04];
+    const OTHER_BACKEND_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xc1, 0x05];
     // One router in front: the backends' next hop and the client's.
+    let router: IpAddr = "10.0.0.254".parse().unwrap();
     let neighbours = LearnedNeighbours::default();
-    let backends: Vec<IpAddr> = ["10.0.1.1", "10.0.1.2"]
-        .iter()
-        .map(|b| b.parse().unwrap())
-        .collect();
-    for b in &backends {
-        neighbours.learn(*b, BACKEND_MAC);
+    for backend in ["10.0.1.1", "10.0.1.2"] {
+        neighbours.learn(backend.parse().unwrap(), BACKEND_MAC);
     }
     let client = sa("192.0.2.7:1").ip();
     neighbours.learn(client, BACKEND_MAC);
@@ -216,22 +214,15 @@ async fn a_next_hop_that_moves_with_the_backends_reaches_lb_cluster_and_the_repl
     assert_eq!(installed_mac(&peers), BACKEND_MAC);
     assert_eq!(moves(&peers), []);
 
-    // The router moves to another MAC; the kernel's neighbour watch reports it for the
-    // backends.
-    let moved_to = |h: &mut Harness<LearnedNeighbours>, mac: [u8; 6]| {
-        for ip in backends.iter().chain([&client]) {
-            h.neighbours.learn(*ip, mac);
-        }
-        backends
-            .iter()
-            .map(|b| MacUpdate {
-                backend: *b,
-                mac: Some(mac),
-            })
-            .collect::<Vec<_>>()
+    // The router answers from another MAC; the kernel's neighbour watch reports the move
+    // (no lookup is needed, so a loaded host cannot miss it).
+    let moved = |old, new| Moved {
+        addr: router,
+        old,
+        new,
     };
-    let updates = moved_to(&mut h, MOVED_MAC);
-    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    h.send_neighbour_moves(&[moved(BACKEND_MAC, MOVED_MAC)])
+        .await;
     let first = HopMove {
         old: BACKEND_MAC,
         new: MOVED_MAC,
@@ -250,21 +241,17 @@ async fn a_next_hop_that_moves_with_the_backends_reaches_lb_cluster_and_the_repl
         "a replica installed from now on names the new MAC, without waiting for the cache"
     );
 
-    // A backend moving to another next hop whose old MAC another backend still has
-    // moves nothing.
-    h.neighbours.learn(backends[0], BACKEND_MAC);
-    h.agent_mut()
-        .on_mac_updates(&[MacUpdate {
-            backend: backends[0],
-            mac: Some(BACKEND_MAC),
-        }])
-        .await
-        .unwrap();
+    // A backend's own move is the backend table's business: no client is behind it.
+    h.send_neighbour_moves(&[Moved {
+        addr: "10.0.1.2".parse().unwrap(),
+        old: OTHER_BACKEND_MAC,
+        new: BACK_MAC,
+    }])
+    .await;
     assert_eq!(moves(&peers), [first], "nothing more");
 
     // The router moves on, then back: no reply is sent round a chain of moves.
-    let updates = moved_to(&mut h, BACK_MAC);
-    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    h.send_neighbour_moves(&[moved(MOVED_MAC, BACK_MAC)]).await;
     let on = HopMove {
         old: MOVED_MAC,
         new: BACK_MAC,
@@ -280,8 +267,8 @@ async fn a_next_hop_that_moves_with_the_backends_reaches_lb_cluster_and_the_repl
         ],
         "the first move carried along"
     );
-    let updates = moved_to(&mut h, BACKEND_MAC);
-    h.agent_mut().on_mac_updates(&updates).await.unwrap();
+    h.send_neighbour_moves(&[moved(BACK_MAC, BACKEND_MAC)])
+        .await;
     assert_eq!(
         moves(&peers),
         [

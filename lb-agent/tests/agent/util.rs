@@ -16,7 +16,7 @@ use lb_agent::dataplane::DataplaneError;
 use lb_agent::event_loop::{
     AttachmentWatch, ConfigSource, EventLoop, Exit, Inputs, PassiveEvents, Signal, Signals, Wake,
 };
-use lb_agent::neighbour::nexthops::MacUpdate;
+use lb_agent::neighbour::nexthops::{MacUpdate, Moved, NeighbourChanges};
 use lb_agent::probe::{ProbeOutcome, Prober};
 use lb_agent::publish::{addr_words, vip_key};
 use lb_agent::testing::MemoryDataplane;
@@ -211,8 +211,8 @@ pub struct Harness<N: Neighbours = StaticNeighbours> {
     pub events: EventLog,
     /// Passive events into the loop, as the data plane's ring buffer feeds them.
     passive_tx: mpsc::Sender<Vec<PassiveEvent>>,
-    /// MAC changes into the loop, as the neighbour watch sends them.
-    mac_tx: mpsc::Sender<Vec<MacUpdate>>,
+    /// Neighbour changes into the loop, as the neighbour watch sends them.
+    neighbour_tx: mpsc::Sender<NeighbourChanges>,
     /// Signals into the loop, as the process receives them.
     pub signal_tx: mpsc::Sender<Signal>,
     /// What the next checks of the attachment find, one check each.
@@ -321,7 +321,7 @@ impl<N: Neighbours> Harness<N> {
         agent.publish_snapshot();
         let config_text = Arc::new(Mutex::new(text.to_string()));
         let (passive_tx, passive_rx) = mpsc::channel(64);
-        let (mac_tx, mac_updates) = mpsc::channel(64);
+        let (neighbour_tx, neighbour_changes) = mpsc::channel(64);
         let (signal_tx, signals) = mpsc::channel(4);
         let (attachment_tx, found) = mpsc::channel(4);
         // Admin, snapshot and reload requests come through the harness's own methods.
@@ -330,7 +330,7 @@ impl<N: Neighbours> Harness<N> {
             admin: mpsc::channel(1).1,
             snapshots: mpsc::channel(1).1,
             reloads: mpsc::channel(1).1,
-            mac_updates,
+            neighbour_changes,
             bgp: None,
             signals: SentSignals(signals),
             passive_events: Some(SentEvents(passive_rx)),
@@ -349,7 +349,7 @@ impl<N: Neighbours> Harness<N> {
             snapshot_rx: handles.snapshot,
             events: handles.events,
             passive_tx,
-            mac_tx,
+            neighbour_tx,
             signal_tx,
             attachment_tx,
             exit: None,
@@ -421,8 +421,23 @@ impl<N: Neighbours> Harness<N> {
     /// Sends MAC changes into the loop, as the neighbour watch does, and runs the loop
     /// until it has handled them (with whatever else is ready at this instant).
     pub async fn send_mac_updates(&mut self, updates: &[MacUpdate]) {
-        let tx = self.mac_tx.clone();
-        self.feed(&tx, updates.to_vec()).await;
+        let tx = self.neighbour_tx.clone();
+        let changes = NeighbourChanges {
+            backends: updates.to_vec(),
+            moved: Vec::new(),
+        };
+        self.feed(&tx, changes).await;
+    }
+
+    /// Sends neighbours that moved to another link-layer address into the loop, as the
+    /// neighbour watch does, and runs the loop until it has handled them.
+    pub async fn send_neighbour_moves(&mut self, moved: &[Moved]) {
+        let tx = self.neighbour_tx.clone();
+        let changes = NeighbourChanges {
+            backends: Vec::new(),
+            moved: moved.to_vec(),
+        };
+        self.feed(&tx, changes).await;
     }
 
     /// Sends `item` through `tx` and turns the loop at this instant until it took it

@@ -170,6 +170,36 @@ fn wait_servers_at(topo: &MultiNode, mac: Mac, limit: Duration) {
     }
 }
 
+/// Waits until every node's status page lists a next-hop move to `mac` (replies whose
+/// entry names the router's old MAC go to the new one); fails after `limit`.
+fn wait_hop_moves_to(topo: &MultiNode, mac: Mac, limit: Duration) {
+    let want = mac.to_string();
+    let start = std::time::Instant::now();
+    loop {
+        let moves: Vec<Vec<String>> = topo
+            .nodes
+            .iter()
+            .map(|n| {
+                let page = n.cluster_page().expect("the node's cluster page");
+                page.get("next_hop_moves")
+                    .map(|m| m.items().to_vec())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|m| m.get("new").and_then(|v| v.as_str()).map(str::to_owned))
+                    .collect()
+            })
+            .collect();
+        if moves.iter().all(|m| m.contains(&want)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "every node follows the router's move to {mac} within {limit:?}: {moves:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How long the sync network stays partitioned.
 const PARTITION: Duration = Duration::from_secs(5);
 /// After the partition heals, the time its resent records and reconnections take.
@@ -464,6 +494,7 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         .expect("arp_notify on the router");
     link::set_mac(&topo.router, "eth0", MOVED_ROUTER_MAC).expect("the router's new MAC");
     wait_servers_at(&topo, MOVED_ROUTER_MAC, FOLLOW_BOUND);
+    wait_hop_moves_to(&topo, MOVED_ROUTER_MAC, FOLLOW_BOUND);
     events.push(Event {
         what: "router MAC moved",
         start,
@@ -498,24 +529,37 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         .failures()
         .map(|(r, f)| (r.at, format!("http {:?}: {f:?}", r.client)))
         .collect();
-    let late = unexplained(
-        attempts
-            .iter()
-            .filter(|a| !matches!(a.outcome, Outcome::Answered(_)))
-            .map(|a| (a.start, format!("port {}: {:?}", a.port, a.outcome)))
-            .chain(failed_http),
-        &events,
-        CONNECT_TIMEOUT.max(http_cfg.timeout),
-    );
+    let failed: Vec<(f64, String)> = attempts
+        .iter()
+        .filter(|a| !matches!(a.outcome, Outcome::Answered(_)))
+        .map(|a| (a.start, format!("port {}: {:?}", a.port, a.outcome)))
+        .chain(failed_http)
+        .collect();
+    let slack = CONNECT_TIMEOUT.max(http_cfg.timeout);
+    let late = unexplained(failed.iter().cloned(), &events, slack);
     let mut collided = collided_partitioned;
     collided.extend(collisions(&topo));
     let broke = held.failures();
     for e in &events {
+        let inside: Vec<f64> = failed
+            .iter()
+            .map(|(start, _)| start - e.start)
+            .filter(|t| *t >= -slack.as_secs_f64() && *t <= e.moved - e.start + slack.as_secs_f64())
+            .collect();
         eprintln!(
-            "{} at {:.3}: over (the router's flows moved, or the window closed) {:.3} s after it began",
+            "{} at {:.3}: over (the router's flows moved, or the window closed) {:.3} s after it began; \
+             {} new connections failed in its window{}",
             e.what,
             e.start,
-            e.moved - e.start
+            e.moved - e.start,
+            inside.len(),
+            if inside.is_empty() {
+                String::new()
+            } else {
+                let first = inside.iter().copied().fold(f64::INFINITY, f64::min);
+                let last = inside.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                format!(", started {first:+.2} s to {last:+.2} s after it began")
+            }
         );
     }
     eprintln!("new connections: {}", summary(&attempts));

@@ -1,15 +1,23 @@
 //! The agent's netlink side against the real kernel, in the lb's namespace: MAC
 //! resolution reads the route and neighbour tables (IPv4 and IPv6, a routed address's
 //! gateway, an address routed through another interface refused, an unanswered one
-//! failing without holding the caller on its retry), and the watch resyncs after its
-//! receive buffer overflowed (the event it lost is found by the dump).
+//! failing without holding the caller on its retry), the watch resyncs after its
+//! receive buffer overflowed (the event it lost is found by the dump), and a neighbour
+//! no backend uses that announces another MAC (a router toward the clients) is reported
+//! as moved.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
     time::{Duration, Instant},
 };
 
-use lb_agent::neighbour::{NeighbourError, nexthops::MacUpdate, resolve_mac, rtnl::Rtnl, watch};
+use lb_agent::neighbour::{
+    NeighbourError,
+    nexthops::{MacUpdate, Moved, NeighbourChanges},
+    resolve_mac,
+    rtnl::Rtnl,
+    watch,
+};
 use lb_tests::{
     net::topology::{Forwarding, HOST_IF, Topology},
     util::cmd,
@@ -91,7 +99,7 @@ fn resolution_reads_the_kernels_route_and_neighbour_tables() {
 
 /// Waits for an update of `backend` to `mac`; every update seen, in order.
 async fn wait_update(
-    rx: &mut tokio::sync::mpsc::Receiver<Vec<MacUpdate>>,
+    rx: &mut tokio::sync::mpsc::Receiver<NeighbourChanges>,
     backend: IpAddr,
     mac: [u8; 6],
     timeout: Duration,
@@ -101,7 +109,7 @@ async fn wait_update(
     loop {
         match tokio::time::timeout_at(end, rx.recv()).await {
             Ok(Some(batch)) => {
-                seen.extend(batch);
+                seen.extend(batch.backends);
                 if seen
                     .iter()
                     .any(|u| u.backend == backend && u.mac == Some(mac))
@@ -172,6 +180,68 @@ fn the_watch_resyncs_after_its_buffer_overflowed() {
                 "after the overflow the watch must read the table again and find b1's new \
                  MAC; saw {seen:?}"
             );
+        })
+    })
+    .expect("entering the lb namespace");
+}
+
+#[test]
+fn a_neighbour_that_announces_another_mac_is_reported_moved() {
+    let topo = Topology::builder()
+        .backends(1)
+        .forwarding(Forwarding::Nat)
+        .subnet(248)
+        .static_neighbours(false)
+        .build()
+        .expect("building the topology");
+    let lb = topo.lb().ns.clone();
+    let client = topo.client();
+    let client_ip: IpAddr = client.ipv4.into();
+    // b1 stands for a router toward the clients: a neighbour no backend goes through.
+    let router = &topo.backends()[0];
+    let router_ip: IpAddr = router.ipv4.into();
+    let new = lb_tests::net::link::Mac([0x02, 0x56, 0, 0, 0, 0x01]);
+    lb.run(|| {
+        runtime().block_on(async {
+            let rtnl = Rtnl::new().expect("netlink connection");
+            resolve_mac(&rtnl, HOST_IF, router_ip, RESOLVE)
+                .await
+                .expect("the router resolves");
+            resolve_mac(&rtnl, HOST_IF, client_ip, RESOLVE)
+                .await
+                .expect("the client resolves");
+            let (follow, mut rx) = watch::spawn(HOST_IF, rtnl.clone()).expect("starting the watch");
+            // The client followed as a backend: its MAC reported means the watch has
+            // read the table (and the router's entry) before the router moves.
+            follow.set(vec![client_ip]);
+            let (got, seen) = wait_update(&mut rx, client_ip, client.mac.0, RESOLVE).await;
+            assert!(
+                got,
+                "the watch reports the followed client first; saw {seen:?}"
+            );
+            // The router's NIC is swapped: the kernel announces the new MAC (gratuitous
+            // ARP), which updates the entry the lb's kernel already has.
+            router
+                .ns
+                .sysctl("net.ipv4.conf.eth0.arp_notify", "1")
+                .expect("arp_notify");
+            lb_tests::net::link::set_mac(&router.ns, HOST_IF, new).expect("the new MAC");
+            let want = Moved {
+                addr: router_ip,
+                old: router.mac.0,
+                new: new.0,
+            };
+            let end = tokio::time::Instant::now() + Duration::from_secs(5);
+            let mut seen = Vec::new();
+            while !seen.contains(&want) {
+                match tokio::time::timeout_at(end, rx.recv()).await {
+                    Ok(Some(batch)) => {
+                        assert!(batch.backends.is_empty(), "the client did not move");
+                        seen.extend(batch.moved);
+                    }
+                    _ => panic!("the move {want:?} was not reported; saw {seen:?}"),
+                }
+            }
         })
     })
     .expect("entering the lb namespace");

@@ -109,7 +109,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             transitions: events.transitions(),
             faults,
             announcement,
-            cluster: cluster.as_ref().map(super::ClusterNode::sync),
+            cluster: cluster.as_ref(),
         };
         (snapshot, sources)
     }
