@@ -536,6 +536,22 @@ pub struct ClusterMembers {
 }
 const _: () = assert!(size_of::<ClusterMembers>() == 532);
 
+impl ClusterMembers {
+    /// The shared SNAT address `addr` (network order, family `family`), if it is one.
+    #[inline(always)]
+    pub fn shared_snat(&self, addr: &[u32; 4], family: u8) -> Option<&ClusterSnat> {
+        for snat in self.snat.iter().take(CLUSTER_SNAT_MAX) {
+            if snat.family == 0 {
+                break;
+            }
+            if snat.family == family && snat.addr == *addr {
+                return Some(snat);
+            }
+        }
+        None
+    }
+}
+
 /// The index of the member whose slice of `port_min..=port_max` holds `port`, among
 /// `count` members; `None` outside the range or without members. The agent's slices
 /// (`[min + i*len/n, min + (i+1)*len/n)`) and this agree by construction.

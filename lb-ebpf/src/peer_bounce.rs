@@ -16,7 +16,7 @@
 use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
     counters::{PASS_NOT_VIP, TX_PEER_BOUNCE},
-    maps::{CLUSTER_MEMBERS_MAX, CLUSTER_SNAT_MAX, ClusterMembers, cluster_port_owner},
+    maps::{CLUSTER_MEMBERS_MAX, ClusterMembers, cluster_port_owner},
 };
 
 use crate::{
@@ -53,16 +53,13 @@ pub fn to_owner(pkt: &Packet) -> Verdict {
 #[inline(always)]
 fn owner_of(members: &ClusterMembers, pkt: &Packet) -> Option<u8> {
     let key = &pkt.key;
-    let port = u16::from_be(key.dport);
-    for snat in members.snat.iter().take(CLUSTER_SNAT_MAX) {
-        if snat.family == 0 {
-            break;
-        }
-        if snat.family == key.family && snat.addr == key.dst {
-            return cluster_port_owner(port, snat.port_min, snat.port_max, members.count);
-        }
-    }
-    None
+    let snat = members.shared_snat(&key.dst, key.family)?;
+    cluster_port_owner(
+        u16::from_be(key.dport),
+        snat.port_min,
+        snat.port_max,
+        members.count,
+    )
 }
 
 /// Whether `mac` is one of the members' (this node's own is all zero in the table).

@@ -2,7 +2,8 @@
 //! key with the live table's seed, read the bucket's ways, compare. A packet to no
 //! service is a nat-reply candidate only when its destination port lies in the nat
 //! services' port range and its destination address is a nat source address (a second
-//! probe of the same array): every other packet is passed without a hash-map lookup.
+//! probe of the same array), or, in cluster mode, in the whole shared range of that
+//! address (`LB_CLUSTER`): every other packet is passed without a hash-map lookup.
 
 use lb_common::{
     VIP_INDEX_WAYS,
@@ -16,7 +17,7 @@ use lb_common::{
 
 use crate::{
     layout,
-    maps::{LB_VIP_GEN, LB_VIP_HDR, LB_VIP_INDEX},
+    maps::{LB_CLUSTER, LB_VIP_GEN, LB_VIP_HDR, LB_VIP_INDEX},
 };
 
 /// What the destination of a TCP/UDP packet is.
@@ -52,9 +53,10 @@ pub fn dest(key: &FlowKey) -> Dest {
         return Dest::Service(&slot.meta);
     }
     // The header's range is this node's own ports; in cluster mode a reply to another
-    // member's port is ours too (taken over, or sent on to that member).
+    // member's port of a shared SNAT address is ours too (taken over, or sent on to
+    // that member).
     let port = u16::from_be(key.dport);
-    if !layout::cluster() && (port < hdr.nat_port_min || port > hdr.nat_port_max) {
+    if (port < hdr.nat_port_min || port > hdr.nat_port_max) && !shared_snat_port(key, port) {
         return Dest::Other;
     }
     match probe(
@@ -66,6 +68,21 @@ pub fn dest(key: &FlowKey) -> Dest {
         Some(_) => Dest::NatCandidate,
         None => Dest::Other,
     }
+}
+
+/// Cluster mode: whether `port` lies in the whole shared range of the SNAT address
+/// `key` is sent to (`LB_CLUSTER`), any member's slice.
+#[inline(always)]
+fn shared_snat_port(key: &FlowKey, port: u16) -> bool {
+    if !layout::cluster() {
+        return false;
+    }
+    let Some(members) = LB_CLUSTER.get(0) else {
+        return false;
+    };
+    members
+        .shared_snat(&key.dst, key.family)
+        .is_some_and(|snat| port >= snat.port_min && port <= snat.port_max)
 }
 
 /// The service whose key is `vip`, if any.

@@ -389,6 +389,16 @@ impl Lb {
             .expect("emptying LB_PROGRAMS");
     }
 
+    /// Takes `lb_xdp_peer` out of `LB_PROGRAMS`: a packet handed over to it is dropped
+    /// (`DROP_NO_FULL_PATH`), which shows that it was.
+    pub fn clear_peer_path(&mut self) {
+        let map = self.ebpf.map_mut(map_names::PROGRAMS).expect("LB_PROGRAMS");
+        let mut array = aya::maps::ProgramArray::try_from(map).expect("LB_PROGRAMS type");
+        array
+            .clear_index(&lb_common::PEER_PATH_INDEX)
+            .expect("emptying LB_PROGRAMS");
+    }
+
     /// Puts `lb_xdp_full` back into `LB_PROGRAMS` (as loading did).
     pub fn fill_full_path(&mut self) {
         lb_agent::dataplane::attach::full_path::fill(&mut self.ebpf).expect("filling LB_PROGRAMS");

@@ -4,7 +4,8 @@
 //! client's next packet to the same backend from the same SNAT address and port and
 //! translates the backend's replies back exactly as A does; without the peer entry B
 //! does what a node without cluster mode does; the allocation skips a pair a peer entry
-//! holds; a reply no table knows goes on to the member that owns its port; events come
+//! holds; a reply no table knows goes on to the member that owns its port, and only a
+//! reply inside a shared range is handed over to look for it; events come
 //! once per connection; without the cluster flag none of it runs.
 
 use super::prelude::*;
@@ -476,6 +477,66 @@ fn a_reply_is_not_sent_on_when_this_node_owns_it_or_it_came_from_a_member() {
             "{what}"
         );
         assert_frames_eq(what, &frame, &run.out);
+    }
+}
+
+#[test]
+fn only_a_reply_inside_a_shared_range_is_handed_over() {
+    // B's own ports are NAT_PORT_MIN..=NAT_PORT_MAX; the SNAT address is shared with A,
+    // which owns the first port of the range `first..=first + 1` above B's. Without
+    // `lb_xdp_peer` in `LB_PROGRAMS`, a packet handed over to it is dropped: that shows
+    // which ones are.
+    let first = NAT_PORT_MAX + 100;
+    let router = backend_mac(svc(NAT4).backend);
+    let reply = |port: u16| {
+        backend_reply(NAT4, port, TCP_SYN | TCP_ACK)
+            .macs(router, MAC_B)
+            .bytes()
+    };
+    for (what, port, peer_path, action, counter) in [
+        (
+            "another member's port, above this node's own: sent on",
+            first,
+            true,
+            "XDP_TX",
+            TX_PEER_BOUNCE,
+        ),
+        (
+            "another member's port, above this node's own: handed over",
+            first,
+            false,
+            "XDP_DROP",
+            DROP_NO_FULL_PATH,
+        ),
+        (
+            "a port outside every range: passed without a hand-over",
+            first + 2,
+            false,
+            "XDP_PASS",
+            PASS_NOT_VIP,
+        ),
+        (
+            "a port below every range: passed without a hand-over",
+            NAT_PORT_MIN - 1,
+            false,
+            "XDP_PASS",
+            PASS_NOT_VIP,
+        ),
+    ] {
+        let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+        b.set_interface_mac(MAC_B);
+        b.set_cluster_members(&two_members(first, MAC_A));
+        if !peer_path {
+            b.clear_peer_path();
+        }
+        let before = b.counters();
+        let run = b.run(&reply(port));
+        assert_eq!(action_name(run.action), action, "{what}");
+        assert_eq!(
+            named(&counter_deltas(&before, &b.counters())),
+            named(&[(RX, 1), (counter, 1)]),
+            "{what}"
+        );
     }
 }
 
