@@ -70,6 +70,10 @@ const LIGHT: &[(&str, &str)] = &[
         "its own maps and a private bpffs named after its pid",
     ),
     (
+        "dataplane_native_flag",
+        "its own maps, attached in a namespace named after its pid; reads LB_CONFIG",
+    ),
+    (
         "dataplane_peers",
         "its own maps and a private bpffs named after its pid",
     ),

@@ -105,6 +105,9 @@ fn main() -> anyhow::Result<()> {
         src4: Some("10.9.1.2".parse()?),
         src6: None,
     })?;
+    // Native mode: the program checks each packet for a partial checksum (these carry
+    // full ones, so it measures the check a NIC's packets pay).
+    dp.set_native(args.native)?;
 
     let mut reflect_obj = aya::Ebpf::load(lb_tests::bpf::lab::OBJECT)?;
     let reflect: &mut Xdp = reflect_obj
@@ -655,12 +658,14 @@ struct Args {
     /// `--cluster`: the program loaded in cluster mode (peer tables empty: every case
     /// takes the paths a node without peers' connections takes).
     cluster: bool,
+    /// `--native`: the program told it runs in native mode, as when attached so.
+    native: bool,
     scale: Scale,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     const USAGE: &str = "usage: lb-bench [--out DIR] [--propagation-only | --xdp-only] \
-                         [--vips N | --vips N,N,...] [--full-table | --flows N] [--busy] [--whole] [--cluster] [--servers N] \
+                         [--vips N | --vips N,N,...] [--full-table | --flows N] [--busy] [--whole] [--cluster] [--native] [--servers N] \
                          [--services N] [--rounds N] [--admin-rounds N]";
     let mut args = std::env::args().skip(1);
     let mut parsed = Args {
@@ -675,6 +680,7 @@ fn parse_args() -> anyhow::Result<Args> {
         busy: false,
         whole: false,
         cluster: false,
+        native: false,
         scale: Scale::default(),
     };
     while let Some(a) = args.next() {
@@ -710,6 +716,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--busy" => parsed.busy = true,
             "--whole" => parsed.whole = true,
             "--cluster" => parsed.cluster = true,
+            "--native" => parsed.native = true,
             "--servers" => parsed.scale.servers = number("--servers")?,
             "--services" => parsed.scale.services = number("--services")?,
             "--rounds" => {

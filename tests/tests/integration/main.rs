@@ -13,6 +13,7 @@ mod browser_status_page;
 mod contrib_monitoring;
 mod dataplane_backend_capacity;
 mod dataplane_maglev_pool;
+mod dataplane_native_flag;
 mod dataplane_peers;
 mod dataplane_slot_writes;
 mod flood_bench_smoke;

@@ -341,6 +341,17 @@ impl BpfDataplane {
         })
     }
 
+    /// What `LB_CONFIG` holds now (the interface's MAC, MTU, tunnel sources, mode flags).
+    pub fn dataplane_config(&self) -> Result<DataplaneConfig, DataplaneError> {
+        let name = map_names::CONFIG;
+        let map = self
+            .ebpf
+            .map(name)
+            .ok_or(DataplaneError::MissingMap { name })?;
+        let config: Array<_, DataplaneConfig> = Array::try_from(map).map_err(map_err(name))?;
+        config.get(&0, 0).map_err(map_err(name))
+    }
+
     /// Rewrites `LB_CONFIG` as `change` makes it from its current value.
     fn update_config(
         &mut self,
