@@ -10,6 +10,10 @@ use std::net::IpAddr;
 
 use super::decode::{Mac, NeighEntry, Reach};
 
+/// Beyond this many neighbours known on the interface, a deleted one that no backend
+/// uses is forgotten (its last MAC too: its return is then no move).
+const NEIGHBOURS_KEPT: usize = 65_536;
+
 /// A backend's MAC changed: `None` = not usable (FAILED, INCOMPLETE, deleted, no route).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MacUpdate {
@@ -144,6 +148,17 @@ impl NextHops {
     /// The kernel deleted its entry for `addr`.
     pub fn neigh_gone(&mut self, ifindex: u32, addr: IpAddr) -> Vec<MacUpdate> {
         if ifindex != self.ifindex {
+            return Vec::new();
+        }
+        let in_use = self
+            .hops
+            .values()
+            .any(|h| h.current == Some(addr) || h.pending == Some(addr));
+        if !in_use && self.table.len() > NEIGHBOURS_KEPT {
+            // Many neighbours come and go (clients on the segment): one no backend uses
+            // is forgotten once deleted, so the state stays bounded.
+            self.table.remove(&addr);
+            self.lladdr.remove(&addr);
             return Vec::new();
         }
         self.table.insert(addr, None);
@@ -458,5 +473,24 @@ mod tests {
         other.ifindex = IF + 1;
         s.neigh(other);
         assert!(s.take_moved().is_empty());
+    }
+
+    #[test]
+    fn deleted_neighbours_no_backend_uses_are_forgotten_beyond_the_bound() {
+        let mut s = state();
+        let many = |i: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a64_0000 + i));
+        for i in 0..=NEIGHBOURS_KEPT as u32 {
+            s.neigh(entry(&many(i).to_string(), Reach::Usable(OLD)));
+        }
+        for i in 0..=NEIGHBOURS_KEPT as u32 {
+            s.neigh_gone(IF, many(i));
+        }
+        assert!(s.table.len() <= NEIGHBOURS_KEPT + 2);
+        assert!(s.lladdr.len() <= NEIGHBOURS_KEPT + 2);
+        // A next hop in use is kept through its deletion: its backends become unusable.
+        let mut gone = s.neigh_gone(IF, ip("10.0.1.1"));
+        gone.sort_by_key(|u| u.backend);
+        assert_eq!(gone, vec![up("10.0.2.12", None), up("10.0.2.13", None)]);
+        assert_eq!(s.table.get(&ip("10.0.1.1")), Some(&None));
     }
 }
