@@ -122,6 +122,11 @@ fn main() -> anyhow::Result<()> {
             .payload(&[0u8; 64])
             .bytes()
     };
+    let tcp_mss = |src: IpAddr, sport: u16, dst: SocketAddr| {
+        Frame::tcp(src, sport, dst.ip(), dst.port(), TCP_ACK)
+            .payload(&[0x5a; 1460])
+            .bytes()
+    };
     let fill = match args.flows {
         Some(_) => Some(sizes.max_flows() as usize),
         None if args.full_table => Some(lb_common::FLOW_TABLE_SIZE as usize),
@@ -268,6 +273,34 @@ fn main() -> anyhow::Result<()> {
             expect: XDP_PASS,
         },
     ];
+
+    // Native mode: segments as a veth peer with TX checksum offload sends them (a
+    // partial checksum the program completes), at a full MSS.
+    let mut cases = cases;
+    if args.native {
+        let mss = |sport: u16, vip: SocketAddr| {
+            Frame::tcp(client, sport, vip.ip(), vip.port(), TCP_ACK)
+                .payload(&[0x5a; 1460])
+                .partial_checksum_bytes()
+        };
+        cases.extend([
+            Case {
+                name: "est. dsr, partial 1460",
+                packets: vec![mss(40_000, dsr_vip)],
+                expect: XDP_TX,
+            },
+            Case {
+                name: "est. nat, partial 1460",
+                packets: vec![mss(40_001, nat_vip)],
+                expect: XDP_TX,
+            },
+            Case {
+                name: "est. dsr, full 1460",
+                packets: vec![tcp_mss(client, 40_000, dsr_vip)],
+                expect: XDP_TX,
+            },
+        ]);
+    }
 
     let mut results = Vec::new();
     for case in &cases {

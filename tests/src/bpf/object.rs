@@ -382,21 +382,21 @@ impl Lb {
     /// Empties `LB_PROGRAMS`: `lb_xdp`'s tail call into `lb_xdp_full` then fails (what
     /// the program must survive, counted `drop_no_full_path`).
     pub fn clear_full_path(&mut self) {
-        let map = self.ebpf.map_mut(map_names::PROGRAMS).expect("LB_PROGRAMS");
-        let mut array = aya::maps::ProgramArray::try_from(map).expect("LB_PROGRAMS type");
-        array
-            .clear_index(&lb_common::FULL_PATH_INDEX)
-            .expect("emptying LB_PROGRAMS");
+        self.clear_program(lb_common::FULL_PATH_INDEX);
     }
 
     /// Takes `lb_xdp_peer` out of `LB_PROGRAMS`: a packet handed over to it is dropped
     /// (`DROP_NO_FULL_PATH`), which shows that it was.
     pub fn clear_peer_path(&mut self) {
+        self.clear_program(lb_common::PEER_PATH_INDEX);
+    }
+
+    fn clear_program(&mut self, index: u32) {
         let map = self.ebpf.map_mut(map_names::PROGRAMS).expect("LB_PROGRAMS");
         let mut array = aya::maps::ProgramArray::try_from(map).expect("LB_PROGRAMS type");
         array
-            .clear_index(&lb_common::PEER_PATH_INDEX)
-            .expect("emptying LB_PROGRAMS");
+            .clear_index(&index)
+            .expect("emptying an entry of LB_PROGRAMS");
     }
 
     /// Puts `lb_xdp_full` back into `LB_PROGRAMS` (as loading did).

@@ -173,6 +173,17 @@ impl Frame {
             }
     }
 
+    /// The frame's bytes with its TCP/UDP checksum as a sender that offloads it leaves
+    /// it (`CHECKSUM_PARTIAL`): the folded pseudo-header sum, not inverted.
+    pub fn partial_checksum_bytes(&self) -> Vec<u8> {
+        let mut bytes = self.bytes();
+        let len = self.l4_bytes().len();
+        let field = self.l4_offset() + if self.proto() == IPPROTO_TCP { 16 } else { 6 };
+        let sum = fold(pseudo_header_sum(self.src, self.dst, self.proto(), len));
+        bytes[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+        bytes
+    }
+
     /// The transport header and payload, checksum filled in.
     pub fn l4_bytes(&self) -> Vec<u8> {
         let mut l4 = match &self.transport {

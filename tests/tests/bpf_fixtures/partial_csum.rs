@@ -24,12 +24,7 @@ fn native_world(tables: &[u32]) -> Lb {
 /// `frame`'s bytes with the TCP/UDP checksum as a sender that offloads it leaves it: the
 /// folded pseudo-header sum, not inverted.
 fn partial(frame: &Frame) -> Vec<u8> {
-    let mut bytes = frame.bytes();
-    let at = frame.l4_offset();
-    let len = frame.l4_bytes().len();
-    let field = at + if frame.proto() == IPPROTO_TCP { 16 } else { 6 };
-    let sum = fold(pseudo_header_sum(frame.src, frame.dst, frame.proto(), len));
-    bytes[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+    let bytes = frame.partial_checksum_bytes();
     assert_ne!(
         bytes,
         frame.bytes(),

@@ -122,15 +122,20 @@ async fn wait_update(
     }
 }
 
-#[test]
-fn the_watch_resyncs_after_its_buffer_overflowed() {
-    let topo = Topology::builder()
+/// A client, the lb and one backend on subnet `k`, neighbours left to ARP.
+fn one_backend(k: u8) -> Topology {
+    Topology::builder()
         .backends(1)
         .forwarding(Forwarding::Nat)
-        .subnet(251)
+        .subnet(k)
         .static_neighbours(false)
         .build()
-        .expect("building the topology");
+        .expect("building the topology")
+}
+
+#[test]
+fn the_watch_resyncs_after_its_buffer_overflowed() {
+    let topo = one_backend(251);
     let lb = topo.lb().ns.clone();
     let b1 = &topo.backends()[0];
     let b1_ip: IpAddr = b1.ipv4.into();
@@ -187,13 +192,7 @@ fn the_watch_resyncs_after_its_buffer_overflowed() {
 
 #[test]
 fn a_neighbour_that_announces_another_mac_is_reported_moved() {
-    let topo = Topology::builder()
-        .backends(1)
-        .forwarding(Forwarding::Nat)
-        .subnet(248)
-        .static_neighbours(false)
-        .build()
-        .expect("building the topology");
+    let topo = one_backend(248);
     let lb = topo.lb().ns.clone();
     let client = topo.client();
     let client_ip: IpAddr = client.ipv4.into();
