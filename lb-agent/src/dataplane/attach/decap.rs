@@ -86,5 +86,8 @@ pub fn attach_decap(
     let fd = prog
         .fd()
         .map_err(|source| DataplaneError::Program { name, source })?;
-    xdp::attach(fd.as_fd(), ifindex, interface, mode, previous)
+    // The decapsulator has no mode flag.
+    xdp::attach(fd.as_fd(), ifindex, interface, mode, previous, &mut || {
+        Ok(())
+    })
 }

@@ -41,13 +41,16 @@ pub fn if_index(interface: &str) -> Result<u32, DataplaneError> {
 
 /// Puts `prog` on the interface. With `previous` (lb's program found there), replaces
 /// exactly that program in its mode, atomically (no packet sees no program); else
-/// attaches only if the interface has no program. Returns the mode in use.
+/// attaches only if the interface has no program. `auto` calls `before_generic` when
+/// the driver refused native mode, before it attaches in generic mode (the program's
+/// mode flag is set for the mode its first packet will see). Returns the mode in use.
 pub(in crate::dataplane) fn attach(
     prog: BorrowedFd<'_>,
     ifindex: u32,
     interface: &str,
     mode: AttachMode,
     previous: Option<&AttachedProgram>,
+    before_generic: &mut dyn FnMut() -> Result<(), DataplaneError>,
 ) -> Result<XdpAttached, DataplaneError> {
     if let Some(old) = previous {
         if old.mode != XdpAttached::Driver && old.mode != XdpAttached::Generic {
@@ -88,13 +91,14 @@ pub(in crate::dataplane) fn attach(
     let attempt = match mode {
         AttachMode::Generic => fresh(XdpAttached::Generic),
         AttachMode::Native => fresh(XdpAttached::Driver),
-        AttachMode::Auto => fresh(XdpAttached::Driver).or_else(|native| {
-            if is_occupied(native.errno()) {
-                return Err(native);
+        AttachMode::Auto => match fresh(XdpAttached::Driver) {
+            Err(native) if !is_occupied(native.errno()) => {
+                tracing::warn!(interface, error = %native, "native XDP refused, using generic mode");
+                before_generic()?;
+                fresh(XdpAttached::Generic)
             }
-            tracing::warn!(interface, error = %native, "native XDP refused, using generic mode");
-            fresh(XdpAttached::Generic)
-        }),
+            native => native,
+        },
     };
     attempt.map_err(|source| {
         if is_occupied(source.errno())

@@ -42,7 +42,7 @@ impl DataplaneLifecycle for BpfDataplane {
         self.set_interface_mac(mac)?;
         self.set_tunnel_config(interface)?;
         // The mode the attach tries first, so that the program's first packets are
-        // treated as that mode's; corrected below if `auto` falls back to generic.
+        // treated as that mode's; cleared before `auto` falls back to generic.
         let tried_native = match previous {
             Some(old) => old.mode == XdpAttached::Driver,
             None => mode != AttachMode::Generic,
@@ -65,14 +65,17 @@ impl DataplaneLifecycle for BpfDataplane {
         };
         let serving = self.serving;
         let prog_id = self.program_id()?;
-        let attempt = {
-            let prog = self.serving_mut()?;
-            let fd = prog.fd().map_err(|source| DataplaneError::Program {
+        let fd = self
+            .serving_mut()?
+            .fd()
+            .and_then(|fd| fd.try_clone().map_err(aya::programs::ProgramError::from))
+            .map_err(|source| DataplaneError::Program {
                 name: serving,
                 source,
             })?;
-            attach::attach(fd.as_fd(), ifindex, interface, mode, previous)
-        };
+        let attempt = attach::attach(fd.as_fd(), ifindex, interface, mode, previous, &mut || {
+            self.set_native(false)
+        });
         let legacy = self
             .pins
             .as_ref()
@@ -94,9 +97,6 @@ impl DataplaneLifecycle for BpfDataplane {
             }
             (attempt, _, _) => attempt?,
         };
-        if (used == XdpAttached::Driver) != tried_native {
-            self.set_native(used == XdpAttached::Driver)?;
-        }
         if let Some(dir) = &lasting {
             full_path::keep(&self.ebpf, dir, prog_id, previous.map(|p| p.id))?;
         }
