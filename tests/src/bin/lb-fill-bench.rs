@@ -20,6 +20,11 @@
 //!
 //! Run as root: `cargo run --release -p lb-tests --bin lb-fill-bench -- [--flows N]
 //! [--table N] [--rounds R] [--calls N]`.
+//!
+//! `--memory` instead prints the bytes the kernel charges (`memlock`) per flow the
+//! tables are sized for: lb's `LB_FLOWS`, `LB_NAT` and `LB_SOURCES` for `--table N`
+//! flows, next to Katran's LRU flow table and Cilium's IPv4 conntrack and SNAT maps of
+//! `N` entries each, all created on this kernel.
 
 use std::net::IpAddr;
 
@@ -36,7 +41,10 @@ use lb_common::{
     table::{FlowBucket, SLOT_LIVE, TableLayout, find_way, free_word},
 };
 use lb_tests::{
-    bpf::{lab, object::flow_key},
+    bpf::{
+        lab,
+        object::{flow_key, map_footprint},
+    },
     traffic::packet::{Frame, TCP_ACK, TCP_SYN},
 };
 
@@ -45,6 +53,9 @@ const XDP_TX: u32 = 3;
 /// Calls per block; blocks alternate program / floor.
 const BLOCK: usize = 2_000;
 const LRU: &str = "LBR_LRU";
+/// Cilium's maps for the memory comparison (`lb-ebpf/src/lab/anchor_maps.rs`).
+const CILIUM_CT: &str = "LBR_CILIUM_CT4";
+const CILIUM_SNAT: &str = "LBR_CILIUM_SNAT4";
 const VIP: [u8; 4] = [10, 0, 0, 100];
 
 struct Opts {
@@ -52,6 +63,7 @@ struct Opts {
     table: u32,
     rounds: usize,
     calls: usize,
+    memory: bool,
 }
 
 /// One case: its program and its packets. A drop (`XDP_DROP`: the lookup of an
@@ -74,6 +86,9 @@ struct Sample {
 
 fn main() -> anyhow::Result<()> {
     let opts = parse_args()?;
+    if opts.memory {
+        return memory(opts.table);
+    }
     lb_tests::bench::cpu::pin_self(0).context("pinning to CPU 0")?;
     let (flow_seed, nat_seed) = random_seeds()?;
     let sizes = MapSizes::default()
@@ -316,14 +331,57 @@ fn remove_flows(obj: &mut Ebpf, layout: &TableLayout, keys: &[FlowKey]) -> anyho
     Ok(())
 }
 
+/// `--memory`: bytes per flow of lb's tables and of Katran's and Cilium's maps, sized
+/// for `table` flows (entries) on this kernel.
+fn memory(table: u32) -> anyhow::Result<()> {
+    let sizes = MapSizes::default()
+        .with_flows(table)
+        .context("--table: 1024..=16777216")?;
+    let mut loader = EbpfLoader::new();
+    sizes.apply(&mut loader);
+    for name in [LRU, CILIUM_CT, CILIUM_SNAT] {
+        loader.map_max_entries(name, table);
+    }
+    let obj = loader
+        .load(lab::OBJECT)
+        .context("loading the lab object (root?)")?;
+    let per = |name: &str| {
+        let (entries, bytes) = map_footprint(&obj, name);
+        (bytes as f64 / f64::from(sizes.max_flows()), entries, bytes)
+    };
+    println!(
+        "bytes the kernel charges per flow, tables for {} flows:",
+        sizes.max_flows()
+    );
+    let mut lb_total = 0.0;
+    for name in [map_names::FLOWS, map_names::NAT, map_names::SOURCES] {
+        let (b, entries, bytes) = per(name);
+        lb_total += b;
+        println!("  lb {name:<16} {b:>7.1} B   ({entries} entries, {bytes} B)");
+    }
+    println!("  lb, every table     {lb_total:>7.1} B");
+    let (katran, ..) = per(LRU);
+    let (ct, ..) = per(CILIUM_CT);
+    let (snat, ..) = per(CILIUM_SNAT);
+    println!("  Katran LRU_HASH 40/16 B            {katran:>7.1} B per flow");
+    println!("  Cilium conntrack HASH 16/56 B      {ct:>7.1} B per connection");
+    println!("  Cilium SNAT HASH 16/40 B           {snat:>7.1} B per entry");
+    println!(
+        "  Cilium nat connection (CT + 2 SNAT) {:>6.1} B",
+        ct + 2.0 * snat
+    );
+    Ok(())
+}
+
 fn parse_args() -> anyhow::Result<Opts> {
-    const USAGE: &str =
-        "usage: lb-fill-bench [--flows N] [--table N] [--rounds R] [--calls N] (as root)";
+    const USAGE: &str = "usage: lb-fill-bench [--flows N] [--table N] [--rounds R] [--calls N] \
+                         | [--table N] --memory (as root)";
     let mut opts = Opts {
         flows: 1_000_000,
         table: 1 << 20,
         rounds: 5,
         calls: 20_000,
+        memory: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -338,6 +396,7 @@ fn parse_args() -> anyhow::Result<Opts> {
             "--table" => opts.table = value()?.try_into()?,
             "--rounds" => opts.rounds = value()?.try_into()?,
             "--calls" => opts.calls = value()?.try_into()?,
+            "--memory" => opts.memory = true,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }

@@ -303,25 +303,7 @@ impl Lb {
     /// Map `name` as the kernel created it: (max_entries, bytes it charges, from
     /// `memlock:` in the descriptor's `/proc/self/fdinfo`).
     pub fn map_footprint(&self, name: &str) -> (u32, u64) {
-        use std::os::fd::{AsFd, AsRawFd};
-        let map = self.ebpf.map(name).unwrap_or_else(|| panic!("map {name}"));
-        let data = match map {
-            aya::maps::Map::Array(d)
-            | aya::maps::Map::HashMap(d)
-            | aya::maps::Map::LruHashMap(d)
-            | aya::maps::Map::PerCpuArray(d) => d,
-            _ => panic!("{name}: not an array or hash"),
-        };
-        let entries = data.info().expect("map info").max_entries();
-        let fd = data.fd().as_fd().as_raw_fd();
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
-            .expect("reading the map's fdinfo");
-        let memlock = info
-            .lines()
-            .find_map(|l| l.strip_prefix("memlock:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no memlock in fdinfo: {info}"));
-        (entries, memlock)
+        map_footprint(&self.ebpf, name)
     }
 
     /// Runs program `name` once on `packet`.
@@ -970,4 +952,28 @@ fn verifier_log(e: &ProgramError) -> String {
         }
         other => format!("{other:#?}"),
     }
+}
+
+/// Map `name` of `ebpf`: its entries and the bytes the kernel charges for it (`memlock`
+/// in its fdinfo).
+pub fn map_footprint(ebpf: &aya::Ebpf, name: &str) -> (u32, u64) {
+    use std::os::fd::{AsFd, AsRawFd};
+    let map = ebpf.map(name).unwrap_or_else(|| panic!("map {name}"));
+    let data = match map {
+        aya::maps::Map::Array(d)
+        | aya::maps::Map::HashMap(d)
+        | aya::maps::Map::LruHashMap(d)
+        | aya::maps::Map::PerCpuArray(d) => d,
+        _ => panic!("{name}: not an array or hash"),
+    };
+    let entries = data.info().expect("map info").max_entries();
+    let fd = data.fd().as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .expect("reading the map's fdinfo");
+    let memlock = info
+        .lines()
+        .find_map(|l| l.strip_prefix("memlock:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no memlock in fdinfo: {info}"));
+    (entries, memlock)
 }

@@ -3,7 +3,7 @@
 //! `lbt_*`), the lab object (`lb_tests::bpf::lab::OBJECT`, lb-ebpf's `lab` feature) has them
 //! and every program of the product's; and the lab's reflector does what the benchmarks
 //! take as their floor; the lab's LRU table (Katran's, for `lb-fill-bench`) hits what it
-//! inserted.
+//! inserted, and the maps it weighs lb's memory against have their products' sizes.
 
 use std::collections::BTreeSet;
 
@@ -92,6 +92,38 @@ fn the_lab_reflector_swaps_the_macs_and_transmits() {
         &f.clone().macs(LB_MAC, CLIENT_MAC).bytes(),
         &out,
     );
+}
+
+/// The maps `lb-fill-bench --memory` weighs lb's tables against have the key and value
+/// sizes of the products they stand for: Cilium's IPv4 conntrack (16 / 56 B) and SNAT
+/// (16 / 40 B) maps, Katran's flow table (40 / 16 B).
+#[test]
+fn the_lab_anchor_maps_have_the_products_sizes() {
+    let ebpf = EbpfLoader::new()
+        .map_max_entries(map_names::FLOWS, 64)
+        .map_max_entries(map_names::NAT, 64)
+        .map_max_entries("LBR_LRU", 64)
+        .load(lab::OBJECT)
+        .expect("loading the lab object");
+    for (name, key, value) in [
+        ("LBR_CILIUM_CT4", 16, 56),
+        ("LBR_CILIUM_SNAT4", 16, 40),
+        ("LBR_LRU", 40, 16),
+    ] {
+        let map = ebpf
+            .map(name)
+            .unwrap_or_else(|| panic!("{name} in the lab object"));
+        let data = match map {
+            aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d,
+            _ => panic!("{name}: a hash map"),
+        };
+        let info = data.info().expect("map info");
+        assert_eq!(
+            (info.key_size(), info.value_size()),
+            (key, value),
+            "{name}: key and value sizes"
+        );
+    }
 }
 
 #[test]
