@@ -52,6 +52,8 @@ pub struct ClusterNode {
     members_dirty: bool,
     /// Members (bit by index) whose MAC the last lookup did not find (logged once).
     unresolved: u32,
+    /// Next-hop moves followed since the agent started.
+    hop_moves_followed: u64,
 }
 
 impl ClusterNode {
@@ -70,6 +72,7 @@ impl ClusterNode {
             members,
             members_dirty: true,
             unresolved: 0,
+            hop_moves_followed: 0,
         }
     }
 
@@ -168,6 +171,7 @@ impl ClusterNode {
     pub fn status(&self) -> cluster::ClusterStatus {
         let count = usize::from(self.members.hop_move_count);
         cluster::ClusterStatus {
+            next_hop_moves_followed: self.hop_moves_followed,
             next_hop_moves: self.members.hop_moves[..count]
                 .iter()
                 .map(|m| cluster::NextHopMove {
@@ -276,6 +280,7 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         }
         node.client_macs.follow(&moves);
         node.add_hop_moves(&moves);
+        node.hop_moves_followed += moves.len() as u64;
         node.write_members();
         for m in &moves {
             info!(old = %fmt_mac(m.old), new = %fmt_mac(m.new), "a neighbour moved to another MAC; replies taken over that named the old one follow it");

@@ -1,5 +1,6 @@
 //! `/metrics` for the cluster component (with `[cluster]`): each peer's state, records
-//! and lag, the refusals by reason, the datagrams no connection took.
+//! and lag, the refusals by reason, the datagrams no connection took, the next-hop moves
+//! followed.
 
 use super::metrics::{header, line};
 use crate::cluster::{ClusterStatus, PeerState, PeerStatus};
@@ -118,6 +119,18 @@ pub(super) fn render(o: &mut String, c: &ClusterStatus) {
         &[],
         c.stray_datagrams as f64,
     );
+    header(
+        o,
+        "lb_cluster_next_hop_moves_total",
+        "counter",
+        "neighbours on the attached interface seen answering from another MAC, whose move replies follow",
+    );
+    line(
+        o,
+        "lb_cluster_next_hop_moves_total",
+        &[],
+        c.next_hop_moves_followed as f64,
+    );
 }
 
 #[cfg(test)]
@@ -156,6 +169,7 @@ mod tests {
             },
             stray_datagrams: 9,
             next_hop_moves: Vec::new(),
+            next_hop_moves_followed: 2,
         };
         let mut text = String::new();
         render(&mut text, &status);
@@ -171,6 +185,7 @@ mod tests {
             "lb_cluster_refused_total{reason=\"wrong_key\"} 1",
             "lb_cluster_refused_total{reason=\"malformed\"} 4",
             "lb_cluster_stray_datagrams_total 9",
+            "lb_cluster_next_hop_moves_total 2",
         ] {
             assert!(text.contains(want), "{want} missing from\n{text}");
         }

@@ -253,6 +253,7 @@ impl Cluster {
             refused: self.shared.refusals.status(),
             stray_datagrams: self.shared.stray_datagrams(),
             next_hop_moves: Vec::new(),
+            next_hop_moves_followed: 0,
         }
     }
 }

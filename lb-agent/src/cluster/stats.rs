@@ -190,6 +190,9 @@ pub struct ClusterStatus {
     /// first; `LB_CLUSTER` holds them).
     #[serde(default)]
     pub next_hop_moves: Vec<NextHopMove>,
+    /// Next-hop moves followed since the agent started.
+    #[serde(default)]
+    pub next_hop_moves_followed: u64,
 }
 
 /// A neighbour's move from one MAC to another, as the status page shows it.
