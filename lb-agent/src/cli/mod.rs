@@ -323,14 +323,18 @@ impl From<XdpModeArg> for AttachMode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` overrides the default `info` level.
-/// Logs to stderr at `RUST_LOG`'s levels (default `info`) in `format`. Text has colour
-/// only when stderr is a terminal and `NO_COLOR` is unset, so files and journald get
-/// plain lines.
+/// `info`, but for the netlink library's warning about an answer that came after its
+/// request was given up: the agent bounds its neighbour lookups (a few milliseconds in
+/// the event loop) and asks again later, so a late answer is expected, not a fault.
+const DEFAULT_LOG_FILTER: &str = "info,netlink_proto::connection=error";
+
+/// Logs to stderr at `RUST_LOG`'s levels (default [`DEFAULT_LOG_FILTER`]) in `format`.
+/// Text has colour only when stderr is a terminal and `NO_COLOR` is unset, so files and
+/// journald get plain lines.
 pub fn init_logging(format: lb_agent::config::LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -464,4 +468,15 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .build()
         .expect("a current-thread runtime")
         .block_on(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DEFAULT_LOG_FILTER;
+
+    #[test]
+    fn the_default_log_filter_parses() {
+        tracing_subscriber::EnvFilter::try_new(DEFAULT_LOG_FILTER)
+            .expect("every directive of the default filter is valid");
+    }
 }
