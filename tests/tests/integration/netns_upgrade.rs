@@ -312,12 +312,19 @@ fn schema_change(forwarding: Forwarding, subnet: u8, map: &'static str, survive:
         kept.failures.len(),
         kept.kept_backend
     );
-    if map == map_names::NAT {
-        // As the warning says, a reverse entry is made again from the flow's next client
-        // packet: a connection whose handshake went through the previous program and
-        // whose greeting (the backend speaks first) arrives after the swap waits for a
-        // client packet that this client does not send before the greeting. Only a
-        // connection opened in the instant of the swap can be caught so.
+    // A connection whose handshake spans the swap can be caught by it, in two ways:
+    // - a fresh LB_NAT: as the warning says, a reverse entry is made again from the
+    //   flow's next client packet; a connection whose handshake went through the previous
+    //   program and whose greeting (the backend speaks first) arrives after the swap waits
+    //   for a client packet that this client does not send before the greeting;
+    // - a fresh LB_FLOWS in nat: the SYN's flow entry (its source port) is gone, so the
+    //   client's ACK, a segment of a connection the new table does not know, is dropped
+    //   (packet rule: no flow for a nat TCP segment but a SYN), as for an established
+    //   connection, and the greeting never comes.
+    // Only a connection opened in the instant of the swap can be caught so.
+    let caught_at_the_swap =
+        map == map_names::NAT || (map == map_names::FLOWS && forwarding == Forwarding::Nat);
+    if caught_at_the_swap {
         assert!(
             tally.attempted > 100
                 && tally.failures.len() <= 2
