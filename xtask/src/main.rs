@@ -55,8 +55,9 @@ enum Cmd {
     /// info in target/dist.
     Dist,
     /// Run every test: unit tests, BPF_PROG_TEST_RUN fixtures, network-namespace scenarios
-    /// (the last two need root). lb-tests' binaries run as separate processes, up to
-    /// three at a time as their classes allow (xtask/src/test_classes.rs).
+    /// (the last two need root), the package, and in a whole run the supply-chain check.
+    /// lb-tests' binaries run as separate processes, up to four at a time as their
+    /// classes allow (xtask/src/test_classes.rs).
     Test {
         /// Extra arguments as `cargo test` takes them: cargo options (`--test NAME`
         /// picks the package that has it), a test name filter, `-- <binary args>`.
@@ -242,13 +243,11 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
         cargo(&unit)?;
     }
     require_root("BPF fixtures and namespace scenarios need root")?;
-    // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests,
-    // and the package the packaging test installs (target/dist).
+    // Build the binaries the scenarios run (lb-agent, lb-testserver) before the tests.
+    // The package the packaging test installs and the previous release the upgrade
+    // scenario replaces are built beside the tests, at idle priority, and those two wait
+    // for them (xtask/src/test_classes.rs, `BUILDS`).
     cargo(&["build", "--workspace", "--bins"])?;
-    dist::run(root, &target_dir(root))?;
-    // The previous release the upgrade scenario replaces and rolls back to (built once,
-    // minutes; outside the test's own timeouts).
-    prev_release::build(root, &target_dir(root))?;
     let bins = match &root_side {
         Some(args) => test_runner::split_modules(
             test_runner::build(Path::new("cargo"), &channel, args)?,

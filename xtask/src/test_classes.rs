@@ -18,6 +18,11 @@
 //!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does), or
 //!   fails on any neighbour's stall: nothing runs beside it, except, for a binary of
 //!   [`ALONE_TOGETHER`], its own other tests.
+//!
+//! Besides the tests' classes there is one for the [`BUILDS`] some jobs need: a build
+//! runs at idle CPU priority (`SCHED_IDLE`: it gets only what the tests leave of the
+//! CPUs), one at a time, beside anything once no alone job is left to run; a job that
+//! needs it waits until it has ended.
 
 /// The integration binary (`tests/tests/integration/`), whose top-level modules the
 /// runner schedules as binaries.
@@ -30,6 +35,8 @@ pub enum Class {
     Waiting,
     Timed,
     Alone,
+    /// One of the [`BUILDS`], not a test.
+    Build,
 }
 
 impl Class {
@@ -39,6 +46,7 @@ impl Class {
             Class::Waiting => "wait",
             Class::Timed => "timed",
             Class::Alone => "alone",
+            Class::Build => "build",
         }
     }
 }
@@ -219,6 +227,42 @@ const ALONE_TOGETHER: &[(&str, &str)] = &[(
      mostly waits (about 18 s of CPU in 85 s): the two together use under half of the \
      machine's two cores, and a stall from outside them is still kept out",
 )];
+
+/// A build that `cargo xtask test` runs beside the tests, in the [`Class::Build`] lane.
+pub struct Build {
+    /// The job's name in the output and the table.
+    pub name: &'static str,
+    /// The `cargo xtask` command that does it.
+    pub command: &'static str,
+    /// The binaries (or integration modules) whose jobs wait for it; none: a check of a
+    /// whole run, which no job needs.
+    pub needed_by: &'static [&'static str],
+}
+
+/// The builds beside the tests, in the order they run: the one the longest job needs
+/// first.
+pub const BUILDS: &[Build] = &[
+    Build {
+        name: "build: the previous release (cargo xtask prev-release)",
+        command: "prev-release",
+        needed_by: &["netns_upgrade"],
+    },
+    Build {
+        name: "build: the package (cargo xtask dist)",
+        command: "dist",
+        needed_by: &["package_install"],
+    },
+    Build {
+        name: "check: the supply chain (cargo xtask supply-chain)",
+        command: "supply-chain",
+        needed_by: &[],
+    },
+];
+
+/// The build of [`BUILDS`] binary `name`'s jobs wait for, if any.
+pub fn build_for(name: &str) -> Option<&'static Build> {
+    BUILDS.iter().find(|b| b.needed_by.contains(&name))
+}
 
 /// The class of test binary `name` (a `tests/*.rs` target; the lib's and the bins' own
 /// unit tests are `lb-tests(lib)` and `lb-tests(bin NAME)`).

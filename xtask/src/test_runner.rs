@@ -1,8 +1,9 @@
 //! The root half of `cargo xtask test`: lb-tests' binaries, built once, run as separate
 //! processes (a waiting binary's tests each as its own), up to four at a time as their
-//! classes allow ([`crate::test_classes`]). Each job's output is captured and printed
-//! whole when it ends; a table of every job's wall time, CPU time and result closes the
-//! run, and the next run starts the longest jobs of this one first.
+//! classes allow ([`crate::test_classes`]), and beside them, at idle CPU priority, the
+//! builds some of them need. Each job's output is captured and printed whole when it
+//! ends; a table of every job's wall time, CPU time and result closes the run, and the
+//! next run starts the longest jobs of this one first.
 
 use std::{
     collections::BTreeMap,
@@ -340,10 +341,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     if let Some(unit) = plan.unit {
         queue.push(Job {
             name: UNIT_JOB.into(),
-            lane: Lane {
-                class: Class::Light,
-                binary: UNIT_JOB.into(),
-            },
+            lane: Lane::new(Class::Light, UNIT_JOB),
             cmd: unit,
         });
     }
@@ -362,6 +360,7 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         let lane = Lane {
             class,
             binary: bin.name.clone(),
+            after: test_classes::build_for(&bin.name).map(|b| b.name.to_owned()),
         };
         // A module of the integration binary: its tests by exact name, those a filter from
         // the command line selects (as cargo would select them).
@@ -417,16 +416,19 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
             });
         }
     }
+    let whole_run = plan.extra.cargo.is_empty() && plan.extra.binary.is_empty();
+    queue.extend(builds(plan.root, &queue, whole_run));
     test_schedule::order(&mut queue, &test_schedule::last_walls(&logs));
     let count = |c: Class| queue.iter().filter(|j| j.lane.class == c).count();
     println!(
         "xtask test: {} alone, {} timed (one at a time), {} waiting ({WAITING_AT_ONCE} at a \
-         time), {} light (one at a time beside them); output of each printed when it ends \
-         (logs in {})",
+         time), {} light (one at a time beside them), {} builds (at idle CPU priority once \
+         the alone jobs are done); output of each printed when it ends (logs in {})",
         count(Class::Alone),
         count(Class::Timed),
         count(Class::Waiting),
         count(Class::Light),
+        count(Class::Build),
         logs.display()
     );
 
@@ -469,6 +471,36 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
         bail!("{} test job(s) failed: {}", failed.len(), failed.join(", "));
     }
     Ok(())
+}
+
+/// The jobs of the [`test_classes::BUILDS`] that `queue`'s jobs wait for, and in a whole
+/// run the checks no job needs. Each is its `cargo xtask` command, run from `root` as a
+/// user runs it (the workspace build before the tests may have replaced this very
+/// binary) under `chrt --idle 0` (`SCHED_IDLE`, inherited by every process it starts:
+/// the compilers get only the CPU time the tests leave).
+fn builds(root: &Path, queue: &[Job], whole_run: bool) -> Vec<Job> {
+    test_classes::BUILDS
+        .iter()
+        .filter(|b| {
+            let waited_for = queue
+                .iter()
+                .any(|j| j.lane.after.as_deref() == Some(b.name));
+            waited_for || (b.needed_by.is_empty() && whole_run)
+        })
+        .map(|b| {
+            let mut cmd = Command::new("chrt");
+            cmd.args(["--idle", "0", "cargo", "xtask", b.command])
+                .current_dir(root)
+                .env_remove("RUSTUP_TOOLCHAIN")
+                .env_remove("CARGO")
+                .env_remove("RUSTC");
+            Job {
+                name: b.name.to_owned(),
+                lane: Lane::new(Class::Build, b.name),
+                cmd,
+            }
+        })
+        .collect()
 }
 
 /// The tests of `all` that the command line's binary arguments select (every test when
@@ -563,7 +595,11 @@ fn run_job(mut job: Job, logs: &Path, print: &Mutex<()>) -> Outcome {
         Ok(ok) => (ok, String::new()),
         Err(e) => (false, format!("xtask test: {e:#}\n")),
     };
-    let summary = summarize(&text);
+    let summary = if job.lane.class == Class::Build {
+        "a build, not a test".to_owned()
+    } else {
+        summarize(&text)
+    };
     let _guard = print.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = std::io::stdout().lock();
     let _ = writeln!(

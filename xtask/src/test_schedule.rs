@@ -1,10 +1,11 @@
 //! Which job of `cargo xtask test` runs when: the classes' rules for what may run
-//! beside what ([`may_start`]), the queue the workers share ([`Board`]), and the order
-//! of that queue ([`order`]: the alone jobs first, then the longest of the last whole
-//! run, whose wall times [`keep_walls`] writes and [`last_walls`] reads back).
+//! beside what ([`may_start`]), the queue the workers share ([`Board`]: a job waits for
+//! the build it needs), and the order of that queue ([`order`]: the alone jobs first,
+//! then the builds, then the longest of the last whole run, whose wall times
+//! [`keep_walls`] writes and [`last_walls`] reads back).
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     path::Path,
     sync::{Condvar, Mutex},
     time::Duration,
@@ -12,11 +13,24 @@ use std::{
 
 use crate::test_classes::{self, Class};
 
-/// What the scheduler knows of a job: its class and the binary it belongs to.
+/// What the scheduler knows of a job: its class, the binary it belongs to (a build's
+/// own name for a build), and the build it waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lane {
     pub class: Class,
     pub binary: String,
+    pub after: Option<String>,
+}
+
+impl Lane {
+    /// A job of `binary` in `class` that waits for nothing.
+    pub fn new(class: Class, binary: impl Into<String>) -> Lane {
+        Lane {
+            class,
+            binary: binary.into(),
+            after: None,
+        }
+    }
 }
 
 /// A job the [`Board`] hands out: its lane and its name.
@@ -28,15 +42,17 @@ pub trait Scheduled {
 /// Waiting jobs at once at most.
 pub const WAITING_AT_ONCE: usize = 3;
 
-/// Jobs at once at most: the waiting ones and one light.
-pub const WORKERS: usize = WAITING_AT_ONCE + 1;
+/// Jobs at once at most: the waiting ones, one light and one build.
+pub const WORKERS: usize = WAITING_AT_ONCE + 2;
 
 /// Whether `job` may start beside the jobs `running`:
 /// - light: one at a time, beside anything but an alone job;
 /// - timed: no other timed or waiting job beside it (light ones may run);
 /// - waiting: beside at most two other waiting jobs (and a light one);
 /// - alone: nothing beside it, but the other tests of its own binary where that binary
-///   allows it ([`test_classes::beside_itself`]).
+///   allows it ([`test_classes::beside_itself`]);
+/// - build: beside anything but an alone job, one at a time (and only once no alone job
+///   is left to start: [`pick`]).
 pub fn may_start(job: &Lane, running: &[Lane]) -> bool {
     let n = |c: Class| running.iter().filter(|r| r.class == c).count();
     if job.class == Class::Alone {
@@ -50,27 +66,46 @@ pub fn may_start(job: &Lane, running: &[Lane]) -> bool {
         Class::Light => n(Class::Light) == 0,
         Class::Timed => n(Class::Timed) + n(Class::Waiting) == 0,
         Class::Waiting => n(Class::Timed) == 0 && n(Class::Waiting) < WAITING_AT_ONCE,
+        Class::Build => n(Class::Build) == 0,
         Class::Alone => unreachable!("handled above"),
     }
 }
 
-/// The index of the first job in `queue` that may start beside `running`.
-pub fn pick(queue: &[Lane], running: &[Lane]) -> Option<usize> {
-    queue.iter().position(|j| may_start(j, running))
+/// The index of the first job in `queue` that may start beside `running`: one whose
+/// build has ended (is not in `unbuilt`), and a build only once no alone job is queued
+/// or running.
+pub fn pick(queue: &[Lane], running: &[Lane], unbuilt: &HashSet<String>) -> Option<usize> {
+    let alone_left = queue.iter().chain(running).any(|l| l.class == Class::Alone);
+    queue.iter().position(|j| {
+        let built = j.after.as_ref().is_none_or(|b| !unbuilt.contains(b));
+        built && !(j.class == Class::Build && alone_left) && may_start(j, running)
+    })
 }
 
 /// Sorts `queue` into the order the workers take it: the alone jobs first, while the
-/// machine is empty anyway; then the rest, longest first by the last whole run's wall
-/// times `last` (jobs it does not list first, then name order), so that no long job
-/// starts at the end (each worker takes the first job the others' classes let it start).
+/// machine is empty anyway; then the builds, in the order they were queued, to start as
+/// soon as the alone jobs are done; then the rest, longest first by the last whole run's
+/// wall times `last` (jobs it does not list first, then name order), so that no long
+/// job starts at the end (each worker takes the first job the others' classes let it
+/// start).
 pub fn order<T: Scheduled>(queue: &mut [T], last: &HashMap<String, f64>) {
+    let rank = |j: &T| match j.lane().class {
+        Class::Alone => 0,
+        Class::Build => 1,
+        _ => 2,
+    };
     queue.sort_by(|a, b| {
-        let alone = |j: &T| j.lane().class != Class::Alone;
         let longest = |j: &T| std::cmp::Reverse(last.get(j.name()).copied().unwrap_or(f64::MAX));
-        alone(a)
-            .cmp(&alone(b))
-            .then(longest(a).partial_cmp(&longest(b)).expect("no NaN"))
-            .then(a.name().cmp(b.name()))
+        rank(a).cmp(&rank(b)).then_with(|| {
+            if rank(a) == 1 {
+                // Builds keep their order (the sort is stable).
+                return std::cmp::Ordering::Equal;
+            }
+            longest(a)
+                .partial_cmp(&longest(b))
+                .expect("no NaN")
+                .then(a.name().cmp(b.name()))
+        })
     });
 }
 
@@ -111,15 +146,24 @@ pub struct Board<T> {
 struct BoardState<T> {
     queue: VecDeque<T>,
     running: Vec<Lane>,
+    /// The builds queued or running: the jobs that wait for one of them may not start.
+    unbuilt: HashSet<String>,
 }
 
 impl<T: Scheduled> Board<T> {
     /// A board with `queue`, taken in its order.
     pub fn new(queue: impl IntoIterator<Item = T>) -> Self {
+        let queue: VecDeque<T> = queue.into_iter().collect();
+        let unbuilt = queue
+            .iter()
+            .filter(|j| j.lane().class == Class::Build)
+            .map(|j| j.lane().binary.clone())
+            .collect();
         Board {
             state: Mutex::new(BoardState {
-                queue: queue.into_iter().collect(),
+                queue,
                 running: Vec::new(),
+                unbuilt,
             }),
             changed: Condvar::new(),
         }
@@ -134,21 +178,26 @@ impl<T: Scheduled> Board<T> {
                 return None;
             }
             let lanes: Vec<Lane> = st.queue.iter().map(|j| j.lane().clone()).collect();
-            if let Some(i) = pick(&lanes, &st.running) {
+            if let Some(i) = pick(&lanes, &st.running, &st.unbuilt) {
                 let job = st.queue.remove(i).expect("picked from the queue");
                 st.running.push(job.lane().clone());
                 return Some(job);
             }
-            // Something runs (with nothing running every class may start): wait for it.
+            // Something runs (with nothing running every class may start, and a job
+            // waits only for a build queued or running): wait for it.
             st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// The job of `lane` has ended.
+    /// The job of `lane` has ended (a build: whether or not it succeeded, the jobs that
+    /// wait for it may start, and fail on their own if it left nothing).
     pub fn done(&self, lane: &Lane) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = st.running.iter().position(|r| r == lane) {
             st.running.remove(i);
+        }
+        if lane.class == Class::Build {
+            st.unbuilt.remove(&lane.binary);
         }
         self.changed.notify_all();
     }
@@ -168,10 +217,7 @@ mod tests {
 
     /// A job of class `class` from binary `binary`.
     fn lane(class: Class, binary: &str) -> Lane {
-        Lane {
-            class,
-            binary: binary.into(),
-        }
+        Lane::new(class, binary)
     }
 
     /// Jobs of each class from binaries of their own.
@@ -226,13 +272,17 @@ mod tests {
         use Class::*;
         // A timed job waits while waiting ones run; the light job behind it goes first.
         let full = [Waiting, Waiting, Waiting];
-        assert_eq!(pick(&lanes(&[Timed, Light]), &lanes(&full)), Some(1));
+        let none = HashSet::new();
+        assert_eq!(pick(&lanes(&[Timed, Light]), &lanes(&full), &none), Some(1));
         assert_eq!(
-            pick(&lanes(&[Timed, Waiting]), &lanes(&[Waiting, Light])),
+            pick(&lanes(&[Timed, Waiting]), &lanes(&[Waiting, Light]), &none),
             Some(1)
         );
-        assert_eq!(pick(&lanes(&[Alone, Timed]), &lanes(&[Light])), Some(1));
-        assert_eq!(pick(&lanes(&[Alone, Light]), &lanes(&[Alone])), None);
+        assert_eq!(
+            pick(&lanes(&[Alone, Timed]), &lanes(&[Light]), &none),
+            Some(1)
+        );
+        assert_eq!(pick(&lanes(&[Alone, Light]), &lanes(&[Alone]), &none), None);
     }
 
     /// A job of the tests below.
@@ -287,19 +337,107 @@ mod tests {
     }
 
     #[test]
-    fn alone_jobs_go_first_then_the_longest_of_the_last_run() {
+    fn alone_jobs_go_first_then_the_builds_then_the_longest_of_the_last_run() {
         use Class::*;
         let job = |name: &str, class| Named(name.into(), lane(class, name));
         let mut queue = vec![
             job("short", Waiting),
+            job("release", Build),
             job("new", Light),
+            job("package", Build),
             job("long", Waiting),
             job("chaos", Alone),
         ];
-        let last = HashMap::from([("short".to_owned(), 3.0), ("long".to_owned(), 60.0)]);
+        let last = HashMap::from([
+            ("short".to_owned(), 3.0),
+            ("long".to_owned(), 60.0),
+            ("package".to_owned(), 200.0),
+            ("release".to_owned(), 20.0),
+        ]);
         order(&mut queue, &last);
         let names: Vec<&str> = queue.iter().map(|j| j.name()).collect();
-        assert_eq!(names, ["chaos", "new", "long", "short"]);
+        assert_eq!(
+            names,
+            ["chaos", "release", "package", "new", "long", "short"]
+        );
+    }
+
+    #[test]
+    fn a_build_waits_for_the_alone_jobs_and_its_jobs_wait_for_it() {
+        use Class::*;
+        let build = lane(Build, "package");
+        let mut install = lane(Timed, "package_install");
+        install.after = Some("package".into());
+        let unbuilt = HashSet::from(["package".to_owned()]);
+        // No build while an alone job is queued or runs; a build beside anything else.
+        assert_eq!(
+            pick(
+                std::slice::from_ref(&build),
+                &[lane(Alone, "chaos")],
+                &unbuilt
+            ),
+            None
+        );
+        assert_eq!(
+            pick(&[lane(Alone, "chaos"), build.clone()], &[], &unbuilt),
+            Some(0)
+        );
+        assert_eq!(
+            pick(
+                std::slice::from_ref(&build),
+                &lanes(&[Waiting, Waiting, Waiting, Light]),
+                &unbuilt
+            ),
+            Some(0)
+        );
+        assert!(!may_start(&build, std::slice::from_ref(&build)));
+        // A build takes no place of the tests' lanes.
+        assert!(may(Light, &[Build]) && may(Timed, &[Build]) && !may(Alone, &[Build]));
+        // The job that needs it waits until it has ended, whatever else could start.
+        assert_eq!(
+            pick(
+                std::slice::from_ref(&install),
+                std::slice::from_ref(&build),
+                &unbuilt
+            ),
+            None
+        );
+        assert_eq!(pick(&[install], &[], &HashSet::new()), Some(0));
+    }
+
+    #[test]
+    fn a_job_waiting_for_a_build_runs_after_it_through_the_board() {
+        use Class::*;
+        let mut install = lane(Timed, "package_install");
+        install.after = Some("package".into());
+        let queue = vec![
+            Named("install".into(), install),
+            Named("chaos".into(), lane(Alone, "chaos")),
+            Named("package".into(), lane(Build, "package")),
+            Named("wait".into(), lane(Waiting, "wait")),
+        ];
+        let board = Arc::new(Board::new(queue));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (board, seen) = (board.clone(), seen.clone());
+                thread::spawn(move || {
+                    while let Some(job) = board.take() {
+                        seen.lock().unwrap().push(format!("{} start", job.name()));
+                        thread::sleep(Duration::from_millis(20));
+                        seen.lock().unwrap().push(format!("{} end", job.name()));
+                        board.done(job.lane());
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let seen = seen.lock().unwrap();
+        let at = |e: &str| seen.iter().position(|s| s == e).unwrap();
+        assert!(at("chaos end") < at("package start"), "{seen:?}");
+        assert!(at("package end") < at("install start"), "{seen:?}");
     }
 
     #[test]
