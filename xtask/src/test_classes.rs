@@ -16,13 +16,13 @@
 //!   beside others; no other timed or waiting job runs beside it.
 //! - **alone**: changes what every other process on the machine gets (a real-time hog
 //!   pinned to a CPU, threaded NAPI and paced floods measured as a benchmark does), or
-//!   fails on any neighbour's stall: nothing runs beside it, except, for a binary of
-//!   [`ALONE_TOGETHER`], its own other tests.
+//!   fails on any neighbour's stall: no other test runs beside it, except, for a binary
+//!   of [`ALONE_TOGETHER`], its own other tests.
 //!
 //! Besides the tests' classes there is one for the [`BUILDS`] some jobs need: a build
-//! runs at idle CPU priority (`SCHED_IDLE`: it gets only what the tests leave of the
-//! CPUs), one at a time, beside anything once no alone job is left to run; a job that
-//! needs it waits until it has ended.
+//! runs at idle CPU priority (`SCHED_IDLE`: a test's thread that wakes takes the CPU
+//! from it at once, so it gets only what the tests leave idle), one at a time, beside
+//! any test, alone ones included; a job that needs it waits until it has ended.
 
 /// The integration binary (`tests/tests/integration/`), whose top-level modules the
 /// runner schedules as binaries.

@@ -422,8 +422,8 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     let count = |c: Class| queue.iter().filter(|j| j.lane.class == c).count();
     println!(
         "xtask test: {} alone, {} timed (one at a time), {} waiting ({WAITING_AT_ONCE} at a \
-         time), {} light (one at a time beside them), {} builds (at idle CPU priority once \
-         the alone jobs are done); output of each printed when it ends (logs in {})",
+         time), {} light (one at a time beside them), {} builds (at idle CPU priority beside \
+         the tests); output of each printed when it ends (logs in {})",
         count(Class::Alone),
         count(Class::Timed),
         count(Class::Waiting),

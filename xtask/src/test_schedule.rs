@@ -49,15 +49,19 @@ pub const WORKERS: usize = WAITING_AT_ONCE + 2;
 /// - light: one at a time, beside anything but an alone job;
 /// - timed: no other timed or waiting job beside it (light ones may run);
 /// - waiting: beside at most two other waiting jobs (and a light one);
-/// - alone: nothing beside it, but the other tests of its own binary where that binary
-///   allows it ([`test_classes::beside_itself`]);
-/// - build: beside anything but an alone job, one at a time (and only once no alone job
-///   is left to start: [`pick`]).
+/// - alone: no other test beside it, but the other tests of its own binary where that
+///   binary allows it ([`test_classes::beside_itself`]);
+/// - build: beside anything, one at a time (it runs at idle CPU priority: no test waits
+///   for a CPU because of it).
 pub fn may_start(job: &Lane, running: &[Lane]) -> bool {
     let n = |c: Class| running.iter().filter(|r| r.class == c).count();
+    if job.class == Class::Build {
+        return n(Class::Build) == 0;
+    }
+    let tests = || running.iter().filter(|r| r.class != Class::Build);
     if job.class == Class::Alone {
-        return running.is_empty()
-            || (test_classes::beside_itself(&job.binary) && running.iter().all(|r| *r == *job));
+        return tests().next().is_none()
+            || (test_classes::beside_itself(&job.binary) && tests().all(|r| *r == *job));
     }
     if n(Class::Alone) > 0 {
         return false;
@@ -66,19 +70,15 @@ pub fn may_start(job: &Lane, running: &[Lane]) -> bool {
         Class::Light => n(Class::Light) == 0,
         Class::Timed => n(Class::Timed) + n(Class::Waiting) == 0,
         Class::Waiting => n(Class::Timed) == 0 && n(Class::Waiting) < WAITING_AT_ONCE,
-        Class::Build => n(Class::Build) == 0,
-        Class::Alone => unreachable!("handled above"),
+        Class::Alone | Class::Build => unreachable!("handled above"),
     }
 }
 
-/// The index of the first job in `queue` that may start beside `running`: one whose
-/// build has ended (is not in `unbuilt`), and a build only once no alone job is queued
-/// or running.
+/// The index of the first job in `queue` that may start beside `running` and whose
+/// build has ended (is not in `unbuilt`).
 pub fn pick(queue: &[Lane], running: &[Lane], unbuilt: &HashSet<String>) -> Option<usize> {
-    let alone_left = queue.iter().chain(running).any(|l| l.class == Class::Alone);
     queue.iter().position(|j| {
-        let built = j.after.as_ref().is_none_or(|b| !unbuilt.contains(b));
-        built && !(j.class == Class::Build && alone_left) && may_start(j, running)
+        j.after.as_ref().is_none_or(|b| !unbuilt.contains(b)) && may_start(j, running)
     })
 }
 
@@ -363,36 +363,24 @@ mod tests {
     }
 
     #[test]
-    fn a_build_waits_for_the_alone_jobs_and_its_jobs_wait_for_it() {
+    fn a_build_runs_beside_any_test_and_its_jobs_wait_for_it() {
         use Class::*;
         let build = lane(Build, "package");
         let mut install = lane(Timed, "package_install");
         install.after = Some("package".into());
         let unbuilt = HashSet::from(["package".to_owned()]);
-        // No build while an alone job is queued or runs; a build beside anything else.
-        assert_eq!(
-            pick(
-                std::slice::from_ref(&build),
-                &[lane(Alone, "chaos")],
-                &unbuilt
-            ),
-            None
-        );
-        assert_eq!(
-            pick(&[lane(Alone, "chaos"), build.clone()], &[], &unbuilt),
-            Some(0)
-        );
-        assert_eq!(
-            pick(
-                std::slice::from_ref(&build),
-                &lanes(&[Waiting, Waiting, Waiting, Light]),
-                &unbuilt
-            ),
-            Some(0)
-        );
+        // A build beside any test, alone ones included, but one build at a time.
+        let chaos = lane(Alone, "netns_chaos");
+        assert!(may_start(&build, std::slice::from_ref(&chaos)));
+        assert!(may_start(
+            &build,
+            &lanes(&[Waiting, Waiting, Waiting, Light])
+        ));
         assert!(!may_start(&build, std::slice::from_ref(&build)));
-        // A build takes no place of the tests' lanes.
-        assert!(may(Light, &[Build]) && may(Timed, &[Build]) && !may(Alone, &[Build]));
+        // It takes no place of the tests' lanes, nor keeps an alone job waiting.
+        assert!(may(Light, &[Build]) && may(Timed, &[Build]) && may(Alone, &[Build]));
+        assert!(may_start(&chaos, &[chaos.clone(), build.clone()]));
+        assert!(!may(Light, &[Alone, Build]));
         // The job that needs it waits until it has ended, whatever else could start.
         assert_eq!(
             pick(
@@ -424,6 +412,16 @@ mod tests {
                 thread::spawn(move || {
                     while let Some(job) = board.take() {
                         seen.lock().unwrap().push(format!("{} start", job.name()));
+                        if job.name() == "chaos" {
+                            // The alone job ends only once the build has started beside it
+                            // (or after 10 s, and the order below fails).
+                            for _ in 0..1000 {
+                                if seen.lock().unwrap().iter().any(|s| s == "package start") {
+                                    break;
+                                }
+                                thread::sleep(Duration::from_millis(10));
+                            }
+                        }
                         thread::sleep(Duration::from_millis(20));
                         seen.lock().unwrap().push(format!("{} end", job.name()));
                         board.done(job.lane());
@@ -436,7 +434,10 @@ mod tests {
         }
         let seen = seen.lock().unwrap();
         let at = |e: &str| seen.iter().position(|s| s == e).unwrap();
-        assert!(at("chaos end") < at("package start"), "{seen:?}");
+        // The build starts beside the alone job, which goes first; the waiting job only
+        // after the alone one.
+        assert!(at("package start") < at("chaos end"), "{seen:?}");
+        assert!(at("chaos end") < at("wait start"), "{seen:?}");
         assert!(at("package end") < at("install start"), "{seen:?}");
     }
 
