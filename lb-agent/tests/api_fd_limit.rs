@@ -1,4 +1,4 @@
-//! 2,000 slow connections (issue 12, row 4: one header line every 5 s) against an API
+//! 2,000 slow connections (one header line every 5 s) against an API
 //! whose process runs at a low file limit: the connection cap keeps the API's file
 //! descriptors bounded, so the Unix socket answers, outgoing connections (what probes
 //! open) still succeed, and TCP serves again once the slow clients are cut.

@@ -1,6 +1,6 @@
 //! Probe keys after Angie's: `test` (conditions over status, headers and body), the
 //! `send = "data:…"` form, an http request `body`, and header values read from a file or
-//! an environment variable, never printed (issue 11, items 1 and 7). A binary of its
+//! an environment variable, never printed. A binary of its
 //! own, apart from the config binary: it sets an environment variable, which no thread
 //! of another test may read meanwhile.
 

@@ -1,5 +1,5 @@
-//! A server added through the API meets the config loader's rules (issue 12: the API
-//! accepted port 0, `0.0.0.0`, the VIP itself, backup 4e9): every case is refused by both,
+//! A server added through the API meets the config loader's rules (port 0,
+//! `0.0.0.0`, the VIP itself, backup 4e9): every case is refused by both,
 //! for the same reason.
 
 use std::path::Path;

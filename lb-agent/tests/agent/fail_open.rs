@@ -96,7 +96,7 @@ async fn every_server_failing_without_fail_open_empties_the_table() {
 
 #[tokio::test(start_paused = true)]
 async fn a_server_the_cap_holds_does_not_keep_a_healthy_backup_level_out() {
-    // Issue 8, 6: 2 primaries at 50% — one may be removed, the later failure is held.
+    // 2 primaries at 50% — one may be removed, the later failure is held.
     let mut h = Harness::start(&config("max_unhealthy_percent = 50")).await;
     h.run_for(secs(2)).await;
     let [p1, p2, b1] = all();
@@ -122,7 +122,7 @@ async fn a_server_the_cap_holds_does_not_keep_a_healthy_backup_level_out() {
 
 #[tokio::test(start_paused = true)]
 async fn fail_open_spreads_first_over_servers_out_only_for_passive_checks() {
-    // Issue 8, 4: p1 and p2 fail their probes (provably dead); b1 is only suspected by
+    // p1 and p2 fail their probes (provably dead); b1 is only suspected by
     // a passive signal.
     let mut h = Harness::start(&config("max_fails = 1")).await;
     h.run_for(secs(2)).await;

@@ -1,4 +1,4 @@
-//! Issue 15: a verdict recomputes and publishes only its own service (membership, wanted
+//! A verdict recomputes and publishes only its own service (membership, wanted
 //! description, publisher), and what that leaves in the maps is what a recompute of
 //! every service gives — over random sequences of verdicts, admin changes and reloads.
 

@@ -136,8 +136,8 @@ async fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     assert!(!stale.exists(), "the socket file goes with the agent");
 }
 
-/// Issue 12, row 5: user `nobody` on the host set a server `down`. Now the socket refuses
-/// it (file permissions) and TCP refuses the change (no token).
+/// User `nobody` on the host cannot set a server `down`: the socket refuses it (file
+/// permissions) and TCP refuses the change (no token).
 #[tokio::test]
 async fn user_nobody_cannot_change_a_server() {
     use std::os::unix::process::CommandExt;

@@ -217,7 +217,7 @@ async fn udp_any_reply_passes_without_expect() {
 
 /// `max_response = 0` reads no reply, but the probe still checks the port: a closed one
 /// answers the datagram with an ICMP port-unreachable, which a receive on the connected
-/// socket reports (it used to pass right after the send and never see it).
+/// socket reports (a probe that passed right after the send would never see it).
 #[tokio::test]
 async fn udp_max_response_zero_still_fails_on_a_closed_port() {
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();

@@ -3,7 +3,7 @@
 //! answers), over the in-memory data plane — the first apply of a configuration, and a
 //! reload of the same text. The data plane is sized for the servers (`agent.max_backends`
 //! = N, at least its default; docs/capacity.md), so every server is published: the
-//! agent-side cost of a large configuration (issue 15; BENCHMARKS.md §2).
+//! agent-side cost of a large configuration (BENCHMARKS.md §2).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 

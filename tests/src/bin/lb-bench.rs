@@ -439,7 +439,7 @@ impl Propagation {
         )
     }
 
-    /// The table: header and one row (µs for verdicts, ms for admin changes).
+    /// The report's table: header and one row (µs for verdicts, ms for admin changes).
     fn table(&self) -> String {
         let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);

@@ -14,7 +14,7 @@
 //! The VIP-hit rows send an established packet to a dsr service published into
 //! `LB_VIP_INDEX` (`publish_hit_service`) whose flow is pinned to backend 1: the
 //! established path's parts grown step by step to `lb_xdp` itself on the same packet
-//! (docs/internals/benchmark-log.md §1, "Issue 9, round 7").
+//! (docs/internals/benchmark-log.md §1).
 //!
 //! The cold-line rows (`lbr_line*`) read random cache lines of two `ARRAY`s set to
 //! 150 MiB each at load (`map_max_entries`), each case reaching the first N lines of

@@ -1,4 +1,4 @@
-//! Hostile input (issue 12): frames not addressed to this host, IP/TCP/UDP lengths that
+//! Hostile input: frames not addressed to this host, IP/TCP/UDP lengths that
 //! disagree with the frame, bad IPv4 header checksums, expiring TTLs, impossible sources
 //! and TCP flag combinations. Each is passed untouched or dropped, counted, and takes no
 //! flow entry, no nat source port and no service packet (docs/packet-rules.md).

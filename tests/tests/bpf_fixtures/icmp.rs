@@ -514,7 +514,7 @@ fn icmp_unreachable_from_the_backend_is_believed_only_for_a_pending_handshake() 
     }
 }
 
-/// Issue 12, row 1: a client forges port unreachable to the lb address quoting
+/// A client forges port unreachable to the lb address quoting
 /// `snat:P -> backend:port` for every P of the snat range. None is believed or
 /// translated; the ones that hit a live flow are counted `icmp_ignored`.
 #[test]

@@ -693,12 +693,11 @@ fn allocation_takes_a_fresh_port_before_a_reclaimable_one() {
     );
 }
 
-/// A new flow's candidates are distinct pairs whatever its hash. The stride used to be
-/// drawn from the whole space (`1 + (h >> 16) % (total - 1)`): a client whose hash drew
-/// half the space tried 2 pairs 4 times each and, with those 2 held by other clients, was
-/// refused while most pairs were free (`netns_traffic_backup` lost one connection so in
-/// CI; 23 of a Linux client's 28,232 ephemeral ports drew such a short cycle toward one
-/// VIP with 10,000 ports).
+/// A new flow's candidates are distinct pairs whatever its hash. A stride drawn from the
+/// whole space (`1 + (h >> 16) % (total - 1)`) would not do: a client whose hash drew
+/// half the space would try 2 pairs 4 times each and, with those 2 held by other
+/// clients, be refused while most pairs were free (23 of a Linux client's 28,232
+/// ephemeral ports draw such a short cycle toward one VIP with 10,000 ports).
 #[test]
 fn a_new_flows_candidates_are_distinct_pairs_whatever_its_hash() {
     let mut lb = world(&[]);
@@ -910,7 +909,7 @@ fn counter_delta(before: &[u64], after: &[u64], idx: u32) -> u64 {
     after[idx as usize] - before[idx as usize]
 }
 
-/// Issue 12, row 2, in the data plane: spoofed SYNs that the backend answers (its
+/// In the data plane: spoofed SYNs that the backend answers (its
 /// SYN-ACKs go nowhere) hold their ports only while half-open, however often the backend
 /// retransmits; then legitimate clients get every port back.
 #[test]
@@ -1127,7 +1126,7 @@ fn a_spoofed_syn_flood_holds_ports_against_real_clients_only_briefly() {
     );
 }
 
-/// Issue 12, row 3, in the data plane: one client's flood of one-datagram UDP flows is
+/// In the data plane: one client's flood of one-datagram UDP flows is
 /// cut by its bucket, other clients keep getting ports, and the flood's ports come back
 /// after the unassured timeout.
 #[test]

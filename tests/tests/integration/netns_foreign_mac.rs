@@ -1,4 +1,4 @@
-//! Issue 12 #8 end to end: frames for the VIP addressed to a foreign unicast MAC (as a
+//! End to end: frames for the VIP addressed to a foreign unicast MAC (as a
 //! switch floods unknown unicast) reach the attached lb, which must pass them untouched
 //! (`pass_not_for_host`), so the switch never learns the foreign MAC on lb's port. The
 //! same frames addressed to lb's MAC are balanced: the agent gave the program the

@@ -1,4 +1,4 @@
-//! Issue 12, row 1, end to end: a client forges ICMP port unreachables to the lb's
+//! End to end: a client forges ICMP port unreachables to the lb's
 //! address quoting `snat:P -> backend:port` for every P of the snat range, for every
 //! backend of a TCP and a UDP nat service, once from its own address and once with the
 //! backend's address as source, while it holds TCP connections and UDP flows through

@@ -1,4 +1,4 @@
-//! `persistent` through the real agent (issue 11 item 2, docs/probes.md): a SIGHUP reload
+//! `persistent` through the real agent (docs/probes.md): a SIGHUP reload
 //! of the unchanged file re-runs a non-persistent essential probe on every up server —
 //! each goes back to `checking` and returns with a fresh `checking -> up` transition,
 //! promptly (first probes within 250 ms, not the 5 s interval) — while with

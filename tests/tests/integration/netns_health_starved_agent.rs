@@ -72,7 +72,7 @@ fn a_starved_agent_changes_no_servers_state() {
                 .map(move |p| SocketAddr::new(b.ipv4.into(), *p))
         })
         .collect();
-    // The probes: every second, one miss turns a server unhealthy.
+    // Probes every second; one miss turns a server unhealthy.
     let probe = Probe::new(
         "port",
         ProbeKind::Tcp,

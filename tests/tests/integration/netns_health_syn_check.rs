@@ -1,4 +1,4 @@
-//! Issue 15: tcp probes as SYN checks (`tcp_check = "syn"`) through the real agent. An
+//! Tcp probes as SYN checks (`tcp_check = "syn"`) through the real agent. An
 //! open port passes (on a verified SYN-ACK, counted in `/metrics`), a closed port fails at once
 //! (RST: refused), a port nftables drops times out, and a port whose host answers every
 //! SYN with a forged SYN-ACK and RST (wrong acknowledgement numbers) times out too and is

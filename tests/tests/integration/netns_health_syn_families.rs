@@ -1,4 +1,4 @@
-//! Issue 15: the SYN check (`tcp_check = "syn"`) through the real agent, once over IPv4
+//! The SYN check (`tcp_check = "syn"`) through the real agent, once over IPv4
 //! and once over IPv6 (addresses on veth, `nodad`), with ICMP errors. An open port passes;
 //! a closed port is refused at once; a port nftables drops times out; a dropped port
 //! whose host forges SYN-ACKs and RSTs (wrong acks) times out and its replies count as

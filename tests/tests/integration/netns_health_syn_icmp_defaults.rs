@@ -1,4 +1,4 @@
-//! Issue 15: the SYN check against servers whose hosts keep the kernel's default ICMP
+//! The SYN check against servers whose hosts keep the kernel's default ICMP
 //! rate limits, as real backends do (`netns_health_syn_families` lifts them to see every
 //! error). A host that rejects the port with ICMP host or port unreachables answers only
 //! part of the probes' SYNs once its per-destination bucket is empty (a burst, then about

@@ -1,4 +1,4 @@
-//! Issue 15, hostile input at volume: a backend host floods the balancer with forged ICMP
+//! Hostile input at volume: a backend host floods the balancer with forged ICMP
 //! host unreachables (IPv4 and IPv6) quoting TCP segments from the balancer's address to
 //! the backends' service port, from random ephemeral source ports (the SYN check's claimed
 //! ports among them) with random sequence numbers, while the agent SYN-checks an open

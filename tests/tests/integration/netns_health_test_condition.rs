@@ -1,4 +1,4 @@
-//! Probe conditions through the real agent against real backends (issue 11 item 1):
+//! Probe conditions through the real agent against real backends:
 //! - http `test` over a response header, with the probe's method and body checked by the
 //!   backend's echo of them: every server passes; a server whose header changes leaves
 //!   within `fails × interval` (+ 1 s), the others stay;

@@ -1,4 +1,4 @@
-//! Hostile input against nat source ports, end to end (issue 12).
+//! Hostile input against nat source ports, end to end.
 //!
 //! Row 2: a flood of SYNs from spoofed, unrouted sources toward a nat VIP. The backends answer every one (their SYN-ACKs go back to the client's
 //! segment and are dropped there, and they retransmit them for a minute); with 100

@@ -1,4 +1,4 @@
-//! nat source ports against backends that close first (issue 8): HTTP backends answer
+//! nat source ports against backends that close first: HTTP backends answer
 //! with `Connection: close` and close, so each backend holds every 4-tuple it served in
 //! TIME_WAIT for 60 s. A client opens HTTP connections back to back, paced, for 20 s
 //! through a nat service with a 1,000-port range. No SYN may land in a backend's

@@ -1,4 +1,4 @@
-//! Path-MTU discovery through a nat service (issue 8, item 8): the client and the
+//! Path-MTU discovery through a nat service: the client and the
 //! backend each sit behind a router whose route toward them allows 1280 bytes, while
 //! both announce a 1460-byte MSS (see `lb_tests::net::pmtu`).
 //!

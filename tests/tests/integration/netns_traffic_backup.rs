@@ -1,4 +1,4 @@
-//! A backup level takes over under ordinary traffic (issue 8): primaries p1, p2 and
+//! A backup level takes over under ordinary traffic: primaries p1, p2 and
 //! backup k1 (level 1), the clients of `netns_traffic_ordinary` running. Both primaries'
 //! health endpoints answer 500 (their web services keep answering): within the
 //! `check-config` bound the service moves to level 1 and new connections go to k1 only;

@@ -1,4 +1,4 @@
-//! A working keep-alive connection survives its server failing a probe (issue 8): four
+//! A working keep-alive connection survives its server failing a probe: four
 //! backends, the clients of `netns_traffic_ordinary` running, one keep-alive connection
 //! held on b2. b2's health endpoint starts answering 500 (its web service still works):
 //! once b2 is out of the table, the held connection keeps answering from b2 (no reset),

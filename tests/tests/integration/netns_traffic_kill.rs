@@ -1,4 +1,4 @@
-//! One backend dies under ordinary traffic (issue 8): four backends, the clients of
+//! One backend dies under ordinary traffic: four backends, the clients of
 //! `netns_traffic_ordinary` running, b2's server SIGKILLed after a warm-up. In nat and in
 //! dsr: requests fail only on connections to the dead backend (refused new connections,
 //! connections in flight when it died, keep-alive connections that were on b2) and only

@@ -1,4 +1,4 @@
-//! Ordinary traffic must not move health (issue 8): four healthy backends serving HTTP
+//! Ordinary traffic must not move health: four healthy backends serving HTTP
 //! that close the connection first, three loops opening new connections one after the
 //! other (25 ms apart, about 115 a second) from ephemeral ports, two keep-alive clients at 100 ms, the agent started as
 //! operators start it with the default passive settings and one http probe. For 60 s,

@@ -1,5 +1,5 @@
 //! A primary answers 500, a spare takes over, the primary recovers — under ordinary
-//! traffic (issue 8). Primaries p1, p2, p3 and spare s1 (all weight 1), the clients of
+//! traffic. Primaries p1, p2, p3 and spare s1 (all weight 1), the clients of
 //! `netns_traffic_ordinary` running. p1's health endpoint answers 500 (its web service
 //! keeps answering): within the `check-config` bound p1 leaves and s1 runs; then p1's
 //! endpoint heals: p1 returns and s1 retires. Meanwhile no other server changes state,

@@ -73,9 +73,9 @@ const PER_SERVICE: usize = 10_000;
 fn services_for(targets: usize) -> usize {
     SERVICES.max(targets.div_ceil(PER_SERVICE))
 }
-/// The issue's scale.
-const ISSUE_TARGETS: usize = 10_000;
-/// Issue 15's scale: ten times as many targets (the data plane sized for them,
+/// The scale the report's aims are set at.
+const AIM_TARGETS: usize = 10_000;
+/// Ten times as many targets (the data plane sized for them,
 /// `agent.max_backends`).
 const SCALE_TARGETS: usize = 100_000;
 /// Every n-th target is closed in the failure window.
@@ -87,7 +87,7 @@ const NOFILE: u64 = 262_144;
 const PROBE_FDS: usize = 16_384;
 /// Descriptors needed beyond one per target.
 const FD_SLACK: usize = 1_024;
-/// The issue's targets.
+/// The aims at [`AIM_TARGETS`]: CPU and resident memory at most.
 const MAX_CORES: f64 = 0.5;
 const MAX_RSS_MB: f64 = 200.0;
 /// Backend MAC handed out by the static neighbour table.
@@ -289,7 +289,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Opts> {
         (None, None, None, None) => None,
         (k, t, n, c) => Some(Scenario {
             kind: k.unwrap_or(Kind::Bpf),
-            targets: t.unwrap_or(ISSUE_TARGETS),
+            targets: t.unwrap_or(AIM_TARGETS),
             net: n.unwrap_or(Net::Veth),
             check: c.unwrap_or(Check::Syn),
         }),

@@ -14,13 +14,13 @@ pub(super) fn orchestrate(opts: &Opts) -> anyhow::Result<()> {
     // Targets behind veth (as remote backends) first; then on loopback, where the
     // agent also pays for the targets' kernel side, for comparison.
     let runs = [
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth, Connect),
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Veth, Syn),
-        sc(Kind::Bpf, ISSUE_TARGETS, Net::Veth, Syn),
-        sc(Kind::Memory, ISSUE_TARGETS, Net::Veth, Syn),
-        sc(Kind::ProbesOnly, ISSUE_TARGETS, Net::Loopback, Connect),
-        sc(Kind::Bpf, ISSUE_TARGETS, Net::Loopback, Syn),
-        // Issue 15's scale: the connect baseline next to the SYN check, in one run.
+        sc(Kind::ProbesOnly, AIM_TARGETS, Net::Veth, Connect),
+        sc(Kind::ProbesOnly, AIM_TARGETS, Net::Veth, Syn),
+        sc(Kind::Bpf, AIM_TARGETS, Net::Veth, Syn),
+        sc(Kind::Memory, AIM_TARGETS, Net::Veth, Syn),
+        sc(Kind::ProbesOnly, AIM_TARGETS, Net::Loopback, Connect),
+        sc(Kind::Bpf, AIM_TARGETS, Net::Loopback, Syn),
+        // Ten times the scale: the connect baseline next to the SYN check, in one run.
         sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth, Connect),
         sc(Kind::ProbesOnly, SCALE_TARGETS, Net::Veth, Syn),
         sc(Kind::Memory, SCALE_TARGETS, Net::Veth, Syn),
@@ -120,7 +120,7 @@ pub(super) fn report(results: &[Figures], opts: &Opts) -> String {
     };
     let mut md = format!(
         "# Probe scale: tcp targets (behind veth, or on loopback), interval 1s, timeout 500ms\n\n\
-         Target: {ISSUE_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
+         Target: {AIM_TARGETS} targets with under {MAX_CORES} core and under {MAX_RSS_MB} MB. \
          Warm-up {:?}, window {:?}; then a failure window of {:?} with every {CLOSE_EVERY}th \
          target closed.\n\n\
          | targets on | data plane | targets | tcp check | published | agent cores (user + sys) | agent host's NAPI cores | peak RSS | \
