@@ -418,7 +418,8 @@ pub fn run(plan: Plan<'_>) -> anyhow::Result<()> {
     }
     let whole_run = plan.extra.cargo.is_empty() && plan.extra.binary.is_empty();
     queue.extend(builds(plan.root, &queue, whole_run));
-    test_schedule::order(&mut queue, &test_schedule::last_walls(&logs));
+    let kept = plan.root.join(test_schedule::KEPT_WALLS);
+    test_schedule::order(&mut queue, &test_schedule::last_walls(&logs, &kept));
     let count = |c: Class| queue.iter().filter(|j| j.lane.class == c).count();
     println!(
         "xtask test: {} alone, {} timed (one at a time), {} waiting ({WAITING_AT_ONCE} at a \
