@@ -305,6 +305,36 @@ mod tests {
         }
     }
 
+    /// Works off `queue` with [`WORKERS`] threads as the runner does: each job is logged
+    /// as "NAME start", handed to `during` (with the board and the log so far), held for
+    /// 20 ms and logged as "NAME end". Returns the log.
+    fn work_off(
+        queue: Vec<Named>,
+        during: impl Fn(&Board<Named>, &Named, &Mutex<Vec<String>>) + Send + Sync + 'static,
+    ) -> Vec<String> {
+        let board = Arc::new(Board::new(queue));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let during = Arc::new(during);
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                let (board, log, during) = (board.clone(), log.clone(), during.clone());
+                thread::spawn(move || {
+                    while let Some(job) = board.take() {
+                        log.lock().unwrap().push(format!("{} start", job.name()));
+                        during(&board, &job, &log);
+                        thread::sleep(Duration::from_millis(20));
+                        log.lock().unwrap().push(format!("{} end", job.name()));
+                        board.done(job.lane());
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        std::mem::take(&mut *log.lock().unwrap())
+    }
+
     #[test]
     fn every_job_runs_and_an_alone_job_runs_by_itself() {
         use Class::*;
@@ -314,34 +344,23 @@ mod tests {
         let queue = lanes(&classes)
             .into_iter()
             .enumerate()
-            .map(|(i, lane)| Named(format!("job{i}"), lane));
-        let board = Arc::new(Board::new(queue));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (board, seen) = (board.clone(), seen.clone());
-                thread::spawn(move || {
-                    while let Some(job) = board.take() {
-                        // `running` holds this job's own lane once.
-                        let mut others = board.running();
-                        let i = others.iter().position(|l| l == job.lane()).unwrap();
-                        others.remove(i);
-                        assert!(
-                            may_start(job.lane(), &others),
-                            "{} beside {others:?}",
-                            job.name()
-                        );
-                        thread::sleep(Duration::from_millis(20));
-                        seen.lock().unwrap().push(job.name().to_owned());
-                        board.done(job.lane());
-                    }
-                })
-            })
+            .map(|(i, lane)| Named(format!("job{i}"), lane))
             .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        assert_eq!(seen.lock().unwrap().len(), classes.len());
+        let log = work_off(queue, |board, job, _| {
+            // `running` holds this job's own lane once.
+            let mut others = board.running();
+            let i = others.iter().position(|l| l == job.lane()).unwrap();
+            others.remove(i);
+            assert!(
+                may_start(job.lane(), &others),
+                "{} beside {others:?}",
+                job.name()
+            );
+        });
+        assert_eq!(
+            log.iter().filter(|l| l.ends_with(" end")).count(),
+            classes.len()
+        );
     }
 
     #[test]
@@ -412,35 +431,18 @@ mod tests {
             Named("package".into(), lane(Build, "package")),
             Named("wait".into(), lane(Waiting, "wait")),
         ];
-        let board = Arc::new(Board::new(queue));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|_| {
-                let (board, seen) = (board.clone(), seen.clone());
-                thread::spawn(move || {
-                    while let Some(job) = board.take() {
-                        seen.lock().unwrap().push(format!("{} start", job.name()));
-                        if job.name() == "chaos" {
-                            // The alone job ends only once the build has started beside it
-                            // (or after 10 s, and the order below fails).
-                            for _ in 0..1000 {
-                                if seen.lock().unwrap().iter().any(|s| s == "package start") {
-                                    break;
-                                }
-                                thread::sleep(Duration::from_millis(10));
-                            }
-                        }
-                        thread::sleep(Duration::from_millis(20));
-                        seen.lock().unwrap().push(format!("{} end", job.name()));
-                        board.done(job.lane());
+        let seen = work_off(queue, |_, job, log| {
+            if job.name() == "chaos" {
+                // The alone job ends only once the build has started beside it (or after
+                // 10 s, and the order below fails).
+                for _ in 0..1000 {
+                    if log.lock().unwrap().iter().any(|s| s == "package start") {
+                        break;
                     }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        let seen = seen.lock().unwrap();
+                    thread::sleep(Duration::from_millis(10));
+                }
+            }
+        });
         let at = |e: &str| seen.iter().position(|s| s == e).unwrap();
         // The build starts beside the alone job, which goes first; the waiting job only
         // after the alone one.
