@@ -260,15 +260,11 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
         let Some(node) = &mut self.cluster else {
             return;
         };
+        let backends = self.macs.known();
         let moves: Vec<HopMove> = moved
             .iter()
             .filter(|m| {
-                m.old != m.new
-                    && (node.client_macs.one_behind(m.old).is_some()
-                        || !self
-                            .services
-                            .iter()
-                            .any(|s| s.servers.keys().any(|a| a.ip() == m.addr)))
+                node.client_macs.one_behind(m.old).is_some() || !backends.contains_key(&m.addr)
             })
             .map(|m| HopMove {
                 old: m.old,

@@ -196,7 +196,7 @@ pub(in crate::agent) struct Sources<'a, D> {
     pub transitions: u64,
     pub faults: &'a Faults,
     pub announcement: &'a Announcement,
-    pub cluster: Option<&'a super::super::ClusterNode>,
+    pub cluster: Option<&'a crate::agent::ClusterNode>,
 }
 
 /// Builds the snapshot, reusing every server record in `records` whose inputs did not
@@ -400,7 +400,7 @@ fn build_with<D: Dataplane>(
             age_seconds: c.taken.elapsed().as_secs_f64(),
         }),
         announce: sources.announcement.status(now),
-        cluster: sources.cluster.map(super::super::ClusterNode::status),
+        cluster: sources.cluster.map(crate::agent::ClusterNode::status),
     }
 }
 
