@@ -122,11 +122,6 @@ fn main() -> anyhow::Result<()> {
             .payload(&[0u8; 64])
             .bytes()
     };
-    let tcp_mss = |src: IpAddr, sport: u16, dst: SocketAddr| {
-        Frame::tcp(src, sport, dst.ip(), dst.port(), TCP_ACK)
-            .payload(&[0x5a; 1460])
-            .bytes()
-    };
     let fill = match args.flows {
         Some(_) => Some(sizes.max_flows() as usize),
         None if args.full_table => Some(lb_common::FLOW_TABLE_SIZE as usize),
@@ -279,24 +274,22 @@ fn main() -> anyhow::Result<()> {
     let mut cases = cases;
     if args.native {
         let mss = |sport: u16, vip: SocketAddr| {
-            Frame::tcp(client, sport, vip.ip(), vip.port(), TCP_ACK)
-                .payload(&[0x5a; 1460])
-                .partial_checksum_bytes()
+            Frame::tcp(client, sport, vip.ip(), vip.port(), TCP_ACK).payload(&[0x5a; 1460])
         };
         cases.extend([
             Case {
                 name: "est. dsr, partial 1460",
-                packets: vec![mss(40_000, dsr_vip)],
+                packets: vec![mss(40_000, dsr_vip).partial_checksum_bytes()],
                 expect: XDP_TX,
             },
             Case {
                 name: "est. nat, partial 1460",
-                packets: vec![mss(40_001, nat_vip)],
+                packets: vec![mss(40_001, nat_vip).partial_checksum_bytes()],
                 expect: XDP_TX,
             },
             Case {
                 name: "est. dsr, full 1460",
-                packets: vec![tcp_mss(client, 40_000, dsr_vip)],
+                packets: vec![mss(40_000, dsr_vip).bytes()],
                 expect: XDP_TX,
             },
         ]);

@@ -594,10 +594,8 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
         "cluster families documented, not exported: {missing:?}"
     );
     // The router's move was counted.
-    let moves_followed = text
-        .lines()
-        .find_map(|l| l.strip_prefix("lb_cluster_next_hop_moves_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok());
+    let moves_followed =
+        lb_tests::agent::api::metric(&text, "lb_cluster_next_hop_moves_total", &[]);
     assert!(
         moves_followed.is_some_and(|n| n >= 1.0),
         "n1 counts the router's move: lb_cluster_next_hop_moves_total {moves_followed:?}"
