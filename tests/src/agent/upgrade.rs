@@ -97,7 +97,8 @@ impl KeepAlive {
         KeepAlive { stop, handle }
     }
 
-    /// Stops the requests and returns what they saw.
+    /// Stops the requests after one last round (each connection still up is checked once
+    /// more, after whatever the caller did before) and returns what they saw.
     pub fn finish(self) -> KeepAliveTally {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().expect("the keep-alive thread")
@@ -113,8 +114,7 @@ fn run(mut conns: Vec<EchoConn>, stop: &AtomicBool) -> KeepAliveTally {
     };
     let mut broken = vec![false; conns.len()];
     let mut round = 0u64;
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < KEEPALIVE_LIMIT && round < MAX_ROUNDS
-    {
+    let mut one_round = |round: u64, tally: &mut KeepAliveTally| {
         for (i, conn) in conns.iter_mut().enumerate() {
             if broken[i] {
                 continue;
@@ -128,9 +128,18 @@ fn run(mut conns: Vec<EchoConn>, stop: &AtomicBool) -> KeepAliveTally {
                 broken[i] = true;
             }
         }
+    };
+    while !stop.load(Ordering::Relaxed) && started.elapsed() < KEEPALIVE_LIMIT && round < MAX_ROUNDS
+    {
+        one_round(round, &mut tally);
         round += 1;
         thread::sleep(ROUND_PAUSE);
     }
+    // One more round once told to stop: a round that began before the event being
+    // checked may have ended after it (a broken connection's request waits for its read
+    // timeout), so without it the connections that round reached early would count as
+    // kept without a request after the event.
+    one_round(round, &mut tally);
     tally.kept_backend = broken.iter().filter(|b| !**b).count();
     tally
 }
