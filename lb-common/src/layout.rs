@@ -24,6 +24,19 @@ pub const FLOW_BUCKETS: u32 = 1 << 18;
 /// ([`TableLayout::BUILT_IN`]); installs draw their own.
 pub const SEED_FLOW_TABLE: u32 = 0x6c07_8965;
 
+/// Buckets of each peer table (`LB_PEER_FLOWS`, `LB_PEER_NAT`) beside an `LB_FLOWS` of
+/// `flow_buckets`: half as many, so that the tables hold `flow_buckets` connections
+/// (`agent.max_flows`) at half their ways. The peer tables are two-choice tables: the agent,
+/// their only writer, puts a key into the less full of its two buckets ([`crate::table::second_choice`]),
+/// which at that load leaves a key without a free way about never (docs/capacity.md).
+pub const fn peer_buckets(flow_buckets: u32) -> u32 {
+    if flow_buckets < 2 {
+        1
+    } else {
+        flow_buckets / 2
+    }
+}
+
 /// Where the tables' buckets lie and how keys are hashed into them: the bucket counts
 /// of `LB_FLOWS` and `LB_NAT` (powers of two, chosen at load from `agent.max_flows`) and
 /// the two bucket-hash seeds (secret, drawn once per install and kept with the maps).
@@ -88,6 +101,11 @@ impl TableLayout {
     #[inline(always)]
     pub fn nat_hash(&self, key: &FlowKey) -> u32 {
         table_hash(key, self.nat_seed)
+    }
+
+    /// Buckets of each peer table ([`peer_buckets`]).
+    pub const fn peer_buckets(&self) -> u32 {
+        peer_buckets(self.flow_buckets)
     }
 
     /// Index of `key`'s bucket in `LB_NAT`.

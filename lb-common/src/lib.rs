@@ -241,6 +241,9 @@ pub mod map_names {
     /// Cluster mode: those connections' reverse entries, by reply 5-tuple
     /// (`maps::NatValue`); written by the agent only.
     pub const PEER_NAT: &str = "LB_PEER_NAT";
+    /// Cluster mode: per-CPU room for the reverse entry `lb_xdp_peer` takes over from
+    /// `LB_PEER_NAT` (not state: never pinned nor read by the agent).
+    pub const PEER_SCRATCH: &str = "LB_PEER_SCRATCH";
     /// Cluster mode: nat connections established and ended (`events::ConnEvent`).
     pub const CONN_EVENTS: &str = "LB_CONN_EVENTS";
     /// Cluster mode: the members, their MACs and the shared SNAT addresses

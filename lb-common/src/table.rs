@@ -10,8 +10,10 @@
 //! key compare), and, in way 0 only, the bucket's writer lock ([`SLOT_LOCK`]). The protocol is in
 //! lb-ebpf's `slots` module and docs/internals/fast-path.md.
 
-pub use crate::layout::{FLOW_BUCKETS, NAT_BUCKETS, SEED_FLOW_TABLE, SEED_NAT_TABLE, TableLayout};
-use crate::maps::{FLOW_F_UNCONFIRMED, FlowKey, FlowValue, NatValue};
+pub use crate::layout::{
+    FLOW_BUCKETS, NAT_BUCKETS, SEED_FLOW_TABLE, SEED_NAT_TABLE, TableLayout, peer_buckets,
+};
+use crate::maps::{FLOW_F_UNCONFIRMED, FlowKey, FlowValue, NatValue, PeerFlow};
 
 /// Ways (slots) per bucket. Four: a bucket scan stays short for the verifier and a
 /// bucket of `LB_NAT` is 416 bytes (6.5 cache lines).
@@ -108,6 +110,25 @@ const _: () = assert!(core::mem::size_of::<FlowSlot>() == 72);
 pub type FlowBucket = Bucket<FlowValue>;
 const _: () = assert!(core::mem::size_of::<FlowBucket>() == 288);
 
+/// One way of an `LB_PEER_FLOWS` bucket.
+pub type PeerFlowSlot = Slot<PeerFlow>;
+const _: () = assert!(core::mem::size_of::<PeerFlowSlot>() == 56);
+/// `LB_PEER_FLOWS` value.
+pub type PeerFlowBucket = Bucket<PeerFlow>;
+const _: () = assert!(core::mem::size_of::<PeerFlowBucket>() == 224);
+
+/// The hash whose low bits index a key's second bucket in a two-choice table, from the
+/// key's table hash (the first bucket's): the hash mixed again (a 32-bit finalizer), so
+/// that keys sharing a first bucket spread over the others.
+#[inline(always)]
+pub const fn second_choice(hash: u32) -> u32 {
+    let mut x = hash ^ (hash >> 16);
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
+}
+
 /// Whether a flow last refreshed at `last_seen_ns` is idle at `now_ns` (its way may go
 /// to a new flow). Signed: another CPU's clock may be a tick ahead.
 #[inline(always)]
@@ -162,7 +183,7 @@ mod pod {
     // `Bucket` and `Slot` are `#[repr(C)]` and `Copy`, made of a `u64`, a `FlowKey` and a
     // `NatValue` or `FlowValue` (maps.rs' `impl_pod!`); the slots' asserted sizes are the
     // sums of their fields'.
-    impl_pod!(super::NatBucket, super::FlowBucket);
+    impl_pod!(super::NatBucket, super::FlowBucket, super::PeerFlowBucket);
 }
 
 #[cfg(test)]

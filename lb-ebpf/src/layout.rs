@@ -7,7 +7,10 @@
 
 use core::ptr::{addr_of, read_volatile};
 
-use lb_common::{maps::CONFIG_F_CLUSTER, table::TableLayout};
+use lb_common::{
+    maps::CONFIG_F_CLUSTER,
+    table::{TableLayout, peer_buckets},
+};
 
 /// The layout; the object's own value is the built-in one (a loader that sets nothing
 /// gets the compiled sizes and the public seeds of earlier releases).
@@ -54,4 +57,11 @@ pub fn nat_mask() -> u32 {
 pub fn nat_seed() -> u32 {
     // SAFETY: as above.
     unsafe { read_volatile(addr_of!(LB_TABLE_LAYOUT.nat_seed)) }
+}
+
+/// Mask of a peer table's bucket index (buckets - 1; `lb_common::table::peer_buckets`).
+#[inline(always)]
+pub fn peer_mask() -> u32 {
+    // SAFETY: as above.
+    peer_buckets(unsafe { read_volatile(addr_of!(LB_TABLE_LAYOUT.flow_buckets)) }).wrapping_sub(1)
 }

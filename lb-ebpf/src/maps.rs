@@ -11,11 +11,10 @@ use lb_common::{
     VIP_INDEX_TABLES, counters,
     events::{ConnEvent, PassiveEvent},
     maps::{
-        Backend, BackendStats, ClusterMembers, DataplaneConfig, DecapAddr, FlowCacheEntry, FlowKey,
-        NatValue, PeerFlow, ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader,
-        VipSlot,
+        Backend, BackendStats, ClusterMembers, DataplaneConfig, DecapAddr, FlowCacheEntry,
+        NatValue, ServiceStats, SourceBucket, SourceKey, TickClock, VipIndexHeader, VipSlot,
     },
-    table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket},
+    table::{FLOW_BUCKETS, FlowBucket, NAT_BUCKETS, NatBucket, PeerFlowBucket},
 };
 
 /// Services and nat source addresses: two tables (see `LB_VIP_GEN`) of
@@ -132,18 +131,32 @@ pub static LB_CONFIG: Array<DataplaneConfig, 1> = Array::new();
 pub static LB_PROGRAMS: ProgramArray<{ PROGRAM_SLOTS as usize }> = ProgramArray::new();
 
 /// Cluster mode: connections other nodes made, by client 5-tuple: how that node pinned
-/// each (`PeerFlow`). Written by the agent only; one entry without cluster mode (the
-/// loader sizes it by `agent.max_flows` with it). A hash map: the program reads it only
-/// when a client packet missed `LB_FLOWS`.
+/// each (`PeerFlow`). A two-choice set-associative table (`lb_common::table`,
+/// `slots::find_choice`) written by the agent only, through `mmap` (no `bpf(2)` call per
+/// entry); one bucket without cluster mode (the loader sizes it by `agent.max_flows`
+/// with it). The program reads it only when a client packet missed `LB_FLOWS`.
 #[btf_map]
-pub static LB_PEER_FLOWS: HashMap<FlowKey, PeerFlow, { PEER_ENTRIES_MIN as usize }> =
-    HashMap::new();
+pub static LB_PEER_FLOWS: Array<
+    PeerFlowBucket,
+    { PEER_ENTRIES_MIN as usize },
+    { BPF_F_MMAPABLE as usize },
+> = Array::new();
 
 /// Cluster mode: those connections' reverse entries, by reply 5-tuple, as the node that
 /// made each holds it in its `LB_NAT`. Read when a reply missed `LB_NAT`, and by the
-/// allocation (a pair held here is taken). Sized as `LB_PEER_FLOWS`.
+/// allocation (a pair held here is taken). Laid out and sized as `LB_PEER_FLOWS`.
 #[btf_map]
-pub static LB_PEER_NAT: HashMap<FlowKey, NatValue, { PEER_ENTRIES_MIN as usize }> = HashMap::new();
+pub static LB_PEER_NAT: Array<
+    NatBucket,
+    { PEER_ENTRIES_MIN as usize },
+    { BPF_F_MMAPABLE as usize },
+> = Array::new();
+
+/// Cluster mode: per-CPU room for one reverse entry taken over from `LB_PEER_NAT`
+/// (`peer::lb_peer_adopt_reverse` copies it here and claims it from here: its frame, on
+/// `lb_xdp_peer`'s chain, has no room for it).
+#[btf_map]
+pub static LB_PEER_SCRATCH: PerCpuArray<NatValue, 1> = PerCpuArray::new();
 
 /// Cluster mode: nat connections established and ended, to the agent (see
 /// `conn_events`). One page without cluster mode; the loader gives it

@@ -14,8 +14,8 @@ use aya_ebpf::bindings::xdp_action::XDP_TX;
 use lb_common::{
     FAMILY_V4, IPPROTO_TCP, NAT_HANDSHAKE_DISPLACE, NAT_PORT_ATTEMPTS,
     counters::{
-        DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_PEER_HELD, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED,
-        PASS_MALFORMED, PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
+        DROP_MALFORMED, NAT_PORT_FIRST, NAT_PORT_RECLAIMED, NAT_PORT_RETRIED, PASS_MALFORMED,
+        PASS_NOT_VIP, TX_NAT_FORWARD, TX_NAT_REPLY,
     },
     events::EVENT_RST_ON_SYN,
     hash::SEED_NAT_PORT,
@@ -140,28 +140,39 @@ pub(crate) fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) 
 }
 
 /// [`claim`] for a new flow's allocation: in cluster mode a pair another node's
-/// connection holds (`peer::holds`) is `Taken` too, counted `NAT_PORT_PEER_HELD`. The
-/// check runs in [`lb_nat_claim`], verified once, not in each of the allocation's
-/// candidates (a map lookup there multiplies the states the verifier explores past its
-/// limit).
+/// connection holds (`peer::lb_peer_nat_held`) is `Taken` too, counted
+/// `NAT_PORT_PEER_HELD`. The check runs in [`lb_nat_claim_new`], verified once, not in
+/// each of the allocation's candidates (a search there multiplies the states the
+/// verifier explores past its limit).
 #[inline(always)]
 fn claim_new(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
-    let mode = replace as u64 | CLAIM_NEW;
-    Claim::from_code(lb_nat_claim(key, value, mode, now_s as u64))
+    Claim::from_code(lb_nat_claim_new(key, value, replace as u64, now_s as u64))
 }
 
-/// [`lb_nat_claim`]'s `mode` bit: the claim is a new flow's allocation ([`claim_new`]);
-/// bit 0 is `replace`.
-const CLAIM_NEW: u64 = 2;
+/// [`lb_nat_claim`] after the cluster mode's check of [`claim_new`]. It only passes its
+/// arguments on, in callee-saved registers: no frame of its own, so the chain through
+/// it is `lb_xdp_full`'s frame and the deeper of its two callees'.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_nat_claim_new(
+    key: *const FlowKey,
+    value: *const NatValue,
+    replace: u64,
+    now_s: u64,
+) -> u64 {
+    if layout::cluster() && peer::lb_peer_nat_held(key) != 0 {
+        return Claim::Taken.code();
+    }
+    lb_nat_claim(key, value, replace, now_s)
+}
 
-/// `slots::claim` in `LB_NAT` (see above); the result is `Claim::code`. `mode`: bit 0
-/// `replace`, [`CLAIM_NEW`].
+/// `slots::claim` in `LB_NAT` (see above); the result is `Claim::code`.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn lb_nat_claim(
     key: *const FlowKey,
     value: *const NatValue,
-    mode: u64,
+    replace: u64,
     now_s: u64,
 ) -> u64 {
     if key.is_null() || value.is_null() {
@@ -169,11 +180,6 @@ pub extern "C" fn lb_nat_claim(
     }
     // SAFETY: non-NULL pointers the verifier checked to cover the types' sizes.
     let (key, value) = unsafe { (&*key, &*value) };
-    if mode & CLAIM_NEW != 0 && layout::cluster() && peer::holds(key) {
-        counters::count(NAT_PORT_PEER_HELD);
-        return Claim::Taken.code();
-    }
-    let replace = mode & 1;
     let now_s = now_s as u32;
     slots::claim::<NatTable>(
         key,
@@ -289,33 +295,18 @@ fn reverse_value(
     }
 }
 
-/// Cluster mode: the reverse entry another node's connection has (`peer`, from
-/// `LB_PEER_NAT`) as this node claims it: aged from `now_s` (the nodes' clocks differ),
-/// with the client's previous hop `mac` when a client packet brought it.
+/// Cluster mode: makes `v`, a copy of the reverse entry another node's connection has
+/// (from `LB_PEER_NAT`), the one this node claims: aged from `now_s` (the nodes' clocks
+/// differ), marked taken over, with the client's previous hop `mac` when a client packet
+/// brought it (else the MAC the agent installed).
 #[inline(always)]
-pub fn adopted_value(peer: &NatValue, mac: Option<[u8; 6]>, now_s: u32) -> NatValue {
-    NatValue {
-        client_addr: words(&peer.client_addr),
-        vip_addr: words(&peer.vip_addr),
-        client_port: peer.client_port,
-        vip_port: peer.vip_port,
-        backend_id: peer.backend_id,
-        client_mac: match mac {
-            Some(mac) => mac,
-            None => [
-                peer.client_mac[0],
-                peer.client_mac[1],
-                peer.client_mac[2],
-                peer.client_mac[3],
-                peer.client_mac[4],
-                peer.client_mac[5],
-            ],
-        },
-        state: peer.state,
-        handshake: peer.handshake | NAT_H_ADOPTED,
-        last_seen: now_s,
-        _pad2: 0,
+pub fn adopt_value(v: &mut NatValue, mac: Option<[u8; 6]>, now_s: u32) {
+    if let Some(mac) = mac {
+        v.client_mac = mac;
     }
+    v.handshake |= NAT_H_ADOPTED;
+    v.last_seen = now_s;
+    v._pad2 = 0;
 }
 
 /// Refreshes an entry's age when the coarse clock moved (one write per ~second at most).

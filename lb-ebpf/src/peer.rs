@@ -19,20 +19,21 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::{
     PEER_PATH_INDEX,
     counters::{
-        DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NO_FULL_PATH, FLOW_EVICTED, PASS_NOT_VIP,
-        PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
+        DROP_BAD_BACKEND, DROP_FLOWS_FULL, DROP_NO_FULL_PATH, FLOW_EVICTED, NAT_PORT_PEER_HELD,
+        PASS_NOT_VIP, PEER_FLOW_ADOPTED, PEER_NAT_ADOPTED,
     },
     maps::{
         CLUSTER_HOP_MOVES_MAX, FlowKey, NAT_H_ADOPTED, NAT_S_ACKED, NAT_S_FIN_BACKEND,
-        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, ServiceMeta, nat_reclaimable, nat_seconds,
+        NAT_S_FIN_CLIENT, NAT_S_RST, NatValue, PeerFlow, ServiceMeta, nat_reclaimable, nat_seconds,
     },
+    table::{NatBucket, PeerFlowBucket},
 };
 
 use crate::{
     Verdict, cache, clock,
     counters::count,
     flow, forward, layout,
-    maps::{LB_CLUSTER, LB_PEER_FLOWS, LB_PEER_NAT, LB_PROGRAMS},
+    maps::{LB_CLUSTER, LB_PEER_FLOWS, LB_PEER_NAT, LB_PEER_SCRATCH, LB_PROGRAMS},
     nat::{self, Source},
     parse::{self, ETH_SRC, Packet, Parsed, TCP_SYN},
     peer_bounce,
@@ -51,6 +52,133 @@ pub const fn handoff() -> Verdict {
     Verdict::new(HANDOFF, 0)
 }
 
+/// `LB_PEER_FLOWS` as a table for `slots` (two-choice: `slots::find_choice`). Its hash is
+/// `LB_FLOWS`' (the same key), its bucket count the peer tables'.
+pub struct PeerFlowTable;
+
+impl slots::Table for PeerFlowTable {
+    type Value = PeerFlow;
+
+    #[inline(always)]
+    fn hash(key: &FlowKey) -> u32 {
+        lb_common::hash::table_hash(key, layout::flow_seed())
+    }
+
+    #[inline(always)]
+    fn index(hash: u32) -> u32 {
+        hash & layout::peer_mask()
+    }
+
+    #[inline(always)]
+    fn at(index: u32) -> Option<*mut PeerFlowBucket> {
+        LB_PEER_FLOWS.get_ptr_mut(index)
+    }
+}
+
+/// `LB_PEER_NAT` as a table for `slots` (two-choice), hashed as `LB_NAT` (the same key).
+pub struct PeerNatTable;
+
+impl slots::Table for PeerNatTable {
+    type Value = NatValue;
+
+    #[inline(always)]
+    fn hash(key: &FlowKey) -> u32 {
+        lb_common::hash::table_hash(key, layout::nat_seed())
+    }
+
+    #[inline(always)]
+    fn index(hash: u32) -> u32 {
+        hash & layout::peer_mask()
+    }
+
+    #[inline(always)]
+    fn at(index: u32) -> Option<*mut NatBucket> {
+        LB_PEER_NAT.get_ptr_mut(index)
+    }
+}
+
+// The peer tables' searches are BPF global functions, as `LB_FLOWS`' and `LB_NAT`'s: the
+// verifier checks each once, not once per caller. One per bucket choice (see
+// `slots::find_choice`); [`peer_flow_find`] and [`peer_nat_find`] try both.
+
+/// `slots::find_choice` in `LB_PEER_FLOWS`, the key's own bucket.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_flow_find(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find_choice::<PeerFlowTable, false>(key)
+}
+
+/// `slots::find_choice` in `LB_PEER_FLOWS`, the key's second bucket.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_flow_find2(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find_choice::<PeerFlowTable, true>(key)
+}
+
+/// `slots::find_choice` in `LB_PEER_NAT`, the key's own bucket.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_nat_find(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find_choice::<PeerNatTable, false>(key)
+}
+
+/// `slots::find_choice` in `LB_PEER_NAT`, the key's second bucket.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_nat_find2(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return slots::NOT_FOUND;
+    }
+    slots::find_choice::<PeerNatTable, true>(key)
+}
+
+/// Whether `LB_PEER_NAT` holds `key` (a reply 5-tuple), in either bucket, counted
+/// `NAT_PORT_PEER_HELD` when it does: another node's connection holds the (address,
+/// port) pair, which the allocation takes as held (a pair whose owner changed when the
+/// cluster's members did may still carry that node's connection). Called by
+/// `nat::lb_nat_claim_new`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_nat_held(key: *const FlowKey) -> u64 {
+    if key.is_null() {
+        return 0;
+    }
+    // SAFETY: non-NULL, checked by the verifier to cover a key.
+    let hash = <PeerNatTable as slots::Table>::hash(unsafe { &*key });
+    let held = slots::holds_hashed::<PeerNatTable>(key, hash);
+    if held {
+        count(NAT_PORT_PEER_HELD);
+    }
+    held as u64
+}
+
+/// Where `key` lives in `LB_PEER_FLOWS` (`slots::find`'s code), in either of its buckets.
+#[inline(always)]
+fn peer_flow_find(key: &FlowKey) -> u64 {
+    match lb_peer_flow_find(key) {
+        slots::NOT_FOUND => lb_peer_flow_find2(key),
+        code => code,
+    }
+}
+
+/// Where `key` lives in `LB_PEER_NAT`, in either of its buckets.
+#[inline(always)]
+fn peer_nat_find(key: &FlowKey) -> u64 {
+    match lb_peer_nat_find(key) {
+        slots::NOT_FOUND => lb_peer_nat_find2(key),
+        code => code,
+    }
+}
+
 /// Whether another node's connection has the client 5-tuple `key` and this packet
 /// continues it. A client SYN (`syn`) never does: a connection is shared only once the
 /// client acknowledged the SYN-ACK, after which its client sends no SYN, so a SYN on a
@@ -58,21 +186,13 @@ pub const fn handoff() -> Verdict {
 /// the old one over, whose pair the backend may still hold in `TIME_WAIT`.
 #[inline(always)]
 pub fn has_flow(key: &FlowKey, syn: bool) -> bool {
-    !syn && LB_PEER_FLOWS.get_ptr(key).is_some()
+    !syn && peer_flow_find(key) != slots::NOT_FOUND
 }
 
 /// Whether another node's connection has the reply 5-tuple `key`.
 #[inline(always)]
 pub fn has_reverse(key: &FlowKey) -> bool {
-    LB_PEER_NAT.get_ptr(key).is_some()
-}
-
-/// Whether another node's connection holds the (address, port) pair of the reply
-/// 5-tuple `key`: the allocation takes it as held (a pair whose owner changed when the
-/// cluster's members did may still carry that node's connection).
-#[inline(always)]
-pub fn holds(key: &FlowKey) -> bool {
-    has_reverse(key)
+    peer_nat_find(key) != slots::NOT_FOUND
 }
 
 /// `lb_xdp`: a reply `nat::settled_reply` found no `LB_NAT` entry for
@@ -138,8 +258,11 @@ pub fn adopt(ctx: &XdpContext) -> Option<Verdict> {
 /// when the flow's bucket is busy or full: the client resends.
 #[inline(always)]
 fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
-    // SAFETY: a map value, read field by field.
-    let peer = unsafe { &*LB_PEER_FLOWS.get_ptr(&pkt.key)? };
+    let code = peer_flow_find(&pkt.key);
+    let mut peer = PeerFlow::default();
+    if !slots::copy_at::<PeerFlowTable>(&pkt.key, code, &mut peer) {
+        return None;
+    }
     let id = peer.backend_id;
     let src = Source {
         addr: peer.nat_addr,
@@ -148,11 +271,9 @@ fn adopt_flow(pkt: &Packet, svc: &ServiceMeta) -> Option<Verdict> {
     let Some(backend) = flow::any_backend(id) else {
         return Some(Verdict::drop(DROP_BAD_BACKEND));
     };
-    let now = clock::now();
     let reply = nat::reply_key(&pkt.key, svc, backend, src);
-    if nat::lb_nat_find(&reply) == slots::NOT_FOUND {
-        let _ = adopt_reverse(&reply, Some(pkt.eth.mac::<ETH_SRC>()), nat_seconds(now.ns));
-    }
+    let _ = adopt_reverse(&reply, Some(pkt.eth.mac::<ETH_SRC>()));
+    let now = clock::now();
     let mut value = forward::new_flow(id, false, 0, src, now);
     value.nat_tick = now.tick.wrapping_sub(1);
     match Claim::from_code(flow::lb_flow_claim(&pkt.key, &value, now.ns)) {
@@ -229,27 +350,64 @@ fn adopt_reply(pkt: &Packet, syn: bool) -> Option<Verdict> {
     if !has_reverse(&pkt.key) {
         return Some(peer_bounce::to_owner(pkt));
     }
-    match adopt_reverse(&pkt.key, None, nat_seconds(clock::now().ns)) {
+    match adopt_reverse(&pkt.key, None) {
         Claim::Busy | Claim::Full | Claim::Evicted => Some(Verdict::pass(PASS_NOT_VIP)),
         Claim::Fresh | Claim::Replaced | Claim::Taken | Claim::Displaced => None,
     }
 }
 
-/// Claims the reverse entry `reply` as `LB_PEER_NAT` holds it, aged from `now_s` (the
-/// other node's clock is not this one's) and, for a client packet, with the MAC it came
-/// from (`mac`); a reply keeps the MAC the agent installed. `Taken` when `LB_PEER_NAT`
-/// has no such entry (nothing to claim: the caller goes on as without it).
+/// Claims the reverse entry `reply` as `LB_PEER_NAT` holds it, aged from this node's
+/// clock (the other node's is not this one's) and, for a client packet, with the MAC it
+/// came from (`mac`; `LB_NAT` may hold the entry already, which is then kept); a reply
+/// keeps the MAC the agent installed. `Taken` when `LB_PEER_NAT` has no such entry
+/// (nothing to claim: the caller goes on as without it), or `LB_NAT` one already.
 #[inline(always)]
-fn adopt_reverse(reply: &FlowKey, mac: Option<[u8; 6]>, now_s: u32) -> Claim {
-    let Some(peer) = LB_PEER_NAT.get_ptr(reply) else {
-        return Claim::Taken;
+fn adopt_reverse(reply: &FlowKey, mac: Option<[u8; 6]>) -> Claim {
+    let mac = match mac {
+        Some(m) => u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]) | MAC_GIVEN,
+        None => 0,
     };
-    // SAFETY: a map value, read field by field.
-    let peer = unsafe { &*peer };
-    let value = nat::adopted_value(peer, mac, now_s);
-    let claim = nat::claim(reply, &value, false, now_s);
+    Claim::from_code(lb_peer_adopt_reverse(reply, mac))
+}
+
+/// [`lb_peer_adopt_reverse`]'s `mac` bit: its low six bytes are the MAC a client packet
+/// came from.
+const MAC_GIVEN: u64 = 1 << 63;
+
+/// [`adopt_reverse`]'s work, a BPF global function: its copy of the entry and the reply
+/// key's claim take a frame of their own, beside `lb_xdp_peer`'s rather than in it
+/// (`lb_xdp_peer` reaches it from a client packet and from a reply). `mac`: a MAC in the
+/// low six bytes with [`MAC_GIVEN`] (a client packet's: an entry `LB_NAT` holds is
+/// kept), or none (a reply's). The result is `Claim::code`.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lb_peer_adopt_reverse(reply: *const FlowKey, mac: u64) -> u64 {
+    if reply.is_null() {
+        return Claim::Busy.code();
+    }
+    if mac & MAC_GIVEN != 0 && nat::lb_nat_find(reply) != slots::NOT_FOUND {
+        return Claim::Taken.code();
+    }
+    let mac = (mac & MAC_GIVEN != 0).then(|| {
+        let b = mac.to_le_bytes();
+        [b[0], b[1], b[2], b[3], b[4], b[5]]
+    });
+    // SAFETY: non-NULL, checked by the verifier to cover a key.
+    let reply = unsafe { &*reply };
+    let now_s = nat_seconds(clock::now().ns);
+    let code = peer_nat_find(reply);
+    let Some(value) = LB_PEER_SCRATCH.get_ptr_mut(0) else {
+        return Claim::Busy.code();
+    };
+    if !slots::copy_at::<PeerNatTable>(reply, code, value) {
+        return Claim::Taken.code();
+    }
+    // SAFETY: this CPU's scratch value, which `copy_at` wrote whole.
+    let value = unsafe { &mut *value };
+    nat::adopt_value(value, mac, now_s);
+    let claim = nat::claim(reply, value, false, now_s);
     if matches!(claim, Claim::Fresh | Claim::Replaced) {
         count(PEER_NAT_ADOPTED);
     }
-    claim
+    claim.code()
 }

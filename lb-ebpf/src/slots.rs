@@ -21,7 +21,7 @@ use lb_common::{
     maps::FlowKey,
     table::{
         Bucket, PENDING_WAYS_MAX, SLOT_LIVE, SLOT_LOCK, SLOT_TAG_SHIFT, Slot, TABLE_WAYS,
-        free_word, live_word,
+        free_word, live_word, second_choice,
     },
 };
 
@@ -176,7 +176,35 @@ fn word<V>(s: *const Slot<V>) -> u64 {
 pub fn find<T: Table>(key: *const FlowKey) -> u64 {
     // SAFETY: the caller passes a whole key.
     let hash = T::hash(unsafe { &*key });
-    let index = T::index(hash);
+    find_in::<T>(key, hash, T::index(hash))
+}
+
+/// [`find`] in one of the two buckets of a key in a two-choice table (the peer tables,
+/// whose writer puts each key into the less full of two): its own (`SECOND` false) or
+/// its second choice (`lb_common::table::second_choice`). One bucket per call, the
+/// choice a constant: a search of both in one function, or one told which at run time,
+/// keeps one more value across the hash and spills it to the stack, which the
+/// allocation's call chain has no room for.
+#[inline(always)]
+pub fn find_choice<T: Table, const SECOND: bool>(key: *const FlowKey) -> u64 {
+    // SAFETY: the caller passes a whole key.
+    let hash = T::hash(unsafe { &*key });
+    let choice = if SECOND { second_choice(hash) } else { hash };
+    find_in::<T>(key, hash, T::index(choice))
+}
+
+/// Whether a two-choice table holds `key`, whose hash `hash` the caller computed (with
+/// the table's seed): [`find_choice`] of both buckets, in a function that keeps to
+/// registers (no hash to compute).
+#[inline(always)]
+pub fn holds_hashed<T: Table>(key: *const FlowKey, hash: u32) -> bool {
+    find_in::<T>(key, hash, T::index(hash)) != NOT_FOUND
+        || find_in::<T>(key, hash, T::index(second_choice(hash))) != NOT_FOUND
+}
+
+/// [`find`] in bucket `index`, for a key of hash `hash`.
+#[inline(always)]
+fn find_in<T: Table>(key: *const FlowKey, hash: u32, index: u32) -> u64 {
     let Some(b) = T::at(index) else {
         return NOT_FOUND;
     };
@@ -195,6 +223,31 @@ pub fn find<T: Table>(key: *const FlowKey) -> u64 {
         w += 1;
     }
     NOT_FOUND
+}
+
+/// Copies the value [`find`] or [`find_choice`] located for `key` to `out`: `true` if
+/// its slot still held `key`, unchanged, across the copy (its word the same before and
+/// after). For the tables a writer rewrites whole under the program (the peer tables,
+/// which the agent writes), where a value read in place could be half of one entry and
+/// half of the next. Into the caller's frame, as `write` copies into a slot (a value
+/// returned would take a frame of its own).
+#[inline(always)]
+pub fn copy_at<T: Table>(key: *const FlowKey, code: u64, out: *mut T::Value) -> bool {
+    if code == NOT_FOUND {
+        return false;
+    }
+    let Some(b) = T::at((code >> 8) as u32) else {
+        return false;
+    };
+    let s = way(b, (code as u32) & (TABLE_WAYS - 1));
+    let before = word(s);
+    if before & SLOT_LIVE == 0 || !same_key(key_of(s), key) {
+        return false;
+    }
+    // SAFETY: a map value copied whole into the caller's `out`; the copy counts only if
+    // the word check below accepts it.
+    unsafe { core::ptr::copy_nonoverlapping(addr_of!((*s).value), out, 1) };
+    (word(s) ^ before) & !SLOT_LOCK == 0
 }
 
 /// The value [`find`] located.

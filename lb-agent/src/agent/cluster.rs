@@ -25,7 +25,7 @@ use crate::{
     cluster::{self, Change, Cluster, Record},
     config::{Config, Forwarding, Protocol},
     dataplane::{
-        Dataplane,
+        Dataplane, DataplaneError,
         census::nat_clock,
         peers::{PeerConnection, PeerStore},
     },
@@ -54,6 +54,8 @@ pub struct ClusterNode {
     unresolved: u32,
     /// Next-hop moves followed since the agent started.
     hop_moves_followed: u64,
+    /// Connections the peer tables had no room for ([`ClusterNode::install`]).
+    peer_table_full: u64,
 }
 
 impl ClusterNode {
@@ -73,6 +75,7 @@ impl ClusterNode {
             members_dirty: true,
             unresolved: 0,
             hop_moves_followed: 0,
+            peer_table_full: 0,
         }
     }
 
@@ -172,6 +175,7 @@ impl ClusterNode {
         let count = usize::from(self.members.hop_move_count);
         cluster::ClusterStatus {
             next_hop_moves_followed: self.hop_moves_followed,
+            peer_table_full: self.peer_table_full,
             next_hop_moves: self.members.hop_moves[..count]
                 .iter()
                 .map(|m| cluster::NextHopMove {
@@ -441,8 +445,22 @@ impl ClusterNode {
         if conns.is_empty() {
             return;
         }
-        if let Err(err) = self.tables.install(conns) {
-            warn!(error = %err, "cluster: writing the peer tables failed");
+        match self.tables.install(conns) {
+            Ok(()) => {}
+            Err(DataplaneError::TableFull { count, .. }) => {
+                let before = self.peer_table_full;
+                self.peer_table_full += count as u64;
+                // Logged when the total passes a power of two: a table that stays full
+                // does not flood the log.
+                if before.checked_ilog2() != self.peer_table_full.checked_ilog2() {
+                    warn!(
+                        count,
+                        total = self.peer_table_full,
+                        "cluster: the peer tables had no room for other nodes' connections (more than agent.max_flows replicated)"
+                    );
+                }
+            }
+            Err(err) => warn!(error = %err, "cluster: writing the peer tables failed"),
         }
     }
 

@@ -131,6 +131,18 @@ pub(super) fn render(o: &mut String, c: &ClusterStatus) {
         &[],
         c.next_hop_moves_followed as f64,
     );
+    header(
+        o,
+        "lb_cluster_peer_table_full_total",
+        "counter",
+        "other nodes' connections the peer tables had no room for (not installed)",
+    );
+    line(
+        o,
+        "lb_cluster_peer_table_full_total",
+        &[],
+        c.peer_table_full as f64,
+    );
 }
 
 #[cfg(test)]
@@ -170,6 +182,7 @@ mod tests {
             stray_datagrams: 9,
             next_hop_moves: Vec::new(),
             next_hop_moves_followed: 2,
+            peer_table_full: 3,
         };
         let mut text = String::new();
         render(&mut text, &status);
@@ -186,6 +199,7 @@ mod tests {
             "lb_cluster_refused_total{reason=\"malformed\"} 4",
             "lb_cluster_stray_datagrams_total 9",
             "lb_cluster_next_hop_moves_total 2",
+            "lb_cluster_peer_table_full_total 3",
         ] {
             assert!(text.contains(want), "{want} missing from\n{text}");
         }

@@ -254,6 +254,7 @@ impl Cluster {
             stray_datagrams: self.shared.stray_datagrams(),
             next_hop_moves: Vec::new(),
             next_hop_moves_followed: 0,
+            peer_table_full: 0,
         }
     }
 }

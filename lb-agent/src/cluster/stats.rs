@@ -193,6 +193,10 @@ pub struct ClusterStatus {
     /// Next-hop moves followed since the agent started.
     #[serde(default)]
     pub next_hop_moves_followed: u64,
+    /// Other nodes' connections the peer tables had no room for since the agent
+    /// started (not installed: their packets here are handled as without cluster mode).
+    #[serde(default)]
+    pub peer_table_full: u64,
 }
 
 /// A neighbour's move from one MAC to another, as the status page shows it.

@@ -612,9 +612,9 @@ fn sizes_text(sizes: &crate::dataplane::MapSizes, why: &str) -> String {
     // Cluster mode: the peer tables (other nodes' connections), counted in the total.
     let peers = if sizes.cluster() {
         format!(
-            ", LB_PEER_FLOWS and LB_PEER_NAT {} ({} entries each)",
+            ", LB_PEER_FLOWS and LB_PEER_NAT {} ({} buckets of 4 ways each)",
             mib_text(m.peers),
-            sizes.peer_entries()
+            sizes.peer_buckets()
         )
     } else {
         String::new()
@@ -659,9 +659,10 @@ mod tests {
         assert!(plain.ends_with("in all, 520 B per flow"), "{plain}");
         let cluster = sizes_text(&sizes.with_cluster(), "agent.max_flows");
         assert!(
-            cluster.contains("LB_PEER_FLOWS and LB_PEER_NAT 17.0 MiB (65536 entries each)"),
+            cluster
+                .contains("LB_PEER_FLOWS and LB_PEER_NAT 20.0 MiB (32768 buckets of 4 ways each)"),
             "{cluster}"
         );
-        assert!(cluster.ends_with("in all, 792 B per flow"), "{cluster}");
+        assert!(cluster.ends_with("in all, 840 B per flow"), "{cluster}");
     }
 }

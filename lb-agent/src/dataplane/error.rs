@@ -75,13 +75,12 @@ pub enum DataplaneError {
     Replaced { interface: String, now: String },
     #[error("interface `{interface}` (index {ifindex}) is gone")]
     InterfaceGone { interface: String, ifindex: u32 },
-    #[error("map `{name}`: {count} entries refused")]
-    Refused {
-        name: &'static str,
-        count: usize,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(
+        "map `{name}`: {count} entries found both their buckets full (the table holds `agent.max_flows` connections)"
+    )]
+    TableFull { name: &'static str, count: usize },
+    #[error("map `{name}` has another layout: {detail}")]
+    Layout { name: &'static str, detail: String },
     #[error("map `{name}`")]
     Map {
         name: &'static str,

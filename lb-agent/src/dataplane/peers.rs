@@ -1,16 +1,21 @@
 //! Cluster mode, the data plane's side of shared connections: another node's connections
 //! installed into, refreshed in and removed from `LB_PEER_FLOWS` and `LB_PEER_NAT`, which
 //! the XDP program reads when a packet of one of them reaches this node and takes over
-//! (docs/internals/fast-path.md, "Cluster mode"), and the members (`LB_CLUSTER`) a reply
+//! (docs/internals/fast-path.md, "Cluster mode"; written through `mmap`, [`PeerTable`]), and the members (`LB_CLUSTER`) a reply
 //! no table knows is sent on to. The program never writes them.
 
-use aya::maps::{Array, HashMap, MapData, MapError};
+use aya::maps::{Array, MapData};
 use lb_common::{
     map_names,
     maps::{ClusterMembers, FlowKey, NatValue, PeerFlow},
+    table::TableLayout,
 };
 
-use super::{DataplaneError, batch, census::TableReader};
+use super::{
+    DataplaneError,
+    census::TableReader,
+    tables::peer_table::{Located, PeerTable},
+};
 
 /// One connection another node made, in this node's terms (its backend id here): what
 /// `LB_PEER_FLOWS` and `LB_PEER_NAT` hold of it.
@@ -98,7 +103,8 @@ impl PeerStore for ClusterTables {
     }
 
     fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError> {
-        self.peers.remove(keys)
+        self.peers.remove(keys);
+        Ok(())
     }
 
     fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
@@ -115,108 +121,148 @@ impl PeerStore for ClusterTables {
     }
 }
 
+/// How many connections ahead of the one being written [`PeerWriter`] reads the buckets
+/// of (`PeerTable::prefetch`): in tables of a million connections each bucket is a cache
+/// and TLB miss, and a batch overlaps them rather than waits for each in turn.
+const AHEAD: usize = 8;
+
+/// `LB_PEER_FLOWS` and `LB_PEER_NAT`, written through `mmap` ([`PeerTable`]).
+pub struct PeerWriter {
+    flows: PeerTable<PeerFlow>,
+    nat: PeerTable<NatValue>,
+}
+
+impl PeerWriter {
+    /// Maps the two tables of a program loaded with `layout` (their hashes are
+    /// `LB_FLOWS`' and `LB_NAT`'s, with the same seeds).
+    pub fn new(flows: MapData, nat: MapData, layout: &TableLayout) -> Result<Self, DataplaneError> {
+        Ok(Self {
+            flows: PeerTable::new(flows, map_names::PEER_FLOWS, layout.flow_seed)?,
+            nat: PeerTable::new(nat, map_names::PEER_NAT, layout.nat_seed)?,
+        })
+    }
+
+    /// Installs (or replaces) connections in both tables: each reverse entry before its
+    /// flow, so that a client packet taking a flow over finds its own. A connection
+    /// whose reverse entry finds no room is not installed (nor its flow); one whose flow
+    /// finds none keeps its reverse entry (its replies are still taken over). The others
+    /// are written.
+    pub fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError> {
+        let located = self.locate_ahead(conns.iter().map(|c| (&c.client, &c.reply)));
+        let (mut nat_full, mut flow_full) = (0, 0);
+        for (i, (c, (flow, nat))) in conns.iter().zip(&located).enumerate() {
+            self.prefetch(&located, i + AHEAD);
+            if !self.nat.put_at(&c.reply, &c.nat, nat) {
+                nat_full += 1;
+            } else if !self.flows.put_at(&c.client, &c.flow, flow) {
+                flow_full += 1;
+            }
+        }
+        full(map_names::PEER_NAT, nat_full)?;
+        full(map_names::PEER_FLOWS, flow_full)
+    }
+
+    /// Removes connections from both tables (an entry already gone is passed over).
+    pub fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) {
+        let located = self.locate_ahead(keys.iter().map(|(client, reply)| (client, reply)));
+        for (i, ((client, reply), (flow, nat))) in keys.iter().zip(&located).enumerate() {
+            self.prefetch(&located, i + AHEAD);
+            self.flows.remove_at(client, flow);
+            self.nat.remove_at(reply, nat);
+        }
+    }
+
+    /// Where each connection (client and reply 5-tuples) may live in `LB_PEER_FLOWS` and
+    /// `LB_PEER_NAT`; the buckets of the first [`AHEAD`] are read ahead.
+    fn locate_ahead<'a>(
+        &self,
+        keys: impl Iterator<Item = (&'a FlowKey, &'a FlowKey)>,
+    ) -> Vec<(Located, Located)> {
+        let located: Vec<_> = keys
+            .map(|(client, reply)| (self.flows.locate(client), self.nat.locate(reply)))
+            .collect();
+        for i in 0..AHEAD {
+            self.prefetch(&located, i);
+        }
+        located
+    }
+
+    /// Starts reading the buckets of connection `i` of `located`, if there is one.
+    fn prefetch(&self, located: &[(Located, Located)], i: usize) {
+        if let Some((flow, nat)) = located.get(i) {
+            self.flows.prefetch(flow);
+            self.nat.prefetch(nat);
+        }
+    }
+
+    /// The installed connection whose client 5-tuple is `client`, with its reverse
+    /// entry found by `reply`, if both are there.
+    pub fn get(&self, client: &FlowKey, reply: &FlowKey) -> Option<(PeerFlow, NatValue)> {
+        self.flows.get(client).zip(self.nat.get(reply))
+    }
+
+    /// How many connections are installed (entries of `LB_PEER_FLOWS`).
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+}
+
 /// `LB_PEER_FLOWS`, `LB_PEER_NAT` and `LB_CLUSTER`.
 pub struct PeerTables {
-    flows: HashMap<MapData, FlowKey, PeerFlow>,
-    nat: HashMap<MapData, FlowKey, NatValue>,
+    writer: PeerWriter,
     members: Array<MapData, ClusterMembers>,
 }
 
 impl PeerTables {
-    pub(super) fn new(
-        flows: HashMap<MapData, FlowKey, PeerFlow>,
-        nat: HashMap<MapData, FlowKey, NatValue>,
-        members: Array<MapData, ClusterMembers>,
-    ) -> Self {
-        Self {
-            flows,
-            nat,
-            members,
-        }
+    pub(super) fn new(writer: PeerWriter, members: Array<MapData, ClusterMembers>) -> Self {
+        Self { writer, members }
     }
 
     /// Writes `LB_CLUSTER`: the members, their MACs and the shared SNAT addresses.
     pub fn set_members(&mut self, members: &ClusterMembers) -> Result<(), DataplaneError> {
         self.members
             .set(0, members, 0)
-            .map_err(|source| map_error(map_names::CLUSTER, source))
+            .map_err(|source| DataplaneError::Map {
+                name: map_names::CLUSTER,
+                source,
+            })
     }
 
-    /// Installs (or replaces) connections in both tables, a batch call per table: the
-    /// reverse entries first, so that a client packet taking a flow over finds its own.
-    /// An entry the kernel refuses (a table full) is skipped; the others are written.
+    /// [`PeerWriter::install`].
     pub fn install(&mut self, conns: &[PeerConnection]) -> Result<(), DataplaneError> {
-        let (replies, nats): (Vec<FlowKey>, Vec<NatValue>) =
-            conns.iter().map(|c| (c.reply, c.nat)).unzip();
-        let nat = batch::update_all(&self.nat, &replies, &nats);
-        let (clients, flows): (Vec<FlowKey>, Vec<PeerFlow>) =
-            conns.iter().map(|c| (c.client, c.flow)).unzip();
-        let flow = batch::update_all(&self.flows, &clients, &flows);
-        nat.map_err(|r| refused(map_names::PEER_NAT, r))?;
-        flow.map_err(|r| refused(map_names::PEER_FLOWS, r))
+        self.writer.install(conns)
     }
 
-    /// Removes connections from both tables, a batch call per table (an entry already
-    /// gone is passed over).
-    pub fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) -> Result<(), DataplaneError> {
-        let (clients, replies): (Vec<FlowKey>, Vec<FlowKey>) = keys.iter().copied().unzip();
-        let flow = batch::delete_all(&self.flows, &clients);
-        let nat = batch::delete_all(&self.nat, &replies);
-        flow.map_err(|r| refused(map_names::PEER_FLOWS, r))?;
-        nat.map_err(|r| refused(map_names::PEER_NAT, r))
+    /// [`PeerWriter::remove`].
+    pub fn remove(&mut self, keys: &[(FlowKey, FlowKey)]) {
+        self.writer.remove(keys);
     }
 
-    /// The installed connection whose client 5-tuple is `client`, with its reverse
-    /// entry found by `reply`, if both are there.
-    pub fn get(
-        &self,
-        client: &FlowKey,
-        reply: &FlowKey,
-    ) -> Result<Option<(PeerFlow, NatValue)>, DataplaneError> {
-        let flow = lookup(&self.flows, map_names::PEER_FLOWS, client)?;
-        let nat = lookup(&self.nat, map_names::PEER_NAT, reply)?;
-        Ok(flow.zip(nat))
+    /// [`PeerWriter::get`].
+    pub fn get(&self, client: &FlowKey, reply: &FlowKey) -> Option<(PeerFlow, NatValue)> {
+        self.writer.get(client, reply)
     }
 
-    /// How many connections are installed (entries of `LB_PEER_FLOWS`).
+    /// [`PeerWriter::len`].
     pub fn len(&self) -> usize {
-        self.flows.keys().filter(Result::is_ok).count()
+        self.writer.len()
     }
 
-    /// Whether none is.
+    /// Whether no connection is installed.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.writer.is_empty()
     }
 }
 
-fn map_error(name: &'static str, source: MapError) -> DataplaneError {
-    DataplaneError::Map { name, source }
-}
-
-fn is_missing(e: &MapError) -> bool {
-    match e {
-        MapError::KeyNotFound => true,
-        MapError::SyscallError(e) => e.io_error.raw_os_error() == Some(libc::ENOENT),
-        _ => false,
-    }
-}
-
-fn refused(name: &'static str, refused: batch::Refused) -> DataplaneError {
-    DataplaneError::Refused {
-        name,
-        count: refused.count,
-        source: refused.first,
-    }
-}
-
-fn lookup<V: aya::Pod>(
-    map: &HashMap<MapData, FlowKey, V>,
-    name: &'static str,
-    key: &FlowKey,
-) -> Result<Option<V>, DataplaneError> {
-    match map.get(key, 0) {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if is_missing(&e) => Ok(None),
-        Err(e) => Err(map_error(name, e)),
+fn full(name: &'static str, count: usize) -> Result<(), DataplaneError> {
+    if count == 0 {
+        Ok(())
+    } else {
+        Err(DataplaneError::TableFull { name, count })
     }
 }

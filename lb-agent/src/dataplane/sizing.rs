@@ -15,15 +15,16 @@
 //! Ratios (per flow of `max_flows`, rounded up to a power of two): `LB_FLOWS` 1 bucket
 //! of 4 ways (4 ways per flow, as the compiled 262,144 flows in 1,048,576 ways), `LB_NAT`
 //! half a bucket (2 ways per flow), `LB_SOURCES` a quarter of an entry; in cluster mode
-//! `LB_PEER_FLOWS` and `LB_PEER_NAT` one entry each (another node's connections), without
-//! it one entry in all (the kernel's least) and a page of `LB_CONN_EVENTS`.
+//! `LB_PEER_FLOWS` and `LB_PEER_NAT` half a bucket each (another node's connections, two
+//! ways each, `lb_common::table::peer_buckets`), without it one bucket in all (the
+//! kernel's least) and a page of `LB_CONN_EVENTS`.
 
 use aya::EbpfLoader;
 use lb_common::{
     BACKEND_ENTRIES_LIMIT, CONN_EVENT_RING_BYTES, FLOW_TABLE_SIZE, MAX_BACKENDS, SOURCE_TABLE_SIZE,
     map_names,
-    maps::{CONFIG_F_CLUSTER, FlowKey, NatValue, PeerFlow, SourceBucket, SourceKey},
-    table::{FlowBucket, NatBucket, TableLayout},
+    maps::{CONFIG_F_CLUSTER, SourceBucket, SourceKey},
+    table::{FlowBucket, NatBucket, PeerFlowBucket, TableLayout},
 };
 
 /// Smallest `agent.max_flows`.
@@ -46,22 +47,9 @@ pub const FLAGS_GLOBAL: &str = "LB_DATAPLANE_FLAGS";
 const SOURCE_ENTRY_BYTES: u64 = 96;
 const _: () = assert!(size_of::<SourceKey>() <= 24 && size_of::<SourceBucket>() <= 8);
 
-/// Kernel bytes of a preallocated hash map's element beyond its key and value (each
-/// rounded up to 8): the element's header (48 bytes) and its share of the bucket heads
-/// (16 bytes each, as many as entries rounded up to a power of two), as this kernel
-/// charges them (fixture `tables::the_kernel_charges_what_the_sizes_say`).
-const HASH_ENTRY_OVERHEAD: u64 = 48 + 16;
-/// Kernel bytes per `LB_PEER_FLOWS` entry.
-const PEER_FLOW_ENTRY_BYTES: u64 =
-    HASH_ENTRY_OVERHEAD + size_of::<FlowKey>() as u64 + size_of::<PeerFlow>() as u64;
-/// Kernel bytes per `LB_PEER_NAT` entry.
-const PEER_NAT_ENTRY_BYTES: u64 =
-    HASH_ENTRY_OVERHEAD + size_of::<FlowKey>() as u64 + size_of::<NatValue>() as u64;
-const _: () = assert!(
-    size_of::<FlowKey>().is_multiple_of(8)
-        && size_of::<NatValue>().is_multiple_of(8)
-        && size_of::<PeerFlow>().is_multiple_of(8)
-);
+/// Kernel bytes of a bucket of both peer tables (`LB_PEER_FLOWS` and `LB_PEER_NAT`, array
+/// values, as the kernel allocates them).
+const PEER_BUCKET_BYTES: u64 = (size_of::<PeerFlowBucket>() + size_of::<NatBucket>()) as u64;
 
 /// Sizes of the maps whose size is a deployment choice, and the tables' seeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +61,7 @@ pub struct MapSizes {
     /// Entries of `LB_SOURCES`.
     source_entries: u32,
     /// The program's `CONFIG_F_*` flags. Cluster mode (`CONFIG_F_CLUSTER`): the peer
-    /// tables hold `max_flows` entries each.
+    /// tables hold `max_flows` connections.
     flags: u32,
 }
 
@@ -169,11 +157,12 @@ impl MapSizes {
         self.flags
     }
 
-    /// Entries of each peer table: `max_flows` in cluster mode; without it the object's
-    /// one (`lb_common::PEER_ENTRIES_MIN`).
-    pub const fn peer_entries(&self) -> u32 {
+    /// Buckets of each peer table: half of `max_flows` in cluster mode
+    /// (`lb_common::table::peer_buckets`), so that they hold `max_flows` connections;
+    /// without it the object's one (`lb_common::PEER_ENTRIES_MIN`).
+    pub const fn peer_buckets(&self) -> u32 {
         if self.cluster() {
-            self.max_flows()
+            self.tables.peer_buckets()
         } else {
             lb_common::PEER_ENTRIES_MIN
         }
@@ -205,7 +194,7 @@ impl MapSizes {
     /// kernel charges it).
     pub fn table_memory(&self) -> TableMemory {
         let peers = if self.cluster() {
-            u64::from(self.peer_entries()) * (PEER_FLOW_ENTRY_BYTES + PEER_NAT_ENTRY_BYTES)
+            u64::from(self.peer_buckets()) * PEER_BUCKET_BYTES
         } else {
             0
         };
@@ -217,10 +206,10 @@ impl MapSizes {
         }
     }
 
-    /// Kernel memory of one connection another node made, as this node keeps it (its
-    /// `LB_PEER_FLOWS` and `LB_PEER_NAT` entries).
+    /// Kernel memory per connection another node made that the peer tables hold (their
+    /// buckets over `max_flows`: two ways of each table).
     pub const fn peer_connection_bytes() -> u64 {
-        PEER_FLOW_ENTRY_BYTES + PEER_NAT_ENTRY_BYTES
+        PEER_BUCKET_BYTES / 2
     }
 
     /// What status shows of the tables.
@@ -242,7 +231,7 @@ impl MapSizes {
             map_names::NAT => Some(self.tables.nat_buckets),
             map_names::SOURCES => Some(self.source_entries),
             map_names::PEER_FLOWS | map_names::PEER_NAT if self.cluster() => {
-                Some(self.peer_entries())
+                Some(self.peer_buckets())
             }
             map_names::CONN_EVENTS if self.cluster() => Some(CONN_EVENT_RING_BYTES),
             _ => None,

@@ -11,17 +11,18 @@ use std::{
     collections::BTreeMap,
     mem::ManuallyDrop,
     net::IpAddr,
+    os::fd::AsFd,
     sync::{Mutex, OnceLock},
 };
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, PerCpuArray, PerCpuValues, RingBuf},
+    maps::{Array, PerCpuArray, PerCpuValues, RingBuf},
     programs::{ProgramError, TestRun, TestRunOptions, Xdp},
 };
 use lb_agent::dataplane::{
     MapSizes,
-    peers::PeerConnection,
+    peers::{PeerConnection, PeerWriter},
     sizing::random_seeds,
     tables::{
         maglev_pool::{Pool, pair_blocks},
@@ -39,8 +40,8 @@ use lb_common::{
         ServiceMeta, ServiceStats, TickClock, VipIndexHeader, VipKey, VipSlot,
     },
     table::{
-        FlowBucket, FlowSlot, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK, TableLayout, find_way,
-        free_word, live_word,
+        Bucket, FlowBucket, FlowSlot, NatBucket, NatSlot, SLOT_LIVE, SLOT_LOCK, TableLayout,
+        find_way, free_word, live_word,
     },
 };
 
@@ -132,6 +133,8 @@ pub struct Lb {
     pairs: BTreeMap<u32, (u32, u32)>,
     /// The sizes and table layout it was loaded with.
     sizes: MapSizes,
+    /// The peer tables' writer, once [`Lb::install_peer`] mapped them.
+    peers: Option<PeerWriter>,
 }
 
 impl Lb {
@@ -167,6 +170,7 @@ impl Lb {
         self.vip_table = None;
         self.pool = Pool::new(MAGLEV_BLOCKS);
         self.pairs.clear();
+        self.peers = None;
         self
     }
 
@@ -186,6 +190,7 @@ impl Lb {
             pool: Pool::new(MAGLEV_BLOCKS),
             pairs: BTreeMap::new(),
             sizes,
+            peers: None,
         }
     }
 
@@ -245,35 +250,36 @@ impl Lb {
             .unwrap_or_else(|| panic!("{name}: the kernel reports no verified count"))
     }
 
-    /// Installs another node's connection into `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
-    /// agent's `PeerTables::install` writes them.
+    /// Installs another node's connection into `LB_PEER_FLOWS` and `LB_PEER_NAT` with the
+    /// agent's own writer (`PeerWriter::install`).
     pub fn install_peer(&mut self, c: &PeerConnection) {
-        self.peer_map(map_names::PEER_NAT)
-            .insert(&c.reply, &c.nat, 0)
-            .expect("writing LB_PEER_NAT");
-        self.peer_map(map_names::PEER_FLOWS)
-            .insert(&c.client, &c.flow, 0)
-            .expect("writing LB_PEER_FLOWS");
+        self.peer_writer()
+            .install(std::slice::from_ref(c))
+            .expect("writing the peer tables");
     }
 
     /// Removes another node's connection from `LB_PEER_FLOWS` and `LB_PEER_NAT`, as the
     /// agent does when its replica expires.
     pub fn remove_peer(&mut self, c: &PeerConnection) {
-        self.peer_map::<NatValue>(map_names::PEER_NAT)
-            .remove(&c.reply)
-            .expect("removing from LB_PEER_NAT");
-        self.peer_map::<lb_common::maps::PeerFlow>(map_names::PEER_FLOWS)
-            .remove(&c.client)
-            .expect("removing from LB_PEER_FLOWS");
+        self.peer_writer().remove(&[(c.client, c.reply)]);
     }
 
-    /// One of the peer tables (hash maps keyed by a 5-tuple).
-    fn peer_map<V: aya::Pod>(
-        &mut self,
-        name: &str,
-    ) -> HashMap<&mut aya::maps::MapData, FlowKey, V> {
-        HashMap::try_from(self.ebpf.map_mut(name).unwrap_or_else(|| panic!("{name}")))
-            .unwrap_or_else(|e| panic!("{name} type: {e}"))
+    /// The agent's writer of the peer tables, mapped on first use.
+    fn peer_writer(&mut self) -> &mut PeerWriter {
+        if self.peers.is_none() {
+            let open = |name: &str| {
+                let Some(aya::maps::Map::Array(data)) = self.ebpf.map(name) else {
+                    panic!("{name}: an array");
+                };
+                let fd = data.fd().as_fd().try_clone_to_owned().expect("dup");
+                aya::maps::MapData::from_fd(fd).unwrap_or_else(|e| panic!("{name}: {e}"))
+            };
+            let (flows, nat) = (open(map_names::PEER_FLOWS), open(map_names::PEER_NAT));
+            let writer = PeerWriter::new(flows, nat, &self.sizes.tables())
+                .unwrap_or_else(|e| panic!("mapping the peer tables: {e}"));
+            self.peers = Some(writer);
+        }
+        self.peers.as_mut().expect("just made")
     }
 
     /// Writes `LB_CLUSTER` (the members, their MACs, the shared SNAT addresses), as the
@@ -674,22 +680,25 @@ impl Lb {
 
     /// Every bucket of `LB_FLOWS`, read in a few syscalls.
     fn flow_buckets(&self) -> Vec<FlowBucket> {
-        let map = self.ebpf.map(map_names::FLOWS).expect("LB_FLOWS");
+        self.buckets(map_names::FLOWS)
+    }
+
+    /// Every bucket of the set-associative table `name` (`LB_FLOWS`, `LB_NAT` or a peer
+    /// table), read in a few syscalls.
+    pub fn buckets<V>(&self, name: &str) -> Vec<Bucket<V>>
+    where
+        Bucket<V>: aya::Pod,
+    {
+        let map = self.ebpf.map(name).unwrap_or_else(|| panic!("{name}"));
         let aya::maps::Map::Array(data) = map else {
-            panic!("LB_FLOWS is an array")
+            panic!("{name} is an array")
         };
-        crate::bpf::maps::read_array(map_names::FLOWS, data)
-            .unwrap_or_else(|e| panic!("reading LB_FLOWS: {e}"))
+        crate::bpf::maps::read_array(name, data).unwrap_or_else(|e| panic!("reading {name}: {e}"))
     }
 
     /// Every bucket of `LB_NAT`, read in a few syscalls.
     fn nat_buckets(&self) -> Vec<NatBucket> {
-        let map = self.ebpf.map(map_names::NAT).expect("LB_NAT");
-        let aya::maps::Map::Array(data) = map else {
-            panic!("LB_NAT is an array")
-        };
-        crate::bpf::maps::read_array(map_names::NAT, data)
-            .unwrap_or_else(|e| panic!("reading LB_NAT: {e}"))
+        self.buckets(map_names::NAT)
     }
 
     /// Every live flow of `LB_FLOWS`, bucket by bucket.

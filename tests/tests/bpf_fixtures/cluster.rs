@@ -12,7 +12,9 @@ use super::prelude::*;
 use lb_agent::dataplane::peers::PeerConnection;
 use lb_common::{
     events::{CONN_ENDED, CONN_ESTABLISHED, ConnEvent},
+    map_names,
     maps::{ClusterMembers, ClusterSnat, HopMove, NAT_H_ADOPTED, PeerFlow},
+    table::{Bucket, SLOT_LIVE, SLOT_TAG_SHIFT},
 };
 
 /// Node A's MAC in B's `LB_CLUSTER`: the address the fixtures' frames are sent to, so
@@ -166,6 +168,96 @@ fn a_reply_that_moves_first_is_translated_as_on_the_node_that_made_it() {
         &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (PEER_FLOW_ADOPTED, 1)],
     );
     assert_eq!(port_b, port);
+}
+
+/// How many live slots of `buckets` (a peer table as read) hold a key whose first
+/// choice is another bucket: the keys the writer put into their second choice, or moved.
+fn in_second_choice<V>(buckets: &[Bucket<V>]) -> usize {
+    let mask = buckets.len() as u32 - 1;
+    buckets
+        .iter()
+        .enumerate()
+        .flat_map(|(i, b)| b.ways.iter().map(move |s| (i as u32, s.word)))
+        .filter(|&(i, w)| w & SLOT_LIVE != 0 && (w >> SLOT_TAG_SHIFT) as u32 & mask != i)
+        .count()
+}
+
+#[test]
+fn connections_in_their_second_bucket_are_taken_over_too() {
+    let (_a, conn, port) = node_a_with_a_connection();
+    let mut b = world_in(Lb::load_cluster(), &[NAT4]);
+    let conns: Vec<(u16, u16, PeerConnection)> = (NAT_PORT_MIN..=NAT_PORT_MAX)
+        .filter(|&p| p != port)
+        .enumerate()
+        .map(|(i, p)| {
+            let cport = CPORT + 1 + i as u16;
+            let mut c = conn;
+            c.client = client_key(NAT4, cport);
+            c.flow.nat_port = p.to_be();
+            c.reply = reply_key(NAT4, p);
+            c.nat.client_port = cport.to_be();
+            (cport, p, c)
+        })
+        .collect();
+    for (_, _, c) in &conns {
+        b.install_peer(c);
+    }
+    let second_flows = in_second_choice(&b.buckets::<PeerFlow>(map_names::PEER_FLOWS));
+    let second_nat = in_second_choice(&b.buckets::<NatValue>(map_names::PEER_NAT));
+    println!(
+        "{} connections: {second_flows} client keys and {second_nat} reply keys in their \
+         second bucket",
+        conns.len()
+    );
+    assert!(
+        second_flows > 0 && second_nat > 0,
+        "some take their second choice"
+    );
+
+    for (i, (cport, p, _)) in conns.iter().enumerate() {
+        let reply = backend_reply(NAT4, *p, TCP_ACK).payload(b"more");
+        let data = to_vip(NAT4, *cport, TCP_ACK).payload(b"x");
+        if i % 2 == 0 {
+            nat_reply(
+                &mut b,
+                &format!("connection {i}: the backend's reply first, taken over"),
+                &reply,
+                NAT4,
+                *cport,
+                &[(TX_NAT_REPLY, 1), (PEER_NAT_ADOPTED, 1)],
+            );
+            let on_b = nat_forward(
+                &mut b,
+                "then the client's packet",
+                &data,
+                NAT4,
+                &[(TX_NAT_FORWARD, 1), (FLOW_HIT, 1), (PEER_FLOW_ADOPTED, 1)],
+            );
+            assert_eq!(on_b, *p, "the connection's own source port");
+        } else {
+            let on_b = nat_forward(
+                &mut b,
+                "the client's packet first, taken over",
+                &data,
+                NAT4,
+                &[
+                    (TX_NAT_FORWARD, 1),
+                    (FLOW_HIT, 1),
+                    (PEER_FLOW_ADOPTED, 1),
+                    (PEER_NAT_ADOPTED, 1),
+                ],
+            );
+            assert_eq!(on_b, *p, "the connection's own source port");
+            nat_reply(
+                &mut b,
+                "then the reply",
+                &reply,
+                NAT4,
+                *cport,
+                &[(TX_NAT_REPLY, 1)],
+            );
+        }
+    }
 }
 
 #[test]

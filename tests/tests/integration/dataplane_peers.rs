@@ -90,59 +90,64 @@ fn peer_connections_are_installed_replaced_and_removed_in_both_tables() {
     let b = connection(40_001, 20_002);
     peers.install(&[a, b]).expect("install a and b");
     assert_eq!(peers.len(), 2);
-    assert_eq!(
-        peers.get(&a.client, &a.reply).expect("reading"),
-        Some((a.flow, a.nat))
-    );
+    assert_eq!(peers.get(&a.client, &a.reply), Some((a.flow, a.nat)));
 
     let mut later = a;
     later.nat.state |= lb_common::maps::NAT_S_FIN_CLIENT;
     peers.install(&[later]).expect("replace a");
-    assert_eq!(
-        peers.get(&a.client, &a.reply).expect("reading"),
-        Some((a.flow, later.nat))
-    );
+    assert_eq!(peers.get(&a.client, &a.reply), Some((a.flow, later.nat)));
     assert_eq!(peers.len(), 2);
 
     let absent = connection(40_002, 20_003);
-    peers
-        .remove(&[(a.client, a.reply), (absent.client, absent.reply)])
-        .expect("removing, one of them never installed: no error");
-    peers
-        .remove(&[(a.client, a.reply)])
-        .expect("removing again is no error");
-    assert_eq!(peers.get(&a.client, &a.reply).expect("reading"), None);
+    // One of them never installed, then the same again: nothing to do for those.
+    peers.remove(&[(a.client, a.reply), (absent.client, absent.reply)]);
+    peers.remove(&[(a.client, a.reply)]);
+    assert_eq!(peers.get(&a.client, &a.reply), None);
     assert_eq!(peers.len(), 1, "b stays");
-    assert_eq!(
-        peers.get(&b.client, &b.reply).expect("reading"),
-        Some((b.flow, b.nat))
-    );
+    assert_eq!(peers.get(&b.client, &b.reply), Some((b.flow, b.nat)));
 }
 
 #[test]
-fn a_batch_larger_than_the_room_left_writes_what_fits_and_counts_the_rest() {
+fn the_tables_hold_max_flows_connections_and_refuse_and_count_past_their_ways() {
     let mut dp = cluster_dataplane();
     let mut peers = dp.take_peer_tables().expect("the peer tables");
-    let room = cluster_sizes().peer_entries() as usize;
-    assert!(room + 10 < 64_000, "a port each");
-    let conns: Vec<PeerConnection> = (0..room + 10)
+    let sizes = cluster_sizes();
+    let held = sizes.max_flows() as usize;
+    let ways = sizes.peer_buckets() as usize * lb_common::table::TABLE_WAYS as usize;
+    let total = ways + 4_000;
+    assert!(total < 64_000, "a port each");
+    let conns: Vec<PeerConnection> = (0..total)
         .map(|i| connection(1024 + i as u16, 1024 + i as u16))
         .collect();
+    // A quarter more than they are sized for still finds room: two choices and a move.
+    let fits = held + held / 4;
+    peers
+        .install(&conns[..fits])
+        .expect("1.25 times agent.max_flows connections: every one finds a way");
+    assert_eq!(peers.len(), fits);
     let err = peers
-        .install(&conns)
-        .expect_err("ten more than the tables hold");
+        .install(&conns[fits..])
+        .expect_err("more than the tables have ways");
     let text = format!("{err}");
-    assert!(text.contains("10 entries refused"), "{text}");
-    assert_eq!(peers.len(), room, "every entry that fits is written");
-    let last = conns[room - 1];
+    assert!(text.contains("found both their buckets full"), "{text}");
+    assert!(peers.len() <= ways, "{} of {ways} ways", peers.len());
+    let kept = conns
+        .iter()
+        .filter(|c| peers.get(&c.client, &c.reply) == Some((c.flow, c.nat)))
+        .count();
     assert_eq!(
-        peers.get(&last.client, &last.reply).expect("reading"),
-        Some((last.flow, last.nat))
+        kept,
+        peers.len(),
+        "each flow written is whole, with its reverse entry"
+    );
+    assert!(
+        conns[..fits]
+            .iter()
+            .all(|c| peers.get(&c.client, &c.reply) == Some((c.flow, c.nat))),
+        "the first ones stay, moved or not"
     );
     let keys: Vec<_> = conns.iter().map(|c| (c.client, c.reply)).collect();
-    peers
-        .remove(&keys)
-        .expect("removing all, the refused ones absent");
+    peers.remove(&keys);
     assert!(peers.is_empty());
 }
 
@@ -264,7 +269,7 @@ fn a_restart_adopts_the_peer_tables() {
     drop(first);
     let peers = second.take_peer_tables().expect("the peer tables");
     assert_eq!(
-        peers.get(&a.client, &a.reply).expect("reading"),
+        peers.get(&a.client, &a.reply),
         Some((a.flow, a.nat)),
         "the connection another node made is still installed"
     );

@@ -122,12 +122,20 @@ pub fn inherits_public_seeds(configured: MapSizes, previous: Option<&PreviousTab
         && now.nat_buckets == built_in.nat_buckets
 }
 
-/// Whether a previous `name` table (`LB_FLOWS` or `LB_NAT`) can be adopted as it is:
-/// same buckets and same seed. Else it is created fresh and its entries are copied.
+/// Whether a previous `name` table (`LB_FLOWS`, `LB_NAT` or a peer table) can be adopted
+/// as it is: same buckets and same seeds. Else it is created fresh (and the entries of
+/// `LB_FLOWS` and `LB_NAT` are copied).
 pub fn same_table(name: &str, was: &TableLayout, now: &TableLayout) -> bool {
     match name {
         map_names::FLOWS => was.flow_buckets == now.flow_buckets && was.flow_seed == now.flow_seed,
         map_names::NAT => was.nat_buckets == now.nat_buckets && was.nat_seed == now.nat_seed,
+        // Sized by `LB_FLOWS` and hashed with its seed and `LB_NAT`'s (never copied:
+        // the resync installs the other nodes' connections again).
+        map_names::PEER_FLOWS | map_names::PEER_NAT => {
+            was.flow_buckets == now.flow_buckets
+                && was.flow_seed == now.flow_seed
+                && was.nat_seed == now.nat_seed
+        }
         _ => true,
     }
 }

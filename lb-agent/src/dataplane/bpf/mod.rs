@@ -27,7 +27,7 @@ use super::{
     attach::{full_path, tunnel::TunnelConfig},
     batch::PerCpuBatchReader,
     census::TableReader,
-    peers::PeerTables,
+    peers::{PeerTables, PeerWriter},
     sizing::MapSizes,
     tables::{
         maglev_table::{self, Pair},
@@ -220,10 +220,11 @@ impl BpfDataplane {
     /// Cluster mode: `LB_PEER_FLOWS` and `LB_PEER_NAT`, to install other nodes'
     /// connections into, and `LB_CLUSTER` (once: the handles move to the caller).
     pub fn take_peer_tables(&mut self) -> Result<PeerTables, DataplaneError> {
-        let flows = take(&mut self.ebpf, map_names::PEER_FLOWS)?;
-        let nat = take(&mut self.ebpf, map_names::PEER_NAT)?;
+        let flows = take_array(&mut self.ebpf, map_names::PEER_FLOWS)?;
+        let nat = take_array(&mut self.ebpf, map_names::PEER_NAT)?;
+        let writer = PeerWriter::new(flows, nat, &self.sizes.tables())?;
         let members = take(&mut self.ebpf, map_names::CLUSTER)?;
-        Ok(PeerTables::new(flows, nat, members))
+        Ok(PeerTables::new(writer, members))
     }
 
     /// Cluster mode: the connection events (`LB_CONN_EVENTS`) as an async stream (once).

@@ -63,8 +63,8 @@ fn vmalloc_growth<T>(f: impl FnOnce() -> T) -> anyhow::Result<(i64, T)> {
 }
 
 /// Kernel memory per replicated connection, with tables for `n` flows: the peer tables'
-/// charge (`memlock`) per entry; the object's `VmallocUsed` growth in cluster mode
-/// less the same sizes without it, per entry; the growth while `n` connections are
+/// charge (`memlock`) per connection they hold (`agent.max_flows`); the object's
+/// `VmallocUsed` growth in cluster mode less the same sizes without it, per connection; the growth while `n` connections are
 /// installed (nothing if the elements were allocated when the maps were created).
 pub fn memory(n: usize) -> anyhow::Result<()> {
     // The objects of the modes before are being freed by the kernel's work items.
@@ -73,19 +73,21 @@ pub fn memory(n: usize) -> anyhow::Result<()> {
     drop(lb);
     std::thread::sleep(MAPS_FREED);
     let (cluster, mut lb) = vmalloc_growth(|| Lb::load_sized(sizes(n, true).expect("checked")))?;
-    let entries = lb.sizes().peer_entries();
+    let buckets = lb.sizes().peer_buckets();
+    let held = lb.sizes().max_flows();
     let (flows_entries, flows_bytes) = lb.map_footprint(map_names::PEER_FLOWS);
     let (nat_entries, nat_bytes) = lb.map_footprint(map_names::PEER_NAT);
-    anyhow::ensure!(flows_entries == entries && nat_entries == entries);
+    anyhow::ensure!(flows_entries == buckets && nat_entries == buckets);
     let (installs, ()) = vmalloc_growth(|| {
         for i in 0..n as u32 {
             lb.install_peer(&peer_connection(&record(i)));
         }
     })?;
-    let per = |bytes: i64| bytes as f64 / f64::from(entries);
+    let per = |bytes: i64| bytes as f64 / f64::from(held);
     println!(
-        "memory: peer tables of {entries} entries each: memlock LB_PEER_FLOWS {flows_bytes} B \
-         ({:.1} B/entry) + LB_PEER_NAT {nat_bytes} B ({:.1} B/entry) = {:.1} B per connection \
+        "memory: peer tables of {buckets} buckets each, holding {held} connections: memlock \
+         LB_PEER_FLOWS {flows_bytes} B ({:.1} B/connection) + LB_PEER_NAT {nat_bytes} B \
+         ({:.1} B/connection) = {:.1} B per connection \
          (MapSizes::peer_connection_bytes {}); VmallocUsed cluster-mode load {cluster} B - \
          without {plain} B = {:.1} B per connection; while installing {n}: {installs} B \
          ({:.1} B per connection)",
@@ -95,6 +97,47 @@ pub fn memory(n: usize) -> anyhow::Result<()> {
         MapSizes::peer_connection_bytes(),
         per(cluster - plain),
         installs as f64 / n as f64,
+    );
+    Ok(())
+}
+
+/// Connections installed at a time by [`writes`], as the agent installs a batch of
+/// changes.
+const WRITE_BATCH: usize = 1_000;
+
+/// The peer tables' writes alone: `n` connections installed into tables sized for `n`
+/// (`agent.max_flows`) through the agent's own writer, a batch of [`WRITE_BATCH`] at a
+/// time, then removed; this thread's CPU time per connection.
+pub fn writes(n: usize) -> anyhow::Result<()> {
+    let mut dp = lb_agent::dataplane::BpfDataplane::load_sized(None, None, sizes(n, true)?)
+        .context("loading the object in cluster mode (root?)")?;
+    let mut peers = dp.take_peer_tables()?;
+    let conns: Vec<PeerConnection> = (0..n as u32).map(|i| peer_connection(&record(i))).collect();
+    let cpu = || -> anyhow::Result<u64> {
+        // SAFETY: gettid has no preconditions.
+        crate::node::thread_ns(unsafe { libc::gettid() })
+    };
+    let start = cpu()?;
+    for batch in conns.chunks(WRITE_BATCH) {
+        peers.install(batch)?;
+    }
+    let installed = cpu()? - start;
+    anyhow::ensure!(peers.len() == n, "{} of {n} installed", peers.len());
+    let keys: Vec<_> = conns.iter().map(|c| (c.client, c.reply)).collect();
+    let start = cpu()?;
+    for batch in keys.chunks(WRITE_BATCH) {
+        peers.remove(batch);
+    }
+    let removed = cpu()? - start;
+    anyhow::ensure!(peers.is_empty(), "{} left", peers.len());
+    let rate = |ns: u64| n as f64 / (ns as f64 / 1e9);
+    println!(
+        "peer-table writes alone: {n} connections installed in {:.2?} of CPU ({:.0} per \
+         CPU-second), removed in {:.2?} ({:.0} per CPU-second)",
+        Duration::from_nanos(installed),
+        rate(installed),
+        Duration::from_nanos(removed),
+        rate(removed),
     );
     Ok(())
 }

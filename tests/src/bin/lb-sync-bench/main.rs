@@ -33,11 +33,11 @@ const RESYNC_CHUNK: usize = 10_000;
 /// How long A waits after publishing before B starts (see [`resync`]).
 const SETTLE: Duration = Duration::from_secs(2);
 
-const USAGE: &str = "usage: lb-sync-bench [--only live,live-alone,live-maps,resync,replicas,lag,memory] [--records N] \
+const USAGE: &str = "usage: lb-sync-bench [--only live,live-alone,live-maps,writes,resync,replicas,lag,memory] [--records N] \
                      [--bulk N] [--rates R,R] [--seconds S] [--memory N]";
 
 fn main() -> anyhow::Result<()> {
-    let mut only = "live,resync,replicas,lag,memory".to_owned();
+    let mut only = "live,writes,resync,replicas,lag,memory".to_owned();
     let mut records = 1_000_000usize;
     let mut bulk = 1_000_000usize;
     let mut rates = vec![10_000usize, 100_000];
@@ -83,6 +83,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             "memory" => kernel::memory(memory)?,
+            "writes" => kernel::writes(records)?,
             other => bail!("--only: unknown {other}; {USAGE}"),
         }
     }
