@@ -363,7 +363,9 @@ impl<D: Dataplane, P: Prober, N: Neighbours> Agent<D, P, N> {
             return;
         };
         node.learn_client_macs(found);
-        let mut installs = Vec::new();
+        // Room for the whole batch at once (a list grown by doubling copies its entries
+        // again at each step).
+        let mut installs = Vec::with_capacity(changes.len());
         let mut removes = Vec::new();
         let mut skipped: Option<(usize, Record)> = None;
         for change in changes {

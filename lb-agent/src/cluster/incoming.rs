@@ -178,10 +178,14 @@ async fn receive(
                 }
                 _ => return Err(SyncError::Unexpected("a frame out of place")),
             };
-            let changes: Vec<_> = records
-                .iter()
-                .filter_map(|r| tables.replicas.apply(r, now, true))
-                .collect();
+            // Room for every record at once: most become a change, and a list grown by
+            // doubling would copy its 144-byte changes again at each step.
+            let mut changes = Vec::with_capacity(records.len());
+            changes.extend(
+                records
+                    .iter()
+                    .filter_map(|r| tables.replicas.apply(r, now, true)),
+            );
             shared.peers[index]
                 .received
                 .fetch_add(records.len() as u64, Relaxed);

@@ -176,8 +176,9 @@ pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receive
                             Change::Remove(_) => None,
                         });
                         if let Some((_, peers)) = &mut tables {
-                            let conns: Vec<_> =
-                                records.clone().map(kernel::peer_connection).collect();
+                            // Sized at once, as the agent's glue sizes it.
+                            let mut conns = Vec::with_capacity(batch.len());
+                            conns.extend(records.clone().map(kernel::peer_connection));
                             peers
                                 .install(&conns)
                                 .context("installing into the peer tables")?;
