@@ -39,9 +39,8 @@ pub const VERSIONS: [(&str, u32); 15] = [
     (map_names::SERVICE_STATS, BASELINE),
     (map_names::BACKEND_STATS, BASELINE),
     (map_names::EVENTS, BASELINE),
-    // 2: two-choice bucket arrays written through `mmap` (1: hash maps).
-    (map_names::PEER_FLOWS, 2),
-    (map_names::PEER_NAT, 2),
+    (map_names::PEER_FLOWS, BASELINE),
+    (map_names::PEER_NAT, BASELINE),
     (map_names::CONN_EVENTS, BASELINE),
 ];
 

@@ -223,7 +223,9 @@ pub fn adopt_maps(
         let verdict = match schema::decide(name, have, wanted, &recorded) {
             // Same layout and version, but hashed with another seed (an earlier
             // release's public one): fresh, and the live entries are copied.
-            Verdict::Adopt if !flow_tables::same_table(name, &was, &sizes.tables()) => {
+            Verdict::Adopt
+                if !flow_tables::same_table(name, &was, &sizes.tables(), sizes.cluster()) =>
+            {
                 Verdict::Fresh(Fresh::Reseeded)
             }
             v => v,

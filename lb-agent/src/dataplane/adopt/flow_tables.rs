@@ -122,19 +122,19 @@ pub fn inherits_public_seeds(configured: MapSizes, previous: Option<&PreviousTab
         && now.nat_buckets == built_in.nat_buckets
 }
 
-/// Whether a previous `name` table (`LB_FLOWS`, `LB_NAT` or a peer table) can be adopted
-/// as it is: same buckets and same seeds. Else it is created fresh (and the entries of
-/// `LB_FLOWS` and `LB_NAT` are copied).
-pub fn same_table(name: &str, was: &TableLayout, now: &TableLayout) -> bool {
+/// Whether a previous `name` table (`LB_FLOWS`, `LB_NAT` or, in cluster mode, a peer
+/// table) can be adopted as it is: same buckets and same seeds. Else it is created fresh
+/// (and the entries of `LB_FLOWS` and `LB_NAT` are copied). Without cluster mode the peer
+/// tables are one empty bucket each, whatever their seeds.
+pub fn same_table(name: &str, was: &TableLayout, now: &TableLayout, cluster: bool) -> bool {
     match name {
         map_names::FLOWS => was.flow_buckets == now.flow_buckets && was.flow_seed == now.flow_seed,
         map_names::NAT => was.nat_buckets == now.nat_buckets && was.nat_seed == now.nat_seed,
-        // Sized by `LB_FLOWS` and hashed with its seed and `LB_NAT`'s (never copied:
-        // the resync installs the other nodes' connections again).
+        // Hashed with `LB_FLOWS`' and `LB_NAT`'s seeds (their size follows `LB_FLOWS`',
+        // which the layout check compares; never copied: the resync installs the other
+        // nodes' connections again).
         map_names::PEER_FLOWS | map_names::PEER_NAT => {
-            was.flow_buckets == now.flow_buckets
-                && was.flow_seed == now.flow_seed
-                && was.nat_seed == now.nat_seed
+            !cluster || (was.flow_seed == now.flow_seed && was.nat_seed == now.nat_seed)
         }
         _ => true,
     }
@@ -232,4 +232,49 @@ where
         new.set(index, &bucket, 0).map_err(err)?;
     }
     Ok(copied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(flow_buckets: u32, flow_seed: u32, nat_seed: u32) -> TableLayout {
+        TableLayout {
+            flow_buckets,
+            nat_buckets: flow_buckets / 2,
+            flow_seed,
+            nat_seed,
+        }
+    }
+
+    #[test]
+    fn the_peer_tables_are_kept_whenever_their_seeds_are_or_unused() {
+        let was = layout(1 << 18, 7, 11);
+        for name in [map_names::PEER_FLOWS, map_names::PEER_NAT] {
+            // A new max_flows alone: their size is the layout check's.
+            assert!(
+                same_table(name, &was, &layout(1 << 12, 7, 11), true),
+                "{name}"
+            );
+            assert!(
+                !same_table(name, &was, &layout(1 << 18, 8, 11), true),
+                "{name}"
+            );
+            assert!(
+                !same_table(name, &was, &layout(1 << 18, 7, 12), true),
+                "{name}"
+            );
+            // Without cluster mode: one empty bucket, whatever the seeds.
+            assert!(
+                same_table(name, &was, &layout(1 << 18, 8, 12), false),
+                "{name}"
+            );
+        }
+        assert!(!same_table(
+            map_names::FLOWS,
+            &was,
+            &layout(1 << 12, 7, 11),
+            false
+        ));
+    }
 }
