@@ -1,8 +1,9 @@
 //! A nat service on three lb nodes behind a BIRD ECMP router (docs/multi-node.md), the
 //! backends on their own segment behind the same router: keep-alive connections and a
 //! long download must survive every move the router makes (a node's agent and BIRD
-//! killed, the node back, a node's link down and up, a node drained and undrained) and
-//! the router's interface on the nodes' segment moving to another MAC,
+//! killed, the node back, a node's link down and up, a node drained and undrained while
+//! another node's agent is stopped) and the router's interface on the nodes' segment
+//! moving to another MAC,
 //! because every node forwards every packet of an established connection, in either
 //! direction, exactly as the node that made it. New connections from several clients run
 //! throughout and may fail only inside the router's detection window of an event. The
@@ -198,6 +199,16 @@ fn wait_hop_moves_to(topo: &MultiNode, mac: Mac, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `lb_cluster_adoptions_total{table="flow"}` of `node`: the client flows its data plane
+/// took over from its peer tables.
+fn flows_taken_over(node: &Node) -> f64 {
+    let text = lb_tests::agent::api::Api::new(&node.ns)
+        .metrics()
+        .expect("the node's /metrics");
+    lb_tests::agent::api::metric(&text, "lb_cluster_adoptions_total", &[("table", "flow")])
+        .unwrap_or(0.0)
 }
 
 /// How long the sync network stays partitioned.
@@ -459,28 +470,40 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     settle();
     held.check("n3-link-up");
 
-    // n1 drained and undrained.
+    // n1 drained and undrained, n2's agent starved meanwhile (stopped: no CPU at all):
+    // the router moves n1's flows to n2 and n3 for the first time, and n2's data plane
+    // takes over those its agent installed before it stopped, alone.
+    let adopted_before = flows_taken_over(&topo.nodes[1]);
+    let starved = topo.nodes[1].agent.as_ref().expect("n2 agent");
+    starved.signal(libc::SIGSTOP).expect("stopping n2's agent");
     let start = wall_now();
     topo.nodes[0].cli(&["node", "drain"]).expect("drain n1");
     topo.wait_next_hops(&[all[1], all[2]], WITHDRAW_BOUND)
         .expect("n1 withdrawn when drained");
     events.push(Event {
-        what: "n1 drained",
+        what: "n1 drained, n2's agent stopped",
         start,
         moved: wall_now(),
     });
     settle();
-    held.check("n1-drained");
+    held.check("n1-drained-n2-starved");
+    starved.signal(libc::SIGCONT).expect("resuming n2's agent");
     let start = wall_now();
     topo.nodes[0].cli(&["node", "undrain"]).expect("undrain n1");
     topo.wait_next_hops(&all, CONVERGE).expect("n1 back");
     events.push(Event {
-        what: "n1 undrained",
+        what: "n1 undrained, n2's agent resumed",
         start,
         moved: wall_now(),
     });
     settle();
     held.check("n1-undrained");
+    let adopted = flows_taken_over(&topo.nodes[1]) - adopted_before;
+    println!("n2 took over {adopted} client flows while its agent was stopped");
+    assert!(
+        adopted >= 1.0,
+        "n2's data plane took n1's connections over while its agent was stopped"
+    );
 
     // The router's interface on the nodes' segment moves to another MAC (a NIC swap, a
     // VRRP failover), announced by the kernel's gratuitous ARP. The router is every
