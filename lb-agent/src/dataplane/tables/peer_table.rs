@@ -35,8 +35,6 @@ pub struct PeerTable<V> {
     /// Buckets (a power of two).
     buckets: u32,
     seed: u32,
-    /// Live slots.
-    live: usize,
     /// Keeps the map open for as long as it is mapped.
     _map: MapData,
     _value: PhantomData<V>,
@@ -48,8 +46,9 @@ unsafe impl<V> Send for PeerTable<V> {}
 
 impl<V: Copy> PeerTable<V> {
     /// Maps `map` (named `name`, an array of `Bucket<V>` created `BPF_F_MMAPABLE`), whose
-    /// keys are hashed with `seed`, and counts what it holds (an adopted table holds the
-    /// previous agent's connections).
+    /// keys are hashed with `seed` (an adopted table holds the previous agent's
+    /// connections). Nothing is read: a table of millions of connections is only paged in
+    /// where it is written.
     pub fn new(map: MapData, name: &'static str, seed: u32) -> Result<Self, DataplaneError> {
         let info = map
             .info()
@@ -70,19 +69,13 @@ impl<V: Copy> PeerTable<V> {
             buckets as usize * size_of::<Bucket<V>>(),
             "mmap of a peer table (needs BPF_F_MMAPABLE)",
         )?;
-        let mut table = Self {
+        Ok(Self {
             mapping,
             buckets,
             seed,
-            live: 0,
             _map: map,
             _value: PhantomData,
-        };
-        table.live = (0..buckets)
-            .flat_map(|b| (0..TABLE_WAYS).map(move |w| (b, w)))
-            .filter(|&(b, w)| table.word(table.slot(b, w)).load(Ordering::Acquire) & SLOT_LIVE != 0)
-            .count();
-        Ok(table)
+        })
     }
 
     /// Slot `way` of bucket `bucket` (`bucket < buckets`, `way < TABLE_WAYS`).
@@ -190,7 +183,6 @@ impl<V: Copy> PeerTable<V> {
             return false;
         };
         self.write(s, key, value, hash);
-        self.live += 1;
         true
     }
 
@@ -252,7 +244,6 @@ impl<V: Copy> PeerTable<V> {
         };
         let word = self.word(s);
         word.swap(free_word(word.load(Ordering::Relaxed)), Ordering::SeqCst);
-        self.live -= 1;
         true
     }
 
@@ -264,14 +255,18 @@ impl<V: Copy> PeerTable<V> {
         Some(unsafe { addr_of!((*s).value).read_volatile() })
     }
 
-    /// How many keys it holds.
+    /// How many keys it holds: every slot's word read (for status and tests, not a
+    /// path that runs per connection).
     pub fn len(&self) -> usize {
-        self.live
+        (0..self.buckets)
+            .flat_map(|b| (0..TABLE_WAYS).map(move |w| (b, w)))
+            .filter(|&(b, w)| self.word(self.slot(b, w)).load(Ordering::Relaxed) & SLOT_LIVE != 0)
+            .count()
     }
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
 }
 
