@@ -146,10 +146,17 @@ pub(crate) fn claim(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) 
 /// verifier explores past its limit).
 #[inline(always)]
 fn claim_new(key: &FlowKey, value: &NatValue, replace: bool, now_s: u32) -> Claim {
-    Claim::from_code(lb_nat_claim_new(key, value, replace as u64, now_s as u64))
+    // Without cluster mode (a constant to the verifier) straight to the claim: no extra
+    // call for each of the allocation's candidates.
+    let code = if layout::cluster() {
+        lb_nat_claim_new(key, value, replace as u64, now_s as u64)
+    } else {
+        lb_nat_claim(key, value, replace as u64, now_s as u64)
+    };
+    Claim::from_code(code)
 }
 
-/// [`lb_nat_claim`] after the cluster mode's check of [`claim_new`]. It only passes its
+/// Cluster mode: [`lb_nat_claim`] after [`claim_new`]'s check of the peer tables. It only passes its
 /// arguments on, in callee-saved registers: no frame of its own, so the chain through
 /// it is `lb_xdp_full`'s frame and the deeper of its two callees'.
 #[unsafe(no_mangle)]
@@ -160,7 +167,7 @@ pub extern "C" fn lb_nat_claim_new(
     replace: u64,
     now_s: u64,
 ) -> u64 {
-    if layout::cluster() && peer::lb_peer_nat_held(key) != 0 {
+    if peer::lb_peer_nat_held(key) != 0 {
         return Claim::Taken.code();
     }
     lb_nat_claim(key, value, replace, now_s)
