@@ -28,7 +28,7 @@
 //!
 //! The binary (`src/main.rs`, `src/cli/`) wires them into `lb-agent run`.
 pub mod agent;
-mod alloc;
+pub mod alloc;
 pub mod announce;
 pub mod api;
 pub mod build_info;

@@ -42,6 +42,9 @@ pub fn run(opts: RunOptions) -> anyhow::Result<ExitCode> {
         }
     };
     super::init_logging(cfg.agent.log_format);
+    if let Err(err) = lb_agent::alloc::no_transparent_huge_pages() {
+        warn!("transparent huge pages stay on for the agent: {err}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

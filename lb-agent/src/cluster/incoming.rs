@@ -181,11 +181,9 @@ async fn receive(
             // Room for every record at once: most become a change, and a list grown by
             // doubling would copy its 144-byte changes again at each step.
             let mut changes = Vec::with_capacity(records.len());
-            changes.extend(
-                records
-                    .iter()
-                    .filter_map(|r| tables.replicas.apply(r, now, true)),
-            );
+            tables
+                .replicas
+                .apply_all(records, now, true, |change| changes.push(change));
             shared.peers[index]
                 .received
                 .fetch_add(records.len() as u64, Relaxed);

@@ -18,6 +18,7 @@ mod members;
 mod outgoing;
 mod reach;
 mod record;
+mod shard;
 mod socket;
 mod stats;
 mod store;
@@ -195,8 +196,8 @@ impl Cluster {
         let now = Instant::now();
         let next = {
             let mut t = self.shared.lock();
+            t.replicas.apply_all(records, now, false, |_| {});
             for r in records {
-                t.replicas.apply(r, now, false);
                 t.outbox.push(*r, now);
             }
             t.outbox.next_seq()

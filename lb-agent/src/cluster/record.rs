@@ -6,9 +6,10 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use super::error::Malformed;
 
 /// What a record says about its connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RecordKind {
     /// Established on the sending node.
+    #[default]
     Open,
     /// Still alive: it saw traffic on the sending node.
     Refresh,
@@ -35,7 +36,7 @@ pub struct Record {
 /// A connection's identity: its client side (protocol, VIP and client address and
 /// port, the addresses IPv6 or IPv4-mapped), packed into five words: compared and
 /// hashed word by word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ConnKey([u64; 5]);
 
 impl std::hash::Hash for ConnKey {

@@ -2,11 +2,12 @@
 //! (its own and its peers'), with the time each expires, and the log of the records it
 //! published, numbered, that its peers have not all acknowledged (the resend window).
 
-use std::collections::{BTreeMap, HashMap, VecDeque, hash_map::Entry};
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 use super::record::{ConnKey, Record, RecordKind, endpoint_bytes};
+use super::shard::{self, Probe};
 
 /// Added to a connection's idle time before its replica expires.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(5);
@@ -25,7 +26,7 @@ pub enum Change {
 }
 
 /// What the replica table holds of a connection besides its key: 56 bytes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Replica {
     kind: RecordKind,
     state: u8,
@@ -58,12 +59,17 @@ fn idle_limit_of(state: u8, protocol: u8) -> Duration {
     Duration::from_nanos(u64::from(nat_seconds) << 30) + EXPIRY_MARGIN
 }
 
-/// Shards of the replica table. Each grows on its own and at its own count, so a
-/// growth copies a small part of the table, never the whole (a million replicas take
-/// tens of milliseconds to copy, and the sync waits meanwhile).
+/// Shards of the replica table (a power of two). Each grows on its own and at its own
+/// count, so a growth copies a small part of the table, never the whole (a million
+/// replicas take tens of milliseconds to copy, and the sync waits meanwhile).
 const SHARDS: usize = 1024;
 
-type Shard = HashMap<ConnKey, Replica, foldhash::fast::RandomState>;
+/// Records whose slots [`Replicas::apply_all`] starts loading before it applies the
+/// record in hand: enough to overlap the cache misses of a table far larger than the
+/// caches.
+const AHEAD: usize = 8;
+
+type Shard = shard::Shard<ConnKey, Replica>;
 
 /// Every connection this node knows, by its client side, and an expiry wheel: the keys
 /// by the second (from `origin`) their replica is due to be looked at. A replica's key
@@ -74,8 +80,8 @@ type Shard = HashMap<ConnKey, Replica, foldhash::fast::RandomState>;
 #[derive(Debug)]
 pub struct Replicas {
     shards: Vec<Shard>,
-    /// Picks a key's shard (seeded apart from the shards' own hashers).
-    spread: foldhash::fast::RandomState,
+    /// Hashes keys, once per record: the hash picks the shard, the slot and the tag.
+    hasher: foldhash::fast::RandomState,
     wheel: BTreeMap<u32, Vec<ConnKey>>,
     origin: Instant,
 }
@@ -84,7 +90,7 @@ impl Default for Replicas {
     fn default() -> Self {
         Replicas {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            spread: foldhash::fast::RandomState::default(),
+            hasher: foldhash::fast::RandomState::default(),
             wheel: BTreeMap::new(),
             // A day back: before the last packet of every connection not expired yet.
             origin: Instant::now()
@@ -99,14 +105,19 @@ fn slot_of(ns: u64) -> u32 {
     (ns / 1_000_000_000) as u32
 }
 
+/// The shard of a key's hash: bits apart from those that pick the slot (the low ones)
+/// and the tag (the top 16).
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize & (SHARDS - 1)
+}
+
 impl Replicas {
     pub fn len(&self) -> usize {
-        self.shards.iter().map(HashMap::len).sum()
+        self.shards.iter().map(Shard::len).sum()
     }
 
-    /// The index of `key`'s shard.
-    fn shard_of(&self, key: &ConnKey) -> usize {
-        self.spread.hash_one(key) as usize % SHARDS
+    fn hash(&self, key: &ConnKey) -> u64 {
+        self.hasher.hash_one(key)
     }
 
     /// `t` in nanoseconds from the origin.
@@ -116,7 +127,50 @@ impl Replicas {
 
     /// Applies `record` received at `now` (`from_peer`: a peer sent it; otherwise this
     /// node published it). Returns the change for the data plane, if any.
+    #[cfg(test)]
     pub fn apply(&mut self, record: &Record, now: Instant, from_peer: bool) -> Option<Change> {
+        let key = record.key();
+        let hash = self.hash(&key);
+        self.apply_hashed(record, key, hash, now, from_peer)
+    }
+
+    /// [`Replicas::apply`] for each of `records` in order, each change handed to
+    /// `changed`; the table's slots for the records ahead are loaded meanwhile.
+    pub fn apply_all(
+        &mut self,
+        records: &[Record],
+        now: Instant,
+        from_peer: bool,
+        mut changed: impl FnMut(Change),
+    ) {
+        let keyed: Vec<(ConnKey, u64)> = records
+            .iter()
+            .map(|r| {
+                let key = r.key();
+                (key, self.hash(&key))
+            })
+            .collect();
+        for &(_, hash) in keyed.iter().take(AHEAD) {
+            self.shards[shard_of(hash)].prefetch(hash);
+        }
+        for (i, (record, &(key, hash))) in records.iter().zip(&keyed).enumerate() {
+            if let Some(&(_, ahead)) = keyed.get(i + AHEAD) {
+                self.shards[shard_of(ahead)].prefetch(ahead);
+            }
+            if let Some(change) = self.apply_hashed(record, key, hash, now, from_peer) {
+                changed(change);
+            }
+        }
+    }
+
+    fn apply_hashed(
+        &mut self,
+        record: &Record,
+        key: ConnKey,
+        hash: u64,
+        now: Instant,
+        from_peer: bool,
+    ) -> Option<Change> {
         // A closed connection stays until its closed state's reuse time has passed (as
         // an open one until its idle time has): the node that saw the close holds its
         // translation that long, so its owner must not hand the pair out before.
@@ -136,22 +190,27 @@ impl Replicas {
             expires,
             due: slot,
         };
-        // One lookup: the table is far larger than the caches.
-        let key = record.key();
-        let at = self.shard_of(&key);
-        match self.shards[at].entry(key) {
-            Entry::Vacant(vacant) => {
+        let hasher = &self.hasher;
+        let rehash = |k: &ConnKey| hasher.hash_one(k);
+        let shard = &mut self.shards[shard_of(hash)];
+        match shard.probe(hash, &key) {
+            Probe::Vacant(_) => {
                 if record.kind == RecordKind::Close || expired {
                     return None;
                 }
+                shard.reserve_one(rehash);
+                // Probed again: a growth moves the slots.
+                let Probe::Vacant(at) = shard.probe(hash, &key) else {
+                    unreachable!("a growth keeps the keys it holds, and only those");
+                };
+                shard.insert_at(at, hash, key, replica);
                 self.wheel.entry(slot).or_default().push(key);
-                vacant.insert(replica);
             }
-            Entry::Occupied(mut occupied) => {
-                let old = *occupied.get();
+            Probe::Found(at) => {
+                let old = *shard.value_at(at);
                 if expired {
                     // Its wheel entry finds it gone.
-                    occupied.remove();
+                    shard.remove_at(at, rehash);
                     return old.installed.then(|| Change::Remove(old.record(&key, 0)));
                 }
                 if old.expires > expires && record.kind != RecordKind::Close {
@@ -164,11 +223,11 @@ impl Replicas {
                     self.wheel.entry(slot).or_default().push(key);
                     slot
                 };
-                occupied.insert(Replica {
+                *shard.value_at(at) = Replica {
                     due,
                     installed: from_peer || old.installed,
                     ..replica
-                });
+                };
             }
         }
         Some(Change::Upsert(*record))
@@ -187,11 +246,13 @@ impl Replicas {
             let keys = entry.remove();
             let mut later: Vec<(u32, ConnKey)> = Vec::new();
             for key in keys {
-                let at = self.shard_of(&key);
-                let shard = &mut self.shards[at];
-                let Some(r) = shard.get_mut(&key) else {
+                let hash = self.hasher.hash_one(key);
+                let hasher = &self.hasher;
+                let shard = &mut self.shards[shard_of(hash)];
+                let Probe::Found(at) = shard.probe(hash, &key) else {
                     continue;
                 };
+                let r = shard.value_at(at);
                 if r.due != slot {
                     // An earlier expiry put it in an earlier slot, already looked at.
                     continue;
@@ -200,7 +261,7 @@ impl Replicas {
                     if r.installed {
                         gone.push(Change::Remove(r.record(&key, 0)));
                     }
-                    shard.remove(&key);
+                    shard.remove_at(at, |k| hasher.hash_one(k));
                 } else {
                     r.due = slot_of(r.expires).max(slot);
                     later.push((r.due, key));
@@ -302,6 +363,8 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::cluster::record::tests::sample;
 

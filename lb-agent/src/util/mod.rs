@@ -2,3 +2,4 @@
 
 pub(crate) mod durable;
 pub(crate) mod ordered_join;
+pub(crate) mod prefetch;

@@ -28,6 +28,7 @@ use lb_common::{
 
 use super::mapping::Mapping;
 use crate::dataplane::DataplaneError;
+use crate::util::prefetch::{CACHE_LINE, prefetch_line};
 
 /// One peer table, mapped.
 pub struct PeerTable<V> {
@@ -275,19 +276,4 @@ impl<V: Copy> PeerTable<V> {
 pub struct Located {
     hash: u32,
     buckets: [u32; 2],
-}
-
-/// Bytes of a cache line on the machines lb runs on.
-const CACHE_LINE: usize = 64;
-
-/// A hint to start loading the cache line at `p` (nothing where the target has none).
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no effect on memory and does not fault.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

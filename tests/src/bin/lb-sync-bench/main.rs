@@ -37,6 +37,8 @@ const USAGE: &str = "usage: lb-sync-bench [--only live,live-alone,live-maps,writ
                      [--bulk N] [--rates R,R] [--seconds S] [--memory N]";
 
 fn main() -> anyhow::Result<()> {
+    // As the agent runs.
+    lb_agent::alloc::no_transparent_huge_pages()?;
     let mut only = "live,writes,resync,replicas,lag,memory".to_owned();
     let mut records = 1_000_000usize;
     let mut bulk = 1_000_000usize;
