@@ -491,8 +491,8 @@ fn peer_connection(
     };
     let svc = services
         .iter()
-        .find(|s| s.cfg.vip == record.vip && s.cfg.protocol == protocol)?;
-    let backend_id = publisher.backend_id(&svc.cfg.name, &record.backend)?;
+        .find(|s| s.cfg.vip == record.vip.addr() && s.cfg.protocol == protocol)?;
+    let backend_id = publisher.backend_id(&svc.cfg.name, &record.backend.addr())?;
     let nat_addr = svc
         .cfg
         .snat_ips

@@ -10,7 +10,7 @@ use lb_common::{
     maps::{FlowKey, NatValue},
 };
 
-use super::record::{Record, RecordKind};
+use super::record::{Endpoint, Record, RecordKind};
 use crate::publish::{addr_words, words_addr};
 
 /// The record of a connection event: `Open` when it was established, `Close` when it
@@ -47,7 +47,10 @@ fn record_of(
     age_ms: u32,
 ) -> Record {
     let at = |words: [u32; 4], port: u16| {
-        SocketAddr::new(words_addr(words, client.family), u16::from_be(port))
+        Endpoint::from(SocketAddr::new(
+            words_addr(words, client.family),
+            u16::from_be(port),
+        ))
     };
     Record {
         kind,
@@ -71,7 +74,7 @@ pub fn reply_key(record: &Record) -> FlowKey {
     key(record.protocol, record.backend, record.snat)
 }
 
-fn key(proto: u8, src: SocketAddr, dst: SocketAddr) -> FlowKey {
+fn key(proto: u8, src: Endpoint, dst: Endpoint) -> FlowKey {
     let (src_words, family) = addr_words(src.ip());
     let (dst_words, _) = addr_words(dst.ip());
     FlowKey {

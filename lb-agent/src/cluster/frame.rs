@@ -238,9 +238,11 @@ impl<'a> Reader<'a> {
         if count == 0 || count > MAX_RECORDS {
             return Err(Malformed::Field("record count", count as u64));
         }
-        (0..count)
-            .map(|_| Record::decode(self.take(Record::LEN)?))
-            .collect()
+        let mut records = Vec::with_capacity(count);
+        for _ in 0..count {
+            records.push(Record::decode(self.take(Record::LEN)?)?);
+        }
+        Ok(records)
     }
 }
 

@@ -37,7 +37,7 @@ pub use error::{KeyError, Malformed, StartError, SyncError};
 pub use identity::{Identity, MIN_KEY_LEN, read_key};
 pub use members::{Member, Members, port_slice};
 pub use reach::{Reach, reach};
-pub use record::{ConnKey, Record, RecordKind};
+pub use record::{ConnKey, Endpoint, Record, RecordKind};
 pub use stats::{ClusterStatus, NextHopMove, PeerState, PeerStatus, RefusedStatus};
 pub use store::{Change, EXPIRY_MARGIN, idle_limit};
 

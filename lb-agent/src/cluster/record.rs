@@ -1,7 +1,10 @@
 //! A sync record: one nat connection described by addresses (never by local ids, which
-//! differ between nodes), 80 bytes on the wire (docs/internals/cluster-sync.md).
+//! differ between nodes), 80 bytes on the wire (docs/internals/cluster-sync.md) and in
+//! memory.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
 
 use super::error::Malformed;
 
@@ -17,7 +20,8 @@ pub enum RecordKind {
     Close,
 }
 
-/// One connection as the nodes share it.
+/// One connection as the nodes share it. Its addresses are kept in their wire form, so
+/// that a record is read from a frame and written to one by copying bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Record {
     pub kind: RecordKind,
@@ -27,10 +31,80 @@ pub struct Record {
     pub state: u8,
     /// Milliseconds since the connection's last packet, as the sender saw it.
     pub age_ms: u32,
-    pub vip: SocketAddr,
-    pub client: SocketAddr,
-    pub backend: SocketAddr,
-    pub snat: SocketAddr,
+    pub vip: Endpoint,
+    pub client: Endpoint,
+    pub backend: Endpoint,
+    pub snat: Endpoint,
+}
+
+/// An address and port as the wire carries them: 16 address bytes (an IPv4 address
+/// mapped into IPv6), then the port, big-endian.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Endpoint([u8; 18]);
+
+/// The first 12 bytes of an IPv4-mapped IPv6 address.
+const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+impl Endpoint {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip(), self.port())
+    }
+
+    /// The address (IPv4 for a mapped one: a record never carries one as IPv6).
+    pub fn ip(&self) -> IpAddr {
+        let b = &self.0;
+        if self.is_v4() {
+            IpAddr::from([b[12], b[13], b[14], b[15]])
+        } else {
+            let octets: [u8; 16] = b[..16].try_into().expect("16 bytes");
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        u16::from_be_bytes([self.0[16], self.0[17]])
+    }
+
+    pub fn is_v4(&self) -> bool {
+        self.0[..12] == V4_MAPPED
+    }
+
+    pub fn bytes(&self) -> &[u8; 18] {
+        &self.0
+    }
+}
+
+impl From<SocketAddr> for Endpoint {
+    fn from(sa: SocketAddr) -> Self {
+        let v6 = match sa.ip() {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        let mut out = [0u8; 18];
+        out[..16].copy_from_slice(&v6.octets());
+        out[16..].copy_from_slice(&sa.port().to_be_bytes());
+        Endpoint(out)
+    }
+}
+
+impl FromStr for Endpoint {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<SocketAddr>().map(Endpoint::from)
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.addr().fmt(f)
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.addr().fmt(f)
+    }
 }
 
 /// A connection's identity: its client side (protocol, VIP and client address and
@@ -54,8 +128,8 @@ impl Record {
     pub fn key(&self) -> ConnKey {
         let mut bytes = [0u8; 40];
         bytes[0] = self.protocol;
-        bytes[1..19].copy_from_slice(&endpoint_bytes(self.vip));
-        bytes[19..37].copy_from_slice(&endpoint_bytes(self.client));
+        bytes[1..19].copy_from_slice(&self.vip.0);
+        bytes[19..37].copy_from_slice(&self.client.0);
         let mut words = [0u64; 5];
         for (word, chunk) in words.iter_mut().zip(bytes.as_chunks::<8>().0) {
             *word = u64::from_ne_bytes(*chunk);
@@ -71,10 +145,10 @@ impl Record {
         });
         out.push(self.protocol);
         out.push(self.state);
-        out.push(if self.vip.is_ipv4() { 4 } else { 6 });
+        out.push(if self.vip.is_v4() { 4 } else { 6 });
         out.extend_from_slice(&self.age_ms.to_be_bytes());
-        for sa in [self.vip, self.client, self.backend, self.snat] {
-            out.extend_from_slice(&endpoint_bytes(sa));
+        for endpoint in [self.vip, self.client, self.backend, self.snat] {
+            out.extend_from_slice(&endpoint.0);
         }
     }
 
@@ -98,18 +172,13 @@ impl Record {
             6 => false,
             f => return Err(Malformed::Field("family", f.into())),
         };
-        let mut addrs = [SocketAddr::from(([0u8; 4], 0)); 4];
+        let mut addrs = [Endpoint::default(); 4];
         for (i, slot) in addrs.iter_mut().enumerate() {
             let at = 8 + i * 18;
-            let octets: [u8; 16] = b[at..at + 16].try_into().expect("16 bytes");
-            let port = u16::from_be_bytes([b[at + 16], b[at + 17]]);
-            let v6 = Ipv6Addr::from(octets);
-            let ip = match (v4, v6.to_ipv4_mapped()) {
-                (true, Some(a)) => IpAddr::V4(a),
-                (false, None) => IpAddr::V6(v6),
-                _ => return Err(Malformed::Field("address family", i as u64)),
-            };
-            *slot = SocketAddr::new(ip, port);
+            *slot = Endpoint(b[at..at + 18].try_into().expect("18 bytes"));
+            if slot.is_v4() != v4 {
+                return Err(Malformed::Field("address family", i as u64));
+            }
         }
         let [vip, client, backend, snat] = addrs;
         Ok(Record {
@@ -138,51 +207,28 @@ impl ConnKey {
         self.bytes()[0]
     }
 
-    /// The record of this connection whose other fields are these (`backend` and
-    /// `snat` as [`endpoint_bytes`] gives them).
+    /// The record of this connection whose other fields are these.
     pub fn record(
         &self,
         kind: RecordKind,
         state: u8,
         age_ms: u32,
-        backend: &[u8; 18],
-        snat: &[u8; 18],
+        backend: Endpoint,
+        snat: Endpoint,
     ) -> Record {
         let bytes = self.bytes();
-        let part = |at: usize| -> [u8; 18] { bytes[at..at + 18].try_into().expect("18 bytes") };
+        let part = |at: usize| Endpoint(bytes[at..at + 18].try_into().expect("18 bytes"));
         Record {
             kind,
             protocol: bytes[0],
             state,
             age_ms,
-            vip: endpoint_of(&part(1)),
-            client: endpoint_of(&part(19)),
-            backend: endpoint_of(backend),
-            snat: endpoint_of(snat),
+            vip: part(1),
+            client: part(19),
+            backend,
+            snat,
         }
     }
-}
-
-/// The address and port of [`endpoint_bytes`]'s form (an IPv4-mapped address is the
-/// IPv4 address: a record never carries one as IPv6).
-fn endpoint_of(b: &[u8; 18]) -> SocketAddr {
-    let octets: [u8; 16] = b[..16].try_into().expect("16 bytes");
-    let v6 = Ipv6Addr::from(octets);
-    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-    SocketAddr::new(ip, u16::from_be_bytes([b[16], b[17]]))
-}
-
-/// An address and port as the wire carries them: 16 address bytes (IPv4 mapped into
-/// IPv6), then the port, big-endian.
-pub fn endpoint_bytes(sa: SocketAddr) -> [u8; 18] {
-    let v6 = match sa.ip() {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    let mut out = [0u8; 18];
-    out[..16].copy_from_slice(&v6.octets());
-    out[16..].copy_from_slice(&sa.port().to_be_bytes());
-    out
 }
 
 #[cfg(test)]
@@ -198,9 +244,9 @@ pub(crate) mod tests {
             state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
             age_ms: n % 1000,
             vip: "10.0.0.100:80".parse().unwrap(),
-            client: SocketAddr::from(([100 + a % 100, b, c, d], 40000 + (n % 20000) as u16)),
+            client: SocketAddr::from(([100 + a % 100, b, c, d], 40000 + (n % 20000) as u16)).into(),
             backend: "10.0.1.11:8080".parse().unwrap(),
-            snat: SocketAddr::from(([10, 0, 0, 2], 1024 + (n % 30000) as u16)),
+            snat: SocketAddr::from(([10, 0, 0, 2], 1024 + (n % 30000) as u16)).into(),
         }
     }
 
@@ -222,6 +268,26 @@ pub(crate) mod tests {
             assert_eq!(buf.len(), Record::LEN);
             assert_eq!(Record::decode(&buf), Ok(r));
         }
+    }
+
+    #[test]
+    fn endpoints_give_back_the_address_they_were_made_of() {
+        for text in ["10.0.0.2:1024", "[2001:db8::2]:53", "0.0.0.0:0"] {
+            let sa: SocketAddr = text.parse().unwrap();
+            let endpoint = Endpoint::from(sa);
+            assert_eq!(endpoint.addr(), sa, "{text}");
+            assert_eq!(endpoint.is_v4(), sa.is_ipv4(), "{text}");
+            assert_eq!(endpoint.to_string(), sa.to_string());
+            assert_eq!(text.parse::<Endpoint>(), Ok(endpoint));
+        }
+        // An IPv4-mapped IPv6 address is the IPv4 address.
+        let mapped: Endpoint = "[::ffff:10.0.0.2]:1".parse().unwrap();
+        assert_eq!(mapped.addr(), "10.0.0.2:1".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            size_of::<Record>(),
+            Record::LEN,
+            "a record is its wire size in memory"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
-use super::record::{ConnKey, Record, RecordKind, endpoint_bytes};
+use super::record::{ConnKey, Endpoint, Record, RecordKind};
 use super::shard::{self, Probe};
 
 /// Added to a connection's idle time before its replica expires.
@@ -33,8 +33,8 @@ struct Replica {
     /// Whether a peer's record of it went to the data plane's peer tables (which then
     /// hold it until it expires, also after this node's own records of it).
     installed: bool,
-    backend: [u8; 18],
-    snat: [u8; 18],
+    backend: Endpoint,
+    snat: Endpoint,
     /// When it expires, in nanoseconds from the table's origin.
     expires: u64,
     /// The expiry wheel's slot that holds its key: at or before `expires`'s.
@@ -44,7 +44,7 @@ struct Replica {
 impl Replica {
     /// Its record, the key giving the rest, aged `age_ms`.
     fn record(&self, key: &ConnKey, age_ms: u32) -> Record {
-        key.record(self.kind, self.state, age_ms, &self.backend, &self.snat)
+        key.record(self.kind, self.state, age_ms, self.backend, self.snat)
     }
 }
 
@@ -185,8 +185,8 @@ impl Replicas {
             kind: record.kind,
             state: record.state,
             installed: from_peer,
-            backend: endpoint_bytes(record.backend),
-            snat: endpoint_bytes(record.snat),
+            backend: record.backend,
+            snat: record.snat,
             expires,
             due: slot,
         };

@@ -76,10 +76,10 @@ fn record(kind: RecordKind, vip: &str, backend: &str) -> Record {
         protocol: lb_common::IPPROTO_TCP,
         state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
         age_ms: 0,
-        vip: sa(vip),
-        client: sa("192.0.2.7:40000"),
-        backend: sa(backend),
-        snat: sa("10.0.0.2:20001"),
+        vip: sa(vip).into(),
+        client: sa("192.0.2.7:40000").into(),
+        backend: sa(backend).into(),
+        snat: sa("10.0.0.2:20001").into(),
     }
 }
 
@@ -131,7 +131,7 @@ async fn replicas_are_installed_in_this_nodes_terms_and_removed_when_they_expire
     );
     for (rec, service) in [(web, "web"), (api, "api")] {
         let conn = installed[&cluster::client_key(&rec)];
-        let ids = h.backend_ids(service, rec.backend);
+        let ids = h.backend_ids(service, rec.backend.addr());
         assert!(
             ids.contains(&conn.flow.backend_id),
             "{service}: pinned to this node's id of its backend"

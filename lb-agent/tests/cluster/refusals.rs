@@ -320,7 +320,7 @@ async fn with_loss_and_reordering_every_record_arrives_within_a_second() {
 /// time one took since it was published.
 fn arrivals(
     b: &mut Cluster,
-    published: &std::collections::HashMap<SocketAddr, std::time::Instant>,
+    published: &std::collections::HashMap<lb_agent::cluster::Endpoint, std::time::Instant>,
     worst: &mut Duration,
 ) -> usize {
     let mut n = 0;

@@ -82,9 +82,9 @@ pub fn record(node: u8, n: u32, kind: RecordKind) -> Record {
         state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
         age_ms: 0,
         vip: "10.0.0.100:80".parse().unwrap(),
-        client: SocketAddr::from(([100 + node, b, c, d], 40000)),
+        client: SocketAddr::from(([100 + node, b, c, d], 40000)).into(),
         backend: "10.0.1.11:8080".parse().unwrap(),
-        snat: SocketAddr::from(([10, 0, 0, 2], 1024 + (n % 30000) as u16)),
+        snat: SocketAddr::from(([10, 0, 0, 2], 1024 + (n % 30000) as u16)).into(),
     }
 }
 

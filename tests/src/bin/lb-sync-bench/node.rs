@@ -30,20 +30,20 @@ pub fn record(n: u32) -> Record {
         state: lb_common::maps::NAT_S_ESTABLISHED | lb_common::maps::NAT_S_ACKED,
         age_ms: 0,
         vip: "10.0.0.100:80".parse().expect("literal"),
-        client: SocketAddr::from(([100 + a, b, c, d], 40000)),
+        client: SocketAddr::from(([100 + a, b, c, d], 40000)).into(),
         backend: "10.0.1.11:8080".parse().expect("literal"),
-        snat: SocketAddr::from(([10, 2 + s1, s2, 2], 1024 + (n % PORTS_PER_SNAT) as u16)),
+        snat: SocketAddr::from(([10, 2 + s1, s2, 2], 1024 + (n % PORTS_PER_SNAT) as u16)).into(),
     }
 }
 
 /// The `n` of a [`record`].
 pub fn index(record: &Record) -> u32 {
-    match record.client {
-        SocketAddr::V4(a) => {
-            let [a, b, c, d] = a.ip().octets();
+    match record.client.ip() {
+        std::net::IpAddr::V4(a) => {
+            let [a, b, c, d] = a.octets();
             u32::from_be_bytes([a - 100, b, c, d])
         }
-        SocketAddr::V6(_) => unreachable!("the bench's records are IPv4"),
+        std::net::IpAddr::V6(_) => unreachable!("the bench's records are IPv4"),
     }
 }
 
