@@ -20,13 +20,14 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
     let all: Vec<Record> = (0..total as u32).map(node::record).collect();
     let (sa, sb, [ca, cb]) = node::sockets()?;
     node::single_thread()?.block_on(async move {
-        let a = Cluster::start_on(&ca, &node::KEY, sa)?;
         let plan = Plan {
             expect: total,
             tables: Some(kernel::sizes(total, true)?),
             track: true,
         };
         let mut b = node::receiver(cb, sb, plan);
+        b.wait_started()?;
+        let a = Cluster::start_on(&ca, &node::KEY, sa)?;
         node::wait_up(&a).await?;
         let mut published = Vec::with_capacity(total);
         let mut tick = tokio::time::interval(BATCH_EVERY);
@@ -41,12 +42,16 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
         let applied =
             node::wait_done(&mut b, Duration::from_secs(120), "install of every record").await?;
         if std::env::var_os("LB_SYNC_BENCH_TIMELINE").is_some() {
-            // The worst lag of each 100 ms of publishing, to tell a start-up queue from
-            // stalls later on.
-            let mut worst = vec![Duration::ZERO; (took.as_millis() / 100 + 1) as usize];
+            // The worst lag of each 100 ms (or the variable's value in ms) of publishing,
+            // to tell a start-up queue from stalls later on.
+            let step: u128 = std::env::var("LB_SYNC_BENCH_TIMELINE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100);
+            let mut worst = vec![Duration::ZERO; (took.as_millis() / step + 1) as usize];
             for &(n, done) in &applied.installs {
                 let at = published[n as usize];
-                let slot = (((at - start).as_millis() / 100) as usize).min(worst.len() - 1);
+                let slot = (((at - start).as_millis() / step) as usize).min(worst.len() - 1);
                 worst[slot] = worst[slot].max(done - at);
             }
             eprintln!("worst lag per 100 ms published: {worst:.1?}");

@@ -106,13 +106,14 @@ fn warm_up(records: usize) -> anyhow::Result<()> {
 fn live(records: usize, maps: bool) -> anyhow::Result<()> {
     let (sa, sb, [ca, cb]) = node::sockets()?;
     node::single_thread()?.block_on(async move {
-        let a = Cluster::start_on(&ca, &node::KEY, sa)?;
         let plan = Plan {
             expect: records,
             tables: maps.then(|| kernel::sizes(records, true)).transpose()?,
             track: false,
         };
         let mut b = node::receiver(cb, sb, plan);
+        b.wait_started()?;
+        let a = Cluster::start_on(&ca, &node::KEY, sa)?;
         node::wait_up(&a).await?;
         let all: Vec<Record> = (0..records as u32).map(node::record).collect();
         let cpu0 = node::thread_ns(b.tid)?;

@@ -124,6 +124,8 @@ pub struct Applied {
 /// tables to be closed).
 pub struct Receiver {
     pub tid: i32,
+    /// Once B's cluster component serves its socket.
+    started: mpsc::Receiver<()>,
     done: mpsc::Receiver<anyhow::Result<Applied>>,
     /// Until B reported.
     thread: Option<std::thread::JoinHandle<()>>,
@@ -143,6 +145,7 @@ impl Drop for Receiver {
 /// more for A's figures to be read, and stops.
 pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receiver {
     let (tid_tx, tid_rx) = mpsc::channel();
+    let (started_tx, started) = mpsc::channel();
     let (done_tx, done) = mpsc::channel();
     // Named, so that a profile (`perf report --comm lb-sync-b`) tells B's work apart.
     let thread = std::thread::Builder::new()
@@ -163,6 +166,7 @@ pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receive
                     let resident = resident_bytes()?;
                     let start = Instant::now();
                     let mut b = Cluster::start_on(&config, &KEY, socket)?;
+                    let _ = started_tx.send(());
                     let mut changes = b.take_changes().context("the changes, taken once")?;
                     let mut installs = Vec::with_capacity(if plan.track { plan.expect } else { 0 });
                     let mut applied = 0usize;
@@ -208,9 +212,21 @@ pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receive
         .expect("a thread starts");
     Receiver {
         tid: tid_rx.recv().expect("the thread starts"),
+        started,
         done,
         thread: Some(thread),
         reported: None,
+    }
+}
+
+impl Receiver {
+    /// Blocks until B serves its socket (its tables loaded). A node started before
+    /// dials a socket nobody reads yet: its handshake then takes as long as B's load,
+    /// and QUIC's round-trip estimate, with the pacing it sets, starts that far off.
+    pub fn wait_started(&self) -> anyhow::Result<()> {
+        self.started
+            .recv_timeout(Duration::from_secs(120))
+            .context("B did not start in 120 s")
     }
 }
 
