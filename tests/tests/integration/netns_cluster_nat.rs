@@ -311,21 +311,30 @@ struct Connection {
     vip: ([u32; 4], u16),
 }
 
-/// The failures (wall-clock start, what) that no event explains: a new connection may
-/// fail if it started up to its timeout (`slack`) before an event or within the
-/// router's detection window after it.
+/// The event a failure that started at `start` (wall clock) belongs to. A new connection
+/// may fail if it started within an event's window (from its start until the router
+/// moved the flows), up to its timeout (`slack`) before an event (it was in flight), or
+/// up to its timeout after the window closed. Windows with their slack overlap, so in
+/// that order: the last event whose window holds it, else the first that began while
+/// it was in flight, else the last whose window closed less than its timeout before.
+fn owner(start: f64, events: &[Event], slack: Duration) -> Option<usize> {
+    let slack = slack.as_secs_f64();
+    let last = |held: &dyn Fn(&Event) -> bool| (0..events.len()).rev().find(|&i| held(&events[i]));
+    last(&|e| start >= e.start && start <= e.moved)
+        .or_else(|| {
+            (0..events.len()).find(|&i| events[i].start > start && events[i].start <= start + slack)
+        })
+        .or_else(|| last(&|e| start > e.moved && start <= e.moved + slack))
+}
+
+/// The failures (wall-clock start, what) that no event explains ([`owner`]).
 fn unexplained(
     failed: impl Iterator<Item = (f64, String)>,
     events: &[Event],
     slack: Duration,
 ) -> Vec<String> {
-    let slack = slack.as_secs_f64();
     failed
-        .filter(|(start, _)| {
-            !events
-                .iter()
-                .any(|e| *start >= e.start - slack && *start <= e.moved + slack)
-        })
+        .filter(|(start, _)| owner(*start, events, slack).is_none())
         .map(|(start, what)| format!("{what} at {start:.3}"))
         .collect()
 }
@@ -563,11 +572,11 @@ fn three_nat_nodes_keep_connections_when_the_router_moves_them() {
     let mut collided = collided_partitioned;
     collided.extend(collisions(&topo));
     let broke = held.failures();
-    for e in &events {
+    for (i, e) in events.iter().enumerate() {
         let inside: Vec<f64> = failed
             .iter()
+            .filter(|(start, _)| owner(*start, &events, slack) == Some(i))
             .map(|(start, _)| start - e.start)
-            .filter(|t| *t >= -slack.as_secs_f64() && *t <= e.moved - e.start + slack.as_secs_f64())
             .collect();
         eprintln!(
             "{} at {:.3}: over (the router's flows moved, or the window closed) {:.3} s after it began; \
