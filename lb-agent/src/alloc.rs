@@ -28,3 +28,14 @@ pub fn no_transparent_huge_pages() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_process_runs_without_transparent_huge_pages_after_the_call() {
+        super::no_transparent_huge_pages().expect("prctl");
+        // SAFETY: PR_GET_THP_DISABLE takes no pointers.
+        let disabled = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        assert_eq!(disabled, 1);
+    }
+}

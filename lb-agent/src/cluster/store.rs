@@ -246,7 +246,7 @@ impl Replicas {
             let keys = entry.remove();
             let mut later: Vec<(u32, ConnKey)> = Vec::new();
             for key in keys {
-                let hash = self.hasher.hash_one(key);
+                let hash = self.hash(&key);
                 let hasher = &self.hasher;
                 let shard = &mut self.shards[shard_of(hash)];
                 let Probe::Found(at) = shard.probe(hash, &key) else {

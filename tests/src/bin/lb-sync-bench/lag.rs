@@ -41,13 +41,10 @@ pub fn lag(rate: usize, seconds: f64) -> anyhow::Result<()> {
         let took = start.elapsed();
         let applied =
             node::wait_done(&mut b, Duration::from_secs(120), "install of every record").await?;
-        if std::env::var_os("LB_SYNC_BENCH_TIMELINE").is_some() {
-            // The worst lag of each 100 ms (or the variable's value in ms) of publishing,
-            // to tell a start-up queue from stalls later on.
-            let step: u128 = std::env::var("LB_SYNC_BENCH_TIMELINE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(100);
+        if let Ok(value) = std::env::var("LB_SYNC_BENCH_TIMELINE") {
+            // The worst lag of each N ms of publishing (the variable's value; 100 if it
+            // is not a positive number), to tell a start-up queue from stalls later on.
+            let step: u128 = value.parse().ok().filter(|&n| n > 0).unwrap_or(100);
             let mut worst = vec![Duration::ZERO; (took.as_millis() / step + 1) as usize];
             for &(n, done) in &applied.installs {
                 let at = published[n as usize];

@@ -153,8 +153,8 @@ pub fn receiver(config: ClusterConfig, socket: UdpSocket, plan: Plan) -> Receive
         .spawn(move || {
             // SAFETY: gettid has no preconditions.
             tid_tx.send(unsafe { libc::gettid() }).expect("main waits");
-            // The agent's own write path: its peer tables, a batch call per table for each
-            // batch of changes.
+            // The agent's own write path: its peer tables, written through `mmap` a batch
+            // of changes at a time.
             let mut tables = plan.tables.map(|sizes| {
                 BpfDataplane::load_sized(None, None, sizes)
                     .and_then(|mut dp| dp.take_peer_tables().map(|t| (dp, t)))
